@@ -1,0 +1,227 @@
+"""The Dense-Path REINFORCE math, in the order the data flows.
+
+    token log-probs ─► dense reward r̂_t ─► (SR: move to EOS) ─► KL to π_SFT ─► returns G_t ─► whitened advantages
+
+Every function is pure (tensors in, tensors out, no model, no trainer), works on `[B, T]` tensors laid out like TRL's
+completions (right-padded, `mask` = 1 on real tokens), and states the equation it implements. Equation numbers refer
+to "Beyond Imitation: Recovering Dense Rewards from Demonstrations" (Li et al., 2025, arXiv:2510.02493).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "baseline_relative_rewards",
+    "soft_value_shaping",
+    "sentence_rewards",
+    "kl_penalized_rewards",
+    "token_returns",
+    "whiten",
+    "dense_path_advantages",
+]
+
+
+def baseline_relative_rewards(
+    sft_logps: torch.Tensor, ref_logps: torch.Tensor | None, mask: torch.Tensor
+) -> torch.Tensor:
+    r"""Dense token reward of Eq. (5): r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t).
+
+    With `ref_logps=None` this is the "wo/Baseline" ablation, r̂_t = log π_SFT(a_t|s_t).
+
+    Args:
+        sft_logps: `[B, T]` log π_SFT of the sampled tokens.
+        ref_logps: `[B, T]` log π_ref of the same tokens, or `None` to drop the baseline.
+        mask: `[B, T]`, 1 on real completion tokens, 0 on padding.
+
+    Returns:
+        `[B, T]` float32 rewards, exactly 0 at padding.
+
+    Example:
+        >>> import torch
+        >>> baseline_relative_rewards(torch.tensor([[-0.1, -2.0]]), torch.tensor([[-1.1, -1.0]]), torch.tensor([[1, 0]]))
+        tensor([[1., 0.]])
+    """
+    rewards = sft_logps.float() if ref_logps is None else sft_logps.float() - ref_logps.float()
+    return torch.where(mask.bool(), rewards, torch.zeros_like(rewards))
+
+
+def soft_value_shaping(
+    state_values: torch.Tensor,
+    mask: torch.Tensor,
+    is_terminal: torch.Tensor,
+    final_next_values: torch.Tensor,
+) -> torch.Tensor:
+    r"""The potential term the paper eliminates, V(s_t) − V(s_{t+1}) ("w/V" ablation, Table 2).
+
+    From Eq. (4), log π_SFT(a_t|s_t) = r(s_t, a_t) + V(s_{t+1}) − V(s_t) with V(s) = log Σ_a exp Q(s, a), the
+    logsumexp of the SFT logits at s. Adding V(s_t) − V(s_{t+1}) to the dense reward restores r(s_t, a_t) = Q(s_t,
+    a_t) − V(s_{t+1}), i.e. logit − V(next state). The next state of the last token is terminal (V = 0) when the
+    completion ended with EOS; a completion cut at the length limit is not terminal, and its last next-state value is
+    `final_next_values`.
+
+    Args:
+        state_values: `[B, T]` V(s_t) of the state each token was sampled in.
+        mask: `[B, T]` right-padded completion mask.
+        is_terminal: `[B]` bool, True when the completion ended with EOS.
+        final_next_values: `[B]` V of the state after the last token (used only when not terminal).
+
+    Returns:
+        `[B, T]` float32 V(s_t) − V(s_{t+1}), 0 at padding.
+
+    Example:
+        >>> import torch
+        >>> v = torch.tensor([[3.0, 2.0, 1.0]]); m = torch.ones(1, 3)
+        >>> soft_value_shaping(v, m, torch.tensor([True]), torch.tensor([9.0]))  # V after EOS is 0
+        tensor([[1., 1., 1.]])
+        >>> soft_value_shaping(v, m, torch.tensor([False]), torch.tensor([9.0]))  # truncated: bootstrap V = 9
+        tensor([[ 1.,  1., -8.]])
+    """
+    mask = mask.bool()
+    state_values = state_values.float()
+    # V(s_{t+1}) is V of the next token's state; the last real token gets the terminal/bootstrap value instead.
+    next_values = torch.zeros_like(state_values)
+    next_values[:, :-1] = state_values[:, 1:]
+    last = mask.long().sum(dim=1).clamp(min=1) - 1
+    last_next_value = torch.where(is_terminal.bool(), torch.zeros_like(final_next_values), final_next_values)
+    next_values.scatter_(1, last.unsqueeze(1), last_next_value.float().unsqueeze(1))
+    shaping = state_values - next_values
+    return torch.where(mask, shaping, torch.zeros_like(shaping))
+
+
+def sentence_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    r"""Sparse "SR" baseline of the paper: the whole return Σ_t r̂_t delivered at the last token (EOS), 0 elsewhere.
+
+    r^SR_t = 1[t = T_i − 1] · Σ_k r̂_k
+
+    Example:
+        >>> import torch
+        >>> sentence_rewards(torch.tensor([[1.0, 2.0, 3.0, 0.0]]), torch.tensor([[1, 1, 1, 0]]))
+        tensor([[0., 0., 6., 0.]])
+    """
+    mask = mask.bool()
+    rewards = torch.where(mask, rewards.float(), torch.zeros_like(rewards, dtype=torch.float32))
+    total = rewards.sum(dim=1, keepdim=True)
+    last = mask.long().sum(dim=1, keepdim=True).clamp(min=1) - 1
+    sparse = torch.zeros_like(rewards).scatter_(1, last, total)
+    # A completion with no real token (all padding) keeps no reward at all.
+    return torch.where(mask, sparse, torch.zeros_like(sparse))
+
+
+def kl_penalized_rewards(
+    rewards: torch.Tensor,
+    policy_logps: torch.Tensor | None,
+    sft_logps: torch.Tensor,
+    mask: torch.Tensor,
+    kl_coef: float,
+) -> torch.Tensor:
+    r"""REINFORCE++'s token KL inside the reward, with the frozen SFT model as the KL reference.
+
+    r_t = r̂_t − λ_KL · (log π_old(a_t|s_t) − log π_SFT(a_t|s_t))        (k1 estimator of KL(π_old ‖ π_SFT))
+
+    Example:
+        >>> import torch
+        >>> kl_penalized_rewards(torch.tensor([[1.0]]), torch.tensor([[-1.0]]), torch.tensor([[-3.0]]), torch.ones(1, 1), 0.5)
+        tensor([[0.]])
+    """
+    rewards = rewards.float()
+    if kl_coef != 0.0:
+        if policy_logps is None:
+            raise ValueError("kl_coef != 0 needs `policy_logps`, the log π_old of the sampled tokens.")
+        rewards = rewards - kl_coef * (policy_logps.float() - sft_logps.float())
+    return torch.where(mask.bool(), rewards, torch.zeros_like(rewards))
+
+
+def token_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    r"""Per-token return G_t = Σ_{k ≥ t} γ^{k−t} r_k over the completion's own valid tokens (Algorithm 1, line 8).
+
+    Positions are relative to each completion: the exponent k − t counts valid tokens only, so a row's returns do not
+    depend on how much padding precedes, follows or interrupts it. Padding gets G = 0 and contributes nothing.
+
+    Example:
+        >>> import torch
+        >>> token_returns(torch.tensor([[1.0, 2.0, 3.0, 0.0]]), torch.tensor([[1, 1, 1, 0]]), gamma=0.5)
+        tensor([[2.7500, 3.5000, 3.0000, 0.0000]])
+    """
+    if not 0.0 < gamma <= 1.0:
+        raise ValueError(f"gamma must be in (0, 1], got {gamma}.")
+    mask = mask.bool()
+    rewards = torch.where(mask, rewards.float(), torch.zeros_like(rewards, dtype=torch.float32))
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.size(1))):
+        # At a real token: G_t = r_t + γ G_{next real token}. At padding: carry G forward unchanged, report 0.
+        running = torch.where(mask[:, t], rewards[:, t] + gamma * running, running)
+        returns[:, t] = torch.where(mask[:, t], running, torch.zeros_like(running))
+    return returns
+
+
+def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, distributed: bool = True) -> torch.Tensor:
+    r"""REINFORCE++ global advantage normalisation: A = (v − μ) / sqrt(σ² + ε), 0 at padding.
+
+    μ and the population variance σ² are taken over the valid tokens of the whole batch; when `torch.distributed` is
+    initialised (and `distributed=True`) they are all-reduced over every process, so each process whitens with the
+    same global statistics as a single process holding the whole batch. Statistics accumulate in float64.
+
+    Example:
+        >>> import torch
+        >>> whiten(torch.tensor([[1.0, 3.0, 99.0]]), torch.tensor([[1, 1, 0]]))
+        tensor([[-1.,  1.,  0.]])
+    """
+    mask = mask.bool()
+    values64 = torch.where(mask, values.double(), torch.zeros_like(values, dtype=torch.float64))
+    reduce = distributed and dist.is_available() and dist.is_initialized()
+
+    # Two passes (mean, then squared deviations) keep the variance exact where E[v²] − μ² would cancel.
+    totals = torch.stack([values64.sum(), mask.sum().double()])
+    if reduce:
+        dist.all_reduce(totals)
+    count = totals[1].clamp(min=1.0)
+    mean = totals[0] / count
+    squared_deviation = torch.where(mask, (values64 - mean) ** 2, torch.zeros_like(values64)).sum()
+    if reduce:
+        dist.all_reduce(squared_deviation)
+    variance = squared_deviation / count
+    whitened = (values64 - mean) * torch.rsqrt(variance + eps)
+    return torch.where(mask, whitened, torch.zeros_like(whitened)).float()
+
+
+def dense_path_advantages(
+    dense_rewards: torch.Tensor,
+    sft_logps: torch.Tensor,
+    policy_logps: torch.Tensor | None,
+    mask: torch.Tensor,
+    *,
+    kl_coef: float = 1e-5,
+    gamma: float = 1.0,
+    reward_granularity: str = "token",
+    whiten_advantages: bool = True,
+) -> dict[str, torch.Tensor]:
+    r"""Everything between the dense reward and the loss, as DPR (Algorithm 1 + REINFORCE++) does it.
+
+        r  = r̂                               (token, DPR)    or  sentence_rewards(r̂)   (sentence, SR)
+        r  = r − λ_KL (log π_old − log π_SFT)                  (dense KL to π_SFT, both variants)
+        G  = token_returns(r, γ)
+        A  = whiten(G)                         (or G itself when `whiten_advantages=False`)
+
+    Returns a dict with `advantages`, `returns`, `rewards` (the shaped per-token signal) and `kl` (log π_old −
+    log π_SFT, zeros when `policy_logps` is None), all `[B, T]` float32 and 0 at padding.
+
+    Example:
+        >>> import torch
+        >>> out = dense_path_advantages(torch.tensor([[1.0, -1.0]]), torch.zeros(1, 2), None, torch.ones(1, 2), kl_coef=0.0)
+        >>> out["returns"]
+        tensor([[ 0., -1.]])
+    """
+    if reward_granularity not in ("token", "sentence"):
+        raise ValueError(f"reward_granularity must be 'token' or 'sentence', got {reward_granularity!r}.")
+    rewards = sentence_rewards(dense_rewards, mask) if reward_granularity == "sentence" else dense_rewards.float()
+    rewards = kl_penalized_rewards(rewards, policy_logps, sft_logps, mask, kl_coef)
+    returns = token_returns(rewards, mask, gamma)
+    advantages = whiten(returns, mask) if whiten_advantages else returns
+    if policy_logps is None:
+        kl = torch.zeros_like(returns)
+    else:
+        kl = torch.where(mask.bool(), policy_logps.float() - sft_logps.float(), torch.zeros_like(returns))
+    return {"advantages": advantages, "returns": returns, "rewards": rewards, "kl": kl}

@@ -1,0 +1,130 @@
+"""`DensePathConfig`: GRPOConfig with the Dense-Path REINFORCE fields and the paper's defaults (Table 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+__all__ = ["DensePathConfig"]
+
+
+class _NoGroupBaseline(int):
+    """The int 1 that passes GRPOConfig's `num_generations >= 2` check during `__post_init__` only.
+
+    GRPO needs ≥ 2 samples per prompt because its baseline is the group mean; DPR has no group baseline (its
+    advantages are whitened over the whole batch), so the paper samples 1 completion per prompt. Every other use of
+    the value (divisibility of batch sizes, samplers) must see a plain 1, which an int subclass gives.
+    """
+
+    def __lt__(self, other):
+        return False if other == 2 else int(self) < other
+
+
+@dataclass
+class DensePathConfig(GRPOConfig):
+    r"""Configuration for [`DensePathTrainer`]: every [`trl.GRPOConfig`] field, plus DPR's.
+
+    Defaults follow the paper (Li et al., 2025, Table 5, "Hyperparameters used across all backbones for DPR"). Batch
+    sizes depend on the number of processes, so set them in the recipe: the paper's global batch 128 is
+    `per_device_train_batch_size × num_processes × gradient_accumulation_steps`, and its rollout batch 1024 is
+    `generation_batch_size`.
+
+    Parameters:
+        learning_rate (`float`, defaults to `5e-7`): Table 5.
+        num_generations (`int`, defaults to `1`): samples per prompt (Table 5). DPR needs no group: 1 is allowed.
+        temperature (`float`, defaults to `1.0`): rollout temperature (Table 5).
+        epsilon (`float`, defaults to `0.2`): PPO-style clip of the token ratio π_θ/π_old (Table 5, "clip 0.2").
+        beta (`float`, defaults to `0.0`): GRPO's KL-in-loss; off, DPR puts its KL in the reward (`kl_coef`).
+        kl_coef (`float`, defaults to `1e-5`): λ_KL of r_t = r̂_t − λ_KL (log π_old − log π_SFT) (Table 5, "KL weight").
+        gamma (`float`, defaults to `1.0`): discount of the token returns (Table 5; §4.4 sweeps γ < 1).
+        reward_granularity (`str`, defaults to `"token"`): `"token"` = DPR; `"sentence"` = the SR baseline (§4.1),
+            the whole return at the last token.
+        use_baseline (`bool`, defaults to `True`): subtract log π_ref (Eq. 5); False = "wo/Baseline" (§4.3).
+        eliminate_value (`bool`, defaults to `True`): drop V via shaping (§3.3 B); False = "w/V" (§4.3).
+        whiten_advantages (`bool`, defaults to `True`): REINFORCE++ global whitening of the returns.
+        reward_token_chunk_size (`int`, defaults to `1024`): tokens per LM-head chunk when scoring.
+        warmup_steps (`float`, defaults to `0.03`): a ratio of the total steps (Table 5, "Warmup ratio").
+
+    Example:
+        >>> from trl_dpr import DensePathConfig
+        >>> args = DensePathConfig(output_dir="runs/dpr", per_device_train_batch_size=2, bf16=False)
+        >>> args.num_generations, args.learning_rate, args.kl_coef
+        (1, 5e-07, 1e-05)
+    """
+
+    learning_rate: float = field(default=5e-7, metadata={"help": "Learning rate (paper Table 5: 5e-7)."})
+    num_generations: int | None = field(
+        default=1,
+        metadata={
+            "help": "Completions sampled per prompt (paper Table 5: 1). DPR has no group baseline, so 1 is allowed."
+        },
+    )
+    temperature: float = field(default=1.0, metadata={"help": "Rollout sampling temperature (paper Table 5: 1)."})
+    epsilon: float = field(
+        default=0.2, metadata={"help": "Clip range of the token importance ratio (paper Table 5, REINFORCE++: 0.2)."}
+    )
+    beta: float = field(
+        default=0.0,
+        metadata={
+            "help": "GRPO's KL-in-loss coefficient. Keep 0: DPR's KL to π_SFT is inside the reward (`kl_coef`)."
+        },
+    )
+    warmup_steps: float = field(
+        default=0.03, metadata={"help": "Warmup: steps, or a ratio of total steps when < 1 (paper Table 5: 0.03)."}
+    )
+    kl_coef: float = field(
+        default=1e-5,
+        metadata={
+            "help": "λ_KL in r_t = r̂_t − λ_KL·(log π_old − log π_SFT): token KL to the frozen SFT model inside the "
+            "reward (paper Table 5, 'KL weight': 1e-5)."
+        },
+    )
+    gamma: float = field(
+        default=1.0,
+        metadata={"help": "Discount of the token returns G_t (paper Table 5: 1; §4.4 / Fig. 2 sweeps γ < 1)."},
+    )
+    reward_granularity: str = field(
+        default="token",
+        metadata={
+            "help": "'token' = Dense-Path REINFORCE; 'sentence' = the SR baseline of §4.1 (whole return at EOS).",
+            "choices": ["token", "sentence"],
+        },
+    )
+    use_baseline: bool = field(
+        default=True,
+        metadata={"help": "Subtract log π_ref (Eq. 5). False = the 'wo/Baseline' ablation (§4.3)."},
+    )
+    eliminate_value: bool = field(
+        default=True,
+        metadata={"help": "Drop the potential V by shaping (§3.3 B). False = the 'w/V' ablation (§4.3)."},
+    )
+    whiten_advantages: bool = field(
+        default=True,
+        metadata={"help": "Whiten the returns over all valid tokens of the batch, all processes (REINFORCE++)."},
+    )
+    reward_token_chunk_size: int = field(
+        default=1024,
+        metadata={"help": "Tokens sent through the LM head at once when scoring (memory ∝ chunk × vocab)."},
+    )
+
+    def __post_init__(self):
+        if self.num_generations == 1:
+            self.num_generations = _NoGroupBaseline(1)
+        try:
+            super().__post_init__()
+        finally:
+            if isinstance(self.num_generations, _NoGroupBaseline):
+                self.num_generations = 1
+        if self.reward_granularity not in ("token", "sentence"):
+            raise ValueError(
+                f"reward_granularity must be 'token' (DPR) or 'sentence' (SR baseline), got {self.reward_granularity!r}."
+            )
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1] (the paper uses 1.0), got {self.gamma}.")
+        if self.kl_coef < 0.0:
+            raise ValueError(f"kl_coef must be >= 0 (the paper uses 1e-5), got {self.kl_coef}.")
+        if self.num_generations is None or self.num_generations < 1:
+            raise ValueError(f"num_generations must be >= 1 (the paper uses 1), got {self.num_generations}.")
+        if self.reward_token_chunk_size < 1:
+            raise ValueError(f"reward_token_chunk_size must be >= 1, got {self.reward_token_chunk_size}.")

@@ -1,0 +1,559 @@
+"""`CheckpointRewardModel`: the dense token reward an SFT run carries (Eq. 5), read off two causal LMs.
+
+π_SFT is the final SFT model and π_ref the SFT checkpoint at a fraction α of training. The reward of completion token
+a_t in state s_t is r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t). The log-probs come from one forward of each model
+over `prompt ‖ completion`; the LM head is applied to the last hidden states in chunks of tokens, so no `[B, T, vocab]`
+float32 tensor is ever held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.tensor import DTensor
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from . import algorithm
+from .reference_manifest import resolve_reference
+
+__all__ = ["CheckpointRewardModel", "TokenRewardOutput", "completion_logprobs"]
+
+
+@dataclass
+class TokenRewardOutput:
+    """What one scoring pass computes. All tensors are `[B, Tc]` float32 on the input device, 0 at padding.
+
+    Attributes:
+        rewards: the dense token reward r̂_t of the configured variant.
+        sft_logps: log π_SFT(a_t|s_t), reused as the KL reference by the trainer (no extra forward).
+        ref_logps: log π_ref(a_t|s_t), or None without a baseline.
+    """
+
+    rewards: torch.Tensor
+    sft_logps: torch.Tensor
+    ref_logps: torch.Tensor | None
+
+
+def _logit_transform(config) -> tuple[float, float | None]:
+    """(scale, softcap) a model applies to `lm_head` outputs, read from the same config fields as TRL's fused head."""
+    text_config = config.get_text_config()
+    scale = getattr(text_config, "logit_scale", None)
+    if scale is None:
+        scale = getattr(text_config, "output_multiplier", None)
+    if scale is None:
+        scale = getattr(text_config, "lm_head_multiplier", None)
+    if scale is None and getattr(text_config, "logits_scaling", None) is not None:
+        scaling = text_config.logits_scaling
+        scale = scaling if text_config.model_type == "hyperclovax" else 1 / scaling
+    return (1.0 if scale is None else float(scale)), getattr(text_config, "final_logit_softcapping", None)
+
+
+def _project_to_logits(hidden: torch.Tensor, lm_head: nn.Module, scale: float, softcap: float | None) -> torch.Tensor:
+    """float32 logits of `hidden` ([N, H]). On CUDA, half-precision weights accumulate straight into float32."""
+    weight, bias = lm_head.weight, getattr(lm_head, "bias", None)
+    if isinstance(weight, DTensor):  # FSDP2 shards the head; gather it for the matmul
+        weight = weight.full_tensor()
+        bias = bias.full_tensor() if bias is not None else None
+    hidden = hidden.to(weight.dtype)
+    if hidden.is_cuda and weight.dtype in (torch.bfloat16, torch.float16):
+        logits = torch.mm(hidden, weight.t(), out_dtype=torch.float32)
+        if bias is not None:
+            logits = logits + bias.float()
+    else:
+        logits = F.linear(hidden, weight, bias).float()
+    if scale != 1.0:
+        logits = logits * scale
+    if softcap is not None:
+        logits = softcap * torch.tanh(logits / softcap)
+    return logits
+
+
+def _unwrap_causal_lm(model: nn.Module) -> nn.Module:
+    """The transformers causal LM inside a PEFT / accelerate wrapper (PEFT layers stay injected and active)."""
+    model = getattr(model, "module", model)  # DDP / DeepSpeed engine
+    if hasattr(model, "get_base_model"):  # PeftModel: LoRA layers live inside the base model's modules
+        model = model.get_base_model()
+    return model
+
+
+def _check_padding(prompt_mask: torch.Tensor, completion_mask: torch.Tensor) -> None:
+    if prompt_mask.size(1) == 0 or not bool(prompt_mask[:, -1].all()):
+        raise ValueError(
+            "token_rewards expects every prompt to be non-empty and left-padded (prompt_mask[:, -1] == 1 for every "
+            "row), as GRPOTrainer builds them. Pad prompts on the left, e.g. tokenizer(padding_side='left')."
+        )
+    if bool((prompt_mask[:, 1:] < prompt_mask[:, :-1]).any()):
+        raise ValueError("prompt_mask must be left-padded: zeros first, then ones, in every row.")
+    if bool((completion_mask[:, 1:] > completion_mask[:, :-1]).any()):
+        raise ValueError("completion_mask must be right-padded: ones first, then zeros, in every row.")
+
+
+@torch.no_grad()
+def completion_logprobs(
+    model: nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    with_values: bool = False,
+    token_chunk_size: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    r"""log π(a_t|s_t) of each completion token, from one forward and a chunked LM head.
+
+    The sequence is `prompt ‖ completion` (prompts left-padded, completions right-padded, as TRL holds them), with
+    position ids counted over real tokens only, so a left-padded row is scored exactly like the same row unpadded. The
+    hidden state at column P + t − 1 (the last token of s_t) scores completion token t.
+
+    Args:
+        model: a causal LM (transformers, PEFT-wrapped or accelerate-wrapped). PEFT's active adapter is used.
+        prompt_ids, prompt_mask: `[B, P]`, left-padded, every prompt non-empty.
+        completion_ids, completion_mask: `[B, Tc]`, right-padded.
+        with_values: also return the soft values V(s_t) = logsumexp of the logits at s_t, and V of the state after
+            the last real token.
+        token_chunk_size: tokens projected through the LM head at once (memory ∝ chunk × vocab × 4 bytes).
+
+    Returns:
+        `(logps [B, Tc], values [B, Tc] or None, final_next_values [B] or None)`, float32, 0 at padding.
+
+    Example:
+        >>> import torch
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> lm = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        ...     num_attention_heads=2, num_key_value_heads=2)).eval()
+        >>> logps, _, _ = completion_logprobs(lm, torch.tensor([[5, 6]]), torch.ones(1, 2), torch.tensor([[7]]), torch.ones(1, 1))
+        >>> logps.shape
+        torch.Size([1, 1])
+    """
+    _check_padding(prompt_mask, completion_mask)
+    causal_lm = _unwrap_causal_lm(model)
+    lm_head = causal_lm.get_output_embeddings()
+    scale, softcap = _logit_transform(causal_lm.config)
+
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attention_mask = torch.cat([prompt_mask, completion_mask], dim=1).long()
+    # Real tokens are numbered 0, 1, 2, ... whatever padding precedes them (matters for absolute position embeddings).
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    hidden = causal_lm.base_model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+    ).last_hidden_state
+
+    num_prompt, num_completion = prompt_ids.size(1), completion_ids.size(1)
+    state_hidden = hidden[:, num_prompt - 1 : num_prompt + num_completion - 1]  # s_t of every completion token a_t
+    valid = completion_mask.bool()
+    flat_hidden = state_hidden[valid]
+    flat_targets = completion_ids[valid]
+
+    target_logits, logsumexps = [], []
+    for start in range(0, flat_hidden.size(0), token_chunk_size):
+        logits = _project_to_logits(flat_hidden[start : start + token_chunk_size], lm_head, scale, softcap)
+        target_logits.append(logits.gather(1, flat_targets[start : start + token_chunk_size, None]).squeeze(1))
+        logsumexps.append(logits.logsumexp(dim=1))
+        del logits
+    empty = flat_hidden.new_zeros(0, dtype=torch.float32)
+    target_logit = torch.cat(target_logits) if target_logits else empty
+    logsumexp = torch.cat(logsumexps) if logsumexps else empty
+
+    logps = torch.zeros(completion_ids.shape, dtype=torch.float32, device=hidden.device)
+    logps[valid] = target_logit - logsumexp  # log π(a|s) = logit(s, a) − log Σ_a' exp logit(s, a')
+    if not with_values:
+        return logps, None, None
+
+    values = torch.zeros_like(logps)
+    values[valid] = logsumexp
+    # V of the state after the last real token: the hidden state at that token's own column.
+    last_column = num_prompt + valid.long().sum(dim=1) - 1
+    final_hidden = hidden[torch.arange(hidden.size(0), device=hidden.device), last_column]
+    final_next_values = _project_to_logits(final_hidden, lm_head, scale, softcap).logsumexp(dim=1)
+    return logps, values, final_next_values
+
+
+def _eos_token_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase | None) -> list[int]:
+    ids: list[int] = []
+    generation_config = getattr(_unwrap_causal_lm(model), "generation_config", None)
+    eos = getattr(generation_config, "eos_token_id", None)
+    if eos is not None:
+        ids.extend([eos] if isinstance(eos, int) else list(eos))
+    if tokenizer is not None and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+class CheckpointRewardModel(nn.Module):
+    r"""Dense token reward from an SFT model and its reference checkpoint (Eq. 5 of Li et al., 2025).
+
+    r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t)
+
+    Variants (the paper's ablations):
+      - `use_baseline=False` ("wo/Baseline"): r̂_t = log π_SFT(a_t|s_t); π_ref is not needed.
+      - `eliminate_value=False` ("w/V"): adds V_SFT(s_t) − V_SFT(s_{t+1}), with V the logsumexp of the SFT logits at a
+        state; V = 0 after EOS, and a completion cut at the length limit without EOS is not terminal.
+
+    Both models are frozen (`eval()`, no gradients). They must share one tokenizer. With PEFT, π_SFT and π_ref can be
+    two adapters of one base model (`sft_adapter` / `ref_adapter`), scored by switching the active adapter.
+
+    Args:
+        sft_model: π_SFT, a causal LM (`PreTrainedModel` or `PeftModel`).
+        ref_model: π_ref, same vocabulary; may be None when `use_baseline=False`.
+        use_baseline: subtract log π_ref (default, DPR).
+        eliminate_value: drop the potential term V (default, DPR).
+        processing_class: the tokenizer of π_SFT, used by `score_text` and to check π_ref's tokenizer.
+        ref_processing_class: the tokenizer π_ref was saved with; checked against `processing_class`.
+        sft_adapter, ref_adapter: adapter names when the models are PEFT models holding several adapters.
+        token_chunk_size: tokens sent through the LM head at once.
+
+    Example:
+        >>> from trl_dpr import CheckpointRewardModel
+        >>> from trl_dpr.tiny_lm import build_tiny_causal_lm, build_tokenizer
+        >>> tok = build_tokenizer(["2+3=5"])
+        >>> rm = CheckpointRewardModel(build_tiny_causal_lm(tok, seed=0), build_tiny_causal_lm(tok, seed=1), processing_class=tok)
+        >>> scored = rm.score_text(["2+3="], ["5"])
+        >>> len(scored[0]["rewards"]) == len(scored[0]["tokens"])
+        True
+    """
+
+    def __init__(
+        self,
+        sft_model: nn.Module,
+        ref_model: nn.Module | None = None,
+        use_baseline: bool = True,
+        eliminate_value: bool = True,
+        processing_class: PreTrainedTokenizerBase | None = None,
+        ref_processing_class: PreTrainedTokenizerBase | None = None,
+        sft_adapter: str | None = None,
+        ref_adapter: str | None = None,
+        token_chunk_size: int = 1024,
+    ):
+        super().__init__()
+        if use_baseline and ref_model is None:
+            raise ValueError(
+                "use_baseline=True needs the reference checkpoint π_ref (`ref_model`). Pass it, load both with "
+                "CheckpointRewardModel.from_pretrained(sft_dir), or set use_baseline=False for the 'wo/Baseline' "
+                "ablation."
+            )
+        if token_chunk_size < 1:
+            raise ValueError(f"token_chunk_size must be a positive number of tokens, got {token_chunk_size}.")
+        self.sft_model = sft_model
+        self.ref_model = ref_model if use_baseline else None
+        self.use_baseline = use_baseline
+        self.eliminate_value = eliminate_value
+        self.processing_class = processing_class
+        self.sft_adapter = sft_adapter
+        self.ref_adapter = ref_adapter
+        self.token_chunk_size = token_chunk_size
+        self.sft_model_name_or_path: str | None = None  # set by from_pretrained
+        self.reference_manifest = None  # set by from_pretrained when π_ref came from an SFT manifest
+
+        if self.ref_model is not None:
+            _check_same_vocabulary(sft_model, self.ref_model, processing_class, ref_processing_class)
+        if sft_adapter is None:
+            # Whole frozen models. (Adapters are loaded frozen, and their base may also carry the trainable policy.)
+            for frozen in {id(m): m for m in (self.sft_model, self.ref_model) if m is not None}.values():
+                frozen.eval()
+                frozen.requires_grad_(False)
+        self.eos_token_ids = _eos_token_ids(sft_model, processing_class)
+
+    @property
+    def config(self):
+        """The SFT model's config (vocabulary size, name)."""
+        return _unwrap_causal_lm(self.sft_model).config
+
+    @property
+    def device(self) -> torch.device:
+        return next(_unwrap_causal_lm(self.sft_model).parameters()).device
+
+    @contextlib.contextmanager
+    def _activated(self, model: nn.Module, adapter: str | None):
+        """`model` scoring as π_SFT or π_ref: the right adapter active, dropout off, previous state restored after."""
+        if adapter is None:
+            yield model
+            return
+        from trl.trainer.utils import use_adapter
+
+        was_training = model.training
+        model.eval()  # a shared base may be the policy, in train mode with LoRA dropout
+        try:
+            with use_adapter(model, adapter_name=adapter):
+                yield model
+        finally:
+            model.train(was_training)
+
+    @torch.no_grad()
+    def forward(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        completion_ids: torch.Tensor,
+        completion_mask: torch.Tensor,
+        is_terminal: torch.Tensor | None = None,
+        batch_size: int | None = None,
+    ) -> TokenRewardOutput:
+        """Score completions: one forward of π_SFT (and of π_ref) per micro-batch of `batch_size` rows.
+
+        Args:
+            prompt_ids, prompt_mask: `[B, P]` left-padded prompts.
+            completion_ids, completion_mask: `[B, Tc]` right-padded completions.
+            is_terminal: `[B]` bool, True where the completion ended with EOS (used by `eliminate_value=False`);
+                by default, whether its last real token is one of the SFT model's EOS ids.
+            batch_size: rows per forward (default: all at once).
+
+        Returns:
+            `TokenRewardOutput` with `rewards`, `sft_logps`, `ref_logps`.
+        """
+        device = self.device
+        prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
+        completion_ids, completion_mask = completion_ids.to(device), completion_mask.to(device)
+        if is_terminal is None and not self.eliminate_value:
+            last_token = completion_ids.gather(1, (completion_mask.long().sum(1, keepdim=True) - 1).clamp(min=0))
+            is_terminal = torch.isin(last_token.squeeze(1), torch.tensor(self.eos_token_ids, device=device))
+        batch_size = batch_size or prompt_ids.size(0)
+
+        outputs = []
+        for start in range(0, prompt_ids.size(0), batch_size):
+            rows = slice(start, start + batch_size)
+            outputs.append(
+                self._score_rows(
+                    prompt_ids[rows],
+                    prompt_mask[rows],
+                    completion_ids[rows],
+                    completion_mask[rows],
+                    None if is_terminal is None else is_terminal[rows].to(device),
+                )
+            )
+        rewards, sft_logps, ref_logps = (
+            torch.cat([o[i] for o in outputs]) if outputs[0][i] is not None else None for i in range(3)
+        )
+        return TokenRewardOutput(rewards=rewards, sft_logps=sft_logps, ref_logps=ref_logps)
+
+    def _score_rows(self, prompt_ids, prompt_mask, completion_ids, completion_mask, is_terminal):
+        with self._activated(self.sft_model, self.sft_adapter) as sft:
+            sft_logps, values, final_next_values = completion_logprobs(
+                sft,
+                prompt_ids,
+                prompt_mask,
+                completion_ids,
+                completion_mask,
+                with_values=not self.eliminate_value,
+                token_chunk_size=self.token_chunk_size,
+            )
+        ref_logps = None
+        if self.use_baseline:
+            with self._activated(self.ref_model, self.ref_adapter) as ref:
+                ref_logps, _, _ = completion_logprobs(
+                    ref, prompt_ids, prompt_mask, completion_ids, completion_mask, token_chunk_size=self.token_chunk_size
+                )
+        rewards = algorithm.baseline_relative_rewards(sft_logps, ref_logps, completion_mask)
+        if not self.eliminate_value:
+            rewards = rewards + algorithm.soft_value_shaping(values, completion_mask, is_terminal, final_next_values)
+        return rewards, sft_logps, ref_logps
+
+    def token_rewards(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        completion_ids: torch.Tensor,
+        completion_mask: torch.Tensor,
+        is_terminal: torch.Tensor | None = None,
+    ) -> torch.FloatTensor:
+        """Dense reward `[B, Tc]` (float32, 0 at padding, no autograd graph) of each completion token.
+
+        Example:
+            >>> from trl_dpr.tiny_lm import build_tiny_causal_lm, build_tokenizer
+            >>> import torch
+            >>> tok = build_tokenizer(["abc"])
+            >>> rm = CheckpointRewardModel(build_tiny_causal_lm(tok, seed=0), build_tiny_causal_lm(tok, seed=1))
+            >>> rm.token_rewards(torch.tensor([[4, 5]]), torch.ones(1, 2), torch.tensor([[6, 0]]), torch.tensor([[1, 0]])).shape
+            torch.Size([1, 2])
+        """
+        return self(prompt_ids, prompt_mask, completion_ids, completion_mask, is_terminal=is_terminal).rewards
+
+    def score_text(
+        self, prompts: list[Any], completions: list[str], append_eos: bool = True
+    ) -> list[dict[str, Any]]:
+        """Per-token rewards of (prompt, completion) pairs, with the token strings, for inspection and heatmaps.
+
+        Prompts are strings or conversations (lists of `{"role", "content"}` messages, rendered with the chat template
+        and its generation prompt, as GRPOTrainer does). Completions are plain strings; `append_eos` adds the EOS token
+        the model would end with.
+
+        Returns:
+            One dict per pair: `tokens` (decoded strings), `token_ids`, `rewards` (floats), `total` (Σ r̂).
+
+        Example:
+            >>> from trl_dpr.tiny_lm import build_tiny_causal_lm, build_tokenizer
+            >>> tok = build_tokenizer(["hello"])
+            >>> rm = CheckpointRewardModel(build_tiny_causal_lm(tok, seed=0), build_tiny_causal_lm(tok, seed=1), processing_class=tok)
+            >>> out = rm.score_text(["he"], ["llo"])
+            >>> out[0]["tokens"][-1] == tok.eos_token
+            True
+        """
+        if self.processing_class is None:
+            raise ValueError(
+                "score_text needs the tokenizer: pass processing_class= to CheckpointRewardModel (from_pretrained "
+                "loads it)."
+            )
+        if len(prompts) != len(completions):
+            raise ValueError(f"Got {len(prompts)} prompts and {len(completions)} completions; pass one of each per pair.")
+        tokenizer = self.processing_class
+        prompt_rows, completion_rows = [], []
+        for prompt, completion in zip(prompts, completions):
+            if isinstance(prompt, str):
+                prompt_rows.append(tokenizer(prompt)["input_ids"])
+            else:
+                prompt_rows.append(
+                    tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)[
+                        "input_ids"
+                    ]
+                )
+            ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
+            if append_eos and tokenizer.eos_token_id is not None:
+                ids = ids + [tokenizer.eos_token_id]
+            if not ids:
+                raise ValueError(f"Completion {completion!r} is empty after tokenization; nothing to score.")
+            completion_rows.append(ids)
+
+        from trl.trainer.utils import pad
+
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        prompt_ids = pad([torch.tensor(r) for r in prompt_rows], padding_value=pad_id, padding_side="left")
+        prompt_mask = pad([torch.ones(len(r), dtype=torch.long) for r in prompt_rows], padding_side="left")
+        completion_ids = pad([torch.tensor(r) for r in completion_rows], padding_value=pad_id)
+        completion_mask = pad([torch.ones(len(r), dtype=torch.long) for r in completion_rows])
+        rewards = self.token_rewards(prompt_ids, prompt_mask, completion_ids, completion_mask).cpu()
+        return [
+            {
+                "tokens": [tokenizer.decode([t]) for t in ids],
+                "token_ids": list(ids),
+                "rewards": rewards[i, : len(ids)].tolist(),
+                "total": float(rewards[i, : len(ids)].sum()),
+            }
+            for i, ids in enumerate(completion_rows)
+        ]
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        sft_model_name_or_path: str,
+        ref_model_name_or_path: str | None = None,
+        *,
+        use_baseline: bool = True,
+        eliminate_value: bool = True,
+        token_chunk_size: int = 1024,
+        **model_init_kwargs,
+    ) -> "CheckpointRewardModel":
+        """Load π_SFT and π_ref with the same `model_init_kwargs` (dtype, quantization_config, device_map, ...).
+
+        With `ref_model_name_or_path=None`, π_ref is the reference checkpoint the SFT stage recorded next to the SFT
+        model (`dpr_reference.json`, written by `ReferenceCheckpointCallback`); local directories and Hub repos both
+        work. PEFT adapter outputs (an `adapter_config.json` in the folder) are loaded as adapters `sft` and `ref` on
+        one base model.
+
+        Example:
+            >>> rm = CheckpointRewardModel.from_pretrained("runs/sft", dtype="bfloat16")  # doctest: +SKIP
+        """
+        from trl.trainer.utils import create_model_from_path
+
+        revision = model_init_kwargs.get("revision")
+        token = model_init_kwargs.get("token")
+        manifest = None
+        if use_baseline and ref_model_name_or_path is None:
+            manifest, ref_model_name_or_path = resolve_reference(sft_model_name_or_path, revision=revision, token=token)
+
+        tokenizer = AutoTokenizer.from_pretrained(sft_model_name_or_path, revision=revision, token=token)
+        ref_tokenizer = None
+        if use_baseline and _has_tokenizer(ref_model_name_or_path):
+            ref_tokenizer = AutoTokenizer.from_pretrained(ref_model_name_or_path)
+
+        if _is_adapter_dir(sft_model_name_or_path):
+            model = _load_adapters(sft_model_name_or_path, ref_model_name_or_path if use_baseline else None, model_init_kwargs)
+            reward_model = cls(
+                model,
+                model if use_baseline else None,
+                use_baseline=use_baseline,
+                eliminate_value=eliminate_value,
+                processing_class=tokenizer,
+                ref_processing_class=ref_tokenizer,
+                sft_adapter="sft",
+                ref_adapter="ref" if use_baseline else None,
+                token_chunk_size=token_chunk_size,
+            )
+        else:
+            sft_model = create_model_from_path(sft_model_name_or_path, **model_init_kwargs)
+            ref_model = None
+            if use_baseline:
+                ref_kwargs = {k: v for k, v in model_init_kwargs.items() if k != "revision"}
+                ref_model = create_model_from_path(ref_model_name_or_path, **ref_kwargs)
+            reward_model = cls(
+                sft_model,
+                ref_model,
+                use_baseline=use_baseline,
+                eliminate_value=eliminate_value,
+                processing_class=tokenizer,
+                ref_processing_class=ref_tokenizer,
+                token_chunk_size=token_chunk_size,
+            )
+        reward_model.sft_model_name_or_path = sft_model_name_or_path
+        reward_model.reference_manifest = manifest
+        return reward_model
+
+
+def _has_tokenizer(path: str) -> bool:
+    return os.path.isdir(path) and any(
+        (Path(path) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+    )
+
+
+def _is_adapter_dir(path: str) -> bool:
+    return os.path.isdir(path) and (Path(path) / "adapter_config.json").is_file()
+
+
+def _load_adapters(sft_dir: str, ref_dir: str | None, model_init_kwargs: dict) -> nn.Module:
+    """One base model with the SFT adapter as `sft` and, if given, the reference adapter as `ref` (both frozen)."""
+    from peft import PeftModel
+    from trl.trainer.utils import create_model_from_path
+
+    base_name = json.loads((Path(sft_dir) / "adapter_config.json").read_text())["base_model_name_or_path"]
+    if ref_dir is not None:
+        if not _is_adapter_dir(ref_dir):
+            raise ValueError(
+                f"The SFT output {sft_dir!r} is a PEFT adapter but its reference checkpoint {ref_dir!r} is not. Both "
+                "must be adapters on the same base model (save both from the same PEFT SFT run)."
+            )
+        ref_base = json.loads((Path(ref_dir) / "adapter_config.json").read_text())["base_model_name_or_path"]
+        if ref_base != base_name:
+            raise ValueError(
+                f"The SFT adapter {sft_dir!r} was trained on base model {base_name!r} but the reference adapter "
+                f"{ref_dir!r} on {ref_base!r}. π_SFT and π_ref must come from the same SFT run."
+            )
+    base = create_model_from_path(base_name, **model_init_kwargs)
+    model = PeftModel.from_pretrained(base, sft_dir, adapter_name="sft", is_trainable=False)
+    if ref_dir is not None:
+        model.load_adapter(ref_dir, adapter_name="ref", is_trainable=False)
+    model.set_adapter("sft")
+    return model
+
+
+def _check_same_vocabulary(sft_model, ref_model, sft_tokenizer, ref_tokenizer) -> None:
+    """π_SFT and π_ref must score the same token ids: same vocabulary size, same tokenizer when both are known."""
+    sft_vocab = _unwrap_causal_lm(sft_model).get_output_embeddings().weight.shape[0]
+    ref_vocab = _unwrap_causal_lm(ref_model).get_output_embeddings().weight.shape[0]
+    if sft_vocab != ref_vocab:
+        raise ValueError(
+            f"π_SFT and π_ref have different vocabularies ({sft_vocab} vs {ref_vocab} output rows), so their token "
+            "log-probs cannot be compared. The reference must be a checkpoint of the same SFT run (same base model "
+            "and tokenizer)."
+        )
+    if sft_tokenizer is not None and ref_tokenizer is not None and sft_tokenizer.get_vocab() != ref_tokenizer.get_vocab():
+        differing = sorted(set(sft_tokenizer.get_vocab().items()) ^ set(ref_tokenizer.get_vocab().items()))[:5]
+        raise ValueError(
+            "π_SFT and π_ref were saved with different tokenizers (first differing (token, id) entries: "
+            f"{differing}). The reference must be a checkpoint of the same SFT run."
+        )
