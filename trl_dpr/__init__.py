@@ -5,6 +5,7 @@
 
 from .algorithm import dense_path_advantages, sentence_rewards, token_returns, whiten
 from .config import DensePathConfig
+from .callbacks import ReferenceCheckpointCallback
 from .reward_model import CheckpointRewardModel, TokenRewardOutput
 from .trainer import DensePathTrainer
 
@@ -12,6 +13,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CheckpointRewardModel",
+    "ReferenceCheckpointCallback",
     "DensePathConfig",
     "DensePathTrainer",
     "TokenRewardOutput",

@@ -44,6 +44,10 @@ class DensePathConfig(GRPOConfig):
         eliminate_value (`bool`, defaults to `True`): drop V via shaping (§3.3 B); False = "w/V" (§4.3).
         whiten_advantages (`bool`, defaults to `True`): REINFORCE++ global whitening of the returns.
         reward_token_chunk_size (`int`, defaults to `1024`): tokens per LM-head chunk when scoring.
+        max_prompt_length (`int` or `None`, defaults to `None`): prompts longer than this many tokens (after the chat
+            template) are dropped from the datasets before training, and counted in the log (paper: 1024). Dropping,
+            not truncating: a truncated prompt loses its instruction or its context, and would be scored as a
+            different prompt.
         warmup_steps (`float`, defaults to `0.03`): a ratio of the total steps (Table 5, "Warmup ratio").
 
     Example:
@@ -108,6 +112,14 @@ class DensePathConfig(GRPOConfig):
         metadata={"help": "Tokens sent through the LM head at once when scoring (memory ∝ chunk × vocab)."},
     )
 
+    max_prompt_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Drop (and count) prompts longer than this many tokens before training (paper Table 5: 1024). "
+            "None keeps every prompt."
+        },
+    )
+
     def __post_init__(self):
         if self.num_generations == 1:
             self.num_generations = _NoGroupBaseline(1)
@@ -126,5 +138,7 @@ class DensePathConfig(GRPOConfig):
             raise ValueError(f"kl_coef must be >= 0 (the paper uses 1e-5), got {self.kl_coef}.")
         if self.num_generations is None or self.num_generations < 1:
             raise ValueError(f"num_generations must be >= 1 (the paper uses 1), got {self.num_generations}.")
+        if self.max_prompt_length is not None and self.max_prompt_length < 1:
+            raise ValueError(f"max_prompt_length must be a positive number of tokens or None, got {self.max_prompt_length}.")
         if self.reward_token_chunk_size < 1:
             raise ValueError(f"reward_token_chunk_size must be >= 1, got {self.reward_token_chunk_size}.")

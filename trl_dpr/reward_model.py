@@ -376,7 +376,7 @@ class CheckpointRewardModel(nn.Module):
         return self(prompt_ids, prompt_mask, completion_ids, completion_mask, is_terminal=is_terminal).rewards
 
     def score_text(
-        self, prompts: list[Any], completions: list[str], append_eos: bool = True
+        self, prompts: list[Any], completions: list[str], append_eos: bool = True, batch_size: int = 32
     ) -> list[dict[str, Any]]:
         """Per-token rewards of (prompt, completion) pairs, with the token strings, for inspection and heatmaps.
 
@@ -427,7 +427,7 @@ class CheckpointRewardModel(nn.Module):
         prompt_mask = pad([torch.ones(len(r), dtype=torch.long) for r in prompt_rows], padding_side="left")
         completion_ids = pad([torch.tensor(r) for r in completion_rows], padding_value=pad_id)
         completion_mask = pad([torch.ones(len(r), dtype=torch.long) for r in completion_rows])
-        rewards = self.token_rewards(prompt_ids, prompt_mask, completion_ids, completion_mask).cpu()
+        rewards = self(prompt_ids, prompt_mask, completion_ids, completion_mask, batch_size=batch_size).rewards.cpu()
         return [
             {
                 "tokens": [tokenizer.decode([t]) for t in ids],

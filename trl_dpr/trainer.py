@@ -7,6 +7,7 @@ import textwrap
 from typing import Any
 
 import torch
+from accelerate.logging import get_logger
 from accelerate.utils import gather, gather_object
 from torch import nn
 from transformers import PreTrainedModel
@@ -20,6 +21,8 @@ from .reward_model import CheckpointRewardModel
 
 __all__ = ["DensePathTrainer"]
 
+logger = get_logger(__name__)
+
 CITATION = textwrap.dedent("""\
     @article{li2025beyond,
         title        = {{Beyond Imitation: Recovering Dense Rewards from Demonstrations}},
@@ -27,6 +30,27 @@ CITATION = textwrap.dedent("""\
         year         = 2025,
         eprint       = {arXiv:2510.02493},
     }""")
+
+
+POLICY_ADAPTER = "default"  # PEFT saves the "default" adapter at the root of the output folder
+
+
+def _add_policy_adapter(peft_model, sft_adapter: str):
+    """The policy as a trainable copy of the SFT adapter on the reward model's own base (one base in memory)."""
+    if POLICY_ADAPTER in peft_model.peft_config:
+        raise ValueError(
+            f"The shared PEFT model already has an adapter named {POLICY_ADAPTER!r}; the policy adapter needs that name."
+        )
+    config = copy.deepcopy(peft_model.peft_config[sft_adapter])
+    config.inference_mode = False
+    peft_model.add_adapter(POLICY_ADAPTER, config)
+    source, target = f".{sft_adapter}.", f".{POLICY_ADAPTER}."
+    parameters = dict(peft_model.named_parameters())
+    for name, parameter in parameters.items():
+        if source in name:
+            parameters[name.replace(source, target)].data.copy_(parameter.data)
+    peft_model.set_adapter(POLICY_ADAPTER)  # active and trainable; the sft/ref adapters stay frozen
+    return peft_model
 
 
 def dense_path(prompts, completions, **kwargs):
@@ -124,11 +148,26 @@ class DensePathTrainer(GRPOTrainer):
                 )
 
         # Algorithm 1, line 2: the actor starts from π_SFT; π_SFT itself stays frozen as the reward and KL reference.
-        if model is None:
+        self.shares_base_with_reward_model = reward_model.sft_adapter is not None and (
+            model is None or model is reward_model.sft_model
+        )
+        if self.shares_base_with_reward_model:
+            if peft_config is not None:
+                raise ValueError(
+                    "The reward model's π_SFT is a PEFT adapter, so the policy is a trainable copy of it on the same "
+                    "base; do not pass a peft_config (the copy keeps the SFT adapter's configuration)."
+                )
+            if args.beta != 0.0:
+                raise ValueError(
+                    "beta != 0 (GRPO's KL-in-loss) is not supported when the policy shares its base with the reward "
+                    "model; DPR's KL to π_SFT is `kl_coef`, inside the reward."
+                )
+            model = _add_policy_adapter(reward_model.sft_model, reward_model.sft_adapter)
+        elif model is None:
             model = reward_model.sft_model_name_or_path or copy.deepcopy(reward_model.sft_model)
             if isinstance(model, nn.Module):
                 model.requires_grad_(True)
-        if isinstance(model, nn.Module) and model is reward_model.sft_model:
+        elif isinstance(model, nn.Module) and model is reward_model.sft_model:
             raise ValueError(
                 "The policy and π_SFT are the same object: training would change the reward. Pass model=None to start "
                 "from a copy of π_SFT, or load the SFT model a second time for the policy."
@@ -155,6 +194,42 @@ class DensePathTrainer(GRPOTrainer):
                 "tokenizer. Start the policy from the SFT model (model=None)."
             )
         self.reward_model = self._prepare_reward_model(reward_model)
+        if args.max_prompt_length is not None:
+            self.train_dataset = self._drop_long_prompts(self.train_dataset, "train")
+            if isinstance(self.eval_dataset, dict):
+                self.eval_dataset = {k: self._drop_long_prompts(v, f"eval/{k}") for k, v in self.eval_dataset.items()}
+            elif self.eval_dataset is not None:
+                self.eval_dataset = self._drop_long_prompts(self.eval_dataset, "eval")
+
+    def _drop_long_prompts(self, dataset, split: str):
+        """Drop prompts longer than `max_prompt_length` tokens, as GRPO would tokenize them; log how many."""
+        from datasets import Dataset
+
+        if not isinstance(dataset, Dataset) or "prompt" not in dataset.column_names:
+            return dataset  # streaming datasets and environment-owned prompts are left as they are
+        limit = self.args.max_prompt_length
+
+        def prompt_length(example):
+            prompt_ids, _, _ = self._tokenize_prompts([example["prompt"]])
+            return {"_dpr_prompt_length": len(prompt_ids[0])}
+
+        lengths = dataset.map(prompt_length, desc=f"Measuring {split} prompts")["_dpr_prompt_length"]
+        keep = [i for i, n in enumerate(lengths) if n <= limit]
+        dropped = len(lengths) - len(keep)
+        self.num_dropped_prompts = getattr(self, "num_dropped_prompts", {}) | {split: dropped}
+        if split == "train":
+            self._metrics["train"]["prompts/dropped_too_long"].append(float(dropped))  # shows in the first log
+        if dropped:
+            logger.warning(
+                f"Dropped {dropped} of {len(lengths)} {split} prompts longer than max_prompt_length={limit} tokens "
+                f"(longest: {max(lengths)})."
+            )
+        if not keep:
+            raise ValueError(
+                f"Every {split} prompt is longer than max_prompt_length={limit} tokens (shortest: {min(lengths)}). "
+                "Raise max_prompt_length or shorten the prompts."
+            )
+        return dataset if dropped == 0 else dataset.select(keep)
 
     def _prepare_reward_model(self, reward_model: CheckpointRewardModel) -> CheckpointRewardModel:
         """Put the frozen scorers where the policy runs (ZeRO-3 shards them like GRPO's reference model)."""

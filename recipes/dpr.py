@@ -1,0 +1,51 @@
+"""Dense-Path REINFORCE from an SFT output (π_SFT + its reference checkpoint π_ref).
+
+    accelerate launch --config_file recipes/accelerate_configs/single_gpu.yaml \
+        recipes/dpr.py --config recipes/llama-3.1-8b/dpr/config_qlora.yaml
+
+`model_name_or_path` is the SFT output of recipes/sft.py (a local folder or a Hub repo). With `sft_config:` set and no
+SFT output there yet, the SFT stage runs first; with `evaluate: true` the trained policy is compared with SFT on the
+held-out split. The embedded demo (`make demo`) does all three stages, offline, on CPU:
+
+    accelerate launch --config_file recipes/accelerate_configs/cpu.yaml recipes/dpr.py --config recipes/demo/dpr.yaml
+"""
+
+from trl import ModelConfig, SFTConfig
+
+from trl_dpr import DensePathConfig
+from trl_dpr.pipeline import DPRScriptArguments, SFTScriptArguments, evaluate_against_sft, has_sft_output, print_stage, run_dpr, run_sft
+from trl_dpr.recipe_parser import RecipeParser
+
+
+def main(argv=None):
+    script_args, training_args, model_args = RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig)).parse_args_and_config(argv)
+    stages = 1 + bool(script_args.sft_config) + script_args.evaluate
+    stage = 1
+    if script_args.sft_config:
+        sft_args, sft_training_args, sft_model_args = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig)).parse_args_and_config(
+            ["--config", script_args.sft_config]
+        )
+        if sft_training_args.output_dir != model_args.model_name_or_path:
+            raise ValueError(
+                f"{script_args.sft_config} writes the SFT model to {sft_training_args.output_dir!r} but DPR starts from "
+                f"model_name_or_path={model_args.model_name_or_path!r}; make them the same folder."
+            )
+        title = f"SFT of {sft_model_args.model_name_or_path} (reference checkpoint at α={sft_args.reference_fraction})"
+        if has_sft_output(model_args.model_name_or_path):
+            title += f": found in {model_args.model_name_or_path}, skipped"
+        print_stage(stage, stages, title)
+        if not has_sft_output(model_args.model_name_or_path):
+            run_sft(sft_args, sft_training_args, sft_model_args)
+        stage += 1
+
+    print_stage(stage, stages, f"Dense-Path REINFORCE from {model_args.model_name_or_path}")
+    trainer = run_dpr(script_args, training_args, model_args)
+    stage += 1
+
+    if script_args.evaluate:
+        print_stage(stage, stages, "Evaluation: DPR vs SFT on held-out prompts")
+        evaluate_against_sft(script_args, trainer, training_args.output_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""SFT on demonstrations, keeping the reference checkpoint π_ref at ⌊α·N⌋ steps (Algorithm 1, line 1).
+
+    accelerate launch --config_file recipes/accelerate_configs/single_gpu.yaml \
+        recipes/sft.py --config recipes/llama-3.1-8b/sft/config_qlora.yaml
+
+Writes π_SFT to `output_dir`, π_ref to `output_dir/dpr_reference/` and the manifest `output_dir/dpr_reference.json`
+that `recipes/dpr.py` (and `CheckpointRewardModel.from_pretrained`) read. Any YAML key can be overridden on the
+command line (`--learning_rate 1e-5`); unknown keys are an error.
+"""
+
+from trl import ModelConfig, SFTConfig
+
+from trl_dpr.pipeline import SFTScriptArguments, print_stage, run_sft
+from trl_dpr.recipe_parser import RecipeParser
+
+
+def main(argv=None):
+    script_args, training_args, model_args = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig)).parse_args_and_config(argv)
+    print_stage(1, 1, f"SFT of {model_args.model_name_or_path} (reference checkpoint at α={script_args.reference_fraction})")
+    run_sft(script_args, training_args, model_args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""The recipes: strict YAML parsing, the paper's values in every backbone config, and a real `accelerate launch`."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from datasets import Dataset
+from trl import ModelConfig, SFTConfig
+
+from trl_dpr import DensePathConfig
+from trl_dpr.data import load_demonstrations, openorca_to_conversation, prompts_for_rl
+from trl_dpr.pipeline import DPRScriptArguments, SFTScriptArguments
+from trl_dpr.recipe_parser import RecipeParser
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "recipes"
+BACKBONES = {
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B",
+    "mistral-7b-v0.1": "mistralai/Mistral-7B-v0.1",
+    "gemma-3-4b": "google/gemma-3-4b-pt",
+}
+# GPUs each layout is launched on (the accelerate config named in the YAML's header).
+PROCESSES = {"qlora": 1, "full": 8}
+# LoRA runs at 10x the paper's full-fine-tuning learning rate (documented in the YAMLs).
+LEARNING_RATE = {("sft", "full"): 5e-6, ("sft", "qlora"): 5e-5, ("dpr", "full"): 5e-7, ("dpr", "qlora"): 5e-6}
+
+
+def sft_parser():
+    return RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig))
+
+
+def dpr_parser():
+    return RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig))
+
+
+def write_yaml(tmp_path, values):
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return str(path)
+
+
+def test_unknown_yaml_key_is_an_error_that_names_it(tmp_path):
+    config = write_yaml(tmp_path, {"output_dir": str(tmp_path), "torch_dtype": "bfloat16", "learnin_rate": 1e-5})
+    with pytest.raises(ValueError) as error:
+        sft_parser().parse_args_and_config(["--config", config, "--use_cpu", "true"])
+    message = str(error.value)
+    assert "torch_dtype (renamed: use `dtype`)" in message
+    assert "learnin_rate (did you mean learning_rate" in message
+
+
+def test_command_line_overrides_the_yaml(tmp_path):
+    config = write_yaml(tmp_path, {"output_dir": str(tmp_path), "learning_rate": 1e-5, "kl_coef": 0.1})
+    _, args, _ = dpr_parser().parse_args_and_config(["--config", config, "--kl_coef", "0.3", "--use_cpu", "true"])
+    assert (args.learning_rate, args.kl_coef) == (1e-5, 0.3)
+
+
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
+@pytest.mark.parametrize("layout", ["qlora", "full"])
+def test_sft_config_parses_and_carries_the_papers_values(backbone, layout):
+    path = RECIPES / backbone / "sft" / f"config_{layout}.yaml"
+    script, args, model = sft_parser().parse_args_and_config(["--config", str(path), "--use_cpu", "true"])
+    assert model.model_name_or_path == BACKBONES[backbone]
+    assert (script.dataset_name, script.num_train_samples, script.reference_fraction) == ("Open-Orca/OpenOrca", 100_000, 0.5)
+    assert args.per_device_train_batch_size * PROCESSES[layout] * args.gradient_accumulation_steps == 256
+    assert args.learning_rate == LEARNING_RATE[("sft", layout)]
+    assert args.warmup_steps == 0.03 and args.max_length == 2048
+    assert (model.load_in_4bit and model.use_peft) == (layout == "qlora")
+
+
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
+@pytest.mark.parametrize("layout", ["qlora", "full"])
+def test_dpr_config_parses_and_carries_the_papers_values(backbone, layout):
+    path = RECIPES / backbone / "dpr" / f"config_{layout}.yaml"
+    script, args, model = dpr_parser().parse_args_and_config(["--config", str(path), "--use_cpu", "true"])
+    assert model.model_name_or_path == f"runs/{backbone}/sft-{layout}"
+    assert args.per_device_train_batch_size * PROCESSES[layout] * args.gradient_accumulation_steps == 128
+    assert args.generation_batch_size == 1024 and args.num_generations == 1
+    assert args.learning_rate == LEARNING_RATE[("dpr", layout)]
+    assert (args.kl_coef, args.temperature, args.gamma, args.epsilon, args.warmup_steps) == (1e-5, 1.0, 1.0, 0.2, 0.03)
+    assert (args.max_prompt_length, args.max_completion_length) == (1024, 1024)
+    assert args.use_baseline and args.eliminate_value and args.reward_granularity == "token"
+    assert (script.dataset_name, script.num_train_samples) == ("Open-Orca/OpenOrca", 100_000)
+
+
+def test_sft_and_dpr_configs_sample_the_same_prompts():
+    for backbone in BACKBONES:
+        for layout in ("qlora", "full"):
+            sft = yaml.safe_load((RECIPES / backbone / "sft" / f"config_{layout}.yaml").read_text())
+            dpr = yaml.safe_load((RECIPES / backbone / "dpr" / f"config_{layout}.yaml").read_text())
+            for key in ("dataset_name", "dataset_format", "num_train_samples", "seed"):
+                assert sft[key] == dpr[key], (backbone, layout, key)
+            assert dpr["model_name_or_path"] == sft["output_dir"]
+
+
+def test_openorca_rows_become_conversations():
+    row = {"id": "x", "system_prompt": "", "question": "Name a colour.", "response": "Blue."}
+    assert openorca_to_conversation(row) == {
+        "prompt": [{"role": "user", "content": "Name a colour."}],
+        "completion": [{"role": "assistant", "content": "Blue."}],
+    }
+
+
+def test_a_local_openorca_jsonl_loads_as_demonstrations_and_prompts(tmp_path):
+    path = tmp_path / "orca.jsonl"
+    rows = [{"id": str(i), "system_prompt": "Be brief.", "question": f"q{i}", "response": f"a{i}"} for i in range(10)]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    first = load_demonstrations(str(path), num_samples=4, seed=3)
+    again = load_demonstrations(str(path), num_samples=4, seed=3)
+    assert first["prompt"] == again["prompt"]  # same seed, same prompts (SFT and DPR)
+    assert first[0]["prompt"][0] == {"role": "system", "content": "Be brief."}
+    assert set(prompts_for_rl(first, "orca").column_names) >= {"prompt"}
+
+
+def test_datasets_without_demonstrations_or_prompts_are_rejected(tmp_path):
+    path = tmp_path / "text.jsonl"
+    path.write_text(json.dumps({"text": "just text"}))
+    with pytest.raises(ValueError, match="`messages` column"):
+        load_demonstrations(str(path))
+    with pytest.raises(ValueError, match="no prompts"):
+        prompts_for_rl(Dataset.from_list([{"text": "x"}]), "text-only")
+
+
+def test_sft_then_dpr_recipes_through_accelerate_launch(tmp_path):
+    """recipes/sft.py then recipes/dpr.py (with its evaluation) as real subprocesses, on the embedded tiny model."""
+    common = {"dtype": "float32", "dataset_name": "trl_dpr/embedded-demo", "num_train_samples": 64, "bf16": False,
+              "use_cpu": True, "report_to": "none", "save_strategy": "no", "gradient_checkpointing": False, "seed": 0}
+    sft_dir = tmp_path / "sft"
+    sft_config = tmp_path / "sft.yaml"
+    sft_config.write_text(yaml.safe_dump({**common, "model_name_or_path": "trl_dpr/embedded-tiny-llama",
+                                          "output_dir": str(sft_dir), "max_steps": 4, "per_device_train_batch_size": 8,
+                                          "learning_rate": 1e-3, "max_length": 128}))
+    dpr_config = tmp_path / "dpr.yaml"
+    dpr_config.write_text(yaml.safe_dump({**common, "model_name_or_path": str(sft_dir), "output_dir": str(tmp_path / "dpr"),
+                                          "max_steps": 2, "per_device_train_batch_size": 4, "max_completion_length": 8,
+                                          "evaluate": True, "num_eval_samples": 6, "eval_max_new_tokens": 8,
+                                          "learning_rate": 1e-4}))
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(RECIPES / "accelerate_configs" / "cpu.yaml")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    sft = subprocess.run([*launch, str(RECIPES / "sft.py"), "--config", str(sft_config)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert sft.returncode == 0, sft.stderr[-3000:]
+    assert json.loads((sft_dir / "dpr_reference.json").read_text())["step"] == 2
+    dpr = subprocess.run([*launch, str(RECIPES / "dpr.py"), "--config", str(dpr_config)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert dpr.returncode == 0, dpr.stderr[-3000:]
+    assert "Stage 2/2: Evaluation: DPR vs SFT" in dpr.stdout
+    results = json.loads((tmp_path / "dpr" / "eval_results.json").read_text())
+    assert results["win_rate"]["n"] == 6 and 0.0 <= results["win_rate"]["win_rate"] <= 1.0
+    assert (tmp_path / "dpr" / "model.safetensors").is_file()

@@ -1,0 +1,275 @@
+"""The LfD pipeline behind `recipes/sft.py` and `recipes/dpr.py`: SFT (+ π_ref) → DPR → evaluation against SFT.
+
+Each stage is a function of the recipe's parsed dataclasses, so the recipes stay a few lines of argument parsing and
+the same stages run from Python (notebooks, tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from accelerate import PartialState
+from transformers import AutoTokenizer
+from trl.trainer.utils import use_adapter
+from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_config, get_quantization_config
+
+from .callbacks import ReferenceCheckpointCallback
+from .config import DensePathConfig
+from .data import EMBEDDED_DATASET, load_demonstrations, prompts_for_rl
+from .reference_manifest import MANIFEST_NAME
+from .reward_model import CheckpointRewardModel
+from .trainer import DensePathTrainer
+
+__all__ = [
+    "EMBEDDED_MODEL",
+    "SFTScriptArguments",
+    "DPRScriptArguments",
+    "model_init_kwargs_from",
+    "run_sft",
+    "run_dpr",
+    "evaluate_against_sft",
+    "print_stage",
+]
+
+EMBEDDED_MODEL = "trl_dpr/embedded-tiny-llama"  # a tiny Llama built from a config, with an offline tokenizer
+
+
+@dataclass
+class SFTScriptArguments(ScriptArguments):
+    """Script arguments of `recipes/sft.py` (on top of TRL's `ScriptArguments`: dataset_name, splits, ...)."""
+
+    reference_fraction: float = field(
+        default=0.5,
+        metadata={"help": "α of Algorithm 1: π_ref is saved after ⌊α·N⌋ of the N SFT optimizer steps (paper: 0.5)."},
+    )
+    num_train_samples: int | None = field(
+        default=None,
+        metadata={"help": "Random subsample of the train split (paper: 100k OpenOrca rows), drawn with `seed`."},
+    )
+    dataset_format: str = field(
+        default="auto",
+        metadata={"help": "auto | openorca | messages | prompt_completion.", "choices": ["auto", "openorca", "messages", "prompt_completion"]},
+    )
+
+
+@dataclass
+class DPRScriptArguments(SFTScriptArguments):
+    """Script arguments of `recipes/dpr.py`. `model_name_or_path` (ModelConfig) is the SFT output: π_SFT + π_ref."""
+
+    ref_model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "π_ref; by default the reference checkpoint the SFT stage recorded (dpr_reference.json)."},
+    )
+    sft_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "YAML of recipes/sft.py to run first when model_name_or_path holds no SFT output yet (the embedded "
+            "demo runs the whole SFT → DPR → evaluation pipeline this way)."
+        },
+    )
+    evaluate: bool = field(
+        default=False, metadata={"help": "After training, compare DPR with SFT on the held-out split."}
+    )
+    num_eval_samples: int | None = field(default=None, metadata={"help": "Held-out prompts to evaluate on."})
+    eval_temperature: float = field(
+        default=0.7, metadata={"help": "Sampling temperature of the evaluation answers (paper §4.1: 0.7)."}
+    )
+    eval_max_new_tokens: int = field(default=256, metadata={"help": "Maximum answer length at evaluation."})
+    eval_samples_per_prompt: int = field(
+        default=1, metadata={"help": "Answers sampled per held-out prompt (averaging lowers the noise)."}
+    )
+
+
+def print_stage(index: int, total: int, title: str) -> None:
+    """A clear header between pipeline stages (main process only)."""
+    state = PartialState()
+    if state.is_main_process:
+        bar = "=" * 100
+        print(f"\n{bar}\n  Stage {index}/{total}: {title}\n{bar}", flush=True)
+
+
+def model_init_kwargs_from(model_args: ModelConfig, trust_remote_code: bool = False) -> dict:
+    """`from_pretrained` kwargs from TRL's ModelConfig (dtype, attention, revision, 4/8-bit quantisation)."""
+    kwargs = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": trust_remote_code,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+    }
+    quantization_config = get_quantization_config(model_args)
+    if quantization_config is not None:
+        kwargs["quantization_config"] = quantization_config
+        kwargs["device_map"] = {"": PartialState().local_process_index} if torch.cuda.is_available() else None
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def build_embedded_base(path: str | os.PathLike, seed: int = 0) -> str:
+    """Write the embedded tiny Llama and its offline tokenizer to `path` (once), and return the path."""
+    from .demo_task import demo_corpus
+    from .tiny_lm import build_tiny_causal_lm, build_tokenizer
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        if PartialState().is_main_process:
+            tokenizer = build_tokenizer(demo_corpus(seed=seed), vocab_size=1200)
+            model = build_tiny_causal_lm(tokenizer, "llama", hidden_size=128, num_layers=4, num_heads=4, seed=seed)
+            model.save_pretrained(path)
+            tokenizer.save_pretrained(path)
+        PartialState().wait_for_everyone()
+    return str(path)
+
+
+def _resolve_base(model_args: ModelConfig, output_dir: str, seed: int) -> str:
+    if model_args.model_name_or_path == EMBEDDED_MODEL:
+        return build_embedded_base(Path(output_dir).parent / "embedded-base", seed=seed)
+    return model_args.model_name_or_path
+
+
+def run_sft(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> str:
+    """SFT on demonstrations, saving π_ref at ⌊α·N⌋ steps next to the final π_SFT; returns the output directory."""
+    base = _resolve_base(model_args, training_args.output_dir, training_args.seed)
+    init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
+    quantization_config = init_kwargs.pop("quantization_config", None)
+    training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
+    callback = ReferenceCheckpointCallback(fraction=script_args.reference_fraction)  # α checked before any loading
+
+    train_dataset = load_demonstrations(
+        script_args.dataset_name,
+        script_args.dataset_config,
+        split=script_args.dataset_train_split,
+        num_samples=script_args.num_train_samples,
+        seed=training_args.seed,
+        dataset_format=script_args.dataset_format,
+    )
+    trainer = SFTTrainer(
+        model=base,
+        args=training_args,
+        train_dataset=train_dataset,
+        processing_class=AutoTokenizer.from_pretrained(base, revision=model_args.model_revision),
+        quantization_config=quantization_config,
+        peft_config=get_peft_config(model_args),
+        callbacks=[callback],
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    del trainer
+    _free_memory()
+    return training_args.output_dir
+
+
+def _free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def run_dpr(
+    script_args: DPRScriptArguments, training_args: DensePathConfig, model_args: ModelConfig
+) -> DensePathTrainer:
+    """DPR from the SFT output `model_args.model_name_or_path` (policy initialised from π_SFT); returns the trainer."""
+    sft_path = model_args.model_name_or_path
+    init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
+    reward_model = CheckpointRewardModel.from_pretrained(
+        sft_path,
+        script_args.ref_model_name_or_path,
+        use_baseline=training_args.use_baseline,
+        eliminate_value=training_args.eliminate_value,
+        token_chunk_size=training_args.reward_token_chunk_size,
+        **init_kwargs,
+    )
+    quantization_config = init_kwargs.pop("quantization_config", None)
+    training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
+    prompts = prompts_for_rl(
+        load_demonstrations(
+            script_args.dataset_name,
+            script_args.dataset_config,
+            split=script_args.dataset_train_split,
+            num_samples=script_args.num_train_samples,
+            seed=training_args.seed,
+            dataset_format=script_args.dataset_format,
+        ),
+        script_args.dataset_name,
+    )
+    # An adapter SFT output (LoRA/QLoRA) gives one base with adapters sft and ref; the policy is then a trainable copy
+    # of the sft adapter on that same base (model=None). A full SFT model is loaded again as the policy.
+    shares_base = reward_model.sft_adapter is not None
+    trainer = DensePathTrainer(
+        model=None if shares_base else sft_path,
+        reward_model=reward_model,
+        args=training_args,
+        train_dataset=prompts,
+        processing_class=AutoTokenizer.from_pretrained(sft_path, padding_side="left"),
+        quantization_config=None if shares_base else quantization_config,
+        peft_config=None if shares_base else get_peft_config(model_args),
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    return trainer
+
+
+def has_sft_output(path: str) -> bool:
+    return os.path.isdir(path) and (Path(path) / MANIFEST_NAME).is_file()
+
+
+def evaluate_against_sft(
+    script_args: DPRScriptArguments,
+    trainer: DensePathTrainer,
+    output_dir: str,
+) -> dict:
+    """Answer held-out prompts with DPR and SFT, judge them, and write `eval_results.json` (main process only).
+
+    On the embedded task the judge is exact: a correct final answer beats a wrong one, anything else ties.
+    """
+    from .evaluation import ExactAnswerJudge, generate_answers, win_rate
+    from .evaluation.report import comparison_table
+
+    results: dict = {}
+    state = PartialState()
+    if state.is_main_process:
+        if script_args.dataset_name != EMBEDDED_DATASET:
+            raise ValueError(
+                "The built-in evaluation of recipes/dpr.py judges exact answers and only applies to the embedded task. "
+                "For other datasets use recipes/evaluate.py (pairwise LLM judges)."
+            )
+        held_out = load_demonstrations(
+            script_args.dataset_name, split=script_args.dataset_test_split, num_samples=script_args.num_eval_samples
+        )
+        tokenizer = trainer.processing_class
+        policy = trainer.accelerator.unwrap_model(trainer.model)
+        reward_model = trainer.reward_model
+        sft_model = reward_model.sft_model
+        k = script_args.eval_samples_per_prompt
+        prompts = [p for p in held_out["prompt"] for _ in range(k)]
+        answers_key = [a for a in held_out["answer"] for _ in range(k)]
+        kinds = [c for c in held_out["kind"] for _ in range(k)]
+        common = dict(temperature=script_args.eval_temperature, max_new_tokens=script_args.eval_max_new_tokens)
+        with contextlib.nullcontext() if reward_model.sft_adapter is None else use_adapter(sft_model, reward_model.sft_adapter):
+            sft_answers = generate_answers(sft_model, tokenizer, prompts, desc="SFT answers", **common)
+        dpr_answers = generate_answers(policy, tokenizer, prompts, desc="DPR answers", **common)
+        judge = ExactAnswerJudge()
+        outcomes = [judge.judge(d, s, a) for d, s, a in zip(dpr_answers, sft_answers, answers_key)]
+        results = comparison_table(
+            prompts, answers_key, kinds, sft_answers, dpr_answers, outcomes, reward_model, win_rate(outcomes)
+        )
+        results["settings"] = {
+            "eval_temperature": script_args.eval_temperature,
+            "samples_per_prompt": k,
+            "num_prompts": held_out.num_rows,
+        }
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        with open(Path(output_dir) / "eval_results.json", "w") as f:
+            json.dump(results, f, indent=2)
+        print(results["table_markdown"], flush=True)
+        print(f"\nWritten to {Path(output_dir) / 'eval_results.json'}", flush=True)
+    state.wait_for_everyone()
+    return results
