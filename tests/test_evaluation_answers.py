@@ -1,0 +1,139 @@
+"""Answers are cached one JSONL line per (model, prompt id, turn): an interrupted run generates only what is missing."""
+
+import json
+
+import pytest
+import torch
+
+from trl_dpr.evaluation import EvalPrompt, TransformersAnswerGenerator, answer_prompts, generate_answers, length_stats
+from trl_dpr.evaluation.answering import answer_cache
+from trl_dpr.evaluation.jsonl_cache import JsonlCache
+from trl_dpr.tiny_lm import build_tiny_causal_lm
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models run fastest on one thread (and do not fight other processes for the cores)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+class CountingGenerator:
+    """Answers `answer-to:<last user message>` and records every conversation it is asked to answer."""
+
+    def __init__(self, settings=None, fail_after_calls=None):
+        self.settings = settings or {"model_path": "fake", "temperature": 0.7}
+        self.conversations = []
+        self.calls = 0
+        self.fail_after_calls = fail_after_calls
+
+    def generate(self, conversations):
+        if self.fail_after_calls is not None and self.calls >= self.fail_after_calls:
+            raise KeyboardInterrupt("simulated interruption")
+        self.calls += 1
+        self.conversations.extend(conversations)
+        return [f"answer-to:{c[-1]['content']}" for c in conversations]
+
+
+PROMPTS = [EvalPrompt(str(i), (f"question {i}",)) for i in range(6)]
+
+
+def test_a_rerun_generates_only_the_missing_prompts(tmp_path):
+    path = tmp_path / "answers" / "SFT.jsonl"
+    first = CountingGenerator()
+    answer_prompts(first, "SFT", PROMPTS[:3], answer_cache(path, first), show_progress=False)
+    assert len(first.conversations) == 3
+
+    second = CountingGenerator()
+    answers = answer_prompts(second, "SFT", PROMPTS, answer_cache(path, second), show_progress=False)
+    assert [c[-1]["content"] for c in second.conversations] == ["question 3", "question 4", "question 5"]
+    assert answers == {(str(i), 0): f"answer-to:question {i}" for i in range(6)}
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["model"], r["prompt_id"], r["turn"]) for r in lines] == [("SFT", str(i), 0) for i in range(6)]
+
+    third = CountingGenerator()
+    answer_prompts(third, "SFT", PROMPTS, answer_cache(path, third), show_progress=False)
+    assert third.calls == 0  # everything cached: the model is never asked
+
+
+def test_an_interrupted_run_keeps_every_finished_chunk(tmp_path):
+    path = tmp_path / "answers.jsonl"
+    interrupted = CountingGenerator(fail_after_calls=2)
+    with pytest.raises(KeyboardInterrupt):
+        answer_prompts(interrupted, "DPR", PROMPTS, answer_cache(path, interrupted), chunk_size=2, show_progress=False)
+    assert len(path.read_text().splitlines()) == 4  # two chunks of two were written before the interruption
+
+    resumed = CountingGenerator()
+    answer_prompts(resumed, "DPR", PROMPTS, answer_cache(path, resumed), chunk_size=2, show_progress=False)
+    assert [c[-1]["content"] for c in resumed.conversations] == ["question 4", "question 5"]
+
+
+def test_a_line_cut_by_a_crash_is_dropped_and_regenerated(tmp_path):
+    path = tmp_path / "answers.jsonl"
+    generator = CountingGenerator()
+    answer_prompts(generator, "SFT", PROMPTS[:2], answer_cache(path, generator), show_progress=False)
+    with open(path, "a") as f:
+        f.write('{"model": "SFT", "prompt_id": "2", "turn": 0, "answ')  # a write cut mid-line
+    resumed = CountingGenerator()
+    answers = answer_prompts(resumed, "SFT", PROMPTS[:3], answer_cache(path, resumed), show_progress=False)
+    assert [c[-1]["content"] for c in resumed.conversations] == ["question 2"]
+    assert answers[("2", 0)] == "answer-to:question 2"
+    assert all(json.loads(line) for line in path.read_text().splitlines())  # the file is whole again
+
+
+def test_a_corrupt_line_in_the_middle_is_an_error_naming_it(tmp_path):
+    path = tmp_path / "answers.jsonl"
+    path.write_text('{"model": "SFT", "prompt_id": "0", "turn": 0, "answer": "a"}\nnot json\n'
+                    '{"model": "SFT", "prompt_id": "1", "turn": 0, "answer": "b"}\n')
+    with pytest.raises(ValueError, match="answers.jsonl:2 is not valid JSON"):
+        JsonlCache(path, ("model", "prompt_id", "turn"))
+
+
+def test_answers_made_with_other_settings_are_not_reused(tmp_path):
+    path = tmp_path / "answers.jsonl"
+    generator = CountingGenerator(settings={"model_path": "runs/sft", "temperature": 0.7})
+    answer_prompts(generator, "SFT", PROMPTS[:1], answer_cache(path, generator), show_progress=False)
+    other = CountingGenerator(settings={"model_path": "runs/sft", "temperature": 1.0})
+    with pytest.raises(ValueError, match=r"temperature: 0.7 in the file, 1.0 now.*delete the file"):
+        answer_cache(path, other)
+
+
+def test_second_turns_are_generated_from_the_models_own_first_answers(tmp_path):
+    prompts = [EvalPrompt("81", ("Write a haiku.", "Translate it.")), EvalPrompt("82", ("Name a colour.",))]
+    generator = CountingGenerator()
+    answers = answer_prompts(generator, "SFT", prompts, answer_cache(tmp_path / "a.jsonl", generator), show_progress=False)
+    assert set(answers) == {("81", 0), ("81", 1), ("82", 0)}
+    second_turn = generator.conversations[-1]
+    assert second_turn == [
+        {"role": "user", "content": "Write a haiku."},
+        {"role": "assistant", "content": "answer-to:Write a haiku."},
+        {"role": "user", "content": "Translate it."},
+    ]
+
+
+def test_transformers_generation_is_seeded_batched_and_leaves_the_callers_random_state(tokenizer):
+    model = build_tiny_causal_lm(tokenizer, seed=0)
+    conversations = [[{"role": "user", "content": f"What is {i}+{i}?"}] for i in range(5)]
+    generator = TransformersAnswerGenerator(model, tokenizer, temperature=0.7, max_new_tokens=5, batch_size=2, seed=3)
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    first = generator.generate(conversations)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert first == generator.generate(conversations) and len(first) == 5
+    assert generator.settings == {"model_path": generator.settings["model_path"], "backend": "transformers",
+                                  "temperature": 0.7, "max_new_tokens": 5, "seed": 3}
+    greedy = generate_answers(model, tokenizer, conversations[:1], temperature=0.0, max_new_tokens=5, show_progress=False)
+    assert greedy == generate_answers(model, tokenizer, conversations[:1], temperature=0.0, max_new_tokens=5,
+                                      seed=99, show_progress=False)
+
+
+def test_length_statistics_in_words_and_tokens(tokenizer):
+    stats = length_stats(["the cat sat", "hello", "the cat sat on the mat"], tokenizer)
+    assert (stats.n, stats.mean_words, stats.median_words) == (3, pytest.approx(10 / 3), 3)
+    token_counts = [len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in ["the cat sat", "hello", "the cat sat on the mat"]]
+    assert stats.mean_tokens == pytest.approx(sum(token_counts) / 3)
+    assert stats.median_tokens == sorted(token_counts)[1]
+    with pytest.raises(ValueError, match="No answers"):
+        length_stats([])

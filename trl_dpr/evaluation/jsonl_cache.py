@@ -1,0 +1,116 @@
+"""`JsonlCache`: append-only JSONL records keyed by some of their fields, so an interrupted run resumes where it stopped.
+
+Every record is one line, written and flushed as soon as it exists (answers after each generated batch, judgements
+after each judged chunk). Reopening the file loads what is there; callers then only compute the missing keys. A last
+line cut by a crash mid-write is dropped (and the file truncated to the last whole line); a corrupt line elsewhere,
+or records made with other settings (another model path, temperature, judge, ...), stop the run with an error that
+says which file to delete.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+__all__ = ["JsonlCache"]
+
+logger = logging.getLogger(__name__)
+
+
+class JsonlCache:
+    """Records of one JSONL file, by key.
+
+    Args:
+        path: the file (created with its folder on the first `add`).
+        key_fields: the record fields that identify it, e.g. `("model", "prompt_id", "turn")`.
+        settings: what produced the records (written into each one); a file made with other settings is an error.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "answers.jsonl")
+        >>> cache = JsonlCache(path, ("prompt_id", "turn"), settings={"temperature": 0.7})
+        >>> cache.add({"prompt_id": "1", "turn": 0, "answer": "Hi"})
+        >>> ("1", 0) in JsonlCache(path, ("prompt_id", "turn"), settings={"temperature": 0.7})
+        True
+    """
+
+    def __init__(self, path: str | Path, key_fields: Sequence[str], settings: dict | None = None):
+        self.path = Path(path)
+        self.key_fields = tuple(key_fields)
+        self.settings = settings
+        self._records: dict[tuple, dict] = {}
+        self._load()
+
+    def key_of(self, record: dict) -> tuple:
+        try:
+            return tuple(record[field] for field in self.key_fields)
+        except KeyError as error:
+            raise ValueError(f"Record {record!r:.200} lacks the key field {error.args[0]!r} of {self.path}.") from None
+
+    def __contains__(self, key: tuple) -> bool:
+        return tuple(key) in self._records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def get(self, key: tuple) -> dict | None:
+        return self._records.get(tuple(key))
+
+    def records(self) -> list[dict]:
+        return list(self._records.values())
+
+    def add(self, record: dict) -> None:
+        self.add_many([record])
+
+    def add_many(self, records: Iterable[dict]) -> None:
+        """Append records (with this cache's settings) and flush them to disk at once."""
+        records = [{**r, "settings": self.settings} if self.settings is not None else dict(r) for r in records]
+        if not records:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+            f.flush()
+        for record in records:
+            self._records[self.key_of(record)] = record
+
+    def _load(self) -> None:
+        if not self.path.is_file():
+            return
+        raw = self.path.read_bytes()
+        lines = raw.split(b"\n")
+        offset = 0
+        for number, line in enumerate(lines, start=1):
+            start, offset = offset, offset + len(line) + 1
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                if number == len(lines):  # the last line, cut by an interrupted write: drop it and carry on
+                    logger.warning(f"{self.path}: dropping an incomplete last line (an interrupted write).")
+                    with open(self.path, "r+b") as f:
+                        f.truncate(start)
+                    return
+                raise ValueError(
+                    f"{self.path}:{number} is not valid JSON and is not the last line, so the cache is corrupt. "
+                    "Delete that line (or the file, to recompute everything in it)."
+                ) from None
+            self._check_settings(record, number)
+            self._records[self.key_of(record)] = record
+        if raw and not raw.endswith(b"\n"):  # a whole last record without its newline: complete the line
+            with open(self.path, "ab") as f:
+                f.write(b"\n")
+
+    def _check_settings(self, record: dict, number: int) -> None:
+        if self.settings is None or record.get("settings") == self.settings:
+            return
+        found = record.get("settings") or {}
+        differing = sorted(k for k in set(found) | set(self.settings) if found.get(k) != self.settings.get(k))
+        details = "; ".join(f"{k}: {found.get(k)!r} in the file, {self.settings.get(k)!r} now" for k in differing)
+        raise ValueError(
+            f"{self.path}:{number} was made with other settings ({details}). Cached results are only reused for "
+            "identical settings: delete the file to recompute it, or use another output_dir."
+        )

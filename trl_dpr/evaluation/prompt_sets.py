@@ -1,0 +1,277 @@
+"""The paper's evaluation prompts (AlpacaEval, Arena-Hard v0.1, LIMA test, MT-Bench) and the embedded task's, as
+`EvalPrompt`s, from the Hub or from a local JSON / JSONL file.
+
+Where each set comes from, and the file to fetch when the Hub copy cannot be used (offline machines, gated repos,
+script-based repos that `datasets` no longer runs):
+
+| name          | rows | Hub source                                                     | local file: expected fields (one object per row)                              |
+|---------------|------|----------------------------------------------------------------|--------------------------------------------------------------------------------|
+| `alpaca_eval` | 805  | `tatsu-lab/alpaca_eval`, file `alpaca_eval.json` (script repo)  | `instruction` (str); optional `dataset` (its source set, kept as category)    |
+| `arena_hard`  | 500  | `lmarena-ai/arena-hard-auto-v0.1`, split `train` (parquet)      | `question_id`, `turns` (list of `{"content": str}`); optional `cluster`        |
+| `lima`        | 300  | `GAIR/lima`, file `test.jsonl` (gated: accept the terms, log in) | `conversations` (list of str; the first is the prompt); optional `source`      |
+| `mt_bench`    | 80   | `HuggingFaceH4/mt_bench_prompts`, split `train` (parquet)       | `turns` or `prompt` (2 str), `category`, `question_id` or `prompt_id`, optional `reference` (list of str, for math / reasoning / coding) |
+| `demo`        | any  | generated (`trl_dpr.demo_task`, held-out split)                 | —                                                                              |
+
+Local files: a `.jsonl` file (one JSON object per line) or a `.json` file holding a list of objects. The FastChat
+MT-Bench file `fastchat/llm_judge/data/mt_bench/question.jsonl` and Arena-Hard's
+`data/arena-hard-v0.1/question.jsonl` load as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "PROMPT_SETS",
+    "EvalPrompt",
+    "PromptSetSource",
+    "load_alpaca_eval",
+    "load_arena_hard",
+    "load_demo_prompts",
+    "load_lima",
+    "load_mt_bench",
+    "load_prompt_set",
+    "read_json_rows",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvalPrompt:
+    """One evaluation prompt: its user turns (1, or 2 for MT-Bench), category and reference answers (one per turn).
+
+    Example:
+        >>> prompt = EvalPrompt("81", ("Write a haiku.", "Now in French."), category="writing")
+        >>> prompt.conversation(["Leaves fall..."])[-1]
+        {'role': 'user', 'content': 'Now in French.'}
+    """
+
+    prompt_id: str
+    turns: tuple[str, ...]
+    category: str | None = None
+    references: tuple[str, ...] = ()
+
+    def conversation(self, previous_answers: list[str]) -> list[dict]:
+        """The chat up to the next user turn: user turn 1, answer 1, ..., user turn len(previous_answers) + 1."""
+        if len(previous_answers) >= len(self.turns):
+            raise ValueError(f"Prompt {self.prompt_id} has {len(self.turns)} turns; all are answered already.")
+        messages = []
+        for question, answer in zip(self.turns, previous_answers):
+            messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+        return messages + [{"role": "user", "content": self.turns[len(previous_answers)]}]
+
+
+@dataclass(frozen=True)
+class PromptSetSource:
+    """Where a benchmark's prompts come from, and how many the paper used (a different count is warned about)."""
+
+    name: str
+    display_name: str
+    expected_rows: int | None
+    hub: str
+    local_fields: str
+    load: Callable[..., list[EvalPrompt]]
+
+
+def read_json_rows(path: str | Path) -> list[dict]:
+    """Rows of a local `.jsonl` (one object per line) or `.json` (a list of objects) file.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "rows.jsonl")
+        >>> _ = open(path, "w").write('{"instruction": "Hi"}\\n\\n{"instruction": "Bye"}\\n')
+        >>> [row["instruction"] for row in read_json_rows(path)]
+        ['Hi', 'Bye']
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Prompt file {path} does not exist. Download it first (see trl_dpr.evaluation.prompt_sets).")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        rows = json.loads(text)
+        if isinstance(rows, dict) and isinstance(rows.get("data"), list):
+            rows = rows["data"]
+        if not isinstance(rows, list):
+            raise ValueError(f"{path} must hold a JSON list of objects (one per prompt), got {type(rows).__name__}.")
+        return rows
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number} is not a JSON object ({error.msg}); expected one object per line.") from None
+    return rows
+
+
+def _require(row: dict, fields: tuple[str, ...], source: str, index: int) -> None:
+    missing = [f for f in fields if f not in row]
+    if missing:
+        raise ValueError(
+            f"Row {index} of {source} lacks {missing}; it has {sorted(row)}. "
+            f"See trl_dpr.evaluation.prompt_sets for the fields each benchmark file needs."
+        )
+
+
+def _text_turns(turns: list, source: str, index: int) -> tuple[str, ...]:
+    """Turns given as strings or as `{"content": ...}` messages (Arena-Hard)."""
+    texts = tuple(t["content"] if isinstance(t, dict) else t for t in turns)
+    if not texts or not all(isinstance(t, str) and t.strip() for t in texts):
+        raise ValueError(f"Row {index} of {source} has empty or non-text turns: {turns!r:.200}.")
+    return texts
+
+
+def _hub_json_file(repo: str, filename: str, name: str) -> list[dict]:
+    """Download one file of a Hub dataset repo (for script-based repos that `datasets` no longer runs)."""
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return read_json_rows(hf_hub_download(repo, filename, repo_type="dataset"))
+    except Exception as error:
+        raise RuntimeError(_hub_failure(name, f"{repo} ({filename})", error)) from error
+
+
+def _hub_split(repo: str, split: str, name: str) -> list[dict]:
+    from datasets import load_dataset
+
+    try:
+        return list(load_dataset(repo, split=split))
+    except Exception as error:
+        raise RuntimeError(_hub_failure(name, f"{repo} (split {split})", error)) from error
+
+
+def _hub_failure(name: str, what: str, error: Exception) -> str:
+    return (
+        f"Could not fetch the {name} prompts from the Hub: {what}: {type(error).__name__}: {str(error)[:300]}. "
+        f"Offline, gated or script-based copies fail this way: download the file yourself (see "
+        f"trl_dpr.evaluation.prompt_sets) and pass its path as `{name}_path`."
+    )
+
+
+def load_alpaca_eval(path: str | None = None) -> list[EvalPrompt]:
+    """AlpacaEval's 805 instructions (single turn); ids are row numbers, categories the source sets.
+
+    Example:
+        >>> prompts = load_alpaca_eval("alpaca_eval.json")  # doctest: +SKIP
+    """
+    source = path or "tatsu-lab/alpaca_eval"
+    rows = read_json_rows(path) if path else _hub_json_file("tatsu-lab/alpaca_eval", "alpaca_eval.json", "alpaca_eval")
+    prompts = []
+    for i, row in enumerate(rows):
+        _require(row, ("instruction",), source, i)
+        prompts.append(EvalPrompt(str(i), _text_turns([row["instruction"]], source, i), category=row.get("dataset")))
+    return prompts
+
+
+def load_arena_hard(path: str | None = None) -> list[EvalPrompt]:
+    """Arena-Hard v0.1's 500 questions (first user turn); categories are the topic clusters.
+
+    Example:
+        >>> prompts = load_arena_hard("question.jsonl")  # doctest: +SKIP
+    """
+    source = path or "lmarena-ai/arena-hard-auto-v0.1"
+    rows = read_json_rows(path) if path else _hub_split("lmarena-ai/arena-hard-auto-v0.1", "train", "arena_hard")
+    prompts = []
+    for i, row in enumerate(rows):
+        _require(row, ("question_id", "turns"), source, i)
+        turns = _text_turns(row["turns"], source, i)
+        prompts.append(EvalPrompt(str(row["question_id"]), turns[:1], category=row.get("cluster") or row.get("category")))
+    return prompts
+
+
+def load_lima(path: str | None = None) -> list[EvalPrompt]:
+    """LIMA's 300 test prompts (the first element of `conversations`); categories are the sources.
+
+    Example:
+        >>> prompts = load_lima("test.jsonl")  # doctest: +SKIP
+    """
+    source = path or "GAIR/lima"
+    rows = read_json_rows(path) if path else _hub_json_file("GAIR/lima", "test.jsonl", "lima")
+    prompts = []
+    for i, row in enumerate(rows):
+        _require(row, ("conversations",), source, i)
+        turns = _text_turns(row["conversations"], source, i)
+        prompts.append(EvalPrompt(str(i), turns[:1], category=row.get("source")))
+    return prompts
+
+
+def load_mt_bench(path: str | None = None) -> list[EvalPrompt]:
+    """MT-Bench's 80 two-turn questions with their categories and, for math / reasoning / coding, reference answers.
+
+    Accepts FastChat's `question.jsonl` (`question_id`, `turns`) and HuggingFaceH4's copy (`prompt_id`, `prompt`).
+
+    Example:
+        >>> prompts = load_mt_bench("question.jsonl")  # doctest: +SKIP
+    """
+    source = path or "HuggingFaceH4/mt_bench_prompts"
+    rows = read_json_rows(path) if path else _hub_split("HuggingFaceH4/mt_bench_prompts", "train", "mt_bench")
+    prompts = []
+    for i, row in enumerate(rows):
+        turns_field = "turns" if "turns" in row else "prompt"
+        id_field = "question_id" if "question_id" in row else "prompt_id"
+        _require(row, (turns_field, id_field, "category"), source, i)
+        references = tuple(r for r in (row.get("reference") or []) if isinstance(r, str))
+        prompts.append(
+            EvalPrompt(str(row[id_field]), _text_turns(row[turns_field], source, i), row["category"], references)
+        )
+    return prompts
+
+
+def load_demo_prompts(num_prompts: int = 100, seed: int = 0) -> list[EvalPrompt]:
+    """Held-out prompts of the embedded task, with the exact answer as reference (for `ExactAnswerJudge`).
+
+    Example:
+        >>> prompts = load_demo_prompts(3)
+        >>> len(prompts), prompts[0].category, prompts[0].references[0].isdigit()
+        (3, 'add', True)
+    """
+    from ..demo_task import build_demo_dataset
+
+    held_out = build_demo_dataset(num_train=0, num_test=num_prompts, seed=seed)["test"]
+    return [
+        EvalPrompt(str(i), (row["prompt"][-1]["content"],), row["kind"], (row["answer"],))
+        for i, row in enumerate(held_out)
+    ]
+
+
+PROMPT_SETS: dict[str, PromptSetSource] = {
+    source.name: source
+    for source in (
+        PromptSetSource("alpaca_eval", "AlpacaEval", 805, "tatsu-lab/alpaca_eval: alpaca_eval.json", "instruction", load_alpaca_eval),
+        PromptSetSource("arena_hard", "Arena-Hard", 500, "lmarena-ai/arena-hard-auto-v0.1 (train)", "question_id, turns", load_arena_hard),
+        PromptSetSource("lima", "LIMA", 300, "GAIR/lima: test.jsonl (gated)", "conversations", load_lima),
+        PromptSetSource("mt_bench", "MT-Bench", 80, "HuggingFaceH4/mt_bench_prompts (train)", "turns, category, reference", load_mt_bench),
+        PromptSetSource("demo", "Embedded task", None, "generated by trl_dpr.demo_task", "—", load_demo_prompts),
+    )
+}
+
+
+def load_prompt_set(name: str, path: str | None = None, limit: int | None = None, **kwargs) -> list[EvalPrompt]:
+    """The prompts of benchmark `name` (from `path` when given, else the Hub), optionally only the first `limit`.
+
+    Example:
+        >>> [p.prompt_id for p in load_prompt_set("demo", num_prompts=5, limit=2)]
+        ['0', '1']
+    """
+    if name not in PROMPT_SETS:
+        raise ValueError(f"Unknown benchmark {name!r}; expected one of {sorted(PROMPT_SETS)}.")
+    source = PROMPT_SETS[name]
+    if name == "demo":
+        if path:
+            raise ValueError("The embedded task's prompts are generated; it takes no file path.")
+        prompts = source.load(**kwargs)
+    else:
+        prompts = source.load(path)
+    ids = [p.prompt_id for p in prompts]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{name} has duplicate prompt ids; each row needs a distinct id to cache answers by.")
+    if source.expected_rows is not None and len(prompts) != source.expected_rows:
+        logger.warning(f"{name}: {len(prompts)} prompts, the paper's set has {source.expected_rows}.")
+    if not prompts:
+        raise ValueError(f"{name} has no prompts ({path or source.hub}).")
+    return prompts[:limit] if limit is not None else prompts

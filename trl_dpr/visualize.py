@@ -1,0 +1,292 @@
+"""Token-reward heatmaps like the paper's Figure 1: each response token on a background whose red deepens with its
+dense reward r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t).
+
+`heatmap_html` and `save_heatmap_png` take what `CheckpointRewardModel.score_text` returns (one dict per pair with
+`tokens`, `token_ids`, `rewards`, `total`). The HTML is standalone (inline CSS), wraps like text, and carries every
+token's reward in its `title` tooltip and `data-reward` attribute. The PNG needs matplotlib (`pip install
+trl_dpr[plots]`). From the command line:
+
+    python -m trl_dpr.visualize --sft runs/demo/sft --prompt "Mia has 23 apples. ..." --response "23 + 5 = 28. ..."
+    python -m trl_dpr.visualize --sft runs/demo/sft --pairs pairs.jsonl --output figures/rewards
+
+`pairs.jsonl` holds one `{"prompt": ..., "response": ...}` object per line (a prompt may be a list of chat messages).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["REDS", "heatmap_html", "main", "reward_colour", "save_heatmap_png"]
+
+# Matplotlib's sequential "Reds" colour map (ColorBrewer), light to dark: darker red = higher reward.
+REDS = ("#fff5f0", "#fee0d2", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#a50f15", "#67000d")
+
+
+def _rgb(hex_colour: str) -> tuple[int, int, int]:
+    return tuple(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+
+
+def reward_colour(reward: float, vmin: float, vmax: float) -> str:
+    """The `#rrggbb` colour of `reward` on the Reds scale from `vmin` (lightest) to `vmax` (darkest), clipped.
+
+    Example:
+        >>> reward_colour(-1.0, -1.0, 1.0), reward_colour(1.0, -1.0, 1.0), reward_colour(5.0, -1.0, 1.0)
+        ('#fff5f0', '#67000d', '#67000d')
+    """
+    span = vmax - vmin
+    position = 0.5 if span <= 0 else min(max((reward - vmin) / span, 0.0), 1.0)
+    scaled = position * (len(REDS) - 1)
+    low = min(int(scaled), len(REDS) - 2)
+    weight = scaled - low
+    a, b = _rgb(REDS[low]), _rgb(REDS[low + 1])
+    return "#" + "".join(f"{round(x + (y - x) * weight):02x}" for x, y in zip(a, b))
+
+
+def _text_colour(background: str) -> str:
+    r, g, b = _rgb(background)
+    return "#ffffff" if 0.299 * r + 0.587 * g + 0.114 * b < 140 else "#111111"
+
+
+def _value_range(scored: Sequence[dict], vmin: float | None, vmax: float | None) -> tuple[float, float]:
+    rewards = [r for item in scored for r in item["rewards"]]
+    if not rewards:
+        raise ValueError("Nothing to draw: every scored response is empty.")
+    low = min(rewards) if vmin is None else vmin
+    high = max(rewards) if vmax is None else vmax
+    if high < low:
+        raise ValueError(f"vmax ({high}) must be >= vmin ({low}).")
+    return low, high
+
+
+def _prompt_text(prompt) -> str:
+    if prompt is None or isinstance(prompt, str):
+        return prompt or ""
+    return "\n".join(f"{m['role']}: {m['content']}" for m in prompt)
+
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em; max-width: 60em; color: #111; }
+.pair { margin-bottom: 2em; }
+.prompt { color: #555; white-space: pre-wrap; margin-bottom: .4em; }
+.response { font-family: ui-monospace, Menlo, Consolas, monospace; line-height: 1.9; white-space: pre-wrap;
+            word-break: break-word; }
+.tok { border-radius: 2px; padding: 1px 0; }
+.total { color: #555; font-size: .9em; margin-top: .3em; }
+.colourbar { display: flex; align-items: center; gap: .6em; margin: 1em 0 2em; font-size: .9em; }
+.colourbar .bar { width: 20em; height: 1em; border: 1px solid #ccc; }
+"""
+
+
+def heatmap_html(
+    scored: Sequence[dict],
+    prompts: Sequence | None = None,
+    title: str = "Dense token rewards",
+    vmin: float | None = None,
+    vmax: float | None = None,
+) -> str:
+    """A standalone HTML page: one heatmap per scored response, a shared colour scale and its colour bar.
+
+    Args:
+        scored: `CheckpointRewardModel.score_text(...)` output.
+        prompts: the prompts, shown above their responses (strings or chat messages); optional.
+        vmin, vmax: the reward range of the colour scale (default: the range of all rewards shown).
+
+    Example:
+        >>> page = heatmap_html([{"tokens": ["4", "<|end|>"], "token_ids": [7, 1], "rewards": [0.5, -0.25], "total": 0.25}])
+        >>> 'data-reward="0.5"' in page, "&lt;|end|&gt;" in page
+        (True, True)
+    """
+    if prompts is not None and len(prompts) != len(scored):
+        raise ValueError(f"Got {len(prompts)} prompts for {len(scored)} scored responses.")
+    low, high = _value_range(scored, vmin, vmax)
+    gradient = ", ".join(REDS)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        '<div class="colourbar">',
+        f'<span>{low:.3g}</span><div class="bar" style="background: linear-gradient(to right, {gradient});"></div>',
+        f"<span>{high:.3g}</span><span>token reward r̂<sub>t</sub> (darker red = higher)</span></div>",
+    ]
+    for i, item in enumerate(scored):
+        if len(item["tokens"]) != len(item["rewards"]):
+            raise ValueError(f"Response {i} has {len(item['tokens'])} tokens but {len(item['rewards'])} rewards.")
+        parts.append('<div class="pair">')
+        if prompts is not None:
+            parts.append(f'<div class="prompt">{html.escape(_prompt_text(prompts[i]))}</div>')
+        spans = []
+        token_ids = item.get("token_ids") or [None] * len(item["tokens"])
+        for token, reward, token_id in zip(item["tokens"], item["rewards"], token_ids):
+            background = reward_colour(reward, low, high)
+            tooltip = html.escape(f"{token!r}  r̂ = {reward:+.4f}", quote=True)
+            id_attribute = f' data-token-id="{token_id}"' if token_id is not None else ""
+            spans.append(
+                f'<span class="tok" style="background-color:{background};color:{_text_colour(background)}" '
+                f'title="{tooltip}" data-reward="{reward!r}"{id_attribute}>{html.escape(token)}</span>'
+            )
+        parts.append(f'<div class="response">{"".join(spans)}</div>')
+        total = item.get("total", sum(item["rewards"]))
+        parts.append(f'<div class="total">{len(spans)} tokens, Σ r̂ = {total:+.4f}</div></div>')
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _wrap_tokens(tokens: Sequence[str], chars_per_line: int) -> list[tuple[int, int, int, str]]:
+    """(token index, line, column, shown text) pieces of tokens laid out like monospace text, wrapping at
+    `chars_per_line`; a newline inside a token shows as ↵ and starts a new line."""
+    pieces, line, column = [], 0, 0
+    for index, token in enumerate(tokens):
+        for k, segment in enumerate(token.replace("\t", "    ").split("\n")):
+            if k > 0:  # the newline itself: a visible mark, then the next line
+                pieces.append((index, line, column, "↵"))
+                line, column = line + 1, 0
+            if not segment:
+                continue
+            if column > 0 and column + len(segment) > chars_per_line:
+                line, column = line + 1, 0
+            pieces.append((index, line, column, segment))
+            column += len(segment)
+    return pieces
+
+
+def save_heatmap_png(
+    scored: Sequence[dict],
+    path: str | Path,
+    prompts: Sequence | None = None,
+    title: str = "Dense token rewards",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    chars_per_line: int = 80,
+    dpi: int = 150,
+) -> Path:
+    """Draw the heatmaps (one block per response, shared scale, colour bar) to a PNG with matplotlib.
+
+    Example:
+        >>> import tempfile, os
+        >>> scored = [{"tokens": ["4", " apples"], "rewards": [0.5, -0.25], "total": 0.25}]
+        >>> save_heatmap_png(scored, os.path.join(tempfile.mkdtemp(), "h.png")).stat().st_size > 1000
+        True
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+        from matplotlib.cm import ScalarMappable
+        from matplotlib.colors import LinearSegmentedColormap, Normalize
+        from matplotlib.patches import Rectangle
+    except ImportError as error:
+        raise ImportError("The PNG heatmap needs matplotlib: `pip install trl_dpr[plots]`.") from error
+
+    if prompts is not None and len(prompts) != len(scored):
+        raise ValueError(f"Got {len(prompts)} prompts for {len(scored)} scored responses.")
+    low, high = _value_range(scored, vmin, vmax)
+    cmap = LinearSegmentedColormap.from_list("reds", REDS)
+    blocks, row = [], 0.0  # (first row, pieces, rewards, header) per response; rows of 1 unit
+    for i, item in enumerate(scored):
+        shown_prompt = _prompt_text(prompts[i]).replace("\n", " ")[: chars_per_line - 4] if prompts is not None else ""
+        header = f"{i + 1}. {shown_prompt}"
+        pieces = _wrap_tokens(item["tokens"], chars_per_line)
+        blocks.append((row, pieces, item["rewards"], header.strip()))
+        row += 1.5 + (max((p[1] for p in pieces), default=0) + 1) * 1.25 + 0.75
+
+    char_width_in, row_height_in = 0.075, 0.22  # DejaVu Sans Mono at 9 pt: ~0.6 em per character
+    fig_width = chars_per_line * char_width_in + 0.8
+    fig_height = row * row_height_in + 1.2  # + title above, colour bar below
+    fig = plt.figure(figsize=(fig_width, fig_height), dpi=dpi)
+    text_width_in = chars_per_line * char_width_in
+    ax = fig.add_axes((0.4 / fig_width, 0.8 / fig_height, text_width_in / fig_width, row * row_height_in / fig_height))
+    ax.set_xlim(0, chars_per_line)
+    ax.set_ylim(row, 0)
+    ax.axis("off")
+    for first_row, pieces, rewards, header in blocks:
+        ax.text(0, first_row + 0.6, header, fontsize=8, color="#555555", va="center", parse_math=False)
+        for index, line, column, text in pieces:
+            top = first_row + 1.5 + line * 1.25
+            colour = reward_colour(rewards[index], low, high)
+            ax.add_patch(Rectangle((column, top), len(text), 1.1, facecolor=colour, edgecolor="none"))
+            text_colour = _text_colour(colour)
+            ax.text(column, top + 0.55, text, fontsize=9, family="monospace", va="center", color=text_colour, parse_math=False)
+    bar_ax = fig.add_axes((0.4 / fig_width, 0.35 / fig_height, min(3.0, text_width_in) / fig_width, 0.15 / fig_height))
+    norm = Normalize(low, high if high > low else low + 1e-9)
+    colour_bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=bar_ax, orientation="horizontal")
+    colour_bar.set_label("token reward r̂_t (darker red = higher)", fontsize=8)
+    colour_bar.ax.tick_params(labelsize=7)
+    fig.suptitle(title, x=0.4 / fig_width, y=1 - 0.15 / fig_height, ha="left", va="top", fontsize=10)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def _read_pairs(path: str) -> tuple[list, list[str]]:
+    prompts, responses = [], []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        response = row.get("response", row.get("completion"))
+        if "prompt" not in row or not isinstance(response, str):
+            raise ValueError(f"{path}:{number} needs a `prompt` (text or chat messages) and a `response` (text); got {sorted(row)}.")
+        prompts.append(row["prompt"])
+        responses.append(response)
+    if not prompts:
+        raise ValueError(f"{path} holds no pairs.")
+    return prompts, responses
+
+
+def main(argv: Sequence[str] | None = None) -> list[Path]:
+    """The command-line interface (see the module docstring); returns the files written."""
+    parser = argparse.ArgumentParser(prog="python -m trl_dpr.visualize", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sft", required=True, help="SFT output folder (π_SFT, with π_ref recorded by the SFT stage).")
+    parser.add_argument("--ref", default=None, help="π_ref folder, if not the one recorded in the SFT output.")
+    parser.add_argument("--prompt", action="append", default=[], help="A prompt (repeat with --response for several pairs).")
+    parser.add_argument("--response", action="append", default=[], help="The response to score, one per --prompt.")
+    parser.add_argument("--pairs", default=None, help="JSONL of {\"prompt\": ..., \"response\": ...} objects.")
+    parser.add_argument("--output", default="token_rewards", help="Output path without extension (default: token_rewards).")
+    parser.add_argument("--formats", nargs="+", default=["html", "png"], choices=["html", "png"])
+    parser.add_argument("--raw-prompt", action="store_true", help="Score prompts as plain text, not as a user chat turn.")
+    parser.add_argument("--no-eos", action="store_true", help="Do not append the EOS token to each response.")
+    parser.add_argument("--vmin", type=float, default=None, help="Reward at the lightest colour (default: the minimum).")
+    parser.add_argument("--vmax", type=float, default=None, help="Reward at the darkest colour (default: the maximum).")
+    parser.add_argument("--title", default="Dense token rewards")
+    args = parser.parse_args(argv)
+
+    if args.pairs:
+        prompts, responses = _read_pairs(args.pairs)
+    elif args.prompt and len(args.prompt) == len(args.response):
+        prompts, responses = list(args.prompt), list(args.response)
+    else:
+        parser.error(f"give --pairs FILE, or as many --prompt as --response (got {len(args.prompt)} and {len(args.response)}).")
+
+    from .reward_model import CheckpointRewardModel
+
+    reward_model = CheckpointRewardModel.from_pretrained(args.sft, args.ref)
+    tokenizer = reward_model.processing_class
+    if not args.raw_prompt and getattr(tokenizer, "chat_template", None):
+        prompts = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
+    scored = reward_model.score_text(prompts, responses, append_eos=not args.no_eos)
+
+    written = []
+    if "html" in args.formats:
+        html_path = Path(f"{args.output}.html")
+        html_path.parent.mkdir(parents=True, exist_ok=True)
+        html_path.write_text(heatmap_html(scored, prompts, title=args.title, vmin=args.vmin, vmax=args.vmax), encoding="utf-8")
+        written.append(html_path)
+    if "png" in args.formats:
+        png_path = Path(f"{args.output}.png")
+        written.append(save_heatmap_png(scored, png_path, prompts, title=args.title, vmin=args.vmin, vmax=args.vmax))
+    for path in written:
+        print(f"Wrote {path}")
+    return written
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
