@@ -19,6 +19,7 @@ from trl_dpr.recipe_parser import RecipeParser
 
 def main(argv=None):
     script_args, training_args, model_args = RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig)).parse_args_and_config(argv)
+    training_args.distributed_state  # first: the process group follows use_cpu / the launcher
     stages = 1 + bool(script_args.sft_config) + script_args.evaluate
     stage = 1
     if script_args.sft_config:

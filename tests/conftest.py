@@ -9,6 +9,11 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
+
+# Tiny models are dominated by per-op overhead: one thread is as fast, and two processes x two threads on a 2-core
+# machine (a subprocess test, a background job) slow each other down many times over.
+torch.set_num_threads(1)
 
 from trl_dpr.tiny_lm import build_tokenizer  # noqa: E402
 

@@ -42,8 +42,11 @@ def _pronoun(name: str) -> str:
     return "She" if name in {"Mia", "Ava", "Zoe", "Ivy", "Eva", "Amy"} else "He"
 
 
-def make_example(kind: str, rng: random.Random) -> DemoExample:
+def make_example(kind: str, rng: random.Random, error_rate: float = 0.0) -> DemoExample:
     """Generate one example of `kind` from `rng`.
+
+    With `error_rate > 0` the writer is a non-expert: each computed number is off by 1-3 with that probability, and
+    the rest of the solution follows from the slip (a sort swaps two neighbours). `answer` stays the correct one.
 
     Example:
         >>> ex = make_example("add", random.Random(0))
@@ -51,27 +54,39 @@ def make_example(kind: str, rng: random.Random) -> DemoExample:
         True
     """
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
+
+    def computed(value: int) -> int:
+        """What the writer writes for a computed number: the value, or (non-expert) a slip of 1-3."""
+        if error_rate and rng.random() < error_rate:
+            slipped = value + rng.choice([-3, -2, -1, 1, 2, 3])
+            return slipped if slipped >= 0 else value + 1
+        return value
+
     if kind == "add":
         a, b = rng.randint(10, 89), rng.randint(2, 9)
+        total = computed(a + b)
         prompt = f"{name} has {a} {item}. {_pronoun(name)} gets {b} more. How many {item} does {name} have now?"
-        response = f"{name} starts with {a} {item} and gets {b} more. {a} + {b} = {a + b}. The answer is {a + b}."
+        response = f"{name} starts with {a} {item} and gets {b} more. {a} + {b} = {total}. The answer is {total}."
         answer = a + b
     elif kind == "subtract":
         a, b = rng.randint(20, 99), rng.randint(2, 9)
+        left = computed(a - b)
         prompt = f"{name} had {a} {item} and gave away {b}. How many {item} are left?"
-        response = f"{name} had {a} {item} and gave away {b}. {a} - {b} = {a - b}. The answer is {a - b}."
+        response = f"{name} had {a} {item} and gave away {b}. {a} - {b} = {left}. The answer is {left}."
         answer = a - b
     elif kind == "multiply":
         a, b = rng.randint(2, 9), rng.randint(2, 9)
+        product = computed(a * b)
         prompt = f"{name} has {b} boxes. Each box holds {a} {item}. How many {item} does {name} have?"
-        response = f"Each box holds {a} {item}. {b} boxes hold {b} * {a} = {a * b} {item}. The answer is {a * b}."
+        response = f"Each box holds {a} {item}. {b} boxes hold {b} * {a} = {product} {item}. The answer is {product}."
         answer = a * b
     elif kind == "wages":
         rate, extra_rate = rng.randint(2, 9), rng.randint(2, 9)
         hours = rng.randint(2, 5)
         worked = hours + rng.randint(1, 3)
-        regular, extra_hours = hours * rate, worked - hours
-        overtime = extra_hours * extra_rate
+        regular, extra_hours = computed(hours * rate), computed(worked - hours)
+        overtime = computed(extra_hours * extra_rate)
+        total = computed(regular + overtime)
         prompt = (
             f"{name} earns {rate} dollars per hour for the first {hours} hours and {extra_rate} dollars per hour "
             f"after that. {name} worked {worked} hours. How much did {name} earn?"
@@ -79,15 +94,19 @@ def make_example(kind: str, rng: random.Random) -> DemoExample:
         response = (
             f"For the first {hours} hours: {hours} * {rate} = {regular}. Overtime hours: {worked} - {hours} = "
             f"{extra_hours}. Overtime pay: {extra_hours} * {extra_rate} = {overtime}. Total: {regular} + {overtime} = "
-            f"{regular + overtime}. The answer is {regular + overtime}."
+            f"{total}. The answer is {total}."
         )
-        answer = regular + overtime
+        answer = hours * rate + (worked - hours) * extra_rate
     elif kind == "sort":
         numbers = rng.sample(range(1, 10), rng.randint(3, 4))
-        shown, ordered = " ".join(map(str, numbers)), " ".join(map(str, sorted(numbers)))
+        ordered_numbers = sorted(numbers)
+        if error_rate and rng.random() < error_rate:
+            i = rng.randrange(len(ordered_numbers) - 1)
+            ordered_numbers[i], ordered_numbers[i + 1] = ordered_numbers[i + 1], ordered_numbers[i]
+        shown, ordered = " ".join(map(str, numbers)), " ".join(map(str, ordered_numbers))
         prompt = f"Sort these numbers from smallest to largest: {shown}."
         response = f"The smallest is {min(numbers)} and the largest is {max(numbers)}. The answer is {ordered}."
-        answer = ordered
+        answer = " ".join(map(str, sorted(numbers)))
     else:
         raise ValueError(f"Unknown kind {kind!r}; expected one of {KINDS}.")
     return DemoExample(kind=kind, prompt=prompt, response=response, answer=str(answer))

@@ -20,6 +20,7 @@ from trl.trainer.utils import use_adapter
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_config, get_quantization_config
 
 from .callbacks import ReferenceCheckpointCallback
+from .checkpointing import AtomicCheckpointsMixin, check_output_dir
 from .config import DensePathConfig
 from .data import EMBEDDED_DATASET, load_demonstrations, prompts_for_rl
 from .reference_manifest import MANIFEST_NAME
@@ -131,8 +132,18 @@ def _resolve_base(model_args: ModelConfig, output_dir: str, seed: int) -> str:
     return model_args.model_name_or_path
 
 
-def run_sft(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig) -> str:
-    """SFT on demonstrations, saving π_ref at ⌊α·N⌋ steps next to the final π_SFT; returns the output directory."""
+class SafeSFTTrainer(AtomicCheckpointsMixin, SFTTrainer):
+    """TRL's SFTTrainer with staged-then-renamed checkpoints (see `trl_dpr.checkpointing`)."""
+
+
+def run_sft(
+    script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig, callbacks: list | None = None
+) -> str:
+    """SFT on demonstrations, saving π_ref at ⌊α·N⌋ steps next to the final π_SFT; returns the output directory.
+
+    `resume_from_checkpoint: true` resumes from the newest complete checkpoint; π_ref is not written twice.
+    """
+    check_output_dir(training_args.output_dir)
     base = _resolve_base(model_args, training_args.output_dir, training_args.seed)
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     quantization_config = init_kwargs.pop("quantization_config", None)
@@ -147,14 +158,14 @@ def run_sft(script_args: SFTScriptArguments, training_args: SFTConfig, model_arg
         seed=training_args.seed,
         dataset_format=script_args.dataset_format,
     )
-    trainer = SFTTrainer(
+    trainer = SafeSFTTrainer(
         model=base,
         args=training_args,
         train_dataset=train_dataset,
         processing_class=AutoTokenizer.from_pretrained(base, revision=model_args.model_revision),
         quantization_config=quantization_config,
         peft_config=get_peft_config(model_args),
-        callbacks=[callback],
+        callbacks=[callback, *(callbacks or [])],
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
@@ -172,10 +183,14 @@ def _free_memory() -> None:
 
 
 def run_dpr(
-    script_args: DPRScriptArguments, training_args: DensePathConfig, model_args: ModelConfig
+    script_args: DPRScriptArguments,
+    training_args: DensePathConfig,
+    model_args: ModelConfig,
+    callbacks: list | None = None,
 ) -> DensePathTrainer:
     """DPR from the SFT output `model_args.model_name_or_path` (policy initialised from π_SFT); returns the trainer."""
     sft_path = model_args.model_name_or_path
+    check_output_dir(training_args.output_dir)
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     reward_model = CheckpointRewardModel.from_pretrained(
         sft_path,
@@ -209,6 +224,7 @@ def run_dpr(
         processing_class=AutoTokenizer.from_pretrained(sft_path, padding_side="left"),
         quantization_config=None if shares_base else quantization_config,
         peft_config=None if shares_base else get_peft_config(model_args),
+        callbacks=callbacks,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)

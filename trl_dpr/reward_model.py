@@ -253,7 +253,7 @@ class CheckpointRewardModel(nn.Module):
         self.reference_manifest = None  # set by from_pretrained when π_ref came from an SFT manifest
 
         if self.ref_model is not None:
-            _check_same_vocabulary(sft_model, self.ref_model, processing_class, ref_processing_class)
+            _check_same_base(sft_model, self.ref_model, processing_class, ref_processing_class)
         if sft_adapter is None:
             # Whole frozen models. (Adapters are loaded frozen, and their base may also carry the trainable policy.)
             for frozen in {id(m): m for m in (self.sft_model, self.ref_model) if m is not None}.values():
@@ -541,8 +541,18 @@ def _load_adapters(sft_dir: str, ref_dir: str | None, model_init_kwargs: dict) -
     return model
 
 
-def _check_same_vocabulary(sft_model, ref_model, sft_tokenizer, ref_tokenizer) -> None:
-    """π_SFT and π_ref must score the same token ids: same vocabulary size, same tokenizer when both are known."""
+def _check_same_base(sft_model, ref_model, sft_tokenizer, ref_tokenizer) -> None:
+    """π_ref must be a checkpoint of the same SFT run: same architecture, vocabulary and (when known) tokenizer."""
+    sft_config = _unwrap_causal_lm(sft_model).config.get_text_config()
+    ref_config = _unwrap_causal_lm(ref_model).config.get_text_config()
+    for field_name in ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads"):
+        sft_value, ref_value = getattr(sft_config, field_name, None), getattr(ref_config, field_name, None)
+        if sft_value != ref_value:
+            raise ValueError(
+                f"π_ref is not a checkpoint of the same model as π_SFT: {field_name} is {sft_value!r} for π_SFT but "
+                f"{ref_value!r} for π_ref (another base model?). Use the reference checkpoint saved by the same SFT run "
+                "(dpr_reference/ next to the SFT model)."
+            )
     sft_vocab = _unwrap_causal_lm(sft_model).get_output_embeddings().weight.shape[0]
     ref_vocab = _unwrap_causal_lm(ref_model).get_output_embeddings().weight.shape[0]
     if sft_vocab != ref_vocab:

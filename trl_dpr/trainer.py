@@ -16,6 +16,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import pad
 
 from . import algorithm
+from .checkpointing import AtomicCheckpointsMixin, check_output_dir
 from .config import DensePathConfig
 from .reward_model import CheckpointRewardModel
 
@@ -53,12 +54,23 @@ def _add_policy_adapter(peft_model, sft_adapter: str):
     return peft_model
 
 
+def _check_has_prompts(dataset, name: str) -> None:
+    """DPR samples completions for a `prompt` column; say so before any model is loaded."""
+    columns = getattr(dataset, "column_names", None)
+    if columns is not None and "prompt" not in columns:
+        raise ValueError(
+            f"{name} has no `prompt` column (columns: {sorted(columns)}). DPR samples a completion for each prompt: "
+            "map your data to a `prompt` column (a string or a list of chat messages), e.g. with "
+            "trl_dpr.data.prompts_for_rl for `messages` or prompt/completion datasets."
+        )
+
+
 def dense_path(prompts, completions, **kwargs):
     """Placeholder reward function: DensePathTrainer scores with its CheckpointRewardModel, never through this."""
     raise RuntimeError("dense_path is scored by DensePathTrainer._calculate_rewards, not called directly.")
 
 
-class DensePathTrainer(GRPOTrainer):
+class DensePathTrainer(AtomicCheckpointsMixin, GRPOTrainer):
     r"""Trainer for Dense-Path REINFORCE (DPR), from [Beyond Imitation: Recovering Dense Rewards from
     Demonstrations](https://huggingface.co/papers/2510.02493).
 
@@ -70,7 +82,9 @@ class DensePathTrainer(GRPOTrainer):
     The only changes w.r.t. [`~trl.GRPOTrainer`] are the scoring (`_calculate_rewards`: dense rewards from the
     `CheckpointRewardModel` instead of scalar reward functions) and the advantages (`_generate_and_score_completions`:
     per-token `(B, T)` advantages, which GRPO's loss accepts). Everything else (generation with transformers or vLLM,
-    PEFT and quantisation, the clipped loss, logging, checkpointing, Hub pushing) is inherited unchanged.
+    PEFT and quantisation, the clipped loss, logging, checkpointing, Hub pushing) is inherited unchanged, with two
+    safety nets: a batch whose rewards or advantages are not finite is skipped (no gradient reaches the weights; counted
+    as `skipped_nonfinite_batches`), and checkpoints are staged then renamed (`trl_dpr.checkpointing`).
 
     Args:
         model: the policy, as GRPOTrainer takes it (model id / path, `PreTrainedModel` or `PeftModel`). `None` starts
@@ -128,6 +142,13 @@ class DensePathTrainer(GRPOTrainer):
             raise TypeError(f"args must be a DensePathConfig, got {type(args).__name__}.")
         if "reward_funcs" in kwargs:
             raise TypeError("DensePathTrainer scores with `reward_model`; it takes no `reward_funcs`.")
+        _check_has_prompts(train_dataset, "train_dataset")
+        if isinstance(eval_dataset, dict):
+            for name, dataset in eval_dataset.items():
+                _check_has_prompts(dataset, f"eval_dataset[{name!r}]")
+        elif eval_dataset is not None:
+            _check_has_prompts(eval_dataset, "eval_dataset")
+        check_output_dir(args.output_dir)
 
         if isinstance(reward_model, str):
             reward_model = CheckpointRewardModel.from_pretrained(
@@ -194,6 +215,8 @@ class DensePathTrainer(GRPOTrainer):
                 "tokenizer. Start the policy from the SFT model (model=None)."
             )
         self.reward_model = self._prepare_reward_model(reward_model)
+        self.skipped_nonfinite_batches = 0
+        self._skip_generation_batch = False
         if args.max_prompt_length is not None:
             self.train_dataset = self._drop_long_prompts(self.train_dataset, "train")
             if isinstance(self.eval_dataset, dict):
@@ -319,8 +342,33 @@ class DensePathTrainer(GRPOTrainer):
             whiten_advantages=self.args.whiten_advantages,
         )
         output["advantages"] = dpr["advantages"]  # (B, T): GRPO's loss broadcasts per-token advantages as they are
-        self._log_dense_metrics(mode, scored.rewards, dpr, mask, kl_measured=policy_logps is not None)
+
+        # A non-finite reward (a NaN/inf log-prob, an overflow) would poison the weights: skip the whole generation
+        # batch on every process (the decision is all-reduced, so DDP stays in step), and count it.
+        finite = torch.isfinite(scored.rewards[mask.bool()]).all() & torch.isfinite(dpr["advantages"]).all()
+        finite = bool(self.accelerator.reduce(finite.float().reshape(1), reduction="sum").item() == self.accelerator.num_processes)
+        if mode == "train":
+            self._skip_generation_batch = not finite
+            if not finite:
+                self.skipped_nonfinite_batches += 1
+                logger.warning(
+                    f"Non-finite dense rewards or advantages at step {self.state.global_step}: this generation batch is "
+                    f"skipped (no gradient). Skipped so far: {self.skipped_nonfinite_batches}."
+                )
+            self._metrics[mode]["skipped_nonfinite_batches"].append(float(self.skipped_nonfinite_batches))
+        if finite:
+            self._log_dense_metrics(mode, scored.rewards, dpr, mask, kl_measured=policy_logps is not None)
+        else:
+            output["advantages"] = torch.zeros_like(dpr["advantages"])
+        self._log_used_advantages(output["advantages"], mask)
         return output
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if self.model.training and self._skip_generation_batch:
+            # No forward, no graph: backward leaves every gradient None, so the optimizer (AdamW skips parameters
+            # without a gradient, momentum and weight decay included) cannot change the weights.
+            return torch.zeros((), device=self.accelerator.device, requires_grad=True)
+        return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
     @torch.no_grad()
     def _policy_logps(self, output: dict) -> torch.Tensor:
@@ -356,9 +404,10 @@ class DensePathTrainer(GRPOTrainer):
         metrics["advantages/mean"].append(advantage_mean)
         metrics["advantages/std"].append(advantage_std)
 
-        # The parent logged one zero advantage per completion (its scalar GRPO advantage); replace them with the
-        # advantages actually used: their per-sequence mean in TRL's column, the per-token values as an extra column.
-        per_token = [row[m].tolist() for row, m in zip(dpr["advantages"], valid)]
+    def _log_used_advantages(self, advantages: torch.Tensor, mask: torch.Tensor) -> None:
+        """Replace the scalar advantages the parent logged with the ones used: their per-sequence mean in TRL's
+        column, the per-token values as an extra column of the completions table."""
+        per_token = [row[m].tolist() for row, m in zip(advantages, mask.bool())]
         all_per_token = gather_object(per_token)
         for _ in range(len(all_per_token)):
             self._logs["advantages"].pop()
