@@ -278,13 +278,18 @@ class CheckpointRewardModel(nn.Module):
             return
         from trl.trainer.utils import use_adapter
 
-        was_training = model.training
-        model.eval()  # a shared base may be the policy, in train mode with LoRA dropout
+        # The shared base may be the policy, in train mode with LoRA dropout. Turn off the dropout modules only:
+        # `model.eval()` would also make bitsandbytes (CPU) repack its 4-bit weights into an inference-only layout
+        # that silently stops gradients for the rest of training.
+        dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout) and m.training]
+        for module in dropouts:
+            module.eval()
         try:
             with use_adapter(model, adapter_name=adapter):
                 yield model
         finally:
-            model.train(was_training)
+            for module in dropouts:
+                module.train()
 
     @torch.no_grad()
     def forward(
@@ -538,6 +543,10 @@ def _load_adapters(sft_dir: str, ref_dir: str | None, model_init_kwargs: dict) -
     if ref_dir is not None:
         model.load_adapter(ref_dir, adapter_name="ref", is_trainable=False)
     model.set_adapter("sft")
+    # Train mode on purpose (scoring switches dropout off by itself): in eval mode, bitsandbytes on CPU repacks 4-bit
+    # weights into an inference-only layout at the first no-grad forward, and a policy trained on this base later
+    # would silently get no gradient.
+    model.train()
     return model
 
 

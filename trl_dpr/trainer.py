@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import functools
+import json
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -253,6 +256,47 @@ class DensePathTrainer(AtomicCheckpointsMixin, GRPOTrainer):
                 "Raise max_prompt_length or shorten the prompts."
             )
         return dataset if dropped == 0 else dataset.select(keep)
+
+    # Hyperparameters shown on the model card: DPR's own fields and the parent fields the paper fixes (Table 5).
+    CARD_HYPERPARAMETERS = (
+        "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size",
+        "num_generations", "temperature", "kl_coef", "gamma", "epsilon", "reward_granularity", "use_baseline",
+        "eliminate_value", "whiten_advantages", "max_prompt_length", "max_completion_length", "warmup_steps",
+        "max_steps", "num_train_epochs", "seed",
+    )
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """TRL's model card (tags `trl`, `dpr`, `dense-path-reinforce`, the paper's citation), plus the DPR
+        hyperparameters, where the reward came from, and the evaluation table when `eval_results.json` exists."""
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if not self.is_world_process_zero():
+            return
+        card_path = Path(self.args.output_dir) / "README.md"
+        lines = ["", "## Dense-Path REINFORCE", "", "| hyperparameter | value |", "|---|---|"]
+        lines += [f"| `{name}` | {getattr(self.args, name)} |" for name in self.CARD_HYPERPARAMETERS]
+        manifest = self.reward_model.reference_manifest
+        source = self.reward_model.sft_model_name_or_path
+        if source:
+            reference = f" (π_ref: step {manifest.step}/{manifest.total_steps}, α = {manifest.fraction})" if manifest else ""
+            lines += ["", f"Dense reward r̂ = log π_SFT − log π_ref from the SFT model `{source}`{reference}."]
+        results_path = Path(self.args.output_dir) / "eval_results.json"
+        if results_path.is_file():
+            table = json.loads(results_path.read_text()).get("table_markdown")
+            if table:
+                lines += ["", "## Evaluation", "", table]
+        with open(card_path, "a") as card:
+            card.write("\n".join(lines) + "\n")
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        if not self.shares_base_with_reward_model:
+            return super()._save(output_dir, state_dict)
+        # The shared base also carries the frozen sft/ref adapters: the policy output is the policy adapter alone.
+        peft_model = self.accelerator.unwrap_model(self.model)
+        peft_model.save_pretrained = functools.partial(peft_model.save_pretrained, selected_adapters=[POLICY_ADAPTER])
+        try:
+            super()._save(output_dir, state_dict)
+        finally:
+            del peft_model.save_pretrained  # back to the class method
 
     def _prepare_reward_model(self, reward_model: CheckpointRewardModel) -> CheckpointRewardModel:
         """Put the frozen scorers where the policy runs (ZeRO-3 shards them like GRPO's reference model)."""

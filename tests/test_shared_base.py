@@ -1,0 +1,114 @@
+"""QLoRA layout: π_SFT, π_ref and the policy as three adapters on ONE 4-bit base (bitsandbytes on CPU)."""
+
+import json
+
+import pytest
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+from trl_dpr import CheckpointRewardModel, DensePathTrainer
+from trl_dpr.reference_manifest import ReferenceManifest, write_manifest
+from trl_dpr.tiny_lm import build_tiny_causal_lm
+
+from .test_reward_model import make_batch
+from .test_trainer import make_config, prompts_dataset
+
+QUANTIZED = dict(
+    quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32),
+    dtype=torch.float32,
+    device_map=None,
+)
+
+
+@pytest.fixture(scope="module")
+def adapter_sft_output(tmp_path_factory, tokenizer):
+    """What a QLoRA SFT run leaves: the SFT adapter, the reference adapter in dpr_reference/, the manifest."""
+    root = tmp_path_factory.mktemp("qlora")
+    base_dir = root / "base"
+    build_tiny_causal_lm(tokenizer, hidden_size=64, seed=0).save_pretrained(base_dir)
+    tokenizer.save_pretrained(base_dir)
+    sft_dir = root / "sft"
+    for seed, folder in ((1, sft_dir), (2, sft_dir / "dpr_reference")):
+        torch.manual_seed(seed)
+        base = AutoModelForCausalLM.from_pretrained(base_dir)
+        # init_lora_weights=False: random A and B, so each adapter really changes the model
+        config = LoraConfig(r=4, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False)
+        get_peft_model(base, config).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    write_manifest(sft_dir, ReferenceManifest("dpr_reference", 0.5, 5, 10, is_adapter=True, base_model=str(base_dir)))
+    return root
+
+
+def base_weight_bytes(*models):
+    """Bytes of distinct (by storage) non-adapter tensors across models: the base weights actually in memory."""
+    seen, total = set(), 0
+    for model in models:
+        for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+            if "lora_" in name:
+                continue
+            key = tensor.untyped_storage().data_ptr()
+            if key not in seen:
+                seen.add(key)
+                total += tensor.untyped_storage().nbytes()
+    return total
+
+
+def separate_models(root):
+    sft = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(root / "base", **QUANTIZED), root / "sft")
+    ref = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(root / "base", **QUANTIZED), root / "sft" / "dpr_reference")
+    return sft, ref
+
+
+@pytest.mark.parametrize("eliminate_value", [True, False])
+def test_adapter_switch_scoring_equals_separate_models(adapter_sft_output, tokenizer, eliminate_value):
+    shared = CheckpointRewardModel.from_pretrained(str(adapter_sft_output / "sft"), eliminate_value=eliminate_value, **QUANTIZED)
+    assert shared.sft_model is shared.ref_model and (shared.sft_adapter, shared.ref_adapter) == ("sft", "ref")
+    sft, ref = separate_models(adapter_sft_output)
+    separate = CheckpointRewardModel(sft, ref, eliminate_value=eliminate_value)
+    # Same 4-bit kernel on both sides: in eval mode bitsandbytes (CPU) switches to a repacked bf16 inference kernel,
+    # about 1e-3 off the training kernel the shared base uses (see CheckpointRewardModel._activated).
+    sft.train(), ref.train()
+    _, _, batch = make_batch(tokenizer)
+    shared_rewards, separate_rewards = shared.token_rewards(*batch), separate.token_rewards(*batch)
+    assert torch.allclose(shared_rewards, separate_rewards, atol=1e-4)
+    assert shared_rewards.abs().max() > 1e-2  # the two adapters really differ: the comparison is not vacuous
+
+
+def test_policy_and_both_scorers_hold_one_base(adapter_sft_output, tokenizer, tmp_path):
+    reward_model = CheckpointRewardModel.from_pretrained(str(adapter_sft_output / "sft"), **QUANTIZED)
+    trainer = DensePathTrainer(reward_model=reward_model, args=make_config(tmp_path), train_dataset=prompts_dataset(),
+                               processing_class=tokenizer)
+    assert trainer.model is reward_model.sft_model and set(trainer.model.peft_config) == {"sft", "ref", "default"}
+    one_base = base_weight_bytes(AutoModelForCausalLM.from_pretrained(adapter_sft_output / "base", **QUANTIZED))
+    assert base_weight_bytes(trainer.model, reward_model.sft_model, reward_model.ref_model) == one_base
+    sft, ref = separate_models(adapter_sft_output)
+    policy = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(adapter_sft_output / "base", **QUANTIZED),
+                                       adapter_sft_output / "sft", is_trainable=True)
+    assert base_weight_bytes(policy, sft, ref) == 3 * one_base  # the layout without sharing
+
+
+def test_training_moves_only_the_policy_adapter(adapter_sft_output, tokenizer, tmp_path):
+    reward_model = CheckpointRewardModel.from_pretrained(str(adapter_sft_output / "sft"), **QUANTIZED)
+    _, _, batch = make_batch(tokenizer)
+    rewards_before = reward_model.token_rewards(*batch)
+    trainer = DensePathTrainer(reward_model=reward_model, processing_class=tokenizer, train_dataset=prompts_dataset(),
+                               args=make_config(tmp_path, max_steps=2, learning_rate=1e-2))
+    model = trainer.model
+    policy_start = {n: p.detach().clone() for n, p in model.named_parameters() if ".default." in n}
+    # the policy starts as π_SFT (TRL keeps the trainable adapter of a quantized model in bf16, as QLoRA does)
+    for name, policy_weight in policy_start.items():
+        sft_weight = model.get_parameter(name.replace(".default.", ".sft."))
+        assert torch.equal(policy_weight.float(), sft_weight.to(policy_weight.dtype).float())
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if ".default." not in n}
+    trainer.train()
+
+    assert any(not torch.equal(policy_start[n], model.get_parameter(n)) for n in policy_start)
+    assert all(torch.equal(frozen[n], model.get_parameter(n)) for n in frozen)  # base, sft and ref untouched
+    assert torch.allclose(reward_model.token_rewards(*batch), rewards_before, atol=1e-6)  # the reward did not drift
+    assert [n for n, p in model.named_parameters() if p.requires_grad] == list(policy_start)
+
+    trainer.save_model()
+    saved = tmp_path / "dpr"
+    assert json.loads((saved / "adapter_config.json").read_text())["r"] == 4
+    assert not (saved / "sft").exists() and not (saved / "ref").exists()  # only the policy adapter is the output
