@@ -1,0 +1,222 @@
+"""Tracking: token-reward heatmaps of recent completions, and the DPR metrics in W&B (offline), TensorBoard and trackio
+(local), each read back from what the tracker wrote."""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from datasets import Dataset
+
+from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
+from trl_dpr.tiny_lm import build_tiny_causal_lm
+from trl_dpr.tracking import TokenHeatmapCallback, recent_token_rewards
+from trl_dpr.visualize import heatmap_html
+
+ROOT = Path(__file__).resolve().parents[1]
+DPR_METRICS = ("reward", "dense_reward/token_mean", "dense_reward/token_std", "returns/mean", "kl_sft",
+               "advantages/mean", "advantages/std")
+PROMPT = [{"role": "user", "content": "What is 12+7?"}]
+
+
+def make_trainer(tokenizer, tmp_path, **overrides):
+    reward_model = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1),
+                                         processing_class=tokenizer)
+    values = dict(output_dir=str(tmp_path / "dpr"), per_device_train_batch_size=4, max_steps=4, max_completion_length=6,
+                  learning_rate=1e-3, logging_steps=1, report_to="none", bf16=False, use_cpu=True, save_strategy="no",
+                  seed=0)
+    values.update(overrides)
+    prompts = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What is {i}+{2 * i}?"}] for i in range(16)]})
+    return DensePathTrainer(model=None, reward_model=reward_model, args=DensePathConfig(**values),
+                            train_dataset=prompts, processing_class=tokenizer)
+
+
+def log_completion(trainer, completion: str, rewards: list[float]):
+    """What DensePathTrainer logs for one scored completion (as `_generate_and_score_completions` does)."""
+    trainer._logs["prompt"].append(PROMPT)
+    trainer._logs["completion"].append([{"role": "assistant", "content": completion}])
+    trainer._logs["extra"]["token_rewards"].append(rewards)
+
+
+# ---- the heatmap callback -------------------------------------------------------------------------------------------
+
+
+def test_heatmaps_of_recent_completions_are_written_every_n_steps(tokenizer, tmp_path):
+    trainer = make_trainer(tokenizer, tmp_path)
+    callback = TokenHeatmapCallback(trainer, every_n_steps=2, num_samples=3)
+    trainer.add_callback(callback)
+    trainer.train()
+
+    folder = tmp_path / "dpr" / "heatmaps"
+    assert sorted(p.name for p in folder.iterdir()) == ["step-00002.html", "step-00004.html"]
+    prompts, scored = recent_token_rewards(trainer, 3)  # the logs as they were at the last step
+    assert len(scored) == 3
+    page = (folder / "step-00004.html").read_text()
+    assert page == heatmap_html(scored, prompts, title="Dense token rewards of recent completions, step 4")
+    assert page.count('class="tok"') == sum(len(item["tokens"]) for item in scored) > 0
+    assert "What is" in page  # the prompts are shown above their completions
+
+
+def test_logged_rewards_are_shown_as_they_are_when_the_tokens_line_up(tokenizer, tmp_path, monkeypatch):
+    trainer = make_trainer(tokenizer, tmp_path, max_completion_length=6)
+    monkeypatch.setattr(trainer.reward_model, "score_text", lambda *a, **k: pytest.fail("scored again"))
+    ids = tokenizer("12+7=19", add_special_tokens=False)["input_ids"]
+    assert len(ids) == 7
+    log_completion(trainer, "12+7=19", [0.1 * i for i in range(len(ids) + 1)])  # + EOS: ended before the limit
+    (ended,) = recent_token_rewards(trainer, 1)[1]
+    assert ended["token_ids"] == ids + [tokenizer.eos_token_id]
+    assert ended["tokens"][-1] == tokenizer.eos_token
+    assert ended["rewards"] == [0.1 * i for i in range(len(ids) + 1)]
+    assert ended["total"] == pytest.approx(sum(0.1 * i for i in range(len(ids) + 1)))
+
+
+def test_a_completion_cut_at_the_length_limit_has_no_eos(tokenizer, tmp_path, monkeypatch):
+    trainer = make_trainer(tokenizer, tmp_path, max_completion_length=3)
+    monkeypatch.setattr(trainer.reward_model, "score_text", lambda *a, **k: pytest.fail("scored again"))
+    ids = tokenizer("=19", add_special_tokens=False)["input_ids"]
+    assert len(ids) == 3
+    log_completion(trainer, "=19", [0.3, 0.2, 0.1])
+    (item,) = recent_token_rewards(trainer, 1)[1]
+    assert item["token_ids"] == ids and item["rewards"] == [0.3, 0.2, 0.1]
+
+
+def test_a_completion_that_tokenizes_differently_is_scored_again(tokenizer, tmp_path):
+    trainer = make_trainer(tokenizer, tmp_path, max_completion_length=16)
+    log_completion(trainer, "12+7=19", [0.25, 0.5, 0.75])  # 3 rewards for a 7-token text: ids differed
+    prompts, scored = recent_token_rewards(trainer, 1)
+    expected = trainer.reward_model.score_text([PROMPT], ["12+7=19"], append_eos=True)[0]
+    assert prompts == [PROMPT] and scored == [expected]
+
+
+def test_the_callback_needs_a_dense_path_trainer_and_positive_settings(tokenizer, tmp_path):
+    trainer = make_trainer(tokenizer, tmp_path)
+    with pytest.raises(TypeError, match="DensePathTrainer"):
+        TokenHeatmapCallback(object())
+    with pytest.raises(ValueError, match="every_n_steps"):
+        TokenHeatmapCallback(trainer, every_n_steps=0)
+    with pytest.raises(ValueError, match="num_samples"):
+        TokenHeatmapCallback(trainer, num_samples=0)
+
+
+# ---- the trackers, read back from what they wrote ----------------------------------------------------------------
+
+
+RUN = textwrap.dedent("""
+    import json, sys, torch
+    torch.set_num_threads(1)
+    from datasets import Dataset
+    from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
+    from trl_dpr.tiny_lm import build_tiny_causal_lm, build_tokenizer
+    from trl_dpr.tracking import TokenHeatmapCallback
+
+    out = sys.argv[1]
+    tok = build_tokenizer(["What is 12+7? 12+7=19. The answer is 19.", "hello world, the cat sat on the mat"])
+    reward_model = CheckpointRewardModel(build_tiny_causal_lm(tok, seed=0), build_tiny_causal_lm(tok, seed=1),
+                                         processing_class=tok)
+    prompts = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What is {i}+{2 * i}?"}] for i in range(8)]})
+    args = DensePathConfig(output_dir=f"{out}/dpr", per_device_train_batch_size=4, max_steps=2, max_completion_length=6,
+                           learning_rate=1e-3, logging_steps=1, bf16=False, use_cpu=True, save_strategy="no", seed=0,
+                           kl_coef=0.1, report_to=["wandb", "tensorboard", "trackio"], run_name="tiny-dpr",
+                           project="trl-dpr-tests")
+    trainer = DensePathTrainer(model=None, reward_model=reward_model, args=args, train_dataset=prompts,
+                               processing_class=tok)
+    trainer.add_callback(TokenHeatmapCallback(trainer, every_n_steps=1, num_samples=2))
+    trainer.train()
+    import wandb
+    wandb.finish()
+    json.dump(trainer.state.log_history, open(f"{out}/log_history.json", "w"))
+""")
+
+
+@pytest.fixture(scope="module")
+def tracked_run(tmp_path_factory):
+    """A tiny DPR run reporting to W&B (offline), TensorBoard and trackio (local), in its own process (trackers keep
+    global state) with every tracker writing under a temporary folder."""
+    out = tmp_path_factory.mktemp("tracked")
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(out), "WANDB_SILENT": "true",
+           "TRACKIO_DIR": str(out / "trackio"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-c", RUN, str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return out, json.loads((out / "log_history.json").read_text())
+
+
+def wandb_records(path: Path):
+    """The records of an offline W&B run file: a LevelDB-style log of 32 KiB blocks, after a 7-byte `:W&B` header."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    position, block, pending = 7, 32768, b""
+    while position + 7 <= len(data):
+        if block - position % block < 7:  # a block's tail too short for a header is padding
+            position += block - position % block
+            continue
+        length, kind = int.from_bytes(data[position + 4 : position + 6], "little"), data[position + 6]
+        chunk = data[position + 7 : position + 7 + length]
+        position += 7 + length
+        pending = chunk if kind in (1, 2) else pending + chunk  # full / first, or middle / last
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            yield record
+
+
+def wandb_history(out: Path) -> list[dict]:
+    (run_file,) = out.glob("wandb/offline-run-*/run-*.wandb")
+    rows = []
+    for record in wandb_records(run_file):
+        if record.WhichOneof("record_type") == "history":
+            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
+    return rows
+
+
+def test_wandb_offline_run_logs_the_dpr_metrics(tracked_run):
+    out, log_history = tracked_run
+    rows = [row for row in wandb_history(out) if "train/reward" in row]
+    assert [row["train/global_step"] for row in rows] == [1, 2]
+    for row, logged in zip(rows, log_history):
+        for name in DPR_METRICS:
+            assert row[f"train/{name}"] == pytest.approx(logged[name])
+
+
+def test_wandb_offline_run_holds_the_heatmaps_as_html(tracked_run):
+    out, _ = tracked_run
+    rows = [row for row in wandb_history(out) if "heatmaps/token_rewards/_type" in row]
+    assert [row["train/global_step"] for row in rows] == [1, 2]
+    assert {row["heatmaps/token_rewards/_type"] for row in rows} == {"html-file"}
+    (run_dir,) = out.glob("wandb/offline-run-*")
+    for row in rows:
+        page = (run_dir / "files" / row["heatmaps/token_rewards/path"]).read_text()
+        assert page.count('class="pair"') == 2 and "data-reward=" in page
+
+
+def test_tensorboard_logs_the_dpr_metrics(tracked_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out, log_history = tracked_run
+    (log_dir,) = (out / "dpr" / "runs").iterdir()
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    for name in DPR_METRICS:
+        scalars = events.Scalars(f"train/{name}")
+        assert [s.step for s in scalars] == [1, 2]
+        assert [s.value for s in scalars] == pytest.approx([row[name] for row in log_history[:2]], rel=1e-5, abs=1e-6)
+
+
+def test_trackio_local_run_logs_the_dpr_metrics_and_the_heatmaps(tracked_run):
+    out, log_history = tracked_run
+    with sqlite3.connect(out / "trackio" / "trl-dpr-tests.db") as db:
+        rows = [json.loads(metrics) for (metrics,) in db.execute("SELECT metrics FROM metrics ORDER BY id")]
+    scalars = [row for row in rows if "train/reward" in row]
+    assert [row["train/global_step"] for row in scalars] == [1, 2]
+    for row, logged in zip(scalars, log_history):
+        assert all(row[f"train/{name}"] == pytest.approx(logged[name]) for name in DPR_METRICS)
+    pages = [row["heatmaps/token_rewards"] for row in rows if "heatmaps/token_rewards" in row]
+    assert [page["_type"] for page in pages] == ["trackio.html", "trackio.html"]
+    for page in pages:
+        assert "data-reward=" in (out / "trackio" / "media" / page["file_path"]).read_text()
