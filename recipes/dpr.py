@@ -13,6 +13,7 @@ held-out split. The embedded demo (`make demo`) does all three stages, offline, 
 from trl import ModelConfig, SFTConfig
 
 from trl_dpr import DensePathConfig
+from trl_dpr.hub import defer_push_to_hub, push_trainer_output
 from trl_dpr.pipeline import DPRScriptArguments, SFTScriptArguments, evaluate_against_sft, has_sft_output, print_stage, run_dpr, run_sft
 from trl_dpr.recipe_parser import RecipeParser
 
@@ -40,12 +41,15 @@ def main(argv=None):
         stage += 1
 
     print_stage(stage, stages, f"Dense-Path REINFORCE from {model_args.model_name_or_path}")
+    push = defer_push_to_hub(training_args)  # pushed below, after the evaluation: the model card carries its table
     trainer = run_dpr(script_args, training_args, model_args)
     stage += 1
 
     if script_args.evaluate:
         print_stage(stage, stages, "Evaluation: DPR vs SFT on held-out prompts")
         evaluate_against_sft(script_args, trainer, training_args.output_dir)
+    if push:
+        push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from .callbacks import ReferenceCheckpointCallback
 from .checkpointing import AtomicCheckpointsMixin, check_output_dir
 from .config import DensePathConfig
 from .data import EMBEDDED_DATASET, load_demonstrations, prompts_for_rl
+from .hub import defer_push_to_hub, push_trainer_output
 from .reference_manifest import MANIFEST_NAME
 from .reward_model import CheckpointRewardModel
 from .trainer import DensePathTrainer
@@ -85,6 +86,13 @@ class DPRScriptArguments(SFTScriptArguments):
     eval_samples_per_prompt: int = field(
         default=1, metadata={"help": "Answers sampled per held-out prompt (averaging lowers the noise)."}
     )
+    merge_adapter: bool = field(
+        default=False,
+        metadata={
+            "help": "With push_to_hub and a LoRA/QLoRA policy: push it merged into a full-precision copy of its base "
+            "model (written to <output_dir>-merged) instead of as the adapter."
+        },
+    )
 
 
 def print_stage(index: int, total: int, title: str) -> None:
@@ -141,9 +149,11 @@ def run_sft(
 ) -> str:
     """SFT on demonstrations, saving π_ref at ⌊α·N⌋ steps next to the final π_SFT; returns the output directory.
 
-    `resume_from_checkpoint: true` resumes from the newest complete checkpoint; π_ref is not written twice.
+    `resume_from_checkpoint: true` resumes from the newest complete checkpoint; π_ref is not written twice. With
+    `push_to_hub: true` the output is pushed once, at the end, with its reference checkpoint (`trl_dpr.hub`).
     """
     check_output_dir(training_args.output_dir)
+    push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
     base = _resolve_base(model_args, training_args.output_dir, training_args.seed)
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     quantization_config = init_kwargs.pop("quantization_config", None)
@@ -169,8 +179,8 @@ def run_sft(
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    if push:  # π_SFT with dpr_reference/ and its manifest: loadable as the reward model from the Hub
+        push_trainer_output(trainer, dataset_name=script_args.dataset_name)
     del trainer
     _free_memory()
     return training_args.output_dir
@@ -188,9 +198,14 @@ def run_dpr(
     model_args: ModelConfig,
     callbacks: list | None = None,
 ) -> DensePathTrainer:
-    """DPR from the SFT output `model_args.model_name_or_path` (policy initialised from π_SFT); returns the trainer."""
+    """DPR from the SFT output `model_args.model_name_or_path` (policy initialised from π_SFT); returns the trainer.
+
+    With `push_to_hub: true` the policy (adapter, or merged with `merge_adapter`) and its model card are pushed once, at
+    the end; recipes/dpr.py turns that off (`defer_push_to_hub`) and pushes after the evaluation instead.
+    """
     sft_path = model_args.model_name_or_path
     check_output_dir(training_args.output_dir)
+    push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     reward_model = CheckpointRewardModel.from_pretrained(
         sft_path,
@@ -228,8 +243,8 @@ def run_dpr(
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    if push:
+        push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
     return trainer
 
 
@@ -269,13 +284,17 @@ def evaluate_against_sft(
         answers_key = [a for a in held_out["answer"] for _ in range(k)]
         kinds = [c for c in held_out["kind"] for _ in range(k)]
         common = dict(temperature=script_args.eval_temperature, max_new_tokens=script_args.eval_max_new_tokens)
+        greedy = dict(temperature=0.0, max_new_tokens=script_args.eval_max_new_tokens)
         with contextlib.nullcontext() if reward_model.sft_adapter is None else use_adapter(sft_model, reward_model.sft_adapter):
             sft_answers = generate_answers(sft_model, tokenizer, prompts, desc="SFT answers", **common)
+            sft_greedy = generate_answers(sft_model, tokenizer, list(held_out["prompt"]), desc="SFT greedy", **greedy)
         dpr_answers = generate_answers(policy, tokenizer, prompts, desc="DPR answers", **common)
+        dpr_greedy = generate_answers(policy, tokenizer, list(held_out["prompt"]), desc="DPR greedy", **greedy)
         judge = ExactAnswerJudge()
         outcomes = [judge.judge(d, s, a) for d, s, a in zip(dpr_answers, sft_answers, answers_key)]
         results = comparison_table(
-            prompts, answers_key, kinds, sft_answers, dpr_answers, outcomes, reward_model, win_rate(outcomes)
+            prompts, answers_key, kinds, sft_answers, dpr_answers, outcomes, reward_model, win_rate(outcomes),
+            greedy=(list(held_out["answer"]), sft_greedy, dpr_greedy), temperature=script_args.eval_temperature,
         )
         results["settings"] = {
             "eval_temperature": script_args.eval_temperature,

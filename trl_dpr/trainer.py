@@ -262,7 +262,7 @@ class DensePathTrainer(AtomicCheckpointsMixin, GRPOTrainer):
         "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size",
         "num_generations", "temperature", "kl_coef", "gamma", "epsilon", "reward_granularity", "use_baseline",
         "eliminate_value", "whiten_advantages", "max_prompt_length", "max_completion_length", "warmup_steps",
-        "max_steps", "num_train_epochs", "seed",
+        "seed",
     )
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
@@ -274,9 +274,13 @@ class DensePathTrainer(AtomicCheckpointsMixin, GRPOTrainer):
         card_path = Path(self.args.output_dir) / "README.md"
         lines = ["", "## Dense-Path REINFORCE", "", "| hyperparameter | value |", "|---|---|"]
         lines += [f"| `{name}` | {getattr(self.args, name)} |" for name in self.CARD_HYPERPARAMETERS]
+        length = ("max_steps", self.args.max_steps) if self.args.max_steps > 0 else ("num_train_epochs", self.args.num_train_epochs)
+        lines.append(f"| `{length[0]}` | {length[1]} |")
         manifest = self.reward_model.reference_manifest
         source = self.reward_model.sft_model_name_or_path
         if source:
+            # A Hub id is useful to readers; a local path is not (and may reveal a home directory): keep its name.
+            source = Path(source).name if Path(source).is_dir() else source
             reference = f" (π_ref: step {manifest.step}/{manifest.total_steps}, α = {manifest.fraction})" if manifest else ""
             lines += ["", f"Dense reward r̂ = log π_SFT − log π_ref from the SFT model `{source}`{reference}."]
         results_path = Path(self.args.output_dir) / "eval_results.json"
