@@ -73,3 +73,18 @@ def test_score_text_rejects_an_empty_completion_without_eos(tokenizer):
     model.processing_class = tokenizer
     with pytest.raises(ValueError, match="empty"):
         model.score_text(["What is 1+2?"], [""], append_eos=False)
+
+
+def test_an_adapter_that_does_not_name_its_base_is_a_clear_error(tokenizer, tmp_path):
+    import json
+
+    from peft import LoraConfig, get_peft_model
+
+    sft_dir = tmp_path / "sft"
+    get_peft_model(build_tiny_causal_lm(tokenizer), LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(sft_dir)
+    config = json.loads((sft_dir / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = None
+    (sft_dir / "adapter_config.json").write_text(json.dumps(config))
+    tokenizer.save_pretrained(sft_dir)
+    with pytest.raises(ValueError, match="does not name the base model"):
+        CheckpointRewardModel.from_pretrained(str(sft_dir), use_baseline=False)

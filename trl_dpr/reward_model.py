@@ -525,7 +525,12 @@ def _load_adapters(sft_dir: str, ref_dir: str | None, model_init_kwargs: dict) -
     from peft import PeftModel
     from trl.trainer.utils import create_model_from_path
 
-    base_name = json.loads((Path(sft_dir) / "adapter_config.json").read_text())["base_model_name_or_path"]
+    base_name = json.loads((Path(sft_dir) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not base_name:
+        raise ValueError(
+            f"{sft_dir}/adapter_config.json does not name the base model the adapter was trained on "
+            "(base_model_name_or_path is empty). Set it to the base model's Hub id or folder."
+        )
     if ref_dir is not None:
         if not _is_adapter_dir(ref_dir):
             raise ValueError(

@@ -1,0 +1,194 @@
+"""Peak GPU memory and throughput of QLoRA DPR steps on a Llama-3.1-8B-shaped model: one shared 4-bit base with three
+adapters (policy, π_SFT, π_ref) against three separate 4-bit models.
+
+    python benchmarks/memory_8b.py                       # GPU: 8B shape, random weights (no download), 1024 + 1024 tokens
+    python benchmarks/memory_8b.py --tiny --device cpu   # the same code path on a tiny model (checks the script)
+
+The random bf16 base is written once to `--workdir` (16 GB for the 8B shape), then loaded in 4-bit (NF4, double
+quantisation, bf16 compute) like the QLoRA recipes. π_SFT and π_ref are random LoRA adapters (r=64, all linear layers)
+saved as an SFT output with its `dpr_reference/`. Each layout runs in its own subprocess: peak memory is
+`torch.cuda.max_memory_allocated` over the training steps (CPU: peak resident memory), throughput is generated plus
+scored tokens per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+LAYOUTS = ("shared_base", "three_models")
+LLAMA_31_8B = dict(
+    hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+    vocab_size=128256, max_position_embeddings=4096, rope_theta=500000.0, tie_word_embeddings=False,
+)
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=512, max_position_embeddings=512, tie_word_embeddings=False)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--tiny", action="store_true", help="a tiny Llama instead of the 8B shape")
+    parser.add_argument("--prompt-length", type=int, default=1024)
+    parser.add_argument("--completion-length", type=int, default=1024)
+    parser.add_argument("--batch-size", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--workdir", default="runs/benchmarks/memory_8b")
+    parser.add_argument("--only", choices=LAYOUTS, help=argparse.SUPPRESS)
+    parser.add_argument("--output", default="benchmarks/results/memory_8b.jsonl")
+    return parser.parse_args(argv)
+
+
+def prepare_checkpoints(args) -> Path:
+    """Random base (bf16) + random SFT / reference LoRA adapters, written as an SFT output. Done once."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from trl_dpr.reference_manifest import ReferenceManifest, write_manifest
+
+    root = Path(args.workdir) / ("tiny" if args.tiny else "llama-3.1-8b-shape")
+    if (root / "sft" / "dpr_reference.json").is_file():
+        return root
+    shape = TINY if args.tiny else LLAMA_31_8B
+    vocab = {f"t{i}": i for i in range(shape["vocab_size"] - 2)} | {"<pad>": shape["vocab_size"] - 2, "<eos>": shape["vocab_size"] - 1}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", padding_side="left")
+    config = LlamaConfig(**shape, pad_token_id=vocab["<pad>"], eos_token_id=vocab["<eos>"], bos_token_id=None)
+    device = "cuda" if args.device == "cuda" else "cpu"
+    with torch.device(device):
+        base = LlamaForCausalLM(config).to(torch.bfloat16)
+    base.save_pretrained(root / "base")
+    tokenizer.save_pretrained(root / "base")
+    base.name_or_path = base.config._name_or_path = str((root / "base").resolve())  # the adapters record it
+    lora = LoraConfig(r=8 if args.tiny else 64, lora_alpha=16, target_modules="all-linear", init_lora_weights=False)
+    for seed, folder in ((1, root / "sft"), (2, root / "sft" / "dpr_reference")):
+        torch.manual_seed(seed)
+        adapter = get_peft_model(base, lora)
+        adapter.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        base = adapter.unload()  # the plain base again, for the next adapter
+    write_manifest(root / "sft", ReferenceManifest("dpr_reference", 0.5, 1, 2, is_adapter=True, base_model=str(root / "base")))
+    del base
+    return root
+
+
+def quantization_kwargs(args):
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    compute = torch.bfloat16 if args.device == "cuda" else torch.float32
+    return dict(
+        quantization_config=BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute
+        ),
+        dtype=compute,
+        device_map={"": 0} if args.device == "cuda" else None,
+    )
+
+
+def run_one(args) -> dict:
+    import torch
+    from datasets import Dataset
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
+
+    root = Path(args.workdir) / ("tiny" if args.tiny else "llama-3.1-8b-shape")
+    tokenizer = AutoTokenizer.from_pretrained(root / "base")
+    prompt = " ".join(f"t{i % 500}" for i in range(args.prompt_length))
+    dataset = Dataset.from_dict({"prompt": [prompt] * 64})
+    config = DensePathConfig(
+        output_dir=str(root / f"dpr-{args.only}"), per_device_train_batch_size=args.batch_size,
+        max_steps=args.steps + args.warmup, max_completion_length=args.completion_length, learning_rate=1e-6,
+        logging_steps=1000, save_strategy="no", report_to="none", bf16=args.device == "cuda",
+        use_cpu=args.device == "cpu", gradient_checkpointing=True, disable_tqdm=True,
+        generation_kwargs={"min_new_tokens": args.completion_length}, reward_token_chunk_size=512,
+    )
+    kwargs = quantization_kwargs(args)
+    if args.only == "shared_base":
+        reward_model = CheckpointRewardModel.from_pretrained(str(root / "sft"), **kwargs)
+        trainer = DensePathTrainer(reward_model=reward_model, args=config, train_dataset=dataset, processing_class=tokenizer)
+    else:
+        def adapter_model(folder, trainable):
+            return PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(root / "base", **kwargs), folder,
+                                             is_trainable=trainable)
+
+        reward_model = CheckpointRewardModel(
+            adapter_model(root / "sft", False), adapter_model(root / "sft" / "dpr_reference", False)
+        )
+        trainer = DensePathTrainer(model=adapter_model(root / "sft", True), reward_model=reward_model, args=config,
+                                   train_dataset=dataset, processing_class=tokenizer)
+
+    times = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, *unused, **kw):
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+                if len(times) == args.warmup:
+                    torch.cuda.reset_peak_memory_stats()
+            elif len(times) == args.warmup:
+                Path("/proc/self/clear_refs").write_text("5")
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *unused, **kw):
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - self.start)
+
+    trainer.add_callback(StepTimer())
+    trainer.train()
+    if args.device == "cuda":
+        peak = torch.cuda.max_memory_allocated()
+    else:
+        peak = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    step = statistics.median(times[args.warmup :])
+    tokens = args.batch_size * (args.prompt_length + args.completion_length)
+    return {"layout": args.only, "peak_memory_bytes": peak, "median_step_seconds": step, "tokens_per_second": tokens / step}
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.only:
+        print(json.dumps(run_one(args)))
+        return
+    prepare_checkpoints(args)
+    results = {}
+    for layout in LAYOUTS:
+        command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--only", layout]
+        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        if done.returncode != 0:
+            raise RuntimeError(f"{layout} failed:\n{done.stderr[-4000:]}")
+        results[layout] = json.loads(done.stdout.strip().splitlines()[-1])
+    summary = {
+        "date": date.today().isoformat(),
+        "hardware": (__import__("torch").cuda.get_device_name(0) if args.device == "cuda" else platform.machine()),
+        "command": "python benchmarks/memory_8b.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "shape": "tiny" if args.tiny else "Llama-3.1-8B",
+        "results": results,
+        "peak_memory_ratio_shared_over_three": results["shared_base"]["peak_memory_bytes"]
+        / results["three_models"]["peak_memory_bytes"],
+    }
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.output, "a") as f:
+        f.write(json.dumps(summary) + "\n")
+    for layout, result in results.items():
+        print(f"{layout:13s} peak {result['peak_memory_bytes'] / 2**30:.2f} GiB   {result['tokens_per_second']:.0f} tokens/s")
+    print(f"peak memory shared / three models = {summary['peak_memory_ratio_shared_over_three']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
