@@ -90,6 +90,12 @@ def run_one(args) -> dict:
             max_positions=4096, seed=seed,
         )
 
+    # The policy is loaded from a folder by both trainers (GRPO builds its beta > 0 reference model from that path).
+    policy_path = Path(args.workdir) / f"policy-{args.hidden_size}x{args.layers}"
+    if not (policy_path / "config.json").is_file():
+        model(0).save_pretrained(policy_path)
+        tokenizer.save_pretrained(policy_path)
+
     common = dict(
         output_dir=str(Path(args.workdir) / args.only), per_device_train_batch_size=args.batch_size,
         max_steps=args.steps + args.warmup, max_completion_length=args.completion_length, learning_rate=1e-6,
@@ -101,14 +107,14 @@ def run_one(args) -> dict:
         reward = LlamaForSequenceClassification(LlamaConfig(**{**model(1).config.to_dict(), "num_labels": 1}))
         reward.config.pad_token_id = tokenizer.pad_token_id
         trainer = GRPOTrainer(
-            model=model(0), reward_funcs=reward, reward_processing_classes=tokenizer, processing_class=tokenizer,
+            model=str(policy_path), reward_funcs=reward, reward_processing_classes=tokenizer, processing_class=tokenizer,
             train_dataset=dataset, args=GRPOConfig(num_generations=2, beta=0.04, **common),
         )
     else:
         reward_model = CheckpointRewardModel(model(0), model(1))
         kl = 0.0 if args.only == "dpr_no_kl" else 1e-5
         trainer = DensePathTrainer(
-            model=model(0), reward_model=reward_model, processing_class=tokenizer, train_dataset=dataset,
+            model=str(policy_path), reward_model=reward_model, processing_class=tokenizer, train_dataset=dataset,
             args=DensePathConfig(kl_coef=kl, **common),
         )
 
