@@ -52,8 +52,8 @@ def prepare_checkpoints(args) -> Path:
     """Random base (bf16) + random SFT / reference LoRA adapters, written as an SFT output. Done once."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     from trl_dpr.reference_manifest import ReferenceManifest, write_manifest
 

@@ -14,13 +14,21 @@ from trl import ModelConfig, SFTConfig
 
 from trl_dpr import DensePathConfig
 from trl_dpr.hub import defer_push_to_hub, push_trainer_output
-from trl_dpr.pipeline import DPRScriptArguments, SFTScriptArguments, evaluate_against_sft, has_sft_output, print_stage, run_dpr, run_sft
+from trl_dpr.pipeline import (
+    DPRScriptArguments,
+    SFTScriptArguments,
+    evaluate_against_sft,
+    has_sft_output,
+    print_stage,
+    run_dpr,
+    run_sft,
+)
 from trl_dpr.recipe_parser import RecipeParser
 
 
 def main(argv=None):
     script_args, training_args, model_args = RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig)).parse_args_and_config(argv)
-    training_args.distributed_state  # first: the process group follows use_cpu / the launcher
+    _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
     stages = 1 + bool(script_args.sft_config) + script_args.evaluate
     stage = 1
     if script_args.sft_config:

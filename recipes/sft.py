@@ -16,7 +16,7 @@ from trl_dpr.recipe_parser import RecipeParser
 
 def main(argv=None):
     script_args, training_args, model_args = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig)).parse_args_and_config(argv)
-    training_args.distributed_state  # first: the process group follows use_cpu / the launcher
+    _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
     print_stage(1, 1, f"SFT of {model_args.model_name_or_path} (reference checkpoint at α={script_args.reference_fraction})")
     run_sft(script_args, training_args, model_args)
 

@@ -107,6 +107,8 @@ def test_kl_to_sft_is_zero_while_the_policy_still_equals_sft(tokenizer, tmp_path
     trainer.train()
     logged = trainer.state.log_history[0]
     assert logged["kl_sft"] == pytest.approx(0.0, abs=1e-6)
+    # GRPO's tied-group share is always 1 with one sample per prompt: not logged (it would read as "no signal")
+    assert "frac_reward_zero_std" not in logged and "reward" in logged
 
 
 def test_sentence_granularity_gives_every_token_of_a_completion_the_same_advantage(tokenizer, tmp_path):

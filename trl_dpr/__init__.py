@@ -4,8 +4,8 @@
 """
 
 from .algorithm import dense_path_advantages, sentence_rewards, token_returns, whiten
-from .config import DensePathConfig
 from .callbacks import ReferenceCheckpointCallback
+from .config import DensePathConfig
 from .reward_model import CheckpointRewardModel, TokenRewardOutput
 from .trainer import DensePathTrainer
 

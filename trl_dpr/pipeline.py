@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from accelerate import PartialState
 from transformers import AutoTokenizer
-from trl.trainer.utils import use_adapter
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_config, get_quantization_config
+from trl.trainer.utils import use_adapter
 
 from .callbacks import ReferenceCheckpointCallback
 from .checkpointing import AtomicCheckpointsMixin, check_output_dir

@@ -453,7 +453,7 @@ class CheckpointRewardModel(nn.Module):
         eliminate_value: bool = True,
         token_chunk_size: int = 1024,
         **model_init_kwargs,
-    ) -> "CheckpointRewardModel":
+    ) -> CheckpointRewardModel:
         """Load π_SFT and π_ref with the same `model_init_kwargs` (dtype, quantization_config, device_map, ...).
 
         With `ref_model_name_or_path=None`, π_ref is the reference checkpoint the SFT stage recorded next to the SFT

@@ -14,7 +14,6 @@ from accelerate.logging import get_logger
 from accelerate.utils import gather, gather_object
 from torch import nn
 from transformers import PreTrainedModel
-
 from trl import GRPOTrainer
 from trl.trainer.utils import pad
 
@@ -368,6 +367,10 @@ class DensePathTrainer(AtomicCheckpointsMixin, GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
+        # GRPO's share of prompt groups whose rewards all tie is always 1 with one sample per prompt: it would read
+        # as "no learning signal" in every log, so it is not reported.
+        if self.num_generations == 1:
+            self._metrics[mode].pop("frac_reward_zero_std", None)
         scored = self._dense_scores
         mask = output["completion_mask"]
         if "tool_mask" in output:
