@@ -8,9 +8,9 @@ reference model for its KL (beta > 0), i.e. two frozen forwards per batch, like 
 same number of completions per step (DPR: B prompts x 1; GRPO: B/2 prompts x 2) of exactly `--completion-length`
 tokens (EOS suppressed until then), so generation work is identical.
 
-Each configuration runs in its own subprocess: peak memory is the process's peak resident memory on CPU
+Each configuration runs in its own subprocesses (`--repeats`, round-robin over the configurations): peak memory is the process's peak resident memory on CPU
 (/proc/self/status VmHWM) or `torch.cuda.max_memory_allocated` on GPU, measured over the training steps only. Step
-time is the median over the steps after `--warmup` steps. Results are printed and appended to `--output` as JSON lines.
+time is the median over the steps after `--warmup` steps of every repeat. Results are printed and appended to `--output` as JSON lines.
 """
 
 from __future__ import annotations
@@ -40,6 +40,11 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument(
+        "--repeats", type=int, default=3,
+        help="subprocesses per configuration, run round-robin (dpr, dpr_no_kl, grpo, dpr, ...) so that drifts in the "
+        "machine's speed hit every configuration alike; the median is taken over the steps of all repeats",
+    )
     parser.add_argument("--only", choices=CONFIGURATIONS, help=argparse.SUPPRESS)  # internal: one subprocess each
     parser.add_argument("--workdir", default="runs/benchmarks/step_cost")
     parser.add_argument("--output", default="benchmarks/results/step_cost.jsonl")
@@ -149,14 +154,25 @@ def main(argv=None):
     if args.only:
         print(json.dumps(run_one(args)))
         return
+    runs = {configuration: [] for configuration in CONFIGURATIONS}
+    for _ in range(args.repeats):
+        for configuration in CONFIGURATIONS:
+            command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--only", configuration]
+            env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+            done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"{configuration} failed:\n{done.stderr[-3000:]}")
+            runs[configuration].append(json.loads(done.stdout.strip().splitlines()[-1]))
     results = {}
-    for configuration in CONFIGURATIONS:
-        command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--only", configuration]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"{configuration} failed:\n{done.stderr[-3000:]}")
-        results[configuration] = json.loads(done.stdout.strip().splitlines()[-1])
+    for configuration, repeats in runs.items():
+        steps = [seconds for run in repeats for seconds in run["step_seconds"]]
+        results[configuration] = {
+            "configuration": configuration,
+            "median_step_seconds": statistics.median(steps),
+            "repeat_median_step_seconds": [run["median_step_seconds"] for run in repeats],
+            "step_seconds": steps,
+            "peak_memory_bytes": max(run["peak_memory_bytes"] for run in repeats),
+        }
     summary = {
         "date": date.today().isoformat(),
         "hardware": platform.processor() or platform.machine(),
@@ -175,7 +191,9 @@ def main(argv=None):
     with open(args.output, "a") as f:
         f.write(json.dumps(summary) + "\n")
     for name, result in results.items():
-        print(f"{name:10s} median step {result['median_step_seconds']:.3f} s   peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB")
+        repeats = ", ".join(f"{seconds:.3f}" for seconds in result["repeat_median_step_seconds"])
+        print(f"{name:10s} median step {result['median_step_seconds']:.3f} s (per repeat: {repeats})   "
+              f"peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB")
     print(f"step time DPR / GRPO = {summary['step_time_ratio_dpr_over_grpo']:.3f}  "
           f"(DPR without KL: {summary['step_time_ratio_dpr_no_kl_over_grpo']:.3f});  "
           f"peak memory DPR / GRPO = {summary['peak_memory_ratio_dpr_over_grpo']:.3f}")
