@@ -197,24 +197,27 @@ def run_dpr(
     training_args: DensePathConfig,
     model_args: ModelConfig,
     callbacks: list | None = None,
+    reward_model: CheckpointRewardModel | None = None,
 ) -> DensePathTrainer:
     """DPR from the SFT output `model_args.model_name_or_path` (policy initialised from π_SFT); returns the trainer.
 
-    With `push_to_hub: true` the policy (adapter, or merged with `merge_adapter`) and its model card are pushed once, at
+    `reward_model` replaces the one loaded from the SFT output (π_SFT and π_ref), e.g. a control reward such as
+    `trl_dpr.analysis.CorrectnessOracleRewardModel`. With `push_to_hub: true` the policy (adapter, or merged with `merge_adapter`) and its model card are pushed once, at
     the end; recipes/dpr.py turns that off (`defer_push_to_hub`) and pushes after the evaluation instead.
     """
     sft_path = model_args.model_name_or_path
     check_output_dir(training_args.output_dir)
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
-    reward_model = CheckpointRewardModel.from_pretrained(
-        sft_path,
-        script_args.ref_model_name_or_path,
-        use_baseline=training_args.use_baseline,
-        eliminate_value=training_args.eliminate_value,
-        token_chunk_size=training_args.reward_token_chunk_size,
-        **init_kwargs,
-    )
+    if reward_model is None:
+        reward_model = CheckpointRewardModel.from_pretrained(
+            sft_path,
+            script_args.ref_model_name_or_path,
+            use_baseline=training_args.use_baseline,
+            eliminate_value=training_args.eliminate_value,
+            token_chunk_size=training_args.reward_token_chunk_size,
+            **init_kwargs,
+        )
     quantization_config = init_kwargs.pop("quantization_config", None)
     training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
     prompts = prompts_for_rl(

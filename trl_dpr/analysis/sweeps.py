@@ -22,17 +22,13 @@ from pathlib import Path
 
 import torch
 from accelerate import PartialState
-from transformers import AutoTokenizer
 from trl import ModelConfig, SFTConfig
 
-from ..checkpointing import check_output_dir
-from ..data import load_demonstrations, prompts_for_rl
 from ..evaluation import OpenAIChatModel, run_evaluation
-from ..pipeline import SFTScriptArguments, has_sft_output, model_init_kwargs_from, print_stage, run_dpr, run_sft
+from ..pipeline import SFTScriptArguments, has_sft_output, print_stage, run_dpr, run_sft
 from ..recipe_parser import RecipeParser
 from ..reference_manifest import MANIFEST_NAME, resolve_reference
 from ..reward_model import CheckpointRewardModel
-from ..trainer import DensePathTrainer
 from .configs import evaluation_config, parse_with_overrides
 from .win_rates import forget_cached_answers, win_rate_rows
 
@@ -147,45 +143,14 @@ def _final_metrics(log_history: list[dict]) -> dict:
     return final
 
 
-def _run_with_reward_model(script_args, training_args, model_args, reward_model: CheckpointRewardModel):
-    """`run_dpr` with a given reward model (e.g. the correctness oracle), for a full (not adapter) SFT model."""
-    if reward_model.sft_adapter is not None:
-        raise ValueError("A custom reward model is supported for full SFT models only (not LoRA/QLoRA outputs).")
-    check_output_dir(training_args.output_dir)
-    init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
-    init_kwargs.pop("quantization_config", None)
-    training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
-    prompts = prompts_for_rl(
-        load_demonstrations(
-            script_args.dataset_name,
-            script_args.dataset_config,
-            split=script_args.dataset_train_split,
-            num_samples=script_args.num_train_samples,
-            seed=training_args.seed,
-            dataset_format=script_args.dataset_format,
-        ),
-        script_args.dataset_name,
-    )
-    trainer = DensePathTrainer(
-        model=None,  # a fresh copy of π_SFT, loaded from reward_model.sft_model_name_or_path
-        reward_model=reward_model,
-        args=training_args,
-        train_dataset=prompts,
-        processing_class=AutoTokenizer.from_pretrained(model_args.model_name_or_path, padding_side="left"),
-    )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    return trainer
-
-
 def train_variant(
     name: str, script_args, training_args, model_args, settings: dict, reward_model: CheckpointRewardModel | None = None
 ) -> VariantRun:
     """Train variant `name` into `training_args.output_dir`, or reuse the run already there.
 
     A folder whose `analysis_run.json` records the same `settings` is reused as it is; other settings are an error
-    (delete the folder or use another output_dir). `reward_model=None` trains exactly as recipes/dpr.py (`run_dpr`);
-    otherwise with that reward model. The Hub push of a DPR recipe is never done for a variant.
+    (delete the folder or use another output_dir). Trains with recipes/dpr.py's `run_dpr`; `reward_model` (e.g. the oracle) replaces the
+    one loaded from the SFT output. The Hub push of a DPR recipe is never done for a variant.
 
     Example:
         ```python
@@ -209,10 +174,7 @@ def train_variant(
         return VariantRun(**recorded)
     training_args.push_to_hub = False
     start = time.perf_counter()
-    if reward_model is None:
-        trainer = run_dpr(script_args, training_args, model_args)
-    else:
-        trainer = _run_with_reward_model(script_args, training_args, model_args, reward_model)
+    trainer = run_dpr(script_args, training_args, model_args, reward_model=reward_model)
     final = _final_metrics(trainer.state.log_history)
     run = VariantRun(
         name=name,
