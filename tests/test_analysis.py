@@ -32,6 +32,7 @@ from trl_dpr.analysis import (
 from trl_dpr.data import EMBEDDED_DATASET
 from trl_dpr.demo_task import demo_corpus
 from trl_dpr.pipeline import EMBEDDED_MODEL, SFTScriptArguments, run_sft
+from trl_dpr.recipe_parser import RecipeParser
 from trl_dpr.tiny_lm import build_tiny_causal_lm, build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -230,6 +231,29 @@ def test_values_become_command_line_words():
         "--learning_rate", "3e-05", "--oracle", "true", "--gammas", "0.9", "1.0"]
     with pytest.raises(ValueError, match="null"):
         to_command_line({"ref_model_name_or_path": None})
+
+
+@pytest.mark.parametrize(
+    "script, arguments, yaml_name",
+    [
+        ("gamma_sweep", ("GammaSweepArguments", *DPR_ARGUMENTS), "gamma_sweep_demo.yaml"),
+        ("reference_sweep", ("ReferenceSweepArguments", *DPR_ARGUMENTS), "reference_sweep_demo.yaml"),
+        ("settings_sweep", ("SettingsSweepArguments", *DPR_ARGUMENTS), "settings_sweep_demo.yaml"),
+        ("length_analysis", ("LengthAnalysisArguments",), "length_analysis_demo.yaml"),
+        ("reward_diagnostics", ("RewardDiagnosticsArguments",), "reward_diagnostics_demo.yaml"),
+    ],
+)
+def test_every_shipped_analysis_yaml_parses_with_its_script(script, arguments, yaml_name):
+    """A stale or misspelled key in a shipped YAML would only fail when a user runs the (long) analysis."""
+    module = load_script(script)
+    types = tuple(getattr(module, t) if isinstance(t, str) else t for t in arguments)
+    parsed = RecipeParser(types).parse_args_and_config(["--config", str(ANALYSIS / yaml_name)])
+    if script == "settings_sweep":
+        variants = parsed[0].variants
+        assert len(variants) == 19  # one per row of the README's table
+        for name, overrides in variants.items():
+            keys = {k: v for k, v in overrides.items() if k != "reference_fraction"}
+            check_override_keys(keys, DPR_ARGUMENTS, {"oracle"}, f"variant {name!r}")
 
 
 def fake_checkpoints(root, steps, total):
