@@ -47,6 +47,16 @@ def _finite(value) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
+def _save_figure(plt, figure, path: str | Path) -> Path:
+    """Lay out, write the PNG (creating its folder) and free the figure: every plot ends the same way."""
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
 def plot_series(
     series: dict[str, list[dict]],
     path: str | Path,
@@ -108,12 +118,7 @@ def plot_series(
         if series:
             axis.legend(fontsize=8)
     figure.suptitle(title)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return _save_figure(plt, figure, path)
 
 
 def plot_grouped_bars(
@@ -159,12 +164,7 @@ def plot_grouped_bars(
     if len(bars) > 1:
         axis.legend(fontsize=8)
     axis.set_title(title)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return _save_figure(plt, figure, path)
 
 
 def plot_intervals(
@@ -204,9 +204,4 @@ def plot_intervals(
     if series:
         axis.legend(fontsize=8)
     axis.set_title(title)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return _save_figure(plt, figure, path)
