@@ -1,0 +1,119 @@
+"""The preview's importance weighting against hand-computed numbers, a plain Python loop, and its λ limits."""
+
+import math
+import random
+
+import pytest
+import torch
+
+from trl_dpr.preview import bootstrap_mean_ci, tilt_weights, tilted_quality
+
+
+def loop_estimate(rewards, quality, lam):
+    """Self-normalised importance weighting written out with Python floats, one prompt at a time."""
+    out = []
+    for row_r, row_q in zip(rewards, quality):
+        n = len(row_r)
+        top = max(row_r)
+        raw = [math.exp((r - top) / lam) for r in row_r]
+        total = sum(raw)
+        w = [x / total for x in raw]
+        q = sum(wi * qi for wi, qi in zip(w, row_q))
+        kl = sum(wi * math.log(n * wi) for wi in w if wi > 0)
+        ess = 1.0 / sum(wi * wi for wi in w)
+        out.append((q, kl, ess))
+    return out
+
+
+def test_hand_computed_two_samples():
+    # R = (0, log 3) at λ = 1: weights 1/4, 3/4 → quality 3/4, KL = ¼·log(½) + ¾·log(3/2), ESS = 1/(1/16 + 9/16) = 1.6
+    out = tilted_quality(torch.tensor([[0.0, math.log(3.0)]]), torch.tensor([[0.0, 1.0]]), [1.0])
+    assert out.quality.item() == pytest.approx(0.75)
+    assert out.kl.item() == pytest.approx(0.25 * math.log(0.5) + 0.75 * math.log(1.5))
+    assert out.ess.item() == pytest.approx(1.6)
+
+
+def test_matches_a_float_loop_on_random_data():
+    rng = random.Random(0)
+    rewards = [[rng.gauss(0, 3) for _ in range(7)] for _ in range(5)]
+    quality = [[float(rng.random() < 0.4) for _ in range(7)] for _ in range(5)]
+    lambdas = [0.1, 0.5, 2.0, 10.0]
+    out = tilted_quality(torch.tensor(rewards, dtype=torch.float64), torch.tensor(quality), lambdas)
+    for i, lam in enumerate(lambdas):
+        expected = loop_estimate(rewards, quality, lam)
+        for p, (q, kl, ess) in enumerate(expected):
+            assert out.quality[i, p].item() == pytest.approx(q, rel=1e-9, abs=1e-12)
+            assert out.kl[i, p].item() == pytest.approx(kl, rel=1e-9, abs=1e-12)
+            assert out.ess[i, p].item() == pytest.approx(ess, rel=1e-9)
+
+
+def test_lambda_infinity_is_the_sft_policy():
+    rewards = torch.tensor([[5.0, -1.0, 2.0, 0.0], [1.0, 1.0, 3.0, -7.0]])
+    quality = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 1.0]])
+    out = tilted_quality(rewards, quality, [math.inf])
+    assert out.quality[0].tolist() == pytest.approx([0.5, 0.5])
+    assert out.kl[0].tolist() == pytest.approx([0.0, 0.0])
+    assert out.ess[0].tolist() == pytest.approx([4.0, 4.0])
+
+
+def test_lambda_zero_is_best_of_n_with_ties_split():
+    rewards = torch.tensor([[5.0, -1.0, 2.0, 0.0], [3.0, 1.0, 3.0, -7.0]])
+    quality = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 1.0]])
+    out = tilted_quality(rewards, quality, [0.0])
+    assert out.quality[0].tolist() == pytest.approx([1.0, 0.5])  # argmax; two-way tie averages
+    assert out.kl[0].tolist() == pytest.approx([math.log(4), math.log(4) - math.log(2)])
+    assert out.ess[0].tolist() == pytest.approx([1.0, 2.0])
+
+
+def test_small_and_large_lambda_approach_the_limits():
+    rewards = torch.tensor([[5.0, -1.0, 2.0, 0.0]])
+    quality = torch.tensor([[0.0, 1.0, 1.0, 1.0]])
+    out = tilted_quality(rewards, quality, [1e-3, 1e6, 0.0, math.inf])
+    assert out.quality[0].item() == pytest.approx(out.quality[2].item(), abs=1e-9)
+    assert out.quality[1].item() == pytest.approx(out.quality[3].item(), abs=1e-5)
+    assert out.kl[1].item() == pytest.approx(0.0, abs=1e-9)
+
+
+def test_huge_rewards_do_not_overflow():
+    out = tilted_quality(torch.tensor([[1000.0, 900.0]]), torch.tensor([[1.0, 0.0]]), [0.5])
+    assert out.quality.item() == pytest.approx(1.0)
+    assert torch.isfinite(out.kl).all()
+
+
+def test_kl_grows_as_lambda_shrinks():
+    rng = torch.Generator().manual_seed(1)
+    rewards = torch.randn(20, 16, generator=rng) * 2
+    out = tilted_quality(rewards, torch.zeros_like(rewards), [100.0, 10.0, 1.0, 0.1])
+    assert (out.mean_kl[1:] >= out.mean_kl[:-1]).all()
+    assert (out.ess.mean(1)[1:] <= out.ess.mean(1)[:-1]).all()
+
+
+@pytest.mark.parametrize(
+    "rewards, quality, lambdas, message",
+    [
+        (torch.zeros(3), torch.zeros(3), [1.0], "prompts, samples_per_prompt"),
+        (torch.zeros(2, 3), torch.zeros(2, 4), [1.0], "prompts, samples_per_prompt"),
+        (torch.tensor([[0.0, float("nan")]]), torch.zeros(1, 2), [1.0], "finite"),
+        (torch.zeros(1, 2), torch.zeros(1, 2), [-1.0], "λ must be >= 0"),
+    ],
+)
+def test_bad_inputs_are_named(rewards, quality, lambdas, message):
+    with pytest.raises(ValueError, match=message):
+        tilted_quality(rewards, quality, lambdas)
+
+
+def test_weights_sum_to_one():
+    weights = tilt_weights(torch.randn(4, 9), 0.3)
+    assert weights.sum(dim=1).tolist() == pytest.approx([1.0] * 4)
+
+
+def test_bootstrap_interval_covers_the_mean_and_narrows_with_more_prompts():
+    values = torch.tensor([[float(i % 3 == 0) for i in range(60)]])
+    low, high = bootstrap_mean_ci(values)
+    mean = values.mean().item()
+    assert low.item() <= mean <= high.item()
+    low_big, high_big = bootstrap_mean_ci(values.repeat(1, 10))
+    assert (high_big - low_big).item() < (high - low).item()
+    # A constant has a zero-width interval.
+    low_c, high_c = bootstrap_mean_ci(torch.full((1, 30), 0.4))
+    assert low_c.item() == pytest.approx(0.4) and high_c.item() == pytest.approx(0.4)
