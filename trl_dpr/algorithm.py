@@ -18,6 +18,7 @@ __all__ = [
     "sentence_rewards",
     "kl_penalized_rewards",
     "token_returns",
+    "masked_mean_std",
     "whiten",
     "dense_path_advantages",
 ]
@@ -157,23 +158,24 @@ def token_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0)
     return returns
 
 
-def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, distributed: bool = True) -> torch.Tensor:
-    r"""REINFORCE++ global advantage normalisation: A = (v − μ) / sqrt(σ² + ε), 0 at padding.
+def masked_mean_std(
+    values: torch.Tensor, mask: torch.Tensor, distributed: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Mean μ and population standard deviation σ of `values` over the valid (`mask` = 1) entries of the whole batch.
 
-    μ and the population variance σ² are taken over the valid tokens of the whole batch; when `torch.distributed` is
-    initialised (and `distributed=True`) they are all-reduced over every process, so each process whitens with the
-    same global statistics as a single process holding the whole batch. Statistics accumulate in float64.
+        μ = Σ v / n,   σ² = Σ (v − μ)² / n          (two passes, float64: exact where E[v²] − μ² would cancel)
+
+    When `torch.distributed` is initialised (and `distributed=True`), the sums are all-reduced over every process, so
+    each process gets the statistics of the whole global batch. An empty mask gives μ = σ = 0.
 
     Example:
         >>> import torch
-        >>> whiten(torch.tensor([[1.0, 3.0, 99.0]]), torch.tensor([[1, 1, 0]]))
-        tensor([[-1.,  1.,  0.]])
+        >>> masked_mean_std(torch.tensor([[1.0, 3.0, 99.0]]), torch.tensor([[1, 1, 0]]))
+        (tensor(2., dtype=torch.float64), tensor(1., dtype=torch.float64))
     """
     mask = mask.bool()
     values64 = torch.where(mask, values.double(), torch.zeros_like(values, dtype=torch.float64))
     reduce = distributed and dist.is_available() and dist.is_initialized()
-
-    # Two passes (mean, then squared deviations) keep the variance exact where E[v²] − μ² would cancel.
     totals = torch.stack([values64.sum(), mask.sum().double()])
     if reduce:
         dist.all_reduce(totals)
@@ -182,8 +184,24 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, distribu
     squared_deviation = torch.where(mask, (values64 - mean) ** 2, torch.zeros_like(values64)).sum()
     if reduce:
         dist.all_reduce(squared_deviation)
-    variance = squared_deviation / count
-    whitened = (values64 - mean) * torch.rsqrt(variance + eps)
+    return mean, (squared_deviation / count).sqrt()
+
+
+def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, distributed: bool = True) -> torch.Tensor:
+    r"""REINFORCE++ global advantage normalisation: A = (v − μ) / sqrt(σ² + ε), 0 at padding.
+
+    μ and the population variance σ² are taken over the valid tokens of the whole batch (`masked_mean_std`): all
+    processes when `torch.distributed` is initialised, so each process whitens with the same global statistics as a
+    single process holding the whole batch.
+
+    Example:
+        >>> import torch
+        >>> whiten(torch.tensor([[1.0, 3.0, 99.0]]), torch.tensor([[1, 1, 0]]))
+        tensor([[-1.,  1.,  0.]])
+    """
+    mask = mask.bool()
+    mean, std = masked_mean_std(values, mask, distributed=distributed)
+    whitened = (values.double() - mean) * torch.rsqrt(std**2 + eps)
     return torch.where(mask, whitened, torch.zeros_like(whitened)).float()
 
 

@@ -1,0 +1,115 @@
+"""Token plumbing shared by scoring, sampling, evaluation and tracking, written once.
+
+    prompts ─► render_prompts (as GRPOTrainer renders them) ─► pad_batch (prompts left, completions right) ─► models
+    model + tokenizer ─► eos_token_ids (every id that ends a completion, as GRPOTrainer collects them)
+
+A prompt rendered another way (another chat-template call, special tokens added twice) is another prompt: its
+rewards and log-probs belong to a different state. Everything in this package that turns prompts into ids goes
+through `render_prompts`, so the dense reward, the preview, the evaluation and the trainer see the same tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from trl.data_utils import is_conversational
+from trl.trainer.utils import pad
+
+__all__ = ["PaddedBatch", "eos_token_ids", "pad_batch", "render_prompts"]
+
+
+def render_prompts(tokenizer, prompts: Sequence[Any], **chat_template_kwargs) -> list[list[int]]:
+    """Token ids of each prompt, exactly as `GRPOTrainer` builds them before generation.
+
+    Conversations (lists of `{"role", "content"}` messages) go through the chat template with the generation prompt
+    (`apply_chat_template(..., add_generation_prompt=True, tokenize=True)`); plain strings through the tokenizer with
+    its special tokens (`tokenizer(text=...)`).
+
+    Example:
+        >>> from trl_dpr.tiny_lm import build_tokenizer
+        >>> tok = build_tokenizer(["hi there"])
+        >>> ids = render_prompts(tok, [[{"role": "user", "content": "hi"}]])
+        >>> tok.decode(ids[0])
+        '<|user|>hi<|end|><|assistant|>'
+    """
+    prompts = list(prompts)
+    if not prompts:
+        return []
+    if is_conversational({"prompt": prompts[0]}):
+        rendered = tokenizer.apply_chat_template(
+            conversation=prompts, add_generation_prompt=True, tokenize=True, return_dict=True, **chat_template_kwargs
+        )
+        return [list(ids) for ids in rendered["input_ids"]]
+    return [list(ids) for ids in tokenizer(text=prompts)["input_ids"]]
+
+
+def eos_token_ids(model, tokenizer) -> list[int]:
+    """Every token id that ends a completion: the tokenizer's EOS first, then the model's `generation_config` ones.
+
+    This is GRPOTrainer's rule (an end-of-turn token such as Llama-3's `<|eot_id|>` ends a completion too).
+
+    Example:
+        >>> from trl_dpr.tiny_lm import build_tokenizer, build_tiny_causal_lm
+        >>> tok = build_tokenizer(["abc"])
+        >>> eos_token_ids(build_tiny_causal_lm(tok), tok) == [tok.eos_token_id]
+        True
+    """
+    model = getattr(model, "module", model)
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
+    declared = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = [] if declared is None else [declared] if isinstance(declared, int) else list(declared)
+    if tokenizer is not None and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids = [tokenizer.eos_token_id, *ids]
+    return ids
+
+
+@dataclass
+class PaddedBatch:
+    """Prompts left-padded and completions right-padded, with their masks (1 on real tokens), as GRPO lays them out."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+
+    def to(self, device) -> PaddedBatch:
+        return PaddedBatch(*(t.to(device) for t in (self.prompt_ids, self.prompt_mask, self.completion_ids, self.completion_mask)))
+
+    def as_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.prompt_ids, self.prompt_mask, self.completion_ids, self.completion_mask
+
+
+def pad_batch(
+    prompt_rows: Sequence[Sequence[int]],
+    completion_rows: Sequence[Sequence[int]],
+    pad_token_id: int,
+    pad_to_multiple_of: int | None = None,
+) -> PaddedBatch:
+    """Pad token-id rows into the `[B, P]` / `[B, Tc]` tensors the reward model and GRPO's loss take.
+
+    Example:
+        >>> batch = pad_batch([[5, 6], [7]], [[8], [9, 10, 11]], pad_token_id=0)
+        >>> batch.prompt_ids.tolist(), batch.completion_mask.tolist()
+        ([[5, 6], [0, 7]], [[1, 0, 0], [1, 1, 1]])
+    """
+    if len(prompt_rows) != len(completion_rows):
+        raise ValueError(f"Got {len(prompt_rows)} prompts but {len(completion_rows)} completions; pass one of each.")
+    if pad_token_id is None:
+        raise ValueError("The tokenizer has no pad token: set tokenizer.pad_token (e.g. to its EOS token).")
+
+    def padded(rows, value, side):
+        return pad([torch.as_tensor(list(r), dtype=torch.long) for r in rows], value, side, pad_to_multiple_of)
+
+    def masks(rows, side):
+        return padded([[1] * len(r) for r in rows], 0, side)
+
+    return PaddedBatch(
+        prompt_ids=padded(prompt_rows, pad_token_id, "left"),
+        prompt_mask=masks(prompt_rows, "left"),
+        completion_ids=padded(completion_rows, pad_token_id, "right"),
+        completion_mask=masks(completion_rows, "right"),
+    )
