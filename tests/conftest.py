@@ -28,3 +28,78 @@ CORPUS = [
 @pytest.fixture(scope="session")
 def tokenizer():
     return build_tokenizer(CORPUS)
+
+
+# ---- DPR builders shared by the trainer tests --------------------------------------------------------------------
+
+
+def prompts_dataset(n: int = 16):
+    """`n` conversational prompts in TRL's `prompt` column format."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What is {i}+{2 * i}?"}] for i in range(n)]})
+
+
+def dpr_config(tmp_path, **overrides):
+    """A DensePathConfig for a short CPU run writing to tmp_path/dpr; keyword arguments override any field."""
+    from trl_dpr import DensePathConfig
+
+    values = dict(
+        output_dir=str(tmp_path / "dpr"),
+        per_device_train_batch_size=4,
+        max_steps=2,
+        max_completion_length=6,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to="none",
+        bf16=False,
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+    )
+    values.update(overrides)
+    return DensePathConfig(**values)
+
+
+def dpr_trainer(
+    tokenizer, tmp_path, architecture="llama", reward_kwargs=None, train_dataset=None, eval_dataset=None, **config
+):
+    """A DensePathTrainer on tiny models (π_SFT seed 0, π_ref seed 1), recording the inputs of every loss call.
+
+    Returns `(trainer, used, sft, ref)`: `used` collects, per `_compute_loss` call, the batch tensors the loss saw.
+    """
+    from trl_dpr import CheckpointRewardModel, DensePathTrainer
+    from trl_dpr.tiny_lm import build_tiny_causal_lm
+
+    sft = build_tiny_causal_lm(tokenizer, architecture, seed=0)
+    ref = build_tiny_causal_lm(tokenizer, architecture, seed=1)
+    args = dpr_config(tmp_path, **config)
+    reward_model = CheckpointRewardModel(
+        sft, ref if args.use_baseline else None, use_baseline=args.use_baseline, eliminate_value=args.eliminate_value,
+        **(reward_kwargs or {}),
+    )
+    trainer = DensePathTrainer(
+        model=None, reward_model=reward_model, args=args, processing_class=tokenizer,
+        train_dataset=prompts_dataset() if train_dataset is None else train_dataset, eval_dataset=eval_dataset,
+    )
+    used = []
+    compute_loss = trainer._compute_loss
+
+    def recording_compute_loss(model, inputs):
+        used.append({k: v.detach().clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = recording_compute_loss
+    return trainer, used, sft, ref
+
+
+@pytest.fixture
+def make_config(tmp_path):
+    """`make_config(**overrides)`: a DensePathConfig for a short CPU run in this test's tmp_path."""
+    return lambda **overrides: dpr_config(tmp_path, **overrides)
+
+
+@pytest.fixture
+def make_trainer(tokenizer, tmp_path):
+    """`make_trainer(**config)`: `(trainer, used, sft, ref)` on tiny models, see `dpr_trainer`."""
+    return lambda **kwargs: dpr_trainer(tokenizer, tmp_path, **kwargs)

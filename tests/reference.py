@@ -3,11 +3,11 @@
 import torch
 
 
-def unpadded_logprobs(model, prompt: list[int], completion: list[int]) -> list[float]:
-    """log π(a_t|s_t) of each completion token from one unpadded forward, in float64."""
+def unpadded_logprobs(model, prompt: list[int], completion: list[int], temperature: float = 1.0) -> list[float]:
+    """log π_T(a_t|s_t) = log softmax(logits / T) of each completion token, from one unpadded forward, in float64."""
     with torch.no_grad():
         logits = model(torch.tensor([prompt + completion])).logits[0].double()
-    log_probs = logits.log_softmax(-1)
+    log_probs = (logits / temperature).log_softmax(-1)
     return [log_probs[len(prompt) + t - 1, token].item() for t, token in enumerate(completion)]
 
 

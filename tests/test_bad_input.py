@@ -7,7 +7,8 @@ from datasets import Dataset
 from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
 from trl_dpr.tiny_lm import build_tiny_causal_lm
 
-from .test_trainer import make_config, prompts_dataset
+from .conftest import dpr_config as make_config
+from .conftest import prompts_dataset
 
 
 def reward_model(tokenizer):

@@ -16,8 +16,8 @@ from safetensors.torch import load_file
 from trl_dpr.checkpointing import last_complete_checkpoint
 from trl_dpr.reference_manifest import MANIFEST_NAME
 
+from .conftest import dpr_trainer as make_trainer
 from .test_reference_callback import run_sft
-from .test_trainer import make_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "tiny_run.py"

@@ -7,7 +7,8 @@ from trl_dpr import CheckpointRewardModel, DensePathTrainer
 from trl_dpr.reward_model import TokenRewardOutput
 from trl_dpr.tiny_lm import build_tiny_causal_lm
 
-from .test_trainer import make_config, prompts_dataset
+from .conftest import dpr_config as make_config
+from .conftest import prompts_dataset
 
 
 class PoisonedAt(CheckpointRewardModel):

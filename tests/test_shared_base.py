@@ -11,8 +11,9 @@ from trl_dpr import CheckpointRewardModel, DensePathTrainer
 from trl_dpr.reference_manifest import ReferenceManifest, write_manifest
 from trl_dpr.tiny_lm import build_tiny_causal_lm
 
+from .conftest import dpr_config as make_config
+from .conftest import prompts_dataset
 from .test_reward_model import make_batch
-from .test_trainer import make_config, prompts_dataset
 
 QUANTIZED = dict(
     quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32),

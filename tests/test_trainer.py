@@ -2,56 +2,12 @@
 
 import pytest
 import torch
-from datasets import Dataset
 
 from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
 from trl_dpr.tiny_lm import build_tiny_causal_lm
 
+from .conftest import prompts_dataset
 from .reference import dpr_advantages_by_hand, strip_padding, unpadded_logprobs
-
-
-def prompts_dataset(n=16):
-    return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What is {i}+{2 * i}?"}] for i in range(n)]})
-
-
-def make_config(tmp_path, **overrides):
-    values = dict(
-        output_dir=str(tmp_path / "dpr"),
-        per_device_train_batch_size=4,
-        max_steps=2,
-        max_completion_length=6,
-        learning_rate=1e-3,
-        logging_steps=1,
-        report_to="none",
-        bf16=False,
-        use_cpu=True,
-        save_strategy="no",
-        seed=0,
-    )
-    values.update(overrides)
-    return DensePathConfig(**values)
-
-
-def make_trainer(tokenizer, tmp_path, architecture="llama", reward_kwargs=None, **config):
-    sft = build_tiny_causal_lm(tokenizer, architecture, seed=0)
-    ref = build_tiny_causal_lm(tokenizer, architecture, seed=1)
-    args = make_config(tmp_path, **config)
-    reward_model = CheckpointRewardModel(
-        sft, ref if args.use_baseline else None, use_baseline=args.use_baseline, eliminate_value=args.eliminate_value,
-        **(reward_kwargs or {}),
-    )
-    trainer = DensePathTrainer(
-        model=None, reward_model=reward_model, args=args, train_dataset=prompts_dataset(), processing_class=tokenizer
-    )
-    used = []
-    compute_loss = trainer._compute_loss
-
-    def recording_compute_loss(model, inputs):
-        used.append({k: v.detach().clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
-        return compute_loss(model, inputs)
-
-    trainer._compute_loss = recording_compute_loss
-    return trainer, used, sft, ref
 
 
 def test_config_defaults_are_the_papers():
@@ -75,8 +31,8 @@ def test_config_rejects_bad_values(overrides, match):
 
 
 @pytest.mark.parametrize("architecture", ["llama", "qwen2"])
-def test_training_uses_per_token_dpr_advantages_and_updates_the_policy(tokenizer, tmp_path, architecture):
-    trainer, used, sft, ref = make_trainer(tokenizer, tmp_path, architecture, kl_coef=0.0)
+def test_training_uses_per_token_dpr_advantages_and_updates_the_policy(make_trainer, architecture):
+    trainer, used, sft, ref = make_trainer(architecture=architecture, kl_coef=0.0)
     policy = trainer.model
     initial = {name: p.detach().clone() for name, p in policy.named_parameters()}
     assert all(torch.equal(initial[n], p) for n, p in sft.named_parameters())  # starts from π_SFT
@@ -102,8 +58,8 @@ def test_training_uses_per_token_dpr_advantages_and_updates_the_policy(tokenizer
         assert advantages[b, : len(row)].tolist() == pytest.approx(row, abs=1e-4)
 
 
-def test_kl_to_sft_is_zero_while_the_policy_still_equals_sft(tokenizer, tmp_path):
-    trainer, used, _, _ = make_trainer(tokenizer, tmp_path, kl_coef=0.5, max_steps=1)
+def test_kl_to_sft_is_zero_while_the_policy_still_equals_sft(make_trainer):
+    trainer, used, _, _ = make_trainer(kl_coef=0.5, max_steps=1)
     trainer.train()
     logged = trainer.state.log_history[0]
     assert logged["kl_sft"] == pytest.approx(0.0, abs=1e-6)
@@ -111,16 +67,16 @@ def test_kl_to_sft_is_zero_while_the_policy_still_equals_sft(tokenizer, tmp_path
     assert "frac_reward_zero_std" not in logged and "reward" in logged
 
 
-def test_sentence_granularity_gives_every_token_of_a_completion_the_same_advantage(tokenizer, tmp_path):
-    trainer, used, _, _ = make_trainer(tokenizer, tmp_path, reward_granularity="sentence", kl_coef=0.0)
+def test_sentence_granularity_gives_every_token_of_a_completion_the_same_advantage(make_trainer):
+    trainer, used, _, _ = make_trainer(reward_granularity="sentence", kl_coef=0.0)
     trainer.train()
     advantages, mask = used[0]["advantages"], used[0]["completion_mask"].bool()
     for row, valid in zip(advantages, mask):
         assert torch.allclose(row[valid], row[valid][0].expand(int(valid.sum())), atol=1e-6)
 
 
-def test_without_baseline_the_reward_is_the_sft_log_likelihood(tokenizer, tmp_path):
-    trainer, used, sft, _ = make_trainer(tokenizer, tmp_path, use_baseline=False, kl_coef=0.0, max_steps=1)
+def test_without_baseline_the_reward_is_the_sft_log_likelihood(make_trainer):
+    trainer, used, sft, _ = make_trainer(use_baseline=False, kl_coef=0.0, max_steps=1)
     assert trainer.reward_model.ref_model is None
     trainer.train()
     first = used[0]
@@ -133,24 +89,140 @@ def test_without_baseline_the_reward_is_the_sft_log_likelihood(tokenizer, tmp_pa
         assert first["advantages"][b, : len(row)].tolist() == pytest.approx(row, abs=1e-4)
 
 
-def test_the_policy_cannot_be_the_frozen_sft_model(tokenizer, tmp_path):
+def test_the_policy_cannot_be_the_frozen_sft_model(tokenizer, make_config):
     sft = build_tiny_causal_lm(tokenizer, seed=0)
     reward_model = CheckpointRewardModel(sft, build_tiny_causal_lm(tokenizer, seed=1))
     with pytest.raises(ValueError, match="same object"):
-        DensePathTrainer(model=sft, reward_model=reward_model, args=make_config(tmp_path), train_dataset=prompts_dataset())
+        DensePathTrainer(model=sft, reward_model=reward_model, args=make_config(), train_dataset=prompts_dataset())
 
 
-def test_reward_model_flags_must_match_the_config(tokenizer, tmp_path):
+def test_reward_model_flags_must_match_the_config(tokenizer, make_config):
     reward_model = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1))
     with pytest.raises(ValueError, match="eliminate_value"):
-        DensePathTrainer(
-            reward_model=reward_model, args=make_config(tmp_path, eliminate_value=False), train_dataset=prompts_dataset()
-        )
+        DensePathTrainer(reward_model=reward_model, args=make_config(eliminate_value=False), train_dataset=prompts_dataset())
 
 
-def test_model_card_has_the_dpr_tags_and_citation(tokenizer, tmp_path):
-    trainer, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=1)
+def test_model_card_has_the_dpr_tags_citation_and_hyperparameters(make_trainer, tmp_path):
+    trainer, _, _, _ = make_trainer(max_steps=1, kl_coef=0.25)
     trainer.create_model_card()  # what push_to_hub and every checkpoint save write
     card = (tmp_path / "dpr" / "README.md").read_text()
-    for expected in ("dpr", "dense-path-reinforce", "trl", "2510.02493", "Beyond Imitation"):
+    for expected in ("dpr", "dense-path-reinforce", "trl", "2510.02493", "Beyond Imitation", "| `kl_coef` | 0.25 |"):
         assert expected in card
+
+
+# ---- what GRPO users set and DPR replaces: refused, not ignored ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"scale_rewards": "batch"}, "scale_rewards='batch' has no effect in DPR"),
+        ({"reward_weights": [2.0]}, "reward_weights=.* has no effect in DPR"),
+        ({"multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation=.* has no effect"),
+        ({"beta": 0.04, "kl_coef": 0.1}, "stack two KL penalties"),
+        ({"num_generations": 0}, "num_generations must be >= 1"),
+        ({"max_completion_length": 0}, "max_completion_length must be a positive"),
+    ],
+)
+def test_settings_dpr_would_ignore_or_divide_by_are_refused_with_the_reason(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        DensePathConfig(output_dir="unused", report_to="none", bf16=False, **overrides)
+
+
+def test_grpo_kl_in_the_loss_is_allowed_next_to_dpr_kl_only_when_asked():
+    args = DensePathConfig(output_dir="unused", report_to="none", bf16=False, beta=0.04, kl_coef=0.1, allow_kl_in_loss=True)
+    assert (args.beta, args.kl_coef) == (0.04, 0.1)
+    assert DensePathConfig(output_dir="unused", report_to="none", bf16=False, beta=0.04, kl_coef=0.0).beta == 0.04
+
+
+# ---- the KL term: log π_old and log π_SFT on the same footing ------------------------------------------------------
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_kl_to_sft_is_zero_at_any_rollout_temperature_while_the_policy_equals_sft(make_trainer, temperature):
+    # TRL's log π_old is taken at the rollout temperature (logits / T); log π_SFT must be too, or a policy equal to
+    # π_SFT shows a KL (−0.034 at T = 0.5 before the fix) and gets a spurious per-token penalty.
+    trainer, used, _, _ = make_trainer(kl_coef=0.5, max_steps=1, temperature=temperature, learning_rate=0.0)
+    trainer.train()
+    assert trainer.state.log_history[0]["kl_sft"] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_log_pi_old_from_generation_equals_a_separate_forward(make_trainer, temperature):
+    # The transformers generation path records log π_T of each sampled token while sampling (no extra forward);
+    # here it is compared with an unpadded float64 forward of the policy on the same tokens.
+    trainer, used, sft, _ = make_trainer(kl_coef=0.5, max_steps=1, temperature=temperature, learning_rate=0.0)
+    trainer.train()
+    batch = used[0]
+    assert "sampling_per_token_logps" in batch and "old_per_token_logps" not in batch  # on-policy: from generation
+    for b in range(batch["completion_ids"].size(0)):
+        prompt = strip_padding(batch["prompt_ids"][b], batch["prompt_mask"][b])
+        completion = strip_padding(batch["completion_ids"][b], batch["completion_mask"][b])
+        expected = unpadded_logprobs(sft, prompt, completion, temperature=temperature)  # policy == π_SFT at step 0
+        recorded = batch["sampling_per_token_logps"][b, : len(completion)].tolist()
+        assert recorded == pytest.approx(expected, abs=1e-5)
+
+
+def test_the_kl_term_uses_the_generation_log_probs_of_the_policy(make_trainer):
+    # One step at lr 0 with kl_coef > 0: the advantages equal the hand-written REINFORCE++ loop fed with the recorded
+    # log π_old and a float64 log π_SFT — the KL term is wired to the right tensors with the right sign.
+    trainer, used, sft, ref = make_trainer(kl_coef=2.0, max_steps=1, learning_rate=0.0)
+    with torch.no_grad():  # make the policy differ from π_SFT so the KL term is not zero
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    trainer.train()
+    batch = used[0]
+    rewards, policy_rows, sft_rows = [], [], []
+    for b in range(batch["completion_ids"].size(0)):
+        prompt = strip_padding(batch["prompt_ids"][b], batch["prompt_mask"][b])
+        completion = strip_padding(batch["completion_ids"][b], batch["completion_mask"][b])
+        sft_lp, ref_lp = unpadded_logprobs(sft, prompt, completion), unpadded_logprobs(ref, prompt, completion)
+        rewards.append([s - r for s, r in zip(sft_lp, ref_lp)])
+        sft_rows.append(sft_lp)
+        policy_rows.append(unpadded_logprobs(trainer.model, prompt, completion))
+    expected = dpr_advantages_by_hand(rewards, kl_coef=2.0, policy_rows=policy_rows, sft_rows=sft_rows)
+    for b, row in enumerate(expected):
+        assert batch["advantages"][b, : len(row)].tolist() == pytest.approx(row, abs=1e-4)
+    assert abs(trainer.state.log_history[0]["kl_sft"]) > 1e-4  # the policy really differs: the term is live
+
+
+# ---- logs and evaluation -----------------------------------------------------------------------------------------
+
+
+def test_the_completions_table_holds_the_ids_rewards_and_advantages_the_loss_used(make_trainer):
+    trainer, used, sft, ref = make_trainer(kl_coef=0.0, max_steps=1, log_completions=True, learning_rate=0.0)
+    trainer.train()
+    table = trainer._logs["extra"]
+    batch = used[0]
+    by_ids = {}
+    for b in range(batch["completion_ids"].size(0)):
+        completion = strip_padding(batch["completion_ids"][b], batch["completion_mask"][b])
+        by_ids[tuple(completion)] = (b, strip_padding(batch["prompt_ids"][b], batch["prompt_mask"][b]))
+    assert len(table["completion_token_ids"]) == len(by_ids) == 4
+    for ids, rewards, advantages, total in zip(
+        table["completion_token_ids"], table["token_rewards"], table["token_advantages"], table["sequence_reward"]
+    ):
+        b, prompt = by_ids[tuple(ids)]  # the loss batch is shuffled: match rows by their completion
+        expected = [s - r for s, r in zip(unpadded_logprobs(sft, prompt, ids), unpadded_logprobs(ref, prompt, ids))]
+        assert rewards == pytest.approx(expected, abs=1e-3)
+        assert total == pytest.approx(sum(expected), abs=1e-3)
+        assert advantages == pytest.approx(batch["advantages"][b, : len(ids)].tolist(), abs=1e-3)
+    logged = trainer.state.log_history[0]
+    assert logged["reward"] == pytest.approx(sum(table["sequence_reward"]) / 4, abs=1e-3)
+
+
+def test_evaluate_works_with_an_eval_batch_larger_than_the_train_batch(tokenizer, tmp_path):
+    from .conftest import dpr_trainer
+
+    trainer, _, _, _ = dpr_trainer(
+        tokenizer, tmp_path, kl_coef=0.1, max_steps=2, per_device_eval_batch_size=12, eval_strategy="steps",
+        eval_steps=1, log_completions=True,
+        eval_dataset=prompts_dataset(24),  # 2 eval batches of 12, each larger than the table's 4 rows
+    )
+    trainer.train()  # evaluates after each step
+    metrics = trainer.evaluate()
+    for key in ("eval_reward", "eval_kl_sft", "eval_dense_reward/token_mean", "eval_advantages/std"):
+        assert key in metrics and metrics[key] is not None and torch.isfinite(torch.tensor(metrics[key]))
+    assert sum("eval_reward" in row for row in trainer.state.log_history) == 3  # 2 during training + this one
+    columns = [trainer._logs["prompt"], *trainer._logs["extra"].values()]
+    assert len({len(column) for column in columns}) == 1  # every table column still holds the same rows

@@ -49,6 +49,10 @@ class DensePathConfig(GRPOConfig):
             not truncating: a truncated prompt loses its instruction or its context, and would be scored as a
             different prompt.
         warmup_steps (`float`, defaults to `0.03`): a ratio of the total steps (Table 5, "Warmup ratio").
+        allow_kl_in_loss (`bool`, defaults to `False`): allow `beta` > 0 together with `kl_coef` > 0.
+
+    GRPO fields that DPR replaces (`scale_rewards`, `reward_weights`, `multi_objective_aggregation`) are refused when
+    set to anything but their default, rather than silently ignored.
 
     Example:
         >>> from trl_dpr import DensePathConfig
@@ -120,7 +124,39 @@ class DensePathConfig(GRPOConfig):
         },
     )
 
+    allow_kl_in_loss: bool = field(
+        default=False,
+        metadata={
+            "help": "Allow `beta` > 0 (GRPO's KL-in-loss, whose reference is the base model under PEFT, not π_SFT) on "
+            "top of DPR's KL to π_SFT in the reward (`kl_coef`). Off: two stacked KL penalties are refused."
+        },
+    )
+
+    # GRPO fields whose job DPR does itself (per-token returns, whitened over the batch): a non-default value would be
+    # accepted and ignored, so it is refused with the DPR field that does that job.
+    _OVERRIDDEN_GRPO_FIELDS = {
+        "scale_rewards": "DPR whitens its per-token returns over the whole batch (`whiten_advantages`)",
+        "reward_weights": "DPR has one reward, the dense r̂ of its CheckpointRewardModel",
+        "multi_objective_aggregation": "DPR has one reward, the dense r̂ of its CheckpointRewardModel",
+    }
+
     def __post_init__(self):
+        # Before GRPOConfig's own checks: it divides by num_generations, so 0 would be a ZeroDivisionError.
+        if self.num_generations is None or self.num_generations < 1:
+            raise ValueError(f"num_generations must be >= 1 (the paper uses 1), got {self.num_generations}.")
+        for name, reason in self._OVERRIDDEN_GRPO_FIELDS.items():
+            default = GRPOConfig.__dataclass_fields__[name].default
+            if getattr(self, name) != default:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} has no effect in DPR: {reason}. Remove it (default "
+                    f"{default!r})."
+                )
+        if self.beta != 0.0 and self.kl_coef != 0.0 and not self.allow_kl_in_loss:
+            raise ValueError(
+                f"beta={self.beta} (GRPO's KL in the loss) and kl_coef={self.kl_coef} (DPR's KL to π_SFT in the "
+                "reward) would stack two KL penalties, and under PEFT GRPO's reference is the base model, not π_SFT. "
+                "Use kl_coef alone (beta: 0), or set allow_kl_in_loss: true if you want both."
+            )
         if self.num_generations == 1:
             self.num_generations = _NoGroupBaseline(1)
         try:
@@ -136,9 +172,12 @@ class DensePathConfig(GRPOConfig):
             raise ValueError(f"gamma must be in (0, 1] (the paper uses 1.0), got {self.gamma}.")
         if self.kl_coef < 0.0:
             raise ValueError(f"kl_coef must be >= 0 (the paper uses 1e-5), got {self.kl_coef}.")
-        if self.num_generations is None or self.num_generations < 1:
-            raise ValueError(f"num_generations must be >= 1 (the paper uses 1), got {self.num_generations}.")
         if self.max_prompt_length is not None and self.max_prompt_length < 1:
             raise ValueError(f"max_prompt_length must be a positive number of tokens or None, got {self.max_prompt_length}.")
+        if self.max_completion_length is not None and self.max_completion_length < 1:
+            raise ValueError(
+                f"max_completion_length must be a positive number of tokens, got {self.max_completion_length}: DPR "
+                "needs at least one sampled token per completion to score."
+            )
         if self.reward_token_chunk_size < 1:
             raise ValueError(f"reward_token_chunk_size must be >= 1, got {self.reward_token_chunk_size}.")

@@ -16,6 +16,8 @@ __all__ = [
     "openorca_to_conversation",
     "load_demonstrations",
     "check_sft_dataset",
+    "check_prompt_dataset",
+    "drop_long_prompts",
     "prompts_for_rl",
 ]
 
@@ -56,6 +58,59 @@ def check_sft_dataset(dataset: Dataset, name: str) -> None:
     )
 
 
+def check_prompt_dataset(dataset, name: str) -> None:
+    """DPR samples a completion for each row's `prompt`: say so before any model is loaded when there is none.
+
+    Example:
+        >>> check_prompt_dataset(Dataset.from_dict({"question": ["2+2?"]}), "train_dataset")
+        Traceback (most recent call last):
+        ...
+        ValueError: train_dataset has no `prompt` column (columns: ['question']). ...
+    """
+    columns = getattr(dataset, "column_names", None)
+    if columns is not None and "prompt" not in columns:
+        raise ValueError(
+            f"{name} has no `prompt` column (columns: {sorted(columns)}). DPR samples a completion for each prompt: "
+            "map your data to a `prompt` column (a string or a list of chat messages), e.g. with "
+            "trl_dpr.data.prompts_for_rl for `messages` or prompt/completion datasets."
+        )
+
+
+def drop_long_prompts(dataset, tokenizer, max_prompt_length: int, name: str = "train", **chat_template_kwargs):
+    """Drop the rows whose prompt renders to more than `max_prompt_length` tokens (as GRPOTrainer renders it).
+
+    Dropping, not truncating: a truncated prompt loses its instruction or its context and would be another prompt.
+    Streaming datasets and datasets without a `prompt` column are returned unchanged.
+
+    Returns:
+        `(dataset, number_dropped)`.
+
+    Example:
+        >>> from trl_dpr.tiny_lm import build_tokenizer
+        >>> tok = build_tokenizer(["short long prompt"])
+        >>> kept, dropped = drop_long_prompts(Dataset.from_dict({"prompt": ["short", "long " * 50]}), tok, 10)
+        >>> kept.num_rows, dropped
+        (1, 1)
+    """
+    from .tokens import render_prompts
+
+    if not isinstance(dataset, Dataset) or "prompt" not in dataset.column_names:
+        return dataset, 0
+
+    def prompt_length(batch):
+        return {"_dpr_prompt_length": [len(ids) for ids in render_prompts(tokenizer, batch["prompt"], **chat_template_kwargs)]}
+
+    lengths = dataset.map(prompt_length, batched=True, desc=f"Measuring {name} prompts")["_dpr_prompt_length"]
+    keep = [i for i, n in enumerate(lengths) if n <= max_prompt_length]
+    if not keep:
+        raise ValueError(
+            f"Every {name} prompt is longer than max_prompt_length={max_prompt_length} tokens (shortest: "
+            f"{min(lengths)}). Raise max_prompt_length or shorten the prompts."
+        )
+    dropped = len(lengths) - len(keep)
+    return (dataset if dropped == 0 else dataset.select(keep)), dropped
+
+
 def prompts_for_rl(dataset: Dataset, name: str) -> Dataset:
     """The prompts of a demonstration dataset, as the `prompt` column GRPO/DPR samples from.
 
@@ -63,8 +118,8 @@ def prompts_for_rl(dataset: Dataset, name: str) -> Dataset:
 
     Example:
         >>> ds = Dataset.from_list([{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}])
-        >>> prompts_for_rl(ds, "toy")[0]["prompt"]
-        [{'content': 'hi', 'role': 'user'}]
+        >>> prompts_for_rl(ds, "toy")[0]["prompt"] == [{"role": "user", "content": "hi"}]
+        True
     """
     columns = _columns(dataset)
     if "prompt" in columns:

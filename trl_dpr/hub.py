@@ -43,6 +43,7 @@ __all__ = [
     "SecretFinding",
     "copy_files_to_push",
     "defer_push_to_hub",
+    "dpr_model_card_section",
     "files_to_push",
     "ignore_patterns",
     "merge_adapter_folder",
@@ -403,6 +404,44 @@ def push_trainer_output(
         revision=args.hub_revision,
         commit_message=commit_message,
     )
+
+
+# Hyperparameters shown on a DPR model card: DPR's own fields and the parent fields the paper fixes (Table 5).
+CARD_HYPERPARAMETERS = (
+    "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size",
+    "num_generations", "temperature", "kl_coef", "gamma", "epsilon", "reward_granularity", "use_baseline",
+    "eliminate_value", "whiten_advantages", "max_prompt_length", "max_completion_length", "warmup_steps", "seed",
+)
+
+
+def dpr_model_card_section(args, reward_model) -> str:
+    """The DPR part of a policy's model card: hyperparameters, where the dense reward came from, the evaluation.
+
+    `args` is the run's `DensePathConfig`; `reward_model` its `CheckpointRewardModel`. The evaluation table is read from
+    `<output_dir>/eval_results.json` when a run wrote one.
+
+    Example:
+        >>> from types import SimpleNamespace as NS
+        >>> args = NS(output_dir="/nonexistent", max_steps=10, **{name: 0 for name in CARD_HYPERPARAMETERS})
+        >>> "| `kl_coef` | 0 |" in dpr_model_card_section(args, NS(reference_manifest=None, sft_model_name_or_path=None))
+        True
+    """
+    lines = ["", "## Dense-Path REINFORCE", "", "| hyperparameter | value |", "|---|---|"]
+    lines += [f"| `{name}` | {getattr(args, name)} |" for name in CARD_HYPERPARAMETERS]
+    length = ("max_steps", args.max_steps) if args.max_steps > 0 else ("num_train_epochs", args.num_train_epochs)
+    lines.append(f"| `{length[0]}` | {length[1]} |")
+    manifest, source = reward_model.reference_manifest, reward_model.sft_model_name_or_path
+    if source:
+        # A Hub id is useful to readers; a local path is not (and may reveal a home directory): keep its name.
+        source = Path(source).name if Path(source).is_dir() else source
+        reference = f" (π_ref: step {manifest.step}/{manifest.total_steps}, α = {manifest.fraction})" if manifest else ""
+        lines += ["", f"Dense reward r̂ = log π_SFT − log π_ref from the SFT model `{source}`{reference}."]
+    results_path = Path(args.output_dir) / "eval_results.json"
+    if results_path.is_file():
+        table = json.loads(results_path.read_text()).get("table_markdown")
+        if table:
+            lines += ["", "## Evaluation", "", table]
+    return "\n".join(lines) + "\n"
 
 
 def merge_adapter_folder(

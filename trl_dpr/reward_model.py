@@ -9,6 +9,8 @@ float32 tensor is ever held.
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -20,11 +22,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from trl.trainer.utils import maybe_gather_lm_head_ctx
 
 from . import algorithm
 from .reference_manifest import resolve_reference
+from .tokens import eos_token_ids, pad_batch, render_prompts
 
-__all__ = ["CheckpointRewardModel", "TokenRewardOutput", "completion_logprobs"]
+__all__ = ["CheckpointRewardModel", "TokenRewardOutput", "add_policy_adapter", "completion_logprobs", "load_reward_model"]
 
 
 @dataclass
@@ -32,14 +36,22 @@ class TokenRewardOutput:
     """What one scoring pass computes. All tensors are `[B, Tc]` float32 on the input device, 0 at padding.
 
     Attributes:
-        rewards: the dense token reward r̂_t of the configured variant.
-        sft_logps: log π_SFT(a_t|s_t), reused as the KL reference by the trainer (no extra forward).
-        ref_logps: log π_ref(a_t|s_t), or None without a baseline.
+        rewards: the dense token reward r̂_t of the configured variant (at temperature 1, as the paper defines it).
+        sft_logps: log π_SFT(a_t|s_t) at temperature 1.
+        ref_logps: log π_ref(a_t|s_t) at temperature 1, or None without a baseline.
+        kl_reference_logps: log π_SFT(a_t|s_t) at the rollout temperature T, i.e. log softmax(logits / T): the
+            reference of DPR's KL term, on the same footing as TRL's log π_old (also taken at T). Equal to `sft_logps`
+            when T = 1. Computed from the same forward as `sft_logps` (no extra pass).
     """
 
     rewards: torch.Tensor
     sft_logps: torch.Tensor
     ref_logps: torch.Tensor | None
+    kl_reference_logps: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if self.kl_reference_logps is None:  # scored at temperature 1: the KL reference is log π_SFT itself
+            self.kl_reference_logps = self.sft_logps
 
 
 def _logit_transform(config) -> tuple[float, float | None]:
@@ -57,18 +69,24 @@ def _logit_transform(config) -> tuple[float, float | None]:
 
 
 def _project_to_logits(hidden: torch.Tensor, lm_head: nn.Module, scale: float, softcap: float | None) -> torch.Tensor:
-    """float32 logits of `hidden` ([N, H]). On CUDA, half-precision weights accumulate straight into float32."""
+    """float32 logits of `hidden` ([N, H]). On CUDA, half-precision weights accumulate straight into float32.
+
+    The head's weight is read directly (not through `lm_head.forward`), so where it is sharded it is gathered first:
+    FSDP2 holds it as a DTensor, and ZeRO-3 as an empty shard that only its module's forward hook would materialise
+    (TRL's `maybe_gather_lm_head_ctx`, the same gather TRL's fused head uses).
+    """
     weight, bias = lm_head.weight, getattr(lm_head, "bias", None)
-    if isinstance(weight, DTensor):  # FSDP2 shards the head; gather it for the matmul
+    if isinstance(weight, DTensor):
         weight = weight.full_tensor()
         bias = bias.full_tensor() if bias is not None else None
-    hidden = hidden.to(weight.dtype)
-    if hidden.is_cuda and weight.dtype in (torch.bfloat16, torch.float16):
-        logits = torch.mm(hidden, weight.t(), out_dtype=torch.float32)
-        if bias is not None:
-            logits = logits + bias.float()
-    else:
-        logits = F.linear(hidden, weight, bias).float()
+    with maybe_gather_lm_head_ctx(weight, bias):
+        hidden = hidden.to(weight.dtype)
+        if hidden.is_cuda and weight.dtype in (torch.bfloat16, torch.float16):
+            logits = torch.mm(hidden, weight.t(), out_dtype=torch.float32)
+            if bias is not None:
+                logits = logits + bias.float()
+        else:
+            logits = F.linear(hidden, weight, bias).float()
     if scale != 1.0:
         logits = logits * scale
     if softcap is not None:
@@ -106,6 +124,7 @@ def completion_logprobs(
     *,
     with_values: bool = False,
     token_chunk_size: int = 1024,
+    temperatures: tuple[float, ...] = (1.0,),
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     r"""log π(a_t|s_t) of each completion token, from one forward and a chunked LM head.
 
@@ -113,16 +132,20 @@ def completion_logprobs(
     position ids counted over real tokens only, so a left-padded row is scored exactly like the same row unpadded. The
     hidden state at column P + t − 1 (the last token of s_t) scores completion token t.
 
+        log π_T(a_t|s_t) = z(s_t, a_t)/T − log Σ_a' exp(z(s_t, a')/T),    z = the model's (scaled, soft-capped) logits
+
     Args:
         model: a causal LM (transformers, PEFT-wrapped or accelerate-wrapped). PEFT's active adapter is used.
         prompt_ids, prompt_mask: `[B, P]`, left-padded, every prompt non-empty.
         completion_ids, completion_mask: `[B, Tc]`, right-padded.
-        with_values: also return the soft values V(s_t) = logsumexp of the logits at s_t, and V of the state after
-            the last real token.
+        with_values: also return the soft values V(s_t) = logsumexp of the logits at s_t (temperature 1), and V of the
+            state after the last real token.
         token_chunk_size: tokens projected through the LM head at once (memory ∝ chunk × vocab × 4 bytes).
+        temperatures: the temperatures T to return log-probs at, all from the same forward. With one temperature
+            (default 1) `logps` is `[B, Tc]`; with several it is `[len(temperatures), B, Tc]`.
 
     Returns:
-        `(logps [B, Tc], values [B, Tc] or None, final_next_values [B] or None)`, float32, 0 at padding.
+        `(logps, values [B, Tc] or None, final_next_values [B] or None)`, float32, 0 at padding.
 
     Example:
         >>> import torch
@@ -134,57 +157,80 @@ def completion_logprobs(
         torch.Size([1, 1])
     """
     _check_padding(prompt_mask, completion_mask)
+    if not temperatures or any(t <= 0 for t in temperatures):
+        raise ValueError(f"temperatures must be positive, got {temperatures}.")
     causal_lm = _unwrap_causal_lm(model)
-    lm_head = causal_lm.get_output_embeddings()
-    scale, softcap = _logit_transform(causal_lm.config)
 
-    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-    attention_mask = torch.cat([prompt_mask, completion_mask], dim=1).long()
-    # Real tokens are numbered 0, 1, 2, ... whatever padding precedes them (matters for absolute position embeddings).
-    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-    hidden = causal_lm.base_model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-    ).last_hidden_state
+    def score():
+        lm_head = causal_lm.get_output_embeddings()
+        scale, softcap = _logit_transform(causal_lm.config)
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1).long()
+        # Real tokens are numbered 0, 1, 2, ... whatever padding precedes them (matters for absolute position
+        # embeddings).
+        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+        hidden = causal_lm.base_model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
 
-    num_prompt, num_completion = prompt_ids.size(1), completion_ids.size(1)
-    state_hidden = hidden[:, num_prompt - 1 : num_prompt + num_completion - 1]  # s_t of every completion token a_t
-    valid = completion_mask.bool()
-    flat_hidden = state_hidden[valid]
-    flat_targets = completion_ids[valid]
+        num_prompt, num_completion = prompt_ids.size(1), completion_ids.size(1)
+        state_hidden = hidden[:, num_prompt - 1 : num_prompt + num_completion - 1]  # s_t of every completion token
+        valid = completion_mask.bool()
+        flat_hidden = state_hidden[valid]
+        flat_targets = completion_ids[valid]
 
-    target_logits, logsumexps = [], []
-    for start in range(0, flat_hidden.size(0), token_chunk_size):
-        logits = _project_to_logits(flat_hidden[start : start + token_chunk_size], lm_head, scale, softcap)
-        target_logits.append(logits.gather(1, flat_targets[start : start + token_chunk_size, None]).squeeze(1))
-        logsumexps.append(logits.logsumexp(dim=1))
-        del logits
-    empty = flat_hidden.new_zeros(0, dtype=torch.float32)
-    target_logit = torch.cat(target_logits) if target_logits else empty
-    logsumexp = torch.cat(logsumexps) if logsumexps else empty
+        token_logps = [[] for _ in temperatures]  # per temperature, per chunk: log π_T of the sampled tokens
+        logsumexps = []  # per chunk: V(s_t), the logsumexp at temperature 1
+        need_unit = with_values or 1.0 in temperatures
+        for start in range(0, flat_hidden.size(0), token_chunk_size):
+            logits = _project_to_logits(flat_hidden[start : start + token_chunk_size], lm_head, scale, softcap)
+            target_logit = logits.gather(1, flat_targets[start : start + token_chunk_size, None]).squeeze(1)
+            unit_logsumexp = logits.logsumexp(dim=1) if need_unit else None
+            if with_values:
+                logsumexps.append(unit_logsumexp)
+            for chunks, temperature in zip(token_logps, temperatures):
+                # log π_T(a|s) = z(s, a)/T − log Σ_a' exp(z(s, a')/T): one more logsumexp per extra temperature.
+                logsumexp = unit_logsumexp if temperature == 1.0 else (logits / temperature).logsumexp(dim=1)
+                chunks.append(target_logit / temperature - logsumexp)
+            del logits
 
-    logps = torch.zeros(completion_ids.shape, dtype=torch.float32, device=hidden.device)
-    logps[valid] = target_logit - logsumexp  # log π(a|s) = logit(s, a) − log Σ_a' exp logit(s, a')
-    if not with_values:
-        return logps, None, None
+        def scatter(chunks):
+            out = torch.zeros(completion_ids.shape, dtype=torch.float32, device=hidden.device)
+            if chunks:
+                out[valid] = torch.cat(chunks)
+            return out
 
-    values = torch.zeros_like(logps)
-    values[valid] = logsumexp
-    # V of the state after the last real token: the hidden state at that token's own column.
-    last_column = num_prompt + valid.long().sum(dim=1) - 1
-    final_hidden = hidden[torch.arange(hidden.size(0), device=hidden.device), last_column]
-    final_next_values = _project_to_logits(final_hidden, lm_head, scale, softcap).logsumexp(dim=1)
-    return logps, values, final_next_values
+        logps = torch.stack([scatter(chunks) for chunks in token_logps])
+        logps = logps[0] if len(temperatures) == 1 else logps
+        if not with_values:
+            return logps, None, None
+        values = scatter(logsumexps)
+        # V of the state after the last real token: the hidden state at that token's own column.
+        last_column = num_prompt + valid.long().sum(dim=1) - 1
+        final_hidden = hidden[torch.arange(hidden.size(0), device=hidden.device), last_column]
+        final_next_values = _project_to_logits(final_hidden, lm_head, scale, softcap).logsumexp(dim=1)
+        return logps, values, final_next_values
+
+    return _inside_forward(model, causal_lm, score)
 
 
-def _eos_token_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase | None) -> list[int]:
-    ids: list[int] = []
-    generation_config = getattr(_unwrap_causal_lm(model), "generation_config", None)
-    eos = getattr(generation_config, "eos_token_id", None)
-    if eos is not None:
-        ids.extend([eos] if isinstance(eos, int) else list(eos))
-    if tokenizer is not None and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
-        ids.append(tokenizer.eos_token_id)
-    return ids
+def _inside_forward(model: nn.Module, causal_lm: nn.Module, fn):
+    """Run `fn()` as the forward of `causal_lm`, called through `model` (its outermost wrapper).
+
+    Scoring reads the backbone and the LM head of `causal_lm` directly. Called through the wrapper's `__call__`, the
+    hooks FSDP (1 and 2) and DeepSpeed put on the root module run as for any forward, so the root's own parameters
+    (embeddings, final norm, LM head) are gathered while `fn` reads them, as TRL's fused LM head does.
+    """
+    had_own_forward = "forward" in vars(causal_lm)  # e.g. TRL's fused LM head patches the instance
+    original = causal_lm.forward
+    causal_lm.forward = lambda *args, **kwargs: fn()
+    try:
+        return model()
+    finally:
+        if had_own_forward:
+            causal_lm.forward = original
+        else:
+            del causal_lm.forward
 
 
 class CheckpointRewardModel(nn.Module):
@@ -259,7 +305,7 @@ class CheckpointRewardModel(nn.Module):
             for frozen in {id(m): m for m in (self.sft_model, self.ref_model) if m is not None}.values():
                 frozen.eval()
                 frozen.requires_grad_(False)
-        self.eos_token_ids = _eos_token_ids(sft_model, processing_class)
+        self.eos_token_ids = eos_token_ids(sft_model, processing_class)
 
     @property
     def config(self):
@@ -269,6 +315,35 @@ class CheckpointRewardModel(nn.Module):
     @property
     def device(self) -> torch.device:
         return next(_unwrap_causal_lm(self.sft_model).parameters()).device
+
+    def prepare_for(self, accelerator, is_deepspeed_enabled: bool = False, is_fsdp_enabled: bool = False):
+        """Place or shard the frozen scorers the way GRPOTrainer prepares its reference model; returns `self`.
+
+        ZeRO-3 shards them (`trl.models.prepare_deepspeed`; other ZeRO stages hold a whole copy per process), FSDP
+        shards them (`trl.models.prepare_fsdp`), and otherwise each process holds them on its device
+        (`accelerator.prepare_model(..., evaluation_mode=True)`, which leaves `device_map`-dispatched and quantized
+        models where they are). Adapters on a shared base (`sft_adapter`) live on the policy's model, which the
+        trainer prepares itself.
+
+        Example:
+            >>> reward_model = reward_model.prepare_for(trainer.accelerator)  # doctest: +SKIP
+        """
+        if self.sft_adapter is not None:
+            return self
+        from trl.models import prepare_deepspeed, prepare_fsdp
+
+        for name in ("sft_model", "ref_model"):
+            scorer = getattr(self, name)
+            if scorer is None:
+                continue
+            if is_deepspeed_enabled:
+                scorer = prepare_deepspeed(scorer, accelerator)
+            elif is_fsdp_enabled:
+                scorer = prepare_fsdp(scorer, accelerator)
+            else:
+                scorer = accelerator.prepare_model(scorer, evaluation_mode=True)
+            setattr(self, name, scorer)
+        return self
 
     @contextlib.contextmanager
     def _activated(self, model: nn.Module, adapter: str | None):
@@ -300,8 +375,13 @@ class CheckpointRewardModel(nn.Module):
         completion_mask: torch.Tensor,
         is_terminal: torch.Tensor | None = None,
         batch_size: int | None = None,
+        temperature: float = 1.0,
     ) -> TokenRewardOutput:
         """Score completions: one forward of π_SFT (and of π_ref) per micro-batch of `batch_size` rows.
+
+        The dense reward r̂ is always at temperature 1 (Eq. 5 of the paper). `temperature` is the rollout temperature
+        T, at which `kl_reference_logps` = log softmax(logits_SFT / T) is returned for the KL term, from the same
+        forward.
 
         Args:
             prompt_ids, prompt_mask: `[B, P]` left-padded prompts.
@@ -309,9 +389,10 @@ class CheckpointRewardModel(nn.Module):
             is_terminal: `[B]` bool, True where the completion ended with EOS (used by `eliminate_value=False`);
                 by default, whether its last real token is one of the SFT model's EOS ids.
             batch_size: rows per forward (default: all at once).
+            temperature: the rollout temperature T of `kl_reference_logps`.
 
         Returns:
-            `TokenRewardOutput` with `rewards`, `sft_logps`, `ref_logps`.
+            `TokenRewardOutput` with `rewards`, `sft_logps`, `ref_logps`, `kl_reference_logps`.
         """
         device = self.device
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
@@ -331,14 +412,16 @@ class CheckpointRewardModel(nn.Module):
                     completion_ids[rows],
                     completion_mask[rows],
                     None if is_terminal is None else is_terminal[rows].to(device),
+                    temperature,
                 )
             )
-        rewards, sft_logps, ref_logps = (
-            torch.cat([o[i] for o in outputs]) if outputs[0][i] is not None else None for i in range(3)
+        rewards, sft_logps, ref_logps, kl_reference_logps = (
+            torch.cat([o[i] for o in outputs]) if outputs[0][i] is not None else None for i in range(4)
         )
-        return TokenRewardOutput(rewards=rewards, sft_logps=sft_logps, ref_logps=ref_logps)
+        return TokenRewardOutput(rewards, sft_logps, ref_logps, kl_reference_logps)
 
-    def _score_rows(self, prompt_ids, prompt_mask, completion_ids, completion_mask, is_terminal):
+    def _score_rows(self, prompt_ids, prompt_mask, completion_ids, completion_mask, is_terminal, temperature):
+        temperatures = (1.0,) if temperature == 1.0 else (1.0, temperature)
         with self._activated(self.sft_model, self.sft_adapter) as sft:
             sft_logps, values, final_next_values = completion_logprobs(
                 sft,
@@ -348,7 +431,9 @@ class CheckpointRewardModel(nn.Module):
                 completion_mask,
                 with_values=not self.eliminate_value,
                 token_chunk_size=self.token_chunk_size,
+                temperatures=temperatures,
             )
+        sft_logps, kl_reference_logps = (sft_logps, sft_logps) if temperature == 1.0 else sft_logps.unbind(0)
         ref_logps = None
         if self.use_baseline:
             with self._activated(self.ref_model, self.ref_adapter) as ref:
@@ -358,7 +443,7 @@ class CheckpointRewardModel(nn.Module):
         rewards = algorithm.baseline_relative_rewards(sft_logps, ref_logps, completion_mask)
         if not self.eliminate_value:
             rewards = rewards + algorithm.soft_value_shaping(values, completion_mask, is_terminal, final_next_values)
-        return rewards, sft_logps, ref_logps
+        return rewards, sft_logps, ref_logps, kl_reference_logps
 
     def token_rewards(
         self,
@@ -408,31 +493,17 @@ class CheckpointRewardModel(nn.Module):
         if len(prompts) != len(completions):
             raise ValueError(f"Got {len(prompts)} prompts and {len(completions)} completions; pass one of each per pair.")
         tokenizer = self.processing_class
-        prompt_rows, completion_rows = [], []
-        for prompt, completion in zip(prompts, completions):
-            if isinstance(prompt, str):
-                prompt_rows.append(tokenizer(prompt)["input_ids"])
-            else:
-                prompt_rows.append(
-                    tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)[
-                        "input_ids"
-                    ]
-                )
+        completion_rows = []
+        for completion in completions:
             ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
             if append_eos and tokenizer.eos_token_id is not None:
                 ids = ids + [tokenizer.eos_token_id]
             if not ids:
                 raise ValueError(f"Completion {completion!r} is empty after tokenization; nothing to score.")
             completion_rows.append(ids)
-
-        from trl.trainer.utils import pad
-
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        prompt_ids = pad([torch.tensor(r) for r in prompt_rows], padding_value=pad_id, padding_side="left")
-        prompt_mask = pad([torch.ones(len(r), dtype=torch.long) for r in prompt_rows], padding_side="left")
-        completion_ids = pad([torch.tensor(r) for r in completion_rows], padding_value=pad_id)
-        completion_mask = pad([torch.ones(len(r), dtype=torch.long) for r in completion_rows])
-        rewards = self(prompt_ids, prompt_mask, completion_ids, completion_mask, batch_size=batch_size).rewards.cpu()
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        batch = pad_batch(render_prompts(tokenizer, prompts), completion_rows, pad_id)
+        rewards = self(*batch.as_tuple(), batch_size=batch_size).rewards.cpu()
         return [
             {
                 "tokens": [tokenizer.decode([t]) for t in ids],
@@ -508,6 +579,82 @@ class CheckpointRewardModel(nn.Module):
         reward_model.sft_model_name_or_path = sft_model_name_or_path
         reward_model.reference_manifest = manifest
         return reward_model
+
+
+def load_reward_model(reward_model: CheckpointRewardModel | str | None, args) -> CheckpointRewardModel:
+    """The trainer's reward model: built from an SFT path with `args` (a `DensePathConfig`), or checked against it.
+
+    A path loads π_SFT and its recorded π_ref with `args.model_init_kwargs` and the config's reward variant
+    (`use_baseline`, `eliminate_value`, `reward_token_chunk_size`); a `CheckpointRewardModel` must have been built with
+    the same variant as the config asks for.
+
+    Example:
+        >>> reward_model = load_reward_model("runs/sft", DensePathConfig("runs/dpr"))  # doctest: +SKIP
+    """
+    if reward_model is None:
+        raise ValueError(
+            "DensePathTrainer needs `reward_model`: a CheckpointRewardModel, or the path of an SFT output saved "
+            "with ReferenceCheckpointCallback (e.g. reward_model='runs/sft')."
+        )
+    if isinstance(reward_model, str):
+        return CheckpointRewardModel.from_pretrained(
+            reward_model,
+            use_baseline=args.use_baseline,
+            eliminate_value=args.eliminate_value,
+            token_chunk_size=args.reward_token_chunk_size,
+            **dict(args.model_init_kwargs or {}),
+        )
+    if not isinstance(reward_model, CheckpointRewardModel):
+        raise TypeError(f"reward_model must be a CheckpointRewardModel or a path, got {type(reward_model).__name__}.")
+    for flag in ("use_baseline", "eliminate_value"):
+        if getattr(reward_model, flag) != getattr(args, flag):
+            raise ValueError(
+                f"DensePathConfig.{flag}={getattr(args, flag)} but the reward model was built with "
+                f"{flag}={getattr(reward_model, flag)}. Build it with the same value, or pass the SFT path as "
+                "`reward_model` and let the trainer load it from the config."
+            )
+    return reward_model
+
+
+POLICY_ADAPTER = "default"  # PEFT saves the "default" adapter at the root of the output folder, where Trainer looks
+
+
+def add_policy_adapter(reward_model: CheckpointRewardModel) -> nn.Module:
+    """The DPR policy as a trainable copy of the π_SFT adapter on the reward model's own base (one base in memory).
+
+    With an adapter SFT output (LoRA / QLoRA), π_SFT and π_ref are the frozen adapters `sft` and `ref` of one base
+    model; the policy becomes a third adapter, `default`, initialised from `sft` and made active and trainable. Every
+    `save_pretrained` of that model then writes the policy adapter only (`selected_adapters=["default"]`), so
+    checkpoints, the final save and Hub pushes hold the policy, not the frozen scorers.
+
+    Example:
+        >>> rm = CheckpointRewardModel.from_pretrained("runs/sft-qlora")  # doctest: +SKIP
+        >>> policy = add_policy_adapter(rm)  # doctest: +SKIP
+        >>> policy.active_adapter  # doctest: +SKIP
+        'default'
+    """
+    peft_model, sft_adapter = reward_model.sft_model, reward_model.sft_adapter
+    if sft_adapter is None:
+        raise ValueError("add_policy_adapter needs a reward model whose π_SFT is a PEFT adapter (from_pretrained of an adapter SFT output).")
+    if POLICY_ADAPTER in peft_model.peft_config:
+        raise ValueError(
+            f"The shared PEFT model already has an adapter named {POLICY_ADAPTER!r}; the policy adapter needs that name."
+        )
+    config = copy.deepcopy(peft_model.peft_config[sft_adapter])
+    config.inference_mode = False
+    peft_model.add_adapter(POLICY_ADAPTER, config)
+    source, target = f".{sft_adapter}.", f".{POLICY_ADAPTER}."
+    parameters = dict(peft_model.named_parameters())
+    for name, parameter in parameters.items():
+        if source in name:
+            parameters[name.replace(source, target)].data.copy_(parameter.data)
+    peft_model.set_adapter(POLICY_ADAPTER)  # active and trainable; the sft/ref adapters stay frozen
+    # The base also carries the frozen sft/ref adapters: whoever saves this model (Trainer, a Hub push) gets the
+    # policy adapter alone.
+    peft_model.save_pretrained = functools.partial(
+        type(peft_model).save_pretrained, peft_model, selected_adapters=[POLICY_ADAPTER]
+    )
+    return peft_model
 
 
 def _has_tokenizer(path: str) -> bool:

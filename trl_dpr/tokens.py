@@ -38,12 +38,16 @@ def render_prompts(tokenizer, prompts: Sequence[Any], **chat_template_kwargs) ->
     prompts = list(prompts)
     if not prompts:
         return []
-    if is_conversational({"prompt": prompts[0]}):
+    conversational = [is_conversational({"prompt": prompt}) for prompt in prompts]
+    if all(conversational):
         rendered = tokenizer.apply_chat_template(
             conversation=prompts, add_generation_prompt=True, tokenize=True, return_dict=True, **chat_template_kwargs
         )
         return [list(ids) for ids in rendered["input_ids"]]
-    return [list(ids) for ids in tokenizer(text=prompts)["input_ids"]]
+    if not any(conversational):
+        return [list(ids) for ids in tokenizer(text=prompts)["input_ids"]]
+    # A mix (GRPOTrainer never sees one; inspection tools may): each prompt rendered on its own, in order.
+    return [render_prompts(tokenizer, [prompt], **chat_template_kwargs)[0] for prompt in prompts]
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:

@@ -8,10 +8,12 @@ rate) is the limit, not the dense reward. The oracle keeps π_SFT for the KL ter
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ..demo_task import is_correct
-from ..reward_model import CheckpointRewardModel, TokenRewardOutput
+from ..reward_model import CheckpointRewardModel
 
 __all__ = ["CorrectnessOracleRewardModel"]
 
@@ -63,8 +65,12 @@ class CorrectnessOracleRewardModel(CheckpointRewardModel):
             self.answers[self._prompt_text(ids)] = str(answer)
 
     @torch.no_grad()
-    def forward(self, prompt_ids, prompt_mask, completion_ids, completion_mask, is_terminal=None, batch_size=None):
-        scored = super().forward(prompt_ids, prompt_mask, completion_ids, completion_mask, is_terminal, batch_size)
+    def forward(
+        self, prompt_ids, prompt_mask, completion_ids, completion_mask, is_terminal=None, batch_size=None, temperature=1.0
+    ):
+        scored = super().forward(
+            prompt_ids, prompt_mask, completion_ids, completion_mask, is_terminal, batch_size, temperature
+        )
         rewards = torch.zeros_like(scored.rewards)
         lengths = completion_mask.long().sum(dim=1).tolist()
         for row, length in enumerate(lengths):
@@ -79,4 +85,4 @@ class CorrectnessOracleRewardModel(CheckpointRewardModel):
             response = self.processing_class.decode(completion_ids[row][:length].tolist(), skip_special_tokens=True)
             if is_correct(response, self.answers[prompt]):
                 rewards[row, length - 1] = 1.0  # the whole reward at the last token: a sparse, outcome-only signal
-        return TokenRewardOutput(rewards=rewards, sft_logps=scored.sft_logps, ref_logps=scored.ref_logps)
+        return dataclasses.replace(scored, rewards=rewards)

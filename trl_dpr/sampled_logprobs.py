@@ -1,0 +1,89 @@
+"""log π(a_t|s_t) of the tokens `generate` samples, recorded while it samples them: no second forward pass.
+
+vLLM returns the log-probs of the tokens it samples; transformers' `generate` does not, and GRPOTrainer's
+transformers path returns none. DPR's KL term needs log π_old of every sampled token, which used to cost one more
+no-grad forward of the policy. Each decoding step already computes the next-token logits, and the token sampled
+from them is the input of the next step:
+
+    step k:   logits z_k (for token k) ─► keep z_k and log Σ exp(z_k / T)
+    step k+1: input token a_k          ─► log π_T(a_k | s_k) = z_k[a_k] / T − log Σ exp(z_k / T)
+    after the last step: the last token of each row, from the logits kept
+
+Only the last step's logits are held (a view of what the model returned, no copy) and one `[B]` logsumexp per step,
+never a `[B, T, V]` tensor. The temperature is applied like TRL's log-probs (logits / T, no top-k / top-p), so the
+result equals GRPOTrainer's forward `_get_per_token_logps_and_entropies` on the same tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["SampledTokenLogprobs"]
+
+
+def _causal_lm(model: nn.Module) -> nn.Module:
+    """The transformers model `generate` calls once per step, inside PEFT / DDP / DeepSpeed wrappers."""
+    model = getattr(model, "module", model)
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+class SampledTokenLogprobs:
+    """Context manager that records log π_T(a_t|s_t) of each token a model's `generate` samples.
+
+    Args:
+        model: the model whose `generate` runs inside the context (a transformers causal LM, possibly PEFT-wrapped).
+        temperature: T of log softmax(logits / T), the rollout temperature.
+
+    Example:
+        >>> import torch
+        >>> from trl_dpr.tiny_lm import build_tokenizer, build_tiny_causal_lm
+        >>> tok = build_tokenizer(["ab ba"]); model = build_tiny_causal_lm(tok).eval()
+        >>> with SampledTokenLogprobs(model) as recorder:
+        ...     out = model.generate(torch.tensor([[5, 6]]), do_sample=True, max_new_tokens=3, top_k=0)
+        >>> [len(row) for row in recorder.logprobs(out[:, 2:].tolist())]
+        [3]
+    """
+
+    def __init__(self, model: nn.Module, temperature: float = 1.0):
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}.")
+        self.causal_lm = _causal_lm(model)
+        self.temperature = temperature
+
+    def __enter__(self) -> SampledTokenLogprobs:
+        self._steps: list[torch.Tensor] = []  # [B] log-prob of the token sampled at each finished step
+        self._last_logits: torch.Tensor | None = None  # [B, V] logits of the step whose token is not known yet
+        self._last_logsumexp: torch.Tensor | None = None
+        self._handle = self.causal_lm.register_forward_hook(self._record, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()
+
+    def _record(self, module, args, kwargs, output) -> None:
+        input_ids = kwargs["input_ids"] if kwargs.get("input_ids") is not None else args[0]
+        if self._last_logits is not None:
+            # The newest input token is the one sampled from the previous step's logits.
+            sampled = input_ids[:, -1:].to(self._last_logits.device)
+            chosen = self._last_logits.gather(1, sampled).squeeze(1).float()
+            self._steps.append(chosen / self.temperature - self._last_logsumexp)
+        self._last_logits = output.logits[:, -1, :]
+        self._last_logsumexp = (self._last_logits.float() / self.temperature).logsumexp(dim=-1)
+
+    def logprobs(self, completion_ids: list[list[int]]) -> list[list[float]]:
+        """Per row, log π_T of each of its completion tokens (rows as `generate` produced them, cut after EOS).
+
+        The last step's token has no following forward: its log-prob comes from the logits kept from that step.
+        """
+        if self._last_logits is None:
+            return [[] for _ in completion_ids]
+        steps = torch.stack(self._steps, dim=1).cpu() if self._steps else torch.zeros(len(completion_ids), 0)
+        rows = []
+        for i, ids in enumerate(completion_ids):
+            row = steps[i, : len(ids)].tolist()
+            if len(ids) > steps.size(1):  # this row's last token was sampled at the final step
+                last = self._last_logits[i, ids[-1]].float() / self.temperature - self._last_logsumexp[i]
+                row.append(last.item())
+            rows.append(row)
+        return rows
