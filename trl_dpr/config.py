@@ -181,3 +181,10 @@ class DensePathConfig(GRPOConfig):
             )
         if self.reward_token_chunk_size < 1:
             raise ValueError(f"reward_token_chunk_size must be >= 1, got {self.reward_token_chunk_size}.")
+        on_policy = self.gradient_accumulation_steps % (self.steps_per_generation * self.num_iterations) == 0
+        if self.kl_coef != 0.0 and self.use_transformers_continuous_batching and on_policy and not self.use_vllm:
+            raise ValueError(
+                "kl_coef > 0 needs log π_old of every sampled token. transformers' continuous batching returns none, "
+                "and with on-policy batches GRPO computes none either. Use the default transformers generation "
+                "(use_transformers_continuous_batching: false, which records them while sampling), vLLM, or kl_coef: 0."
+            )
