@@ -13,7 +13,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trl_dpr.checkpointing import last_complete_checkpoint
+from trl_dpr.checkpointing import (
+    OutputDirInUse,
+    checkpoint_problem,
+    claim_output_dir,
+    last_complete_checkpoint,
+    write_checkpoint_manifest,
+)
 from trl_dpr.reference_manifest import MANIFEST_NAME
 
 from .conftest import dpr_trainer as make_trainer
@@ -40,12 +46,39 @@ def test_a_crash_while_saving_leaves_no_checkpoint_that_looks_complete(tokenizer
     assert last_complete_checkpoint(output_dir) is None
 
 
+def _checkpoint(folder, step):
+    folder.mkdir()
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (folder / "model.safetensors").write_bytes(b"w" * 1000)
+    (folder / "optimizer.pt").write_bytes(b"o" * 2000)
+    write_checkpoint_manifest(folder)
+
+
 def test_resume_skips_a_half_written_checkpoint(tmp_path):
-    complete, broken = tmp_path / "checkpoint-4", tmp_path / "checkpoint-8"
-    complete.mkdir()
-    (complete / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
-    broken.mkdir()
-    (broken / "trainer_state.json").write_text('{"global_st')  # cut mid-write
+    complete, unfinished = tmp_path / "checkpoint-4", tmp_path / "checkpoint-8"
+    _checkpoint(complete, 4)
+    unfinished.mkdir()
+    (unfinished / "trainer_state.json").write_text(json.dumps({"global_step": 8}))  # no manifest: the save never ended
+    assert last_complete_checkpoint(tmp_path) == str(complete)
+
+
+@pytest.mark.parametrize("damage", ["truncate model", "truncate optimizer", "delete optimizer", "only rng and state"])
+def test_resume_skips_a_damaged_newest_checkpoint_and_says_why(tmp_path, damage, caplog):
+    complete, damaged = tmp_path / "checkpoint-4", tmp_path / "checkpoint-8"
+    _checkpoint(complete, 4)
+    _checkpoint(damaged, 8)
+    if damage == "truncate model":
+        (damaged / "model.safetensors").write_bytes(b"w" * 10)
+    elif damage == "truncate optimizer":
+        (damaged / "optimizer.pt").write_bytes(b"")
+    elif damage == "delete optimizer":
+        (damaged / "optimizer.pt").unlink()
+    else:  # what two runs on one folder used to leave: a folder that looked complete
+        for name in ("model.safetensors", "optimizer.pt", "checkpoint_manifest.json"):
+            (damaged / name).unlink()
+        (damaged / "rng_state.pth").write_bytes(b"r")
+    problem = checkpoint_problem(damaged)
+    assert problem is not None and ("optimizer.pt" in problem or "model.safetensors" in problem or "manifest" in problem)
     assert last_complete_checkpoint(tmp_path) == str(complete)
 
 
@@ -133,3 +166,47 @@ def test_killed_dpr_resumes_to_the_same_weights(uninterrupted_sft):
     kill_after_checkpoint("dpr", killed, 2, "--sft-dir", str(uninterrupted_sft))
     run_to_completion("dpr", killed, "--sft-dir", str(uninterrupted_sft), "--resume")
     assert_same_weights(final_weights(killed), final_weights(uninterrupted))
+
+
+HOLD_LOCK = """
+import sys, time
+from trl_dpr.checkpointing import claim_output_dir
+claim_output_dir(sys.argv[1])
+print("claimed", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_folder_held_by_a_live_run_is_refused_naming_the_holder_and_freed_when_it_dies(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path)], env=ENV, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = iter(holder.stdout.readline, "")  # libraries may print their own lines first
+        assert any(line.strip() == "claimed" for line in lines), holder.stderr.read()
+        with pytest.raises(OutputDirInUse, match=f"PID {holder.pid} on host"):
+            claim_output_dir(tmp_path)
+    finally:
+        holder.send_signal(signal.SIGKILL)  # a killed run cannot release anything itself: the OS does
+        holder.wait(timeout=60)
+    claim_output_dir(tmp_path)  # the lock died with its holder
+
+
+def test_a_fresh_run_refuses_a_folder_holding_a_finished_run(tmp_path):
+    (tmp_path / "trainer_state.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    with pytest.raises(ValueError, match="already holds a run.*model.safetensors.*overwrite_output_dir"):
+        claim_output_dir(tmp_path)
+    claim_output_dir(tmp_path, resuming=True)
+    claim_output_dir(tmp_path, overwrite=True)
+
+
+def test_trainer_refuses_to_train_over_a_finished_run_and_resumes_from_a_command_line_true(tokenizer, tmp_path):
+    first, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=2, save_strategy="steps", save_steps=2)
+    first.train()
+    second, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=2, save_strategy="steps", save_steps=2)
+    with pytest.raises(ValueError, match="already holds a run"):
+        second.train()
+    assert second.state.global_step == 0
+    third, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=4, save_strategy="steps", save_steps=2)
+    third.train(resume_from_checkpoint="true")  # what `--resume_from_checkpoint true` delivers
+    assert third.state.global_step == 4

@@ -1,65 +1,250 @@
-"""Checkpoints that are either complete or invisible, and resuming from the newest complete one.
+"""A run owns its output folder, and its checkpoints are complete or invisible.
 
-`transformers.Trainer` writes `checkpoint-N/` in place (weights, then optimizer, scheduler, RNG states, and
-`trainer_state.json` last), and `resume_from_checkpoint=True` picks the highest-numbered folder. A crash mid-save leaves
-a `checkpoint-N/` that is picked anyway: without `trainer_state.json` the resume fails; without `optimizer.pt` it
-silently restarts the optimizer. Here a checkpoint is written under `.partial/checkpoint-N/` and renamed into place only
-once every process has finished writing it, so a `checkpoint-N/` that exists is complete.
+`transformers.Trainer` writes `checkpoint-N/` in place, and `resume_from_checkpoint=True` picks the highest-numbered
+folder: a crash mid-save leaves a `checkpoint-N/` that is picked anyway (without `optimizer.pt` the optimizer silently
+restarts), and two runs on one folder mix their files. Here:
+
+- **one run per folder**: `claim_output_dir` takes an exclusive lock (`flock`, released by the OS even on SIGKILL) on
+  `<output_dir>/.trl_dpr.lock` for the life of the process, and says who holds it (PID, host, start time) when
+  another run does; a fresh run refuses a folder that holds a finished or checkpointed run unless told to overwrite;
+- **staged checkpoints**: a checkpoint is written under `.partial/checkpoint-N/`, gets a manifest of every file and
+  its size (`checkpoint_manifest.json`, written last), and is renamed into place once every process has written;
+- **verified resume**: `last_complete_checkpoint` returns the newest checkpoint whose files all match its manifest,
+  and names what is wrong with each newer one it skips (a truncated `model.safetensors`, a missing `optimizer.pt`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 
 import torch
+from accelerate.logging import get_logger
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-__all__ = ["AtomicCheckpointsMixin", "check_output_dir", "is_complete_checkpoint", "last_complete_checkpoint"]
+__all__ = [
+    "AtomicCheckpointsMixin",
+    "OutputDirInUse",
+    "check_output_dir",
+    "checkpoint_problem",
+    "claim_output_dir",
+    "is_complete_checkpoint",
+    "last_complete_checkpoint",
+    "parse_resume_from_checkpoint",
+    "write_checkpoint_manifest",
+]
+
+logger = get_logger(__name__)
 
 _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 STAGING_DIRNAME = ".partial"
+CHECKPOINT_MANIFEST = "checkpoint_manifest.json"
+LOCK_NAME = ".trl_dpr.lock"
+# What a finished or checkpointed run leaves in its folder (a fresh run must not silently replace it).
+_RUN_OUTPUTS = ("trainer_state.json", "model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
+
+
+# ---- checkpoint completeness --------------------------------------------------------------------------------------
+
+
+def write_checkpoint_manifest(path: str | os.PathLike) -> None:
+    """Record every file of the checkpoint folder `path` with its size, in `checkpoint_manifest.json` (written last).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> for name in ("model.safetensors", "trainer_state.json"): _ = (folder / name).write_text("{}")
+        >>> write_checkpoint_manifest(folder); checkpoint_problem(folder) is None
+        True
+    """
+    path = Path(path)
+    files = {
+        str(file.relative_to(path)): file.stat().st_size
+        for file in sorted(path.rglob("*"))
+        if file.is_file() and file.name != CHECKPOINT_MANIFEST
+    }
+    with tempfile.NamedTemporaryFile("w", dir=path, prefix=".manifest-", suffix=".tmp", delete=False) as tmp:
+        json.dump({"format_version": 1, "files": files}, tmp, indent=1)
+    os.replace(tmp.name, path / CHECKPOINT_MANIFEST)
+
+
+def checkpoint_problem(path: str | os.PathLike) -> str | None:
+    """What is wrong with checkpoint folder `path`, or None when every file its manifest lists is there, full size.
+
+    Truncation (a killed save, a full disk) and missing files are caught by the sizes; a checkpoint without a manifest
+    was interrupted before it was finished (or written by trl_dpr 0.1).
+
+    Example:
+        >>> import tempfile
+        >>> checkpoint_problem(tempfile.mkdtemp())
+        'no checkpoint_manifest.json (the save did not finish)'
+    """
+    path = Path(path)
+    try:
+        manifest = json.loads((path / CHECKPOINT_MANIFEST).read_text())
+        files = manifest["files"]
+    except FileNotFoundError:
+        return f"no {CHECKPOINT_MANIFEST} (the save did not finish)"
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{CHECKPOINT_MANIFEST} is unreadable"
+    if "trainer_state.json" not in files:
+        return "its manifest lists no trainer_state.json"
+    for name, size in files.items():
+        file = path / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if file.stat().st_size != size:
+            return f"{name} has {file.stat().st_size} bytes, {size} were written"
+    return None
 
 
 def is_complete_checkpoint(path: str | os.PathLike) -> bool:
-    """A checkpoint is complete when its `trainer_state.json` (written last by Trainer) exists and parses.
+    """A checkpoint is complete when every file its manifest lists is there with the size that was written.
 
     Example:
         >>> import tempfile
         >>> is_complete_checkpoint(tempfile.mkdtemp())
         False
     """
-    state = Path(path) / "trainer_state.json"
-    try:
-        json.loads(state.read_text())
-    except (OSError, ValueError):
-        return False
-    return True
+    return checkpoint_problem(path) is None
+
+
+def _checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, str]]:
+    if not os.path.isdir(output_dir):
+        return []
+    return sorted(
+        (int(match.group(1)), os.path.join(output_dir, name))
+        for name in os.listdir(output_dir)
+        if (match := _CHECKPOINT.match(name)) and os.path.isdir(os.path.join(output_dir, name))
+    )
 
 
 def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
-    """The newest complete `checkpoint-N` in `output_dir` (None if there is none); incomplete ones are skipped.
+    """The newest complete `checkpoint-N` in `output_dir` (None if there is none); newer broken ones are skipped, and
+    what is wrong with each is logged.
 
     Example:
         >>> import tempfile
         >>> last_complete_checkpoint(tempfile.mkdtemp()) is None
         True
     """
-    if not os.path.isdir(output_dir):
-        return None
-    steps = sorted(
-        (int(match.group(1)), name)
-        for name in os.listdir(output_dir)
-        if (match := _CHECKPOINT.match(name)) and os.path.isdir(os.path.join(output_dir, name))
-    )
-    for _, name in reversed(steps):
-        if is_complete_checkpoint(os.path.join(output_dir, name)):
-            return os.path.join(output_dir, name)
+    for _, path in reversed(_checkpoints(output_dir)):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        logger.warning(f"Skipping {path} for resuming: {problem}. Trying the previous checkpoint.", main_process_only=True)
     return None
+
+
+def parse_resume_from_checkpoint(value) -> bool | str | None:
+    """`resume_from_checkpoint` as the command line, a YAML file or Python give it: True / a path / None.
+
+    Example:
+        >>> [parse_resume_from_checkpoint(v) for v in ("true", "True", "1", True, "false", None, "runs/x/checkpoint-4")]
+        [True, True, True, True, None, None, 'runs/x/checkpoint-4']
+    """
+    if value is None or value is False:
+        return None
+    if value is True:
+        return True
+    text = str(value).strip()
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no", "none", ""):
+        return None
+    return text
+
+
+# ---- one run per folder -------------------------------------------------------------------------------------------
+
+
+class OutputDirInUse(RuntimeError):
+    """Another live run holds the output folder's lock."""
+
+
+_HELD_LOCKS: dict[str, int] = {}  # realpath → file descriptor: the locks this process holds (re-entrant per process)
+
+
+def _is_main_process() -> bool:
+    return not (torch.distributed.is_available() and torch.distributed.is_initialized()) or torch.distributed.get_rank() == 0
+
+
+def _agree(error: str | None) -> str | None:
+    """Every process gets the main process's verdict (so a refused run stops everywhere, not only on rank 0)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        verdict = [error]
+        torch.distributed.broadcast_object_list(verdict, src=0)
+        return verdict[0]
+    return error
+
+
+def _lock(output_dir: Path) -> str | None:
+    """Take the folder's lock for the rest of this process's life; the reason it cannot be taken, or None."""
+    key = os.path.realpath(output_dir)
+    if key in _HELD_LOCKS:
+        return None
+    fd = os.open(output_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 4096).decode(errors="replace").strip() or "{}"
+        os.close(fd)
+        try:
+            info = json.loads(holder)
+            who = f"PID {info.get('pid')} on host {info.get('host')}, started {info.get('started')}"
+        except ValueError:
+            who = "another process"
+        return (
+            f"Another run is using {str(output_dir)!r} ({who}). Two runs writing one folder corrupt each other's "
+            "checkpoints. Wait for it to finish, stop it, or give this run another output_dir."
+        )
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}).encode())
+    _HELD_LOCKS[key] = fd  # kept open: the OS releases the lock when this process ends, however it ends
+    return None
+
+
+def _previous_run(output_dir: Path) -> str | None:
+    found = [name for name in _RUN_OUTPUTS if (output_dir / name).exists()]
+    found += [os.path.basename(path) for _, path in _checkpoints(output_dir)][-1:]
+    return ", ".join(found) if found else None
+
+
+def claim_output_dir(output_dir: str | os.PathLike, *, resuming: bool = False, overwrite: bool = False) -> None:
+    """Make `output_dir` this run's, before any compute: writable, not used by a live run, not a finished run's.
+
+    - not writable: `OSError` saying why;
+    - another live run holds its lock: `OutputDirInUse` naming the holder (PID, host, start time);
+    - it holds a finished or checkpointed run and this one is neither resuming nor told to overwrite: `ValueError`.
+
+    The lock is held until this process ends. All processes of a distributed run get the same verdict.
+
+    Example:
+        >>> import tempfile
+        >>> claim_output_dir(tempfile.mkdtemp())  # a fresh folder: claimed
+    """
+    output_dir = Path(output_dir)
+    check_output_dir(output_dir)
+    error = None
+    if _is_main_process():
+        error = _lock(output_dir)
+        previous = None if error or resuming or overwrite else _previous_run(output_dir)
+        if previous:
+            error = (
+                f"{str(output_dir)!r} already holds a run ({previous}). A fresh run would replace its checkpoints and "
+                "model. Resume it (resume_from_checkpoint: true), choose another output_dir, or set "
+                "overwrite_output_dir: true to start over in this folder."
+            )
+    error = _agree(error)
+    if error:
+        raise (OutputDirInUse if error.startswith("Another run") else ValueError)(error)
 
 
 def check_output_dir(output_dir: str | os.PathLike) -> None:
@@ -87,9 +272,11 @@ def _barrier() -> None:
 
 
 class AtomicCheckpointsMixin:
-    """Mix into a `transformers.Trainer` subclass: checkpoints are staged, then renamed into place.
+    """Mix into a `transformers.Trainer` subclass: the run claims its folder, checkpoints are staged, verified, renamed.
 
-    `resume_from_checkpoint=True` resumes from the newest *complete* checkpoint (see `last_complete_checkpoint`).
+    `train(resume_from_checkpoint=True)` (or `"true"` from a command line) resumes from the newest checkpoint whose
+    files match its manifest (`last_complete_checkpoint`); a fresh `train()` into a folder that holds another run is
+    refused unless `args.overwrite_output_dir` is set.
 
     Example:
         ```python
@@ -117,10 +304,12 @@ class AtomicCheckpointsMixin:
             self._get_output_dir = original
         _barrier()  # every process has written its part (weights, shards, RNG states)
         if self.args.should_save:
+            staged = os.path.join(staging_root, name)
+            write_checkpoint_manifest(staged)  # last: a folder without it, or not matching it, is not a checkpoint
             final = os.path.join(run_dir, name)
             if os.path.isdir(final):
                 shutil.rmtree(final)
-            os.replace(os.path.join(staging_root, name), final)
+            os.replace(staged, final)
             if self.state.best_model_checkpoint and self.state.best_model_checkpoint.startswith(staging_root):
                 self.state.best_model_checkpoint = self.state.best_model_checkpoint.replace(staging_root, run_dir, 1)
             rotate_checkpoints(
@@ -132,12 +321,22 @@ class AtomicCheckpointsMixin:
         _barrier()
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        resume_from_checkpoint = parse_resume_from_checkpoint(resume_from_checkpoint)
+        claim_output_dir(
+            self.args.output_dir,
+            resuming=resume_from_checkpoint is not None,
+            overwrite=bool(getattr(self.args, "overwrite_output_dir", False)),
+        )
         if resume_from_checkpoint is True:
             resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
             if resume_from_checkpoint is None:
                 raise ValueError(
                     f"resume_from_checkpoint=True but {self.args.output_dir!r} holds no complete checkpoint "
-                    "(checkpoint-N/ with a trainer_state.json). Start without resume_from_checkpoint, or point it at "
-                    "a checkpoint folder."
+                    f"(checkpoint-N/ whose files match its {CHECKPOINT_MANIFEST}). Start without "
+                    "resume_from_checkpoint, or point it at a checkpoint folder."
                 )
+        elif resume_from_checkpoint is not None:
+            problem = checkpoint_problem(resume_from_checkpoint) if os.path.isdir(resume_from_checkpoint) else "it is not a folder"
+            if problem and not problem.startswith("no checkpoint_manifest"):
+                raise ValueError(f"Cannot resume from {resume_from_checkpoint!r}: {problem}.")
         return super().train(resume_from_checkpoint, *args, **kwargs)

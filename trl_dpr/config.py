@@ -50,6 +50,7 @@ class DensePathConfig(GRPOConfig):
             different prompt.
         warmup_steps (`float`, defaults to `0.03`): a ratio of the total steps (Table 5, "Warmup ratio").
         allow_kl_in_loss (`bool`, defaults to `False`): allow `beta` > 0 together with `kl_coef` > 0.
+        overwrite_output_dir (`bool`, defaults to `False`): allow a fresh run in a folder that holds a run.
 
     GRPO fields that DPR replaces (`scale_rewards`, `reward_weights`, `multi_objective_aggregation`) are refused when
     set to anything but their default, rather than silently ignored.
@@ -124,6 +125,13 @@ class DensePathConfig(GRPOConfig):
         },
     )
 
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start a fresh run in an output_dir that already holds a run (its checkpoints and model are "
+            "replaced). Off: refused, so a rerun never silently destroys a finished run; resume it instead."
+        },
+    )
     allow_kl_in_loss: bool = field(
         default=False,
         metadata={
