@@ -309,7 +309,8 @@ def plan(
     Example:
         >>> from transformers import LlamaConfig
         >>> from trl_dpr import DensePathConfig
-        >>> args = DensePathConfig("out", per_device_train_batch_size=2, max_completion_length=16, use_cpu=True, bf16=False)
+        >>> args = DensePathConfig("out", per_device_train_batch_size=2, max_prompt_length=16,
+        ...                        max_completion_length=16, use_cpu=True, bf16=False)
         >>> tiny = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         ...                    num_key_value_heads=2, vocab_size=100)
         >>> plan(args, tiny, gpu_memory_gib=24).fits
