@@ -1,9 +1,13 @@
 """A few DPR steps on tiny models under one engine, recording what `tests/test_sharded.py` compares across engines.
 
-    sharded_check.py ENGINE OUTPUT_DIR MODELS_DIR          ENGINE: single | fsdp | zero3
+    sharded_check.py ENGINE OUTPUT_DIR MODELS_DIR [LAYOUT]     ENGINE: single | ddp | fsdp | zero3
+                                                                LAYOUT: models (default) | shared_base
 
-`single` is one CPU process (`recipes/accelerate_configs/cpu.yaml`); `fsdp` and `zero3` are two CPU processes (gloo)
-under `recipes/accelerate_configs/fsdp_cpu.yaml` / `zero3_cpu.yaml`. The global batch is the same (4 prompts per
+`single` is one CPU process (`recipes/accelerate_configs/cpu.yaml`); `ddp`, `fsdp` and `zero3` are two CPU processes
+(gloo) under `recipes/accelerate_configs/cpu_ddp.yaml` / `fsdp_cpu.yaml` / `zero3_cpu.yaml`. LAYOUT `models`: π_SFT
+and π_ref are two models (MODELS_DIR/sft, MODELS_DIR/ref) and the policy a third; `shared_base`: MODELS_DIR/adapters/sft
+is a LoRA SFT output with its reference adapter, so π_SFT, π_ref and the policy are three adapters on one base,
+scored through the policy's own (wrapped) model. The global batch is the same (4 prompts per
 step) and generation is greedy, so every engine samples the same completions and takes the same SGD steps. Each rank
 writes `rank{r}.pt`: its rows of the first batch (ids, masks, dense rewards, KL reference, log π_old, advantages),
 how its scorers are held (local vs full parameter counts, FSDP units) and the largest difference between its
@@ -82,6 +86,7 @@ def scorer_facts(model, engine: str, disk: dict) -> dict:
 
 def main():
     engine, out, models = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    shared_base = len(sys.argv) > 4 and sys.argv[4] == "shared_base"
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if engine == "fsdp":
@@ -98,7 +103,10 @@ def main():
     rank = args.process_index
     assert args.world_size == world, (args.world_size, world)
 
-    reward_model = CheckpointRewardModel.from_pretrained(str(models / "sft"), str(models / "ref"), dtype=torch.float32)
+    if shared_base:
+        reward_model = CheckpointRewardModel.from_pretrained(str(models / "adapters" / "sft"), dtype=torch.float32)
+    else:
+        reward_model = CheckpointRewardModel.from_pretrained(str(models / "sft"), str(models / "ref"), dtype=torch.float32)
     recorded = {}
     original_advantages = algorithm.dense_path_advantages
 
@@ -113,7 +121,7 @@ def main():
     trainer = DensePathTrainer(model=None, reward_model=reward_model, args=args, train_dataset=prompts())
     assert trainer.is_fsdp_enabled == (engine == "fsdp") and trainer.is_deepspeed_enabled == (engine == "zero3")
 
-    for name in ("sft", "ref"):
+    for name in () if shared_base else ("sft", "ref"):  # shared base: the scorers are the policy's model, below
         disk = load_file(models / name / "model.safetensors")
         scorer = getattr(trainer.reward_model, f"{name}_model")
         recorded[f"{name}_scorer"] = scorer_facts(scorer, engine, disk)
@@ -129,6 +137,8 @@ def main():
     trainer._generate_and_score_completions = recording_batch
     trainer.train()
     recorded["policy"] = scorer_facts(trainer.model, engine, {})  # the trained policy: sharded too
+    if shared_base:
+        assert trainer.reward_model.sft_model is trainer.reward_model.ref_model is trainer.accelerator.unwrap_model(trainer.model_wrapped)
     torch.save(recorded, out / f"rank{rank}.pt")
 
     state = trainer.accelerator.get_state_dict(trainer.model_wrapped)  # the DeepSpeed engine under ZeRO-3
