@@ -104,6 +104,12 @@ def test_qlora_base_is_half_a_byte_per_linear_weight_plus_constants_and_bf16_for
     assert term(result, "trainable adapter + grad + AdamW m, v").bytes == 167_772_160 * 4 * 2
 
 
+def test_three_separately_loaded_qlora_models_hold_three_bases(shapes):
+    shape = shapes["llama-3.1-8b"]
+    shared = term(plan(llama_dpr_args(), shape, qlora_args()), "base weights (NF4)").bytes
+    assert term(plan(llama_dpr_args(), shape, qlora_args(), shared_base=False), "base weights (NF4)").bytes == 3 * shared
+
+
 def test_full_fine_tuning_is_sharded_over_the_gpus_with_three_models_for_dpr(shapes):
     shape = shapes["llama-3.1-8b"]
     result = plan(llama_dpr_args(use_vllm=True, vllm_mode="server"), shape, None, num_gpus=8)
@@ -180,3 +186,10 @@ def test_the_command_line_prints_the_table(capsys):
     main(["--config", str(ROOT / "recipes/llama-3.1-8b/dpr/config_qlora.yaml"), "--model-config", str(CONFIGS / "llama-3.1-8b")])
     out = capsys.readouterr().out
     assert "paged KV cache | 32.00 |" in out and "of 79 GiB: fits" in out
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: "/".join(p.parts[-3:]))
+def test_the_recipes_readme_shows_each_recipes_current_plan(recipe, shapes, monkeypatch):
+    monkeypatch.chdir(ROOT)  # tables are titled with the path relative to the repository
+    table = plan_recipe(str(recipe.relative_to(ROOT)), shapes[recipe.parts[-3]]).table()
+    assert table in (ROOT / "recipes" / "README.md").read_text(), "regenerate the plan tables at the end of recipes/README.md"

@@ -292,6 +292,7 @@ def plan(
     *,
     gpu_memory_gib: float | None = None,
     num_gpus: int = 1,
+    shared_base: bool = True,
     title: str | None = None,
 ) -> MemoryPlan:
     """The memory plan of one training process (see the module docstring for every formula).
@@ -305,6 +306,8 @@ def plan(
             `lora_target_modules`); None = full fine-tuning, no LoRA.
         gpu_memory_gib: the GPU's memory, for `MemoryPlan.fits`.
         num_gpus: processes (one GPU each). Full fine-tuning is sharded over them (ZeRO-3 / FSDP); QLoRA is not.
+        shared_base: DPR with adapters: π_SFT, π_ref and the policy on one base (an adapter SFT output, the default),
+            or three bases (three separately loaded PEFT models).
 
     Example:
         >>> from transformers import LlamaConfig
@@ -337,14 +340,16 @@ def plan(
     static, phases, notes = [], {}, []
 
     # -- weights ---------------------------------------------------------------------------------------------------
-    copies = 3 if is_dpr and not use_peft else 1  # full DPR: policy + π_SFT + π_ref; adapters share one base
+    # DPR holds policy, π_SFT and π_ref: three models, or three adapters on one base (an adapter SFT output).
+    copies = 3 if is_dpr and not (use_peft and shared_base) else 1
     if quantized:
         constants = 0.0159 if getattr(model_args, "use_bnb_nested_quant", False) else 0.0625
         other = shape.parameters - shape.linear_parameters
         static.append(_term(
-            "base weights (NF4)", shape.linear_parameters * (0.5 + constants) + other * BF16,
-            f"{shape.linear_parameters / 1e9:.2f} B linear × {0.5 + constants:.4f} B + {other / 1e9:.2f} B other × 2 B"
-            + (" (one base: policy, π_SFT, π_ref are adapters on it)" if is_dpr else ""),
+            "base weights (NF4)", copies * (shape.linear_parameters * (0.5 + constants) + other * BF16),
+            f"{copies} × ({shape.linear_parameters / 1e9:.2f} B linear × {0.5 + constants:.4f} B + "
+            f"{other / 1e9:.2f} B other × 2 B)"
+            + (" (one base: policy, π_SFT, π_ref are adapters on it)" if is_dpr and copies == 1 else ""),
         ))
     else:
         static.append(_term(
@@ -398,6 +403,16 @@ def plan(
             _term("one layer live", one_layer(batch, tokens), f"{batch} × {tokens} × (4·{hidden} + 3·{mlp}) × 2 B"),
             _term("logits", batch * completion * vocab * FP32, f"{batch} × {completion} × {vocab} × 4 B"),
         ]
+    if is_dpr and sharded:
+        notes.append(
+            f"Assumes ZeRO-3 (zero3.yaml). Under FSDP (fsdp.yaml) TRL's prepare_fsdp makes each scorer ONE FSDP unit "
+            f"(tests/test_sharded.py), so scoring gathers a whole scorer: + {_gib(shape.parameters * BF16)}."
+        )
+        if not training_args.use_vllm:
+            notes.append(
+                f"Without vLLM, ZeRO-3 gathers the whole policy to generate (ds3_gather_for_generation): "
+                f"+ {_gib(shape.parameters * BF16)} during generation."
+            )
     logit_tokens, logit_bytes = (completion, 8) if is_dpr else (tokens, 12)
     if training_args.gradient_checkpointing:
         training = [
