@@ -17,7 +17,7 @@ Static
     weights, QLoRA (NF4)     4-bit linear weights: 0.5 B + quantisation constants (one fp32 absmax per 64 weights,
                              0.0625 B; with double quantisation ≈ 0.0159 B); everything else (embeddings, LM head,
                              norms) in bf16, 2 B per parameter. DPR from an adapter SFT output holds ONE base: π_SFT, π_ref
-                             and the policy are three adapters on it.
+                             and the policy are three adapters on it (`shared_base=False`: three bases).
     weights, full            bf16, 2 B per parameter; DPR holds three models (policy, π_SFT, π_ref). Sharded over N
                              GPUs (ZeRO-3 / FSDP) when N > 1, plus one decoder layer gathered (×2 for prefetch).
     adapters                 LoRA: r·(in + out) per adapted linear layer; frozen π_SFT / π_ref adapters in fp32 (PEFT
@@ -544,7 +544,9 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     from .recipe_parser import RecipeParser
 
     values = yaml.safe_load(Path(config_path).read_text()) or {}
-    is_dpr = any(key in values for key in ("kl_coef", "generation_batch_size", "use_baseline"))
+    # A DPR recipe sets some field that only DensePathConfig (GRPO + DPR) has; an SFT recipe none.
+    dpr_only = set(DensePathConfig.__dataclass_fields__) - set(SFTConfig.__dataclass_fields__)
+    is_dpr = bool(dpr_only & set(values))
     script_class = _script_arguments_class(is_dpr)
     config_class = DensePathConfig if is_dpr else SFTConfig
     parsed = RecipeParser((script_class, config_class, ModelConfig, MemoryTarget)).parse_args_and_config(
