@@ -8,7 +8,9 @@ The random bf16 base is written once to `--workdir` (16 GB for the 8B shape), th
 quantisation, bf16 compute) like the QLoRA recipes. π_SFT and π_ref are random LoRA adapters (r=64, all linear layers)
 saved as an SFT output with its `dpr_reference/`. Each layout runs in its own subprocess: peak memory is
 `torch.cuda.max_memory_allocated` over the training steps (CPU: peak resident memory), throughput is generated plus
-scored tokens per second.
+scored tokens per second. Each record also holds `trl_dpr.memory.plan`'s prediction for the same configuration
+(`planned_peak_bytes`, without its margin, and `measured_over_planned`): the check of the memory plan's formulas. On
+CPU the ratio says nothing (resident memory counts the Python process, the plan counts GPU tensors).
 """
 
 from __future__ import annotations
@@ -157,7 +159,23 @@ def run_one(args) -> dict:
         peak = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
     step = statistics.median(times[args.warmup :])
     tokens = args.batch_size * (args.prompt_length + args.completion_length)
-    return {"layout": args.only, "peak_memory_bytes": peak, "median_step_seconds": step, "tokens_per_second": tokens / step}
+    planned = planned_peak(args, config, trainer.model.config)
+    return {"layout": args.only, "peak_memory_bytes": peak, "median_step_seconds": step, "tokens_per_second": tokens / step,
+            "planned_peak_bytes": planned, "measured_over_planned": peak / planned}
+
+
+def planned_peak(args, config, model_config) -> float:
+    """`trl_dpr.memory.plan` for this run (prompts of exactly --prompt-length tokens), without the plan's margin."""
+    from trl import ModelConfig
+
+    from trl_dpr.memory import plan
+
+    config.max_prompt_length = args.prompt_length
+    model_args = ModelConfig(load_in_4bit=True, use_bnb_nested_quant=True, use_peft=True, lora_r=8 if args.tiny else 64,
+                             lora_target_modules=["all-linear"])
+    memory_plan = plan(config, model_config, model_args, shared_base=args.only == "shared_base")
+    print(memory_plan.table(), file=sys.stderr)
+    return memory_plan.total_bytes - memory_plan.margin.bytes
 
 
 def main(argv=None):
@@ -186,7 +204,9 @@ def main(argv=None):
     with open(args.output, "a") as f:
         f.write(json.dumps(summary) + "\n")
     for layout, result in results.items():
-        print(f"{layout:13s} peak {result['peak_memory_bytes'] / 2**30:.2f} GiB   {result['tokens_per_second']:.0f} tokens/s")
+        print(f"{layout:13s} peak {result['peak_memory_bytes'] / 2**30:.2f} GiB (plan {result['planned_peak_bytes'] / 2**30:.2f} "
+              f"GiB without margin, measured / planned {result['measured_over_planned']:.2f})   "
+              f"{result['tokens_per_second']:.0f} tokens/s")
     print(f"peak memory shared / three models = {summary['peak_memory_ratio_shared_over_three']:.3f}")
 
 

@@ -14,6 +14,7 @@ from trl import ModelConfig, SFTConfig
 
 from trl_dpr import DensePathConfig
 from trl_dpr.hub import defer_push_to_hub, push_trainer_output
+from trl_dpr.memory import MemoryTarget
 from trl_dpr.pipeline import (
     DPRScriptArguments,
     SFTScriptArguments,
@@ -27,12 +28,14 @@ from trl_dpr.recipe_parser import RecipeParser
 
 
 def main(argv=None):
-    script_args, training_args, model_args = RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig)).parse_args_and_config(argv)
+    # MemoryTarget (gpu_memory_gib, num_gpus) is read by `python -m trl_dpr.memory`, not by training.
+    parser = RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig, MemoryTarget))
+    script_args, training_args, model_args, _ = parser.parse_args_and_config(argv)
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
     stages = 1 + bool(script_args.sft_config) + script_args.evaluate
     stage = 1
     if script_args.sft_config:
-        sft_args, sft_training_args, sft_model_args = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig)).parse_args_and_config(
+        sft_args, sft_training_args, sft_model_args, _ = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget)).parse_args_and_config(
             ["--config", script_args.sft_config]
         )
         if sft_training_args.output_dir != model_args.model_name_or_path:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from trl_dpr.algorithm import whiten
@@ -13,6 +14,7 @@ from trl_dpr.algorithm import whiten
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_two_processes_whiten_globally_and_only_the_main_process_writes(tmp_path):
     command = [
         sys.executable, "-m", "accelerate.commands.launch",

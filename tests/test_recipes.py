@@ -13,6 +13,7 @@ from trl import ModelConfig, SFTConfig
 
 from trl_dpr import DensePathConfig
 from trl_dpr.data import load_demonstrations, openorca_to_conversation, prompts_for_rl
+from trl_dpr.memory import MemoryTarget
 from trl_dpr.pipeline import DPRScriptArguments, SFTScriptArguments
 from trl_dpr.recipe_parser import RecipeParser
 
@@ -31,11 +32,11 @@ LEARNING_RATE = {("sft", "full"): 5e-6, ("sft", "qlora"): 5e-5, ("dpr", "full"):
 
 
 def sft_parser():
-    return RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig))
+    return RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget))
 
 
 def dpr_parser():
-    return RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig))
+    return RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig, MemoryTarget))
 
 
 def write_yaml(tmp_path, values):
@@ -55,7 +56,7 @@ def test_unknown_yaml_key_is_an_error_that_names_it(tmp_path):
 
 def test_command_line_overrides_the_yaml(tmp_path):
     config = write_yaml(tmp_path, {"output_dir": str(tmp_path), "learning_rate": 1e-5, "kl_coef": 0.1})
-    _, args, _ = dpr_parser().parse_args_and_config(["--config", config, "--kl_coef", "0.3", "--use_cpu", "true"])
+    _, args, _, _ = dpr_parser().parse_args_and_config(["--config", config, "--kl_coef", "0.3", "--use_cpu", "true"])
     assert (args.learning_rate, args.kl_coef) == (1e-5, 0.3)
 
 
@@ -63,7 +64,7 @@ def test_command_line_overrides_the_yaml(tmp_path):
 @pytest.mark.parametrize("layout", ["qlora", "full"])
 def test_sft_config_parses_and_carries_the_papers_values(backbone, layout):
     path = RECIPES / backbone / "sft" / f"config_{layout}.yaml"
-    script, args, model = sft_parser().parse_args_and_config(["--config", str(path), "--use_cpu", "true"])
+    script, args, model, _ = sft_parser().parse_args_and_config(["--config", str(path), "--use_cpu", "true"])
     assert model.model_name_or_path == BACKBONES[backbone]
     assert (script.dataset_name, script.num_train_samples, script.reference_fraction) == ("Open-Orca/OpenOrca", 100_000, 0.5)
     assert args.per_device_train_batch_size * PROCESSES[layout] * args.gradient_accumulation_steps == 256
@@ -76,7 +77,7 @@ def test_sft_config_parses_and_carries_the_papers_values(backbone, layout):
 @pytest.mark.parametrize("layout", ["qlora", "full"])
 def test_dpr_config_parses_and_carries_the_papers_values(backbone, layout):
     path = RECIPES / backbone / "dpr" / f"config_{layout}.yaml"
-    script, args, model = dpr_parser().parse_args_and_config(["--config", str(path), "--use_cpu", "true"])
+    script, args, model, _ = dpr_parser().parse_args_and_config(["--config", str(path), "--use_cpu", "true"])
     assert model.model_name_or_path == f"runs/{backbone}/sft-{layout}"
     assert args.per_device_train_batch_size * PROCESSES[layout] * args.gradient_accumulation_steps == 128
     assert args.generation_batch_size == 1024 and args.num_generations == 1

@@ -113,3 +113,47 @@ def test_training_moves_only_the_policy_adapter(adapter_sft_output, tokenizer, t
     saved = tmp_path / "dpr"
     assert json.loads((saved / "adapter_config.json").read_text())["r"] == 4
     assert not (saved / "sft").exists() and not (saved / "ref").exists()  # only the policy adapter is the output
+
+
+def test_merging_and_unmerging_an_adapter_changes_a_4bit_base(adapter_sft_output):
+    """Why vLLM is refused below: TRL's vLLM weight sync merges the policy adapter into the base and unmerges it."""
+    from bitsandbytes.functional import dequantize_4bit
+
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(adapter_sft_output / "base", **QUANTIZED),
+                                      adapter_sft_output / "sft")
+    layer = model.base_model.model.model.layers[0].self_attn.q_proj.base_layer
+    before = dequantize_4bit(layer.weight.data, layer.weight.quant_state).clone()
+    model.merge_adapter()
+    model.unmerge_adapter()
+    after = dequantize_4bit(layer.weight.data, layer.weight.quant_state)
+    assert (after - before).abs().max() > 1e-3  # re-quantized twice: not the base it was
+
+
+def test_vllm_with_a_quantized_shared_base_is_refused_before_vllm_starts(adapter_sft_output, tokenizer, tmp_path):
+    reward_model = CheckpointRewardModel.from_pretrained(str(adapter_sft_output / "sft"), **QUANTIZED)
+    with pytest.raises(ValueError, match="re-quantizing the base each time"):
+        DensePathTrainer(reward_model=reward_model, args=make_config(tmp_path, use_vllm=True), train_dataset=prompts_dataset(),
+                         processing_class=tokenizer)
+    assert set(reward_model.sft_model.peft_config) == {"sft", "ref"}  # refused before the policy adapter was added
+
+
+def test_continuous_batching_trains_the_quantized_shared_base_off_policy(adapter_sft_output, tokenizer, tmp_path):
+    """The QLoRA recipes' generation: transformers' continuous batching (bounded paged KV cache) on the 4-bit base,
+    rollout batch 8 over 2 micro-batches, so GRPO computes log π_old itself for DPR's KL term."""
+    reward_model = CheckpointRewardModel.from_pretrained(str(adapter_sft_output / "sft"), **QUANTIZED)
+    args = make_config(
+        tmp_path, use_transformers_continuous_batching=True, generation_batch_size=8, kl_coef=0.1, max_steps=2,
+        transformers_continuous_batching_config={"num_blocks": 16, "max_batch_tokens": 64, "page_size": 16},
+    )
+    trainer = DensePathTrainer(reward_model=reward_model, args=args, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    batches = []
+    generate_and_score = trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: batches.append(generate_and_score(inputs)) or batches[-1]
+    trainer.train()
+
+    assert len(batches) == 1 and batches[0]["completion_ids"].shape[0] == 8  # one rollout of 8 for the two steps
+    assert batches[0]["old_per_token_logps"] is not None  # off-policy: GRPO's own forward of the policy
+    # The policy starts as π_SFT: at the first step log π_old − log π_SFT is 0 up to rounding, although the two come
+    # from different forwards (GRPO's, through the policy adapter, which TRL keeps in bf16 on a quantized base; the
+    # reward model's, through the fp32 `sft` adapter). Measured: 1.2e-4 per token.
+    assert abs(trainer.state.log_history[0]["kl_sft"]) < 1e-3

@@ -133,6 +133,20 @@ class DensePathTrainer(AtomicCheckpointsMixin, GRPOTrainer):
                     "The reward model's π_SFT is a PEFT adapter, so the policy is a trainable copy of it on the same "
                     "base; do not pass a peft_config (the copy keeps the SFT adapter's configuration)."
                 )
+            quantized = getattr(reward_model.sft_model, "is_loaded_in_4bit", False) or getattr(
+                reward_model.sft_model, "is_loaded_in_8bit", False
+            )
+            if args.use_vllm and quantized:
+                # TRL syncs a PEFT policy to vLLM by merging its adapter into the base and unmerging it after: on a
+                # 4/8-bit base each step re-quantizes the base, so it drifts, and π_SFT / π_ref (adapters on that
+                # same base) would score with a changed model.
+                raise ValueError(
+                    "use_vllm with a quantized (4/8-bit) adapter SFT output is not supported: vLLM weight syncs merge "
+                    "the policy adapter into the shared quantized base and unmerge it, re-quantizing the base each time, "
+                    "which changes π_SFT and π_ref (the reward). Generate with transformers instead (use_vllm: false, "
+                    "with use_transformers_continuous_batching: true to bound memory, as the QLoRA recipes do), or "
+                    "train from a non-quantized (bf16) LoRA SFT output."
+                )
             model = add_policy_adapter(reward_model)
         elif model is None:
             model = reward_model.sft_model_name_or_path or copy.deepcopy(reward_model.sft_model).requires_grad_(True)

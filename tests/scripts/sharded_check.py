@@ -1,0 +1,150 @@
+"""A few DPR steps on tiny models under one engine, recording what `tests/test_sharded.py` compares across engines.
+
+    sharded_check.py ENGINE OUTPUT_DIR MODELS_DIR [LAYOUT]     ENGINE: single | ddp | fsdp | zero3
+                                                                LAYOUT: models (default) | shared_base
+
+`single` is one CPU process (`recipes/accelerate_configs/cpu.yaml`); `ddp`, `fsdp` and `zero3` are two CPU processes
+(gloo) under `recipes/accelerate_configs/cpu_ddp.yaml` / `fsdp_cpu.yaml` / `zero3_cpu.yaml`. LAYOUT `models`: π_SFT
+and π_ref are two models (MODELS_DIR/sft, MODELS_DIR/ref) and the policy a third; `shared_base`: MODELS_DIR/adapters/sft
+is a LoRA SFT output with its reference adapter, so π_SFT, π_ref and the policy are three adapters on one base,
+scored through the policy's own (wrapped) model. The global batch is the same (4 prompts per
+step) and generation is greedy, so every engine samples the same completions and takes the same SGD steps. Each rank
+writes `rank{r}.pt`: its rows of the first batch (ids, masks, dense rewards, KL reference, log π_old, advantages),
+how its scorers are held (local vs full parameter counts, FSDP units) and the largest difference between its
+scorers' (gathered) weights and the weights on disk. Rank 0 writes `final.pt`, the trained policy's full weights.
+
+FSDP on CPU: accelerate 1.15 enables FSDP only for accelerator devices (`AcceleratorState` sets it for MULTI_GPU,
+MULTI_XPU, ..., never for MULTI_CPU, and its launcher gives FSDP processes no `use_cpu`). `enable_fsdp_on_cpu` makes
+the one decision AcceleratorState makes for those devices, for MULTI_CPU; everything after it (accelerate's FSDP2
+preparation of the policy, TRL's `prepare_fsdp` of the scorers, transformers' loading) is the real code.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from accelerate.state import AcceleratorState, PartialState  # noqa: E402
+from accelerate.utils import DistributedType  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+from torch.distributed.tensor import DTensor  # noqa: E402
+
+import trl_dpr.algorithm as algorithm  # noqa: E402
+from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer  # noqa: E402
+
+GLOBAL_BATCH = 4
+
+
+def enable_fsdp_on_cpu() -> None:
+    original = AcceleratorState.__init__
+
+    def init(self, *args, fsdp_plugin=None, **kwargs):
+        original(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
+        if fsdp_plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
+            # Every AcceleratorState() copies PartialState's fields again: set the type in both shared states.
+            PartialState._shared_state["distributed_type"] = self.distributed_type = DistributedType.FSDP
+            self.fsdp_plugin = fsdp_plugin
+
+    AcceleratorState.__init__ = init
+
+
+def prompts(n: int = 16) -> Dataset:
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What is {i}+{2 * i}?"}] for i in range(n)]})
+
+
+def scorer_facts(model, engine: str, disk: dict) -> dict:
+    """How a scorer is held on this rank, and the largest gap between its full weights and the weights on disk."""
+    local = full = 0
+    gap = 0.0
+    if engine == "zero3":
+        import deepspeed
+
+        params = list(model.parameters())
+        local = sum(p.ds_tensor.numel() for p in params)
+        full = sum(p.ds_numel for p in params)
+        with deepspeed.zero.GatheredParameters(params):
+            weights = {name: p.detach().clone() for name, p in model.named_parameters()}
+    else:
+        weights = {}
+        for name, p in model.named_parameters():
+            if isinstance(p, DTensor):
+                local += p.to_local().numel()
+                weights[name] = p.full_tensor().detach()
+            else:
+                local += p.numel()
+                weights[name] = p.detach()
+            full += weights[name].numel()
+    for name, tensor in weights.items():
+        if name in disk:
+            gap = max(gap, (tensor.float() - disk[name].float()).abs().max().item())
+    units = sum(1 for m in model.modules() if type(m).__name__.startswith("FSDP"))
+    return {"local": local, "full": full, "gap_to_disk": gap, "fsdp_units": units}
+
+
+def main():
+    engine, out, models = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    shared_base = len(sys.argv) > 4 and sys.argv[4] == "shared_base"
+    torch.set_num_threads(1)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if engine == "fsdp":
+        enable_fsdp_on_cpu()
+    args = DensePathConfig(
+        output_dir=str(out / "dpr"), per_device_train_batch_size=GLOBAL_BATCH // world, max_steps=2,
+        max_completion_length=6, learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", warmup_steps=0,
+        kl_coef=0.1, generation_kwargs={"do_sample": False}, seed=0, report_to="none", save_strategy="no",
+        logging_steps=1, disable_tqdm=True, bf16=False, gradient_checkpointing=False,
+        # ZeRO-3 runs with use_cpu false (DeepSpeed's CPU accelerator; accelerate turns DeepSpeed off under use_cpu)
+        # and gloo: without a backend, accelerate sees no GPU and sets up no process group of its own.
+        use_cpu=engine != "zero3", ddp_backend="gloo" if engine == "zero3" else None,
+    )
+    rank = args.process_index
+    assert args.world_size == world, (args.world_size, world)
+
+    if shared_base:
+        reward_model = CheckpointRewardModel.from_pretrained(str(models / "adapters" / "sft"), dtype=torch.float32)
+    else:
+        reward_model = CheckpointRewardModel.from_pretrained(str(models / "sft"), str(models / "ref"), dtype=torch.float32)
+    recorded = {}
+    original_advantages = algorithm.dense_path_advantages
+
+    def recording_advantages(dense_rewards, sft_logps, policy_logps, mask, **kwargs):
+        result = original_advantages(dense_rewards, sft_logps, policy_logps, mask, **kwargs)
+        if "rewards" not in recorded:
+            recorded.update(rewards=dense_rewards, kl_reference=sft_logps, old_logps=policy_logps, mask=mask,
+                            returns=result["returns"], advantages=result["advantages"])
+        return result
+
+    algorithm.dense_path_advantages = recording_advantages
+    trainer = DensePathTrainer(model=None, reward_model=reward_model, args=args, train_dataset=prompts())
+    assert trainer.is_fsdp_enabled == (engine == "fsdp") and trainer.is_deepspeed_enabled == (engine == "zero3")
+
+    for name in () if shared_base else ("sft", "ref"):  # shared base: the scorers are the policy's model, below
+        disk = load_file(models / name / "model.safetensors")
+        scorer = getattr(trainer.reward_model, f"{name}_model")
+        recorded[f"{name}_scorer"] = scorer_facts(scorer, engine, disk)
+
+    generate_and_score = trainer._generate_and_score_completions
+
+    def recording_batch(inputs):
+        output = generate_and_score(inputs)
+        if "prompt_ids" not in recorded:
+            recorded.update({k: output[k].cpu() for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")})
+        return output
+
+    trainer._generate_and_score_completions = recording_batch
+    trainer.train()
+    recorded["policy"] = scorer_facts(trainer.model, engine, {})  # the trained policy: sharded too
+    if shared_base:
+        assert trainer.reward_model.sft_model is trainer.reward_model.ref_model is trainer.accelerator.unwrap_model(trainer.model_wrapped)
+    torch.save(recorded, out / f"rank{rank}.pt")
+
+    state = trainer.accelerator.get_state_dict(trainer.model_wrapped)  # the DeepSpeed engine under ZeRO-3
+    if rank == 0:
+        torch.save({k: v.detach().float().cpu() for k, v in state.items()}, out / "final.pt")
+
+
+if __name__ == "__main__":
+    main()

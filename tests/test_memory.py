@@ -1,0 +1,195 @@
+"""The memory plan (`trl_dpr.memory`): each term against hand arithmetic, and every shipped recipe against its GPU."""
+
+from pathlib import Path
+
+import pytest
+from transformers import AutoConfig, LlamaConfig
+from trl import ModelConfig
+
+from trl_dpr import DensePathConfig
+from trl_dpr.memory import GIB, MemoryPlan, MemoryTerm, ModelShape, kv_cache_bytes_per_token, main, plan, plan_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "tests" / "data" / "model_configs"
+BACKBONES = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.1", "gemma-3-4b"]
+RECIPES = sorted((ROOT / "recipes").glob("*/*/config_*.yaml"))
+KIB = 1024
+
+
+@pytest.fixture(scope="module")
+def shapes():
+    return {name: ModelShape.from_config(AutoConfig.from_pretrained(CONFIGS / name)) for name in BACKBONES}
+
+
+def llama_dpr_args(**overrides):
+    values = dict(output_dir="out", per_device_train_batch_size=8, gradient_accumulation_steps=16, generation_batch_size=1024,
+                  max_prompt_length=1024, max_completion_length=1024, gradient_checkpointing=True, use_cpu=True, bf16=False)
+    return DensePathConfig(**{**values, **overrides})
+
+
+def qlora_args():
+    return ModelConfig(load_in_4bit=True, use_bnb_nested_quant=True, use_peft=True, lora_r=64,
+                       lora_target_modules=["all-linear"])
+
+
+def term(plan_, name):
+    terms = plan_.static + [t for phase in plan_.phases.values() for t in phase]
+    return next(t for t in terms if t.name == name)
+
+
+# ---- the model's shape ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backbone", "kib"),
+    [("llama-3.1-8b", 128), ("qwen2.5-7b", 56), ("mistral-7b-v0.1", 128), ("gemma-3-4b", 136)],
+)
+def test_kv_cache_per_token_is_layers_times_kv_heads_times_head_dim_times_k_and_v_times_bf16(backbone, kib):
+    # Llama 32 × 8 × 128 × 2 × 2 B; Qwen 28 × 4 × 128 × 2 × 2; Mistral as Llama; Gemma-3-4B 34 × 4 × 256 × 2 × 2.
+    assert kv_cache_bytes_per_token(AutoConfig.from_pretrained(CONFIGS / backbone)) == kib * KIB
+
+
+def test_sliding_window_layers_hold_only_their_window():
+    gemma = AutoConfig.from_pretrained(CONFIGS / "gemma-3-4b")
+    per_layer = 4 * 256 * 2 * 2  # 4 KV heads × head_dim 256 × (K, V) × bf16
+    # 5 global layers keep all 2048 tokens; the 29 local ones keep 1024 of them (window 1024).
+    assert kv_cache_bytes_per_token(gemma, tokens=2048) == 5 * per_layer + 29 * per_layer // 2
+
+
+@pytest.mark.parametrize(
+    ("backbone", "parameters"),
+    # The published parameter counts of the four checkpoints.
+    [("llama-3.1-8b", 8_030_261_248), ("qwen2.5-7b", 7_615_616_512), ("mistral-7b-v0.1", 7_241_732_096),
+     ("gemma-3-4b", 4_300_079_472)],
+)
+def test_parameters_counted_from_the_config_alone_match_the_published_counts(shapes, backbone, parameters):
+    assert shapes[backbone].parameters == parameters
+
+
+def test_lora_all_linear_counts_rank_times_in_plus_out_of_every_linear_but_the_lm_head(shapes):
+    # Llama-3.1-8B, r = 64: q 4096→4096, k and v 4096→1024, o 4096→4096, gate and up 4096→14336, down 14336→4096.
+    per_layer = 64 * ((4096 + 4096) + 2 * (4096 + 1024) + (4096 + 4096) + 3 * (4096 + 14336))
+    assert shapes["llama-3.1-8b"].lora_parameters(64, "all-linear") == 32 * per_layer == 167_772_160
+    assert shapes["llama-3.1-8b"].lora_parameters(64, ["q_proj", "v_proj"]) == 32 * 64 * ((4096 + 4096) + (4096 + 1024))
+
+
+# ---- each term --------------------------------------------------------------------------------------------------
+
+
+def test_one_generate_call_on_the_papers_rollout_needs_a_256_gib_kv_cache(shapes):
+    # The finding behind the recipes: 1024 sequences × 2048 tokens × 128 KiB = 2^10 · 2^11 · 2^17 B = 256 GiB.
+    result = plan(llama_dpr_args(), shapes["llama-3.1-8b"], qlora_args(), gpu_memory_gib=79)
+    assert term(result, "KV cache").bytes == 1024 * 2048 * 128 * KIB == 256 * GIB
+    assert result.peak_phase == "generation (one generate call)" and result.fits is False
+
+
+def test_continuous_batching_kv_cache_is_num_blocks_times_page_size_whatever_the_rollout(shapes):
+    cb = {"num_blocks": 1024, "max_batch_tokens": 4096}
+    small = plan(llama_dpr_args(use_transformers_continuous_batching=True, transformers_continuous_batching_config=cb),
+                 shapes["llama-3.1-8b"], qlora_args())
+    assert term(small, "paged KV cache").bytes == 1024 * 256 * 128 * KIB == 32 * GIB
+    # SDPA reads K and V back repeated to all 32 query heads, plus V: (2·32 + 8) × 128 × 2 B per cached token.
+    assert term(small, "K/V read back").bytes == 1024 * 256 * (2 * 32 + 8) * 128 * 2
+    assert term(small, "attention masks (SDPA)").bytes == 4096 * (1024 * 256 + 4096) * 2
+
+
+def test_qlora_base_is_half_a_byte_per_linear_weight_plus_constants_and_bf16_for_the_rest(shapes):
+    shape = shapes["llama-3.1-8b"]
+    result = plan(llama_dpr_args(), shape, qlora_args())
+    linear = shape.parameters - 2 * 128256 * 4096 - (32 * 2 + 1) * 4096  # all but embeddings, LM head and norms
+    assert shape.linear_parameters == linear
+    assert term(result, "base weights (NF4)").bytes == pytest.approx(linear * (0.5 + 0.0159) + (shape.parameters - linear) * 2)
+    # The three DPR models share that one base: two frozen fp32 adapters and the trainable bf16 one with its state.
+    assert term(result, "frozen adapters π_SFT, π_ref (fp32)").bytes == 2 * 167_772_160 * 4
+    assert term(result, "trainable adapter + grad + AdamW m, v").bytes == 167_772_160 * 4 * 2
+
+
+def test_three_separately_loaded_qlora_models_hold_three_bases(shapes):
+    shape = shapes["llama-3.1-8b"]
+    shared = term(plan(llama_dpr_args(), shape, qlora_args()), "base weights (NF4)").bytes
+    assert term(plan(llama_dpr_args(), shape, qlora_args(), shared_base=False), "base weights (NF4)").bytes == 3 * shared
+
+
+def test_full_fine_tuning_is_sharded_over_the_gpus_with_three_models_for_dpr(shapes):
+    shape = shapes["llama-3.1-8b"]
+    result = plan(llama_dpr_args(use_vllm=True, vllm_mode="server"), shape, None, num_gpus=8)
+    assert term(result, "weights (bf16)").bytes == 3 * shape.parameters * 2 / 8
+    assert term(result, "grad + fp32 master + AdamW m, v").bytes == shape.parameters * 14 / 8
+    # Scoring inside the root module's forward gathers its embeddings and LM head: 2 × 128256 × 4096 × 2 B.
+    assert term(result, "root params gathered").bytes == 2 * 128256 * 4096 * 2
+
+
+def test_scoring_holds_one_lm_head_chunk_not_the_whole_batch_of_logits(shapes):
+    result = plan(llama_dpr_args(reward_token_chunk_size=512), shapes["llama-3.1-8b"], qlora_args())
+    assert term(result, "LM-head chunk").bytes == 512 * 128256 * 4 * 3
+
+
+def test_training_step_with_checkpointing_keeps_one_hidden_state_per_layer(shapes):
+    result = plan(llama_dpr_args(), shapes["llama-3.1-8b"], qlora_args())
+    assert term(result, "checkpoints").bytes == 32 * 8 * 2048 * 4096 * 2
+    assert term(result, "loss logits").bytes == 8 * 1024 * 128256 * 8
+
+
+def test_total_is_static_plus_the_largest_phase_plus_the_margin():
+    result = MemoryPlan(
+        "hand", static=[MemoryTerm("a", 10 * GIB, ""), MemoryTerm("b", 2 * GIB, "")],
+        phases={"x": [MemoryTerm("x1", 3 * GIB, "")], "y": [MemoryTerm("y1", 4 * GIB, ""), MemoryTerm("y2", 1 * GIB, "")]},
+        gpu_memory_gib=19.8,
+    )
+    assert result.peak_phase == "y"
+    assert result.total_gib == pytest.approx(12 + 5 + 1 + 0.1 * 17)  # margin: 1 GiB + 10 % of 17 GiB
+    assert result.fits is True
+    result.gpu_memory_gib = 19.6
+    assert result.fits is False
+
+
+# ---- bad input --------------------------------------------------------------------------------------------------
+
+
+def test_a_continuous_batching_plan_without_a_cache_size_is_an_error():
+    args = llama_dpr_args(use_transformers_continuous_batching=True, transformers_continuous_batching_config={})
+    tiny = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=100)
+    with pytest.raises(ValueError, match="num_blocks and max_batch_tokens"):
+        plan(args, tiny)
+
+
+def test_a_vllm_pool_too_small_for_the_weights_and_one_sequence_is_an_error(shapes):
+    args = llama_dpr_args(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.2)
+    with pytest.raises(ValueError, match="Raise vllm_gpu_memory_utilization or set vllm_max_model_length"):
+        plan(args, shapes["llama-3.1-8b"], None, gpu_memory_gib=79, num_gpus=8)  # 15.8 GiB pool < 15 GiB + 16 GiB
+
+
+# ---- the shipped recipes ----------------------------------------------------------------------------------------
+
+
+def test_every_backbone_has_its_eight_recipes():
+    assert len(RECIPES) == 16 and {p.parts[-3] for p in RECIPES} == set(BACKBONES)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: "/".join(p.parts[-3:]))
+def test_every_shipped_recipe_fits_the_gpu_it_names(recipe, shapes):
+    result = plan_recipe(str(recipe), shapes[recipe.parts[-3]])
+    assert result.gpu_memory_gib is not None, f"{recipe} names no gpu_memory_gib"
+    assert result.fits, result.table()
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_qlora_dpr_recipes_bound_generation_with_continuous_batching(backbone, shapes):
+    result = plan_recipe(str(ROOT / "recipes" / backbone / "dpr" / "config_qlora.yaml"), shapes[backbone])
+    assert "generation (continuous batching)" in result.phases
+    generation = result.phase_bytes("generation (continuous batching)")
+    # transformers refuses a paged cache larger than max_memory_percent (0.8) of the memory free at generation time.
+    assert generation <= 0.8 * (result.gpu_memory_gib * GIB - result.static_bytes)
+
+
+def test_the_command_line_prints_the_table(capsys):
+    main(["--config", str(ROOT / "recipes/llama-3.1-8b/dpr/config_qlora.yaml"), "--model-config", str(CONFIGS / "llama-3.1-8b")])
+    out = capsys.readouterr().out
+    assert "paged KV cache | 32.00 |" in out and "of 79 GiB: fits" in out
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: "/".join(p.parts[-3:]))
+def test_the_recipes_readme_shows_each_recipes_current_plan(recipe, shapes, monkeypatch):
+    monkeypatch.chdir(ROOT)  # tables are titled with the path relative to the repository
+    table = plan_recipe(str(recipe.relative_to(ROOT)), shapes[recipe.parts[-3]]).table()
+    assert table in (ROOT / "recipes" / "README.md").read_text(), "regenerate the plan tables at the end of recipes/README.md"

@@ -1,0 +1,169 @@
+"""FSDP2 and ZeRO-3 (and DDP) on two CPU processes (gloo) through a real `accelerate launch`: the same DPR as one process.
+
+Two layouts: π_SFT and π_ref as two models (the full fine-tuning layout), and as two LoRA adapters sharing one base with
+the policy adapter (the adapter layout, `add_policy_adapter`), where scoring goes through the policy's own sharded /
+wrapped model. Each engine trains 2 DPR steps on tiny models (global batch 4, greedy generation, SGD) and is compared with one
+process on the same batches: the completions are the same tokens, the dense rewards and advantages of every row are
+the same numbers, and so are the final weights. Float32; the only difference between the runs is the order of the
+gradient all-reduce / reduce-scatter sums, so the final weights agree to ~1e-8 (tolerance 1e-6, against weight
+changes of ~0.1 from the two steps). The rewards are also checked against an unpadded float64 forward of the models on
+disk: scoring the sharded scorers gathers their embeddings and LM head correctly.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from trl_dpr.tiny_lm import build_tiny_causal_lm
+
+from .conftest import CORPUS
+from .reference import strip_padding, unpadded_logprobs
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tests" / "scripts" / "sharded_check.py"
+CONFIGS = {"single": "cpu.yaml", "ddp": "cpu_ddp.yaml", "fsdp": "fsdp_cpu.yaml", "zero3": "zero3_cpu.yaml"}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """models/{sft,ref}: two tiny Llamas; models/adapters/sft: a LoRA SFT output (+ dpr_reference/) on models/adapters/base."""
+    from peft import LoraConfig, get_peft_model
+
+    from trl_dpr.reference_manifest import ReferenceManifest, write_manifest
+    from trl_dpr.tiny_lm import build_tokenizer
+
+    root = tmp_path_factory.mktemp("models")
+    tokenizer = build_tokenizer(CORPUS)
+    for name, seed in (("sft", 0), ("ref", 1), ("adapters/base", 0)):
+        build_tiny_causal_lm(tokenizer, seed=seed).save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+    adapters = root / "adapters"
+    for seed, folder in ((1, adapters / "sft"), (2, adapters / "sft" / "dpr_reference")):
+        torch.manual_seed(seed)
+        config = LoraConfig(r=4, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False)
+        get_peft_model(AutoModelForCausalLM.from_pretrained(adapters / "base"), config).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    write_manifest(adapters / "sft", ReferenceManifest("dpr_reference", 0.5, 5, 10, is_adapter=True, base_model=str(adapters / "base")))
+    return root
+
+
+def launch(engine: str, out: Path, models: Path, layout: str) -> dict:
+    command = [sys.executable, "-m", "accelerate.commands.launch",
+               "--config_file", str(ROOT / "recipes" / "accelerate_configs" / CONFIGS[engine]),
+               str(SCRIPT), engine, str(out), str(models), layout]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = sorted(out.glob("rank*.pt"))
+    return {"ranks": [torch.load(r, weights_only=False) for r in ranks], "final": torch.load(out / "final.pt")}
+
+
+@pytest.fixture(scope="module")
+def single(models, tmp_path_factory):
+    """The one-process run of each layout, launched once."""
+    runs = {}
+
+    def run(layout: str) -> dict:
+        if layout not in runs:
+            runs[layout] = launch("single", tmp_path_factory.mktemp(f"single-{layout}"), models, layout)
+        return runs[layout]
+
+    return run
+
+
+def rows(run: dict, key: str) -> list[list]:
+    """Per sequence, the unpadded values of `key` (completion positions), across ranks in rank order."""
+    out = []
+    for rank in run["ranks"]:
+        for values, mask in zip(rank[key], rank["completion_mask"]):
+            out.append(strip_padding(values, mask))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["fsdp", "zero3"])
+def test_two_sharded_processes_train_like_one_process(engine, models, single, tmp_path):
+    if engine == "zero3":
+        pytest.importorskip("deepspeed", reason="ZeRO-3 needs the deepspeed extra: pip install -e '.[deepspeed]'")
+    sharded, whole = launch(engine, tmp_path, models, "models"), single("models")
+
+    # The scorers and the policy are sharded, not whole copies: each process holds about half of every model.
+    for rank in sharded["ranks"]:
+        for model in ("sft_scorer", "ref_scorer", "policy"):
+            facts = rank[model]
+            assert facts["local"] < 0.6 * facts["full"], (model, facts)
+        # Every process's scorers hold the weights on disk (fsdp_cpu_ram_efficient_loading leaves none empty).
+        assert rank["sft_scorer"]["gap_to_disk"] == 0.0 and rank["ref_scorer"]["gap_to_disk"] == 0.0
+    assert_same_training(sharded, whole)
+    assert_rewards_are_the_models_on_disk(sharded, models / "sft", models / "ref")
+    # Training moved the policy: the runs agree on weights that changed (by up to ~0.16), not on two untouched models.
+    initial = load_file(models / "sft" / "model.safetensors")
+    assert max((w - initial[n]).abs().max().item() for n, w in whole["final"].items()) > 0.05
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["ddp", "fsdp", "zero3"])
+def test_shared_base_adapters_score_through_the_wrapped_policy_like_one_process(engine, models, single, tmp_path):
+    if engine == "zero3":
+        pytest.importorskip("deepspeed", reason="ZeRO-3 needs the deepspeed extra: pip install -e '.[deepspeed]'")
+    sharded, whole = launch(engine, tmp_path, models, "shared_base"), single("shared_base")
+    for rank in sharded["ranks"]:  # one model holds policy, π_SFT and π_ref: sharded except under DDP
+        facts = rank["policy"]
+        assert (facts["local"] < 0.6 * facts["full"]) == (engine != "ddp"), facts
+    assert_same_training(sharded, whole)
+
+    # Only the policy adapter trained: the base and the π_SFT / π_ref adapters are the files they were loaded from,
+    # and the policy adapter moved away from the π_SFT adapter it started as.
+    adapters = models / "adapters"
+    final = sharded["final"]
+    base = load_file(adapters / "base" / "model.safetensors")
+    for name, files in (("sft", adapters / "sft"), ("ref", adapters / "sft" / "dpr_reference")):
+        for key, value in load_file(files / "adapter_model.safetensors").items():  # ...q_proj.lora_A.weight
+            assert torch.equal(final[key.replace(".weight", f".{name}.weight")], value), key
+            if name == "sft":
+                assert not torch.equal(final[key.replace(".weight", ".default.weight")], value), key
+    for key, value in base.items():  # model.layers.0.self_attn.q_proj.weight, or ...q_proj.base_layer.weight
+        peft_key = f"base_model.model.{key}"
+        if peft_key not in final:
+            peft_key = peft_key.replace(".weight", ".base_layer.weight")
+        assert torch.equal(final[peft_key], value), key
+
+
+def assert_same_training(sharded: dict, whole: dict) -> None:
+    """Same rows, same per-token rewards / returns / advantages, same final weights, as the single process."""
+    assert len(sharded["ranks"]) == 2 and len(whole["ranks"]) == 1
+    single = whole
+    # Same batches: the rows of the two processes, in rank order, are the single process's rows.
+    for key in ("prompt_ids", "completion_ids"):
+        mask_key = key.replace("ids", "mask")
+        split = [strip_padding(i, m) for r in sharded["ranks"] for i, m in zip(r[key], r[mask_key])]
+        whole = [strip_padding(i, m) for r in single["ranks"] for i, m in zip(r[key], r[mask_key])]
+        assert split == whole, key
+
+    # Dense rewards, KL reference, returns and advantages (whitened over both processes) per token.
+    for key in ("rewards", "kl_reference", "returns", "advantages"):
+        for split_row, whole_row in zip(rows(sharded, key), rows(single, key), strict=True):
+            assert split_row == pytest.approx(whole_row, abs=1e-5), key
+
+    # The trained policies agree; and training did move them (the comparison is not between two unchanged models).
+    assert sharded["final"].keys() == single["final"].keys()
+    for name, weight in single["final"].items():
+        torch.testing.assert_close(sharded["final"][name], weight, rtol=0, atol=1e-6, msg=name)
+
+
+def assert_rewards_are_the_models_on_disk(sharded: dict, sft_dir: Path, ref_dir: Path) -> None:
+    """Each rank's rewards are log π_SFT − log π_ref of an unpadded float64 forward of the models on disk."""
+    sft = AutoModelForCausalLM.from_pretrained(sft_dir).double().eval()
+    ref = AutoModelForCausalLM.from_pretrained(ref_dir).double().eval()
+    for rank in sharded["ranks"]:
+        for b in range(rank["prompt_ids"].size(0)):
+            prompt = strip_padding(rank["prompt_ids"][b], rank["prompt_mask"][b])
+            completion = strip_padding(rank["completion_ids"][b], rank["completion_mask"][b])
+            expected = [s - r for s, r in zip(unpadded_logprobs(sft, prompt, completion), unpadded_logprobs(ref, prompt, completion))]
+            assert strip_padding(rank["rewards"][b], rank["completion_mask"][b]) == pytest.approx(expected, abs=1e-5)

@@ -1,0 +1,599 @@
+r"""Memory plan of a recipe: GPU memory per process, term by term, from the model's `config.json` alone (no weights).
+
+    python -m trl_dpr.memory --config recipes/llama-3.1-8b/dpr/config_qlora.yaml
+
+A training process holds some memory all run long (weights, adapters, optimizer state) and goes through phases that
+each need their own working memory, one at a time: generation, scoring (π_SFT, π_ref), GRPO's log π_old forward, and
+the training step. The plan is
+
+    total = static + max(phase) + margin,      margin = 1 GiB (CUDA context) + 10 % (allocator fragmentation)
+
+Every term is an **estimate**: the formulas below count the tensors that dominate (weights, KV cache, activations
+kept for backward, vocabulary-sized logits) and leave the rest to the margin. `benchmarks/memory_8b.py` compares the
+plan with a measured peak on a GPU. With B rows, P + C prompt and completion tokens, T = P + C, L layers, hidden size
+H, MLP size I, vocabulary V, KV heads n_kv of dimension d, and N GPUs:
+
+Static
+    weights, QLoRA (NF4)     4-bit linear weights: 0.5 B + quantisation constants (one fp32 absmax per 64 weights,
+                             0.0625 B; with double quantisation ≈ 0.0159 B); everything else (embeddings, LM head,
+                             norms) in bf16, 2 B per parameter. DPR from an adapter SFT output holds ONE base: π_SFT, π_ref
+                             and the policy are three adapters on it (`shared_base=False`: three bases).
+    weights, full            bf16, 2 B per parameter; DPR holds three models (policy, π_SFT, π_ref). Sharded over N
+                             GPUs (ZeRO-3 / FSDP) when N > 1, plus one decoder layer gathered (×2 for prefetch).
+    adapters                 LoRA: r·(in + out) per adapted linear layer; frozen π_SFT / π_ref adapters in fp32 (PEFT
+                             upcasts them), the trainable one in bf16 (TRL casts QLoRA adapters to bf16).
+    optimizer + gradients    AdamW: trainable bf16 LoRA: 2 (grad) + 2 + 2 (m, v) B per parameter; full fine-tuning
+                             in mixed precision: 2 (grad) + 4 (fp32 master) + 4 + 4 (m, v) B per parameter, sharded.
+    vLLM colocate pool       vllm_gpu_memory_utilization × GPU memory, held all run (vLLM's weights and KV cache).
+
+Phases (one at a time)
+    generation, `generate`   KV cache of the whole per-process generation batch in ONE call (what GRPOTrainer's
+                             transformers path does): B_gen × T × L × 2 × n_kv × d × 2 B (sliding-window layers hold at
+                             most their window), + the prefill of one layer: B_gen × P × (4H + 3I) × 2 B, + sampling
+                             logits B_gen × V × 18 B (fp32 logits, scores and probabilities, the recorded log-probs).
+    generation, continuous   transformers' paged cache as `PagedAttentionMemoryHandler` (transformers 5.23) sizes it:
+      batching               num_blocks × page_size × L × 2 × n_kv × d × 2 B, + per cached token the K/V read back
+                             ((2·heads + n_kv)·d·2 B, SDPA), + max_batch_tokens × (H + heads·d + (2·heads + 3·n_kv)·d)
+                             × 2 B, + one logit row per request (max_requests_per_batch × (2H + 4V) B), + SDPA masks
+                             max_batch_tokens × (cached tokens + max_batch_tokens) × 2 B. Bounded by the config,
+                             whatever the generation batch: recipes set num_blocks and max_batch_tokens.
+    scoring                  one no-grad forward of B rows × T tokens (one layer live: B·T·(4H + 3I)·2 B, the last
+                             hidden states B·T·H·2 B), + the LM-head chunk: reward_token_chunk_size × V × 4 B × 3.
+                             Sharded: + the root module's embeddings and LM head gathered (2 B per parameter).
+    log π_old (off-policy)   GRPO's no-grad policy forward: one layer live + logits B × C × V × 4 B.
+    training step            gradient checkpointing keeps each layer's input, L × B·T·H·2 B; the layer being
+                             recomputed and its backward, ≈ 2 × B·T·(8H + 5I)·2 B; the loss logits B × C × V × 8 B
+                             (bf16 logits, their temperature copy, log-softmax, gradient). SFT: B × T × V × 12 B
+                             (transformers' loss upcasts the logits to fp32). Without checkpointing: L × the layer.
+
+Example:
+    >>> from transformers import LlamaConfig
+    >>> from trl_dpr.memory import kv_cache_bytes_per_token
+    >>> kv_cache_bytes_per_token(LlamaConfig(num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+    ...                                      hidden_size=4096)) // 1024   # Llama-3.1-8B: 128 KiB per token
+    128
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass, field
+
+from torch import nn
+
+__all__ = [
+    "MemoryTarget",
+    "MemoryTerm",
+    "MemoryPlan",
+    "ModelShape",
+    "kv_cache_bytes_per_token",
+    "plan",
+    "plan_recipe",
+]
+
+GIB = 2**30
+BF16 = 2
+FP32 = 4
+CUDA_CONTEXT_BYTES = GIB  # CUDA context, cuBLAS workspaces, NCCL buffers: ≈ 0.5–1 GiB per process
+FRAGMENTATION = 0.10  # PyTorch's caching allocator rarely packs tensors perfectly
+
+
+@dataclass
+class MemoryTarget:
+    """The GPU a recipe is written for. Recipe keys (read by `trl_dpr.memory`, unused by training).
+
+    Example:
+        >>> MemoryTarget(gpu_memory_gib=79.0, num_gpus=8).num_gpus
+        8
+    """
+
+    gpu_memory_gib: float | None = field(
+        default=None,
+        metadata={
+            "help": "GPU memory (GiB) of each GPU this recipe is written for, e.g. 79 for an 80 GB H100. "
+            "`python -m trl_dpr.memory --config <recipe>` checks the recipe's memory plan against it."
+        },
+    )
+    num_gpus: int = field(
+        default=1,
+        metadata={
+            "help": "GPUs the recipe is launched on (the accelerate config's num_processes): the memory plan shards "
+            "full fine-tuning over them (ZeRO-3 / FSDP) and splits the generation batch."
+        },
+    )
+
+
+@dataclass(frozen=True)
+class MemoryTerm:
+    """One line of a memory plan: what it is, its size, and the numbers of its formula."""
+
+    name: str
+    bytes: float
+    formula: str
+
+    @property
+    def gib(self) -> float:
+        return self.bytes / GIB
+
+
+@dataclass
+class MemoryPlan:
+    """Per-process GPU memory: `static` terms held all run, `phases` of which one is live at a time, a margin.
+
+    `total_bytes = Σ static + max over phases of Σ phase + margin`; `fits` compares it with `gpu_memory_gib`.
+    """
+
+    title: str
+    static: list[MemoryTerm]
+    phases: dict[str, list[MemoryTerm]]
+    gpu_memory_gib: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def static_bytes(self) -> float:
+        return sum(t.bytes for t in self.static)
+
+    def phase_bytes(self, phase: str) -> float:
+        return sum(t.bytes for t in self.phases[phase])
+
+    @property
+    def peak_phase(self) -> str:
+        return max(self.phases, key=self.phase_bytes)
+
+    @property
+    def margin(self) -> MemoryTerm:
+        body = self.static_bytes + self.phase_bytes(self.peak_phase)
+        return MemoryTerm(
+            "margin", CUDA_CONTEXT_BYTES + FRAGMENTATION * body, "1 GiB CUDA context + 10 % of the above (allocator)"
+        )
+
+    @property
+    def total_bytes(self) -> float:
+        return self.static_bytes + self.phase_bytes(self.peak_phase) + self.margin.bytes
+
+    @property
+    def total_gib(self) -> float:
+        return self.total_bytes / GIB
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.gpu_memory_gib is None else self.total_gib <= self.gpu_memory_gib
+
+    def table(self) -> str:
+        """The plan as a Markdown table (one row per term, the peak phase marked, the total against the GPU)."""
+        rows = [f"**{self.title}**", "", "| term | GiB | formula |", "|---|---:|---|"]
+        rows += [f"| {t.name} | {t.gib:.2f} | {t.formula} |" for t in self.static]
+        for phase, terms in self.phases.items():
+            mark = " (peak)" if phase == self.peak_phase else ""
+            rows.append(f"| *phase: {phase}{mark}* | *{self.phase_bytes(phase) / GIB:.2f}* | |")
+            rows += [f"| &nbsp;&nbsp;{t.name} | {t.gib:.2f} | {t.formula} |" for t in terms]
+        rows.append(f"| {self.margin.name} | {self.margin.gib:.2f} | {self.margin.formula} |")
+        verdict = ""
+        if self.gpu_memory_gib is not None:
+            verdict = f" of {self.gpu_memory_gib:g} GiB: {'fits' if self.fits else 'DOES NOT FIT'}"
+        rows.append(f"| **total per GPU** | **{self.total_gib:.2f}** | static + {self.peak_phase} + margin{verdict} |")
+        rows += [""] + [f"- {note}" for note in self.notes]
+        return "\n".join(rows)
+
+
+# ---- the model's shape, from its config -------------------------------------------------------------------------
+
+
+def kv_cache_bytes_per_token(config, dtype_bytes: int = BF16, tokens: int | None = None) -> int:
+    """KV-cache bytes per token of a sequence: Σ over layers of 2 (K, V) × n_kv × head_dim × dtype bytes.
+
+    With `tokens` (the sequence length), sliding-window layers count only the tokens their window keeps:
+    `min(tokens, window) / tokens` of their share (Gemma-3: 5 of every 6 layers, window 1024).
+
+    Example:
+        >>> from transformers import Qwen2Config
+        >>> kv_cache_bytes_per_token(Qwen2Config(num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+        ...                                      hidden_size=3584)) // 1024   # Qwen2.5-7B: 56 KiB per token
+        56
+    """
+    text = config.get_text_config()
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    per_layer = 2 * text.num_key_value_heads * head_dim * dtype_bytes
+    layer_types = getattr(text, "layer_types", None) or ["full_attention"] * text.num_hidden_layers
+    window = getattr(text, "sliding_window", None)
+    total = 0.0
+    for layer_type in layer_types:
+        share = 1.0
+        if tokens is not None and window and layer_type == "sliding_attention":
+            share = min(tokens, window) / tokens
+        total += per_layer * share
+    return int(total)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Parameter counts and sizes of a model, counted on the meta device from its config (no weights, no download).
+
+    Example:
+        >>> from transformers import LlamaConfig
+        >>> shape = ModelShape.from_config(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        ...     num_attention_heads=4, num_key_value_heads=2, vocab_size=100))
+        >>> shape.lora_parameters(8, "all-linear")   # 2 layers × r=8 × (q 128 + k 96 + v 96 + o 128 + 3 MLP × 192)
+        16384
+    """
+
+    config: object
+    parameters: int  # every parameter once (tied embeddings counted once)
+    linear_parameters: int  # weights of the nn.Linear layers a 4-bit load quantises (all but the LM head)
+    root_parameters: int  # embeddings + LM head: what scoring gathers from the root module when sharded
+    largest_layer_parameters: int  # the largest decoder layer: the unit ZeRO-3 / FSDP gathers
+    linear_layers: tuple[tuple[str, int, int], ...]  # (name, in_features, out_features), LM head excluded
+
+    @classmethod
+    def from_config(cls, config) -> ModelShape:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+        output = model.get_output_embeddings()
+        linear_layers = tuple(
+            (name, module.in_features, module.out_features)
+            for name, module in model.named_modules()
+            if isinstance(module, nn.Linear) and module is not output
+        )
+        root = {id(p): p.numel() for m in (model.get_input_embeddings(), output) for p in m.parameters()}
+        layers = _decoder_layers(model)
+        return cls(
+            config=config,
+            parameters=sum(p.numel() for p in model.parameters()),
+            linear_parameters=sum(i * o for _, i, o in linear_layers),
+            root_parameters=sum(root.values()),
+            largest_layer_parameters=max(sum(p.numel() for p in layer.parameters()) for layer in layers),
+            linear_layers=linear_layers,
+        )
+
+    @property
+    def text(self):
+        return self.config.get_text_config()
+
+    @property
+    def head_dim(self) -> int:
+        return getattr(self.text, "head_dim", None) or self.text.hidden_size // self.text.num_attention_heads
+
+    def lora_parameters(self, rank: int, target_modules) -> int:
+        """r·(in + out) summed over the linear layers LoRA adapts: `"all-linear"` (all but the LM head, as PEFT), or
+        module names matched on the last component of the layer's name (PEFT's rule for a list)."""
+        if target_modules in ("all-linear", ["all-linear"]):
+            chosen = self.linear_layers
+        else:
+            names = [target_modules] if isinstance(target_modules, str) else list(target_modules or [])
+            chosen = [layer for layer in self.linear_layers if layer[0].split(".")[-1] in names]
+        return sum(rank * (i + o) for _, i, o in chosen)
+
+
+def _decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The repeated decoder blocks (the `ModuleList` with the most parameters)."""
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 0]
+    return list(max(lists, key=lambda m: sum(p.numel() for p in m.parameters())))
+
+
+# ---- the plan ---------------------------------------------------------------------------------------------------
+
+
+def _term(name: str, value: float, formula: str) -> MemoryTerm:
+    return MemoryTerm(name, float(value), formula)
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:.2f} GiB"
+
+
+def plan(
+    training_args,
+    model_config,
+    model_args=None,
+    *,
+    gpu_memory_gib: float | None = None,
+    num_gpus: int = 1,
+    shared_base: bool = True,
+    title: str | None = None,
+) -> MemoryPlan:
+    """The memory plan of one training process (see the module docstring for every formula).
+
+    Args:
+        training_args: a `DensePathConfig` (DPR) or TRL's `SFTConfig` (SFT): batch sizes, lengths, generation
+            backend, gradient checkpointing.
+        model_config: the backbone's `PretrainedConfig` (`AutoConfig.from_pretrained(folder)` of a local folder with
+            its `config.json`), or a `ModelShape`.
+        model_args: TRL's `ModelConfig` (`load_in_4bit`, `use_bnb_nested_quant`, `use_peft`, `lora_r`,
+            `lora_target_modules`); None = full fine-tuning, no LoRA.
+        gpu_memory_gib: the GPU's memory, for `MemoryPlan.fits`.
+        num_gpus: processes (one GPU each). Full fine-tuning is sharded over them (ZeRO-3 / FSDP); QLoRA is not.
+        shared_base: DPR with adapters: π_SFT, π_ref and the policy on one base (an adapter SFT output, the default),
+            or three bases (three separately loaded PEFT models).
+
+    Example:
+        >>> from transformers import LlamaConfig
+        >>> from trl_dpr import DensePathConfig
+        >>> args = DensePathConfig("out", per_device_train_batch_size=2, max_prompt_length=16,
+        ...                        max_completion_length=16, use_cpu=True, bf16=False)
+        >>> tiny = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        ...                    num_key_value_heads=2, vocab_size=100)
+        >>> plan(args, tiny, gpu_memory_gib=24).fits
+        True
+    """
+    shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
+    text = shape.text
+    is_dpr = hasattr(training_args, "kl_coef")
+    quantized = bool(model_args is not None and getattr(model_args, "load_in_4bit", False))
+    use_peft = bool(model_args is not None and getattr(model_args, "use_peft", False))
+    sharded = num_gpus > 1 and not use_peft  # full fine-tuning over several GPUs: ZeRO-3 / FSDP
+    shards = num_gpus if sharded else 1
+    batch = training_args.per_device_train_batch_size
+    layers, hidden, mlp, vocab = text.num_hidden_layers, text.hidden_size, text.intermediate_size, text.vocab_size
+    if is_dpr:
+        prompt, completion = training_args.max_prompt_length, training_args.max_completion_length
+        if prompt is None:
+            raise ValueError("The memory plan needs max_prompt_length (the longest prompt kept, paper: 1024).")
+    else:
+        prompt, completion = 0, training_args.max_length
+        if completion is None:
+            raise ValueError("The memory plan needs max_length (the longest SFT sequence, paper: 2048).")
+    tokens = prompt + completion
+    static, phases, notes = [], {}, []
+
+    # -- weights ---------------------------------------------------------------------------------------------------
+    # DPR holds policy, π_SFT and π_ref: three models, or three adapters on one base (an adapter SFT output).
+    copies = 3 if is_dpr and not (use_peft and shared_base) else 1
+    if quantized:
+        constants = 0.0159 if getattr(model_args, "use_bnb_nested_quant", False) else 0.0625
+        other = shape.parameters - shape.linear_parameters
+        static.append(_term(
+            "base weights (NF4)", copies * (shape.linear_parameters * (0.5 + constants) + other * BF16),
+            f"{copies} × ({shape.linear_parameters / 1e9:.2f} B linear × {0.5 + constants:.4f} B + "
+            f"{other / 1e9:.2f} B other × 2 B)"
+            + (" (one base: policy, π_SFT, π_ref are adapters on it)" if is_dpr and copies == 1 else ""),
+        ))
+    else:
+        static.append(_term(
+            "weights (bf16)", copies * shape.parameters * BF16 / shards,
+            f"{copies} × {shape.parameters / 1e9:.2f} B params × 2 B" + (f" / {shards} GPUs" if sharded else "")
+            + (" (policy, π_SFT, π_ref)" if copies == 3 else ""),
+        ))
+    if sharded:
+        static.append(_term(
+            "gathered layer (ZeRO-3 / FSDP)", 2 * shape.largest_layer_parameters * BF16,
+            f"2 × {shape.largest_layer_parameters / 1e6:.0f} M params × 2 B (the layer computed + the one prefetched)",
+        ))
+
+    # -- adapters, gradients, optimizer ------------------------------------------------------------------------------
+    if use_peft:
+        rank = getattr(model_args, "lora_r", 16)
+        lora = shape.lora_parameters(rank, getattr(model_args, "lora_target_modules", None) or "all-linear")
+        trainable_bytes = BF16 if quantized else FP32
+        if is_dpr:
+            static.append(_term("frozen adapters π_SFT, π_ref (fp32)", 2 * lora * FP32, f"2 × {lora / 1e6:.1f} M × 4 B"))
+        static.append(_term(
+            "trainable adapter + grad + AdamW m, v", lora * 4 * trainable_bytes,
+            f"{lora / 1e6:.1f} M (r={rank}) × 4 × {trainable_bytes} B",
+        ))
+    else:
+        static.append(_term(
+            "grad + fp32 master + AdamW m, v", shape.parameters * (BF16 + 3 * FP32) / shards,
+            f"{shape.parameters / 1e9:.2f} B × 14 B" + (f" / {shards} GPUs" if sharded else ""),
+        ))
+
+    # -- phases ----------------------------------------------------------------------------------------------------
+    def one_layer(rows: int, length: int) -> float:  # no-grad forward, one layer's tensors live
+        return rows * length * (4 * hidden + 3 * mlp) * BF16
+
+    if is_dpr:
+        _generation_phase(training_args, shape, num_gpus, prompt, completion, static, phases, gpu_memory_gib, notes)
+        scoring = [
+            _term("one layer live", one_layer(batch, tokens), f"{batch} × {tokens} × (4·{hidden} + 3·{mlp}) × 2 B"),
+            _term("last hidden states", batch * tokens * hidden * BF16, f"{batch} × {tokens} × {hidden} × 2 B"),
+            _term(
+                "LM-head chunk", training_args.reward_token_chunk_size * vocab * FP32 * 3,
+                f"reward_token_chunk_size {training_args.reward_token_chunk_size} × {vocab} × 4 B × 3",
+            ),
+        ]
+        if sharded:
+            scoring.append(_term(
+                "root params gathered", shape.root_parameters * BF16, f"{shape.root_parameters / 1e6:.0f} M × 2 B",
+            ))
+        phases["scoring π_SFT, π_ref"] = scoring
+        phases["log π_old forward"] = [
+            _term("one layer live", one_layer(batch, tokens), f"{batch} × {tokens} × (4·{hidden} + 3·{mlp}) × 2 B"),
+            _term("logits", batch * completion * vocab * FP32, f"{batch} × {completion} × {vocab} × 4 B"),
+        ]
+    if is_dpr and sharded:
+        notes.append(
+            f"Assumes ZeRO-3 (zero3.yaml). Under FSDP (fsdp.yaml) TRL's prepare_fsdp makes each scorer ONE FSDP unit "
+            f"(tests/test_sharded.py), so scoring gathers a whole scorer: + {_gib(shape.parameters * BF16)}."
+        )
+        if not training_args.use_vllm:
+            notes.append(
+                f"Without vLLM, ZeRO-3 gathers the whole policy to generate (ds3_gather_for_generation): "
+                f"+ {_gib(shape.parameters * BF16)} during generation."
+            )
+    logit_tokens, logit_bytes = (completion, 8) if is_dpr else (tokens, 12)
+    if training_args.gradient_checkpointing:
+        training = [
+            _term("checkpoints", layers * batch * tokens * hidden * BF16, f"{layers} × {batch} × {tokens} × {hidden} × 2 B"),
+            _term(
+                "layer recompute + backward", 2 * batch * tokens * (8 * hidden + 5 * mlp) * BF16,
+                f"2 × {batch} × {tokens} × (8·{hidden} + 5·{mlp}) × 2 B",
+            ),
+        ]
+    else:
+        training = [_term(
+            "activations (no checkpointing)", layers * batch * tokens * (8 * hidden + 5 * mlp) * BF16,
+            f"{layers} × {batch} × {tokens} × (8·{hidden} + 5·{mlp}) × 2 B",
+        )]
+    training.append(_term(
+        "loss logits", batch * logit_tokens * vocab * logit_bytes,
+        f"{batch} × {logit_tokens} × {vocab} × {logit_bytes} B",
+    ))
+    phases["training step"] = training
+    kind = "DPR" if is_dpr else "SFT"
+    layout = "QLoRA" if quantized else ("LoRA" if use_peft else "full")
+    return MemoryPlan(
+        title=title or f"{kind}, {layout}, {num_gpus} GPU(s)", static=static, phases=phases,
+        gpu_memory_gib=gpu_memory_gib, notes=notes,
+    )
+
+
+def _generation_phase(args, shape, num_gpus, prompt, completion, static, phases, gpu_memory_gib, notes) -> None:
+    text = shape.text
+    hidden, mlp, vocab, tokens = text.hidden_size, text.intermediate_size, text.vocab_size, prompt + completion
+    if args.use_vllm:
+        if args.vllm_mode == "colocate":
+            if gpu_memory_gib is None:
+                raise ValueError("A vLLM colocate plan needs gpu_memory_gib: vLLM takes a fraction of the GPU.")
+            pool = args.vllm_gpu_memory_utilization * gpu_memory_gib * GIB
+            static.append(_term(
+                "vLLM colocate pool", pool,
+                f"vllm_gpu_memory_utilization {args.vllm_gpu_memory_utilization} × {gpu_memory_gib:g} GiB",
+            ))
+            # vLLM holds a whole bf16 copy of the policy (no tensor parallelism in these plans) and must fit the KV
+            # cache of at least one sequence of its max_model_len in what is left of the pool.
+            max_len = args.vllm_max_model_length or text.max_position_embeddings
+            kv_cache = pool - shape.parameters * BF16
+            needed = max_len * kv_cache_bytes_per_token(text)
+            notes.append(
+                f"vLLM pool: {_gib(shape.parameters * BF16)} of bf16 weights, {_gib(kv_cache)} left for its KV cache "
+                f"({int(kv_cache // kv_cache_bytes_per_token(text))} tokens; one sequence of vllm_max_model_length "
+                f"{max_len} needs {_gib(needed)})."
+            )
+            if kv_cache < needed:
+                raise ValueError(
+                    f"vLLM colocate: the pool ({_gib(pool)}) minus the bf16 weights leaves {_gib(kv_cache)} of KV cache, "
+                    f"less than one sequence of {max_len} tokens needs ({_gib(needed)}). Raise "
+                    "vllm_gpu_memory_utilization or set vllm_max_model_length to prompt + completion length."
+                )
+        else:
+            notes.append("vLLM server mode: generation runs on the server's own GPUs, not counted here.")
+        return
+    if args.use_transformers_continuous_batching:
+        phases["generation (continuous batching)"] = continuous_batching_terms(
+            text, shape.head_dim, dict(args.transformers_continuous_batching_config or {})
+        )
+        return
+    rows = args.generation_batch_size // num_gpus
+    kv = kv_cache_bytes_per_token(text, tokens=tokens)
+    phases["generation (one generate call)"] = [
+        _term("KV cache", rows * tokens * kv, f"{rows} sequences × {tokens} tokens × {kv // 1024} KiB"),
+        _term("prefill, one layer", rows * prompt * (4 * hidden + 3 * mlp) * BF16,
+              f"{rows} × {prompt} × (4·{hidden} + 3·{mlp}) × 2 B"),
+        _term("sampling logits", rows * vocab * 18, f"{rows} × {vocab} × 18 B"),
+    ]
+    notes.append(
+        f"GRPOTrainer's transformers path generates the whole per-process generation batch ({rows} prompts) in one "
+        "`generate` call: its KV cache grows with generation_batch_size. Bound it with continuous batching."
+    )
+
+
+def continuous_batching_terms(text, head_dim: int, cb: dict) -> list[MemoryTerm]:
+    """The paged-cache footprint transformers' continuous batching allocates (its `PagedAttentionMemoryHandler`,
+    transformers 5.23, SDPA attention and a model that slices logits with `logits_to_keep`)."""
+    if cb.get("num_blocks") is None or cb.get("max_batch_tokens") is None:
+        raise ValueError(
+            "A continuous-batching plan needs transformers_continuous_batching_config with num_blocks and "
+            "max_batch_tokens (otherwise transformers sizes the cache from whatever GPU memory is free)."
+        )
+    page = cb.get("page_size", 256)
+    blocks, batch_tokens = cb["num_blocks"], cb["max_batch_tokens"]
+    requests = cb.get("max_requests_per_batch") or 1024
+    layers, heads, kv_heads = text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads
+    hidden, vocab = text.hidden_size, text.vocab_size
+    cached = blocks * page
+    per_token_kv = layers * 2 * kv_heads * head_dim * BF16
+    at_peak = 2 * heads + kv_heads  # SDPA reads K and V repeated to every query head, plus V
+    return [
+        _term("paged KV cache", cached * per_token_kv,
+              f"num_blocks {blocks} × page_size {page} × {per_token_kv // 1024} KiB"),
+        _term("K/V read back", cached * at_peak * head_dim * BF16, f"{cached} tokens × {at_peak} × {head_dim} × 2 B"),
+        _term("batch activations", batch_tokens * (hidden + heads * head_dim + 2 * kv_heads * head_dim + at_peak * head_dim) * BF16,
+              f"max_batch_tokens {batch_tokens} × attention peak"),
+        _term("logit rows", requests * (hidden * BF16 + vocab * FP32), f"{requests} requests × (2·{hidden} + 4·{vocab}) B"),
+        _term("attention masks (SDPA)", batch_tokens * (cached + batch_tokens) * BF16 * (2 if _has_sliding(text) else 1),
+              f"{batch_tokens} × ({cached} + {batch_tokens}) × 2 B"),
+    ]
+
+
+def _has_sliding(text) -> bool:
+    return "sliding_attention" in (getattr(text, "layer_types", None) or [])
+
+
+# ---- recipes ----------------------------------------------------------------------------------------------------
+
+def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
+    """Plan a recipe YAML of `recipes/sft.py` or `recipes/dpr.py`, with its `gpu_memory_gib` and `num_gpus` keys.
+
+    `model_config` defaults to `AutoConfig.from_pretrained` of the backbone: the YAML's `model_name_or_path` for SFT;
+    for DPR (whose `model_name_or_path` is an SFT output that may not exist yet), the base model named in the header
+    line `# <hub id>: ...` of the YAML.
+
+    Example:
+        >>> print(plan_recipe("recipes/llama-3.1-8b/dpr/config_qlora.yaml").table())  # doctest: +SKIP
+    """
+    from pathlib import Path
+
+    import yaml
+    from transformers import AutoConfig
+    from trl import ModelConfig, SFTConfig
+
+    from .config import DensePathConfig
+    from .recipe_parser import RecipeParser
+
+    values = yaml.safe_load(Path(config_path).read_text()) or {}
+    # A DPR recipe sets some field that only DensePathConfig (GRPO + DPR) has; an SFT recipe none.
+    dpr_only = set(DensePathConfig.__dataclass_fields__) - set(SFTConfig.__dataclass_fields__)
+    is_dpr = bool(dpr_only & set(values))
+    script_class = _script_arguments_class(is_dpr)
+    config_class = DensePathConfig if is_dpr else SFTConfig
+    parsed = RecipeParser((script_class, config_class, ModelConfig, MemoryTarget)).parse_args_and_config(
+        ["--config", str(config_path), "--use_cpu", "true"]
+    )
+    _, training_args, model_args, target = parsed
+    if model_config is None:
+        model_config = AutoConfig.from_pretrained(recipe_backbone(config_path))
+    return plan(
+        training_args, model_config, model_args, gpu_memory_gib=target.gpu_memory_gib, num_gpus=target.num_gpus,
+        title=str(config_path),
+    )
+
+
+def recipe_backbone(config_path: str) -> str:
+    """The Hub id of a recipe's backbone: the first word of its first line (`# meta-llama/Llama-3.1-8B: ...`)."""
+    from pathlib import Path
+
+    first = Path(config_path).read_text().splitlines()[0]
+    match = re.match(r"#\s*([\w.-]+/[\w.-]+):", first)
+    if not match:
+        raise ValueError(
+            f"{config_path} does not start with '# <hub id>: ...' naming its backbone; pass model_config= to "
+            "plan_recipe, or run the plan from Python with `trl_dpr.memory.plan`."
+        )
+    return match.group(1)
+
+
+def _script_arguments_class(is_dpr: bool):
+    from .pipeline import DPRScriptArguments, SFTScriptArguments
+
+    return DPRScriptArguments if is_dpr else SFTScriptArguments
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description="Print the GPU memory plan of a trl_dpr recipe YAML.")
+    parser.add_argument("--config", required=True, nargs="+", help="recipe YAML(s) of recipes/sft.py or recipes/dpr.py")
+    parser.add_argument("--model-config", help="folder with the backbone's config.json (default: from the Hub)")
+    args = parser.parse_args(argv)
+    model_config = None
+    if args.model_config:
+        from transformers import AutoConfig
+
+        model_config = AutoConfig.from_pretrained(args.model_config)
+    for path in args.config:
+        print(plan_recipe(path, model_config).table() + "\n")
+
+
+if __name__ == "__main__":
+    main()
