@@ -81,7 +81,7 @@ def run_one(args) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
-    from trl_dpr.tiny_lm import build_tiny_causal_lm, build_tokenizer
+    from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
 
     torch.set_num_threads(args.threads)
     words = "the quick brown fox jumps over a lazy dog while numbers like 12 and 7 add up".split()

@@ -4,8 +4,9 @@
         recipes/dpr.py --config recipes/llama-3.1-8b/dpr/config_qlora.yaml
 
 `model_name_or_path` is the SFT output of recipes/sft.py (a local folder or a Hub repo). With `sft_config:` set and no
-SFT output there yet, the SFT stage runs first; with `evaluate: true` the trained policy is compared with SFT on the
-held-out split. The embedded demo (`make demo`) does all three stages, offline, on CPU:
+SFT output there yet, the SFT stage runs first; with `evaluation_config:` (a recipes/evaluate.py YAML) the trained policy
+is then evaluated against SFT as recipes/evaluate.py would. The embedded demo (`make demo`) does all three stages,
+offline, on CPU:
 
     accelerate launch --config_file recipes/accelerate_configs/cpu.yaml recipes/dpr.py --config recipes/demo/dpr.yaml
 """
@@ -32,7 +33,7 @@ def main(argv=None):
     parser = RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig, MemoryTarget))
     script_args, training_args, model_args, _ = parser.parse_args_and_config(argv)
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
-    stages = 1 + bool(script_args.sft_config) + script_args.evaluate
+    stages = 1 + bool(script_args.sft_config) + bool(script_args.evaluation_config)
     stage = 1
     if script_args.sft_config:
         sft_args, sft_training_args, sft_model_args, _ = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget)).parse_args_and_config(
@@ -56,9 +57,9 @@ def main(argv=None):
     trainer = run_dpr(script_args, training_args, model_args)
     stage += 1
 
-    if script_args.evaluate:
-        print_stage(stage, stages, "Evaluation: DPR vs SFT on held-out prompts")
-        evaluate_against_sft(script_args, trainer, training_args.output_dir)
+    if script_args.evaluation_config:
+        print_stage(stage, stages, f"Evaluation: DPR vs SFT ({script_args.evaluation_config})")
+        evaluate_against_sft(script_args.evaluation_config, model_args.model_name_or_path, training_args.output_dir)
     if push:
         push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
 

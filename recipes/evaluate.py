@@ -18,7 +18,7 @@ import sys
 import yaml
 
 from trl_dpr.evaluation import EvaluationConfig, MissingAPIKeyError, run_evaluation
-from trl_dpr.evaluation.evaluation_config import check_config_has_no_secrets
+from trl_dpr.evaluation.config import check_config_has_no_secrets
 from trl_dpr.recipe_parser import RecipeParser
 
 

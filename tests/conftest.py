@@ -15,7 +15,7 @@ import torch  # noqa: E402
 # machine (a subprocess test, a background job) slow each other down many times over.
 torch.set_num_threads(1)
 
-from trl_dpr.tiny_lm import build_tokenizer  # noqa: E402
+from trl_dpr.embedded.tiny_lm import build_tokenizer  # noqa: E402
 
 CORPUS = [
     "What is 12+7? 12+7=19. The answer is 19.",
@@ -31,6 +31,18 @@ def tokenizer():
 
 
 # ---- DPR builders shared by the trainer tests --------------------------------------------------------------------
+
+
+def demo_evaluation_yaml(path, **overrides):
+    """A recipes/evaluate.py YAML for the embedded task with the exact judge, small enough for a test; returns its path."""
+    import yaml
+
+    values = {"output_dir": str(path.parent / "eval"), "baseline": "SFT=unused", "candidates": ["DPR=unused"],
+              "benchmarks": ["demo"], "demo_num_prompts": 6, "max_new_tokens": 8, "generation_batch_size": 8,
+              "generation_backend": "transformers", "dtype": "float32", "judge": "exact", "bootstrap_resamples": 200}
+    values.update(overrides)
+    path.write_text(yaml.safe_dump(values))
+    return str(path)
 
 
 def prompts_dataset(n: int = 16):
@@ -69,7 +81,7 @@ def dpr_trainer(
     Returns `(trainer, used, sft, ref)`: `used` collects, per `_compute_loss` call, the batch tensors the loss saw.
     """
     from trl_dpr import CheckpointRewardModel, DensePathTrainer
-    from trl_dpr.tiny_lm import build_tiny_causal_lm
+    from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 
     sft = build_tiny_causal_lm(tokenizer, architecture, seed=0)
     ref = build_tiny_causal_lm(tokenizer, architecture, seed=1)

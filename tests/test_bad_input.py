@@ -5,7 +5,7 @@ import torch
 from datasets import Dataset
 
 from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
-from trl_dpr.tiny_lm import build_tiny_causal_lm
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 
 from .conftest import dpr_config as make_config
 from .conftest import prompts_dataset

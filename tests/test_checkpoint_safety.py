@@ -142,6 +142,7 @@ def uninterrupted_sft(tmp_path_factory):
     return output_dir
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_at", [4, 8])  # before and after the reference step ⌊0.5·12⌋ = 6
 def test_killed_sft_resumes_to_the_same_weights_and_writes_the_reference_once(uninterrupted_sft, kill_at):
     output_dir = uninterrupted_sft.parent / f"sft-killed-at-{kill_at}"
@@ -159,6 +160,7 @@ def test_killed_sft_resumes_to_the_same_weights_and_writes_the_reference_once(un
         assert reference_weights.stat().st_mtime_ns == written_before_resume  # not written a second time
 
 
+@pytest.mark.slow
 def test_killed_dpr_resumes_to_the_same_weights(uninterrupted_sft):
     uninterrupted = uninterrupted_sft.parent / "dpr-uninterrupted"
     run_to_completion("dpr", uninterrupted, "--sft-dir", str(uninterrupted_sft))
@@ -177,6 +179,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow
 def test_a_folder_held_by_a_live_run_is_refused_naming_the_holder_and_freed_when_it_dies(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path)], env=ENV, cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

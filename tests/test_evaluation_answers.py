@@ -5,10 +5,11 @@ import json
 import pytest
 import torch
 
-from trl_dpr.evaluation import EvalPrompt, TransformersAnswerGenerator, answer_prompts, generate_answers, length_stats
-from trl_dpr.evaluation.answering import answer_cache
-from trl_dpr.evaluation.jsonl_cache import JsonlCache
-from trl_dpr.tiny_lm import build_tiny_causal_lm
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+from trl_dpr.evaluation import EvalPrompt, TransformersAnswerGenerator, answer_prompts, length_stats
+from trl_dpr.evaluation.answers import answer_cache
+from trl_dpr.evaluation.cache import JsonlCache
+from trl_dpr.sampling import generate_answers
 
 
 @pytest.fixture(autouse=True)

@@ -12,10 +12,10 @@ import pytest
 import torch
 import yaml
 
-from trl_dpr.demo_task import is_correct
+from trl_dpr.embedded.task import is_correct
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.evaluation import EvaluationConfig, MissingAPIKeyError, load_prompt_set, run_evaluation
 from trl_dpr.recipe_parser import RecipeParser
-from trl_dpr.tiny_lm import build_tiny_causal_lm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,7 +99,7 @@ def test_two_tiny_models_are_evaluated_end_to_end_with_the_exact_judge(tmp_path,
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded although all its answers are cached")
 
-    monkeypatch.setattr("trl_dpr.evaluation.evaluation_runner.load_answer_generator", no_loading)
+    monkeypatch.setattr("trl_dpr.evaluation.runner.load_answer_generator", no_loading)
     report = run_evaluation(config, show_progress=False)
     (result,) = report.pairwise
     assert (result.win_rate.wins, result.win_rate.ties, result.win_rate.losses) == (4, 3, 1)
@@ -115,6 +115,7 @@ def test_two_tiny_models_are_evaluated_end_to_end_with_the_exact_judge(tmp_path,
     assert "8 of 8 pairs judged, 0 unparseable" in markdown
 
 
+@pytest.mark.slow
 def test_the_recipe_runs_from_a_yaml_config_in_a_subprocess(tmp_path, saved_models):
     config = {
         "output_dir": str(tmp_path / "eval"), "baseline": f"SFT={saved_models['sft']}",

@@ -4,9 +4,10 @@ exact-answer judge, and judging with a cache."""
 import pytest
 import torch
 
+from trl_dpr.embedded.evaluation import ExactAnswerJudge
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.evaluation import (
     EvalPrompt,
-    ExactAnswerJudge,
     LLMPairwiseJudge,
     LocalChatModel,
     MTBenchGrader,
@@ -14,8 +15,7 @@ from trl_dpr.evaluation import (
     mt_bench_score,
     summarize_pairwise,
 )
-from trl_dpr.evaluation.judging import grade_mt_bench_cached, judge_pairs_cached
-from trl_dpr.tiny_lm import build_tiny_causal_lm
+from trl_dpr.evaluation.judges import grade_mt_bench_cached, judge_pairs_cached
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible judge against a real chat-completions server on 127.0.0.1 (http.server in a thread)."""
+"""The OpenAI-compatible judge (the `openai` client) against a real chat-completions server on 127.0.0.1 (http.server in
+a thread). The server asks for 1 ms between retries (`retry-after-ms`), which the client honours."""
 
 import json
 import threading
@@ -32,7 +33,8 @@ class FakeChatCompletions:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                outer.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
+                                       "body": body})
                 status, reply, delay = outer.script.pop(0) if outer.script else (200, None, 0.0)
                 time.sleep(delay)
                 if status == 200:
@@ -47,6 +49,8 @@ class FakeChatCompletions:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
+                    if status != 200:
+                        self.send_header("retry-after-ms", "1")
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)
@@ -79,70 +83,69 @@ def api_key(monkeypatch):
 
 
 def make_client(server, **overrides):
-    waits = []
-    values = dict(model="gpt-4o", base_url=server.base_url, api_key_env=KEY_ENV, max_retries=3, timeout_s=5.0,
-                  backoff_initial_s=0.01, backoff_factor=2.0, backoff_jitter=0.0, sleep=waits.append)
+    values = dict(model="gpt-4o", base_url=server.base_url, api_key_env=KEY_ENV, max_retries=3, timeout_s=5.0)
     values.update(overrides)
-    return OpenAIChatModel(**values), waits
+    return OpenAIChatModel(**values)
 
 
 def test_a_request_is_a_chat_completion_with_the_bearer_key_and_temperature_zero(server, api_key):
     server.script = [(200, "Rating: [[8]]", 0.0)]
-    client, _ = make_client(server)
+    client = make_client(server)
     reply = client.complete([{"role": "user", "content": "Rate this."}])
     assert reply == "Rating: [[8]]"
     (request,) = server.requests
     assert request["path"] == "/v1/chat/completions"
-    assert request["headers"]["Authorization"] == f"Bearer {KEY}"
-    assert request["headers"]["Content-Type"] == "application/json"
+    assert request["headers"]["authorization"] == f"Bearer {KEY}"
+    assert request["headers"]["content-type"].startswith("application/json")
     assert request["body"]["model"] == "gpt-4o"
     assert request["body"]["temperature"] == 0
     assert request["body"]["messages"] == [{"role": "user", "content": "Rate this."}]
     assert KEY not in repr(client)
 
 
-def test_429_then_500_are_retried_with_exponential_backoff_then_succeed(server, api_key):
+def test_429_then_500_are_retried_then_succeed(server, api_key):
     server.script = [(429, "Rate limit reached", 0.0), (500, "Internal error", 0.0), (200, "[[B>A]]", 0.0)]
-    client, waits = make_client(server)
+    client = make_client(server)
+    started = time.monotonic()
     assert client.complete([{"role": "user", "content": "q"}]) == "[[B>A]]"
     assert len(server.requests) == 3
-    assert waits == pytest.approx([0.01, 0.02])  # backoff_initial_s · factor^k
+    assert time.monotonic() - started < 2.0  # the server's retry-after-ms, not the client's default backoff
 
 
 def test_a_persistent_500_is_a_clear_error_after_the_retries(server, api_key):
     server.script = [(500, "The server had an error", 0.0)] * 10
-    client, waits = make_client(server, max_retries=2)
+    client = make_client(server, max_retries=2)
     with pytest.raises(ChatRequestError) as error:
         client.complete([{"role": "user", "content": "q"}])
     message = str(error.value)
     assert "failed 3 times" in message and "HTTP 500" in message and "The server had an error" in message
     assert "max_retries" in message and KEY not in message
-    assert len(server.requests) == 3 and waits == pytest.approx([0.01, 0.02])
+    assert len(server.requests) == 3
 
 
 def test_a_slow_server_times_out_is_retried_and_then_a_clear_error(server, api_key):
     server.script = [(200, "[[A>B]]", 0.6)] * 3
-    client, waits = make_client(server, timeout_s=0.2, max_retries=1)
+    client = make_client(server, timeout_s=0.2, max_retries=1)
     started = time.monotonic()
     with pytest.raises(ChatRequestError, match="no response within timeout_s=0.2"):
         client.complete([{"role": "user", "content": "q"}])
-    assert len(server.requests) == 2 and len(waits) == 1
-    assert time.monotonic() - started < 2.0  # the client stopped waiting; it did not sit out the server's delays
+    assert len(server.requests) == 2
+    assert time.monotonic() - started < 3.0  # the client stopped waiting; it did not sit out the server's delays
 
 
 def test_a_timeout_followed_by_an_answer_succeeds(server, api_key):
     server.script = [(200, "[[A>B]]", 0.6), (200, "[[B>A]]", 0.0)]
-    client, waits = make_client(server, timeout_s=0.2)
+    client = make_client(server, timeout_s=0.2)
     assert client.complete([{"role": "user", "content": "q"}]) == "[[B>A]]"
-    assert len(waits) == 1
+    assert len(server.requests) == 2
 
 
 def test_a_refused_request_is_not_retried_and_says_what_to_check(server, api_key):
     server.script = [(401, "Incorrect API key provided", 0.0)]
-    client, waits = make_client(server)
+    client = make_client(server)
     with pytest.raises(ChatRequestError, match=f"HTTP 401: Incorrect API key provided.*\\${KEY_ENV}"):
         client.complete([{"role": "user", "content": "q"}])
-    assert len(server.requests) == 1 and waits == []
+    assert len(server.requests) == 1
 
 
 def test_an_absent_api_key_is_an_error_naming_the_variable_before_any_request(server, monkeypatch):
@@ -157,10 +160,10 @@ def test_an_absent_api_key_is_an_error_naming_the_variable_before_any_request(se
 
 def test_the_key_is_read_at_request_time_not_stored(server, monkeypatch):
     monkeypatch.setenv(KEY_ENV, "first-key")
-    client, _ = make_client(server)
+    client = make_client(server)
     monkeypatch.setenv(KEY_ENV, "rotated-key")
     client.complete([{"role": "user", "content": "q"}])
-    assert server.requests[0]["headers"]["Authorization"] == "Bearer rotated-key"
+    assert server.requests[0]["headers"]["authorization"] == "Bearer rotated-key"
     assert "first-key" not in repr(client.__dict__)
 
 
@@ -183,7 +186,7 @@ def answer_from_position(messages):
 
 def test_the_pairwise_judge_asks_in_both_orders_and_combines_them(server, api_key):
     server.default = answer_from_position
-    client, _ = make_client(server, max_workers=4)
+    client = make_client(server, max_workers=4)
     judge = LLMPairwiseJudge(client)
     pairs = [
         PairToJudge("How much did Mia earn?", "46 dollars, the correct total.", "13 dollars."),
@@ -204,7 +207,7 @@ def test_the_pairwise_judge_asks_in_both_orders_and_combines_them(server, api_ke
 
 def test_unparseable_judge_replies_are_counted_not_dropped(server, api_key):
     server.default = lambda messages: "Assistant A is better overall. A>B"  # no brackets
-    client, _ = make_client(server)
+    client = make_client(server)
     (judgement,) = LLMPairwiseJudge(client).judge_pairs([PairToJudge("q", "a", "b")])
     assert judgement.outcome is None and "no verdict" in judgement.problem
     assert judgement.judge_outputs == ("Assistant A is better overall. A>B",) * 2

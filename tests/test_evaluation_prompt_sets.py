@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from trl_dpr.demo_task import build_demo_dataset
+from trl_dpr.embedded.task import build_demo_dataset
 from trl_dpr.evaluation import EvalPrompt, load_prompt_set
 from trl_dpr.evaluation.prompt_sets import load_demo_prompts, read_json_rows
 

@@ -3,7 +3,7 @@
 import pytest
 
 from trl_dpr.evaluation import PairJudgement, combine_orders, parse_rating, parse_verdict, summarize_pairwise, win_rate
-from trl_dpr.evaluation.verdicts import candidate_outcome
+from trl_dpr.evaluation.judges import candidate_outcome
 
 GPT4O_STYLE = """Assistant A correctly computes the regular pay (4 × 7 = 28) and the overtime pay (2 × 9 = 18), and adds
 them to 46. Assistant B adds the hours instead of the pay and ends with 13, which is wrong. Both are concise, but only

@@ -20,6 +20,7 @@ from trl import ModelConfig, SFTConfig
 
 import trl_dpr.hub
 from trl_dpr import CheckpointRewardModel, DensePathConfig
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.hub import (
     TRANSFORMERS_IGNORE_PATTERNS,
     copy_files_to_push,
@@ -40,7 +41,8 @@ from trl_dpr.pipeline import (
     run_dpr,
     run_sft,
 )
-from trl_dpr.tiny_lm import build_tiny_causal_lm
+
+from .conftest import demo_evaluation_yaml
 
 EMBEDDED = "trl_dpr/embedded-demo"
 COMMON = dict(bf16=False, use_cpu=True, report_to="none", save_strategy="no", seed=0, gradient_checkpointing=False)
@@ -277,8 +279,8 @@ def test_too_short_a_secret_is_an_error(tmp_path):
 @pytest.fixture(scope="module")
 def dpr_run(sft_full, tmp_path_factory):
     root = tmp_path_factory.mktemp("dpr")
-    script_args = DPRScriptArguments(dataset_name=EMBEDDED, num_train_samples=8, num_eval_samples=4,
-                                     eval_max_new_tokens=8)
+    script_args = DPRScriptArguments(dataset_name=EMBEDDED, num_train_samples=8,
+                                     evaluation_config=demo_evaluation_yaml(root / "eval.yaml", demo_num_prompts=4))
     args = DensePathConfig(output_dir=str(root / "dpr"), max_steps=1, per_device_train_batch_size=4,
                            max_completion_length=8, learning_rate=1e-4, kl_coef=0.05, **COMMON)
     trainer = run_dpr(script_args, args, ModelConfig(model_name_or_path=sft_full, dtype="float32"))
@@ -307,7 +309,7 @@ def test_dpr_model_card_has_the_tags_hyperparameters_and_citation(dpr_run):
 
 def test_dpr_model_card_carries_the_evaluation_table_when_there_is_one(dpr_run):
     script_args, trainer = dpr_run
-    results = evaluate_against_sft(script_args, trainer, trainer.args.output_dir)
+    results = evaluate_against_sft(script_args.evaluation_config, trainer.reward_model.sft_model_name_or_path, trainer.args.output_dir)
     trainer.create_model_card(model_name="tiny-dpr")
     _, body = read_card(Path(trainer.args.output_dir) / "README.md")
     assert "## Evaluation" in body and results["table_markdown"] in body

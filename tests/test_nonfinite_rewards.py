@@ -4,8 +4,8 @@ import torch
 from transformers import TrainerCallback
 
 from trl_dpr import CheckpointRewardModel, DensePathTrainer
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.reward_model import TokenRewardOutput
-from trl_dpr.tiny_lm import build_tiny_causal_lm
 
 from .conftest import dpr_config as make_config
 from .conftest import prompts_dataset

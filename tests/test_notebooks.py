@@ -91,6 +91,7 @@ def test_open_in_colab_badge_points_to_the_notebook(name):
     assert "if not OFFLINE:" in install  # never installs anything offline
 
 
+@pytest.mark.slow
 def test_quickstart_runs_offline_from_sft_to_a_loadable_push(kernel_env):
     notebook = execute("quickstart", kernel_env)
     html = outputs(notebook, "text/html")
@@ -105,6 +106,7 @@ def test_quickstart_runs_offline_from_sft_to_a_loadable_push(kernel_env):
     assert sorted(p.name for p in (run / "dpr" / "heatmaps").iterdir()) == ["step-00002.html", "step-00004.html"]
 
 
+@pytest.mark.slow
 def test_reward_inspection_compares_a_correct_and_a_corrupted_wages_answer(kernel_env):
     notebook = execute("reward_inspection", kernel_env)
     html = outputs(notebook, "text/html")

@@ -17,6 +17,8 @@ from trl_dpr.memory import MemoryTarget
 from trl_dpr.pipeline import DPRScriptArguments, SFTScriptArguments
 from trl_dpr.recipe_parser import RecipeParser
 
+from .conftest import demo_evaluation_yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
 BACKBONES = {
@@ -126,6 +128,7 @@ def test_datasets_without_demonstrations_or_prompts_are_rejected(tmp_path):
         prompts_for_rl(Dataset.from_list([{"text": "x"}]), "text-only")
 
 
+@pytest.mark.slow
 def test_sft_then_dpr_recipes_through_accelerate_launch(tmp_path):
     """recipes/sft.py then recipes/dpr.py (with its evaluation) as real subprocesses, on the embedded tiny model."""
     common = {"dtype": "float32", "dataset_name": "trl_dpr/embedded-demo", "num_train_samples": 64, "bf16": False,
@@ -138,7 +141,7 @@ def test_sft_then_dpr_recipes_through_accelerate_launch(tmp_path):
     dpr_config = tmp_path / "dpr.yaml"
     dpr_config.write_text(yaml.safe_dump({**common, "model_name_or_path": str(sft_dir), "output_dir": str(tmp_path / "dpr"),
                                           "max_steps": 2, "per_device_train_batch_size": 4, "max_completion_length": 8,
-                                          "evaluate": True, "num_eval_samples": 6, "eval_max_new_tokens": 8,
+                                          "evaluation_config": demo_evaluation_yaml(tmp_path / "eval.yaml"),
                                           "learning_rate": 1e-4}))
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(RECIPES / "accelerate_configs" / "cpu.yaml")]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
@@ -151,5 +154,18 @@ def test_sft_then_dpr_recipes_through_accelerate_launch(tmp_path):
     assert dpr.returncode == 0, dpr.stderr[-3000:]
     assert "Stage 2/2: Evaluation: DPR vs SFT" in dpr.stdout
     results = json.loads((tmp_path / "dpr" / "eval_results.json").read_text())
-    assert results["win_rate"]["n"] == 6 and 0.0 <= results["win_rate"]["win_rate"] <= 1.0
+    (pairwise,) = results["pairwise"]
+    assert pairwise["win_rate"]["n"] == 6 and 0.0 <= pairwise["win_rate"]["win_rate"] <= 1.0
+    assert [a["method"] for a in results["accuracy"]] == ["SFT", "DPR"]
     assert (tmp_path / "dpr" / "model.safetensors").is_file()
+
+    # One evaluation path: recipes/evaluate.py with the same YAML, into a fresh folder (no cached answers), gives the
+    # same numbers as the evaluation recipes/dpr.py ran.
+    again = subprocess.run([sys.executable, str(RECIPES / "evaluate.py"), "--config", str(tmp_path / "eval.yaml"),
+                            "--output_dir", str(tmp_path / "eval_again"), "--baseline", f"SFT={sft_dir}",
+                            "--candidates", f"DPR={tmp_path / 'dpr'}"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    repeated = json.loads((tmp_path / "eval_again" / "results.json").read_text())
+    assert repeated["pairwise"][0]["win_rate"] == pairwise["win_rate"]
+    assert repeated["accuracy"] == results["accuracy"]

@@ -11,8 +11,8 @@ from transformers import TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
 from trl_dpr import ReferenceCheckpointCallback
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.reference_manifest import MANIFEST_NAME
-from trl_dpr.tiny_lm import build_tiny_causal_lm
 
 
 class SnapshotEveryStep(TrainerCallback):

@@ -7,9 +7,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trl_dpr import CheckpointRewardModel
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
 from trl_dpr.reference_manifest import MANIFEST_NAME, ReferenceManifest, write_manifest
 from trl_dpr.reward_model import completion_logprobs
-from trl_dpr.tiny_lm import build_tiny_causal_lm, build_tokenizer
 
 ARCHITECTURES = ["llama", "qwen2", "gpt2"]  # gpt2: absolute positions, so wrong position ids show up
 

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from trl_dpr.hub import files_to_push, scan_for_secrets, secrets_from_environment
+
+from .conftest import demo_evaluation_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
@@ -21,6 +24,7 @@ FAKE_SECRETS = {
 }
 
 
+@pytest.mark.slow
 def test_no_file_written_by_a_tracked_sft_then_dpr_run_holds_a_secret(tmp_path):
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
@@ -37,7 +41,7 @@ def test_no_file_written_by_a_tracked_sft_then_dpr_run_holds_a_secret(tmp_path):
                                           "output_dir": str(work / "dpr"), "max_steps": 2,
                                           "per_device_train_batch_size": 4, "max_completion_length": 8,
                                           "learning_rate": 1e-4, "logging_steps": 1, "log_completions": True,
-                                          "evaluate": True, "num_eval_samples": 4, "eval_max_new_tokens": 8,
+                                          "evaluation_config": demo_evaluation_yaml(tmp_path / "eval.yaml", demo_num_prompts=4),
                                           "run_name": "dpr"}))
     env = {**os.environ, **FAKE_SECRETS, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
            "XDG_CONFIG_HOME": str(home / ".config"), "HF_HOME": str(home / "hf"), "TMPDIR": str(tmp_path / "tmp"),

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from trl_dpr.tiny_lm import build_tiny_causal_lm
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 
 from .conftest import CORPUS
 from .reference import strip_padding, unpadded_logprobs
@@ -35,8 +35,8 @@ def models(tmp_path_factory):
     """models/{sft,ref}: two tiny Llamas; models/adapters/sft: a LoRA SFT output (+ dpr_reference/) on models/adapters/base."""
     from peft import LoraConfig, get_peft_model
 
+    from trl_dpr.embedded.tiny_lm import build_tokenizer
     from trl_dpr.reference_manifest import ReferenceManifest, write_manifest
-    from trl_dpr.tiny_lm import build_tokenizer
 
     root = tmp_path_factory.mktemp("models")
     tokenizer = build_tokenizer(CORPUS)

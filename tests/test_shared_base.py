@@ -8,8 +8,8 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 from trl_dpr import CheckpointRewardModel, DensePathTrainer
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.reference_manifest import ReferenceManifest, write_manifest
-from trl_dpr.tiny_lm import build_tiny_causal_lm
 
 from .conftest import dpr_config as make_config
 from .conftest import prompts_dataset

@@ -13,7 +13,7 @@ import pytest
 from datasets import Dataset
 
 from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
-from trl_dpr.tiny_lm import build_tiny_causal_lm
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.tracking import TokenHeatmapCallback, recent_token_rewards
 from trl_dpr.visualize import heatmap_html
 
@@ -35,10 +35,11 @@ def make_trainer(tokenizer, tmp_path, **overrides):
                             train_dataset=prompts, processing_class=tokenizer)
 
 
-def log_completion(trainer, completion: str, rewards: list[float]):
+def log_completion(trainer, ids: list[int], rewards: list[float]):
     """What DensePathTrainer logs for one scored completion (as `_generate_and_score_completions` does)."""
     trainer._logs["prompt"].append(PROMPT)
-    trainer._logs["completion"].append([{"role": "assistant", "content": completion}])
+    trainer._logs["completion"].append([{"role": "assistant", "content": "decoded text"}])
+    trainer._logs["extra"]["completion_token_ids"].append(ids)
     trainer._logs["extra"]["token_rewards"].append(rewards)
 
 
@@ -61,35 +62,33 @@ def test_heatmaps_of_recent_completions_are_written_every_n_steps(tokenizer, tmp
     assert "What is" in page  # the prompts are shown above their completions
 
 
-def test_logged_rewards_are_shown_as_they_are_when_the_tokens_line_up(tokenizer, tmp_path, monkeypatch):
-    trainer = make_trainer(tokenizer, tmp_path, max_completion_length=6)
+def test_heatmaps_show_the_sampled_ids_and_the_rewards_the_trainer_used_without_tokenizing_again(
+    tokenizer, tmp_path, monkeypatch
+):
+    trainer = make_trainer(tokenizer, tmp_path)
+    trainer.train()
+    logged_ids = list(trainer._logs["extra"]["completion_token_ids"])[-2:]
+    logged_rewards = list(trainer._logs["extra"]["token_rewards"])[-2:]
     monkeypatch.setattr(trainer.reward_model, "score_text", lambda *a, **k: pytest.fail("scored again"))
-    ids = tokenizer("12+7=19", add_special_tokens=False)["input_ids"]
-    assert len(ids) == 7
-    log_completion(trainer, "12+7=19", [0.1 * i for i in range(len(ids) + 1)])  # + EOS: ended before the limit
-    (ended,) = recent_token_rewards(trainer, 1)[1]
-    assert ended["token_ids"] == ids + [tokenizer.eos_token_id]
-    assert ended["tokens"][-1] == tokenizer.eos_token
-    assert ended["rewards"] == [0.1 * i for i in range(len(ids) + 1)]
-    assert ended["total"] == pytest.approx(sum(0.1 * i for i in range(len(ids) + 1)))
+    monkeypatch.setattr(type(tokenizer), "__call__", lambda *a, **k: pytest.fail("tokenized again"))
+    prompts, scored = recent_token_rewards(trainer, 2)
+    assert [item["token_ids"] for item in scored] == logged_ids
+    assert [item["rewards"] for item in scored] == logged_rewards
+    assert [item["tokens"] for item in scored] == [[tokenizer.decode([i]) for i in ids] for ids in logged_ids]
+    assert [item["total"] for item in scored] == pytest.approx([sum(r) for r in logged_rewards])
+    assert prompts == list(trainer._logs["prompt"])[-2:]
 
 
-def test_a_completion_cut_at_the_length_limit_has_no_eos(tokenizer, tmp_path, monkeypatch):
+def test_an_id_that_decodes_to_merged_text_keeps_its_own_reward(tokenizer, tmp_path):
+    """"4" then "6" sampled as two tokens would tokenize again as one: the logged ids keep one reward each."""
     trainer = make_trainer(tokenizer, tmp_path, max_completion_length=3)
-    monkeypatch.setattr(trainer.reward_model, "score_text", lambda *a, **k: pytest.fail("scored again"))
-    ids = tokenizer("=19", add_special_tokens=False)["input_ids"]
-    assert len(ids) == 3
-    log_completion(trainer, "=19", [0.3, 0.2, 0.1])
-    (item,) = recent_token_rewards(trainer, 1)[1]
-    assert item["token_ids"] == ids and item["rewards"] == [0.3, 0.2, 0.1]
-
-
-def test_a_completion_that_tokenizes_differently_is_scored_again(tokenizer, tmp_path):
-    trainer = make_trainer(tokenizer, tmp_path, max_completion_length=16)
-    log_completion(trainer, "12+7=19", [0.25, 0.5, 0.75])  # 3 rewards for a 7-token text: ids differed
-    prompts, scored = recent_token_rewards(trainer, 1)
-    expected = trainer.reward_model.score_text([PROMPT], ["12+7=19"], append_eos=True)[0]
-    assert prompts == [PROMPT] and scored == [expected]
+    four, six = tokenizer.convert_tokens_to_ids("4"), tokenizer.convert_tokens_to_ids("6")
+    log_completion(trainer, [four, six, tokenizer.eos_token_id], [0.3, -0.2, 0.1])
+    log_completion(trainer, [], [])  # an empty completion has nothing to draw
+    prompts, scored = recent_token_rewards(trainer, 2)
+    assert prompts == [PROMPT]
+    assert scored == [{"tokens": ["4", "6", tokenizer.eos_token], "token_ids": [four, six, tokenizer.eos_token_id],
+                       "rewards": [0.3, -0.2, 0.1], "total": pytest.approx(0.2)}]
 
 
 def test_the_callback_needs_a_dense_path_trainer_and_positive_settings(tokenizer, tmp_path):
@@ -110,7 +109,7 @@ RUN = textwrap.dedent("""
     torch.set_num_threads(1)
     from datasets import Dataset
     from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
-    from trl_dpr.tiny_lm import build_tiny_causal_lm, build_tokenizer
+    from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
     from trl_dpr.tracking import TokenHeatmapCallback
 
     out = sys.argv[1]
@@ -175,6 +174,7 @@ def wandb_history(out: Path) -> list[dict]:
     return rows
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_logs_the_dpr_metrics(tracked_run):
     out, log_history = tracked_run
     rows = [row for row in wandb_history(out) if "train/reward" in row]
@@ -184,6 +184,7 @@ def test_wandb_offline_run_logs_the_dpr_metrics(tracked_run):
             assert row[f"train/{name}"] == pytest.approx(logged[name])
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_holds_the_heatmaps_as_html(tracked_run):
     out, _ = tracked_run
     rows = [row for row in wandb_history(out) if "heatmaps/token_rewards/_type" in row]
@@ -195,6 +196,7 @@ def test_wandb_offline_run_holds_the_heatmaps_as_html(tracked_run):
         assert page.count('class="pair"') == 2 and "data-reward=" in page
 
 
+@pytest.mark.slow
 def test_tensorboard_logs_the_dpr_metrics(tracked_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -208,6 +210,7 @@ def test_tensorboard_logs_the_dpr_metrics(tracked_run):
         assert [s.value for s in scalars] == pytest.approx([row[name] for row in log_history[:2]], rel=1e-5, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_trackio_local_run_logs_the_dpr_metrics_and_the_heatmaps(tracked_run):
     out, log_history = tracked_run
     with sqlite3.connect(out / "trackio" / "trl-dpr-tests.db") as db:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
-from trl_dpr.tiny_lm import build_tiny_causal_lm
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 
 from .conftest import prompts_dataset
 from .reference import dpr_advantages_by_hand, strip_padding, unpadded_logprobs

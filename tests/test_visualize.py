@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from trl_dpr import CheckpointRewardModel
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.reference_manifest import ReferenceManifest, write_manifest
-from trl_dpr.tiny_lm import build_tiny_causal_lm
 from trl_dpr.visualize import heatmap_html, main, reward_colour, save_heatmap_png
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -6,7 +6,7 @@ the same stages run from Python (notebooks, tests).
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import gc
 import json
 import os
@@ -14,22 +14,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import yaml
 from accelerate import PartialState
 from transformers import AutoTokenizer
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_config, get_quantization_config
-from trl.trainer.utils import use_adapter
 
 from .callbacks import ReferenceCheckpointCallback
 from .checkpointing import AtomicCheckpointsMixin, check_output_dir
 from .config import DensePathConfig
-from .data import EMBEDDED_DATASET, load_demonstrations, prompts_for_rl
+from .data import load_demonstrations, prompts_for_rl
+from .embedded.base_model import EMBEDDED_MODEL, build_embedded_base
 from .hub import defer_push_to_hub, push_trainer_output
+from .recipe_parser import RecipeParser
 from .reference_manifest import MANIFEST_NAME
 from .reward_model import CheckpointRewardModel
 from .trainer import DensePathTrainer
 
 __all__ = [
-    "EMBEDDED_MODEL",
     "SFTScriptArguments",
     "DPRScriptArguments",
     "model_init_kwargs_from",
@@ -38,9 +39,6 @@ __all__ = [
     "evaluate_against_sft",
     "print_stage",
 ]
-
-EMBEDDED_MODEL = "trl_dpr/embedded-tiny-llama"  # a tiny Llama built from a config, with an offline tokenizer
-
 
 @dataclass
 class SFTScriptArguments(ScriptArguments):
@@ -75,16 +73,14 @@ class DPRScriptArguments(SFTScriptArguments):
             "demo runs the whole SFT → DPR → evaluation pipeline this way)."
         },
     )
-    evaluate: bool = field(
-        default=False, metadata={"help": "After training, compare DPR with SFT on the held-out split."}
-    )
-    num_eval_samples: int | None = field(default=None, metadata={"help": "Held-out prompts to evaluate on."})
-    eval_temperature: float = field(
-        default=0.7, metadata={"help": "Sampling temperature of the evaluation answers (paper §4.1: 0.7)."}
-    )
-    eval_max_new_tokens: int = field(default=256, metadata={"help": "Maximum answer length at evaluation."})
-    eval_samples_per_prompt: int = field(
-        default=1, metadata={"help": "Answers sampled per held-out prompt (averaging lowers the noise)."}
+    evaluation_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "A recipes/evaluate.py YAML: after training, the policy (`DPR=<output_dir>`) is evaluated against "
+            "π_SFT (`SFT=<model_name_or_path>`) with it, exactly as `recipes/evaluate.py --config` would, and the "
+            "results go to the YAML's output_dir and into the model card (the embedded demo: "
+            "recipes/evaluate/demo.yaml)."
+        },
     )
     merge_adapter: bool = field(
         default=False,
@@ -116,22 +112,6 @@ def model_init_kwargs_from(model_args: ModelConfig, trust_remote_code: bool = Fa
         kwargs["quantization_config"] = quantization_config
         kwargs["device_map"] = {"": PartialState().local_process_index} if torch.cuda.is_available() else None
     return {k: v for k, v in kwargs.items() if v is not None}
-
-
-def build_embedded_base(path: str | os.PathLike, seed: int = 0) -> str:
-    """Write the embedded tiny Llama and its offline tokenizer to `path` (once), and return the path."""
-    from .demo_task import demo_corpus
-    from .tiny_lm import build_tiny_causal_lm, build_tokenizer
-
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        if PartialState().is_main_process:
-            tokenizer = build_tokenizer(demo_corpus(seed=seed), vocab_size=1200)
-            model = build_tiny_causal_lm(tokenizer, "llama", hidden_size=128, num_layers=4, num_heads=4, seed=seed)
-            model.save_pretrained(path)
-            tokenizer.save_pretrained(path)
-        PartialState().wait_for_everyone()
-    return str(path)
 
 
 def _resolve_base(model_args: ModelConfig, output_dir: str, seed: int) -> str:
@@ -202,7 +182,7 @@ def run_dpr(
     """DPR from the SFT output `model_args.model_name_or_path` (policy initialised from π_SFT); returns the trainer.
 
     `reward_model` replaces the one loaded from the SFT output (π_SFT and π_ref), e.g. a control reward such as
-    `trl_dpr.analysis.CorrectnessOracleRewardModel`. With `push_to_hub: true` the policy (adapter, or merged with `merge_adapter`) and its model card are pushed once, at
+    the correctness oracle of `experiments/oracle.py`. With `push_to_hub: true` the policy (adapter, or merged with `merge_adapter`) and its model card are pushed once, at
     the end; recipes/dpr.py turns that off (`defer_push_to_hub`) and pushes after the evaluation instead.
     """
     sft_path = model_args.model_name_or_path
@@ -255,59 +235,39 @@ def has_sft_output(path: str) -> bool:
     return os.path.isdir(path) and (Path(path) / MANIFEST_NAME).is_file()
 
 
-def evaluate_against_sft(
-    script_args: DPRScriptArguments,
-    trainer: DensePathTrainer,
-    output_dir: str,
-) -> dict:
-    """Answer held-out prompts with DPR and SFT, judge them, and write `eval_results.json` (main process only).
+def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str) -> dict:
+    """Evaluate the saved policy against π_SFT as `recipes/evaluate.py` does, on the main process, and write the report
+    into `policy_path/eval_results.json` too (the model card's evaluation table).
 
-    On the embedded task the judge is exact: a correct final answer beats a wrong one, anything else ties.
+    Args:
+        evaluation_config: a recipes/evaluate.py YAML path or an `EvaluationConfig`; its baseline and candidates are
+            replaced by `SFT=sft_path` and `DPR=policy_path`.
+
+    Returns:
+        The report as a dict (`table_markdown`, `pairwise`, `accuracy`, ...); empty on the other processes.
+
+    Example:
+        ```python
+        evaluate_against_sft("recipes/evaluate/demo.yaml", "runs/demo/sft", "runs/demo/dpr")
+        ```
     """
-    from .evaluation import ExactAnswerJudge, generate_answers, win_rate
-    from .evaluation.report import comparison_table
+    from .evaluation import EvaluationConfig, run_evaluation
+    from .evaluation.config import check_config_has_no_secrets
 
-    results: dict = {}
     state = PartialState()
+    results: dict = {}
     if state.is_main_process:
-        if script_args.dataset_name != EMBEDDED_DATASET:
-            raise ValueError(
-                "The built-in evaluation of recipes/dpr.py judges exact answers and only applies to the embedded task. "
-                "For other datasets use recipes/evaluate.py (pairwise LLM judges)."
-            )
-        held_out = load_demonstrations(
-            script_args.dataset_name, split=script_args.dataset_test_split, num_samples=script_args.num_eval_samples
-        )
-        tokenizer = trainer.processing_class
-        policy = trainer.accelerator.unwrap_model(trainer.model)
-        reward_model = trainer.reward_model
-        sft_model = reward_model.sft_model
-        k = script_args.eval_samples_per_prompt
-        prompts = [p for p in held_out["prompt"] for _ in range(k)]
-        answers_key = [a for a in held_out["answer"] for _ in range(k)]
-        kinds = [c for c in held_out["kind"] for _ in range(k)]
-        common = dict(temperature=script_args.eval_temperature, max_new_tokens=script_args.eval_max_new_tokens)
-        greedy = dict(temperature=0.0, max_new_tokens=script_args.eval_max_new_tokens)
-        with contextlib.nullcontext() if reward_model.sft_adapter is None else use_adapter(sft_model, reward_model.sft_adapter):
-            sft_answers = generate_answers(sft_model, tokenizer, prompts, desc="SFT answers", **common)
-            sft_greedy = generate_answers(sft_model, tokenizer, list(held_out["prompt"]), desc="SFT greedy", **greedy)
-        dpr_answers = generate_answers(policy, tokenizer, prompts, desc="DPR answers", **common)
-        dpr_greedy = generate_answers(policy, tokenizer, list(held_out["prompt"]), desc="DPR greedy", **greedy)
-        judge = ExactAnswerJudge()
-        outcomes = [judge.judge(d, s, a) for d, s, a in zip(dpr_answers, sft_answers, answers_key)]
-        results = comparison_table(
-            prompts, answers_key, kinds, sft_answers, dpr_answers, outcomes, reward_model, win_rate(outcomes),
-            greedy=(list(held_out["answer"]), sft_greedy, dpr_greedy), temperature=script_args.eval_temperature,
-        )
-        results["settings"] = {
-            "eval_temperature": script_args.eval_temperature,
-            "samples_per_prompt": k,
-            "num_prompts": held_out.num_rows,
-        }
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
-        with open(Path(output_dir) / "eval_results.json", "w") as f:
+        config = evaluation_config
+        if not isinstance(config, EvaluationConfig):
+            with open(config) as f:
+                check_config_has_no_secrets(yaml.safe_load(f) or {}, config)
+            (config,) = RecipeParser((EvaluationConfig,)).parse_args_and_config(["--config", str(config)])
+        config = dataclasses.replace(config, baseline=f"SFT={sft_path}", candidates=[f"DPR={policy_path}"])
+        report = run_evaluation(config)
+        results = report.as_dict()
+        with open(Path(policy_path) / "eval_results.json", "w") as f:
             json.dump(results, f, indent=2)
         print(results["table_markdown"], flush=True)
-        print(f"\nWritten to {Path(output_dir) / 'eval_results.json'}", flush=True)
+        print(f"\nWritten to {config.output_dir}/results.md and {Path(policy_path) / 'eval_results.json'}", flush=True)
     state.wait_for_everyone()
     return results

@@ -26,6 +26,13 @@ RENAMED_KEYS = {
     "dataset_text_field": "(removed: give the dataset a `messages` or `prompt`/`completion` column)",
     "use_flash_attention_2": "attn_implementation: flash_attention_2",
     "overwrite_output_dir": "(removed from transformers 5: use a fresh output_dir, or resume_from_checkpoint)",
+    # trl_dpr's own renames
+    "judge_backoff_s": "(removed: the openai client backs off by itself; judge_max_retries sets how often it retries)",
+    "evaluate": "evaluation_config: recipes/evaluate/<setup>.yaml (the evaluation recipes/evaluate.py runs)",
+    "num_eval_samples": "demo_num_prompts in the evaluation_config YAML",
+    "eval_temperature": "temperature in the evaluation_config YAML",
+    "eval_samples_per_prompt": "samples_per_prompt in the evaluation_config YAML",
+    "eval_max_new_tokens": "max_new_tokens in the evaluation_config YAML",
 }
 
 

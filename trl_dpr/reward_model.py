@@ -258,7 +258,7 @@ class CheckpointRewardModel(nn.Module):
 
     Example:
         >>> from trl_dpr import CheckpointRewardModel
-        >>> from trl_dpr.tiny_lm import build_tiny_causal_lm, build_tokenizer
+        >>> from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
         >>> tok = build_tokenizer(["2+3=5"])
         >>> rm = CheckpointRewardModel(build_tiny_causal_lm(tok, seed=0), build_tiny_causal_lm(tok, seed=1), processing_class=tok)
         >>> scored = rm.score_text(["2+3="], ["5"])
@@ -456,7 +456,7 @@ class CheckpointRewardModel(nn.Module):
         """Dense reward `[B, Tc]` (float32, 0 at padding, no autograd graph) of each completion token.
 
         Example:
-            >>> from trl_dpr.tiny_lm import build_tiny_causal_lm, build_tokenizer
+            >>> from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
             >>> import torch
             >>> tok = build_tokenizer(["abc"])
             >>> rm = CheckpointRewardModel(build_tiny_causal_lm(tok, seed=0), build_tiny_causal_lm(tok, seed=1))
@@ -478,7 +478,7 @@ class CheckpointRewardModel(nn.Module):
             One dict per pair: `tokens` (decoded strings), `token_ids`, `rewards` (floats), `total` (Σ r̂).
 
         Example:
-            >>> from trl_dpr.tiny_lm import build_tiny_causal_lm, build_tokenizer
+            >>> from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
             >>> tok = build_tokenizer(["hello"])
             >>> rm = CheckpointRewardModel(build_tiny_causal_lm(tok, seed=0), build_tiny_causal_lm(tok, seed=1), processing_class=tok)
             >>> out = rm.score_text(["he"], ["llo"])
@@ -655,6 +655,51 @@ def add_policy_adapter(reward_model: CheckpointRewardModel) -> nn.Module:
         type(peft_model).save_pretrained, peft_model, selected_adapters=[POLICY_ADAPTER]
     )
     return peft_model
+
+
+def initial_policy(reward_model: CheckpointRewardModel, model=None, peft_config=None, use_vllm: bool = False):
+    """The policy DPR starts from (Algorithm 1, line 2: π_θ ← π_SFT), as `GRPOTrainer` takes its `model`.
+
+    - `model=None` with a full SFT model: the SFT path again (loaded by the trainer with `model_init_kwargs`), or a
+      trainable copy when π_SFT was given in memory;
+    - `model=None` (or π_SFT itself) with an adapter SFT output: a trainable copy of the π_SFT adapter on the reward
+      model's own base (`add_policy_adapter`, one base in memory);
+    - any other `model`: used as it is (it must not be the π_SFT object, which must stay frozen).
+
+    Example:
+        >>> policy = initial_policy(CheckpointRewardModel.from_pretrained("runs/sft"))  # doctest: +SKIP
+        >>> policy                                                                       # doctest: +SKIP
+        'runs/sft'
+    """
+    if reward_model.sft_adapter is not None and (model is None or model is reward_model.sft_model):
+        if peft_config is not None:
+            raise ValueError(
+                "The reward model's π_SFT is a PEFT adapter, so the policy is a trainable copy of it on the same "
+                "base; do not pass a peft_config (the copy keeps the SFT adapter's configuration)."
+            )
+        quantized = getattr(reward_model.sft_model, "is_loaded_in_4bit", False) or getattr(
+            reward_model.sft_model, "is_loaded_in_8bit", False
+        )
+        if use_vllm and quantized:
+            # TRL syncs a PEFT policy to vLLM by merging its adapter into the base and unmerging it after: on a 4/8-bit
+            # base each step re-quantizes the base, so it drifts, and π_SFT / π_ref (adapters on that same base) would
+            # score with a changed model.
+            raise ValueError(
+                "use_vllm with a quantized (4/8-bit) adapter SFT output is not supported: vLLM weight syncs merge the "
+                "policy adapter into the shared quantized base and unmerge it, re-quantizing the base each time, which "
+                "changes π_SFT and π_ref (the reward). Generate with transformers instead (use_vllm: false, with "
+                "use_transformers_continuous_batching: true to bound memory, as the QLoRA recipes do), or train from a "
+                "non-quantized (bf16) LoRA SFT output."
+            )
+        return add_policy_adapter(reward_model)
+    if model is None:
+        return reward_model.sft_model_name_or_path or copy.deepcopy(reward_model.sft_model).requires_grad_(True)
+    if model is reward_model.sft_model:
+        raise ValueError(
+            "The policy and π_SFT are the same object: training would change the reward. Pass model=None to start "
+            "from a copy of π_SFT, or load the SFT model a second time for the policy."
+        )
+    return model
 
 
 def _has_tokenizer(path: str) -> bool:

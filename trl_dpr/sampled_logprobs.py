@@ -37,7 +37,7 @@ class SampledTokenLogprobs:
 
     Example:
         >>> import torch
-        >>> from trl_dpr.tiny_lm import build_tokenizer, build_tiny_causal_lm
+        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
         >>> tok = build_tokenizer(["ab ba"]); model = build_tiny_causal_lm(tok).eval()
         >>> with SampledTokenLogprobs(model) as recorder:
         ...     out = model.generate(torch.tensor([[5, 6]]), do_sample=True, max_new_tokens=3, top_k=0)

@@ -1,6 +1,7 @@
 """Token plumbing shared by scoring, sampling, evaluation and tracking, written once.
 
-    prompts ─► render_prompts (as GRPOTrainer renders them) ─► pad_batch (prompts left, completions right) ─► models
+    prompts ─► render_prompts (as GRPOTrainer renders them) ─► pad_prompts (left, to generate)
+                                                            ─► pad_batch (prompts left, completions right, to score)
     model + tokenizer ─► eos_token_ids (every id that ends a completion, as GRPOTrainer collects them)
 
 A prompt rendered another way (another chat-template call, special tokens added twice) is another prompt: its
@@ -18,7 +19,7 @@ import torch
 from trl.data_utils import is_conversational
 from trl.trainer.utils import pad
 
-__all__ = ["PaddedBatch", "eos_token_ids", "pad_batch", "render_prompts"]
+__all__ = ["PaddedBatch", "eos_token_ids", "pad_batch", "pad_prompts", "render_prompts"]
 
 
 def render_prompts(tokenizer, prompts: Sequence[Any], **chat_template_kwargs) -> list[list[int]]:
@@ -29,7 +30,7 @@ def render_prompts(tokenizer, prompts: Sequence[Any], **chat_template_kwargs) ->
     its special tokens (`tokenizer(text=...)`).
 
     Example:
-        >>> from trl_dpr.tiny_lm import build_tokenizer
+        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
         >>> tok = build_tokenizer(["hi there"])
         >>> ids = render_prompts(tok, [[{"role": "user", "content": "hi"}]])
         >>> tok.decode(ids[0])
@@ -56,7 +57,7 @@ def eos_token_ids(model, tokenizer) -> list[int]:
     This is GRPOTrainer's rule (an end-of-turn token such as Llama-3's `<|eot_id|>` ends a completion too).
 
     Example:
-        >>> from trl_dpr.tiny_lm import build_tokenizer, build_tiny_causal_lm
+        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
         >>> tok = build_tokenizer(["abc"])
         >>> eos_token_ids(build_tiny_causal_lm(tok), tok) == [tok.eos_token_id]
         True
@@ -87,6 +88,26 @@ class PaddedBatch:
         return self.prompt_ids, self.prompt_mask, self.completion_ids, self.completion_mask
 
 
+def _padded(rows: Sequence[Sequence[int]], value: int, side: str, pad_to_multiple_of: int | None = None) -> torch.Tensor:
+    return pad([torch.as_tensor(list(r), dtype=torch.long) for r in rows], value, side, pad_to_multiple_of)
+
+
+def pad_prompts(
+    prompt_rows: Sequence[Sequence[int]], pad_token_id: int, pad_to_multiple_of: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad prompt rows for generation: `(input_ids, attention_mask)`, as GRPOTrainer pads them.
+
+    Example:
+        >>> ids, mask = pad_prompts([[5, 6], [7]], pad_token_id=0)
+        >>> ids.tolist(), mask.tolist()
+        ([[5, 6], [0, 7]], [[1, 1], [0, 1]])
+    """
+    if pad_token_id is None:
+        raise ValueError("The tokenizer has no pad token: set tokenizer.pad_token (e.g. to its EOS token).")
+    ids = _padded(prompt_rows, pad_token_id, "left", pad_to_multiple_of)
+    return ids, _padded([[1] * len(r) for r in prompt_rows], 0, "left", pad_to_multiple_of)
+
+
 def pad_batch(
     prompt_rows: Sequence[Sequence[int]],
     completion_rows: Sequence[Sequence[int]],
@@ -102,18 +123,11 @@ def pad_batch(
     """
     if len(prompt_rows) != len(completion_rows):
         raise ValueError(f"Got {len(prompt_rows)} prompts but {len(completion_rows)} completions; pass one of each.")
-    if pad_token_id is None:
-        raise ValueError("The tokenizer has no pad token: set tokenizer.pad_token (e.g. to its EOS token).")
 
-    def padded(rows, value, side):
-        return pad([torch.as_tensor(list(r), dtype=torch.long) for r in rows], value, side, pad_to_multiple_of)
-
-    def masks(rows, side):
-        return padded([[1] * len(r) for r in rows], 0, side)
-
+    prompt_ids, prompt_mask = pad_prompts(prompt_rows, pad_token_id, pad_to_multiple_of)
     return PaddedBatch(
-        prompt_ids=padded(prompt_rows, pad_token_id, "left"),
-        prompt_mask=masks(prompt_rows, "left"),
-        completion_ids=padded(completion_rows, pad_token_id, "right"),
-        completion_mask=masks(completion_rows, "right"),
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=_padded(completion_rows, pad_token_id, "right", pad_to_multiple_of),
+        completion_mask=_padded([[1] * len(r) for r in completion_rows], 0, "right", pad_to_multiple_of),
     )

@@ -16,24 +16,12 @@ from .visualize import heatmap_html
 __all__ = ["TokenHeatmapCallback", "recent_token_rewards"]
 
 
-def _completion_text(completion) -> str:
-    """A completion as GRPOTrainer logs it: text, or (conversational) a list of messages."""
-    if isinstance(completion, str):
-        return completion
-    return "".join(message.get("content") or "" for message in completion if isinstance(message, dict))
-
-
 def recent_token_rewards(trainer, num_samples: int) -> tuple[list, list[dict]]:
     """The last `num_samples` completions the trainer scored, as token strings with their dense rewards r̂_t.
 
-    They come from the trainer's completion log (`trainer._logs`: prompts, decoded completions and the per-token
-    `token_rewards` column). The decoded text is tokenized again to name the tokens (a completion shorter than
-    `max_completion_length` ended with EOS, which decoding dropped, and gets it back). When those tokens line up with
-    the logged rewards, the logged rewards are shown as they are; otherwise (the text re-tokenizes differently from the
-    generated ids, as a byte-level split or an untrained model's output can) the text is scored again by
-    `trainer.reward_model` (left out when it has no tokenizer), so every reward shown belongs to the token it is drawn
-    on. Every process must call it (scoring again is a forward of the possibly sharded reward model); all get the same
-    result.
+    They come from the trainer's completion log (`trainer._logs`: the prompts, and the `completion_token_ids` and
+    `token_rewards` columns DPR adds): the sampled ids themselves and the rewards the trainer used for them, so no text
+    is tokenized again.
 
     Returns:
         `(prompts, scored)`, with `scored` in `CheckpointRewardModel.score_text`'s format (`tokens`, `token_ids`,
@@ -47,32 +35,21 @@ def recent_token_rewards(trainer, num_samples: int) -> tuple[list, list[dict]]:
         ```
     """
     logs = trainer._logs
-    token_rewards = list(logs["extra"].get("token_rewards", ()))
-    count = min(len(logs["prompt"]), len(logs["completion"]), len(token_rewards))
+    ids_column = list(logs["extra"].get("completion_token_ids", ()))
+    rewards_column = list(logs["extra"].get("token_rewards", ()))
+    count = min(len(logs["prompt"]), len(ids_column), len(rewards_column))
     if count == 0 or num_samples <= 0:
         return [], []
     take = min(num_samples, count)
-    samples = zip(list(logs["prompt"])[-take:], list(logs["completion"])[-take:], token_rewards[-take:])
     tokenizer = trainer.processing_class
-    eos_id = tokenizer.eos_token_id
-    max_length = trainer.args.max_completion_length
     kept_prompts, scored = [], []
-    for prompt, completion, rewards in samples:
-        text = _completion_text(completion)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        stopped_early = max_length is None or len(rewards) < max_length  # generation stops at EOS or at the limit
-        ended_with_eos = eos_id is not None and (len(ids) + 1 == len(rewards) or stopped_early)
-        if ended_with_eos and len(ids) + 1 == len(rewards):
-            ids = ids + [eos_id]
-        if rewards and len(ids) == len(rewards):
-            rewards = [float(r) for r in rewards]
-            item = {"tokens": [tokenizer.decode([i]) for i in ids], "token_ids": ids, "rewards": rewards}
-            item["total"] = float(sum(rewards))
-        elif (text or ended_with_eos) and trainer.reward_model.processing_class is not None:
-            item = trainer.reward_model.score_text([prompt], [text], append_eos=ended_with_eos)[0]
-        else:
-            continue  # nothing to show (an empty completion), or no tokenizer on the reward model to score it again
-        scored.append(item)
+    for prompt, ids, rewards in zip(list(logs["prompt"])[-take:], ids_column[-take:], rewards_column[-take:]):
+        if not ids:
+            continue  # an empty completion: nothing to draw
+        rewards = [float(r) for r in rewards]
+        scored.append(
+            {"tokens": [tokenizer.decode([i]) for i in ids], "token_ids": list(ids), "rewards": rewards, "total": sum(rewards)}
+        )
         kept_prompts.append(prompt)
     return kept_prompts, scored
 
@@ -82,8 +59,8 @@ class TokenHeatmapCallback(TrainerCallback):
     completions: written to `output_dir/heatmaps/step-XXXXX.html`, and logged as HTML to W&B (`wandb.Html`) and
     trackio (`trackio.Html`) when the run reports to them.
 
-    The rewards are those the trainer used for that batch (r̂_t; see `recent_token_rewards` for a completion whose
-    text re-tokenizes differently); darker red = higher. Only the main process writes and logs.
+    The rewards are those the trainer used for that batch (r̂_t, on the sampled token ids); darker red = higher. Only
+    the main process writes and logs.
 
     Args:
         trainer: the `DensePathTrainer` whose completions are shown (as TRL's `LogCompletionsCallback` takes it).
@@ -131,8 +108,10 @@ class TokenHeatmapCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step % self.every_n_steps != 0:
             return
-        prompts, scored = recent_token_rewards(self.trainer, self.num_samples)  # on every process: it may score
-        if not scored or not state.is_world_process_zero:
+        if not state.is_world_process_zero:
+            return
+        prompts, scored = recent_token_rewards(self.trainer, self.num_samples)
+        if not scored:
             return
         step = state.global_step
         page = heatmap_html(scored, prompts, title=f"Dense token rewards of recent completions, step {step}")

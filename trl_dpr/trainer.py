@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from . import algorithm
 from .checkpointing import AtomicCheckpointsMixin, check_output_dir
 from .config import DensePathConfig
 from .data import check_prompt_dataset, drop_long_prompts
-from .reward_model import CheckpointRewardModel, add_policy_adapter, load_reward_model
+from .reward_model import CheckpointRewardModel, initial_policy, load_reward_model
 from .sampled_logprobs import SampledTokenLogprobs
 
 __all__ = ["DensePathTrainer"]
@@ -53,8 +52,9 @@ class DensePathTrainer(AtomicCheckpointsMixin, GRPOTrainer):
     vLLM, PEFT and quantisation, the clipped loss, logging, checkpointing) is inherited unchanged:
 
     - `__init__`: the reward is a `CheckpointRewardModel` (or an SFT path), and the policy starts from π_SFT (Algorithm
-      1, line 2): `model=None` loads the SFT model again, or, for an adapter SFT output, adds a trainable copy of the
-      SFT adapter on the reward model's own base. Prompts over `max_prompt_length` are dropped and counted.
+      1, line 2; `reward_model.initial_policy`): `model=None` loads the SFT model again, or, for an adapter SFT output,
+      adds a trainable copy of the SFT adapter on the reward model's own base. Prompts over `max_prompt_length` are
+      dropped and counted.
     - `_generate_and_score_completions`: the whole DPR batch, after GRPO has generated and padded it: dense rewards on
       those exact ids, `algorithm.dense_path_advantages` (KL to π_SFT at the rollout temperature, returns, whitening),
       per-token `(B, T)` advantages into the batch (GRPO's loss broadcasts them), then the metrics and table columns.
@@ -126,36 +126,7 @@ class DensePathTrainer(AtomicCheckpointsMixin, GRPOTrainer):
         reward_model = load_reward_model(reward_model, args)
 
         # Algorithm 1, line 2: the actor starts from π_SFT; π_SFT itself stays frozen as the reward and KL reference.
-        shares_base = reward_model.sft_adapter is not None and (model is None or model is reward_model.sft_model)
-        if shares_base:
-            if peft_config is not None:
-                raise ValueError(
-                    "The reward model's π_SFT is a PEFT adapter, so the policy is a trainable copy of it on the same "
-                    "base; do not pass a peft_config (the copy keeps the SFT adapter's configuration)."
-                )
-            quantized = getattr(reward_model.sft_model, "is_loaded_in_4bit", False) or getattr(
-                reward_model.sft_model, "is_loaded_in_8bit", False
-            )
-            if args.use_vllm and quantized:
-                # TRL syncs a PEFT policy to vLLM by merging its adapter into the base and unmerging it after: on a
-                # 4/8-bit base each step re-quantizes the base, so it drifts, and π_SFT / π_ref (adapters on that
-                # same base) would score with a changed model.
-                raise ValueError(
-                    "use_vllm with a quantized (4/8-bit) adapter SFT output is not supported: vLLM weight syncs merge "
-                    "the policy adapter into the shared quantized base and unmerge it, re-quantizing the base each time, "
-                    "which changes π_SFT and π_ref (the reward). Generate with transformers instead (use_vllm: false, "
-                    "with use_transformers_continuous_batching: true to bound memory, as the QLoRA recipes do), or "
-                    "train from a non-quantized (bf16) LoRA SFT output."
-                )
-            model = add_policy_adapter(reward_model)
-        elif model is None:
-            model = reward_model.sft_model_name_or_path or copy.deepcopy(reward_model.sft_model).requires_grad_(True)
-        elif model is reward_model.sft_model:
-            raise ValueError(
-                "The policy and π_SFT are the same object: training would change the reward. Pass model=None to start "
-                "from a copy of π_SFT, or load the SFT model a second time for the policy."
-            )
-
+        model = initial_policy(reward_model, model, peft_config, use_vllm=args.use_vllm)
         super().__init__(
             model=model,
             reward_funcs=dense_path,

@@ -22,8 +22,11 @@ from trl import ModelConfig, SFTConfig  # noqa: E402
 import trl_dpr.algorithm as algorithm  # noqa: E402
 import trl_dpr.callbacks as callbacks  # noqa: E402
 from trl_dpr import DensePathConfig  # noqa: E402
-from trl_dpr.data import EMBEDDED_DATASET  # noqa: E402
-from trl_dpr.pipeline import EMBEDDED_MODEL, DPRScriptArguments, SFTScriptArguments, run_dpr, run_sft  # noqa: E402
+from trl_dpr.embedded import (
+    EMBEDDED_DATASET,  # noqa: E402
+    EMBEDDED_MODEL,
+)
+from trl_dpr.pipeline import DPRScriptArguments, SFTScriptArguments, run_dpr, run_sft  # noqa: E402
 
 COMMON = dict(bf16=False, use_cpu=True, report_to="none", gradient_checkpointing=False, seed=0, save_strategy="no",
               disable_tqdm=True, logging_steps=1)

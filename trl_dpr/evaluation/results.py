@@ -1,25 +1,265 @@
-"""Evaluation results as dataclasses: win rate vs SFT per benchmark and method, MT-Bench scores, answer lengths.
+"""Evaluation results: win rate with ties counted 0.5 and its bootstrap CI, answer lengths, exact-answer accuracy,
+and the report (`results.json`, and `results.md` in the paper's Table 1 layout).
 
-`EvaluationReport.write(output_dir)` saves `results.json` (everything, machine-readable) and `results.md` (the
-paper's Table 1 layout plus lengths and the unparseable-verdict counts).
+    judgements ─► summarize_pairwise ─► WinRate ─┐
+    answers    ─► length_stats, accuracy ────────┴► EvaluationReport ─► results_markdown / write()
+
+Win rates are percentages with their bootstrap 95% interval, e.g. `62.3 (58.9–65.7)`; the baseline's row shows "—"
+where it would be compared with itself. Further tables give exact-answer accuracy (benchmarks with exact answers),
+answer lengths, and every unparseable verdict count.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .length_stats import LengthStats
-from .mt_bench import MTBenchScore
-from .pairwise_judge import PairJudgement
-from .verdicts import candidate_outcome
-from .win_rate import WinRate, win_rate
+import torch
 
-__all__ = ["EvaluationReport", "MTBenchResult", "PairwiseResult", "summarize_pairwise"]
+from .judges import MTBenchScore, PairJudgement, candidate_outcome
+from .prompt_sets import PROMPT_SETS
+
+__all__ = [
+    "AccuracyResult",
+    "bootstrap_mean_ci",
+    "exact_accuracy",
+    "unit_means",
+    "EvaluationReport",
+    "LengthStats",
+    "MTBenchResult",
+    "PairwiseResult",
+    "WinRate",
+    "length_stats",
+    "results_markdown",
+    "summarize_pairwise",
+    "win_rate",
+]
+
+OUTCOME_SCORE = {"win": 1.0, "tie": 0.5, "loss": 0.0}
 
 
+@dataclass
+class WinRate:
+    """Win rate of a candidate against a baseline over n judged prompts.
+
+    Attributes:
+        value: (wins + 0.5·ties) / n.
+        ci_low, ci_high: percentile bootstrap confidence interval of `value` (resampling prompts).
+        wins, ties, losses: counts.
+        confidence: the interval's level (0.95 by default).
+    """
+
+    value: float
+    ci_low: float
+    ci_high: float
+    wins: int
+    ties: int
+    losses: int
+    confidence: float = 0.95
+
+    @property
+    def n(self) -> int:
+        return self.wins + self.ties + self.losses
+
+    def as_dict(self) -> dict:
+        return {
+            "win_rate": self.value,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "confidence": self.confidence,
+            "wins": self.wins,
+            "ties": self.ties,
+            "losses": self.losses,
+            "n": self.n,
+        }
+
+
+def bootstrap_mean_ci(
+    values, confidence: float = 0.95, num_resamples: int = 2000, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Percentile bootstrap interval of the mean over units (prompts), for each row of `values` (`[L, P]` or `[P]`).
+
+    The same resampled units are used for every row, so rows that are paired by unit (λ against λ = ∞, a method
+    against the baseline) can be compared on the same resamples.
+
+    Returns:
+        `(low, high)`, each `[L]` float64.
+
+    Example:
+        >>> low, high = bootstrap_mean_ci(torch.tensor([[0.0, 1.0] * 50]))
+        >>> bool(low[0] < 0.5 < high[0])
+        True
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}.")
+    values = torch.as_tensor(values, dtype=torch.float64)
+    if values.dim() == 1:
+        values = values.unsqueeze(0)
+    num_units = values.size(1)
+    if num_units == 0:
+        raise ValueError("No units to resample: the bootstrap needs at least one value per row.")
+    generator = torch.Generator().manual_seed(seed)
+    indices = torch.randint(num_units, (num_resamples, num_units), generator=generator)
+    means = values[:, indices].mean(dim=2)  # [L, num_resamples]
+    tail = (1.0 - confidence) / 2.0
+    return torch.quantile(means, tail, dim=1), torch.quantile(means, 1.0 - tail, dim=1)
+
+
+def unit_means(scores: Sequence[float], groups: Sequence | None) -> torch.Tensor:
+    """The mean score of each group (e.g. the answers sampled for one prompt), in order of first appearance; the scores
+    themselves when `groups` is None. Bootstrapping these resamples prompts, not correlated answers of one prompt.
+
+    Example:
+        >>> unit_means([1.0, 0.0, 1.0], ["p0", "p0", "p1"]).tolist()
+        [0.5, 1.0]
+    """
+    scores = torch.as_tensor(list(scores), dtype=torch.float64)
+    if groups is None:
+        return scores
+    groups = list(groups)
+    if len(groups) != len(scores):
+        raise ValueError(f"Got {len(groups)} group labels for {len(scores)} scores; give one per score.")
+    index = {g: i for i, g in enumerate(dict.fromkeys(groups))}
+    ids = torch.tensor([index[g] for g in groups])
+    return torch.zeros(len(index), dtype=torch.float64).index_add_(0, ids, scores) / torch.bincount(ids).double()
+
+
+def win_rate(
+    outcomes: list[str],
+    confidence: float = 0.95,
+    num_resamples: int = 2000,
+    seed: int = 0,
+    groups: Sequence | None = None,
+) -> WinRate:
+    """Win rate of `outcomes` ("win" / "tie" / "loss" for the candidate), ties = 0.5, with a bootstrap CI.
+
+    `groups` (one label per outcome, e.g. the prompt id when several answers per prompt were judged) makes the
+    bootstrap resample prompts, whose answers are correlated, instead of single outcomes.
+
+    Example:
+        >>> result = win_rate(["win", "win", "tie", "loss"])
+        >>> result.value  # (2 + 0.5) / 4
+        0.625
+    """
+    unknown = set(outcomes) - set(OUTCOME_SCORE)
+    if unknown:
+        raise ValueError(f"Outcomes must be 'win', 'tie' or 'loss'; got {sorted(unknown)}.")
+    if not outcomes:
+        raise ValueError("No judged pairs: cannot compute a win rate from zero outcomes.")
+    scores = [OUTCOME_SCORE[o] for o in outcomes]
+    low, high = bootstrap_mean_ci(unit_means(scores, groups), confidence, num_resamples, seed)
+    return WinRate(
+        value=sum(scores) / len(scores),
+        ci_low=float(low[0]),
+        ci_high=float(high[0]),
+        wins=outcomes.count("win"),
+        ties=outcomes.count("tie"),
+        losses=outcomes.count("loss"),
+        confidence=confidence,
+    )
+
+
+@dataclass(frozen=True)
+class AccuracyResult:
+    """Share of one model's answers that give the exact expected answer, on a benchmark that has exact answers (the
+    embedded task), with a bootstrap CI over prompts and the accuracy per category (the task's kinds).
+
+    Example:
+        >>> AccuracyResult("demo", "SFT", 0.5, 0.3, 0.7, 10, 20, {"add": 0.5}).as_dict()["accuracy"]
+        0.5
+    """
+
+    benchmark: str
+    method: str
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    correct: int
+    n: int
+    by_category: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def exact_accuracy(
+    benchmark: str,
+    method: str,
+    correct: Sequence[bool],
+    groups: Sequence,
+    categories: Sequence[str | None],
+    confidence: float = 0.95,
+    num_resamples: int = 2000,
+    seed: int = 0,
+) -> AccuracyResult:
+    """Accuracy of answers already checked against their exact answers (`correct`), bootstrapped over `groups`.
+
+    Example:
+        >>> result = exact_accuracy("demo", "SFT", [True, False, True, True], ["0", "0", "1", "1"], ["add", "add", "sort", "sort"])
+        >>> result.accuracy, result.by_category
+        (0.75, {'add': 0.5, 'sort': 1.0})
+    """
+    if not correct:
+        raise ValueError(f"No answers of {method} on {benchmark} to score.")
+    scores = [float(c) for c in correct]
+    low, high = bootstrap_mean_ci(unit_means(scores, groups), confidence, num_resamples, seed)
+    by_category: dict[str, list[float]] = {}
+    for category, score in zip(categories, scores, strict=True):
+        by_category.setdefault(category or "all", []).append(score)
+    return AccuracyResult(
+        benchmark=benchmark,
+        method=method,
+        accuracy=sum(scores) / len(scores),
+        ci_low=float(low[0]),
+        ci_high=float(high[0]),
+        correct=int(sum(scores)),
+        n=len(scores),
+        by_category={k: sum(v) / len(v) for k, v in sorted(by_category.items())},
+    )
+
+
+# ---- answer lengths: LLM judges favour longer answers, so a win rate is read next to the lengths behind it -------
+@dataclass(frozen=True)
+class LengthStats:
+    """Mean and median answer length in words (whitespace-separated) and, with a tokenizer, in tokens."""
+
+    n: int
+    mean_words: float
+    median_words: float
+    mean_tokens: float | None = None
+    median_tokens: float | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def length_stats(answers: Sequence[str], tokenizer=None) -> LengthStats:
+    """Length statistics of `answers` (tokens counted without special tokens).
+
+    Example:
+        >>> stats = length_stats(["one two three", "four", "five six"])
+        >>> stats.mean_words, stats.median_words
+        (2.0, 2)
+    """
+    if not answers:
+        raise ValueError("No answers to measure.")
+    words = [len(answer.split()) for answer in answers]
+    tokens = None
+    if tokenizer is not None:
+        tokens = [len(ids) for ids in tokenizer(list(answers), add_special_tokens=False)["input_ids"]]
+    return LengthStats(
+        n=len(answers),
+        mean_words=statistics.fmean(words),
+        median_words=statistics.median(words),
+        mean_tokens=statistics.fmean(tokens) if tokens is not None else None,
+        median_tokens=statistics.median(tokens) if tokens is not None else None,
+    )
+
+
+# ---- results of a run ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PairwiseResult:
     """One method against the baseline on one benchmark.
@@ -71,12 +311,16 @@ class MTBenchResult:
 
 
 def summarize_pairwise(
-    judgements: Sequence[PairJudgement], confidence: float = 0.95, num_resamples: int = 2000, seed: int = 0
+    judgements: Sequence[PairJudgement],
+    confidence: float = 0.95,
+    num_resamples: int = 2000,
+    seed: int = 0,
+    groups: Sequence | None = None,
 ) -> tuple[WinRate | None, int, int | None]:
     """(win rate over the parseable pairs or None, unparseable count, position disagreements) of judgements.
 
     Disagreements are pairs whose two orders were both parsed and gave different outcomes; None when no judgement
-    has two orders.
+    has two orders. `groups` (one label per judgement) is passed to `win_rate` for the parseable ones.
 
     Example:
         >>> rate, unparseable, disagreements = summarize_pairwise(
@@ -84,12 +328,18 @@ def summarize_pairwise(
         >>> rate.value, unparseable, disagreements
         (0.75, 1, 1)
     """
-    outcomes = [j.outcome for j in judgements if j.outcome is not None]
+    parsed = [i for i, j in enumerate(judgements) if j.outcome is not None]
+    outcomes = [judgements[i].outcome for i in parsed]
+    parsed_groups = None if groups is None else [list(groups)[i] for i in parsed]
     both_orders = [j.verdicts for j in judgements if len(j.verdicts) == 2 and None not in j.verdicts]
     disagreements = sum(candidate_outcome(a, "A") != candidate_outcome(b, "B") for a, b in both_orders)
     if not any(len(j.verdicts) == 2 for j in judgements):
         disagreements = None
-    rate = win_rate(outcomes, confidence=confidence, num_resamples=num_resamples, seed=seed) if outcomes else None
+    rate = (
+        win_rate(outcomes, confidence=confidence, num_resamples=num_resamples, seed=seed, groups=parsed_groups)
+        if outcomes
+        else None
+    )
     return rate, len(judgements) - len(outcomes), disagreements
 
 
@@ -102,6 +352,7 @@ class EvaluationReport:
     benchmarks: list[str]
     pairwise: list[PairwiseResult] = field(default_factory=list)
     mt_bench: list[MTBenchResult] = field(default_factory=list)
+    accuracy: list[AccuracyResult] = field(default_factory=list)
     settings: dict = field(default_factory=dict)
 
     def pairwise_result(self, benchmark: str, method: str) -> PairwiseResult | None:
@@ -110,15 +361,17 @@ class EvaluationReport:
     def mt_bench_result(self, method: str) -> MTBenchResult | None:
         return next((r for r in self.mt_bench if r.method == method), None)
 
-    def as_dict(self) -> dict:
-        from .results_table import results_markdown
+    def accuracy_result(self, benchmark: str, method: str) -> AccuracyResult | None:
+        return next((r for r in self.accuracy if r.benchmark == benchmark and r.method == method), None)
 
+    def as_dict(self) -> dict:
         return {
             "baseline": self.baseline,
             "methods": self.methods,
             "benchmarks": self.benchmarks,
             "pairwise": [r.as_dict() for r in self.pairwise],
             "mt_bench": [r.as_dict() for r in self.mt_bench],
+            "accuracy": [r.as_dict() for r in self.accuracy],
             "settings": self.settings,
             "table_markdown": results_markdown(self),
         }
@@ -132,3 +385,101 @@ class EvaluationReport:
         json_path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         markdown_path.write_text(payload["table_markdown"] + "\n", encoding="utf-8")
         return json_path, markdown_path
+
+
+# ---- the paper's Table 1 as markdown -------------------------------------------------------------------------------
+
+
+def _display(benchmark: str) -> str:
+    return PROMPT_SETS[benchmark].display_name if benchmark in PROMPT_SETS else benchmark
+
+
+def _win_rate_cell(result) -> str:
+    if result is None:
+        return "—"
+    if result.win_rate is None:
+        return f"n/a ({result.unparseable} unparseable)"
+    rate = result.win_rate
+    return f"{100 * rate.value:.1f} ({100 * rate.ci_low:.1f}–{100 * rate.ci_high:.1f})"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def results_markdown(report: EvaluationReport) -> str:
+    """Markdown of a report: Table 1 (win rate vs the baseline, MT-Bench), lengths, unparseable verdicts.
+
+    Example:
+        >>> print(results_markdown(EvaluationReport("SFT", ["DPR"], ["alpaca_eval"])).splitlines()[0])
+        | Method | AlpacaEval win rate vs SFT % (95% CI) |
+    """
+    pairwise_benchmarks = [b for b in report.benchmarks if b != "mt_bench"]
+    has_mt_bench = "mt_bench" in report.benchmarks
+    models = [report.baseline, *report.methods]
+
+    header = ["Method"] + [f"{_display(b)} win rate vs {report.baseline} % (95% CI)" for b in pairwise_benchmarks]
+    if has_mt_bench:
+        header.append("MT-Bench (1–10)")
+    rows = []
+    for model in models:
+        row = [model] + [_win_rate_cell(report.pairwise_result(b, model)) for b in pairwise_benchmarks]
+        if has_mt_bench:
+            result = report.mt_bench_result(model)
+            row.append(f"{result.score.score:.2f}" if result and result.score.score is not None else "—")
+        rows.append(row)
+    lines = _table(header, rows)
+
+    accuracy_benchmarks = list(dict.fromkeys(r.benchmark for r in report.accuracy))
+    for benchmark in accuracy_benchmarks:
+        categories = list(dict.fromkeys(c for r in report.accuracy if r.benchmark == benchmark for c in r.by_category))
+        accuracy_header = ["Method", "accuracy % (95% CI)", *categories]
+        accuracy_rows = []
+        for model in models:
+            result = report.accuracy_result(benchmark, model)
+            if result is None:
+                continue
+            cells = [f"{100 * result.accuracy:.1f} ({100 * result.ci_low:.1f}–{100 * result.ci_high:.1f})"]
+            cells += [f"{100 * result.by_category[c]:.1f}" if c in result.by_category else "—" for c in categories]
+            accuracy_rows.append([model, *cells])
+        lines += ["", f"{_display(benchmark)}: exact-answer accuracy (%):", "", *_table(accuracy_header, accuracy_rows)]
+
+    length_header = ["Method"] + [f"{_display(b)} words mean / median" for b in report.benchmarks]
+    length_rows = []
+    for model in models:
+        cells = [model]
+        for benchmark in report.benchmarks:
+            stats = _lengths(report, benchmark, model)
+            cells.append(f"{stats.mean_words:.1f} / {stats.median_words:g}" if stats else "—")
+        length_rows.append(cells)
+    lines += ["", "Answer lengths (words):", "", *_table(length_header, length_rows)]
+
+    notes = []
+    for result in report.pairwise:
+        judged = result.total - result.unparseable
+        note = (
+            f"- {_display(result.benchmark)}, {result.method} vs {result.baseline} ({result.judge}): {judged} of "
+            f"{result.total} pairs judged, {result.unparseable} unparseable (left out)"
+        )
+        if result.position_disagreements is not None:
+            note += f", {result.position_disagreements} with the two orders disagreeing"
+        notes.append(note)
+    for result in report.mt_bench:
+        notes.append(
+            f"- MT-Bench, {result.method} ({result.judge}): {result.score.graded} answers graded, "
+            f"{result.score.unparseable} unparseable (left out)"
+        )
+    if notes:
+        lines += ["", "Verdicts:", "", *notes]
+    return "\n".join(lines)
+
+
+def _lengths(report: EvaluationReport, benchmark: str, model: str):
+    if benchmark == "mt_bench":
+        result = report.mt_bench_result(model)
+        return result.lengths if result else None
+    if model == report.baseline:
+        result = next((r for r in report.pairwise if r.benchmark == benchmark), None)
+        return result.baseline_lengths if result else None
+    result = report.pairwise_result(benchmark, model)
+    return result.method_lengths if result else None

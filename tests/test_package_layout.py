@@ -1,0 +1,77 @@
+"""The package's file list is its architecture: no research code in the wheel, no import cycle between modules."""
+
+import ast
+from pathlib import Path
+
+from setuptools import find_packages
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def module_imports() -> dict[str, set[str]]:
+    """`{module: modules of trl_dpr it imports}` from the source (module level and inside functions alike), without
+    importing anything."""
+    modules = {}
+    for path in (ROOT / "trl_dpr").rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + [node.module or ""]) if node.level else node.module
+                base = base.rstrip(".")
+                for alias in node.names:
+                    target = f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    if target in modules:
+                        edges.add(target)
+            elif isinstance(node, ast.Import):
+                edges |= {alias.name for alias in node.names if alias.name in modules}
+        graph[name] = edges
+    return graph
+
+
+def test_no_import_cycle_between_the_packages_modules():
+    graph = module_imports()
+    assert "trl_dpr.evaluation.results" in graph["trl_dpr.evaluation.runner"]  # the parser sees relative imports
+
+    def is_package_and_its_module(a, b):
+        return a.startswith(b + ".") or b.startswith(a + ".")
+
+    cycles = []
+
+    def visit(node, path):
+        for target in graph[node]:
+            if target in path:
+                cycle = path[path.index(target):] + [target]
+                if not all(is_package_and_its_module(a, b) for a, b in zip(cycle, cycle[1:])):
+                    cycles.append(" → ".join(cycle))
+            elif target not in finished:
+                visit(target, path + [target])
+        finished.add(node)
+
+    finished = set()
+    for module in graph:
+        if module not in finished:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_the_wheel_holds_the_package_and_no_experiments_or_recipes_code():
+    packages = find_packages(str(ROOT), include=["trl_dpr*"])
+    assert "trl_dpr" in packages and "trl_dpr.embedded" in packages and "trl_dpr.evaluation" in packages
+    assert not any("analysis" in p or "experiments" in p for p in packages)
+    assert not (ROOT / "trl_dpr" / "analysis").exists()
+
+
+def test_the_package_never_imports_experiment_code():
+    offenders = []
+    for path in (ROOT / "trl_dpr").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in getattr(node, "names", [])]
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and any(n.split(".")[0] == "experiments" for n in names):
+                offenders.append(str(path.relative_to(ROOT)))
+    assert offenders == []

@@ -1,0 +1,25 @@
+"""The embedded default: an LfD task, a tiny model and an exact judge that run offline on CPU in minutes.
+
+    task        generated instructions with expert step-by-step answers that can be checked exactly
+    tiny_lm     tiny causal LMs and byte-level BPE tokenizers built from a config and a corpus (no download)
+    base_model  the demo's base model (`model_name_or_path: trl_dpr/embedded-tiny-llama`), built once per folder
+    evaluation  the exact-answer judge and accuracy, used by `make demo`, recipes/evaluate.py and the experiments
+
+Recipes name the task `dataset_name: trl_dpr/embedded-demo` and the base `model_name_or_path:
+trl_dpr/embedded-tiny-llama`; nothing is downloaded.
+"""
+
+from .base_model import EMBEDDED_MODEL, build_embedded_base
+from .task import EMBEDDED_DATASET, KINDS, build_demo_dataset, extract_answer, held_out_split, is_correct, make_example
+
+__all__ = [
+    "EMBEDDED_DATASET",
+    "EMBEDDED_MODEL",
+    "KINDS",
+    "build_demo_dataset",
+    "build_embedded_base",
+    "extract_answer",
+    "held_out_split",
+    "is_correct",
+    "make_example",
+]

@@ -1,0 +1,251 @@
+"""Answers of each model to a prompt set, turn by turn, cached line by line so an interrupted run resumes.
+
+    AnswerGenerator: TransformersAnswerGenerator (batched `generate_answers`, works everywhere) or VLLMAnswerGenerator
+    answer_prompts: the answers of one model, read back from its JSONL cache or generated and cached chunk by chunk
+
+The paper samples evaluation answers at temperature 0.7 with a fixed maximum length. Each answer is one JSONL line
+`{"model", "prompt_id", "turn", "answer", "settings"}`; a rerun generates only the (prompt, turn) pairs that are not in
+the file yet. Second turns (MT-Bench) are generated after first turns, from the conversation so far with the model's
+own first answer. The vLLM path is not exercised by this repository's tests (no GPU, no vLLM where they run); both
+backends write the same cache lines.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from tqdm.auto import tqdm
+
+from ..sampling import generate_answers
+from .cache import JsonlCache
+from .prompt_sets import EvalPrompt
+
+__all__ = [
+    "GENERATION_BACKENDS",
+    "AnswerGenerator",
+    "TransformersAnswerGenerator",
+    "VLLMAnswerGenerator",
+    "answer_cache",
+    "answer_prompts",
+    "is_vllm_available",
+    "load_answer_generator",
+]
+
+GENERATION_BACKENDS = ("auto", "transformers", "vllm")
+
+
+class AnswerGenerator(Protocol):
+    """Samples one answer per conversation. `settings` identifies what produced the answers (for the cache)."""
+
+    settings: dict
+
+    def generate(self, conversations: list[list[dict]]) -> list[str]: ...
+
+
+class TransformersAnswerGenerator:
+    """Batched sampling with transformers (`generate_answers`): the path that works everywhere, CPU included.
+
+    Args:
+        model, tokenizer: a causal LM and its tokenizer (with a chat template).
+        temperature: sampling temperature (paper: 0.7).
+        max_new_tokens: the fixed maximum answer length.
+        batch_size: conversations per `generate` call.
+        seed: sampling seed (every `generate` call starts from it, leaving the caller's random state untouched).
+        model_path: recorded in the cache settings, so answers of another model are never mixed in.
+
+    Example:
+        >>> from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
+        >>> tok = build_tokenizer(["hello"])
+        >>> generator = TransformersAnswerGenerator(build_tiny_causal_lm(tok), tok, max_new_tokens=3, model_path="tiny")
+        >>> len(generator.generate([[{"role": "user", "content": "hello"}]]))
+        1
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        temperature: float = 0.7,
+        max_new_tokens: int = 1024,
+        batch_size: int = 16,
+        seed: int = 0,
+        model_path: str | None = None,
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.temperature = temperature
+        self.max_new_tokens = max_new_tokens
+        self.batch_size = batch_size
+        self.seed = seed
+        self.settings = {
+            "model_path": model_path or getattr(model.config, "name_or_path", None),
+            "backend": "transformers",
+            "temperature": temperature,
+            "max_new_tokens": max_new_tokens,
+            "seed": seed,
+        }
+
+    @classmethod
+    def from_pretrained(cls, path: str, dtype: str = "auto", **kwargs) -> TransformersAnswerGenerator:
+        """Load a model folder or Hub id (a PEFT adapter folder loads on its base) onto the GPU when there is one.
+
+        Example:
+            >>> generator = TransformersAnswerGenerator.from_pretrained("runs/demo/dpr", temperature=0.7)  # doctest: +SKIP
+        """
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model.to("cuda" if torch.cuda.is_available() else "cpu")
+        return cls(model, tokenizer, model_path=str(path), **kwargs)
+
+    def generate(self, conversations: list[list[dict]]) -> list[str]:
+        return generate_answers(
+            self.model,
+            self.tokenizer,
+            conversations,
+            temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            show_progress=False,
+        )
+
+
+def answer_cache(path: str | Path, generator: AnswerGenerator) -> JsonlCache:
+    """The answer file of one model on one prompt set: lines keyed by (model, prompt_id, turn)."""
+    return JsonlCache(path, ("model", "prompt_id", "turn"), settings=generator.settings)
+
+
+def answer_prompts(
+    generator: AnswerGenerator,
+    model_name: str,
+    prompts: Sequence[EvalPrompt],
+    cache: JsonlCache,
+    chunk_size: int = 64,
+    show_progress: bool = True,
+) -> dict[tuple[str, int], str]:
+    """Every turn's answer of `model_name` to `prompts`: cached ones read back, missing ones generated and cached.
+
+    Generation goes `chunk_size` conversations at a time, each chunk written to the cache as soon as it is done, so
+    an interruption loses at most one chunk.
+
+    Returns:
+        `{(prompt_id, turn): answer}` for every prompt and turn (turns 0-based).
+
+    Example:
+        >>> import tempfile, os
+        >>> class Shout:
+        ...     settings = {"model_path": "shout"}
+        ...     def generate(self, conversations):
+        ...         return [c[-1]["content"].upper() for c in conversations]
+        >>> cache = answer_cache(os.path.join(tempfile.mkdtemp(), "a.jsonl"), Shout())
+        >>> answer_prompts(Shout(), "shout", [EvalPrompt("1", ("hi", "bye"))], cache, show_progress=False)
+        {('1', 0): 'HI', ('1', 1): 'BYE'}
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
+    num_turns = max((len(p.turns) for p in prompts), default=0)
+    for turn in range(num_turns):
+        todo = [p for p in prompts if len(p.turns) > turn and (model_name, p.prompt_id, turn) not in cache]
+        chunks = range(0, len(todo), chunk_size)
+        for start in tqdm(chunks, desc=f"{model_name}: turn {turn + 1} answers", disable=not show_progress or not todo):
+            chunk = todo[start : start + chunk_size]
+            conversations = [p.conversation(_previous_answers(cache, model_name, p, turn)) for p in chunk]
+            answers = generator.generate(conversations)
+            if len(answers) != len(chunk):
+                raise RuntimeError(f"The generator returned {len(answers)} answers for {len(chunk)} prompts.")
+            cache.add_many(
+                {"model": model_name, "prompt_id": p.prompt_id, "turn": turn, "answer": answer}
+                for p, answer in zip(chunk, answers)
+            )
+    return {
+        (p.prompt_id, turn): cache.get((model_name, p.prompt_id, turn))["answer"]
+        for p in prompts
+        for turn in range(len(p.turns))
+    }
+
+
+def _previous_answers(cache: JsonlCache, model_name: str, prompt: EvalPrompt, turn: int) -> list[str]:
+    return [cache.get((model_name, prompt.prompt_id, t))["answer"] for t in range(turn)]
+
+
+# ---- vLLM, when it is installed (optional: `pip install "trl_dpr[vllm]"`, GPU only) ---------------------------------
+def is_vllm_available() -> bool:
+    """Whether vLLM can be imported (it is an optional dependency).
+
+    Example:
+        >>> isinstance(is_vllm_available(), bool)
+        True
+    """
+    return importlib.util.find_spec("vllm") is not None
+
+
+class VLLMAnswerGenerator:
+    """Sampling with vLLM's offline engine through the model's chat template (`LLM.chat`).
+
+    PEFT adapter folders are not loaded here: merge the adapter into its base first (`model.merge_and_unload()`), or
+    use the transformers backend.
+
+    Example:
+        >>> generator = VLLMAnswerGenerator("runs/llama-3.1-8b/dpr-full", temperature=0.7, max_new_tokens=1024)  # doctest: +SKIP
+    """
+
+    def __init__(self, model_path: str, temperature: float = 0.7, max_new_tokens: int = 1024, seed: int = 0, dtype: str = "auto", **llm_kwargs):
+        if not is_vllm_available():
+            raise ImportError("generation_backend='vllm' needs vLLM: `pip install vllm` (GPU), or use 'transformers'.")
+        if (Path(model_path) / "adapter_config.json").is_file():
+            raise ValueError(
+                f"{model_path} is a PEFT adapter; vLLM needs full weights. Merge it into its base "
+                "(PeftModel.merge_and_unload().save_pretrained(...)) or use generation_backend='transformers'."
+            )
+        from vllm import LLM, SamplingParams
+
+        self.llm = LLM(model=model_path, dtype=dtype, seed=seed, **llm_kwargs)
+        self.sampling_params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed)
+        self.settings = {
+            "model_path": str(model_path),
+            "backend": "vllm",
+            "temperature": temperature,
+            "max_new_tokens": max_new_tokens,
+            "seed": seed,
+        }
+
+    def generate(self, conversations: list[list[dict]]) -> list[str]:
+        outputs = self.llm.chat(conversations, self.sampling_params, use_tqdm=False)
+        return [output.outputs[0].text for output in outputs]
+
+
+def load_answer_generator(
+    model_path: str,
+    backend: str = "auto",
+    temperature: float = 0.7,
+    max_new_tokens: int = 1024,
+    batch_size: int = 16,
+    seed: int = 0,
+    dtype: str = "auto",
+):
+    """A generator for `model_path`: vLLM with `backend="vllm"`, or with "auto" when vLLM and a GPU are there and the
+    folder is not an adapter; transformers otherwise.
+
+    Example:
+        >>> generator = load_answer_generator("runs/demo/sft", backend="transformers")  # doctest: +SKIP
+    """
+    if backend not in GENERATION_BACKENDS:
+        raise ValueError(f"generation_backend must be one of {GENERATION_BACKENDS}, got {backend!r}.")
+    if backend == "auto":
+        import torch
+
+        is_adapter = (Path(model_path) / "adapter_config.json").is_file()
+        backend = "vllm" if is_vllm_available() and torch.cuda.is_available() and not is_adapter else "transformers"
+    if backend == "vllm":
+        return VLLMAnswerGenerator(model_path, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, dtype=dtype)
+    return TransformersAnswerGenerator.from_pretrained(
+        model_path, dtype=dtype, temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed
+    )

@@ -1,0 +1,168 @@
+"""`EvaluationConfig`: the settings of `recipes/evaluate.py` (one YAML per setup, every key overridable on the command
+line). Defaults are the paper's: answers sampled at temperature 0.7, GPT-4o as judge at temperature 0, ties 0.5.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .answers import GENERATION_BACKENDS
+from .judges import POSITION_RULES
+from .prompt_sets import PROMPT_SETS
+
+__all__ = ["JUDGES", "EvaluationConfig", "check_config_has_no_secrets"]
+
+JUDGES = ("openai", "local", "exact")
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+_SECRET_VALUE = re.compile(r"^(sk-|hf_|Bearer )")
+
+
+def _name_and_path(spec: str, what: str) -> tuple[str, str]:
+    name, sep, path = spec.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise ValueError(f"{what} must be NAME=PATH (e.g. DPR=runs/demo/dpr), got {spec!r}.")
+    return name.strip(), path.strip()
+
+
+@dataclass
+class EvaluationConfig:
+    """Settings of an evaluation run. Every field's `help` says what it does; the defaults are the paper's.
+
+    Example:
+        >>> config = EvaluationConfig(benchmarks=["demo"], judge="exact", candidates=["DPR=runs/demo/dpr"])
+        >>> config.models()
+        {'SFT': 'runs/demo/sft', 'DPR': 'runs/demo/dpr'}
+    """
+
+    output_dir: str = field(default="runs/eval", metadata={"help": "Where answers, judgements and results are written."})
+    baseline: str = field(
+        default="SFT=runs/demo/sft",
+        metadata={"help": "NAME=PATH of the model every method is compared with (the paper: the SFT model)."},
+    )
+    candidates: list[str] = field(
+        default_factory=lambda: ["DPR=runs/demo/dpr"],
+        metadata={"help": "NAME=PATH of each method to evaluate (a model folder or Hub id; PEFT adapters work)."},
+    )
+    benchmarks: list[str] = field(
+        default_factory=lambda: ["alpaca_eval", "arena_hard", "lima", "mt_bench"],
+        metadata={"help": f"Prompt sets, among {sorted(PROMPT_SETS)}. mt_bench is graded 1–10, the others pairwise."},
+    )
+    alpaca_eval_path: str | None = field(default=None, metadata={"help": "Local alpaca_eval.json (else the Hub)."})
+    arena_hard_path: str | None = field(default=None, metadata={"help": "Local Arena-Hard v0.1 question.jsonl (else the Hub)."})
+    lima_path: str | None = field(default=None, metadata={"help": "Local LIMA test.jsonl (else the gated Hub repo)."})
+    mt_bench_path: str | None = field(default=None, metadata={"help": "Local MT-Bench question.jsonl (else the Hub)."})
+    demo_num_prompts: int = field(default=100, metadata={"help": "Held-out prompts of the embedded task (benchmark demo)."})
+    demo_seed: int = field(default=0, metadata={"help": "Seed of the embedded task's split (the one SFT and DPR used)."})
+    max_prompts: int | None = field(default=None, metadata={"help": "Only the first N prompts of each benchmark (smoke tests)."})
+    samples_per_prompt: int = field(
+        default=1,
+        metadata={
+            "help": "Answers sampled per prompt and model, each judged against the baseline's answer of the same "
+            "index (the bootstrap resamples prompts, not answers). More answers lower the sampling noise."
+        },
+    )
+
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature of the answers (paper: 0.7)."})
+    max_new_tokens: int = field(default=1024, metadata={"help": "Fixed maximum answer length, in tokens."})
+    generation_batch_size: int = field(default=16, metadata={"help": "Prompts per generate call (transformers backend)."})
+    generation_backend: str = field(
+        default="auto",
+        metadata={"help": "auto (vLLM when installed and on GPU), transformers or vllm.", "choices": list(GENERATION_BACKENDS)},
+    )
+    dtype: str = field(default="auto", metadata={"help": "dtype the models are loaded in (auto, bfloat16, float32)."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed."})
+
+    judge: str = field(
+        default="openai",
+        metadata={
+            "help": "openai (any OpenAI-compatible endpoint), local (a Hugging Face chat model, `judge_model` is its "
+            "path) or exact (the embedded task's exact answers; benchmark demo only).",
+            "choices": list(JUDGES),
+        },
+    )
+    judge_model: str = field(default="gpt-4o", metadata={"help": "Judge model name (openai) or path / Hub id (local)."})
+    judge_base_url: str = field(default="https://api.openai.com/v1", metadata={"help": "OpenAI-compatible API root."})
+    judge_api_key_env: str = field(
+        default="OPENAI_API_KEY",
+        metadata={"help": "NAME of the environment variable holding the API key (the key itself never goes in a file)."},
+    )
+    judge_temperature: float = field(default=0.0, metadata={"help": "Judge temperature (paper: 0)."})
+    judge_max_tokens: int = field(default=1024, metadata={"help": "Longest judge reply (explanation + verdict)."})
+    judge_timeout_s: float = field(default=120.0, metadata={"help": "Seconds to wait for one judge response."})
+    judge_max_retries: int = field(
+        default=6, metadata={"help": "Retries on 408 / 409 / 429 / 5xx / timeouts (the openai client's exponential backoff)."}
+    )
+    judge_max_workers: int = field(default=8, metadata={"help": "Parallel judge requests."})
+    position_rule: str = field(
+        default="consistent",
+        metadata={
+            "help": "How the two orders of a pair combine: consistent (MT-Bench: disagreement is a tie) or lenient "
+            "(a win and a tie is a win). See trl_dpr.evaluation.judges.",
+            "choices": list(POSITION_RULES),
+        },
+    )
+    confidence: float = field(default=0.95, metadata={"help": "Level of the bootstrap confidence intervals."})
+    bootstrap_resamples: int = field(default=2000, metadata={"help": "Bootstrap resamples of each win rate."})
+
+    def __post_init__(self):
+        unknown = [b for b in self.benchmarks if b not in PROMPT_SETS]
+        if unknown or not self.benchmarks:
+            raise ValueError(f"Unknown benchmarks {unknown or '(none given)'}; choose among {sorted(PROMPT_SETS)}.")
+        if self.judge not in JUDGES:
+            raise ValueError(f"judge must be one of {JUDGES}, got {self.judge!r}.")
+        if self.judge == "exact" and self.benchmarks != ["demo"]:
+            raise ValueError(
+                "judge: exact compares exact answers, which only the embedded task has: use benchmarks: [demo], or an "
+                f"LLM judge (openai / local) for {[b for b in self.benchmarks if b != 'demo']}."
+            )
+        if self.position_rule not in POSITION_RULES:
+            raise ValueError(f"position_rule must be one of {POSITION_RULES}, got {self.position_rule!r}.")
+        if not self.candidates:
+            raise ValueError("Give at least one candidate (NAME=PATH) to compare with the baseline.")
+        names = [name for name, _ in self._named_paths()]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Model names must be distinct (they key the answer caches); got {names}.")
+        if self.samples_per_prompt < 1:
+            raise ValueError(f"samples_per_prompt must be >= 1, got {self.samples_per_prompt}.")
+        if self.temperature < 0 or self.max_new_tokens < 1:
+            raise ValueError(f"Need temperature >= 0 and max_new_tokens >= 1; got {self.temperature}, {self.max_new_tokens}.")
+
+    @property
+    def baseline_name(self) -> str:
+        return _name_and_path(self.baseline, "baseline")[0]
+
+    def models(self) -> dict[str, str]:
+        """`{name: path}`, the baseline first, then the candidates in order."""
+        return dict(self._named_paths())
+
+    def _named_paths(self) -> list[tuple[str, str]]:
+        return [_name_and_path(self.baseline, "baseline")] + [_name_and_path(c, "candidates") for c in self.candidates]
+
+    def prompt_path(self, benchmark: str) -> str | None:
+        return getattr(self, f"{benchmark}_path", None)
+
+
+def check_config_has_no_secrets(config: dict, source: str) -> None:
+    """Refuse a config that carries a secret: an `env:` entry setting a key / token variable, or a value that looks
+    like a key. Keys belong in the environment of the shell that runs the recipe, never in a file.
+
+    Example:
+        >>> check_config_has_no_secrets({"env": {"OPENAI_API_KEY": "sk-..."}}, "eval.yaml")
+        Traceback (most recent call last):
+        ...
+        ValueError: eval.yaml sets OPENAI_API_KEY ...
+    """
+    env = config.get("env") or {}
+    for name in env if isinstance(env, dict) else []:
+        if _SECRET_NAME.search(str(name)) or str(name) == config.get("judge_api_key_env"):
+            raise ValueError(
+                f"{source} sets {name} in its `env:` section. Secrets never go in config files: remove it and "
+                f"`export {name}=...` in your shell instead."
+            )
+    for key, value in config.items():
+        if isinstance(value, str) and _SECRET_VALUE.match(value):
+            raise ValueError(
+                f"{source}: `{key}` holds what looks like a secret key. Put the key in an environment variable and "
+                "name that variable in `judge_api_key_env`."
+            )

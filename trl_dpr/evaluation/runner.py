@@ -1,0 +1,293 @@
+"""`run_evaluation`: the paper's evaluation from an `EvaluationConfig` — what `recipes/evaluate.py` runs.
+
+    check (model folders, prompt files, the judge's API key) → answers of every model (cached)
+    → pairwise judgements vs the baseline, MT-Bench grades (cached) → win rates, scores, lengths → results.{json,md}
+
+On the embedded task (`benchmarks: [demo]`, `judge: exact`) it also reports each model's exact-answer accuracy; this
+is the one evaluation of that task (`make demo`, recipes/evaluate.py and the experiments all run it), so the same
+settings give the same answers and numbers wherever it is run from. `samples_per_prompt` > 1 answers each prompt
+several times (ids `<id>#<k>`); intervals then resample prompts.
+
+Everything that can fail cheaply fails first: a missing model folder, prompt file or API key stops the run before
+any model is loaded. Files under `output_dir`:
+
+    answers/<benchmark>/<model>.jsonl                 one line per (model, prompt id, turn)
+    judgements/<benchmark>/<method>_vs_<baseline>.jsonl
+    grades/mt_bench/<model>.jsonl
+    results.json, results.md
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import logging
+import os
+import re
+from pathlib import Path
+
+from ..embedded.evaluation import ExactAnswerJudge
+from ..embedded.task import is_correct
+from .answers import answer_prompts, is_vllm_available, load_answer_generator
+from .cache import JsonlCache
+from .chat_models import ChatModel, LocalChatModel, OpenAIChatModel
+from .config import EvaluationConfig
+from .judges import (
+    LLMPairwiseJudge,
+    MTBenchGrader,
+    PairToJudge,
+    PairwiseJudge,
+    grade_mt_bench_cached,
+    judge_pairs_cached,
+    mt_bench_score,
+)
+from .prompt_sets import EvalPrompt, load_prompt_set
+from .results import EvaluationReport, MTBenchResult, PairwiseResult, exact_accuracy, length_stats, summarize_pairwise
+
+__all__ = ["check_model_path", "run_evaluation"]
+
+logger = logging.getLogger(__name__)
+
+
+def check_model_path(path: str, name: str) -> None:
+    """Raise a clear error when `path` should be a local model folder but is missing or holds no model.
+
+    A path that exists must hold `config.json` or `adapter_config.json`. A missing path is an error unless it can
+    be a Hub id (`org/name`, its first part not a local folder, the Hub not switched off by HF_HUB_OFFLINE).
+
+    Example:
+        >>> check_model_path("runs/nowhere/sft", "SFT")
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: Model SFT: the folder 'runs/nowhere/sft' does not exist. ...
+    """
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        if not ((folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()):
+            raise FileNotFoundError(
+                f"Model {name}: {path!r} exists but holds no model (no config.json or adapter_config.json). Point "
+                "it at the output_dir of recipes/sft.py or recipes/dpr.py."
+            )
+        return
+    could_be_hub_id = (
+        path.count("/") == 1
+        and not path.startswith((".", "/", "~"))
+        and not Path(path.split("/")[0]).is_dir()
+        and os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True")
+    )
+    if not could_be_hub_id:
+        hint = " Train it first: `make demo` writes runs/demo/sft and runs/demo/dpr." if "runs/demo" in path else ""
+        raise FileNotFoundError(
+            f"Model {name}: the folder {path!r} does not exist. Expected the output_dir of recipes/sft.py or "
+            f"recipes/dpr.py (a folder with config.json or adapter_config.json), or a Hub model id.{hint}"
+        )
+
+
+def _file_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def _generation_settings(config: EvaluationConfig, model_path: str) -> dict:
+    """What makes answers reusable: the model, the backend that sampled them and the sampling settings."""
+    backend = config.generation_backend
+    if backend == "auto":
+        import torch
+
+        is_adapter = (Path(model_path) / "adapter_config.json").is_file()
+        backend = "vllm" if is_vllm_available() and torch.cuda.is_available() and not is_adapter else "transformers"
+    return {
+        "model_path": str(model_path),
+        "backend": backend,
+        "temperature": config.temperature,
+        "max_new_tokens": config.max_new_tokens,
+        "seed": config.seed,
+    }
+
+
+def _free_memory() -> None:
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _generate_all_answers(config, models, prompt_sets, output_dir: Path, show_progress: bool) -> dict:
+    """`answers[benchmark][model][(prompt_id, turn)]`; a model is loaded only when some of its answers are missing."""
+    answers: dict = {benchmark: {} for benchmark in prompt_sets}
+    for name, path in models.items():
+        settings = _generation_settings(config, path)
+        caches = {
+            b: JsonlCache(output_dir / "answers" / b / f"{_file_name(name)}.jsonl", ("model", "prompt_id", "turn"), settings)
+            for b in prompt_sets
+        }
+        missing = any(
+            (name, p.prompt_id, t) not in caches[b] for b, prompts in prompt_sets.items() for p in prompts for t in range(len(p.turns))
+        )
+        generator = None
+        if missing:
+            logger.info(f"Loading {name} from {path} to answer the missing prompts.")
+            generator = load_answer_generator(
+                path,
+                backend=settings["backend"],
+                temperature=config.temperature,
+                max_new_tokens=config.max_new_tokens,
+                batch_size=config.generation_batch_size,
+                seed=config.seed,
+                dtype=config.dtype,
+            )
+        for benchmark, prompts in prompt_sets.items():
+            answers[benchmark][name] = answer_prompts(
+                generator, name, prompts, caches[benchmark], chunk_size=4 * config.generation_batch_size, show_progress=show_progress
+            )
+        del generator
+        _free_memory()
+    return answers
+
+
+def _chat_backend(config: EvaluationConfig) -> ChatModel | None:
+    if config.judge == "openai":
+        return OpenAIChatModel(
+            model=config.judge_model,
+            base_url=config.judge_base_url,
+            api_key_env=config.judge_api_key_env,
+            temperature=config.judge_temperature,
+            max_tokens=config.judge_max_tokens,
+            timeout_s=config.judge_timeout_s,
+            max_retries=config.judge_max_retries,
+            max_workers=config.judge_max_workers,
+        )
+    if config.judge == "local":
+        return LocalChatModel.from_pretrained(config.judge_model, dtype=config.dtype, max_new_tokens=config.judge_max_tokens)
+    return None
+
+
+def _pairwise_result(judge, config, benchmark, method, prompts: list[EvalPrompt], answers, output_dir, tokenizer, show_progress):
+    baseline = config.baseline_name
+    pairs = [
+        PairToJudge(
+            p.turns[0],
+            answers[method][(p.prompt_id, 0)],
+            answers[baseline][(p.prompt_id, 0)],
+            p.references[0] if p.references else None,
+        )
+        for p in prompts
+    ]
+    judgements = judge_pairs_cached(
+        judge,
+        [p.prompt_id for p in prompts],
+        pairs,
+        output_dir / "judgements" / benchmark / f"{_file_name(method)}_vs_{_file_name(baseline)}.jsonl",
+        settings={"judge": judge.name, "position_rule": config.position_rule},
+        show_progress=show_progress,
+    )
+    rate, unparseable, disagreements = summarize_pairwise(
+        judgements,
+        confidence=config.confidence,
+        num_resamples=config.bootstrap_resamples,
+        seed=config.seed,
+        groups=[_source_prompt_id(p) for p in prompts],
+    )
+    if unparseable:
+        logger.warning(f"{benchmark}, {method} vs {baseline}: {unparseable} of {len(pairs)} verdicts unparseable (left out).")
+    return PairwiseResult(
+        benchmark=benchmark,
+        method=method,
+        baseline=baseline,
+        judge=judge.name,
+        win_rate=rate,
+        total=len(pairs),
+        unparseable=unparseable,
+        position_disagreements=disagreements,
+        method_lengths=length_stats([pair.candidate for pair in pairs], tokenizer),
+        baseline_lengths=length_stats([pair.baseline for pair in pairs], tokenizer),
+    )
+
+
+def _replicated(prompts: list[EvalPrompt], samples_per_prompt: int) -> list[EvalPrompt]:
+    """Each prompt `samples_per_prompt` times in a row, as `<id>#<k>`: one cached answer per copy."""
+    if samples_per_prompt == 1:
+        return prompts
+    return [dataclasses.replace(p, prompt_id=f"{p.prompt_id}#{k}") for p in prompts for k in range(samples_per_prompt)]
+
+
+def _source_prompt_id(prompt: EvalPrompt) -> str:
+    return prompt.prompt_id.split("#")[0]
+
+
+def _exact_accuracy(config: EvaluationConfig, benchmark: str, name: str, prompts: list[EvalPrompt], answers):
+    """Accuracy of one model on a benchmark with exact answers (the embedded task), bootstrapped over prompts."""
+    return exact_accuracy(
+        benchmark,
+        name,
+        [is_correct(answers[(p.prompt_id, 0)], p.references[0]) for p in prompts],
+        groups=[_source_prompt_id(p) for p in prompts],
+        categories=[p.category for p in prompts],
+        confidence=config.confidence,
+        num_resamples=config.bootstrap_resamples,
+        seed=config.seed,
+    )
+
+
+def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> EvaluationReport:
+    """Evaluate every candidate against the baseline on `config.benchmarks`; write and return the report.
+
+    Example:
+        >>> config = EvaluationConfig(benchmarks=["demo"], judge="exact", output_dir="runs/eval-demo")
+        >>> report = run_evaluation(config)  # doctest: +SKIP
+        >>> print(report.as_dict()["table_markdown"])  # doctest: +SKIP
+    """
+    from transformers import AutoTokenizer
+
+    models = config.models()
+    for name, path in models.items():
+        check_model_path(path, name)
+    prompt_sets = {
+        b: _replicated(
+            load_prompt_set(
+                b,
+                config.prompt_path(b),
+                limit=config.max_prompts,
+                **({"num_prompts": config.demo_num_prompts, "seed": config.demo_seed} if b == "demo" else {}),
+            ),
+            config.samples_per_prompt,
+        )
+        for b in config.benchmarks
+    }
+    chat = _chat_backend(config) if config.judge == "openai" else None  # checks the API key before any generation
+    output_dir = Path(config.output_dir)
+
+    answers = _generate_all_answers(config, models, prompt_sets, output_dir, show_progress)
+
+    if config.judge == "local":
+        chat = _chat_backend(config)
+    judge: PairwiseJudge = ExactAnswerJudge() if config.judge == "exact" else LLMPairwiseJudge(chat, config.position_rule)
+    tokenizer = AutoTokenizer.from_pretrained(models[config.baseline_name])
+    candidates = [name for name in models if name != config.baseline_name]
+    report = EvaluationReport(
+        baseline=config.baseline_name,
+        methods=candidates,
+        benchmarks=list(config.benchmarks),
+        settings=dataclasses.asdict(config),
+    )
+    for benchmark, prompts in prompt_sets.items():
+        if benchmark == "mt_bench":
+            continue
+        if benchmark == "demo":  # exact answers: every model's accuracy too
+            report.accuracy += [_exact_accuracy(config, benchmark, name, prompts, answers[benchmark][name]) for name in models]
+        for method in candidates:
+            report.pairwise.append(
+                _pairwise_result(judge, config, benchmark, method, prompts, answers[benchmark], output_dir, tokenizer, show_progress)
+            )
+    if "mt_bench" in prompt_sets:
+        grader = MTBenchGrader(chat)
+        prompts = prompt_sets["mt_bench"]
+        for name in models:
+            grades = grade_mt_bench_cached(
+                grader, prompts, answers["mt_bench"][name], output_dir / "grades" / "mt_bench" / f"{_file_name(name)}.jsonl",
+                show_progress=show_progress,
+            )
+            lengths = length_stats(list(answers["mt_bench"][name].values()), tokenizer)
+            report.mt_bench.append(MTBenchResult(name, grader.name, mt_bench_score(grades), lengths))
+    report.write(output_dir)
+    return report
