@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-import yaml
 from trl import ModelConfig
 
 from trl_dpr.config import DensePathConfig
 from trl_dpr.evaluation import EvaluationConfig
-from trl_dpr.evaluation.config import check_config_has_no_secrets
+from trl_dpr.evaluation.config import load_evaluation_config
 from trl_dpr.pipeline import DPRScriptArguments
 from trl_dpr.recipe_parser import RecipeParser
 
@@ -90,7 +89,4 @@ def evaluation_config(path: str, **replaced) -> EvaluationConfig:
         >>> config.models(), config.judge
         ({'SFT': 'runs/demo/sft', 'G': 'runs/g'}, 'exact')
     """
-    with open(path) as f:
-        check_config_has_no_secrets(yaml.safe_load(f) or {}, path)
-    (config,) = RecipeParser((EvaluationConfig,)).parse_args_and_config(["--config", path, *to_command_line(replaced)])
-    return config
+    return load_evaluation_config(path, **replaced)

@@ -33,6 +33,20 @@ def tokenizer():
 # ---- DPR builders shared by the trainer tests --------------------------------------------------------------------
 
 
+def save_sft_output(path, tokenizer, sft_seed: int = 0, ref_seed: int = 1):
+    """An SFT output folder as recipes/sft.py leaves it: π_SFT, its tokenizer, π_ref in dpr_reference/ and the manifest
+    (tiny random Llamas: π_SFT seed `sft_seed`, π_ref seed `ref_seed`). Returns the folder."""
+    from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+    from trl_dpr.reference_manifest import ReferenceManifest, write_manifest
+
+    build_tiny_causal_lm(tokenizer, seed=sft_seed).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    build_tiny_causal_lm(tokenizer, seed=ref_seed).save_pretrained(path / "dpr_reference")
+    tokenizer.save_pretrained(path / "dpr_reference")
+    write_manifest(path, ReferenceManifest("dpr_reference", fraction=0.5, step=5, total_steps=10))
+    return path
+
+
 def demo_evaluation_yaml(path, **overrides):
     """A recipes/evaluate.py YAML for the embedded task with the exact judge, small enough for a test; returns its path."""
     import yaml

@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from trl_dpr.preview import bootstrap_mean_ci, tilt_weights, tilted_quality
+from trl_dpr.preview import PreviewReport, bootstrap_mean_ci, preview_points, tilt_weights, tilted_quality
 
 
 def loop_estimate(rewards, quality, lam):
@@ -117,3 +117,39 @@ def test_bootstrap_interval_covers_the_mean_and_narrows_with_more_prompts():
     # A constant has a zero-width interval.
     low_c, high_c = bootstrap_mean_ci(torch.full((1, 30), 0.4))
     assert low_c.item() == pytest.approx(0.4) and high_c.item() == pytest.approx(0.4)
+
+
+def test_preview_points_add_sft_and_best_of_n_and_pair_the_gain_with_sft():
+    rewards = torch.tensor([[0.0, math.log(3.0)], [math.log(3.0), 0.0]] * 10)
+    quality = torch.tensor([[0.0, 1.0], [0.0, 1.0]] * 10)
+    points = preview_points({"R": rewards}, quality, [1.0], num_resamples=300)
+    assert [p.lam for p in points] == [math.inf, 1.0, 0.0]
+    sft, one, best = points
+    assert (sft.quality, sft.delta, sft.delta_ci_low, sft.delta_ci_high, sft.kl) == (0.5, 0.0, 0.0, 0.0, 0.0)
+    # half the prompts put weight 3/4 on the good sample, half 1/4: the mean is 1/2 again, and so is its gain's centre.
+    assert one.quality == pytest.approx(0.5) and one.delta == pytest.approx(0.0)
+    assert one.delta_ci_low < 0.0 < one.delta_ci_high  # prompts disagree: the paired interval straddles 0
+    assert best.quality == pytest.approx(0.5) and best.ess == pytest.approx(1.0)
+
+
+def test_a_point_below_the_effective_sample_size_is_not_trusted_but_best_of_n_is_reported_as_it_is():
+    rewards = torch.tensor([[0.0, 10.0, 0.0, 0.0]])
+    points = preview_points({"R": rewards}, torch.tensor([[0.0, 1.0, 0.0, 0.0]]), [100.0, 0.5], min_ess=2.0,
+                            num_resamples=50)
+    trusted = {p.lam: p.trusted for p in points}
+    assert trusted == {math.inf: True, 100.0: True, 0.5: False, 0.0: True}
+
+
+def test_the_report_summary_gives_the_slope_near_sft_and_the_best_trusted_point():
+    rewards = torch.tensor([[0.0, 1.0, 2.0, 3.0]] * 8)
+    quality = torch.tensor([[0.0, 0.0, 1.0, 1.0]] * 8)
+    points = preview_points({"R": rewards}, quality, [10.0, 1.0], min_ess=1.5, num_resamples=100)
+    report = PreviewReport("exact", 8, 4, points, sft_quality=0.5, pass_at_n=1.0)
+    first = next(p for p in points if p.lam == 10.0)
+    assert report.slope("R") == pytest.approx(first.delta / first.kl)
+    best = report.best("R")
+    assert best.lam == 0.0 and best.quality == pytest.approx(1.0)
+    (row,) = report.summary_rows()
+    # identical prompts: the gain +0.5 has a zero-width interval, which excludes 0
+    assert row["best_delta"] == pytest.approx(0.5) and row["best_delta_ci_low"] == pytest.approx(0.5)
+    assert row["helps"] is True

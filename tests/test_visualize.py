@@ -8,8 +8,9 @@ import torch
 
 from trl_dpr import CheckpointRewardModel
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
-from trl_dpr.reference_manifest import ReferenceManifest, write_manifest
 from trl_dpr.visualize import heatmap_html, main, reward_colour, save_heatmap_png
+
+from .conftest import save_sft_output
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -102,15 +103,6 @@ def test_mismatched_inputs_are_refused():
         heatmap_html([{"tokens": ["a"], "rewards": [0.1]}], ["p", "q"])
     with pytest.raises(ValueError, match="1 tokens but 2 rewards"):
         heatmap_html([{"tokens": ["a"], "rewards": [0.1, 0.2]}])
-
-
-def save_sft_output(path, tokenizer):
-    build_tiny_causal_lm(tokenizer, seed=0).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    build_tiny_causal_lm(tokenizer, seed=1).save_pretrained(path / "dpr_reference")
-    tokenizer.save_pretrained(path / "dpr_reference")
-    write_manifest(path, ReferenceManifest("dpr_reference", fraction=0.5, step=5, total_steps=10))
-    return path
 
 
 def test_the_command_line_scores_pairs_from_an_sft_output(tmp_path, tokenizer):

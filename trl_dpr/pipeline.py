@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import yaml
 from accelerate import PartialState
 from transformers import AutoTokenizer
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_config, get_quantization_config
@@ -25,7 +24,6 @@ from .config import DensePathConfig
 from .data import load_demonstrations, prompts_for_rl
 from .embedded.base_model import EMBEDDED_MODEL, build_embedded_base
 from .hub import defer_push_to_hub, push_trainer_output
-from .recipe_parser import RecipeParser
 from .reference_manifest import MANIFEST_NAME
 from .reward_model import CheckpointRewardModel
 from .trainer import DensePathTrainer
@@ -252,17 +250,16 @@ def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str) -> 
         ```
     """
     from .evaluation import EvaluationConfig, run_evaluation
-    from .evaluation.config import check_config_has_no_secrets
+    from .evaluation.config import load_evaluation_config
 
     state = PartialState()
     results: dict = {}
     if state.is_main_process:
-        config = evaluation_config
-        if not isinstance(config, EvaluationConfig):
-            with open(config) as f:
-                check_config_has_no_secrets(yaml.safe_load(f) or {}, config)
-            (config,) = RecipeParser((EvaluationConfig,)).parse_args_and_config(["--config", str(config)])
-        config = dataclasses.replace(config, baseline=f"SFT={sft_path}", candidates=[f"DPR={policy_path}"])
+        replaced = {"baseline": f"SFT={sft_path}", "candidates": [f"DPR={policy_path}"]}
+        if isinstance(evaluation_config, EvaluationConfig):
+            config = dataclasses.replace(evaluation_config, **replaced)
+        else:
+            config = load_evaluation_config(evaluation_config, **replaced)
         report = run_evaluation(config)
         results = report.as_dict()
         with open(Path(policy_path) / "eval_results.json", "w") as f:

@@ -11,7 +11,7 @@ from .answers import GENERATION_BACKENDS
 from .judges import POSITION_RULES
 from .prompt_sets import PROMPT_SETS
 
-__all__ = ["JUDGES", "EvaluationConfig", "check_config_has_no_secrets"]
+__all__ = ["JUDGES", "EvaluationConfig", "check_config_has_no_secrets", "load_evaluation_config"]
 
 JUDGES = ("openai", "local", "exact")
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
@@ -166,3 +166,25 @@ def check_config_has_no_secrets(config: dict, source: str) -> None:
                 f"{source}: `{key}` holds what looks like a secret key. Put the key in an environment variable and "
                 "name that variable in `judge_api_key_env`."
             )
+
+
+def load_evaluation_config(path: str, **replaced) -> EvaluationConfig:
+    """The `EvaluationConfig` of a recipes/evaluate.py YAML, checked as the recipe checks it (unknown keys and secrets
+    are errors), with some fields replaced (`baseline=`, `candidates=`, `output_dir=`, `temperature=`, ...).
+
+    Example:
+        >>> config = load_evaluation_config("recipes/evaluate/demo.yaml", candidates=["G=runs/g"])
+        >>> config.models(), config.judge
+        ({'SFT': 'runs/demo/sft', 'G': 'runs/g'}, 'exact')
+    """
+    import dataclasses
+
+    import yaml
+
+    from ..recipe_parser import RecipeParser
+
+    with open(path) as f:
+        check_config_has_no_secrets(yaml.safe_load(f) or {}, path)
+    (config,) = RecipeParser((EvaluationConfig,)).parse_args_and_config(["--config", str(path)])
+    return dataclasses.replace(config, **replaced)
+

@@ -44,7 +44,7 @@ from .judges import (
 from .prompt_sets import EvalPrompt, load_prompt_set
 from .results import EvaluationReport, MTBenchResult, PairwiseResult, exact_accuracy, length_stats, summarize_pairwise
 
-__all__ = ["check_model_path", "run_evaluation"]
+__all__ = ["chat_model_from_config", "check_model_path", "judge_from_config", "run_evaluation"]
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +145,13 @@ def _generate_all_answers(config, models, prompt_sets, output_dir: Path, show_pr
     return answers
 
 
-def _chat_backend(config: EvaluationConfig) -> ChatModel | None:
+def chat_model_from_config(config: EvaluationConfig) -> ChatModel | None:
+    """The judge's chat backend of an evaluation config (`openai` or `local`; None for the exact judge).
+
+    Example:
+        >>> chat_model_from_config(EvaluationConfig(benchmarks=["demo"], judge="exact")) is None
+        True
+    """
     if config.judge == "openai":
         return OpenAIChatModel(
             model=config.judge_model,
@@ -160,6 +166,18 @@ def _chat_backend(config: EvaluationConfig) -> ChatModel | None:
     if config.judge == "local":
         return LocalChatModel.from_pretrained(config.judge_model, dtype=config.dtype, max_new_tokens=config.judge_max_tokens)
     return None
+
+
+def judge_from_config(config: EvaluationConfig, chat: ChatModel | None = None) -> PairwiseJudge:
+    """The pairwise judge of an evaluation config: exact answers, or an LLM asked in both orders (`position_rule`).
+
+    Example:
+        >>> judge_from_config(EvaluationConfig(benchmarks=["demo"], judge="exact")).name
+        'exact-answer'
+    """
+    if config.judge == "exact":
+        return ExactAnswerJudge()
+    return LLMPairwiseJudge(chat or chat_model_from_config(config), config.position_rule)
 
 
 def _pairwise_result(judge, config, benchmark, method, prompts: list[EvalPrompt], answers, output_dir, tokenizer, show_progress):
@@ -254,14 +272,14 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
         )
         for b in config.benchmarks
     }
-    chat = _chat_backend(config) if config.judge == "openai" else None  # checks the API key before any generation
+    chat = chat_model_from_config(config) if config.judge == "openai" else None  # checks the API key before any generation
     output_dir = Path(config.output_dir)
 
     answers = _generate_all_answers(config, models, prompt_sets, output_dir, show_progress)
 
     if config.judge == "local":
-        chat = _chat_backend(config)
-    judge: PairwiseJudge = ExactAnswerJudge() if config.judge == "exact" else LLMPairwiseJudge(chat, config.position_rule)
+        chat = chat_model_from_config(config)
+    judge = judge_from_config(config, chat)
     tokenizer = AutoTokenizer.from_pretrained(models[config.baseline_name])
     candidates = [name for name in models if name != config.baseline_name]
     report = EvaluationReport(
