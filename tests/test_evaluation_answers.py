@@ -138,3 +138,17 @@ def test_length_statistics_in_words_and_tokens(tokenizer):
     assert stats.median_tokens == sorted(token_counts)[1]
     with pytest.raises(ValueError, match="No answers"):
         length_stats([])
+
+
+def test_sampling_ignores_the_checkpoints_own_generation_defaults(tokenizer):
+    """Samples must come from π itself (the preview and DPR's rollouts assume it), whatever generation_config says."""
+    from trl_dpr.sampling import sample_completions
+
+    model = build_tiny_causal_lm(tokenizer, seed=3)
+    prompts = ["What is 12+7?"] * 24
+    plain = sample_completions(model, tokenizer, prompts, temperature=1.0, max_new_tokens=4, seed=5)
+    model.generation_config.top_k = 1  # would make every sample the greedy one
+    model.generation_config.repetition_penalty = 3.0
+    again = sample_completions(model, tokenizer, prompts, temperature=1.0, max_new_tokens=4, seed=5)
+    assert [s.completion_ids for s in again] == [s.completion_ids for s in plain]
+    assert len({tuple(s.completion_ids) for s in plain}) > 1

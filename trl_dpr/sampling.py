@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from tqdm.auto import tqdm
+from transformers import GenerationConfig
 
 from .reward_model import CheckpointRewardModel, TokenRewardOutput, completion_logprobs
 from .tokens import eos_token_ids, pad_batch, pad_prompts, render_prompts
@@ -67,8 +68,9 @@ def sample_completions(
 
     Prompts (strings or conversations) are rendered as GRPOTrainer renders them; `temperature=0` decodes greedily,
     otherwise plain sampling from the temperature-scaled distribution (no top-k / top-p), as DPR's rollouts and the
-    paper's evaluation sample. A completion ends at the first of the model's EOS ids (GRPO's set). Sampling is seeded
-    once per call and leaves the caller's random streams (CPU and this GPU) as they were, e.g. mid-training.
+    paper's evaluation sample; the checkpoint's own generation defaults (top-k, top-p, repetition penalty) are not used.
+    A completion ends at the first of the model's EOS ids (GRPO's set). Sampling is seeded once per call and leaves the
+    caller's random streams (CPU and this GPU) as they were, e.g. mid-training.
 
     Example:
         >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
@@ -88,9 +90,13 @@ def sample_completions(
     model.eval()
     device = next(model.parameters()).device
     stop_ids = eos_token_ids(model, tokenizer)
-    sampling = {"do_sample": False}
-    if temperature > 0:
-        sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+    # A full generation config, not the checkpoint's: its defaults (top-k / top-p, a repetition penalty) would change
+    # the distribution the samples come from.
+    sampling = GenerationConfig(
+        max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
+        top_k=0 if temperature > 0 else None, top_p=1.0 if temperature > 0 else None, eos_token_id=stop_ids,
+        pad_token_id=_pad_id(tokenizer), bos_token_id=None,
+    )
     samples: list[Sample] = []
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
@@ -100,12 +106,7 @@ def sample_completions(
                 rows = render_prompts(tokenizer, batch)
                 input_ids, attention_mask = pad_prompts(rows, _pad_id(tokenizer))
                 output = model.generate(
-                    input_ids=input_ids.to(device),
-                    attention_mask=attention_mask.to(device),
-                    max_new_tokens=max_new_tokens,
-                    pad_token_id=_pad_id(tokenizer),
-                    eos_token_id=stop_ids,
-                    **sampling,
+                    input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=sampling
                 )
                 for offset, generated in enumerate(output[:, input_ids.size(1) :].tolist()):
                     end = next((i + 1 for i, t in enumerate(generated) if t in stop_ids), len(generated))
