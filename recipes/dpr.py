@@ -14,7 +14,8 @@ offline, on CPU:
 from trl import ModelConfig, SFTConfig
 
 from trl_dpr import DensePathConfig
-from trl_dpr.hub import defer_push_to_hub, push_trainer_output
+from trl_dpr.cli import run
+from trl_dpr.hub import check_hub_push, defer_push_to_hub, push_trainer_output
 from trl_dpr.memory import MemoryTarget
 from trl_dpr.pipeline import (
     DPRScriptArguments,
@@ -28,10 +29,13 @@ from trl_dpr.pipeline import (
 from trl_dpr.recipe_parser import RecipeParser
 
 
+def make_parser() -> RecipeParser:
+    # MemoryTarget (gpu_memory_gib, num_gpus) is read by `trl-dpr memory`, not by training.
+    return RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig, MemoryTarget))
+
+
 def main(argv=None):
-    # MemoryTarget (gpu_memory_gib, num_gpus) is read by `python -m trl_dpr.memory`, not by training.
-    parser = RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig, MemoryTarget))
-    script_args, training_args, model_args, _ = parser.parse_args_and_config(argv)
+    script_args, training_args, model_args, _ = make_parser().parse_args_and_config(argv)
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
     stages = 1 + bool(script_args.sft_config) + bool(script_args.evaluation_config)
     stage = 1
@@ -53,6 +57,7 @@ def main(argv=None):
         stage += 1
 
     print_stage(stage, stages, f"Dense-Path REINFORCE from {model_args.model_name_or_path}")
+    check_hub_push(training_args)  # before any stage: a push that cannot work is refused now, not after training
     push = defer_push_to_hub(training_args)  # pushed below, after the evaluation: the model card carries its table
     trainer = run_dpr(script_args, training_args, model_args)
     stage += 1
@@ -65,4 +70,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run(main)  # a mistake in the input: its message, no traceback (--debug shows it)

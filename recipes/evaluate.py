@@ -17,25 +17,24 @@ import sys
 
 import yaml
 
-from trl_dpr.evaluation import EvaluationConfig, MissingAPIKeyError, run_evaluation
+from trl_dpr.cli import run
+from trl_dpr.evaluation import EvaluationConfig, run_evaluation
 from trl_dpr.evaluation.config import check_config_has_no_secrets
-from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.recipe_parser import RecipeParser, find_recipe_file
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--config" in argv:
-        config_path = argv[argv.index("--config") + 1]
-        with open(config_path) as f:
-            check_config_has_no_secrets(yaml.safe_load(f) or {}, config_path)
-    (config,) = RecipeParser((EvaluationConfig,)).parse_args_and_config(argv)
-    try:
-        report = run_evaluation(config)
-    except (FileNotFoundError, MissingAPIKeyError) as error:  # a setup problem, explained: no traceback needed
-        sys.exit(f"error: {error}")
+        index = argv.index("--config") + 1
+        argv[index] = find_recipe_file(argv[index], subfolder="evaluate")
+        with open(argv[index]) as f:
+            check_config_has_no_secrets(yaml.safe_load(f) or {}, argv[index])
+    (config,) = RecipeParser((EvaluationConfig,), recipe_subfolder="evaluate").parse_args_and_config(argv)
+    report = run_evaluation(config)
     print(report.as_dict()["table_markdown"], flush=True)
     print(f"\nWritten to {config.output_dir}/results.json and results.md", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    run(main)  # a mistake in the input: its message, no traceback (--debug shows it)

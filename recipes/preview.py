@@ -12,17 +12,18 @@ estimated by importance weighting for each λ (= DPR's `kl_coef`). Writes previe
 
 from trl import ModelConfig
 
+from trl_dpr.cli import run
 from trl_dpr.pipeline import model_init_kwargs_from
 from trl_dpr.preview import PreviewConfig, run_preview
 from trl_dpr.recipe_parser import RecipeParser
 
 
 def main(argv=None):
-    config, model_args = RecipeParser((PreviewConfig, ModelConfig)).parse_args_and_config(argv)
+    config, model_args = RecipeParser((PreviewConfig, ModelConfig), recipe_subfolder="preview").parse_args_and_config(argv)
     report = run_preview(config, model_args.model_name_or_path, model_init_kwargs_from(model_args))
     print(report.markdown(), flush=True)
     print(f"\nWritten to {config.output_dir}/preview.csv, .json, .md" + (" and .png" if config.plot else ""), flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    run(main)  # a mistake in the input: its message, no traceback (--debug shows it)

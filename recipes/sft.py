@@ -10,19 +10,23 @@ command line (`--learning_rate 1e-5`); unknown keys are an error.
 
 from trl import ModelConfig, SFTConfig
 
+from trl_dpr.cli import run
 from trl_dpr.memory import MemoryTarget
 from trl_dpr.pipeline import SFTScriptArguments, print_stage, run_sft
 from trl_dpr.recipe_parser import RecipeParser
 
 
+def make_parser() -> RecipeParser:
+    # MemoryTarget (gpu_memory_gib, num_gpus) is read by `trl-dpr memory`, not by training.
+    return RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget))
+
+
 def main(argv=None):
-    # MemoryTarget (gpu_memory_gib, num_gpus) is read by `python -m trl_dpr.memory`, not by training.
-    parser = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget))
-    script_args, training_args, model_args, _ = parser.parse_args_and_config(argv)
+    script_args, training_args, model_args, _ = make_parser().parse_args_and_config(argv)
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
     print_stage(1, 1, f"SFT of {model_args.model_name_or_path} (reference checkpoint at α={script_args.reference_fraction})")
     run_sft(script_args, training_args, model_args)
 
 
 if __name__ == "__main__":
-    main()
+    run(main)  # a mistake in the input: its message, no traceback (--debug shows it)

@@ -6,10 +6,9 @@ import torch
 from datasets import Dataset
 
 from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
-from trl_dpr.embedded.evaluation import ExactAnswerJudge
 from trl_dpr.embedded.task import build_demo_dataset
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
-from trl_dpr.evaluation import PairJudgement, PairwiseJudge, WinRateCallback
+from trl_dpr.evaluation import ExactAnswerJudge, PairJudgement, PairwiseJudge, WinRateCallback
 
 
 @pytest.fixture(autouse=True)

@@ -142,14 +142,17 @@ def load_recipe():
     return module
 
 
-def test_a_missing_model_folder_stops_the_recipe_with_a_clear_message(tmp_path, saved_models):
+def test_a_missing_model_folder_stops_the_recipe_with_a_clear_message(tmp_path, saved_models, capsys):
     path = tmp_path / "evaluate.yaml"
     path.write_text(yaml.safe_dump({"baseline": f"SFT={saved_models['sft']}", "candidates": ["DPR=runs/demo/dpr"],
                                     "benchmarks": ["demo"], "judge": "exact", "output_dir": str(tmp_path / "eval")}))
+    recipe = load_recipe()
     with pytest.raises(SystemExit) as stop:
-        load_recipe().main(["--config", str(path)])
-    message = str(stop.value.code)
+        recipe.run(recipe.main, ["--config", str(path)])
+    assert stop.value.code == 2
+    message = capsys.readouterr().err
     assert "Model DPR: the folder 'runs/demo/dpr' does not exist" in message and "make demo" in message
+    assert "Traceback" not in message and "--debug" in message
     assert not (tmp_path / "eval").exists()
 
 

@@ -4,10 +4,10 @@ exact-answer judge, and judging with a cache."""
 import pytest
 import torch
 
-from trl_dpr.embedded.evaluation import ExactAnswerJudge
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.evaluation import (
     EvalPrompt,
+    ExactAnswerJudge,
     LLMPairwiseJudge,
     LocalChatModel,
     MTBenchGrader,

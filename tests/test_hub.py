@@ -9,6 +9,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from types import SimpleNamespace
 
+import huggingface_hub
 import pytest
 import torch
 import transformers.trainer
@@ -16,10 +17,11 @@ import yaml
 from datasets import Dataset
 from huggingface_hub import HfApi
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS
-from trl import ModelConfig, SFTConfig
+from trl import ModelConfig, SFTConfig, SFTTrainer
 
 import trl_dpr.hub
 from trl_dpr import CheckpointRewardModel, DensePathConfig
+from trl_dpr.checkpointing import AtomicCheckpointsMixin
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.hub import (
     TRANSFORMERS_IGNORE_PATTERNS,
@@ -142,7 +144,11 @@ def test_transformers_checkpoint_pushes_would_upload_the_staged_checkpoint(tmp_p
     api = RecordingApi()
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: api)
     rows = [{"prompt": "What is 12+7?", "completion": " 19"}] * 4
-    trainer = SafeSFTTrainer(
+
+    class StagedSFTTrainer(AtomicCheckpointsMixin, SFTTrainer):  # staged checkpoints, transformers' own pushes
+        pass
+
+    trainer = StagedSFTTrainer(
         model=build_tiny_causal_lm(tokenizer), processing_class=tokenizer, train_dataset=Dataset.from_list(rows),
         args=SFTConfig(output_dir=str(tmp_path / "sft"), max_steps=1, per_device_train_batch_size=4, save_steps=1,
                        save_strategy="steps", push_to_hub=True, hub_model_id="me/tiny", bf16=False, use_cpu=True,
@@ -168,6 +174,68 @@ def test_deferred_pushes_keep_transformers_from_uploading_anything(tmp_path, mon
     trainer.train()
     trainer.save_model()  # with push_to_hub still on, this would push too
     assert api.uploads == [] and api.repos == []
+
+
+def sft_trainer_that_pushes(tmp_path, tokenizer, **overrides):
+    rows = [{"prompt": "What is 12+7?", "completion": " 19"}] * 4
+    values = dict(output_dir=str(tmp_path / "sft"), max_steps=1, per_device_train_batch_size=4, save_steps=1,
+                  save_strategy="steps", push_to_hub=True, hub_model_id="me/tiny", bf16=False, use_cpu=True,
+                  report_to="none")
+    values.update(overrides)
+    return SafeSFTTrainer(model=build_tiny_causal_lm(tokenizer), processing_class=tokenizer,
+                          train_dataset=Dataset.from_list(rows), args=SFTConfig(**values))
+
+
+@pytest.fixture
+def online(monkeypatch):
+    """The Hub switched on and a token present, with every upload recorded instead of sent."""
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_TOKEN", "hf_FAKEtokenFORtests0123456789")
+    pushed, uploads = [], RecordingApi()
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: uploads)
+    monkeypatch.setattr(trl_dpr.hub, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id, kwargs)))
+    return pushed, uploads
+
+
+def test_a_trainer_built_to_push_pushes_once_at_the_end_through_the_safe_push(tmp_path, tokenizer, online):
+    pushed, uploads = online
+    trainer = sft_trainer_that_pushes(tmp_path, tokenizer)
+    trainer.train()
+    assert uploads.uploads == [] and uploads.repos == []  # transformers never pushed (checkpoints, saves)
+    assert [(folder, repo) for folder, repo, _ in pushed] == [(str(tmp_path / "sft"), "me/tiny")]
+    assert (tmp_path / "sft" / "README.md").is_file()  # the card was written before the push
+
+
+def test_push_to_hub_called_directly_goes_through_the_safe_push(tmp_path, tokenizer, online):
+    pushed, uploads = online
+    trainer = sft_trainer_that_pushes(tmp_path, tokenizer, push_to_hub=False)
+    trainer.train()
+    trainer.push_to_hub(commit_message="by hand", token="hf_FAKEotherTOKEN987654321")
+    assert uploads.uploads == []
+    ((folder, repo, kwargs),) = pushed
+    assert (folder, repo) == (str(tmp_path / "sft"), "me/tiny")
+    assert kwargs["commit_message"] == "by hand" and kwargs["token"] == "hf_FAKEotherTOKEN987654321"
+
+
+@pytest.mark.parametrize(
+    "overrides, environment, match",
+    [
+        ({"hub_strategy": "checkpoint"}, {}, "hub_strategy='checkpoint' uploads checkpoint folders"),
+        ({"hub_strategy": "all_checkpoints"}, {}, "hub_strategy='all_checkpoints'"),
+        ({}, {"offline": True}, "HF_HUB_OFFLINE"),
+        ({}, {"token": False}, "no Hugging Face token"),
+    ],
+)
+def test_a_push_that_cannot_work_is_refused_before_training(tmp_path, tokenizer, monkeypatch, overrides, environment, match):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", environment.get("offline", False))
+    if environment.get("token", True):
+        monkeypatch.setenv("HF_TOKEN", "hf_FAKEtokenFORtests0123456789")
+    else:
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+    with pytest.raises(ValueError, match=match):
+        sft_trainer_that_pushes(tmp_path, tokenizer, **overrides)
+    assert not (tmp_path / "sft").exists() or not any((tmp_path / "sft").iterdir())
 
 
 # ---- an SFT push loads as the reward model --------------------------------------------------------------------------

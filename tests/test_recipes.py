@@ -169,3 +169,27 @@ def test_sft_then_dpr_recipes_through_accelerate_launch(tmp_path):
     repeated = json.loads((tmp_path / "eval_again" / "results.json").read_text())
     assert repeated["pairwise"][0]["win_rate"] == pairwise["win_rate"]
     assert repeated["accuracy"] == results["accuracy"]
+
+
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
+def test_dpr_qlora_lora_keys_describe_the_sft_adapter_they_continue(backbone):
+    """The DPR policy continues the SFT adapter: the DPR recipe's lora_* keys (read by the memory plan) must be its."""
+    keys = ("use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+    sft = yaml.safe_load((RECIPES / backbone / "sft" / "config_qlora.yaml").read_text())
+    dpr = yaml.safe_load((RECIPES / backbone / "dpr" / "config_qlora.yaml").read_text())
+    assert {k: dpr.get(k) for k in keys} == {k: sft.get(k) for k in keys}
+
+
+def test_lora_keys_that_differ_from_the_sft_adapter_are_refused_before_loading(tmp_path):
+    from trl import ModelConfig
+
+    from trl_dpr.pipeline import check_adapter_settings
+
+    (tmp_path / "adapter_config.json").write_text(json.dumps(
+        {"r": 64, "lora_alpha": 128, "lora_dropout": 0.05, "target_modules": ["q_proj", "v_proj"]}))
+    check_adapter_settings(str(tmp_path), ModelConfig(use_peft=True, lora_r=64, lora_alpha=128, lora_dropout=0.05,
+                                                      lora_target_modules="all-linear"))  # agrees: fine
+    check_adapter_settings(str(tmp_path), ModelConfig(use_peft=False, lora_r=8))  # no LoRA asked: fine
+    with pytest.raises(ValueError, match=r"lora_r: 16 in the recipe, 64 in the adapter.*lora_target_modules"):
+        check_adapter_settings(str(tmp_path), ModelConfig(use_peft=True, lora_r=16, lora_alpha=128, lora_dropout=0.05,
+                                                          lora_target_modules=["k_proj"]))

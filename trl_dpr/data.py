@@ -47,7 +47,14 @@ def _columns(dataset) -> set[str]:
 
 
 def check_sft_dataset(dataset: Dataset, name: str) -> None:
-    """SFT needs `messages` or `prompt` + `completion`; anything else is an error that says what to map it to."""
+    """SFT needs `messages` or `prompt` + `completion`; anything else is an error that says what to map it to.
+
+    Example:
+        >>> check_sft_dataset(Dataset.from_dict({"text": ["hi"]}), "my-data")
+        Traceback (most recent call last):
+        ...
+        ValueError: Dataset 'my-data' has columns ['text']; SFT needs a `messages` column ...
+    """
     columns = _columns(dataset)
     if "messages" in columns or {"prompt", "completion"} <= columns:
         return

@@ -40,7 +40,9 @@ __all__ = [
     "SAFETY_IGNORE_PATTERNS",
     "SECRET_ENV_VARS",
     "TRANSFORMERS_IGNORE_PATTERNS",
+    "SafeHubPushMixin",
     "SecretFinding",
+    "check_hub_push",
     "copy_files_to_push",
     "defer_push_to_hub",
     "dpr_model_card_section",
@@ -140,7 +142,12 @@ def copy_files_to_push(folder: str | os.PathLike, destination: str | os.PathLike
 
 @dataclass(frozen=True)
 class SecretFinding:
-    """A file that contains the value of a secret. Only the secret's *name* is kept, never its value."""
+    """A file that contains the value of a secret. Only the secret's *name* is kept, never its value.
+
+    Example:
+        >>> str(SecretFinding(path="run/trainer_state.json", secret_name="HF_TOKEN"))
+        'run/trainer_state.json contains the value of HF_TOKEN'
+    """
 
     path: str
     secret_name: str
@@ -363,6 +370,87 @@ def defer_push_to_hub(args) -> bool:
     wanted = bool(args.push_to_hub)
     args.push_to_hub = False
     return wanted
+
+
+def check_hub_push(args) -> None:
+    """With `push_to_hub`, what would only fail after training is checked before it starts: the Hub is reachable in
+    principle (not switched off by `HF_HUB_OFFLINE`), a token is there (`hub_token`, `HF_TOKEN` or `hf auth login`), and
+    the `hub_strategy` is one trl_dpr keeps: it pushes once, at the end, through `push_trainer_output` (`every_save`,
+    transformers' default, and `end` both mean that). `checkpoint` / `all_checkpoints` would upload checkpoint folders
+    (optimizer state, `training_args.bin` with `hub_token`) and are refused.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> check_hub_push(SimpleNamespace(push_to_hub=False))  # nothing to check
+        >>> check_hub_push(SimpleNamespace(push_to_hub=True, hub_strategy="all_checkpoints", hub_token="hf_x"))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: hub_strategy='all_checkpoints' uploads checkpoint folders ...
+    """
+    if not getattr(args, "push_to_hub", False):
+        return
+    strategy = str(getattr(getattr(args, "hub_strategy", "every_save"), "value", getattr(args, "hub_strategy", "every_save")))
+    if strategy not in ("every_save", "end"):
+        raise ValueError(
+            f"hub_strategy={strategy!r} uploads checkpoint folders (optimizer state, and training_args.bin, which "
+            "holds hub_token). trl_dpr pushes the final model once, at the end, with its reference checkpoint and a "
+            "secret scan: remove hub_strategy (or set it to end)."
+        )
+    from huggingface_hub import constants, get_token
+
+    if constants.HF_HUB_OFFLINE:
+        raise ValueError(
+            "push_to_hub is on but the Hub is switched off (HF_HUB_OFFLINE=1): the push would fail after training. "
+            "Unset HF_HUB_OFFLINE, or set push_to_hub: false and push later with trl_dpr.hub.push_folder."
+        )
+    if not (getattr(args, "hub_token", None) or get_token()):
+        raise ValueError(
+            "push_to_hub is on but no Hugging Face token was found (hub_token, HF_TOKEN, or `hf auth login`): the "
+            "push would fail after training. Log in first, or set push_to_hub: false."
+        )
+
+
+class SafeHubPushMixin:
+    """Hub pushes of a Trainer through trl_dpr's safe push (`push_trainer_output`): the model, its card and, for an SFT
+    output, its reference checkpoint, scanned for secrets, uploaded once.
+
+    `trainer.push_to_hub()` saves the model and pushes it that way. A trainer built with `push_to_hub=True` checks the
+    push before training (`check_hub_push`), keeps transformers from pushing at each save, and pushes once when
+    `train()` ends. (The recipes push after their evaluation instead, so the card carries its table.)
+
+    Example:
+        ```python
+        class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, SFTTrainer):
+            ...
+        trainer.push_to_hub()   # push_trainer_output(trainer), not transformers' upload of output_dir
+        ```
+    """
+
+    def _take_over_hub_push(self, args) -> None:
+        """Call before the parent trainer is built: transformers would create the repo and push at every save."""
+        check_hub_push(args)
+        self._push_when_trained = defer_push_to_hub(args)
+
+    def train(self, *args, **kwargs):
+        output = super().train(*args, **kwargs)
+        if getattr(self, "_push_when_trained", False):
+            self.save_model()
+            push_trainer_output(self)
+        return output
+
+    def push_to_hub(self, commit_message: str | None = "End of training", blocking: bool = True, token=None, revision=None,
+                    private=None, **kwargs):
+        """Save the model and push it with `push_trainer_output` (the card's `dataset_name` may be given)."""
+        if token is not None:
+            self.args.hub_token = token
+        if revision is not None:
+            self.args.hub_revision = revision
+        if private is not None:
+            self.args.hub_private_repo = private
+        self.save_model()
+        return push_trainer_output(
+            self, dataset_name=kwargs.get("dataset_name"), commit_message=commit_message or "End of training"
+        )
 
 
 def push_trainer_output(

@@ -106,7 +106,12 @@ class MemoryTarget:
 
 @dataclass(frozen=True)
 class MemoryTerm:
-    """One line of a memory plan: what it is, its size, and the numbers of its formula."""
+    """One line of a memory plan: what it is, its size, and the numbers of its formula.
+
+    Example:
+        >>> round(MemoryTerm("weights (bf16)", 2 * 2**30, "1 B params × 2 B").gib, 3)
+        2.0
+    """
 
     name: str
     bytes: float
@@ -122,6 +127,12 @@ class MemoryPlan:
     """Per-process GPU memory: `static` terms held all run, `phases` of which one is live at a time, a margin.
 
     `total_bytes = Σ static + max over phases of Σ phase + margin`; `fits` compares it with `gpu_memory_gib`.
+
+    Example:
+        >>> plan = MemoryPlan("toy", [MemoryTerm("weights", 2**30, "")], {"generation": [MemoryTerm("KV cache", 2**30, "")]},
+        ...                   gpu_memory_gib=24)
+        >>> plan.fits
+        True
     """
 
     title: str

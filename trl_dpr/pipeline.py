@@ -23,7 +23,7 @@ from .checkpointing import AtomicCheckpointsMixin, check_output_dir
 from .config import DensePathConfig
 from .data import load_demonstrations, prompts_for_rl
 from .embedded.base_model import EMBEDDED_MODEL, build_embedded_base
-from .hub import defer_push_to_hub, push_trainer_output
+from .hub import SafeHubPushMixin, check_hub_push, defer_push_to_hub, push_trainer_output
 from .reference_manifest import MANIFEST_NAME
 from .reward_model import CheckpointRewardModel
 from .trainer import DensePathTrainer
@@ -34,13 +34,20 @@ __all__ = [
     "model_init_kwargs_from",
     "run_sft",
     "run_dpr",
+    "check_adapter_settings",
     "evaluate_against_sft",
     "print_stage",
 ]
 
+
 @dataclass
 class SFTScriptArguments(ScriptArguments):
-    """Script arguments of `recipes/sft.py` (on top of TRL's `ScriptArguments`: dataset_name, splits, ...)."""
+    """Script arguments of `recipes/sft.py` (on top of TRL's `ScriptArguments`: dataset_name, splits, ...).
+
+    Example:
+        >>> SFTScriptArguments(dataset_name="trl_dpr/embedded-demo").reference_fraction
+        0.5
+    """
 
     reference_fraction: float = field(
         default=0.5,
@@ -58,7 +65,12 @@ class SFTScriptArguments(ScriptArguments):
 
 @dataclass
 class DPRScriptArguments(SFTScriptArguments):
-    """Script arguments of `recipes/dpr.py`. `model_name_or_path` (ModelConfig) is the SFT output: π_SFT + π_ref."""
+    """Script arguments of `recipes/dpr.py`. `model_name_or_path` (ModelConfig) is the SFT output: π_SFT + π_ref.
+
+    Example:
+        >>> DPRScriptArguments(dataset_name="trl_dpr/embedded-demo", evaluation_config="recipes/evaluate/demo.yaml").sft_config is None
+        True
+    """
 
     ref_model_name_or_path: str | None = field(
         default=None,
@@ -90,7 +102,13 @@ class DPRScriptArguments(SFTScriptArguments):
 
 
 def print_stage(index: int, total: int, title: str) -> None:
-    """A clear header between pipeline stages (main process only)."""
+    """A clear header between pipeline stages (main process only).
+
+    Example:
+        ```python
+        print_stage(1, 3, "SFT")   # a header line between the pipeline's stages
+        ```
+    """
     state = PartialState()
     if state.is_main_process:
         bar = "=" * 100
@@ -98,7 +116,13 @@ def print_stage(index: int, total: int, title: str) -> None:
 
 
 def model_init_kwargs_from(model_args: ModelConfig, trust_remote_code: bool = False) -> dict:
-    """`from_pretrained` kwargs from TRL's ModelConfig (dtype, attention, revision, 4/8-bit quantisation)."""
+    """`from_pretrained` kwargs from TRL's ModelConfig (dtype, attention, revision, 4/8-bit quantisation).
+
+    Example:
+        >>> from trl import ModelConfig
+        >>> model_init_kwargs_from(ModelConfig(model_name_or_path="runs/sft", dtype="float32"))
+        {'revision': 'main', 'trust_remote_code': False, 'dtype': 'float32'}
+    """
     kwargs = {
         "revision": model_args.model_revision,
         "trust_remote_code": trust_remote_code,
@@ -118,8 +142,20 @@ def _resolve_base(model_args: ModelConfig, output_dir: str, seed: int) -> str:
     return model_args.model_name_or_path
 
 
-class SafeSFTTrainer(AtomicCheckpointsMixin, SFTTrainer):
-    """TRL's SFTTrainer with staged-then-renamed checkpoints (see `trl_dpr.checkpointing`)."""
+class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, SFTTrainer):
+    """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.checkpointing`) and safe Hub pushes
+    (`trl_dpr.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once).
+
+    Example:
+        ```python
+        trainer = SafeSFTTrainer(model="Qwen/Qwen2.5-0.5B", args=SFTConfig("runs/sft"), train_dataset=demonstrations,
+                                 callbacks=[ReferenceCheckpointCallback(0.5)])
+        ```
+    """
+
+    def __init__(self, *args, **kwargs):
+        self._take_over_hub_push(kwargs["args"])
+        super().__init__(*args, **kwargs)
 
 
 def run_sft(
@@ -129,8 +165,17 @@ def run_sft(
 
     `resume_from_checkpoint: true` resumes from the newest complete checkpoint; π_ref is not written twice. With
     `push_to_hub: true` the output is pushed once, at the end, with its reference checkpoint (`trl_dpr.hub`).
+
+    Example:
+        ```python
+        from trl import ModelConfig, SFTConfig
+        run_sft(SFTScriptArguments(dataset_name="trl_dpr/embedded-demo"),
+                SFTConfig(output_dir="runs/demo/sft", max_steps=600, use_cpu=True),
+                ModelConfig(model_name_or_path="trl_dpr/embedded-tiny-llama", dtype="float32"))
+        ```
     """
     check_output_dir(training_args.output_dir)
+    check_hub_push(training_args)
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
     base = _resolve_base(model_args, training_args.output_dir, training_args.seed)
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
@@ -170,6 +215,34 @@ def _free_memory() -> None:
         torch.cuda.empty_cache()
 
 
+def check_adapter_settings(sft_path: str, model_args: ModelConfig) -> None:
+    """An adapter SFT output (LoRA / QLoRA) is continued as it is: the policy is a trainable copy of the SFT adapter.
+    `use_peft` / `lora_*` keys then describe that adapter (the memory plan reads them) and must agree with its
+    `adapter_config.json`; different values would be silently ignored, so they are an error, before anything loads.
+
+    Example:
+        >>> from trl import ModelConfig
+        >>> check_adapter_settings("runs/not-an-adapter", ModelConfig(use_peft=True, lora_r=8))  # a full model: LoRA is new
+    """
+    config_path = Path(sft_path) / "adapter_config.json"
+    if not model_args.use_peft or not config_path.is_file():
+        return
+    adapter = json.loads(config_path.read_text())
+    asked = {"lora_r": model_args.lora_r, "lora_alpha": model_args.lora_alpha, "lora_dropout": model_args.lora_dropout}
+    found = {"lora_r": adapter.get("r"), "lora_alpha": adapter.get("lora_alpha"), "lora_dropout": adapter.get("lora_dropout")}
+    if model_args.lora_target_modules not in (None, "all-linear", ["all-linear"]) and adapter.get("target_modules"):
+        asked["lora_target_modules"] = sorted(model_args.lora_target_modules)
+        found["lora_target_modules"] = sorted(adapter["target_modules"])
+    differing = {k: (asked[k], found[k]) for k in asked if found.get(k) is not None and asked[k] != found[k]}
+    if differing:
+        details = ", ".join(f"{k}: {a!r} in the recipe, {f!r} in the adapter" for k, (a, f) in differing.items())
+        raise ValueError(
+            f"{sft_path} is a LoRA adapter SFT output, and the DPR policy continues that adapter as it is; the recipe "
+            f"asks for another one ({details}). Make the lora_* keys match {config_path} (or remove use_peft and "
+            "lora_*), or start DPR from a merged, full SFT model to train a new adapter."
+        )
+
+
 def run_dpr(
     script_args: DPRScriptArguments,
     training_args: DensePathConfig,
@@ -182,9 +255,19 @@ def run_dpr(
     `reward_model` replaces the one loaded from the SFT output (π_SFT and π_ref), e.g. a control reward such as
     the correctness oracle of `experiments/oracle.py`. With `push_to_hub: true` the policy (adapter, or merged with `merge_adapter`) and its model card are pushed once, at
     the end; recipes/dpr.py turns that off (`defer_push_to_hub`) and pushes after the evaluation instead.
+
+    Example:
+        ```python
+        from trl import ModelConfig
+        trainer = run_dpr(DPRScriptArguments(dataset_name="trl_dpr/embedded-demo"),
+                          DensePathConfig(output_dir="runs/demo/dpr", max_steps=100, kl_coef=5.0, use_cpu=True),
+                          ModelConfig(model_name_or_path="runs/demo/sft", dtype="float32"))
+        ```
     """
     sft_path = model_args.model_name_or_path
     check_output_dir(training_args.output_dir)
+    check_adapter_settings(sft_path, model_args)
+    check_hub_push(training_args)
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     if reward_model is None:

@@ -95,6 +95,10 @@ class TiltedQuality:
         kl: `[L, P]` Σ_i w_i log(N w_i), the KL(π_λ ‖ π_SFT) estimate at each prompt (0 at λ = ∞).
         ess: `[L, P]` 1 / Σ_i w_i², the effective number of samples behind each estimate (N at λ = ∞, 1 at λ = 0
             with a unique best sample).
+
+    Example:
+        >>> tilted_quality(torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0, 1.0]]), [math.inf]).mean_quality
+        tensor([0.5000], dtype=torch.float64)
     """
 
     lambdas: list[float]
@@ -181,6 +185,11 @@ class PreviewPoint:
         ess: mean effective sample size per prompt (of N).
         trusted: whether `ess` ≥ the preview's `min_ess`. A point below reads as a best-of-few of π_SFT's samples
             more than as π_λ (best-of-N itself, λ = 0, is always reported as what it is).
+
+    Example:
+        >>> point = preview_points({"R": torch.tensor([[0.0, 1.0]])}, torch.tensor([[0.0, 1.0]]), [])[0]
+        >>> point.lam, point.quality, point.kl
+        (inf, 0.5, 0.0)
     """
 
     variant: str
@@ -256,6 +265,10 @@ class PolicyPoint:
     `kl` = mean over its samples of Σ_t log π_θ(a_t|s_t) − log π_SFT(a_t|s_t) (an unbiased estimate of KL(π_θ ‖ π_SFT)
     at temperature 1); `quality` and its gain over π_SFT's samples of the same prompts (`delta`), with bootstrap
     intervals over prompts.
+
+    Example:
+        >>> PolicyPoint("DPR", "runs/dpr", 0.5, 0.4, 0.6, 0.05, 0.01, 0.09, 0.3, 0.2, 0.4).delta
+        0.05
     """
 
     name: str
@@ -281,6 +294,12 @@ class PreviewReport:
         sft_quality: the quality of π_SFT (= every variant's λ = ∞ point).
         pass_at_n: mean over prompts of the best quality among the N samples: no reweighting of these samples can do
             better.
+
+    Example:
+        >>> points = preview_points({"R": torch.tensor([[0.0, 2.0]] * 4)}, torch.tensor([[0.0, 1.0]] * 4), [1.0], min_ess=1.0)
+        >>> report = PreviewReport("exact", 4, 2, points, sft_quality=0.5, pass_at_n=1.0)
+        >>> report.best("R").lam, round(report.best("R").quality, 3)
+        (0.0, 1.0)
     """
 
     quality_name: str

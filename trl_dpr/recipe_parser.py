@@ -1,4 +1,5 @@
-"""`RecipeParser`: TRL's `TrlParser` (YAML `--config` + command-line overrides) that rejects unknown keys.
+"""`RecipeParser`: TRL's `TrlParser` (YAML `--config` + command-line overrides) that rejects unknown keys, and
+`find_recipe_file`: a YAML given by path, or by its name among the recipes shipped with the package.
 
 TRL's own scripts parse with `fail_with_unknown_args=False`, so a stale key does nothing without a word: since TRL 1.8
 `torch_dtype:` is ignored (it is `dtype` now), and since transformers 5 `warmup_ratio:` is gone (`warmup_steps` takes
@@ -11,11 +12,11 @@ from __future__ import annotations
 import difflib
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 
-import yaml
 from trl import TrlParser
 
-__all__ = ["RecipeParser", "RENAMED_KEYS"]
+__all__ = ["RENAMED_KEYS", "RecipeParser", "find_recipe_file", "recipes_root"]
 
 # Keys that older TRL / transformers / alignment-handbook recipes use, and what replaced them.
 RENAMED_KEYS = {
@@ -36,8 +37,48 @@ RENAMED_KEYS = {
 }
 
 
+def recipes_root() -> Path:
+    """The folder of the recipes shipped with the package (`trl_dpr/recipes` in a wheel, `recipes/` in a clone).
+
+    Example:
+        >>> (recipes_root() / "demo" / "dpr.yaml").is_file()
+        True
+    """
+    import importlib.resources
+
+    try:
+        return Path(str(importlib.resources.files("trl_dpr.recipes")))
+    except ModuleNotFoundError:  # a clone on sys.path without the package installed: the repository's folder
+        return Path(__file__).resolve().parent.parent / "recipes"
+
+
+def find_recipe_file(path: str, subfolder: str | None = None) -> str:
+    """`path` itself when it exists; else the shipped recipe of that name (`demo/dpr.yaml`,
+    `qwen2.5-7b/dpr/config_qlora.yaml`, `recipes/...` too), looked up in `subfolder` of the recipes first.
+
+    Example:
+        >>> Path(find_recipe_file("demo/dpr.yaml")).relative_to(recipes_root()).as_posix()
+        'demo/dpr.yaml'
+        >>> Path(find_recipe_file("demo.yaml", subfolder="evaluate")).relative_to(recipes_root()).as_posix()
+        'evaluate/demo.yaml'
+    """
+    if Path(path).is_file():
+        return str(path)
+    root = recipes_root()
+    name = path.removeprefix("recipes/")
+    candidates = ([root / subfolder / name] if subfolder else []) + [root / name]
+    for candidate in candidates:
+        if candidate.is_file():
+            return str(candidate)
+    raise FileNotFoundError(
+        f"Config file {path!r} not found: it is not a file here, nor a recipe shipped with trl_dpr (looked in "
+        f"{', '.join(str(c) for c in candidates)}). `trl-dpr recipes` lists the shipped recipes."
+    )
+
+
 class RecipeParser(TrlParser):
-    """Parse recipe dataclasses from `--config file.yaml` and the command line; unknown YAML keys are an error.
+    """TRL's `TrlParser` for the recipes: `--config` also takes a shipped recipe's name, and a YAML key no recipe
+    dataclass has stops the run (TrlParser detects it; this parser says what it was renamed to, or what is close).
 
     Example:
         >>> from dataclasses import dataclass
@@ -53,27 +94,32 @@ class RecipeParser(TrlParser):
         ValueError: ...torch_dtype (renamed: use `dtype`)...
     """
 
+    def __init__(self, dataclass_types=None, recipe_subfolder: str | None = None, **kwargs):
+        super().__init__(dataclass_types, **kwargs)
+        self.recipe_subfolder = recipe_subfolder  # where `--config NAME` is looked up first among the shipped recipes
+        self._config_path = None
+
     def known_keys(self) -> set[str]:
         return {action.dest for action in self._actions} - {"help"}
 
-    def check_config_keys(self, config: dict, source: str) -> None:
-        """Raise naming every key of `config` that no recipe dataclass has."""
-        known = self.known_keys()
-        unknown = [key for key in config if key not in known and key != "env"]
-        if not unknown:
-            return
-        lines = []
-        for key in unknown:
-            if key in RENAMED_KEYS:
-                lines.append(f"  - {key} (renamed: use `{RENAMED_KEYS[key]}`)")
-            else:
-                close = difflib.get_close_matches(key, sorted(known), n=3)
-                lines.append(f"  - {key}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-        raise ValueError(
-            f"Unknown key(s) in {source}; a recipe must not silently ignore settings:\n"
-            + "\n".join(lines)
-            + "\nRemove or rename them. `python recipes/<script>.py --help` lists every accepted key."
-        )
+    def set_defaults_with_config(self, **kwargs) -> list[str]:
+        """TrlParser's: YAML values become defaults, and the keys it could not place come back. Those are an error."""
+        remaining = super().set_defaults_with_config(**kwargs)
+        unknown = [item[2:] for item in remaining[::2]]  # TrlParser returns them as ["--key", "value", ...]
+        if unknown:
+            lines = []
+            for key in unknown:
+                if key in RENAMED_KEYS:
+                    lines.append(f"  - {key} (renamed: use `{RENAMED_KEYS[key]}`)")
+                else:
+                    close = difflib.get_close_matches(key, sorted(self.known_keys()), n=3)
+                    lines.append(f"  - {key}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+            raise ValueError(
+                f"Unknown key(s) in {self._config_path}; a recipe must not silently ignore settings:\n"
+                + "\n".join(lines)
+                + "\nRemove or rename them. `python recipes/<script>.py --help` lists every accepted key."
+            )
+        return remaining
 
     def parse_args_and_config(
         self,
@@ -84,12 +130,8 @@ class RecipeParser(TrlParser):
     ):
         args = list(args) if args is not None else sys.argv[1:]
         if "--config" in args:
-            config_path = args[args.index("--config") + 1]
-            with open(config_path) as f:
-                config = yaml.safe_load(f) or {}
-            if not isinstance(config, dict):
-                raise ValueError(f"Config file {config_path} must contain a YAML mapping of key: value lines.")
-            self.check_config_keys(config, config_path)
+            index = args.index("--config") + 1
+            self._config_path = args[index] = find_recipe_file(args[index], self.recipe_subfolder)
         return super().parse_args_and_config(
             args,
             return_remaining_strings=return_remaining_strings,

@@ -42,6 +42,11 @@ class TokenRewardOutput:
         kl_reference_logps: log π_SFT(a_t|s_t) at the rollout temperature T, i.e. log softmax(logits / T): the
             reference of DPR's KL term, on the same footing as TRL's log π_old (also taken at T). Equal to `sft_logps`
             when T = 1. Computed from the same forward as `sft_logps` (no extra pass).
+
+    Example:
+        >>> out = TokenRewardOutput(rewards=torch.zeros(1, 2), sft_logps=torch.full((1, 2), -1.0), ref_logps=None)
+        >>> torch.equal(out.kl_reference_logps, out.sft_logps)  # scored at temperature 1
+        True
     """
 
     rewards: torch.Tensor

@@ -74,7 +74,13 @@ def eos_token_ids(model, tokenizer) -> list[int]:
 
 @dataclass
 class PaddedBatch:
-    """Prompts left-padded and completions right-padded, with their masks (1 on real tokens), as GRPO lays them out."""
+    """Prompts left-padded and completions right-padded, with their masks (1 on real tokens), as GRPO lays them out.
+
+    Example:
+        >>> batch = pad_batch([[5]], [[6, 7]], pad_token_id=0)
+        >>> [t.shape[1] for t in batch.as_tuple()]
+        [1, 1, 2, 2]
+    """
 
     prompt_ids: torch.Tensor
     prompt_mask: torch.Tensor

@@ -19,6 +19,7 @@ from . import algorithm
 from .checkpointing import AtomicCheckpointsMixin, check_output_dir
 from .config import DensePathConfig
 from .data import check_prompt_dataset, drop_long_prompts
+from .hub import SafeHubPushMixin, dpr_model_card_section
 from .reward_model import CheckpointRewardModel, initial_policy, load_reward_model
 from .sampled_logprobs import SampledTokenLogprobs
 
@@ -40,7 +41,7 @@ def dense_path(prompts, completions, **kwargs):
     raise RuntimeError("DensePathTrainer scores completions with its CheckpointRewardModel, not through dense_path.")
 
 
-class DensePathTrainer(AtomicCheckpointsMixin, GRPOTrainer):
+class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, GRPOTrainer):
     r"""Trainer for Dense-Path REINFORCE (DPR), from [Beyond Imitation: Recovering Dense Rewards from
     Demonstrations](https://huggingface.co/papers/2510.02493).
 
@@ -65,6 +66,10 @@ class DensePathTrainer(AtomicCheckpointsMixin, GRPOTrainer):
     - `compute_loss`: a batch whose rewards or advantages are not finite contributes no graph (no gradient, no
       optimizer moment update), on every process.
     - `create_model_card`: TRL's card plus DPR's hyperparameters, the reward's source and the evaluation table.
+
+    From the mixins: checkpoints are staged and renamed once complete, resume takes the newest complete one
+    (`AtomicCheckpointsMixin`), and Hub pushes (`push_to_hub=True`, `trainer.push_to_hub()`) go through the safe push,
+    once, with the model card (`SafeHubPushMixin`).
 
     In TRL's completions table (`log_completions=True`), GRPO's scalar `dense_path` and `advantage` columns are NaN and
     0 (DPR has no scalar reward, and one sample per prompt has no group advantage); DPR's are `sequence_reward`
@@ -123,6 +128,7 @@ class DensePathTrainer(AtomicCheckpointsMixin, GRPOTrainer):
         for name, dataset in {"train_dataset": train_dataset, **{f"eval_dataset{k and f'[{k!r}]'}": v for k, v in eval_datasets.items()}}.items():
             check_prompt_dataset(dataset, name)
         check_output_dir(args.output_dir)
+        self._take_over_hub_push(args)  # before any model loads: the token, the strategy; one safe push at the end
         reward_model = load_reward_model(reward_model, args)
 
         # Algorithm 1, line 2: the actor starts from π_SFT; π_SFT itself stays frozen as the reward and KL reference.
@@ -281,8 +287,6 @@ class DensePathTrainer(AtomicCheckpointsMixin, GRPOTrainer):
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """TRL's model card (tags `trl`, `dpr`, `dense-path-reinforce`, the paper's citation), plus DPR's section."""
-        from .hub import dpr_model_card_section
-
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if self.is_world_process_zero():
             with open(Path(self.args.output_dir) / "README.md", "a") as card:

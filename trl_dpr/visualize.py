@@ -243,7 +243,13 @@ def _read_pairs(path: str) -> tuple[list, list[str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> list[Path]:
-    """The command-line interface (see the module docstring); returns the files written."""
+    """The command-line interface (see the module docstring); returns the files written.
+
+    Example:
+        ```bash
+        python -m trl_dpr.visualize --sft runs/demo/sft --prompt "What is 2+3?" --response "2 + 3 = 5. The answer is 5."
+        ```
+    """
     parser = argparse.ArgumentParser(prog="python -m trl_dpr.visualize", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sft", required=True, help="SFT output folder (π_SFT, with π_ref recorded by the SFT stage).")
     parser.add_argument("--ref", default=None, help="π_ref folder, if not the one recorded in the SFT output.")

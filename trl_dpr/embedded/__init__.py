@@ -3,7 +3,9 @@
     task        generated instructions with expert step-by-step answers that can be checked exactly
     tiny_lm     tiny causal LMs and byte-level BPE tokenizers built from a config and a corpus (no download)
     base_model  the demo's base model (`model_name_or_path: trl_dpr/embedded-tiny-llama`), built once per folder
-    evaluation  the exact-answer judge and accuracy, used by `make demo`, recipes/evaluate.py and the experiments
+
+Its evaluation is recipes/evaluate.py's (`benchmarks: [demo]`, `judge: exact`: `trl_dpr.evaluation.ExactAnswerJudge`
+and each model's accuracy), the one path `make demo`, recipes/evaluate.py and the experiments all take.
 
 Recipes name the task `dataset_name: trl_dpr/embedded-demo` and the base `model_name_or_path:
 trl_dpr/embedded-tiny-llama`; nothing is downloaded.

@@ -23,8 +23,9 @@ def build_embedded_base(path: str | os.PathLike, seed: int = 0) -> str:
     """Write the embedded tiny Llama (hidden 128, 4 layers) and its tokenizer to `path` once; return the path.
 
     Example:
-        >>> import tempfile
-        >>> folder = build_embedded_base(tempfile.mkdtemp() + "/base")
+        >>> import contextlib, io, tempfile
+        >>> with contextlib.redirect_stdout(io.StringIO()):  # accelerate's device notice
+        ...     folder = build_embedded_base(tempfile.mkdtemp() + "/base")
         >>> sorted(p.name for p in Path(folder).iterdir())[:2]
         ['chat_template.jinja', 'config.json']
     """

@@ -42,7 +42,12 @@ ANSWER_PATTERN = re.compile(r"The answer is ([0-9][0-9 ]*)\.?")
 
 @dataclass
 class DemoExample:
-    """One demonstration: the instruction, the expert's step-by-step response, its exact answer, and its kind."""
+    """One demonstration: the instruction, the expert's step-by-step response, its exact answer, and its kind.
+
+    Example:
+        >>> DemoExample("add", "Mia has 2 apples. She gets 3 more. How many?", "2 + 3 = 5. The answer is 5.", "5").answer
+        '5'
+    """
 
     kind: str
     prompt: str
@@ -200,7 +205,13 @@ def is_correct(response: str, answer: str) -> bool:
 
 
 def demo_corpus(seed: int = 0, size: int = 2000) -> list[str]:
-    """Texts to train the embedded tokenizer on: prompts and responses of every kind."""
+    """Texts to train the embedded tokenizer on: prompts and responses of every kind.
+
+    Example:
+        >>> corpus = demo_corpus(size=5)
+        >>> len(corpus), corpus[1].endswith(".")
+        (10, True)
+    """
     rng = random.Random(seed + 1_000_003)
     texts = []
     for i in range(size):

@@ -10,7 +10,7 @@ ties = 0.5 and a bootstrap CI, MT-Bench 1–10 grades, answer lengths, and the T
     runner        run_evaluation: the whole run from an EvaluationConfig
     callback      WinRateCallback: eval/win_rate during training
 
-The embedded task's exact-answer judge is `trl_dpr.embedded.evaluation.ExactAnswerJudge` (`judge: exact`).
+The embedded task's judge is `ExactAnswerJudge` (`judge: exact`): its exact answers decide.
 """
 
 from .answers import TransformersAnswerGenerator, answer_prompts
@@ -18,6 +18,7 @@ from .callback import WinRateCallback
 from .chat_models import ChatModel, ChatRequestError, LocalChatModel, MissingAPIKeyError, OpenAIChatModel
 from .config import EvaluationConfig
 from .judges import (
+    ExactAnswerJudge,
     LLMPairwiseJudge,
     MTBenchGrader,
     MTBenchScore,
@@ -40,6 +41,7 @@ __all__ = [
     "EvalPrompt",
     "EvaluationConfig",
     "EvaluationReport",
+    "ExactAnswerJudge",
     "LLMPairwiseJudge",
     "LengthStats",
     "LocalChatModel",

@@ -38,7 +38,16 @@ GENERATION_BACKENDS = ("auto", "transformers", "vllm")
 
 
 class AnswerGenerator(Protocol):
-    """Samples one answer per conversation. `settings` identifies what produced the answers (for the cache)."""
+    """Samples one answer per conversation. `settings` identifies what produced the answers (for the cache).
+
+    Example:
+        >>> class Echo:
+        ...     settings = {"model_path": "echo"}
+        ...     def generate(self, conversations):
+        ...         return [c[-1]["content"] for c in conversations]
+        >>> Echo().generate([[{"role": "user", "content": "hi"}]])
+        ['hi']
+    """
 
     settings: dict
 
@@ -119,7 +128,16 @@ class TransformersAnswerGenerator:
 
 
 def answer_cache(path: str | Path, generator: AnswerGenerator) -> JsonlCache:
-    """The answer file of one model on one prompt set: lines keyed by (model, prompt_id, turn)."""
+    """The answer file of one model on one prompt set: lines keyed by (model, prompt_id, turn).
+
+    Example:
+        >>> import tempfile, os
+        >>> class Echo:
+        ...     settings = {"model_path": "echo"}
+        >>> cache = answer_cache(os.path.join(tempfile.mkdtemp(), "echo.jsonl"), Echo())
+        >>> cache.key_fields, len(cache)
+        (('model', 'prompt_id', 'turn'), 0)
+    """
     return JsonlCache(path, ("model", "prompt_id", "turn"), settings=generator.settings)
 
 

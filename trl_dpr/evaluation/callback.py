@@ -49,8 +49,7 @@ class WinRateCallback(TrainerCallback):
 
     Example:
         ```python
-        from trl_dpr.embedded.evaluation import ExactAnswerJudge
-        from trl_dpr.evaluation import WinRateCallback
+        from trl_dpr.evaluation import ExactAnswerJudge, WinRateCallback
 
         trainer = DensePathTrainer(reward_model=reward_model, args=config, train_dataset=train)
         held_out = build_demo_dataset(num_test=64)["test"]

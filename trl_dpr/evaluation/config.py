@@ -181,10 +181,11 @@ def load_evaluation_config(path: str, **replaced) -> EvaluationConfig:
 
     import yaml
 
-    from ..recipe_parser import RecipeParser
+    from ..recipe_parser import RecipeParser, find_recipe_file
 
+    path = find_recipe_file(str(path), subfolder="evaluate")
     with open(path) as f:
         check_config_has_no_secrets(yaml.safe_load(f) or {}, path)
-    (config,) = RecipeParser((EvaluationConfig,)).parse_args_and_config(["--config", str(path)])
+    (config,) = RecipeParser((EvaluationConfig,)).parse_args_and_config(["--config", path])
     return dataclasses.replace(config, **replaced)
 

@@ -44,12 +44,14 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ..embedded.task import is_correct
 from .cache import JsonlCache
 from .chat_models import ChatModel
 from .prompt_sets import EvalPrompt
 
 __all__ = [
     "PAIRWISE_LABELS",
+    "ExactAnswerJudge",
     "PAIRWISE_SYSTEM_PROMPT",
     "POSITION_RULES",
     "REFERENCE_CATEGORIES",
@@ -184,7 +186,12 @@ _RATING = re.compile(r"\[\[(-?\d+(?:\.\d+)?)\]\]")
 
 @dataclass(frozen=True)
 class ParsedVerdict:
-    """A pairwise verdict: `label` is one of `PAIRWISE_LABELS`, or None with the reason in `problem`."""
+    """A pairwise verdict: `label` is one of `PAIRWISE_LABELS`, or None with the reason in `problem`.
+
+    Example:
+        >>> parse_verdict("[[B>A]]").label, parse_verdict("B>A").ok
+        ('B>A', False)
+    """
 
     label: str | None
     problem: str | None = None
@@ -196,7 +203,12 @@ class ParsedVerdict:
 
 @dataclass(frozen=True)
 class ParsedRating:
-    """A single-answer rating: `value` in [low, high], or None with the reason in `problem`."""
+    """A single-answer rating: `value` in [low, high], or None with the reason in `problem`.
+
+    Example:
+        >>> parse_rating("Rating: [[7]]").ok, parse_rating("Rating: 7").ok
+        (True, False)
+    """
 
     value: float | None
     problem: str | None = None
@@ -311,6 +323,10 @@ class PairToJudge:
     """One comparison: `candidate` (the method being evaluated) against `baseline` (SFT) on `question`.
 
     `reference` is a reference answer when the benchmark has one (the embedded task's exact answer).
+
+    Example:
+        >>> ExactAnswerJudge().judge_pairs([PairToJudge("2+2?", "The answer is 4.", "The answer is 5.", "4")])[0].outcome
+        'win'
     """
 
     question: str
@@ -328,6 +344,10 @@ class PairJudgement:
         verdicts: the parsed label of each order, candidate shown as A first, then as B (None where unparseable).
         judge_outputs: the judge's raw replies, same order (empty for judges that do not write text).
         problem: why the outcome is None.
+
+    Example:
+        >>> PairJudgement("tie", verdicts=("A>B", "A>B")).as_dict()["verdicts"]
+        ('A>B', 'A>B')
     """
 
     outcome: str | None
@@ -409,6 +429,36 @@ class LLMPairwiseJudge(PairwiseJudge):
         )
 
 
+class ExactAnswerJudge(PairwiseJudge):
+    """Pairwise judge from exact answers: "win" when only the candidate is correct, "loss" when only the baseline is,
+    "tie" when both or neither are. Every verdict parses (there is no text to misread).
+
+    Example:
+        >>> ExactAnswerJudge().judge("The answer is 9.", "The answer is 8.", answer="9")
+        'win'
+        >>> ExactAnswerJudge().judge_pairs([PairToJudge("4+5?", "The answer is 8.", "The answer is 9.", reference="9")])[0].outcome
+        'loss'
+    """
+
+    name = "exact-answer"
+
+    def judge(self, candidate: str, baseline: str, answer: str) -> str:
+        candidate_ok, baseline_ok = is_correct(candidate, answer), is_correct(baseline, answer)
+        if candidate_ok == baseline_ok:
+            return "tie"
+        return "win" if candidate_ok else "loss"
+
+    def judge_pairs(self, pairs: Sequence[PairToJudge]) -> list[PairJudgement]:
+        missing = [i for i, pair in enumerate(pairs) if pair.reference is None]
+        if missing:
+            raise ValueError(
+                f"ExactAnswerJudge needs the expected answer as `reference`; pairs {missing[:5]} have none. It only "
+                "applies to prompt sets with exact answers (the embedded task, benchmark `demo`); use an LLM judge "
+                "for open-ended benchmarks."
+            )
+        return [PairJudgement(self.judge(p.candidate, p.baseline, p.reference)) for p in pairs]
+
+
 # ---- MT-Bench single-answer grading -----------------------------------------------------------------------------
 
 REFERENCE_CATEGORIES = ("math", "reasoning", "coding")
@@ -416,7 +466,12 @@ REFERENCE_CATEGORIES = ("math", "reasoning", "coding")
 
 @dataclass(frozen=True)
 class MTBenchGrade:
-    """The grade of one answer: `rating` in [1, 10], or None with the reason in `problem`."""
+    """The grade of one answer: `rating` in [1, 10], or None with the reason in `problem`.
+
+    Example:
+        >>> MTBenchGrade("81", 0, "writing", 8.0).as_dict()["rating"]
+        8.0
+    """
 
     prompt_id: str
     turn: int
@@ -432,7 +487,12 @@ class MTBenchGrade:
 
 @dataclass(frozen=True)
 class MTBenchScore:
-    """Mean rating overall, per turn (1, 2) and per category, over the parseable grades."""
+    """Mean rating overall, per turn (1, 2) and per category, over the parseable grades.
+
+    Example:
+        >>> mt_bench_score([MTBenchGrade("81", 0, "writing", 8.0), MTBenchGrade("81", 1, "writing", 6.0)]).turn_scores
+        {1: 8.0, 2: 6.0}
+    """
 
     score: float | None
     turn_scores: dict[int, float]
@@ -550,7 +610,6 @@ def judge_pairs_cached(
 
     Example:
         >>> import tempfile, os
-        >>> from trl_dpr.evaluation import ExactAnswerJudge
         >>> path = os.path.join(tempfile.mkdtemp(), "judgements.jsonl")
         >>> pair = PairToJudge("2+2?", "The answer is 4.", "The answer is 5.", reference="4")
         >>> judge_pairs_cached(ExactAnswerJudge(), ["0"], [pair], path, show_progress=False)[0].outcome
@@ -590,6 +649,17 @@ def grade_mt_bench_cached(
     """`grader.grade(prompts, answers)` for every turn, reading cached grades back and saving new ones as they come.
 
     Grades are keyed by (prompt, turn, the conversation's answers up to that turn).
+
+    Example:
+        >>> import tempfile, os
+        >>> class Grader:
+        ...     name = "fixed"
+        ...     def complete_batch(self, conversations):
+        ...         return ["Rating: [[9]]" for _ in conversations]
+        >>> prompt = EvalPrompt("1", ("Say hi.",), "writing")
+        >>> path = os.path.join(tempfile.mkdtemp(), "grades.jsonl")
+        >>> [g.rating for g in grade_mt_bench_cached(MTBenchGrader(Grader()), [prompt], {("1", 0): "hi"}, path, show_progress=False)]
+        [9.0]
     """
     cache = JsonlCache(cache_path, ("prompt_id", "turn", "answers"), settings={"grader": grader.name})
 

@@ -68,7 +68,12 @@ class EvalPrompt:
 
 @dataclass(frozen=True)
 class PromptSetSource:
-    """Where a benchmark's prompts come from, and how many the paper used (a different count is warned about)."""
+    """Where a benchmark's prompts come from, and how many the paper used (a different count is warned about).
+
+    Example:
+        >>> PROMPT_SETS["mt_bench"].expected_rows, PROMPT_SETS["demo"].display_name
+        (80, 'Embedded task')
+    """
 
     name: str
     display_name: str

@@ -50,6 +50,11 @@ class WinRate:
         ci_low, ci_high: percentile bootstrap confidence interval of `value` (resampling prompts).
         wins, ties, losses: counts.
         confidence: the interval's level (0.95 by default).
+
+    Example:
+        >>> rate = win_rate(["win", "tie", "tie", "loss"])
+        >>> rate.value, rate.n
+        (0.5, 4)
     """
 
     value: float
@@ -224,7 +229,12 @@ def exact_accuracy(
 # ---- answer lengths: LLM judges favour longer answers, so a win rate is read next to the lengths behind it -------
 @dataclass(frozen=True)
 class LengthStats:
-    """Mean and median answer length in words (whitespace-separated) and, with a tokenizer, in tokens."""
+    """Mean and median answer length in words (whitespace-separated) and, with a tokenizer, in tokens.
+
+    Example:
+        >>> length_stats(["a b", "c"]).mean_words
+        1.5
+    """
 
     n: int
     mean_words: float
@@ -269,6 +279,12 @@ class PairwiseResult:
         unparseable: pairs left out because a verdict could not be parsed (reported, never hidden).
         position_disagreements: pairs whose two orders gave different outcomes (a measure of position bias); None
             for judges that do not judge in two orders (the exact-answer judge).
+
+    Example:
+        >>> result = PairwiseResult("demo", "DPR", "SFT", "exact-answer", win_rate(["win", "loss"]), 2, 0, None,
+        ...                         length_stats(["a"]), length_stats(["b"]))
+        >>> result.as_dict()["win_rate"]["win_rate"]
+        0.5
     """
 
     benchmark: str
@@ -299,7 +315,13 @@ class PairwiseResult:
 
 @dataclass(frozen=True)
 class MTBenchResult:
-    """One model's MT-Bench grades, aggregated, with the lengths of its answers (both turns)."""
+    """One model's MT-Bench grades, aggregated, with the lengths of its answers (both turns).
+
+    Example:
+        >>> score = MTBenchScore(7.0, {1: 7.0}, {"writing": 7.0}, graded=1, unparseable=0)
+        >>> MTBenchResult("DPR", "mt-bench:gpt-4o", score, length_stats(["an answer"])).as_dict()["score"]
+        7.0
+    """
 
     method: str
     judge: str
@@ -345,7 +367,13 @@ def summarize_pairwise(
 
 @dataclass
 class EvaluationReport:
-    """Everything one evaluation run measured, in the order the table shows it."""
+    """Everything one evaluation run measured, in the order the table shows it.
+
+    Example:
+        >>> report = EvaluationReport("SFT", ["DPR"], ["demo"], accuracy=[AccuracyResult("demo", "DPR", 0.6, 0.5, 0.7, 6, 10)])
+        >>> report.accuracy_result("demo", "DPR").accuracy
+        0.6
+    """
 
     baseline: str
     methods: list[str]

@@ -26,13 +26,13 @@ import os
 import re
 from pathlib import Path
 
-from ..embedded.evaluation import ExactAnswerJudge
 from ..embedded.task import is_correct
 from .answers import answer_prompts, is_vllm_available, load_answer_generator
 from .cache import JsonlCache
 from .chat_models import ChatModel, LocalChatModel, OpenAIChatModel
 from .config import EvaluationConfig
 from .judges import (
+    ExactAnswerJudge,
     LLMPairwiseJudge,
     MTBenchGrader,
     PairToJudge,

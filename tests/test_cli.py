@@ -1,0 +1,143 @@
+"""The `trl-dpr` command: shipped recipes found by name, accelerate configs by name, user errors without a traceback,
+and the whole path from a built wheel installed outside the repository (offline, CPU)."""
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trl_dpr.cli import _resolve_accelerate_config, main, run
+from trl_dpr.recipe_parser import find_recipe_file, recipes_root
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_shipped_recipe_is_found_by_name_or_by_its_repository_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not the repository: names resolve to the shipped recipes
+    assert Path(find_recipe_file("demo/dpr.yaml")) == recipes_root() / "demo" / "dpr.yaml"
+    assert Path(find_recipe_file("recipes/qwen2.5-7b/dpr/config_qlora.yaml")).resolve() == (
+        recipes_root() / "qwen2.5-7b" / "dpr" / "config_qlora.yaml").resolve()
+    assert Path(find_recipe_file("demo.yaml", subfolder="evaluate")) == recipes_root() / "evaluate" / "demo.yaml"
+    assert Path(find_recipe_file("demo.yaml", subfolder="preview")) == recipes_root() / "preview" / "demo.yaml"
+
+
+def test_a_file_that_exists_wins_and_a_missing_one_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "dpr.yaml").write_text("learning_rate: 1.0\n")
+    assert find_recipe_file("demo/dpr.yaml") == "demo/dpr.yaml"  # the user's own file, not the shipped one
+    with pytest.raises(FileNotFoundError, match=r"'llama/dpr\.yaml' not found.*trl-dpr recipes"):
+        find_recipe_file("llama/dpr.yaml")
+
+
+def test_accelerate_configs_by_name_ours_then_trls(tmp_path):
+    assert _resolve_accelerate_config(["--accelerate_config", "cpu", "--num_processes", "2"]) == [
+        "--config_file", str(recipes_root() / "accelerate_configs" / "cpu.yaml"), "--num_processes", "2"]
+    zero3 = _resolve_accelerate_config(["--accelerate_config", "zero3"])[1]
+    assert Path(zero3).name == "zero3.yaml" and "trl" in Path(zero3).parts and yaml.safe_load(Path(zero3).read_text())[
+        "deepspeed_config"]["zero_stage"] == 3
+    own = tmp_path / "mine.yaml"
+    own.write_text("num_processes: 1\n")
+    assert _resolve_accelerate_config(["--accelerate_config", str(own)])[:2] == ["--config_file", str(own)]
+    with pytest.raises(ValueError, match=r"'tpu9'.*'cpu'.*'zero3'"):
+        _resolve_accelerate_config(["--accelerate_config", "tpu9"])
+    assert _resolve_accelerate_config(["--num_processes", "2"]) == ["--num_processes", "2"]
+
+
+def test_a_user_error_exits_with_its_message_and_no_traceback(capsys):
+    def failing(argv):
+        raise ValueError("num_generations must be >= 1 (the paper uses 1), got 0.")
+
+    with pytest.raises(SystemExit) as stop:
+        run(failing, [])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "error (ValueError): num_generations must be >= 1" in err and "--debug" in err and "Traceback" not in err
+
+
+def test_debug_shows_the_traceback(monkeypatch):
+    def failing(argv):
+        raise FileNotFoundError("no such folder")
+
+    with pytest.raises(FileNotFoundError):
+        run(failing, ["--debug"])
+    monkeypatch.setenv("TRL_DPR_DEBUG", "1")
+    with pytest.raises(FileNotFoundError):
+        run(failing, [])
+
+
+def test_a_bug_is_not_dressed_as_a_user_error():
+    def buggy(argv):
+        raise KeyError("internal")
+
+    with pytest.raises(KeyError):
+        run(buggy, [])
+
+
+def test_help_lists_the_commands_and_recipes_lists_the_shipped_yamls(capsys):
+    main(["--help"])
+    out = capsys.readouterr().out
+    assert all(f"trl-dpr {command}" in out for command in ("sft", "dpr", "evaluate", "preview", "heatmap", "memory"))
+    main(["recipes"])
+    listed = capsys.readouterr().out.split()
+    assert "demo/dpr.yaml" in listed and "qwen2.5-7b/dpr/config_qlora.yaml" in listed and "evaluate/demo.yaml" in listed
+    with pytest.raises(SystemExit) as stop:
+        main(["trian"])
+    assert stop.value.code == 2
+
+
+def small_demo_overrides(work: Path) -> list[str]:
+    """Overrides that make the shipped demo/dpr.yaml a seconds-long run (SFT 4 steps, DPR 2 steps, 4 prompts)."""
+    sft = work / "sft_small.yaml"
+    sft.write_text(yaml.safe_dump({
+        "model_name_or_path": "trl_dpr/embedded-tiny-llama", "dtype": "float32", "dataset_name": "trl_dpr/embedded-demo",
+        "num_train_samples": 32, "output_dir": "runs/demo/sft", "max_steps": 4, "per_device_train_batch_size": 8,
+        "learning_rate": 1e-3, "max_length": 128, "use_cpu": True, "bf16": False, "save_strategy": "no",
+        "report_to": "none", "gradient_checkpointing": False}))
+    evaluation = work / "eval_small.yaml"
+    evaluation.write_text(yaml.safe_dump({
+        "output_dir": "runs/demo/eval", "baseline": "SFT=unused", "candidates": ["DPR=unused"], "benchmarks": ["demo"],
+        "demo_num_prompts": 4, "max_new_tokens": 8, "generation_batch_size": 8, "generation_backend": "transformers",
+        "dtype": "float32", "judge": "exact", "bootstrap_resamples": 100}))
+    return ["--sft_config", str(sft), "--evaluation_config", str(evaluation), "--max_steps", "2",
+            "--per_device_train_batch_size", "4", "--num_train_samples", "16", "--max_completion_length", "8"]
+
+
+@pytest.mark.slow
+def test_a_built_wheel_runs_the_packaged_demo_outside_the_repository(tmp_path):
+    """pip install of the wheel (into a folder, next to the installed dependencies), then trl-dpr from elsewhere."""
+    wheels, target, work = tmp_path / "wheels", tmp_path / "site", tmp_path / "work"
+    work.mkdir()
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                            str(wheels), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-2000:]
+    (wheel,) = wheels.glob("trl_dpr-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "trl_dpr/recipes/demo/dpr.yaml" in names and "trl_dpr/recipes/qwen2.5-7b/dpr/config_qlora.yaml" in names
+    assert "trl_dpr/py.typed" in names and not any(n.startswith(("experiments/", "tests/")) for n in names)
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+                              str(wheel)], capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr[-2000:]
+
+    env = {**os.environ, "PYTHONPATH": str(target), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-c", "from trl_dpr.cli import main; main()"]  # what the trl-dpr entry point runs
+    where = subprocess.run([*command, "recipes"], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert where.returncode == 0 and "demo/dpr.yaml" in where.stdout, where.stderr[-2000:]
+    located = subprocess.run([sys.executable, "-c", "import trl_dpr; print(trl_dpr.__file__)"], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert located.stdout.strip().splitlines()[-1].startswith(str(target))  # the installed wheel, not the repository
+
+    run = subprocess.run([*command, "dpr", "--config", "demo/dpr.yaml", "--accelerate_config", "cpu",
+                          *small_demo_overrides(work)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "| DPR |" in run.stdout
+    assert (work / "runs" / "demo" / "dpr" / "model.safetensors").is_file()
+    assert (work / "runs" / "demo" / "eval" / "results.md").is_file()
+
+    bad = subprocess.run([*command, "dpr", "--config", "demo/dpr.yaml", "--num_generations", "0"], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "num_generations must be >= 1" in bad.stderr and "Traceback" not in bad.stderr
