@@ -4,21 +4,34 @@ from pathlib import Path
 
 import pytest
 from transformers import AutoConfig, LlamaConfig
-from trl import ModelConfig
+from trl import ModelConfig, SFTConfig
 
 from trl_dpr import DensePathConfig
-from trl_dpr.memory import GIB, MemoryPlan, MemoryTerm, ModelShape, kv_cache_bytes_per_token, main, plan, plan_recipe
+from trl_dpr.memory import (
+    GIB,
+    MemoryPlan,
+    MemoryTarget,
+    MemoryTerm,
+    ModelShape,
+    kv_cache_bytes_per_token,
+    main,
+    plan,
+    plan_recipe,
+)
+from trl_dpr.pipeline import SFTScriptArguments
+from trl_dpr.recipe_parser import RecipeParser
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "tests" / "data" / "model_configs"
-BACKBONES = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.1", "gemma-3-4b"]
+BACKBONES = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.1", "gemma-3-4b"]  # the paper's
+COLAB = "qwen2.5-0.5b"  # the notebooks' GPU preset, on a free Colab T4
 RECIPES = sorted((ROOT / "recipes").glob("*/*/config_*.yaml"))
 KIB = 1024
 
 
 @pytest.fixture(scope="module")
 def shapes():
-    return {name: ModelShape.from_config(AutoConfig.from_pretrained(CONFIGS / name)) for name in BACKBONES}
+    return {name: ModelShape.from_config(AutoConfig.from_pretrained(CONFIGS / name)) for name in [*BACKBONES, COLAB]}
 
 
 def llama_dpr_args(**overrides):
@@ -162,8 +175,22 @@ def test_a_vllm_pool_too_small_for_the_weights_and_one_sequence_is_an_error(shap
 # ---- the shipped recipes ----------------------------------------------------------------------------------------
 
 
-def test_every_backbone_has_its_eight_recipes():
-    assert len(RECIPES) == 16 and {p.parts[-3] for p in RECIPES} == set(BACKBONES)
+def test_every_backbone_has_its_recipes():
+    by_backbone = {b: sorted("/".join(p.parts[-2:]) for p in RECIPES if p.parts[-3] == b) for b in [*BACKBONES, COLAB]}
+    assert len(RECIPES) == 4 * len(BACKBONES) + 2
+    assert all(len(recipes) == 4 for backbone, recipes in by_backbone.items() if backbone != COLAB)
+    assert by_backbone[COLAB] == ["dpr/config_qlora_t4.yaml", "sft/config_qlora_t4.yaml"]
+
+
+def test_the_colab_preset_fits_a_t4_and_its_sft_batch_is_what_makes_it_fit(shapes):
+    for stage in ("sft", "dpr"):
+        result = plan_recipe(str(ROOT / "recipes" / COLAB / stage / "config_qlora_t4.yaml"), shapes[COLAB])
+        assert result.gpu_memory_gib == 15 and result.fits, result.table()
+    # the SFT's loss logits grow with the batch: 8 sequences of 1024 tokens would not fit (13.9 GiB of logits alone)
+    path = ROOT / "recipes" / COLAB / "sft" / "config_qlora_t4.yaml"
+    _, args, model_args, target = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget)).parse_args_and_config(
+        ["--config", str(path), "--per_device_train_batch_size", "8", "--use_cpu", "true"])
+    assert not plan(args, shapes[COLAB], model_args, gpu_memory_gib=target.gpu_memory_gib).fits
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: "/".join(p.parts[-3:]))

@@ -1,14 +1,18 @@
 """The notebooks execute on the embedded offline default, the way CI runs them (papermill's `parameters` convention,
 executed with nbclient on a kernel that is this interpreter), and are committed without outputs."""
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+import yaml
 from IPython.core.inputtransformer2 import TransformerManager
 from nbclient import NotebookClient
+
+from trl_dpr.recipe_parser import find_recipe_file
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -82,13 +86,49 @@ def test_every_cell_is_valid_python_including_the_online_branches(name):
             compile(TransformerManager().transform_cell(cell.source), f"{name}.ipynb", "exec")
 
 
+class RecordingShell:
+    """Stands in for IPython where the install cell runs: records the magics instead of running pip."""
+
+    def __init__(self):
+        self.magics = []
+
+    def run_line_magic(self, name, line):
+        self.magics.append((name, line))
+
+
+def run_install_cell(name, installed: bool, package_source):
+    (cell,) = [c for c in load(name).cells if "%pip install" in c.source]
+    shell = RecordingShell()
+    find_spec = importlib.util.find_spec
+    namespace = {"get_ipython": lambda: shell, "PACKAGE_SOURCE": package_source}
+    try:
+        importlib.util.find_spec = lambda module, *a: (find_spec(module, *a) if installed or module != "trl_dpr" else None)
+        exec(TransformerManager().transform_cell(cell.source), namespace)
+    finally:
+        importlib.util.find_spec = find_spec
+    return shell.magics
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_open_in_colab_badge_points_to_the_notebook(name):
-    first = load(name).cells[0]
-    assert first.cell_type == "markdown"
-    assert f"colab.research.google.com/github/YOUR-ORG/trl_dpr/blob/main/notebooks/{name}.ipynb" in first.source
-    install = "\n".join(cell.source for cell in load(name).cells if "%pip install" in cell.source)
-    assert "if not OFFLINE:" in install  # never installs anything offline
+def test_the_install_cell_installs_only_where_trl_dpr_is_missing_and_from_one_named_source(name):
+    assert run_install_cell(name, installed=True, package_source=None) == []  # CI, a clone: nothing to do
+    source = "trl_dpr[quantization,tracking] @ git+https://example.org/trl_dpr"
+    assert run_install_cell(name, installed=False, package_source=source) == [("pip", 'install --quiet "$PACKAGE_SOURCE"')]
+    with pytest.raises(RuntimeError, match="Set PACKAGE_SOURCE in the parameters cell"):
+        run_install_cell(name, installed=False, package_source=None)
+    text = json.dumps(load(name))
+    assert "YOUR-ORG" not in text and "colab.research.google.com" not in text  # no badge without a real URL
+    parameters = next(c for c in load(name).cells if "parameters" in c.metadata.get("tags", []))
+    assert "PACKAGE_SOURCE = None" in parameters.source
+
+
+def test_the_quickstart_gpu_preset_is_the_shipped_t4_recipes():
+    parameters = next(c for c in load("quickstart").cells if "parameters" in c.metadata.get("tags", []))
+    values = {}
+    exec(parameters.source, values)
+    for key in ("GPU_SFT_RECIPE", "GPU_DPR_RECIPE"):
+        recipe = yaml.safe_load(Path(find_recipe_file(values[key])).read_text())
+        assert recipe["gpu_memory_gib"] == 15 and recipe["load_in_4bit"] and recipe["fp16"]  # a T4: 16 GB, no bf16
 
 
 @pytest.mark.slow

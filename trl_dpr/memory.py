@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from torch import nn
 
@@ -416,7 +417,7 @@ def plan(
         ]
     if is_dpr and sharded:
         notes.append(
-            f"Assumes ZeRO-3 (zero3.yaml). Under FSDP (fsdp.yaml) TRL's prepare_fsdp makes each scorer ONE FSDP unit "
+            f"Assumes ZeRO-3 (--accelerate_config zero3). Under FSDP (fsdp2) TRL's prepare_fsdp makes each scorer ONE FSDP unit "
             f"(tests/test_sharded.py), so scoring gathers a whole scorer: + {_gib(shape.parameters * BF16)}."
         )
         if not training_args.use_vllm:
@@ -552,8 +553,9 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     from trl import ModelConfig, SFTConfig
 
     from .config import DensePathConfig
-    from .recipe_parser import RecipeParser
+    from .recipe_parser import RecipeParser, find_recipe_file
 
+    config_path = find_recipe_file(str(config_path))
     values = yaml.safe_load(Path(config_path).read_text()) or {}
     # A DPR recipe sets some field that only DensePathConfig (GRPO + DPR) has; an SFT recipe none.
     dpr_only = set(DensePathConfig.__dataclass_fields__) - set(SFTConfig.__dataclass_fields__)
@@ -573,10 +575,17 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
 
 
 def recipe_backbone(config_path: str) -> str:
-    """The Hub id of a recipe's backbone: the first word of its first line (`# meta-llama/Llama-3.1-8B: ...`)."""
+    """The Hub id of a recipe's backbone: the first word of its first line (`# meta-llama/Llama-3.1-8B: ...`).
+
+    Example:
+        >>> recipe_backbone("qwen2.5-7b/dpr/config_qlora.yaml")
+        'Qwen/Qwen2.5-7B'
+    """
     from pathlib import Path
 
-    first = Path(config_path).read_text().splitlines()[0]
+    from .recipe_parser import find_recipe_file
+
+    first = Path(find_recipe_file(str(config_path))).read_text().splitlines()[0]
     match = re.match(r"#\s*([\w.-]+/[\w.-]+):", first)
     if not match:
         raise ValueError(
@@ -593,17 +602,35 @@ def _script_arguments_class(is_dpr: bool):
 
 
 def main(argv=None) -> None:
+    """`trl-dpr memory` / `python -m trl_dpr.memory`: print the plan of recipe YAMLs (paths or shipped names).
+
+    Example:
+        ```bash
+        trl-dpr memory --config qwen2.5-0.5b/dpr/config_qlora_t4.yaml               # config.json from the Hub
+        trl-dpr memory --config my_recipe.yaml --model-config path/to/model_folder  # or from a local folder
+        # the tables at the end of recipes/README.md:
+        python -m trl_dpr.memory --details --model-config-dir tests/data/model_configs --config recipes/*/*/config_*.yaml
+        ```
+    """
     parser = argparse.ArgumentParser(description="Print the GPU memory plan of a trl_dpr recipe YAML.")
     parser.add_argument("--config", required=True, nargs="+", help="recipe YAML(s) of recipes/sft.py or recipes/dpr.py")
     parser.add_argument("--model-config", help="folder with the backbone's config.json (default: from the Hub)")
+    parser.add_argument("--model-config-dir", help="folder of <backbone>/config.json, <backbone> = the recipe's folder")
+    parser.add_argument("--details", action="store_true", help="each table in a <details> block with a one-line summary")
     args = parser.parse_args(argv)
-    model_config = None
-    if args.model_config:
-        from transformers import AutoConfig
+    from transformers import AutoConfig
 
-        model_config = AutoConfig.from_pretrained(args.model_config)
+    model_config = AutoConfig.from_pretrained(args.model_config) if args.model_config else None
     for path in args.config:
-        print(plan_recipe(path, model_config).table() + "\n")
+        config = model_config
+        if args.model_config_dir:
+            config = AutoConfig.from_pretrained(Path(args.model_config_dir) / Path(path).parts[-3])
+        result = plan_recipe(path, config)
+        if args.details:
+            print(f"<details><summary><code>{path}</code>: {result.total_gib:.1f} GiB of {result.gpu_memory_gib:g} GiB per "
+                  f"GPU ({result.peak_phase})</summary>\n\n{result.table()}\n</details>\n")
+        else:
+            print(result.table() + "\n")
 
 
 if __name__ == "__main__":
