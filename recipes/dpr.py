@@ -14,12 +14,14 @@ offline, on CPU:
 from trl import ModelConfig, SFTConfig
 
 from trl_dpr import DensePathConfig
+from trl_dpr.checkpointing import last_complete_checkpoint
 from trl_dpr.cli import run
-from trl_dpr.hub import check_hub_push, defer_push_to_hub, push_trainer_output
+from trl_dpr.hub import defer_push_to_hub, push_trainer_output
 from trl_dpr.memory import MemoryTarget
 from trl_dpr.pipeline import (
     DPRScriptArguments,
     SFTScriptArguments,
+    check_dpr_inputs,
     evaluate_against_sft,
     has_sft_output,
     print_stage,
@@ -37,34 +39,42 @@ def make_parser() -> RecipeParser:
 def main(argv=None):
     script_args, training_args, model_args, _ = make_parser().parse_args_and_config(argv)
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
+    sft_path = model_args.model_name_or_path
+    # The DPR stage's own input is checked before the SFT stage spends anything: its folder, the push, the
+    # evaluation YAML, the prompts.
+    check_dpr_inputs(script_args, training_args)
+    push = defer_push_to_hub(training_args)  # pushed below, after the evaluation: the model card carries its table
     stages = 1 + bool(script_args.sft_config) + bool(script_args.evaluation_config)
     stage = 1
     if script_args.sft_config:
         sft_args, sft_training_args, sft_model_args, _ = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget)).parse_args_and_config(
             ["--config", script_args.sft_config]
         )
-        if sft_training_args.output_dir != model_args.model_name_or_path:
+        if sft_training_args.output_dir != sft_path:
             raise ValueError(
                 f"{script_args.sft_config} writes the SFT model to {sft_training_args.output_dir!r} but DPR starts from "
-                f"model_name_or_path={model_args.model_name_or_path!r}; make them the same folder."
+                f"model_name_or_path={sft_path!r}; make them the same folder."
             )
         title = f"SFT of {sft_model_args.model_name_or_path} (reference checkpoint at α={sft_args.reference_fraction})"
-        if has_sft_output(model_args.model_name_or_path):
-            title += f": found in {model_args.model_name_or_path}, skipped"
+        finished = has_sft_output(sft_path)
+        unfinished_checkpoint = None if finished else last_complete_checkpoint(sft_path)
+        if finished:
+            title += f": found in {sft_path}, skipped"
+        elif unfinished_checkpoint:
+            title += f": resuming the unfinished run in {sft_path} from {unfinished_checkpoint}"
+            sft_training_args.resume_from_checkpoint = unfinished_checkpoint
         print_stage(stage, stages, title)
-        if not has_sft_output(model_args.model_name_or_path):
+        if not finished:
             run_sft(sft_args, sft_training_args, sft_model_args)
         stage += 1
 
-    print_stage(stage, stages, f"Dense-Path REINFORCE from {model_args.model_name_or_path}")
-    check_hub_push(training_args)  # before any stage: a push that cannot work is refused now, not after training
-    push = defer_push_to_hub(training_args)  # pushed below, after the evaluation: the model card carries its table
+    print_stage(stage, stages, f"Dense-Path REINFORCE from {sft_path}")
     trainer = run_dpr(script_args, training_args, model_args)
     stage += 1
 
     if script_args.evaluation_config:
         print_stage(stage, stages, f"Evaluation: DPR vs SFT ({script_args.evaluation_config})")
-        evaluate_against_sft(script_args.evaluation_config, model_args.model_name_or_path, training_args.output_dir)
+        evaluate_against_sft(script_args.evaluation_config, sft_path, training_args.output_dir)
     if push:
         push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
 

@@ -170,6 +170,38 @@ def test_killed_dpr_resumes_to_the_same_weights(uninterrupted_sft):
     assert_same_weights(final_weights(killed), final_weights(uninterrupted))
 
 
+@pytest.mark.slow
+def test_a_second_run_on_the_same_folder_is_refused_at_once_and_the_first_ends_as_a_solo_run(uninterrupted_sft):
+    solo = uninterrupted_sft.parent / "dpr-solo"
+    run_to_completion("dpr", solo, "--sft-dir", str(uninterrupted_sft))
+    shared = uninterrupted_sft.parent / "dpr-shared"
+    script = [sys.executable, str(ROOT / "tests" / "scripts" / "tiny_run.py"), "dpr", str(shared), "--sft-dir", str(uninterrupted_sft)]
+    first = subprocess.Popen([*script, "--step-seconds", "1.0"], env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # the first run has claimed the folder: its lock names it
+            lock = shared / ".trl_dpr.lock"
+            if lock.is_file() and f'"pid": {first.pid}' in lock.read_text():
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the first run never claimed its folder")
+        started = time.monotonic()
+        second = subprocess.run([*script], env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        refused_after = time.monotonic() - started
+        assert second.returncode == 2 and f"PID {first.pid} on host" in second.stderr, second.stderr[-2000:]
+        assert "Traceback" not in second.stderr
+        assert first.poll() is None, "the first run should still be training when the second is refused"
+        out, err = first.communicate(timeout=600)
+        assert first.returncode == 0, err[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert refused_after < 60  # before loading anything: the lock is taken before the models
+    assert_same_weights(final_weights(shared), final_weights(solo))
+
+
 HOLD_LOCK = """
 import sys, time
 from trl_dpr.checkpointing import claim_output_dir

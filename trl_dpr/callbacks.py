@@ -93,15 +93,16 @@ class ReferenceCheckpointCallback(TrainerCallback):
         manifest_path = self._manifest_path(args)
         if manifest_path.is_file():
             existing = parse_manifest(manifest_path.read_text(), str(manifest_path))
-            if (existing.step, existing.total_steps) == (self.target_step, total_steps) and (
+            resumed = state.global_step > 0  # a fresh run's π_ref is its own: a leftover of another run is replaced
+            if resumed and (existing.step, existing.total_steps) == (self.target_step, total_steps) and (
                 Path(args.output_dir) / existing.path
             ).is_dir():
-                self.done = True  # resumed run: π_ref was already written at this step
+                self.done = True  # resumed after the reference step: π_ref was already written by this run
                 return
-            if state.global_step == 0:
+            if not resumed:
                 logger.warning(
-                    f"{manifest_path} records a reference from another run (step {existing.step}/{existing.total_steps});"
-                    f" it will be replaced at step {self.target_step}/{total_steps}."
+                    f"{manifest_path} records a reference from an earlier run (step {existing.step}/"
+                    f"{existing.total_steps}); this run replaces it at step {self.target_step}/{total_steps}."
                 )
         if state.global_step > self.target_step:
             logger.warning(

@@ -38,7 +38,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .checkpointing import OutputDirInUse
     from .evaluation.chat_models import MissingAPIKeyError
 
-    return (ValueError, FileNotFoundError, NotADirectoryError, PermissionError, OutputDirInUse, MissingAPIKeyError)
+    # OSError covers the folders and files a user points at (missing, unwritable, full disk); the rest are checks.
+    return (ValueError, OSError, OutputDirInUse, MissingAPIKeyError)
 
 
 def _debugging(argv: list[str]) -> bool:

@@ -176,6 +176,11 @@ class DensePathConfig(GRPOConfig):
             raise ValueError(
                 f"reward_granularity must be 'token' (DPR) or 'sentence' (SR baseline), got {self.reward_granularity!r}."
             )
+        if not self.temperature > 0.0:
+            raise ValueError(
+                f"temperature must be > 0 (the paper samples at 1.0), got {self.temperature}: DPR's reward and its KL term "
+                "are for sampled completions."
+            )
         if not 0.0 < self.gamma <= 1.0:
             raise ValueError(f"gamma must be in (0, 1] (the paper uses 1.0), got {self.gamma}.")
         if self.kl_coef < 0.0:

@@ -16,6 +16,7 @@ from .embedded.task import EMBEDDED_DATASET, build_demo_dataset
 __all__ = [
     "openorca_to_conversation",
     "load_demonstrations",
+    "check_chat_template",
     "check_sft_dataset",
     "check_prompt_dataset",
     "drop_long_prompts",
@@ -74,12 +75,38 @@ def check_prompt_dataset(dataset, name: str) -> None:
         ...
         ValueError: train_dataset has no `prompt` column (columns: ['question']). ...
     """
+    if isinstance(dataset, Dataset) and dataset.num_rows == 0:
+        raise ValueError(f"{name} is empty: DPR needs prompts to sample completions for (a run on none would save π_SFT).")
     columns = getattr(dataset, "column_names", None)
     if columns is not None and "prompt" not in columns:
         raise ValueError(
             f"{name} has no `prompt` column (columns: {sorted(columns)}). DPR samples a completion for each prompt: "
             "map your data to a `prompt` column (a string or a list of chat messages), e.g. with "
             "trl_dpr.data.prompts_for_rl for `messages` or prompt/completion datasets."
+        )
+
+
+def check_chat_template(tokenizer, dataset, name: str) -> None:
+    """Conversational rows (chat messages) are rendered with the tokenizer's chat template: without one, say so before
+    a model is loaded, not at the first training step.
+
+    Example:
+        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
+        >>> tok = build_tokenizer(["hi"]); tok.chat_template = None
+        >>> check_chat_template(tok, Dataset.from_dict({"prompt": [[{"role": "user", "content": "hi"}]]}), "chats")
+        Traceback (most recent call last):
+        ...
+        ValueError: chats holds chat messages but the tokenizer ... has no chat template. ...
+    """
+    from trl.data_utils import is_conversational
+
+    if getattr(tokenizer, "chat_template", None) or not isinstance(dataset, Dataset) or dataset.num_rows == 0:
+        return
+    if is_conversational(dataset[0]):
+        raise ValueError(
+            f"{name} holds chat messages but the tokenizer ({getattr(tokenizer, 'name_or_path', '') or 'given'}) has no "
+            "chat template. Set chat_template_path in the SFT recipe (e.g. the instruct sibling's tokenizer, as the "
+            "Llama and Mistral recipes do), or give plain-text prompts."
         )
 
 
@@ -155,6 +182,7 @@ def load_demonstrations(
     num_samples: int | None = None,
     seed: int = 0,
     dataset_format: str = "auto",
+    stage: str = "sft",
 ) -> Dataset:
     """Load a demonstration split: a Hub dataset, a local JSON/JSONL file, or `trl_dpr/embedded-demo`.
 
@@ -165,6 +193,8 @@ def load_demonstrations(
         num_samples: keep a random subsample of this many rows (shuffled with `seed`), e.g. the paper's 100k.
         seed: subsample seed; SFT and DPR use the same so they see the same prompts.
         dataset_format: `auto` (detect), `openorca`, `messages` or `prompt_completion`.
+        stage: what the rows are for: `sft` needs demonstrations (`messages`, or `prompt` + `completion`); `rl` needs
+            prompts (`prompt`, or demonstrations to take them from, see `prompts_for_rl`).
 
     Example:
         >>> load_demonstrations("trl_dpr/embedded-demo", split="test", num_samples=3).num_rows
@@ -174,13 +204,34 @@ def load_demonstrations(
         raise ValueError(
             f"dataset_format must be auto, openorca, messages or prompt_completion, got {dataset_format!r}."
         )
+    if stage not in ("sft", "rl"):
+        raise ValueError(f"stage must be 'sft' or 'rl', got {stage!r}.")
+    if num_samples is not None and num_samples < 1:
+        raise ValueError(f"num_train_samples / num_samples must be a positive number of rows or unset (all), got {num_samples}.")
     if dataset_name == EMBEDDED_DATASET:
         dataset = build_demo_dataset(seed=seed)[split]
-    elif dataset_name.endswith((".json", ".jsonl")) and os.path.isfile(dataset_name):
+    elif dataset_name.endswith((".json", ".jsonl")) or os.path.isabs(dataset_name) or dataset_name.startswith("."):
+        if not os.path.isfile(dataset_name):
+            raise FileNotFoundError(
+                f"Dataset file {dataset_name!r} does not exist. Give a .json / .jsonl file that exists, a Hub dataset "
+                f"id, or {EMBEDDED_DATASET} (the embedded task)."
+            )
+        if os.path.getsize(dataset_name) == 0 or not open(dataset_name, "rb").read(4096).strip():
+            raise ValueError(f"Dataset file {dataset_name!r} is empty: it needs one JSON object per line (or a JSON list).")
         dataset = load_dataset("json", data_files={split: dataset_name})[split]
     else:
-        loaded = load_dataset(dataset_name, name=dataset_config, split=split)
+        try:
+            loaded = load_dataset(dataset_name, name=dataset_config, split=split)
+        except Exception as error:  # offline, gated, misspelled: say which dataset and what to check
+            offline = " (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set: only cached datasets load)" if os.environ.get(
+                "HF_HUB_OFFLINE", "0") not in ("0", "") or os.environ.get("HF_DATASETS_OFFLINE", "0") not in ("0", "") else ""
+            raise ValueError(
+                f"Could not load dataset {dataset_name!r} (split {split!r}){offline}: {type(error).__name__}: "
+                f"{str(error)[:300]}. Check the name and split, log in for gated datasets, or give a local .jsonl file."
+            ) from error
         dataset = loaded[split] if isinstance(loaded, DatasetDict) else loaded
+    if dataset.num_rows == 0:
+        raise ValueError(f"{dataset_name!r} (split {split!r}) has no rows: there is nothing to train on.")
 
     if num_samples is not None:
         if num_samples > dataset.num_rows:
@@ -193,5 +244,6 @@ def load_demonstrations(
         if not is_openorca:
             raise ValueError(f"dataset_format: openorca needs `question` and `response` columns; got {sorted(columns)}.")
         dataset = dataset.map(openorca_to_conversation, remove_columns=sorted(columns))
-    check_sft_dataset(dataset, dataset_name)
+    if stage == "sft":
+        check_sft_dataset(dataset, dataset_name)
     return dataset

@@ -19,12 +19,12 @@ from transformers import AutoTokenizer
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_config, get_quantization_config
 
 from .callbacks import ReferenceCheckpointCallback
-from .checkpointing import AtomicCheckpointsMixin, check_output_dir
+from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resume_from_checkpoint
 from .config import DensePathConfig
-from .data import load_demonstrations, prompts_for_rl
+from .data import check_chat_template, load_demonstrations, prompts_for_rl
 from .embedded.base_model import EMBEDDED_MODEL, build_embedded_base
 from .hub import SafeHubPushMixin, check_hub_push, defer_push_to_hub, push_trainer_output
-from .reference_manifest import MANIFEST_NAME
+from .reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
 from .reward_model import CheckpointRewardModel
 from .trainer import DensePathTrainer
 
@@ -35,6 +35,8 @@ __all__ = [
     "run_sft",
     "run_dpr",
     "check_adapter_settings",
+    "check_dpr_inputs",
+    "has_sft_output",
     "evaluate_against_sft",
     "print_stage",
 ]
@@ -61,6 +63,16 @@ class SFTScriptArguments(ScriptArguments):
         default="auto",
         metadata={"help": "auto | openorca | messages | prompt_completion.", "choices": ["auto", "openorca", "messages", "prompt_completion"]},
     )
+
+    def __post_init__(self):
+        # Checked when the recipe is parsed, before anything is loaded.
+        if not 0.0 < self.reference_fraction < 1.0:
+            raise ValueError(f"reference_fraction α must be strictly between 0 and 1 (the paper uses 0.5), got {self.reference_fraction}.")
+        if self.num_train_samples is not None and self.num_train_samples < 1:
+            raise ValueError(
+                f"num_train_samples must be a positive number of rows (or unset, for all of them), got "
+                f"{self.num_train_samples}: training on no data would save an untrained copy of the model."
+            )
 
 
 @dataclass
@@ -174,15 +186,16 @@ def run_sft(
                 ModelConfig(model_name_or_path="trl_dpr/embedded-tiny-llama", dtype="float32"))
         ```
     """
-    check_output_dir(training_args.output_dir)
+    # Everything that can be checked before a model loads: the folder, the push, α, the data, the tokenizer.
+    claim_output_dir(
+        training_args.output_dir, resuming=parse_resume_from_checkpoint(training_args.resume_from_checkpoint) is not None
+    )
     check_hub_push(training_args)
-    push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
-    base = _resolve_base(model_args, training_args.output_dir, training_args.seed)
-    init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
-    quantization_config = init_kwargs.pop("quantization_config", None)
-    training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
-    callback = ReferenceCheckpointCallback(fraction=script_args.reference_fraction)  # α checked before any loading
-
+    callback = ReferenceCheckpointCallback(fraction=script_args.reference_fraction)
+    if training_args.max_length is not None and training_args.max_length < 1:
+        raise ValueError(f"max_length must be a positive number of tokens, got {training_args.max_length}.")
+    if model_args.model_name_or_path != EMBEDDED_MODEL:
+        check_model_source(model_args.model_name_or_path, "The base model (model_name_or_path)")
     train_dataset = load_demonstrations(
         script_args.dataset_name,
         script_args.dataset_config,
@@ -191,17 +204,28 @@ def run_sft(
         seed=training_args.seed,
         dataset_format=script_args.dataset_format,
     )
+    push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
+    base = _resolve_base(model_args, training_args.output_dir, training_args.seed)
+    tokenizer = AutoTokenizer.from_pretrained(base, revision=model_args.model_revision)
+    if not training_args.chat_template_path:
+        check_chat_template(tokenizer, train_dataset, script_args.dataset_name)
+    init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
+    quantization_config = init_kwargs.pop("quantization_config", None)
+    training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
+
     trainer = SafeSFTTrainer(
         model=base,
         args=training_args,
         train_dataset=train_dataset,
-        processing_class=AutoTokenizer.from_pretrained(base, revision=model_args.model_revision),
+        processing_class=tokenizer,
         quantization_config=quantization_config,
         peft_config=get_peft_config(model_args),
         callbacks=[callback, *(callbacks or [])],
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    if trainer.is_world_process_zero():
+        mark_sft_complete(training_args.output_dir)  # last: what "this SFT output is finished" means
     if push:  # π_SFT with dpr_reference/ and its manifest: loadable as the reward model from the Hub
         push_trainer_output(trainer, dataset_name=script_args.dataset_name)
     del trainer
@@ -243,6 +267,39 @@ def check_adapter_settings(sft_path: str, model_args: ModelConfig) -> None:
         )
 
 
+def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathConfig) -> None:
+    """What the DPR stage can check without the SFT output: its folder (claimed for this run), the Hub push, the
+    evaluation YAML and the prompts. recipes/dpr.py runs this before its SFT stage, so a mistake in the DPR part of a
+    pipeline is found before the SFT is spent.
+
+    Example:
+        ```python
+        check_dpr_inputs(DPRScriptArguments(dataset_name="trl_dpr/embedded-demo"), DensePathConfig("runs/demo/dpr"))
+        ```
+    """
+    claim_output_dir(
+        training_args.output_dir,
+        resuming=parse_resume_from_checkpoint(training_args.resume_from_checkpoint) is not None,
+        overwrite=training_args.overwrite_output_dir,
+    )
+    check_hub_push(training_args)
+    if script_args.evaluation_config:
+        from .evaluation import OpenAIChatModel
+        from .evaluation.config import load_evaluation_config
+
+        evaluation = load_evaluation_config(script_args.evaluation_config)
+        if evaluation.judge == "openai":  # its key must be there when the evaluation starts, after training
+            OpenAIChatModel(api_key_env=evaluation.judge_api_key_env).check_api_key()
+    prompts_for_rl(
+        load_demonstrations(
+            script_args.dataset_name, script_args.dataset_config, split=script_args.dataset_train_split,
+            num_samples=script_args.num_train_samples, seed=training_args.seed, dataset_format=script_args.dataset_format,
+            stage="rl",
+        ),
+        script_args.dataset_name,
+    )
+
+
 def run_dpr(
     script_args: DPRScriptArguments,
     training_args: DensePathConfig,
@@ -265,9 +322,31 @@ def run_dpr(
         ```
     """
     sft_path = model_args.model_name_or_path
-    check_output_dir(training_args.output_dir)
+    # Everything that can be checked before a model loads: the folder, the SFT output, its adapter, the push, the data.
+    claim_output_dir(
+        training_args.output_dir,
+        resuming=parse_resume_from_checkpoint(training_args.resume_from_checkpoint) is not None,
+        overwrite=training_args.overwrite_output_dir,
+    )
+    if os.path.isdir(sft_path) and (problem := sft_output_problem(sft_path)):
+        raise ValueError(f"{sft_path!r} is not a finished SFT output: {problem}. {UNFINISHED_SFT_HELP}")
+    check_model_source(sft_path, "The SFT output (model_name_or_path)")
     check_adapter_settings(sft_path, model_args)
     check_hub_push(training_args)
+    prompts = prompts_for_rl(
+        load_demonstrations(
+            script_args.dataset_name,
+            script_args.dataset_config,
+            split=script_args.dataset_train_split,
+            num_samples=script_args.num_train_samples,
+            seed=training_args.seed,
+            dataset_format=script_args.dataset_format,
+            stage="rl",
+        ),
+        script_args.dataset_name,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(sft_path, padding_side="left")
+    check_chat_template(tokenizer, prompts, script_args.dataset_name)
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     if reward_model is None:
@@ -281,17 +360,6 @@ def run_dpr(
         )
     quantization_config = init_kwargs.pop("quantization_config", None)
     training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
-    prompts = prompts_for_rl(
-        load_demonstrations(
-            script_args.dataset_name,
-            script_args.dataset_config,
-            split=script_args.dataset_train_split,
-            num_samples=script_args.num_train_samples,
-            seed=training_args.seed,
-            dataset_format=script_args.dataset_format,
-        ),
-        script_args.dataset_name,
-    )
     # An adapter SFT output (LoRA/QLoRA) gives one base with adapters sft and ref; the policy is then a trainable copy
     # of the sft adapter on that same base (model=None). A full SFT model is loaded again as the policy.
     shares_base = reward_model.sft_adapter is not None
@@ -300,7 +368,7 @@ def run_dpr(
         reward_model=reward_model,
         args=training_args,
         train_dataset=prompts,
-        processing_class=AutoTokenizer.from_pretrained(sft_path, padding_side="left"),
+        processing_class=tokenizer,
         quantization_config=None if shares_base else quantization_config,
         peft_config=None if shares_base else get_peft_config(model_args),
         callbacks=callbacks,
@@ -312,8 +380,20 @@ def run_dpr(
     return trainer
 
 
+UNFINISHED_SFT_HELP = (
+    "An interrupted SFT resumes with the same SFT recipe and --resume_from_checkpoint true (when it saved checkpoints); "
+    "otherwise delete the folder and run the SFT again."
+)
+
+
 def has_sft_output(path: str) -> bool:
-    return os.path.isdir(path) and (Path(path) / MANIFEST_NAME).is_file()
+    """Whether `path` holds a finished SFT output (`sft_output_problem` finds nothing wrong with it).
+
+    Example:
+        >>> has_sft_output("runs/nowhere")
+        False
+    """
+    return os.path.isdir(path) and sft_output_problem(path) is None
 
 
 def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str) -> dict:

@@ -578,19 +578,18 @@ def run_preview(
         >>> report = run_preview(PreviewConfig(num_prompts=50, samples_per_prompt=8), "runs/demo/sft")  # doctest: +SKIP
         >>> print(report.markdown())  # doctest: +SKIP
     """
-    from .evaluation.runner import check_model_path
-    from .reference_manifest import resolve_reference
+    from .reference_manifest import check_model_source, resolve_reference
     from .reward_model import CheckpointRewardModel
     from .sampling import policy_logprobs, sample_completions, score_samples
 
     model_init_kwargs = dict(model_init_kwargs or {})
-    check_model_path(sft_model_name_or_path, "SFT")
+    check_model_source(sft_model_name_or_path, "The SFT output")
     if any(not (s or {}).get("ref_model_name_or_path") and (s or {}).get("use_baseline", True) and not (s or {}).get("oracle")
            for s in config.variants.values()):
         resolve_reference(sft_model_name_or_path)  # a missing manifest is an error that says how to make one
     named_policies = [spec.partition("=")[::2] for spec in config.policies]
     for name, path in named_policies:
-        check_model_path(path.strip(), name.strip())
+        check_model_source(path.strip(), f"Policy {name.strip()}")
     if config.plot:
         plot_check = __import__("importlib").util.find_spec("matplotlib")
         if plot_check is None:

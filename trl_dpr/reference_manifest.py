@@ -5,8 +5,11 @@ Layout of an SFT output directory (local or pushed to the Hub)::
     my-sft/                      # π_SFT: the final model (or PEFT adapter) and tokenizer, as SFTTrainer saves them
     my-sft/dpr_reference/        # π_ref: the model (or adapter) at optimizer step ⌊α·N⌋, saved by ReferenceCheckpointCallback
     my-sft/dpr_reference.json    # this manifest
+    my-sft/sft_complete.json     # written last by the SFT stage: the output's model files and their sizes
 
-The manifest is what `CheckpointRewardModel.from_pretrained("my-sft")` reads to find π_ref without being told.
+The manifest is what `CheckpointRewardModel.from_pretrained("my-sft")` reads to find π_ref without being told. An SFT
+killed after π_ref was saved but before the final save leaves the manifest without a final model: `sft_output_problem`
+says so, and that folder is never taken for a finished SFT.
 """
 
 from __future__ import annotations
@@ -18,8 +21,24 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+__all__ = [
+    "MANIFEST_NAME",
+    "REFERENCE_DIRNAME",
+    "check_model_source",
+    "SFT_COMPLETE_NAME",
+    "ReferenceManifest",
+    "mark_sft_complete",
+    "parse_manifest",
+    "resolve_reference",
+    "sft_output_problem",
+    "write_manifest",
+]
+
 MANIFEST_NAME = "dpr_reference.json"
 REFERENCE_DIRNAME = "dpr_reference"
+SFT_COMPLETE_NAME = "sft_complete.json"
+_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
+_TOKENIZER = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 FORMAT_VERSION = 1
 
 
@@ -74,7 +93,12 @@ def write_manifest(output_dir: str | os.PathLike, manifest: ReferenceManifest) -
 
 
 def parse_manifest(text: str, source: str) -> ReferenceManifest:
-    """Parse a manifest, with an error that names `source` when it is not one."""
+    """Parse a manifest, with an error that names `source` when it is not one.
+
+    Example:
+        >>> parse_manifest('{"path": "dpr_reference", "fraction": 0.5, "step": 5, "total_steps": 10}', "x.json").step
+        5
+    """
     try:
         data = json.loads(text)
         known = {f.name for f in dataclasses.fields(ReferenceManifest)}
@@ -157,3 +181,111 @@ def resolve_reference(
             f"contain. Push the whole SFT output directory. {how_to_fix}"
         )
     return manifest, str(reference_dir)
+
+
+def _model_files(output_dir: Path) -> dict[str, int]:
+    """The files that make up a saved model and its reference (not cards, logs or checkpoints), with their sizes."""
+    files = {}
+    for path in sorted(output_dir.rglob("*")):
+        relative = path.relative_to(output_dir)
+        top = relative.parts[0]
+        if not path.is_file() or top.startswith((".", "checkpoint-", "runs")) or relative.name in ("README.md", "training_args.bin", SFT_COMPLETE_NAME):
+            continue
+        if len(relative.parts) > 1 and top != REFERENCE_DIRNAME:
+            continue
+        files[relative.as_posix()] = path.stat().st_size
+    return files
+
+
+def mark_sft_complete(output_dir: str | os.PathLike) -> Path:
+    """Write `sft_complete.json` after the SFT stage's final save: what "the SFT is done" means (`sft_output_problem`).
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> for name in ("config.json", "model.safetensors", "tokenizer.json"): _ = (d / name).write_text("{}")
+        >>> mark_sft_complete(d).name, sft_output_problem(d) is None
+        ('sft_complete.json', True)
+    """
+    output_dir = Path(output_dir)
+    with tempfile.NamedTemporaryFile("w", dir=output_dir, prefix=".sft_complete.", suffix=".tmp", delete=False) as f:
+        json.dump({"format_version": FORMAT_VERSION, "files": _model_files(output_dir)}, f, indent=1)
+        tmp_name = f.name
+    os.replace(tmp_name, output_dir / SFT_COMPLETE_NAME)
+    return output_dir / SFT_COMPLETE_NAME
+
+
+def sft_output_problem(path: str | os.PathLike) -> str | None:
+    """What keeps the local folder `path` from being a finished SFT output, or None.
+
+    With `sft_complete.json` (the SFT recipe writes it last), every file it lists must be there with its size. Without
+    it (an SFT run from Python), the folder must hold a final model: weights, a config and a tokenizer.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp()); _ = (d / "dpr_reference.json").write_text("{}")
+        >>> sft_output_problem(d)
+        'no final model (model.safetensors or adapter_model.safetensors): the SFT stage did not finish its final save'
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return "the folder does not exist"
+    marker = path / SFT_COMPLETE_NAME
+    if marker.is_file():
+        try:
+            files = json.loads(marker.read_text())["files"]
+        except (ValueError, KeyError, TypeError):
+            return f"{SFT_COMPLETE_NAME} is unreadable"
+        for name, size in files.items():
+            file = path / name
+            if not file.is_file():
+                return f"{name} is missing (listed in {SFT_COMPLETE_NAME})"
+            if file.stat().st_size != size:
+                return f"{name} has {file.stat().st_size} bytes, {size} were written"
+        return None
+    if not any((path / name).is_file() for name in _WEIGHTS):
+        return "no final model (model.safetensors or adapter_model.safetensors): the SFT stage did not finish its final save"
+    if not ((path / "config.json").is_file() or (path / "adapter_config.json").is_file()):
+        return "no config.json or adapter_config.json next to the weights"
+    if not any((path / name).is_file() for name in _TOKENIZER):
+        return "no tokenizer files (tokenizer.json / tokenizer_config.json): save the tokenizer with the model"
+    return None
+
+
+def check_model_source(path: str, what: str = "Model") -> None:
+    """Fail early, and clearly, when `path` is meant as a local model folder that is missing or holds no model.
+
+    A folder that exists must hold `config.json` or `adapter_config.json`. A path that does not exist is an error
+    unless it can be a Hub id (`org/name`, its first part not a local folder); with the Hub switched off
+    (`HF_HUB_OFFLINE=1`) the id must be in the local cache.
+
+    Example:
+        >>> check_model_source("runs/nowhere/sft", "Model SFT")
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: Model SFT: the folder 'runs/nowhere/sft' does not exist. ...
+    """
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        if not ((folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()):
+            raise FileNotFoundError(
+                f"{what}: {path!r} exists but holds no model (no config.json or adapter_config.json). Point it at the "
+                "output_dir of recipes/sft.py or recipes/dpr.py, or at a model folder."
+            )
+        return
+    could_be_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~")) and not Path(path.split("/")[0]).is_dir()
+    if could_be_hub_id:
+        from huggingface_hub import constants, try_to_load_from_cache
+
+        if not constants.HF_HUB_OFFLINE or isinstance(try_to_load_from_cache(path, "config.json"), str):
+            return
+        raise FileNotFoundError(
+            f"{what}: {path!r} is neither a local folder nor in the Hugging Face cache, and the Hub is switched off "
+            "(HF_HUB_OFFLINE=1). Download it once online, or give a local folder."
+        )
+    hint = " Train it first: `make demo` writes runs/demo/sft and runs/demo/dpr." if "runs/demo" in path else ""
+    raise FileNotFoundError(
+        f"{what}: the folder {path!r} does not exist. Expected the output_dir of recipes/sft.py or recipes/dpr.py (a "
+        f"folder with config.json or adapter_config.json), or a Hub model id.{hint}"
+    )
+

@@ -12,6 +12,7 @@ import contextlib
 import copy
 import functools
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +26,10 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from trl.trainer.utils import maybe_gather_lm_head_ctx
 
 from . import algorithm
-from .reference_manifest import resolve_reference
+from .reference_manifest import check_model_source, resolve_reference, sft_output_problem
 from .tokens import eos_token_ids, pad_batch, render_prompts
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["CheckpointRewardModel", "TokenRewardOutput", "add_policy_adapter", "completion_logprobs", "load_reward_model"]
 
@@ -544,14 +547,29 @@ class CheckpointRewardModel(nn.Module):
 
         revision = model_init_kwargs.get("revision")
         token = model_init_kwargs.get("token")
+        if os.path.isdir(sft_model_name_or_path) and (problem := sft_output_problem(sft_model_name_or_path)):
+            raise ValueError(
+                f"{sft_model_name_or_path!r} is not a finished SFT output: {problem}. An interrupted SFT resumes with "
+                "the same SFT recipe and --resume_from_checkpoint true (when it saved checkpoints); otherwise delete "
+                "the folder and run the SFT again."
+            )
+        check_model_source(sft_model_name_or_path, "π_SFT (the SFT output)")
         manifest = None
         if use_baseline and ref_model_name_or_path is None:
             manifest, ref_model_name_or_path = resolve_reference(sft_model_name_or_path, revision=revision, token=token)
+        elif use_baseline:
+            check_model_source(ref_model_name_or_path, "π_ref (ref_model_name_or_path)")
 
         tokenizer = AutoTokenizer.from_pretrained(sft_model_name_or_path, revision=revision, token=token)
         ref_tokenizer = None
         if use_baseline and _has_tokenizer(ref_model_name_or_path):
             ref_tokenizer = AutoTokenizer.from_pretrained(ref_model_name_or_path)
+        elif use_baseline and os.path.isdir(ref_model_name_or_path):
+            logger.warning(
+                f"π_ref at {ref_model_name_or_path!r} was saved without its tokenizer files: only its vocabulary size "
+                "can be checked against π_SFT's, not its tokens. A reference trained with another tokenizer of the "
+                "same size would give meaningless rewards. Save the tokenizer with it (ReferenceCheckpointCallback does)."
+            )
 
         if _is_adapter_dir(sft_model_name_or_path):
             model = _load_adapters(sft_model_name_or_path, ref_model_name_or_path if use_baseline else None, model_init_kwargs)

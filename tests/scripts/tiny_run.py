@@ -18,6 +18,7 @@ from transformers import TrainerCallback  # noqa: E402
 from trl import ModelConfig, SFTConfig  # noqa: E402
 
 from trl_dpr import DensePathConfig  # noqa: E402
+from trl_dpr.cli import run  # noqa: E402
 from trl_dpr.embedded import (
     EMBEDDED_DATASET,  # noqa: E402
     EMBEDDED_MODEL,
@@ -67,4 +68,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run(lambda _: main(), [])  # as the recipes run: a refused input is a message and exit code 2

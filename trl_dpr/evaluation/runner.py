@@ -22,11 +22,12 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
-import os
 import re
 from pathlib import Path
 
+from ..checkpointing import check_output_dir
 from ..embedded.task import is_correct
+from ..reference_manifest import check_model_source
 from .answers import answer_prompts, is_vllm_available, load_answer_generator
 from .cache import JsonlCache
 from .chat_models import ChatModel, LocalChatModel, OpenAIChatModel
@@ -44,43 +45,9 @@ from .judges import (
 from .prompt_sets import EvalPrompt, load_prompt_set
 from .results import EvaluationReport, MTBenchResult, PairwiseResult, exact_accuracy, length_stats, summarize_pairwise
 
-__all__ = ["chat_model_from_config", "check_model_path", "judge_from_config", "run_evaluation"]
+__all__ = ["chat_model_from_config", "judge_from_config", "run_evaluation"]
 
 logger = logging.getLogger(__name__)
-
-
-def check_model_path(path: str, name: str) -> None:
-    """Raise a clear error when `path` should be a local model folder but is missing or holds no model.
-
-    A path that exists must hold `config.json` or `adapter_config.json`. A missing path is an error unless it can
-    be a Hub id (`org/name`, its first part not a local folder, the Hub not switched off by HF_HUB_OFFLINE).
-
-    Example:
-        >>> check_model_path("runs/nowhere/sft", "SFT")
-        Traceback (most recent call last):
-        ...
-        FileNotFoundError: Model SFT: the folder 'runs/nowhere/sft' does not exist. ...
-    """
-    folder = Path(path).expanduser()
-    if folder.is_dir():
-        if not ((folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()):
-            raise FileNotFoundError(
-                f"Model {name}: {path!r} exists but holds no model (no config.json or adapter_config.json). Point "
-                "it at the output_dir of recipes/sft.py or recipes/dpr.py."
-            )
-        return
-    could_be_hub_id = (
-        path.count("/") == 1
-        and not path.startswith((".", "/", "~"))
-        and not Path(path.split("/")[0]).is_dir()
-        and os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True")
-    )
-    if not could_be_hub_id:
-        hint = " Train it first: `make demo` writes runs/demo/sft and runs/demo/dpr." if "runs/demo" in path else ""
-        raise FileNotFoundError(
-            f"Model {name}: the folder {path!r} does not exist. Expected the output_dir of recipes/sft.py or "
-            f"recipes/dpr.py (a folder with config.json or adapter_config.json), or a Hub model id.{hint}"
-        )
 
 
 def _file_name(name: str) -> str:
@@ -259,7 +226,7 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
 
     models = config.models()
     for name, path in models.items():
-        check_model_path(path, name)
+        check_model_source(path, f"Model {name}")
     prompt_sets = {
         b: _replicated(
             load_prompt_set(
@@ -273,6 +240,7 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
         for b in config.benchmarks
     }
     chat = chat_model_from_config(config) if config.judge == "openai" else None  # checks the API key before any generation
+    check_output_dir(config.output_dir)  # answers and verdicts are written there as they come: writable first
     output_dir = Path(config.output_dir)
 
     answers = _generate_all_answers(config, models, prompt_sets, output_dir, show_progress)
