@@ -35,6 +35,7 @@ __all__ = [
     "check_output_dir",
     "checkpoint_problem",
     "claim_output_dir",
+    "files_problem",
     "is_complete_checkpoint",
     "last_complete_checkpoint",
     "parse_resume_from_checkpoint",
@@ -96,8 +97,20 @@ def checkpoint_problem(path: str | os.PathLike) -> str | None:
         return f"{CHECKPOINT_MANIFEST} is unreadable"
     if "trainer_state.json" not in files:
         return "its manifest lists no trainer_state.json"
+    return files_problem(path, files)
+
+
+def files_problem(folder: str | os.PathLike, files: dict[str, int]) -> str | None:
+    """The first of `files` (relative path → size written) that is missing from `folder` or has another size.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp()); _ = (folder / "a.bin").write_bytes(b"12")
+        >>> files_problem(folder, {"a.bin": 4})
+        'a.bin has 2 bytes, 4 were written'
+    """
     for name, size in files.items():
-        file = path / name
+        file = Path(folder) / name
         if not file.is_file():
             return f"{name} is missing"
         if file.stat().st_size != size:

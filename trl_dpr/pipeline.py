@@ -36,6 +36,7 @@ __all__ = [
     "run_dpr",
     "check_adapter_settings",
     "check_dpr_inputs",
+    "dpr_prompts",
     "has_sft_output",
     "evaluate_against_sft",
     "print_stage",
@@ -267,6 +268,22 @@ def check_adapter_settings(sft_path: str, model_args: ModelConfig) -> None:
         )
 
 
+def dpr_prompts(script_args: DPRScriptArguments, seed: int):
+    """The prompts DPR samples from: the recipe's dataset, subsampled as the SFT stage did (same count and seed).
+
+    Example:
+        >>> dpr_prompts(DPRScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=4), seed=0).num_rows
+        4
+    """
+    return prompts_for_rl(
+        load_demonstrations(
+            script_args.dataset_name, script_args.dataset_config, split=script_args.dataset_train_split,
+            num_samples=script_args.num_train_samples, seed=seed, dataset_format=script_args.dataset_format, stage="rl",
+        ),
+        script_args.dataset_name,
+    )
+
+
 def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathConfig) -> None:
     """What the DPR stage can check without the SFT output: its folder (claimed for this run), the Hub push, the
     evaluation YAML and the prompts. recipes/dpr.py runs this before its SFT stage, so a mistake in the DPR part of a
@@ -290,14 +307,7 @@ def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathCo
         evaluation = load_evaluation_config(script_args.evaluation_config)
         if evaluation.judge == "openai":  # its key must be there when the evaluation starts, after training
             OpenAIChatModel(api_key_env=evaluation.judge_api_key_env).check_api_key()
-    prompts_for_rl(
-        load_demonstrations(
-            script_args.dataset_name, script_args.dataset_config, split=script_args.dataset_train_split,
-            num_samples=script_args.num_train_samples, seed=training_args.seed, dataset_format=script_args.dataset_format,
-            stage="rl",
-        ),
-        script_args.dataset_name,
-    )
+    dpr_prompts(script_args, training_args.seed)
 
 
 def run_dpr(
@@ -333,18 +343,7 @@ def run_dpr(
     check_model_source(sft_path, "The SFT output (model_name_or_path)")
     check_adapter_settings(sft_path, model_args)
     check_hub_push(training_args)
-    prompts = prompts_for_rl(
-        load_demonstrations(
-            script_args.dataset_name,
-            script_args.dataset_config,
-            split=script_args.dataset_train_split,
-            num_samples=script_args.num_train_samples,
-            seed=training_args.seed,
-            dataset_format=script_args.dataset_format,
-            stage="rl",
-        ),
-        script_args.dataset_name,
-    )
+    prompts = dpr_prompts(script_args, training_args.seed)
     tokenizer = AutoTokenizer.from_pretrained(sft_path, padding_side="left")
     check_chat_template(tokenizer, prompts, script_args.dataset_name)
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/

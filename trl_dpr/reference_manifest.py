@@ -236,13 +236,9 @@ def sft_output_problem(path: str | os.PathLike) -> str | None:
             files = json.loads(marker.read_text())["files"]
         except (ValueError, KeyError, TypeError):
             return f"{SFT_COMPLETE_NAME} is unreadable"
-        for name, size in files.items():
-            file = path / name
-            if not file.is_file():
-                return f"{name} is missing (listed in {SFT_COMPLETE_NAME})"
-            if file.stat().st_size != size:
-                return f"{name} has {file.stat().st_size} bytes, {size} were written"
-        return None
+        from .checkpointing import files_problem
+
+        return files_problem(path, files)
     if not any((path / name).is_file() for name in _WEIGHTS):
         return "no final model (model.safetensors or adapter_model.safetensors): the SFT stage did not finish its final save"
     if not ((path / "config.json").is_file() or (path / "adapter_config.json").is_file()):
