@@ -163,3 +163,28 @@ def test_demonstration_quality_needs_the_demonstrations(sft_output, tmp_path):
     path.write_text(json.dumps({"prompt": [{"role": "user", "content": "hi"}], "completion": [{"role": "assistant", "content": "yo"}]}) + "\n")
     with pytest.raises(ValueError, match="exact needs an `answer` column"):
         run_preview(small_config(tmp_path, dataset_name=str(path), num_prompts=1), str(sft_output), show_progress=False)
+
+
+def test_pairwise_quality_asks_the_judge_once_per_pair_and_caches_it(sft_output, tmp_path, monkeypatch):
+    """Quality = a win rate against an independent π_SFT answer, judged by an OpenAI-compatible server on 127.0.0.1."""
+    import yaml
+
+    from .test_evaluation_openai_judge import FakeChatCompletions
+
+    server = FakeChatCompletions()
+    server.default = lambda messages: "A is better. [[A>B]]"  # a judge with a pure position bias: every pair ties
+    monkeypatch.setenv("PREVIEW_JUDGE_KEY", "test-key-0123456789")
+    judge_yaml = tmp_path / "judge.yaml"
+    judge_yaml.write_text(yaml.safe_dump({"benchmarks": ["alpaca_eval"], "judge": "openai", "judge_model": "fake",
+                                          "judge_base_url": server.base_url, "judge_api_key_env": "PREVIEW_JUDGE_KEY",
+                                          "judge_max_retries": 0, "judge_max_workers": 2}))
+    try:
+        config = small_config(tmp_path, quality="pairwise", evaluation_config=str(judge_yaml),
+                              variants={"DPR": {}, "wo/Baseline": {"use_baseline": False}})
+        report = run_preview(config, str(sft_output), show_progress=False)
+        assert len(server.requests) == 5 * 4 * 2  # every sample against π_SFT's answer, in both orders
+        assert report.sft_quality == pytest.approx(0.5) and all(p.quality == pytest.approx(0.5) for p in report.points)
+        run_preview(config, str(sft_output), show_progress=False)
+        assert len(server.requests) == 5 * 4 * 2  # a rerun reads the cached verdicts
+    finally:
+        server.close()

@@ -624,8 +624,8 @@ def run_preview(
         from .evaluation.judges import PairToJudge
 
         baselines = sample(base.sft_model, base.sft_adapter, prompts, 1, config.seed + 1)  # independent π_SFT answers
-        judgements = judge.judge_pairs([PairToJudge(_question(prompts[i]), r, baselines[i].text)
-                                        for i, r in zip(indices, responses)])
+        judgements = _judged(judge, "samples", [PairToJudge(_question(prompts[i]), r, baselines[i].text)
+                                                for i, r in zip(indices, responses)], config.output_dir)
         score = {"win": 1.0, "tie": 0.5, "loss": 0.0}
         scores = [score.get(j.outcome, math.nan) for j in judgements]
     else:
@@ -662,8 +662,8 @@ def run_preview(
         policy_samples = sample(policy, None, [p for p in prompts for _ in range(k)], k, config.seed + 2)
         policy_indices = [i for i in range(len(prompts)) for _ in range(k)]
         if config.quality == "pairwise":
-            judgements = judge.judge_pairs([PairToJudge(_question(prompts[i]), s.text, baselines[i].text)
-                                            for i, s in zip(policy_indices, policy_samples)])
+            judgements = _judged(judge, name.strip(), [PairToJudge(_question(prompts[i]), s.text, baselines[i].text)
+                                                       for i, s in zip(policy_indices, policy_samples)], config.output_dir)
             policy_scores = [score.get(j.outcome, 0.5) for j in judgements]
         else:
             policy_scores = quality_of(policy_indices, [s.text for s in policy_samples])
@@ -711,4 +711,14 @@ def _scorer(base, sft_model_name_or_path: str, settings: dict, model_init_kwargs
         processing_class=base.processing_class, ref_processing_class=ref_tokenizer,
         token_chunk_size=base.token_chunk_size,
     )
+
+
+def _judged(judge, name: str, pairs: list, output_dir: str) -> list:
+    """`judge.judge_pairs(pairs)` with every verdict cached in `<output_dir>/judgements/<name>.jsonl` (judge calls cost)."""
+    import re
+
+    from .evaluation.judges import judge_pairs_cached
+
+    path = Path(output_dir) / "judgements" / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', name)}.jsonl"
+    return judge_pairs_cached(judge, [str(i) for i in range(len(pairs))], pairs, path, show_progress=False)
 
