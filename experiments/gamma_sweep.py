@@ -2,7 +2,7 @@
 
     python -m experiments.gamma_sweep --config experiments/configs/gamma_sweep_demo.yaml          # embedded, CPU
 
-    accelerate launch --config_file recipes/accelerate_configs/single_gpu.yaml experiments/gamma_sweep.py \\
+    accelerate launch --config_file recipes/accelerate_configs/single_gpu.yaml -m experiments.gamma_sweep \\
         --config recipes/llama-3.1-8b/dpr/config_qlora.yaml --output_dir runs/analysis/llama-3.1-8b/gamma_sweep \\
         --evaluation_config recipes/evaluate/llama-3.1-8b.yaml
 

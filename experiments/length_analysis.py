@@ -42,7 +42,7 @@ RESPONSE_COLUMNS = ("policy", "prompt_index", "length", "kl", "reward")
 @dataclass
 class LengthAnalysisArguments:
     sft_model_name_or_path: str = field(
-        default="runs/demo/sft", metadata={"help": "The SFT output: π_SFT (the KL reference) and its recorded π_ref."}
+        default="runs/demo_from_scratch/sft", metadata={"help": "The SFT output: π_SFT (the KL reference) and its recorded π_ref."}
     )
     ref_model_name_or_path: str | None = field(
         default=None, metadata={"help": "π_ref of the dense reward; default: the one the SFT run recorded."}

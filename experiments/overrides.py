@@ -18,7 +18,9 @@ from trl_dpr.evaluation.config import load_evaluation_config
 from trl_dpr.pipeline import DPRScriptArguments
 from trl_dpr.recipe_parser import RecipeParser
 
-__all__ = ["DPR_ARGUMENTS", "to_command_line", "check_override_keys", "parse_with_overrides", "evaluation_config"]
+__all__ = [
+    "DPR_ARGUMENTS", "to_command_line", "check_override_keys", "select_overrides", "parse_with_overrides", "evaluation_config",
+]
 
 # The dataclasses of recipes/dpr.py: a sweep's variants may override any of their keys.
 DPR_ARGUMENTS = (DPRScriptArguments, DensePathConfig, ModelConfig)
@@ -64,6 +66,32 @@ def check_override_keys(overrides: dict, dataclass_types: Sequence[type], extra_
             f"{where}: unknown key(s) {', '.join(unknown)}. A variant may set any key of recipes/dpr.py "
             f"(`python recipes/dpr.py --help`) and {sorted(extra_keys)}."
         )
+
+
+def select_overrides(
+    overrides_by_name: dict, only: Sequence[str] | None, dataclass_types: Sequence[type], extra_keys: Iterable[str],
+    *, kind: str, yaml_key: str,
+) -> list[str]:
+    """The names to run (`only`, or every name in YAML order), each one's keys checked: a misspelled name or key is an
+    error before anything trains.
+
+    Example:
+        >>> select_overrides({"a": {"gamma": 0.9}, "b": {}}, None, DPR_ARGUMENTS, (), kind="variant", yaml_key="variants")
+        ['a', 'b']
+        >>> select_overrides({"a": {}}, ["c"], DPR_ARGUMENTS, (), kind="variant", yaml_key="variants")
+        Traceback (most recent call last):
+        ...
+        ValueError: --only names unknown variant(s) ['c']; the YAML defines ['a'].
+    """
+    if not overrides_by_name:
+        raise ValueError(f"No {kind}s: add a `{yaml_key}:` mapping ({kind} name → keys to change) to the YAML.")
+    selected = list(only or overrides_by_name)
+    unknown = [name for name in selected if name not in overrides_by_name]
+    if unknown:
+        raise ValueError(f"--only names unknown {kind}(s) {unknown}; the YAML defines {list(overrides_by_name)}.")
+    for name in selected:
+        check_override_keys(overrides_by_name[name], dataclass_types, extra_keys, f"{kind} {name!r}")
+    return selected
 
 
 def parse_with_overrides(dataclass_types: Sequence[type], argv: Sequence[str], overrides: dict) -> tuple:

@@ -3,7 +3,7 @@ fraction α of SFT training.
 
     python -m experiments.reference_sweep --config experiments/configs/reference_sweep_demo.yaml   # embedded, CPU
 
-    accelerate launch --config_file recipes/accelerate_configs/single_gpu.yaml experiments/reference_sweep.py \\
+    accelerate launch --config_file recipes/accelerate_configs/single_gpu.yaml -m experiments.reference_sweep \\
         --config recipes/llama-3.1-8b/dpr/config_qlora.yaml --output_dir runs/analysis/llama-3.1-8b/reference_sweep \\
         --model_name_or_path runs/llama-3.1-8b/sft-qlora-checkpoints --evaluation_config recipes/evaluate/llama-3.1-8b.yaml
 

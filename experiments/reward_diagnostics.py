@@ -38,7 +38,7 @@ SFT_ALONE = "log π_SFT (no baseline)"
 
 @dataclass
 class RewardDiagnosticsArguments:
-    model_name_or_path: str = field(default="runs/demo/sft", metadata={"help": "The SFT output (π_SFT) to sample and score with."})
+    model_name_or_path: str = field(default="runs/demo_from_scratch/sft", metadata={"help": "The SFT output (π_SFT) to sample and score with."})
     references: list[str] = field(
         default_factory=lambda: ["0.1", "0.5", "0.8"],
         metadata={

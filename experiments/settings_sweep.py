@@ -34,7 +34,7 @@ from trl_dpr.recipe_parser import RecipeParser
 
 from .figures import plot_intervals, write_csv
 from .oracle import CorrectnessOracleRewardModel
-from .overrides import DPR_ARGUMENTS, check_override_keys, evaluation_config, parse_with_overrides
+from .overrides import DPR_ARGUMENTS, evaluation_config, parse_with_overrides, select_overrides
 from .sweeps import ensure_sft_output, free_memory, reference_at, train_variant, variant_settings
 from .win_rates import forget_cached_answers, win_rate_rows
 
@@ -121,14 +121,7 @@ def main(argv=None):
             "The settings sweep measures exact accuracy, which only the embedded task has (dataset_name: "
             f"{EMBEDDED_DATASET}). For other datasets, use gamma_sweep.py / reference_sweep.py with an LLM judge."
         )
-    if not sweep.variants:
-        raise ValueError("No variants: add a `variants:` mapping (name → keys to change) to the YAML.")
-    selected = sweep.only or list(sweep.variants)
-    unknown = [name for name in selected if name not in sweep.variants]
-    if unknown:
-        raise ValueError(f"--only names unknown variant(s) {unknown}; the YAML defines {list(sweep.variants)}.")
-    for name in selected:
-        check_override_keys(sweep.variants[name], DPR_ARGUMENTS, {"oracle"}, f"variant {name!r}")
+    selected = select_overrides(sweep.variants, sweep.only, DPR_ARGUMENTS, {"oracle"}, kind="variant", yaml_key="variants")
     if PartialState().num_processes != 1:
         raise ValueError("The settings sweep runs in one process (embedded task, CPU or one GPU): launch it with python.")
     if not script_args.evaluation_config:

@@ -144,14 +144,14 @@ def load_recipe():
 
 def test_a_missing_model_folder_stops_the_recipe_with_a_clear_message(tmp_path, saved_models, capsys):
     path = tmp_path / "evaluate.yaml"
-    path.write_text(yaml.safe_dump({"baseline": f"SFT={saved_models['sft']}", "candidates": ["DPR=runs/demo/dpr"],
+    path.write_text(yaml.safe_dump({"baseline": f"SFT={saved_models['sft']}", "candidates": ["DPR=runs/demo/never_trained_dpr"],
                                     "benchmarks": ["demo"], "judge": "exact", "output_dir": str(tmp_path / "eval")}))
     recipe = load_recipe()
     with pytest.raises(SystemExit) as stop:
         recipe.run(recipe.main, ["--config", str(path)])
     assert stop.value.code == 2
     message = capsys.readouterr().err
-    assert "Model DPR: the folder 'runs/demo/dpr' does not exist" in message and "make demo" in message
+    assert "Model DPR: the folder 'runs/demo/never_trained_dpr' does not exist" in message and "make demo" in message
     assert "Traceback" not in message and "--debug" in message
     assert not (tmp_path / "eval").exists()
 
@@ -177,7 +177,8 @@ def test_the_demo_and_backbone_configs_parse_with_the_papers_settings():
     parser = RecipeParser((EvaluationConfig,))
     (demo,) = parser.parse_args_and_config(["--config", str(ROOT / "recipes/evaluate/demo.yaml")])
     assert demo.models() == {"SFT": "runs/demo/sft", "DPR": "runs/demo/dpr"}
-    assert (demo.benchmarks, demo.judge, demo.temperature) == (["demo"], "exact", 0.7)
+    # the demo evaluates at T = 1, the policy DPR trains and the preview predicts; the paper's benchmarks at 0.7
+    assert (demo.benchmarks, demo.judge, demo.temperature) == (["demo"], "exact", 1.0)
     (paper,) = parser.parse_args_and_config(["--config", str(ROOT / "recipes/evaluate/llama-3.1-8b.yaml")])
     assert paper.benchmarks == ["alpaca_eval", "arena_hard", "lima", "mt_bench"]
     assert (paper.judge, paper.judge_model, paper.judge_temperature, paper.judge_api_key_env) == (

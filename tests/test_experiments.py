@@ -238,6 +238,7 @@ def test_values_become_command_line_words():
         ("settings_sweep", ("SettingsSweepArguments", *DPR_ARGUMENTS), "settings_sweep_demo.yaml"),
         ("length_analysis", ("LengthAnalysisArguments",), "length_analysis_demo.yaml"),
         ("reward_diagnostics", ("RewardDiagnosticsArguments",), "reward_diagnostics_demo.yaml"),
+        ("regime_scan", ("RegimeScanArguments",), "regime_scan_demo.yaml"),
     ],
 )
 def test_every_shipped_analysis_yaml_parses_with_its_script(script, arguments, yaml_name):
@@ -247,10 +248,14 @@ def test_every_shipped_analysis_yaml_parses_with_its_script(script, arguments, y
     parsed = RecipeParser(types).parse_args_and_config(["--config", str(EXPERIMENTS / "configs" / yaml_name)])
     if script == "settings_sweep":
         variants = parsed[0].variants
-        assert len(variants) == 19  # one per row of the README's table
+        assert len(variants) == 19  # one per row of experiments/README.md's settings table
         for name, overrides in variants.items():
             keys = {k: v for k, v in overrides.items() if k != "reference_fraction"}
             check_override_keys(keys, DPR_ARGUMENTS, {"oracle"}, f"variant {name!r}")
+    if script == "regime_scan":
+        assert len(parsed[0].grid) == 9  # one per row of the README's regime table
+        for name, overrides in parsed[0].grid.items():
+            check_override_keys(overrides, module.SFT_ARGUMENTS, (), f"point {name!r}")
 
 
 def fake_checkpoints(root, steps, total):
@@ -445,3 +450,40 @@ def test_the_settings_sweep_trains_and_compares_each_variant_including_the_oracl
     # every variant is compared with the same SFT answers (one evaluation, one cache)
     assert len({(r["sft_accuracy_sampled"], r["sft_accuracy_greedy"]) for r in rows}) == 1
     assert_valid_png(root / "settings_sweep" / "settings_sweep.png")
+
+
+@pytest.mark.slow
+def test_the_regime_scan_runs_sft_and_the_preview_per_point_and_tabulates_the_chosen_lambda(tmp_path):
+    common = {"model_name_or_path": EMBEDDED_MODEL, "dtype": "float32", "dataset_name": EMBEDDED_DATASET,
+              "num_train_samples": 64, "output_dir": "unused", "per_device_train_batch_size": 8,
+              "learning_rate": 1e-3, "max_length": 128, "save_strategy": "no", "use_cpu": True, "bf16": False,
+              "report_to": "none", "gradient_checkpointing": False, "seed": 0, "disable_tqdm": True}
+    preview = {"output_dir": "unused", "model_name_or_path": "unused", "dtype": "float32", "num_prompts": 4,
+               "samples_per_prompt": 3, "max_new_tokens": 8, "batch_size": 12, "lambdas": [math.inf, 1.0, 0.0],
+               "variants": {"DPR": {}, "oracle": {"oracle": True}}, "bootstrap_resamples": 100, "plot": False}
+    config = write_yaml(tmp_path / "scan.yaml", {
+        "output_dir": str(tmp_path / "scan"), "sft_config": write_yaml(tmp_path / "sft.yaml", {**common, "max_steps": 4}),
+        "preview_config": write_yaml(tmp_path / "preview.yaml", preview), "lambda_of_interest": 1.0,
+        "grid": {"short": {"max_steps": 2}, "long": {}}})
+    regime_scan = load_script("regime_scan")
+    regime_scan.main(["--config", config])
+    scan = tmp_path / "scan"
+    for point, steps in (("short", 2), ("long", 4)):  # each point's SFT ran with its own keys
+        manifest = json.loads((scan / point / "sft" / "dpr_reference.json").read_text())
+        assert (manifest["total_steps"], manifest["step"]) == (steps, steps // 2), manifest
+    columns, rows = read_csv(scan / "regime_scan.csv")
+    assert tuple(columns) == regime_scan.COLUMNS and [(r["point"], r["variant"]) for r in rows] == [
+        ("short", "DPR"), ("short", "oracle"), ("long", "DPR"), ("long", "oracle")]
+    for row in rows:  # the row holds its own point's preview at λ = 1
+        points = json.loads((scan / row["point"] / "preview" / "preview.json").read_text())["points"]
+        (at,) = [p for p in points if p["variant"] == row["variant"] and p["lam"] == 1.0]
+        assert float(row["gain"]) == pytest.approx(at["delta"]) and float(row["kl"]) == pytest.approx(at["kl"])
+        assert row["sft_steps"] == ("2" if row["point"] == "short" else "4")
+    assert (scan / "regime_scan.md").read_text().count("\n") == 2 + len(rows)
+    # a rerun reads every point back instead of training or sampling again
+    stamp = (scan / "short" / "preview" / "preview.json").stat().st_mtime_ns
+    regime_scan.main(["--config", config])
+    assert (scan / "short" / "preview" / "preview.json").stat().st_mtime_ns == stamp
+    bad = write_yaml(tmp_path / "bad.yaml", {**yaml.safe_load(open(config)), "grid": {"x": {"max_stepz": 1}}})
+    with pytest.raises(ValueError, match="point 'x': unknown key"):
+        regime_scan.main(["--config", bad])

@@ -144,6 +144,9 @@ def test_quickstart_runs_offline_from_sft_to_a_loadable_push(kernel_env):
     assert (run / "sft" / "dpr_reference.json").is_file() and (run / "as-pushed" / "sft" / "dpr_reference").is_dir()
     assert not (run / "as-pushed" / "sft" / "training_args.bin").exists()
     assert sorted(p.name for p in (run / "dpr" / "heatmaps").iterdir()) == ["step-00002.html", "step-00004.html"]
+    preview = json.loads((run / "preview" / "preview.json").read_text())  # the preview cell ran on π_SFT's samples
+    assert (preview["num_prompts"], preview["samples_per_prompt"]) == (8, 4) and "DPR preview: quality = exact" in text
+    assert "image/png" in {kind for cell in notebook.cells for out in cell.get("outputs", []) for kind in out.get("data", {})}
 
 
 @pytest.mark.slow

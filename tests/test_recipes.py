@@ -141,7 +141,8 @@ def test_sft_then_dpr_recipes_through_accelerate_launch(tmp_path):
     dpr_config = tmp_path / "dpr.yaml"
     dpr_config.write_text(yaml.safe_dump({**common, "model_name_or_path": str(sft_dir), "output_dir": str(tmp_path / "dpr"),
                                           "max_steps": 2, "per_device_train_batch_size": 4, "max_completion_length": 8,
-                                          "evaluation_config": demo_evaluation_yaml(tmp_path / "eval.yaml"),
+                                          "evaluation_config": demo_evaluation_yaml(
+                                              tmp_path / "eval.yaml", output_dir=str(tmp_path / "yaml_output_dir")),
                                           "learning_rate": 1e-4}))
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(RECIPES / "accelerate_configs" / "cpu.yaml")]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
@@ -158,6 +159,8 @@ def test_sft_then_dpr_recipes_through_accelerate_launch(tmp_path):
     assert pairwise["win_rate"]["n"] == 6 and 0.0 <= pairwise["win_rate"]["win_rate"] <= 1.0
     assert [a["method"] for a in results["accuracy"]] == ["SFT", "DPR"]
     assert (tmp_path / "dpr" / "model.safetensors").is_file()
+    # the run's evaluation lands beside the run (runs/x/dpr → runs/x/eval), not in the YAML's output_dir
+    assert (tmp_path / "eval" / "results.json").is_file() and not (tmp_path / "yaml_output_dir").exists()
 
     # One evaluation path: recipes/evaluate.py with the same YAML, into a fresh folder (no cached answers), gives the
     # same numbers as the evaluation recipes/dpr.py ran.

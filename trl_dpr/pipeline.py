@@ -22,7 +22,7 @@ from .callbacks import ReferenceCheckpointCallback
 from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resume_from_checkpoint
 from .config import DensePathConfig
 from .data import check_chat_template, load_demonstrations, prompts_for_rl
-from .embedded.base_model import EMBEDDED_MODEL, build_embedded_base
+from .embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from .hub import SafeHubPushMixin, check_hub_push, defer_push_to_hub, push_trainer_output
 from .reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
 from .reward_model import CheckpointRewardModel
@@ -149,12 +149,6 @@ def model_init_kwargs_from(model_args: ModelConfig, trust_remote_code: bool = Fa
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
-def _resolve_base(model_args: ModelConfig, output_dir: str, seed: int) -> str:
-    if model_args.model_name_or_path == EMBEDDED_MODEL:
-        return build_embedded_base(Path(output_dir).parent / "embedded-base", seed=seed)
-    return model_args.model_name_or_path
-
-
 class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, SFTTrainer):
     """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.checkpointing`) and safe Hub pushes
     (`trl_dpr.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once).
@@ -195,7 +189,7 @@ def run_sft(
     callback = ReferenceCheckpointCallback(fraction=script_args.reference_fraction)
     if training_args.max_length is not None and training_args.max_length < 1:
         raise ValueError(f"max_length must be a positive number of tokens, got {training_args.max_length}.")
-    if model_args.model_name_or_path != EMBEDDED_MODEL:
+    if model_args.model_name_or_path not in EMBEDDED_MODELS:
         check_model_source(model_args.model_name_or_path, "The base model (model_name_or_path)")
     train_dataset = load_demonstrations(
         script_args.dataset_name,
@@ -206,7 +200,7 @@ def run_sft(
         dataset_format=script_args.dataset_format,
     )
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
-    base = _resolve_base(model_args, training_args.output_dir, training_args.seed)
+    base = resolve_embedded_base(model_args.model_name_or_path, training_args.output_dir, training_args.seed)
     tokenizer = AutoTokenizer.from_pretrained(base, revision=model_args.model_revision)
     if not training_args.chat_template_path:
         check_chat_template(tokenizer, train_dataset, script_args.dataset_name)
@@ -401,7 +395,8 @@ def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str) -> 
 
     Args:
         evaluation_config: a recipes/evaluate.py YAML path or an `EvaluationConfig`; its baseline and candidates are
-            replaced by `SFT=sft_path` and `DPR=policy_path`.
+            replaced by `SFT=sft_path` and `DPR=policy_path`, its output_dir by `<policy_path>/../eval` (each run's
+            evaluation beside it: runs/demo/dpr → runs/demo/eval).
 
     Returns:
         The report as a dict (`table_markdown`, `pairwise`, `accuracy`, ...); empty on the other processes.
@@ -417,7 +412,8 @@ def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str) -> 
     state = PartialState()
     results: dict = {}
     if state.is_main_process:
-        replaced = {"baseline": f"SFT={sft_path}", "candidates": [f"DPR={policy_path}"]}
+        replaced = {"baseline": f"SFT={sft_path}", "candidates": [f"DPR={policy_path}"],
+                    "output_dir": str(Path(policy_path).parent / "eval")}
         if isinstance(evaluation_config, EvaluationConfig):
             config = dataclasses.replace(evaluation_config, **replaced)
         else:

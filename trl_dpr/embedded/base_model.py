@@ -1,7 +1,12 @@
-"""The embedded demo's base model: a tiny Llama and its offline tokenizer, written once to a folder.
+"""The embedded base models, built offline into a folder once and loaded from there like any checkpoint.
 
-`model_name_or_path: trl_dpr/embedded-tiny-llama` in a recipe stands for this model; the recipes build it into
-`<output_dir>/../embedded-base` on first use (main process only) and load it from there like any checkpoint.
+Two names stand for them in a recipe's `model_name_or_path`:
+
+- `trl_dpr/embedded-pretrained-llama` (the demo's base): a tiny Llama language-modelled on plain text about the task
+  (`trl_dpr.embedded.pretraining`), built into `<output_dir>/../embedded-pretrained-base` (≈ 17 min on one CPU thread,
+  once);
+- `trl_dpr/embedded-tiny-llama`: the same architecture at random init, built into `<output_dir>/../embedded-base` in
+  a second (the tests, and the from-scratch regime of experiments/README.md).
 """
 
 from __future__ import annotations
@@ -11,12 +16,15 @@ from pathlib import Path
 
 from accelerate import PartialState
 
+from .pretraining import build_pretrained_base
 from .task import demo_corpus
 from .tiny_lm import build_tiny_causal_lm, build_tokenizer
 
-__all__ = ["EMBEDDED_MODEL", "build_embedded_base"]
+__all__ = ["EMBEDDED_MODEL", "EMBEDDED_MODELS", "EMBEDDED_PRETRAINED_MODEL", "build_embedded_base", "resolve_embedded_base"]
 
 EMBEDDED_MODEL = "trl_dpr/embedded-tiny-llama"  # a tiny Llama built from a config, with an offline tokenizer
+EMBEDDED_PRETRAINED_MODEL = "trl_dpr/embedded-pretrained-llama"  # the same, language-modelled on text about the task
+EMBEDDED_MODELS = (EMBEDDED_MODEL, EMBEDDED_PRETRAINED_MODEL)
 
 
 def build_embedded_base(path: str | os.PathLike, seed: int = 0) -> str:
@@ -38,3 +46,18 @@ def build_embedded_base(path: str | os.PathLike, seed: int = 0) -> str:
             tokenizer.save_pretrained(path)
         PartialState().wait_for_everyone()
     return str(path)
+
+
+def resolve_embedded_base(model_name_or_path: str, output_dir: str | os.PathLike, seed: int = 0) -> str:
+    """The folder for `model_name_or_path`: an embedded name is built beside `output_dir` (once); any other name is
+    returned unchanged (a Hub id or a local folder, loaded by transformers).
+
+    Example:
+        >>> resolve_embedded_base("Qwen/Qwen2.5-0.5B", "runs/sft")
+        'Qwen/Qwen2.5-0.5B'
+    """
+    if model_name_or_path == EMBEDDED_MODEL:
+        return build_embedded_base(Path(output_dir).parent / "embedded-base", seed=seed)
+    if model_name_or_path == EMBEDDED_PRETRAINED_MODEL:
+        return build_pretrained_base(Path(output_dir).parent / "embedded-pretrained-base")
+    return model_name_or_path

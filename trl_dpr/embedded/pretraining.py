@@ -1,0 +1,274 @@
+"""The embedded *pretrained* base: a tiny Llama language-modelled on plain text about the task before any SFT.
+
+Why a pretrained base: the paper starts from pretrained models, and DPR's reward r̂ = log π_SFT − log π_ref is the
+direction SFT moved the model in. From a random init that direction is "towards the demonstrations, away from noise",
+and tilting further along it lowers accuracy (experiments/README.md, regime scan). From a base that already writes
+about the task in several styles and qualities, the direction separates the expert's style from the others, and the
+tilted policy is more accurate than π_SFT when SFT has not yet converged (README, "Will DPR help on my data?").
+
+The corpus, in miniature, is what a web crawl holds about a skill: documents that pose a problem of the embedded task
+(never a held-out one) in a plain-text layout ("Question: ...\\nAnswer: ...", "Q: ... A: ...", ...) and solve it in
+one of several styles, plus unrelated text:
+
+    expert     the expert's step-by-step response, as in the SFT demonstrations              20 %
+    nonexpert  the same template, each computed number slipping by 1-3 with probability 0.3 25 %
+    terse      "The answer is X." (right)                                                     15 %
+    alternative another writer's phrasing, numbers slipping with probability 0.15            25 %
+    other      arithmetic drills, sorted lists, short stories with the task's names          15 %
+
+`build_pretrained_base` trains the tokenizer on the corpus, language-models the tiny Llama on it with a plain
+PyTorch loop (packed 256-token blocks, AdamW, cosine schedule), and writes model, tokenizer and `pretraining.json`.
+It runs outside any Trainer on purpose: it is called before the user's trainer exists, and a second Accelerator
+would fix the process-wide accelerate state (device, precision) before the user's own trainer sets it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from accelerate import PartialState
+from tqdm.auto import tqdm
+
+from .task import ITEMS, KINDS, NAMES, _pronoun, demo_corpus, held_out_split, make_example
+from .tiny_lm import build_tiny_causal_lm, build_tokenizer
+
+__all__ = ["CORPUS_MIX", "PretrainingSettings", "build_pretrained_base", "pretraining_corpus"]
+
+CORPUS_MIX = {"expert": 0.20, "nonexpert": 0.25, "terse": 0.15, "alternative": 0.25, "other": 0.15}
+NONEXPERT_SLIP_RATE = 0.3
+ALTERNATIVE_SLIP_RATE = 0.15
+LAYOUTS = ["Question: {p}\nAnswer: {r}", "Q: {p}\nA: {r}", "{p} {r}", "Problem: {p}\nSolution: {r}", "{p}\n{r}"]
+
+
+@dataclass
+class PretrainingSettings:
+    """The embedded pretrained base's recipe; the defaults are the base every documented number was measured on.
+
+    Example:
+        >>> PretrainingSettings(max_steps=10).max_steps, PretrainingSettings().num_documents
+        (10, 150000)
+    """
+
+    num_documents: int = 150_000
+    max_steps: int = 1200
+    batch_size: int = 32
+    block_size: int = 256
+    learning_rate: float = 2e-3
+    hidden_size: int = 128
+    num_layers: int = 4
+    vocab_size: int = 1200
+    seed: int = 0
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in re.findall(r"\d+", text)]
+
+
+def _slip(value: int, rng: random.Random, rate: float) -> int:
+    if rate and rng.random() < rate:
+        slipped = value + rng.choice([-3, -2, -1, 1, 2, 3])
+        return slipped if slipped >= 0 else value + 1
+    return value
+
+
+def _alternative_solution(kind: str, prompt: str, rng: random.Random, rate: float) -> str:
+    """Another writer's phrasing of the solution; each computed number slips with probability `rate`."""
+    numbers, name = _ints(prompt), prompt.split()[0]
+    if kind in ("add", "subtract"):
+        a, b = numbers
+        result = _slip(a + b if kind == "add" else a - b, rng, rate)
+        if kind == "add":
+            options = [f"{a} plus {b} is {result}, so {name} has {result} now.", f"We add: {a} + {b} = {result}.",
+                       f"Adding {b} to {a} gives {result}."]
+        else:
+            options = [f"{a} minus {b} is {result}, so {result} are left.", f"We subtract: {a} - {b} = {result}.",
+                       f"Taking {b} from {a} leaves {result}."]
+        return f"{rng.choice(options)} The answer is {result}."
+    if kind == "multiply":
+        boxes, per_box = numbers
+        product = _slip(per_box * boxes, rng, rate)
+        options = [f"{boxes} times {per_box} is {product}.", f"We multiply: {per_box} * {boxes} = {product}.",
+                   f"{boxes} boxes of {per_box} make {product}."]
+        return f"{rng.choice(options)} The answer is {product}."
+    if kind == "wages":
+        rate_, hours, extra_rate, worked = numbers
+        regular = _slip(hours * rate_, rng, rate)
+        extra_hours = _slip(worked - hours, rng, rate)
+        overtime = _slip(extra_hours * extra_rate, rng, rate)
+        total = _slip(regular + overtime, rng, rate)
+        return rng.choice([
+            f"Regular pay is {hours} * {rate_} = {regular}. Extra hours are {worked} - {hours} = {extra_hours}, paid "
+            f"{extra_hours} * {extra_rate} = {overtime}. Together {regular} + {overtime} = {total}. The answer is {total}.",
+            f"{name} gets {regular} for the first {hours} hours and {overtime} for the other {extra_hours}. "
+            f"{regular} + {overtime} = {total}. The answer is {total}.",
+        ])
+    if kind == "sort":
+        ordered = sorted(numbers)
+        if rate and rng.random() < rate:
+            i = rng.randrange(len(ordered) - 1)
+            ordered[i], ordered[i + 1] = ordered[i + 1], ordered[i]
+        shown = " ".join(map(str, ordered))
+        return rng.choice([f"In order: {shown}. The answer is {shown}.",
+                           f"From small to large: {shown}. The answer is {shown}."])
+    raise ValueError(f"Unknown kind {kind!r}; expected one of {KINDS}.")
+
+
+def _other_text(rng: random.Random) -> str:
+    """Text that is not a problem: arithmetic drills, sorted lists, short stories with the task's names and items."""
+    r = rng.random()
+    if r < 0.5:
+        facts = []
+        for _ in range(rng.randint(3, 6)):
+            op = rng.choice("+-*")
+            if op == "+":
+                a, b = rng.randint(10, 99), rng.randint(2, 9)
+                facts.append(f"{a} + {b} = {a + b}.")
+            elif op == "-":
+                a, b = rng.randint(20, 99), rng.randint(2, 9)
+                facts.append(f"{a} - {b} = {a - b}.")
+            else:
+                a, b = rng.randint(2, 9), rng.randint(2, 9)
+                facts.append(f"{a} * {b} = {a * b}.")
+        return " ".join(facts)
+    if r < 0.7:
+        numbers = rng.sample(range(1, 10), rng.randint(3, 6))
+        return f"The numbers {' '.join(map(str, numbers))} in order are {' '.join(map(str, sorted(numbers)))}."
+    name, item, other = rng.choice(NAMES), rng.choice(ITEMS), rng.choice(NAMES)
+    n = rng.randint(2, 30)
+    return rng.choice([
+        f"{name} likes {item}. {_pronoun(name)} keeps {n} {item} in a box and shows them to {other}.",
+        f"{name} and {other} went to the shop. They looked at {item} and bought {n} of them.",
+        f"Every day {name} counts {item}. Today {_pronoun(name).lower()} counted {n}.",
+    ])
+
+
+def _document(style: str, rng: random.Random, held_out: set[str]) -> str:
+    if style == "other":
+        return _other_text(rng)
+    kind = rng.choice(KINDS)
+    while True:  # a problem of the held-out split never appears in pretraining
+        problem_seed = rng.getrandbits(48)
+        example = make_example(kind, random.Random(problem_seed))
+        if example.prompt not in held_out:
+            break
+    if style == "expert":
+        solution = example.response
+    elif style == "nonexpert":  # the same problem (same seed), written with slips
+        solution = make_example(kind, random.Random(problem_seed), error_rate=NONEXPERT_SLIP_RATE).response
+    elif style == "terse":
+        solution = f"The answer is {example.answer}."
+    elif style == "alternative":
+        solution = _alternative_solution(kind, example.prompt, rng, ALTERNATIVE_SLIP_RATE)
+    else:
+        raise ValueError(f"Unknown style {style!r}; expected one of {list(CORPUS_MIX)}.")
+    return rng.choice(LAYOUTS).format(p=example.prompt, r=solution)
+
+
+def pretraining_corpus(num_documents: int, seed: int = 0, mix: dict[str, float] | None = None) -> list[str]:
+    """`num_documents` plain-text documents drawn with the style weights `mix` (default `CORPUS_MIX`).
+
+    Example:
+        >>> documents = pretraining_corpus(200)
+        >>> held_out = {row[0]["content"] for row in held_out_split()["prompt"]}
+        >>> any(problem in document for document in documents for problem in held_out)
+        False
+        >>> sum(document.startswith("Q: ") for document in documents) > 0
+        True
+    """
+    mix = CORPUS_MIX if mix is None else mix
+    styles, weights = list(mix), list(mix.values())
+    held_out = {row[0]["content"] for row in held_out_split(seed=0)["prompt"]}
+    rng = random.Random(seed)
+    return [_document(rng.choices(styles, weights)[0], rng, held_out) for _ in range(num_documents)]
+
+
+def _packed_blocks(tokenizer, documents: list[str], block_size: int) -> torch.Tensor:
+    """Documents joined by EOS and cut into `[num_blocks, block_size]` (GPT-style packing)."""
+    ids: list[int] = []
+    for start in range(0, len(documents), 5000):
+        for row in tokenizer(documents[start:start + 5000], add_special_tokens=False)["input_ids"]:
+            ids.extend(row)
+            ids.append(tokenizer.eos_token_id)
+    data = torch.tensor(ids, dtype=torch.long)
+    num_blocks = data.numel() // block_size
+    return data[: num_blocks * block_size].view(num_blocks, block_size)
+
+
+def _pretrain(model, blocks: torch.Tensor, settings: PretrainingSettings) -> list[tuple[int, float]]:
+    """Next-token loss on random packed blocks: AdamW (β2 0.95, wd 0.01), 3 % warm-up then cosine, grad-norm 1."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.01, betas=(0.9, 0.95))
+    warmup = max(1, int(0.03 * settings.max_steps))
+
+    def schedule(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, settings.max_steps - warmup)))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    generator = torch.Generator().manual_seed(settings.seed)
+    order, position, losses = torch.randperm(len(blocks), generator=generator), 0, []
+    model.train()
+    progress = tqdm(range(1, settings.max_steps + 1), desc="pretraining the embedded base", mininterval=10)
+    for step in progress:
+        if position + settings.batch_size > len(blocks):  # next epoch
+            order, position = torch.randperm(len(blocks), generator=generator), 0
+        batch = blocks[order[position:position + settings.batch_size]]
+        position += settings.batch_size
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step == 1 or step % 50 == 0:
+            losses.append((step, round(loss.item(), 4)))
+            progress.set_postfix(loss=f"{loss.item():.3f}")
+    model.eval()
+    return losses
+
+
+def build_pretrained_base(path: str | os.PathLike, settings: PretrainingSettings | None = None) -> str:
+    """Build the embedded pretrained base into `path` once (main process only) and return the path.
+
+    Takes about 17 minutes on one CPU thread with the default settings (1200 steps of 32×256 tokens); an existing
+    complete build is reused, an interrupted one is rebuilt (the build is written to `<path>.partial` and renamed).
+
+    Example:
+        >>> import contextlib, io, tempfile
+        >>> with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        ...     folder = build_pretrained_base(tempfile.mkdtemp() + "/base", PretrainingSettings(
+        ...         num_documents=300, max_steps=2, batch_size=2, block_size=32, vocab_size=400))
+        >>> json.loads((Path(folder) / "pretraining.json").read_text())["settings"]["max_steps"]
+        2
+    """
+    path = Path(path)
+    settings = settings or PretrainingSettings()
+    if not (path / "pretraining.json").is_file():
+        if PartialState().is_main_process:
+            started = time.time()
+            partial = path.with_name(path.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            documents = pretraining_corpus(settings.num_documents, seed=settings.seed)
+            tokenizer = build_tokenizer(documents[:20_000] + demo_corpus(seed=settings.seed), settings.vocab_size)
+            blocks = _packed_blocks(tokenizer, documents, settings.block_size)
+            model = build_tiny_causal_lm(tokenizer, "llama", hidden_size=settings.hidden_size,
+                                         num_layers=settings.num_layers, num_heads=4, seed=settings.seed)
+            losses = _pretrain(model, blocks, settings)
+            model.save_pretrained(partial)
+            tokenizer.save_pretrained(partial)
+            record = {"settings": asdict(settings), "num_blocks": len(blocks), "losses": losses,
+                      "torch_threads": torch.get_num_threads(), "wall_s": round(time.time() - started, 1)}
+            (partial / "pretraining.json").write_text(json.dumps(record, indent=1))
+            shutil.rmtree(path, ignore_errors=True)
+            partial.rename(path)
+        PartialState().wait_for_everyone()
+    return str(path)
