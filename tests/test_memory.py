@@ -12,7 +12,7 @@ from trl_dpr.memory import GIB, MemoryPlan, MemoryTerm, ModelShape, kv_cache_byt
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "tests" / "data" / "model_configs"
 BACKBONES = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.1", "gemma-3-4b"]
-RECIPES = sorted((ROOT / "recipes").glob("*/*/config_*.yaml"))
+RECIPES = sorted(p for p in (ROOT / "recipes").glob("*/*/config_*.yaml") if p.parts[-2] in ("sft", "dpr"))  # planned stages
 KIB = 1024
 
 

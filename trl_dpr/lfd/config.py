@@ -88,6 +88,11 @@ class SelfPlayConfig(DPOConfig):
             )
         if self.beta <= 0:
             raise ValueError(f"beta must be > 0 (it scales the log-ratio to π_t), got {self.beta}.")
+        if self.push_to_hub:
+            raise ValueError(
+                "push_to_hub is not supported for self-play: every iteration is a training run of its own, and pushes "
+                "would upload each of them. Upload the last iterate after the run: `hf upload <repo id> <output_dir>`."
+            )
         super().__post_init__()
 
 

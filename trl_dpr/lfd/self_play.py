@@ -16,6 +16,7 @@ not trained again; `resume_from_checkpoint: true` resumes an interrupted iterati
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import hashlib
@@ -52,6 +53,7 @@ __all__ = [
     "evaluate_last_iterate",
     "load_policy",
     "prompts_and_demonstrations",
+    "recipe_main",
     "run_self_play",
     "trainer_class",
 ]
@@ -215,6 +217,18 @@ def _fingerprint(values) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
+def _full_weights(model):
+    """Every weight of `model` on this process while it generates: under ZeRO-3 the policy is loaded partitioned
+    (`zero3_init_flag`) and only the trainer's engine would gather its weights; elsewhere, nothing to do."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if not is_deepspeed_zero3_enabled():
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(model.parameters()))
+
+
 def answer_prompts(
     model,
     tokenizer,
@@ -256,11 +270,13 @@ def answer_prompts(
     rounds = range(0, len(missing), per_round)
     for start in tqdm(rounds, desc="π_t answers", disable=not (show_progress and state.is_main_process)):
         mine = missing[start : start + per_round][state.process_index * batch_size : (state.process_index + 1) * batch_size]
-        samples = []
-        if mine:  # seeded by the batch's first prompt: the same batch gets the same answers in any run
+        # Under ZeRO-3, generate synchronises the processes at every step: a process with no prompt left in this round
+        # answers the round's first one too (and drops it), so that every process calls generate in every round.
+        work = mine or missing[start : start + 1]
+        with _full_weights(model):  # seeded by the batch's first prompt: the same batch gets the same answers in any run
             samples = sample_completions(
-                model, tokenizer, [prompts[i] for i in mine], temperature=temperature, top_p=top_p,
-                max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed + mine[0],
+                model, tokenizer, [prompts[i] for i in work], temperature=temperature, top_p=top_p,
+                max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed + work[0],
             )
         records = [
             {"prompt_index": i, "prompt_ids": s.prompt_ids, "completion_ids": s.completion_ids, "text": s.text}
@@ -401,6 +417,8 @@ def run_self_play(
     prompts, completions = prompts_and_demonstrations(demonstrations, script_args.dataset_name)
     tokenizer = AutoTokenizer.from_pretrained(sft_path, revision=model_args.model_revision, padding_side="left")
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
+    if torch.cuda.is_available():  # each process answers on its own GPU (not "auto", which spreads over all of them)
+        init_kwargs.setdefault("device_map", {"": state.local_process_index})
 
     def answers_path(t: int) -> Path:
         return root / "generations" / f"iteration-{t}.jsonl"
@@ -481,3 +499,48 @@ def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRu
     state.wait_for_everyone()
     return results
 
+
+def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None = None) -> SelfPlayRun:
+    """`recipes/spin.py` / `recipes/gsil.py`: parse the recipe (unknown keys are errors), run the SFT stage first when
+    `sft_config` is set and its output is missing, then self-play, then the evaluation against SFT when
+    `evaluation_config` is set.
+
+    Example:
+        ```python
+        recipe_main(SPINConfig, ["--config", "recipes/demo/spin.yaml"])
+        ```
+    """
+    from trl import SFTConfig
+
+    from ..memory import MemoryTarget
+    from ..pipeline import has_sft_output, run_sft
+    from ..recipe_parser import RecipeParser
+
+    # MemoryTarget (gpu_memory_gib, num_gpus) is part of every recipe YAML; training does not use it.
+    parser = RecipeParser((SelfPlayScriptArguments, config_class, ModelConfig, MemoryTarget))
+    script_args, training_args, model_args, _ = parser.parse_args_and_config(argv)
+    _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
+    method = trainer_class(training_args)._name
+    sft_path = model_args.model_name_or_path
+    stages = 1 + bool(script_args.sft_config) + bool(script_args.evaluation_config)
+    stage = 1
+    if script_args.sft_config:
+        sft_args, sft_training_args, sft_model_args, _ = RecipeParser(
+            (SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget)
+        ).parse_args_and_config(["--config", script_args.sft_config])
+        if sft_training_args.output_dir != sft_path:
+            raise ValueError(
+                f"{script_args.sft_config} writes the SFT model to {sft_training_args.output_dir!r} but {method} starts "
+                f"from model_name_or_path={sft_path!r}; make them the same folder."
+            )
+        found = has_sft_output(sft_path)
+        print_stage(stage, stages, f"SFT of {sft_model_args.model_name_or_path}" + (f": found in {sft_path}, skipped" if found else ""))
+        if not found:
+            run_sft(sft_args, sft_training_args, sft_model_args)
+        stage += 1
+    print_stage(stage, stages, f"{method} from {sft_path}: {training_args.num_iterations} iteration(s)")
+    run = run_self_play(script_args, training_args, model_args)
+    if script_args.evaluation_config:
+        print_stage(stage + 1, stages, f"Evaluation: {method} vs SFT ({script_args.evaluation_config})")
+        evaluate_last_iterate(script_args.evaluation_config, sft_path, run)
+    return run
