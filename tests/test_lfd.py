@@ -3,6 +3,7 @@ and short self-play runs on tiny models where each iteration answers with, and t
 
 import copy
 import doctest
+import inspect
 import json
 import math
 
@@ -156,7 +157,30 @@ def test_pairs_are_trained_on_the_ids_that_were_sampled(tmp_path):
     assert tok.decode(trainer.train_dataset[1]["chosen_ids"]) == DEMOS[1][0]["content"] + tok.eos_token
 
 
+def test_the_dpo_internals_the_self_play_trainers_rely_on():
+    """SelfPlayTrainer overrides DPOTrainer._prepare_dataset and calls compute_ref_log_probs, the fused LM head's
+    `log_probs` and the `_metrics` buffers: named here so that a TRL upgrade that moves them fails with a message."""
+    from .test_trl_contract import check_method, contract
+
+    used_by = "trl_dpr.lfd.trainer.SelfPlayTrainer"
+    check_method(DPOTrainer, "_prepare_dataset", ["dataset", "processing_class", "args", "dataset_name"], used_by)
+    check_method(DPOTrainer, "compute_ref_log_probs", ["model", "inputs"], used_by)
+    source = inspect.getsource(DPOTrainer)
+    for name in ("fused_lm_head=True", ".log_probs", "self._metrics[mode]", "self.precompute_ref_logps", '"completion_mask"'):
+        contract(name in source, f"DPOTrainer no longer uses {name}", used_by)
+
+
 # ---- π_t's answers, cached -------------------------------------------------------------------------------------------
+
+
+def test_nucleus_sampling_with_a_tiny_top_p_is_greedy_decoding():
+    tok = build_tokenizer(demo_corpus(size=200), vocab_size=500)
+    model = build_tiny_causal_lm(tok, seed=0)
+    nucleus = sample_completions(model, tok, PROMPTS, temperature=0.8, top_p=1e-6, max_new_tokens=6, seed=5)
+    greedy = sample_completions(model, tok, PROMPTS, temperature=0.0, max_new_tokens=6)
+    assert [s.completion_ids for s in nucleus] == [s.completion_ids for s in greedy]
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+        sample_completions(model, tok, PROMPTS, top_p=0.0)
 
 
 def test_an_interrupted_generation_answers_only_the_missing_prompts(tmp_path, monkeypatch):

@@ -449,7 +449,7 @@ def run_self_play(
                 previous_pairs = pairs_of(t - 1, [cache.get((i,)) for i in range(len(prompts))])
             pairs = concatenate_datasets([previous_pairs, current_pairs])
 
-        args = copy.copy(training_args)  # the same settings, this iteration's folder; pushed once, by the recipe
+        args = copy.copy(training_args)  # the same settings (processed fields kept), in this iteration's folder
         args.output_dir, args.push_to_hub = str(iteration_dir), False
         trainer = trainer_cls(
             model=policy, args=args, train_dataset=pairs, processing_class=tokenizer, callbacks=callbacks,
