@@ -95,3 +95,39 @@ def test_the_recipe_runs_self_play_then_the_evaluation_against_sft(method, tmp_p
     assert f"| {name} |" in result.stdout and "accuracy % (95% CI)" in result.stdout
     assert (tmp_path / method / "model.safetensors").is_file()
     assert (tmp_path / method / "generations" / "iteration-0.jsonl").read_text().count("\n") == 6
+
+
+@pytest.mark.slow
+def test_spin_under_zero3_on_two_processes_answers_with_each_full_iterate(tmp_path, tokenizer):
+    """ZeRO-3 loads π_t partitioned: its answers must still be those of the whole model (gathered for generation),
+    and the second iteration must get a fresh DeepSpeed accelerator. Two CPU processes (gloo)."""
+    pytest.importorskip("deepspeed")
+    import json
+
+    from trl_dpr.data import load_demonstrations
+    from trl_dpr.lfd.self_play import answer_prompts, load_policy, prompts_and_demonstrations
+
+    from .conftest import save_sft_output
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    out = tmp_path / "spin"
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+        str(RECIPES / "accelerate_configs" / "zero3_cpu.yaml"), str(RECIPES / "spin.py"),
+        "--config", str(RECIPES / "demo" / "spin.yaml"), "--model_name_or_path", str(sft), "--sft_config", "",
+        "--evaluation_config", "", "--output_dir", str(out), "--num_train_samples", "6", "--num_iterations", "2",
+        "--max_new_tokens", "6", "--per_device_train_batch_size", "2", "--generation_batch_size", "2",
+        "--use_cpu", "false", "--ddp_backend", "gloo",
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    # One process, the same batches (2 prompts, seeded by their first index): the answers each iterate gives.
+    prompts = prompts_and_demonstrations(load_demonstrations("trl_dpr/embedded-demo", num_samples=6, seed=0), "demo")[0]
+    for t, model_dir in enumerate([sft, out / "iteration-0"]):
+        model = load_policy(str(model_dir), {"dtype": "float32"})
+        again = answer_prompts(model, tokenizer, prompts, tmp_path / f"again-{t}.jsonl", temperature=0.8, top_p=0.95,
+                               max_new_tokens=6, batch_size=2, seed=100_003 * t, show_progress=False)
+        cached = [json.loads(line) for line in (out / "generations" / f"iteration-{t}.jsonl").read_text().splitlines()]
+        assert {r["prompt_index"]: r["completion_ids"] for r in cached} == {a["prompt_index"]: a["completion_ids"] for a in again}

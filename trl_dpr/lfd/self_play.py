@@ -359,6 +359,17 @@ def _free_memory() -> None:
         torch.cuda.empty_cache()
 
 
+def _release_deepspeed_accelerator() -> None:
+    """Under DeepSpeed, accelerate refuses a second `Accelerator` with a DeepSpeed plugin in one process; each iteration's
+    trainer makes its own, so the finished iteration's accelerator state is dropped (the process group is kept)."""
+    from accelerate.state import AcceleratorState, GradientState
+    from accelerate.utils import DistributedType
+
+    if AcceleratorState._shared_state and AcceleratorState().distributed_type == DistributedType.DEEPSPEED:
+        AcceleratorState._reset_state()
+        GradientState._reset_state()
+
+
 def _final_metrics(log_history: list[dict]) -> dict:
     wanted = ("loss", "rewards/margins", "rewards/accuracies", "rewards/real", "rewards/generated", "train_runtime")
     final = {}
@@ -467,6 +478,7 @@ def run_self_play(
         previous_pairs = current_pairs
         del trainer, policy
         _free_memory()
+        _release_deepspeed_accelerator()
         policy_path = str(iteration_dir)
 
     if state.is_main_process:
