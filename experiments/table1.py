@@ -92,9 +92,8 @@ def _train_self_play(name: str, recipe: str, output_dir: Path) -> tuple[str, str
     already = (output_dir / RUN_RECORD).is_file() and all(
         (output_dir / f"iteration-{t}" / ITERATION_RECORD).is_file() for t in range(training_args.num_iterations)
     )
-    start = time.perf_counter()
     run = run_self_play(script_args, training_args, model_args)
-    seconds = sum(it.get("train_runtime", 0.0) for it in run.iterations) if already else time.perf_counter() - start
+    seconds = sum(it.get("wall_time_s", it.get("train_runtime", 0.0)) for it in run.iterations)  # answering + training
     free_memory()
     return model_args.model_name_or_path, run.output_dir, seconds, not already
 

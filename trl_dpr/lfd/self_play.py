@@ -22,6 +22,7 @@ import gc
 import hashlib
 import json
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -446,6 +447,7 @@ def run_self_play(
             policy_path, previous_pairs = str(iteration_dir), None
             continue
         print_stage(t + 1, training_args.num_iterations, f"{method} iteration {t}: {policy_path} answers, then trains against itself")
+        start = time.perf_counter()
         policy = load_policy(policy_path, init_kwargs)
         answers = answer_prompts(
             policy, tokenizer, prompts, answers_path(t),
@@ -470,7 +472,7 @@ def run_self_play(
         trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(str(iteration_dir))
         record = {"iteration": t, "policy": str(policy_path), "reference": str(policy_path), "pairs": len(pairs),
-                  **_final_metrics(trainer.state.log_history)}
+                  **_final_metrics(trainer.state.log_history), "wall_time_s": time.perf_counter() - start}
         if state.is_main_process:
             record_path.write_text(json.dumps(record, indent=2))
         state.wait_for_everyone()
