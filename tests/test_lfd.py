@@ -130,6 +130,19 @@ def test_the_trainer_loss_is_the_methods_loss_of_independently_computed_log_prob
     assert loss.item() == pytest.approx(sum(expected) / len(expected), rel=1e-4, abs=1e-5)
 
 
+@pytest.mark.parametrize(("trainer_class", "config_class", "paper", "tag"),
+                         [(SPINTrainer, SPINConfig, "2401.01335", "spin"), (GSILTrainer, GSILConfig, "2410.10093", "gsil")])
+def test_the_model_card_names_the_method_and_cites_its_paper(trainer_class, config_class, paper, tag, tmp_path):
+    tok = build_tokenizer(demo_corpus(size=200), vocab_size=500)
+    model = build_tiny_causal_lm(tok, seed=0)
+    trainer = trainer_class(model=model, ref_model=copy.deepcopy(model), args=run_args(config_class, tmp_path),
+                            train_dataset=sampled_pairs(tok, model), processing_class=tok)
+    trainer.create_model_card(model_name="tiny", dataset_name="trl_dpr/embedded-demo")
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert f"huggingface.co/papers/{paper}" in card and f"arXiv:{paper}" in card
+    assert f"- {tag}" in card and f"with {trainer_class._name}" in card
+
+
 def test_spin_is_dpo_against_the_previous_iterate(tmp_path):
     """On text pairs, SPINTrainer's loss equals TRL's DPOTrainer sigmoid loss with the same reference."""
     tok = build_tokenizer(demo_corpus(size=200), vocab_size=500)

@@ -471,6 +471,7 @@ def run_self_play(
         resume = last_complete_checkpoint(iteration_dir) if training_args.resume_from_checkpoint else None
         trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(str(iteration_dir))
+        trainer.create_model_card(model_name=f"{root.name}-iteration-{t}", dataset_name=script_args.dataset_name)
         record = {"iteration": t, "policy": str(policy_path), "reference": str(policy_path), "pairs": len(pairs),
                   **_final_metrics(trainer.state.log_history), "wall_time_s": time.perf_counter() - start}
         if state.is_main_process:
