@@ -59,6 +59,19 @@ def test_a_user_error_exits_with_its_message_and_no_traceback(capsys):
     assert "error (ValueError): num_generations must be >= 1" in err and "--debug" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
+def test_a_user_error_inside_a_launched_recipe_exits_2_with_only_its_message(tmp_path):
+    """The mistake is found in the recipe's own process under `accelerate launch` (a missing SFT folder); the
+    `trl-dpr` process around it exits with the recipe's code and adds no traceback of the launcher."""
+    command = [sys.executable, "-c", "from trl_dpr.cli import main; main()"]
+    for stage, config in (("dpr", "demo/dpr.yaml"), ("spin", "demo/spin.yaml")):
+        bad = subprocess.run([*command, stage, "--config", config, "--model_name_or_path", str(tmp_path / "no_sft"),
+                              "--sft_config", "", "--output_dir", str(tmp_path / stage)], cwd=tmp_path,
+                             env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=300)
+        assert bad.returncode == 2, bad.stderr[-2000:]
+        assert "no_sft' does not exist" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[-2000:]
+
+
 def test_debug_shows_the_traceback(monkeypatch):
     def failing(argv):
         raise FileNotFoundError("no such folder")

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "tests" / "data" / "model_configs"
 BACKBONES = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.1", "gemma-3-4b"]  # the paper's
 COLAB = "qwen2.5-0.5b"  # the notebooks' GPU preset, on a free Colab T4
-RECIPES = sorted((ROOT / "recipes").glob("*/*/config_*.yaml"))
+# the planned stages: SFT and DPR (the SPIN / GSIL baselines' recipes are not planned)
+RECIPES = sorted(p for p in (ROOT / "recipes").glob("*/*/config_*.yaml") if p.parts[-2] in ("sft", "dpr"))
 KIB = 1024
 
 

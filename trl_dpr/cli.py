@@ -2,6 +2,7 @@
 
     trl-dpr sft      --config qwen2.5-7b/sft/config_qlora.yaml [--accelerate_config single_gpu] [overrides...]
     trl-dpr dpr      --config demo/dpr.yaml                    [--accelerate_config cpu]         [overrides...]
+    trl-dpr spin     --config demo/spin.yaml   (and gsil: the LfD baselines of Table 1, from an SFT output)
     trl-dpr evaluate --config demo.yaml                        (recipes/evaluate/*.yaml)
     trl-dpr preview  --config demo.yaml                        (recipes/preview/*.yaml)
     trl-dpr heatmap  --sft runs/demo/sft --prompt ... --response ...
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -30,7 +32,7 @@ from .recipe_parser import find_recipe_file, recipes_root
 
 __all__ = ["main", "run"]
 
-TRAINING_STAGES = ("sft", "dpr")
+TRAINING_STAGES = ("sft", "dpr", "spin", "gsil")
 IN_PROCESS = {"evaluate": "evaluate", "preview": "preview"}  # command → the recipe module (and its YAML subfolder)
 
 
@@ -109,7 +111,12 @@ def _launch_training(stage: str, argv: list[str]) -> None:
     launch_args = _resolve_accelerate_config(list(unknown))
     script_args = _without(argv, list(unknown))
     script = recipes_root() / f"{stage}.py"
-    launch_command(launch_command_parser().parse_args([*launch_args, str(script), *script_args]))
+    try:
+        launch_command(launch_command_parser().parse_args([*launch_args, str(script), *script_args]))
+    except subprocess.CalledProcessError as error:
+        # The recipe's own processes have printed what went wrong (a mistake in the input: its message, exit code 2);
+        # accelerate's launcher adding its traceback on top would only hide it.
+        raise SystemExit(error.returncode) from None
 
 
 def _without(items: list[str], subsequence: list[str]) -> list[str]:

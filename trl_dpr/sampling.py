@@ -63,12 +63,14 @@ def sample_completions(
     seed: int = 0,
     desc: str = "Sampling",
     show_progress: bool = False,
+    top_p: float = 1.0,
 ) -> list[Sample]:
     """Sample one completion per prompt (repeat a prompt to get several), keeping the sampled token ids.
 
     Prompts (strings or conversations) are rendered as GRPOTrainer renders them; `temperature=0` decodes greedily,
     otherwise plain sampling from the temperature-scaled distribution (no top-k / top-p), as DPR's rollouts and the
     paper's evaluation sample; the checkpoint's own generation defaults (top-k, top-p, repetition penalty) are not used.
+    `top_p < 1` samples from the nucleus instead (SPIN's self-generated answers use 0.95).
     A completion ends at the first of the model's EOS ids (GRPO's set). Sampling is seeded once per call and leaves the
     caller's random streams (CPU and this GPU) as they were, e.g. mid-training.
 
@@ -81,6 +83,8 @@ def sample_completions(
     """
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}.")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1] (1 = plain sampling), got {top_p}.")
     if batch_size < 1 or max_new_tokens < 1:
         raise ValueError(f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}.")
     prompts = list(prompts)
@@ -94,7 +98,7 @@ def sample_completions(
     # the distribution the samples come from.
     sampling = GenerationConfig(
         max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
-        top_k=0 if temperature > 0 else None, top_p=1.0 if temperature > 0 else None, eos_token_id=stop_ids,
+        top_k=0 if temperature > 0 else None, top_p=top_p if temperature > 0 else None, eos_token_id=stop_ids,
         pad_token_id=_pad_id(tokenizer), bos_token_id=None,
     )
     samples: list[Sample] = []

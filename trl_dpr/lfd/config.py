@@ -1,0 +1,255 @@
+"""`SPINConfig` and `GSILConfig`: DPOConfig with the self-play fields and each paper's defaults.
+
+Both methods alternate two steps from the SFT model π_0: the current iterate π_t answers every demonstration prompt,
+then π_{t+1} is trained on (demonstration, own answer) pairs with π_t as the frozen reference. `SelfPlayConfig` holds
+what the two share (iterations, how π_t answers, which pairs are kept); the subclasses hold each paper's loss and
+defaults. Sources: SPIN, Chen et al. (ICML 2024, arXiv:2401.01335) and its code uclaml/SPIN; GSIL, Xiao et al. (EMNLP
+2024, arXiv:2410.10093) and its code tengxiao1/GSIL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import DPOConfig
+
+from .losses import GSIL_LOSSES, SPIN_LOSSES
+
+__all__ = ["GSILConfig", "SPINConfig", "SelfPlayConfig"]
+
+
+@dataclass
+class SelfPlayConfig(DPOConfig):
+    r"""What SPIN and GSIL share on top of [`trl.DPOConfig`]: the self-play loop. Use `SPINConfig` or `GSILConfig`.
+
+    Training-loop fields (`learning_rate`, `num_train_epochs`, batch sizes, ...) apply to each iteration; `output_dir`
+    holds `iteration-<t>/` (the model trained at iteration t, its checkpoints), `generations/iteration-<t>.jsonl` (π_t's
+    answers, cached line by line) and, at the end, the last iteration's model.
+
+    Parameters:
+        num_iterations (`int`): self-play iterations (policy answers, then one training run against it).
+        generation_temperature (`float`): temperature of π_t's answers; 0 decodes greedily.
+        generation_top_p (`float`): nucleus sampling of π_t's answers (1 = plain sampling).
+        max_new_tokens (`int`): longest answer of π_t, in tokens (an answer cut there keeps no EOS).
+        generation_batch_size (`int`): prompts per `generate` call while π_t answers.
+        previous_iteration_pairs (`bool`): also train iteration t on iteration t−1's pairs.
+        overwrite_output_dir (`bool`, defaults to `False`): start over in an output_dir that holds a self-play run.
+
+    Example:
+        >>> from trl_dpr.lfd import GSILConfig, SelfPlayConfig
+        >>> args = GSILConfig(output_dir="runs/gsil", use_cpu=True, bf16=False, num_iterations=2)
+        >>> isinstance(args, SelfPlayConfig), args.num_iterations, args.generation_temperature
+        (True, 2, 0.0)
+    """
+
+    num_iterations: int = field(default=1, metadata={"help": "Self-play iterations: π_t answers, then π_{t+1} is trained."})
+    generation_temperature: float = field(
+        default=1.0, metadata={"help": "Temperature of the answers π_t writes for the demonstration prompts (0: greedy)."}
+    )
+    generation_top_p: float = field(default=1.0, metadata={"help": "Nucleus (top-p) sampling of π_t's answers; 1 = off."})
+    max_new_tokens: int = field(default=256, metadata={"help": "Longest answer π_t writes, in tokens."})
+    generation_batch_size: int = field(default=32, metadata={"help": "Prompts per generate call while π_t answers."})
+    previous_iteration_pairs: bool = field(
+        default=False,
+        metadata={"help": "Train iteration t on its pairs and on iteration t−1's (the old answers, the old reference's)."},
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start over in an output_dir that holds a self-play run with other settings (its iterations and "
+            "cached answers are deleted). Off: refused, naming the settings that differ."
+        },
+    )
+
+    # DPO fields that would change the loss or the reference these methods define: refused when set, not ignored.
+    _OVERRIDDEN_DPO_FIELDS = {
+        "loss_type": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
+        "loss_weights": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
+        "ld_alpha": "the loss uses whole-sequence log-probabilities, as the papers do",
+        "f_divergence_type": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
+        "use_weighting": "the papers weight every pair equally",
+        "label_smoothing": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
+        "sync_ref_model": "the reference is π_t, the iterate that wrote the answers, frozen for the whole iteration",
+    }
+
+    def __post_init__(self):
+        for name, reason in self._OVERRIDDEN_DPO_FIELDS.items():
+            dpo_field = DPOConfig.__dataclass_fields__[name]
+            default = dpo_field.default_factory() if callable(dpo_field.default_factory) else dpo_field.default
+            value = getattr(self, name)
+            if (value if name != "loss_type" or not isinstance(value, str) else [value]) != default:
+                raise ValueError(
+                    f"{name}={value!r} has no effect in {type(self).__name__}: {reason}. Remove it (default {default!r})."
+                )
+        if self.num_iterations < 1:
+            raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}.")
+        if self.generation_temperature < 0:
+            raise ValueError(f"generation_temperature must be >= 0 (0 = greedy), got {self.generation_temperature}.")
+        if not 0.0 < self.generation_top_p <= 1.0:
+            raise ValueError(f"generation_top_p must be in (0, 1] (1 = off), got {self.generation_top_p}.")
+        if self.max_new_tokens < 1 or self.generation_batch_size < 1:
+            raise ValueError(
+                f"max_new_tokens and generation_batch_size must be >= 1, got {self.max_new_tokens} and "
+                f"{self.generation_batch_size}."
+            )
+        if self.beta <= 0:
+            raise ValueError(f"beta must be > 0 (it scales the log-ratio to π_t), got {self.beta}.")
+        if self.push_to_hub:
+            raise ValueError(
+                "push_to_hub is not supported for self-play: every iteration is a training run of its own, and pushes "
+                "would upload each of them. Upload the last iterate after the run: `hf upload <repo id> <output_dir>`."
+            )
+        super().__post_init__()
+
+
+@dataclass
+class SPINConfig(SelfPlayConfig):
+    r"""Configuration for [`SPINTrainer`] and `recipes/spin.py`: every [`trl.DPOConfig`] field, the self-play loop,
+    and SPIN's loss. Defaults are SPIN's (Chen et al., 2024, Experiments section, and uclaml/SPIN's
+    `configs/config*.yaml` and `spin/generate.py`).
+
+    Parameters:
+        beta (`float`, defaults to `0.1`): λ of L_SPIN (Method section; README: 0.1).
+        spin_loss_type (`str`, defaults to `"sigmoid"`): ℓ of L_SPIN: `"sigmoid"`, the paper's logistic loss, or
+            `"hinge"` (uclaml/SPIN `spin_loss`).
+        num_iterations (`int`, defaults to `4`): the paper's iterations 0 to 3.
+        previous_iteration_pairs (`bool`, defaults to `True`): iteration t ≥ 1 trains on its own and iteration t−1's
+            pairs (`configs/config_iter1.yaml` mixes SPIN_iter0 and SPIN_iter1).
+        generation_temperature (`float`, defaults to `0.8`), generation_top_p (`float`, defaults to `0.95`),
+            max_new_tokens (`int`, defaults to `256`): how π_t answers (`spin/generate.py`).
+        learning_rate (`float`, defaults to `5e-7`), optim (`str`, defaults to `"rmsprop"`), lr_scheduler_type
+            (`str`, defaults to `"linear"`), warmup_steps (`float`, defaults to `0.1`), num_train_epochs (`float`,
+            defaults to `3`): each iteration's training (`configs/config.yaml`).
+
+    Example:
+        >>> from trl_dpr.lfd import SPINConfig
+        >>> args = SPINConfig(output_dir="runs/spin", use_cpu=True, bf16=False)
+        >>> args.beta, args.num_iterations, args.generation_temperature, args.learning_rate
+        (0.1, 4, 0.8, 5e-07)
+    """
+
+    beta: float = field(
+        default=0.1, metadata={"help": "λ of SPIN's loss (Method section; uclaml/SPIN README and configs: 0.1)."}
+    )
+    spin_loss_type: str = field(
+        default="sigmoid",
+        metadata={
+            "help": "ℓ of SPIN's loss (Method section): 'sigmoid' = the paper's logistic loss log(1 + e^{-t}); "
+            "'hinge' = max(0, 1 - t) (uclaml/SPIN spin_loss).",
+            "choices": list(SPIN_LOSSES),
+        },
+    )
+    num_iterations: int = field(
+        default=4, metadata={"help": "Self-play iterations (Experiments section: iterations 0 to 3)."}
+    )
+    previous_iteration_pairs: bool = field(
+        default=True,
+        metadata={
+            "help": "Iteration t >= 1 also trains on iteration t-1's pairs (Experiments section; uclaml/SPIN "
+            "configs/config_iter1.yaml mixes SPIN_iter0 and SPIN_iter1)."
+        },
+    )
+    generation_temperature: float = field(
+        default=0.8, metadata={"help": "Temperature of π_t's answers (uclaml/SPIN spin/generate.py: 0.8)."}
+    )
+    generation_top_p: float = field(
+        default=0.95, metadata={"help": "Top-p of π_t's answers (uclaml/SPIN spin/generate.py: 0.95)."}
+    )
+    max_new_tokens: int = field(
+        default=256, metadata={"help": "Longest answer of π_t (uclaml/SPIN spin/generate.py: 256 tokens)."}
+    )
+    learning_rate: float = field(
+        default=5e-7, metadata={"help": "Learning rate of each iteration (Experiments section; configs/config.yaml: 5e-7)."}
+    )
+    optim: str = field(default="rmsprop", metadata={"help": "Optimizer (Experiments section; configs/config.yaml: RMSProp)."})
+    lr_scheduler_type: str = field(
+        default="linear", metadata={"help": "Learning-rate schedule of each iteration (configs/config.yaml: linear)."}
+    )
+    warmup_steps: float = field(
+        default=0.1, metadata={"help": "Warmup: steps, or a ratio of each iteration's steps when < 1 (configs/config.yaml: 0.1)."}
+    )
+    num_train_epochs: float = field(
+        default=3.0, metadata={"help": "Epochs over each iteration's pairs (uclaml/SPIN configs/config.yaml: 3)."}
+    )
+
+    def __post_init__(self):
+        if self.spin_loss_type not in SPIN_LOSSES:
+            raise ValueError(f"spin_loss_type must be one of {SPIN_LOSSES} ('sigmoid' is the paper's), got {self.spin_loss_type!r}.")
+        super().__post_init__()
+
+
+@dataclass
+class GSILConfig(SelfPlayConfig):
+    r"""Configuration for [`GSILTrainer`] and `recipes/gsil.py`: every [`trl.DPOConfig`] field, the self-play loop,
+    and GSIL's family of losses. Defaults are GSIL's (Xiao et al., 2024, Method and Experiments sections, and
+    tengxiao1/GSIL's `scripts/finetune.sh`, `gsil/generate.py` and `alignment/configs.py`).
+
+    Parameters:
+        beta (`float`, defaults to `0.1`): β of f_θ = β log π_θ/π_t (Method section; the code's `alpha`, 0.1).
+        gsil_loss_type (`str`, defaults to `"bernoulli"`): the density-ratio loss pair (ℓ₁, ℓ₋₁): `"bernoulli"`
+            (logistic), `"brier"`, `"hinge"`, `"kliep"` or `"lsif"` (`trl_dpr.lfd.losses.gsil_loss`).
+        gsil_shift (`float`, defaults to `0.0`): b in f_θ = β log π_θ/π_t + b. The paper's f has none; the code's
+            `beta` (0.1 by default, 2 in `scripts/finetune.sh` with a scale of 0.01).
+        num_iterations (`int`, defaults to `1`): the released scripts train one iteration (`data/iter1`).
+        generation_temperature (`float`, defaults to `0.0`), max_new_tokens (`int`, defaults to `256`): π_t answers
+            greedily (`gsil/generate.py`: `do_sample=False`, 256 new tokens).
+        learning_rate (`float`, defaults to `5e-7`), optim (`str`, defaults to `"rmsprop"`), lr_scheduler_type
+            (`str`, defaults to `"linear"`), warmup_steps (`float`, defaults to `0.1`), num_train_epochs (`float`,
+            defaults to `1`): `scripts/finetune.sh`.
+
+    Example:
+        >>> from trl_dpr.lfd import GSILConfig
+        >>> args = GSILConfig(output_dir="runs/gsil", use_cpu=True, bf16=False, gsil_loss_type="brier")
+        >>> args.beta, args.gsil_loss_type, args.num_iterations, args.generation_temperature
+        (0.1, 'brier', 1, 0.0)
+    """
+
+    beta: float = field(
+        default=0.1,
+        metadata={"help": "β of f = β log π_θ/π_t (Method section; tengxiao1/GSIL's scale `alpha`, default 0.1)."},
+    )
+    gsil_loss_type: str = field(
+        default="bernoulli",
+        metadata={
+            "help": "GSIL's density-ratio loss pair (Method section): bernoulli (logistic), brier, hinge, kliep or "
+            "lsif (the five of tengxiao1/GSIL gsil_loss).",
+            "choices": list(GSIL_LOSSES),
+        },
+    )
+    gsil_shift: float = field(
+        default=0.0,
+        metadata={
+            "help": "Shift b of f = β log π_θ/π_t + b. The paper's f has none (0); tengxiao1/GSIL calls it `beta` "
+            "(0.1 by default, 2 in scripts/finetune.sh)."
+        },
+    )
+    num_iterations: int = field(
+        default=1, metadata={"help": "Self-play iterations (tengxiao1/GSIL scripts train one, on data/iter1)."}
+    )
+    generation_temperature: float = field(
+        default=0.0, metadata={"help": "Temperature of π_t's answers; 0 = greedy (tengxiao1/GSIL gsil/generate.py)."}
+    )
+    max_new_tokens: int = field(
+        default=256, metadata={"help": "Longest answer of π_t (tengxiao1/GSIL gsil/generate.py: 256 tokens)."}
+    )
+    learning_rate: float = field(
+        default=5e-7, metadata={"help": "Learning rate (Experiments section; scripts/finetune.sh: 5e-7)."}
+    )
+    optim: str = field(default="rmsprop", metadata={"help": "Optimizer (tengxiao1/GSIL scripts/finetune.sh: rmsprop)."})
+    lr_scheduler_type: str = field(
+        default="linear", metadata={"help": "Learning-rate schedule (tengxiao1/GSIL scripts/finetune.sh: linear)."}
+    )
+    warmup_steps: float = field(
+        default=0.1, metadata={"help": "Warmup: steps, or a ratio of the steps when < 1 (scripts/finetune.sh: 0.1)."}
+    )
+    num_train_epochs: float = field(
+        default=1.0, metadata={"help": "Epochs over each iteration's pairs (tengxiao1/GSIL scripts/finetune.sh: 1)."}
+    )
+
+    def __post_init__(self):
+        if self.gsil_loss_type not in GSIL_LOSSES:
+            raise ValueError(
+                f"gsil_loss_type must be one of {GSIL_LOSSES} ('bernoulli' is the logistic loss), got "
+                f"{self.gsil_loss_type!r}."
+            )
+        super().__post_init__()

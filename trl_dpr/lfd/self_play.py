@@ -1,0 +1,580 @@
+"""Self-play from demonstrations (SPIN, GSIL): the iterations around `SPINTrainer` / `GSILTrainer`.
+
+    π_0 = π_SFT (the SFT output of recipes/sft.py; its dpr_reference/ is not used)
+    for t = 0 … T−1:
+        π_t answers every demonstration prompt       answer_prompts       <output_dir>/generations/iteration-<t>.jsonl
+        (chosen = demonstration, rejected = answer)  demonstration_pairs  (+ iteration t−1's pairs: SPIN)
+        π_{t+1} = train π_t against itself, frozen   SPINTrainer / GSILTrainer   <output_dir>/iteration-<t>/
+    <output_dir> gets π_T (the files of iteration-<T−1>/)
+
+Resuming: the answers are cached line by line (one JSONL record per prompt, with the exact sampled ids), so an
+interrupted generation continues where it stopped; a finished iteration (`iteration-<t>/self_play_iteration.json`) is
+not trained again; `resume_from_checkpoint: true` resumes an interrupted iteration from its last complete checkpoint.
+`<output_dir>/self_play.json` records the settings: a rerun with other settings is refused (naming them) unless
+`overwrite_output_dir: true`; raising `num_iterations` continues a finished run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from accelerate import PartialState
+from accelerate.utils import gather_object, is_peft_model
+from datasets import Dataset, concatenate_datasets
+from tqdm.auto import tqdm
+from transformers import AutoTokenizer
+from trl import ModelConfig, get_peft_config
+from trl.data_utils import is_conversational
+
+from ..checkpointing import claim_output_dir, last_complete_checkpoint
+from ..data import load_demonstrations
+from ..evaluation.cache import JsonlCache
+from ..pipeline import SFTScriptArguments, model_init_kwargs_from, print_stage
+from ..reference_manifest import check_model_source
+from ..sampling import sample_completions
+from .config import GSILConfig, SelfPlayConfig, SPINConfig
+from .trainer import GSILTrainer, SelfPlayTrainer, SPINTrainer
+
+__all__ = [
+    "RUN_RECORD",
+    "SelfPlayRun",
+    "SelfPlayScriptArguments",
+    "answer_prompts",
+    "demonstration_ids",
+    "demonstration_pairs",
+    "evaluate_last_iterate",
+    "load_policy",
+    "prompts_and_demonstrations",
+    "recipe_main",
+    "recipe_parser",
+    "run_self_play",
+    "trainer_class",
+]
+
+RUN_RECORD = "self_play.json"
+ITERATION_RECORD = "self_play_iteration.json"
+# Settings that decide what a self-play run trains (num_iterations is not one: raising it continues a finished run).
+_SETTINGS = (
+    "model_name_or_path", "dataset_name", "dataset_config", "dataset_train_split", "num_train_samples", "dataset_format",
+    "seed", "learning_rate", "optim", "lr_scheduler_type", "warmup_steps", "weight_decay", "num_train_epochs",
+    "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length", "beta", "spin_loss_type",
+    "gsil_loss_type", "gsil_shift", "generation_temperature", "generation_top_p", "max_new_tokens",
+    "generation_batch_size", "previous_iteration_pairs", "use_peft", "lora_r", "lora_alpha", "load_in_4bit",
+)
+
+
+@dataclass
+class SelfPlayScriptArguments(SFTScriptArguments):
+    """Script arguments of `recipes/spin.py` and `recipes/gsil.py` (on top of TRL's `ScriptArguments`).
+
+    `model_name_or_path` (ModelConfig) is the SFT output π_0; the demonstrations are loaded as for SFT and DPR (same
+    name, sample count and seed: the same prompts).
+
+    Example:
+        >>> SelfPlayScriptArguments(dataset_name="trl_dpr/embedded-demo").evaluation_config is None
+        True
+    """
+
+    sft_config: str | None = field(
+        default=None,
+        metadata={"help": "YAML of recipes/sft.py to run first when model_name_or_path holds no SFT output yet."},
+    )
+    evaluation_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "A recipes/evaluate.py YAML: after training, the last iterate (`SPIN=` / `GSIL=<output_dir>`) is "
+            "evaluated against π_SFT (`SFT=<model_name_or_path>`) with it, as recipes/evaluate.py would."
+        },
+    )
+
+
+@dataclass
+class SelfPlayRun:
+    """A finished self-play run: its folder (the last iterate), the method, and per iteration what training logged.
+
+    Example:
+        >>> SelfPlayRun("runs/demo/spin", "SPIN", [{"iteration": 0, "train_runtime_s": 40.1}]).iterations[0]["iteration"]
+        0
+    """
+
+    output_dir: str
+    method: str
+    iterations: list[dict]
+
+
+def trainer_class(args: SelfPlayConfig) -> type[SelfPlayTrainer]:
+    """The trainer of a config: `SPINTrainer` for `SPINConfig`, `GSILTrainer` for `GSILConfig`.
+
+    Example:
+        >>> trainer_class(GSILConfig(output_dir="runs/g", use_cpu=True, bf16=False)).__name__
+        'GSILTrainer'
+    """
+    if isinstance(args, SPINConfig):
+        return SPINTrainer
+    if isinstance(args, GSILConfig):
+        return GSILTrainer
+    raise TypeError(f"Self-play needs a SPINConfig or a GSILConfig, got {type(args).__name__}.")
+
+
+# ---- data ---------------------------------------------------------------------------------------------------------
+
+
+def prompts_and_demonstrations(dataset: Dataset, name: str) -> tuple[list, list]:
+    """`(prompts, completions)` of a demonstration dataset: `prompt`/`completion` columns as they are, `messages` split
+    before the final assistant turn.
+
+    Example:
+        >>> ds = Dataset.from_list([{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}])
+        >>> prompts_and_demonstrations(ds, "toy")[1]
+        [[{'role': 'assistant', 'content': 'yo'}]]
+    """
+    columns = set(dataset.column_names)
+    if {"prompt", "completion"} <= columns:
+        return list(dataset["prompt"]), list(dataset["completion"])
+    if "messages" in columns:
+        prompts, completions = [], []
+        for messages in dataset["messages"]:
+            if len(messages) < 2 or messages[-1]["role"] != "assistant":
+                raise ValueError(f"A `messages` row of {name!r} does not end with an assistant turn after a prompt: {messages!r}")
+            prompts.append(messages[:-1])
+            completions.append(messages[-1:])
+        return prompts, completions
+    raise ValueError(
+        f"Dataset {name!r} has columns {sorted(columns)}; self-play needs demonstrations: `prompt` and `completion` "
+        "columns, or `messages` conversations ending with the assistant's answer."
+    )
+
+
+def demonstration_ids(tokenizer, prompt, completion, prompt_ids: Sequence[int]) -> list[int]:
+    """The token ids of a demonstration after its prompt: the chat template renders prompt + completion, and the
+    rendered prompt (`render_prompts`, what π_t answered) must be its prefix.
+
+    Example:
+        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
+        >>> from trl_dpr.tokens import render_prompts
+        >>> tok = build_tokenizer(["hi yo"])
+        >>> prompt = [{"role": "user", "content": "hi"}]
+        >>> ids = demonstration_ids(tok, prompt, [{"role": "assistant", "content": "yo"}], render_prompts(tok, [prompt])[0])
+        >>> tok.decode(ids)
+        'yo<|end|>'
+    """
+    if is_conversational({"prompt": prompt}):
+        full = tokenizer.apply_chat_template(conversation=list(prompt) + list(completion), tokenize=True, return_dict=True)
+        full = list(full["input_ids"])
+    else:
+        full = list(tokenizer(text=prompt + completion)["input_ids"])
+        if tokenizer.eos_token_id is not None and (not full or full[-1] != tokenizer.eos_token_id):
+            full.append(tokenizer.eos_token_id)  # as DPOTrainer ends a plain-text completion
+    if full[: len(prompt_ids)] != list(prompt_ids):
+        raise ValueError(
+            "The chat template renders this prompt differently alone (with the generation prompt) than at the start of "
+            f"the prompt + demonstration conversation: {tokenizer.decode(prompt_ids)!r} vs "
+            f"{tokenizer.decode(full[: len(prompt_ids)])!r}. The demonstration and the model's own answer must follow the "
+            "same prompt tokens. Use a chat template that renders the prompt the same way in both cases."
+        )
+    return full[len(prompt_ids) :]
+
+
+def demonstration_pairs(tokenizer, prompts: Sequence, completions: Sequence, answers: Sequence[dict]) -> Dataset:
+    """One pair per prompt, as token ids: `prompt_ids` (what π_t answered), `chosen_ids` (the demonstration),
+    `rejected_ids` (π_t's sampled answer, ids as sampled), plus `prompt_index`.
+
+    Example:
+        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
+        >>> from trl_dpr.tokens import render_prompts
+        >>> tok = build_tokenizer(["hi yo no"])
+        >>> prompt = [{"role": "user", "content": "hi"}]
+        >>> answer = {"prompt_index": 0, "prompt_ids": render_prompts(tok, [prompt])[0], "completion_ids": [tok.eos_token_id]}
+        >>> pairs = demonstration_pairs(tok, [prompt], [[{"role": "assistant", "content": "yo"}]], [answer])
+        >>> tok.decode(pairs[0]["chosen_ids"]), pairs[0]["rejected_ids"] == [tok.eos_token_id]
+        ('yo<|end|>', True)
+    """
+    if not len(prompts) == len(completions) == len(answers):
+        raise ValueError(f"Got {len(prompts)} prompts, {len(completions)} demonstrations and {len(answers)} answers.")
+    rows = [
+        {
+            "prompt_index": answer["prompt_index"],
+            "prompt_ids": list(answer["prompt_ids"]),
+            "chosen_ids": demonstration_ids(tokenizer, prompt, completion, answer["prompt_ids"]),
+            "rejected_ids": list(answer["completion_ids"]),
+        }
+        for prompt, completion, answer in zip(prompts, completions, answers)
+    ]
+    return Dataset.from_list(rows)
+
+
+# ---- π_t answers ----------------------------------------------------------------------------------------------------
+
+
+def _fingerprint(values) -> str:
+    return hashlib.sha256(json.dumps(values, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def _full_weights(model):
+    """Every weight of `model` on this process while it generates: under ZeRO-3 the policy is loaded partitioned
+    (`zero3_init_flag`) and only the trainer's engine would gather its weights; elsewhere, nothing to do."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if not is_deepspeed_zero3_enabled():
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(model.parameters()))
+
+
+def answer_prompts(
+    model,
+    tokenizer,
+    prompts: Sequence,
+    cache_path: str | Path,
+    *,
+    temperature: float,
+    max_new_tokens: int,
+    batch_size: int,
+    seed: int,
+    top_p: float = 1.0,
+    settings: dict | None = None,
+    show_progress: bool = True,
+) -> list[dict]:
+    """One answer of `model` per prompt, cached in `cache_path` (JSONL, one record per prompt, flushed per batch):
+    `{"prompt_index", "prompt_ids", "completion_ids", "text"}`, in prompt order.
+
+    Prompts already in the cache are not answered again. Batches of `batch_size` prompts are sampled with
+    `sample_completions` (seed `seed + <first prompt index of the batch>`), so the same model, prompts, settings and
+    seed give the same answers; with several processes each answers its share of every round and the main process
+    writes the cache. `settings` (what made the answers: model, iteration, sampling) are checked against the file's.
+
+    Example:
+        >>> import tempfile, os
+        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
+        >>> tok = build_tokenizer(["hello there"])
+        >>> path = os.path.join(tempfile.mkdtemp(), "answers.jsonl")
+        >>> answers = answer_prompts(build_tiny_causal_lm(tok), tok, ["hello", "there"], path, temperature=1.0,
+        ...                          max_new_tokens=3, batch_size=2, seed=0, show_progress=False)
+        >>> [a["prompt_index"] for a in answers], len(open(path).readlines())
+        ([0, 1], 2)
+    """
+    state = PartialState()
+    settings = {**(settings or {}), "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
+                "batch_size": batch_size, "seed": seed, "prompts": _fingerprint(list(prompts))}
+    cache = JsonlCache(cache_path, ("prompt_index",), settings)
+    missing = [i for i in range(len(prompts)) if (i,) not in cache]
+    per_round = batch_size * state.num_processes
+    rounds = range(0, len(missing), per_round)
+    for start in tqdm(rounds, desc="π_t answers", disable=not (show_progress and state.is_main_process)):
+        mine = missing[start : start + per_round][state.process_index * batch_size : (state.process_index + 1) * batch_size]
+        # Under ZeRO-3, generate synchronises the processes at every step: a process with no prompt left in this round
+        # answers the round's first one too (and drops it), so that every process calls generate in every round.
+        work = mine or missing[start : start + 1]
+        with _full_weights(model):  # seeded by the batch's first prompt: the same batch gets the same answers in any run
+            samples = sample_completions(
+                model, tokenizer, [prompts[i] for i in work], temperature=temperature, top_p=top_p,
+                max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed + work[0],
+            )
+        records = [
+            {"prompt_index": i, "prompt_ids": s.prompt_ids, "completion_ids": s.completion_ids, "text": s.text}
+            for i, s in zip(mine, samples)
+        ]
+        records = gather_object(records) if state.num_processes > 1 else records
+        if state.is_main_process:
+            cache.add_many(records)
+        state.wait_for_everyone()
+    if not state.is_main_process:
+        cache = JsonlCache(cache_path, ("prompt_index",), settings)  # written by the main process
+    return [cache.get((i,)) for i in range(len(prompts))]
+
+
+def load_policy(path: str, model_init_kwargs: dict):
+    """π_t, trainable: a full model (folder or Hub id), or a PEFT adapter folder loaded on its base model.
+
+    DPOTrainer then keeps a frozen copy of it as the reference: the model loaded again from `path`, or, for an adapter,
+    a copy of the adapter named "ref".
+
+    Example:
+        >>> policy = load_policy("runs/demo/spin/iteration-0", {"dtype": "float32"})  # doctest: +SKIP
+    """
+    from trl.trainer.utils import create_model_from_path
+
+    config = Path(path) / "adapter_config.json"
+    if not config.is_file():
+        return create_model_from_path(path, **model_init_kwargs)
+    from peft import PeftModel
+
+    base_name = json.loads(config.read_text()).get("base_model_name_or_path")
+    if not base_name:
+        raise ValueError(f"{config} names no base model (base_model_name_or_path); set it to the base's Hub id or folder.")
+    return PeftModel.from_pretrained(create_model_from_path(base_name, **model_init_kwargs), path, is_trainable=True)
+
+
+# ---- the run --------------------------------------------------------------------------------------------------------
+
+
+def _plain(value):
+    value = getattr(value, "value", value)  # enums (optim, lr_scheduler_type)
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def _run_settings(script_args, training_args, model_args) -> dict:
+    settings = {"method": type(training_args).__name__.removesuffix("Config")}
+    for key in _SETTINGS:
+        for source in (script_args, training_args, model_args):
+            if hasattr(source, key):
+                settings[key] = _plain(getattr(source, key))
+                break
+    return json.loads(json.dumps(settings))
+
+
+def _claim(root: Path, settings: dict, overwrite: bool) -> None:
+    """Record the run's settings in `root/self_play.json`, or check them against a run already there."""
+    record = root / RUN_RECORD
+    state = PartialState()
+    if record.is_file():
+        recorded = json.loads(record.read_text())["settings"]
+        if recorded != settings and not overwrite:
+            changed = sorted(k for k in set(settings) | set(recorded) if settings.get(k) != recorded.get(k))
+            details = ", ".join(f"{k}: {recorded.get(k)!r} → {settings.get(k)!r}" for k in changed)
+            raise ValueError(
+                f"{root} holds a self-play run with other settings ({details}). Its iterations and cached answers "
+                "belong to those settings: choose another output_dir, or set overwrite_output_dir: true to delete them "
+                "and start over."
+            )
+        if recorded != settings and state.is_main_process:
+            for stale in [root / "generations", *root.glob("iteration-*")]:
+                shutil.rmtree(stale)
+    if state.is_main_process:
+        record.write_text(json.dumps({"settings": settings, "iterations": []}, indent=2))
+    state.wait_for_everyone()
+
+
+def _free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _release_deepspeed_accelerator() -> None:
+    """Under DeepSpeed, accelerate refuses a second `Accelerator` with a DeepSpeed plugin in one process; each iteration's
+    trainer makes its own, so the finished iteration's accelerator state is dropped (the process group is kept)."""
+    from accelerate.state import AcceleratorState, GradientState
+    from accelerate.utils import DistributedType
+
+    if AcceleratorState._shared_state and AcceleratorState().distributed_type == DistributedType.DEEPSPEED:
+        AcceleratorState._reset_state()
+        GradientState._reset_state()
+
+
+def _final_metrics(log_history: list[dict]) -> dict:
+    wanted = ("loss", "rewards/margins", "rewards/accuracies", "rewards/real", "rewards/generated", "train_runtime")
+    final = {}
+    for entry in log_history:
+        final.update({k: float(entry[k]) for k in wanted if k in entry})
+    return final
+
+
+def _publish_last_iterate(iteration_dir: Path, root: Path) -> None:
+    """Copy the last iterate's files (weights, config, tokenizer; not its checkpoints) into the run's folder."""
+    skip = {ITERATION_RECORD, ".trl_dpr.lock", "training_args.bin"}
+    for path in iteration_dir.iterdir():
+        if path.is_file() and path.name not in skip and not path.name.startswith(".write-test-"):
+            shutil.copy2(path, root / path.name)
+
+
+def run_self_play(
+    script_args: SelfPlayScriptArguments,
+    training_args: SelfPlayConfig,
+    model_args: ModelConfig,
+    callbacks: list | None = None,
+) -> SelfPlayRun:
+    """SPIN or GSIL (by the type of `training_args`) from the SFT output `model_args.model_name_or_path`.
+
+    Each iteration t: π_t answers every demonstration prompt (`answer_prompts`, cached), the pairs (demonstration,
+    answer) are built (`demonstration_pairs`, with iteration t−1's when `previous_iteration_pairs`), and the method's
+    trainer trains π_t into `iteration-<t>/` with π_t as its frozen reference. The last iterate ends up in
+    `output_dir`. See the module docstring for resuming.
+
+    Example:
+        ```python
+        script_args, training_args, model_args, _ = RecipeParser(
+            (SelfPlayScriptArguments, SPINConfig, ModelConfig, MemoryTarget)
+        ).parse_args_and_config(["--config", "recipes/demo/spin.yaml"])
+        run = run_self_play(script_args, training_args, model_args)
+        run.output_dir, [it["rewards/margins"] for it in run.iterations]
+        ```
+    """
+    trainer_cls = trainer_class(training_args)  # before any loading
+    method = trainer_cls._name
+    check_model_source(model_args.model_name_or_path, "π_0, the SFT output (model_name_or_path)")  # before the folder is claimed
+    root = Path(training_args.output_dir)
+    claim_output_dir(root, resuming=True)  # one run per folder; reruns are checked against self_play.json below
+    settings = _run_settings(script_args, training_args, model_args)
+    _claim(root, settings, overwrite=training_args.overwrite_output_dir)
+    state = PartialState()
+
+    sft_path = model_args.model_name_or_path
+    demonstrations = load_demonstrations(
+        script_args.dataset_name,
+        script_args.dataset_config,
+        split=script_args.dataset_train_split,
+        num_samples=script_args.num_train_samples,
+        seed=training_args.seed,
+        dataset_format=script_args.dataset_format,
+    )
+    prompts, completions = prompts_and_demonstrations(demonstrations, script_args.dataset_name)
+    tokenizer = AutoTokenizer.from_pretrained(sft_path, revision=model_args.model_revision, padding_side="left")
+    init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
+    if torch.cuda.is_available():  # each process answers on its own GPU (not "auto", which spreads over all of them)
+        init_kwargs.setdefault("device_map", {"": state.local_process_index})
+
+    def answers_path(t: int) -> Path:
+        return root / "generations" / f"iteration-{t}.jsonl"
+
+    def pairs_of(t: int, answers: list[dict]) -> Dataset:
+        return demonstration_pairs(tokenizer, prompts, completions, answers).add_column("iteration", [t] * len(prompts))
+
+    policy_path, iterations, previous_pairs = sft_path, [], None
+    for t in range(training_args.num_iterations):
+        iteration_dir = root / f"iteration-{t}"
+        record_path = iteration_dir / ITERATION_RECORD
+        if record_path.is_file():  # trained by an earlier run with these settings
+            iterations.append(json.loads(record_path.read_text()))
+            policy_path, previous_pairs = str(iteration_dir), None
+            continue
+        print_stage(t + 1, training_args.num_iterations, f"{method} iteration {t}: {policy_path} answers, then trains against itself")
+        start = time.perf_counter()
+        policy = load_policy(policy_path, init_kwargs)
+        answers = answer_prompts(
+            policy, tokenizer, prompts, answers_path(t),
+            temperature=training_args.generation_temperature, top_p=training_args.generation_top_p,
+            max_new_tokens=training_args.max_new_tokens, batch_size=training_args.generation_batch_size,
+            seed=training_args.seed + 100_003 * t, settings={"model": str(policy_path), "iteration": t},
+        )
+        pairs = current_pairs = pairs_of(t, answers)
+        if training_args.previous_iteration_pairs and t > 0:
+            if previous_pairs is None:  # iteration t−1 ran in an earlier process: its answers are in its cache
+                cache = JsonlCache(answers_path(t - 1), ("prompt_index",))
+                previous_pairs = pairs_of(t - 1, [cache.get((i,)) for i in range(len(prompts))])
+            pairs = concatenate_datasets([previous_pairs, current_pairs])
+
+        args = copy.copy(training_args)  # the same settings (processed fields kept), in this iteration's folder
+        args.output_dir, args.push_to_hub = str(iteration_dir), False
+        trainer = trainer_cls(
+            model=policy, args=args, train_dataset=pairs, processing_class=tokenizer, callbacks=callbacks,
+            peft_config=None if is_peft_model(policy) else get_peft_config(model_args),  # an adapter π_t stays one
+        )
+        resume = last_complete_checkpoint(iteration_dir) if training_args.resume_from_checkpoint else None
+        trainer.train(resume_from_checkpoint=resume)
+        trainer.save_model(str(iteration_dir))
+        trainer.create_model_card(model_name=f"{root.name}-iteration-{t}", dataset_name=script_args.dataset_name)
+        record = {"iteration": t, "policy": str(policy_path), "reference": str(policy_path), "pairs": len(pairs),
+                  **_final_metrics(trainer.state.log_history), "wall_time_s": time.perf_counter() - start}
+        if state.is_main_process:
+            record_path.write_text(json.dumps(record, indent=2))
+        state.wait_for_everyone()
+        iterations.append(record)
+        previous_pairs = current_pairs
+        del trainer, policy
+        _free_memory()
+        _release_deepspeed_accelerator()
+        policy_path = str(iteration_dir)
+
+    if state.is_main_process:
+        _publish_last_iterate(Path(policy_path), root)
+        summary = json.loads((root / RUN_RECORD).read_text())
+        (root / RUN_RECORD).write_text(json.dumps({**summary, "iterations": iterations}, indent=2))
+    state.wait_for_everyone()
+    return SelfPlayRun(output_dir=str(root), method=method, iterations=iterations)
+
+
+def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRun) -> dict:
+    """Evaluate the last iterate against π_SFT as `recipes/evaluate.py` does (candidate `<method>=<output_dir>`), on the
+    main process; returns the report as a dict (empty on the other processes).
+
+    Example:
+        ```python
+        evaluate_last_iterate("recipes/evaluate/demo.yaml", "runs/demo/sft", run)["table_markdown"]
+        ```
+    """
+    from ..evaluation import run_evaluation
+    from ..evaluation.config import load_evaluation_config
+
+    state = PartialState()
+    results: dict = {}
+    if state.is_main_process:
+        config = load_evaluation_config(evaluation_config, baseline=f"SFT={sft_path}", candidates=[f"{run.method}={run.output_dir}"])
+        results = run_evaluation(config).as_dict()
+        print(results["table_markdown"], flush=True)
+        print(f"\nWritten to {config.output_dir}/results.md", flush=True)
+    state.wait_for_everyone()
+    return results
+
+
+def recipe_parser(config_class: type[SelfPlayConfig]):
+    """The parser of `recipes/spin.py` / `recipes/gsil.py` (and of `trl-dpr spin|gsil`): unknown YAML keys are errors.
+
+    Example:
+        >>> argv = ["--output_dir", "runs/spin", "--use_cpu", "true", "--bf16", "false", "--num_iterations", "2"]
+        >>> recipe_parser(SPINConfig).parse_args_and_config(argv)[1].num_iterations
+        2
+    """
+    from ..memory import MemoryTarget
+    from ..recipe_parser import RecipeParser
+
+    # MemoryTarget (gpu_memory_gib, num_gpus) is part of every recipe YAML; training does not use it.
+    return RecipeParser((SelfPlayScriptArguments, config_class, ModelConfig, MemoryTarget))
+
+
+def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None = None) -> SelfPlayRun:
+    """`recipes/spin.py` / `recipes/gsil.py`: parse the recipe (unknown keys are errors), run the SFT stage first when
+    `sft_config` is set and its output is missing, then self-play, then the evaluation against SFT when
+    `evaluation_config` is set.
+
+    Example:
+        ```python
+        recipe_main(SPINConfig, ["--config", "recipes/demo/spin.yaml"])
+        ```
+    """
+    from trl import SFTConfig
+
+    from ..evaluation.config import load_evaluation_config
+    from ..memory import MemoryTarget
+    from ..pipeline import has_sft_output, run_sft
+    from ..recipe_parser import RecipeParser
+
+    script_args, training_args, model_args, _ = recipe_parser(config_class).parse_args_and_config(argv)
+    _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
+    if script_args.evaluation_config:  # a bad evaluation YAML fails before the SFT stage and self-play are spent
+        load_evaluation_config(script_args.evaluation_config)
+    method = trainer_class(training_args)._name
+    sft_path = model_args.model_name_or_path
+    stages = 1 + bool(script_args.sft_config) + bool(script_args.evaluation_config)
+    stage = 1
+    if script_args.sft_config:
+        sft_args, sft_training_args, sft_model_args, _ = RecipeParser(
+            (SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget)
+        ).parse_args_and_config(["--config", script_args.sft_config])
+        if sft_training_args.output_dir != sft_path:
+            raise ValueError(
+                f"{script_args.sft_config} writes the SFT model to {sft_training_args.output_dir!r} but {method} starts "
+                f"from model_name_or_path={sft_path!r}; make them the same folder."
+            )
+        found = has_sft_output(sft_path)
+        print_stage(stage, stages, f"SFT of {sft_model_args.model_name_or_path}" + (f": found in {sft_path}, skipped" if found else ""))
+        if not found:
+            run_sft(sft_args, sft_training_args, sft_model_args)
+        stage += 1
+    print_stage(stage, stages, f"{method} from {sft_path}: {training_args.num_iterations} iteration(s)")
+    run = run_self_play(script_args, training_args, model_args)
+    if script_args.evaluation_config:
+        print_stage(stage + 1, stages, f"Evaluation: {method} vs SFT ({script_args.evaluation_config})")
+        evaluate_last_iterate(script_args.evaluation_config, sft_path, run)
+    return run
