@@ -13,7 +13,7 @@ import torch
 
 from trl_dpr.embedded.task import held_out_split, is_correct
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
-from trl_dpr.preview import PreviewConfig, run_preview
+from trl_dpr.preview import PreviewConfig, PreviewReport, run_preview
 from trl_dpr.sampling import sample_completions
 
 from .conftest import save_sft_output
@@ -95,6 +95,8 @@ def test_the_preview_writes_its_table_plot_and_json(sft_output, tmp_path):
     assert [row["variant"] for row in saved["summary"]] == ["DPR", "wo/Baseline", "oracle"]
     assert saved["sft_quality"] == pytest.approx(report.sft_quality)
     assert "| DPR | ∞ (π_SFT) |" in (folder / "preview.md").read_text()
+    again = PreviewReport.read(folder / "preview.json")  # read back: the same report, to plot or compare later
+    assert again.points == report.points and again.markdown() == report.markdown()
 
 
 def test_a_trained_policy_is_placed_with_its_own_quality_and_kl(sft_output, tokenizer, tmp_path):
@@ -117,6 +119,7 @@ def test_a_trained_policy_is_placed_with_its_own_quality_and_kl(sft_output, toke
     assert by_name["other"].kl_ci_low <= by_name["other"].kl <= by_name["other"].kl_ci_high
 
 
+@pytest.mark.slow  # a subprocess: imports torch, trl and the models again (≈ 13 s)
 def test_the_recipe_runs_from_the_command_line(sft_output, tmp_path):
     run = subprocess.run(
         [sys.executable, str(ROOT / "recipes" / "preview.py"), "--config", str(ROOT / "recipes" / "preview" / "demo.yaml"),

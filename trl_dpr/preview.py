@@ -368,6 +368,21 @@ class PreviewReport:
             )
         return "\n".join(lines)
 
+    @classmethod
+    def read(cls, path: str | Path) -> PreviewReport:
+        """The report a preview wrote (`preview.json`), e.g. to plot it again or compare two runs.
+
+        Example:
+            >>> report = PreviewReport.read("runs/demo/preview/preview.json")  # doctest: +SKIP
+            >>> plot_preview(report, "preview.png")  # doctest: +SKIP
+        """
+        payload = json.loads(Path(path).read_text())
+        return cls(
+            payload["quality_name"], payload["num_prompts"], payload["samples_per_prompt"],
+            [PreviewPoint(**p) for p in payload["points"]], payload["sft_quality"], payload["pass_at_n"],
+            [PolicyPoint(**p) for p in payload["policies"]], payload.get("settings", {}),
+        )
+
     def write(self, output_dir: str | Path, plot: bool = True) -> dict[str, Path]:
         """`preview.csv` (every point), `preview.json` (everything), `preview.md` and, with `plot`, `preview.png`."""
         output_dir = Path(output_dir)
@@ -423,7 +438,9 @@ def plot_preview(report: PreviewReport, path: str | Path) -> Path:
                       yerr=[[policy.delta - policy.delta_ci_low], [policy.delta_ci_high - policy.delta]],
                       xerr=[[policy.kl - policy.kl_ci_low], [policy.kl_ci_high - policy.kl]], fmt="x", color="black",
                       capsize=3)
-        axes.annotate(policy.name, (policy.kl, policy.delta), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    for index, policy in enumerate(sorted(report.policies, key=lambda p: p.kl)):  # staggered: nearby labels stay legible
+        axes.annotate(policy.name, (policy.kl, policy.delta), textcoords="offset points", xytext=(6, 6 - 12 * (index % 3)),
+                      fontsize=8)
     axes.set_xlabel("KL(π_λ ‖ π_SFT), nats per response")
     axes.set_ylabel(f"{report.quality_name} quality − π_SFT's (paired 95% CI)")
     axes.set_title(f"DPR preview: {report.num_prompts} prompts × {report.samples_per_prompt} samples of π_SFT "

@@ -3,7 +3,7 @@
 Two names stand for them in a recipe's `model_name_or_path`:
 
 - `trl_dpr/embedded-pretrained-llama` (the demo's base): a tiny Llama language-modelled on plain text about the task
-  (`trl_dpr.embedded.pretraining`), built into `<output_dir>/../embedded-pretrained-base` (≈ 17 min on one CPU thread,
+  (`trl_dpr.embedded.pretraining`), built into `<output_dir>/../embedded-pretrained-base` (17–22 min on one CPU thread,
   once);
 - `trl_dpr/embedded-tiny-llama`: the same architecture at random init, built into `<output_dir>/../embedded-base` in
   a second (the tests, and the from-scratch regime of experiments/README.md).

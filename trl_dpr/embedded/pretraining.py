@@ -239,7 +239,7 @@ def _pretrain(model, blocks: torch.Tensor, settings: PretrainingSettings) -> lis
 def build_pretrained_base(path: str | os.PathLike, settings: PretrainingSettings | None = None) -> str:
     """Build the embedded pretrained base into `path` once (main process only) and return the path.
 
-    Takes about 17 minutes on one CPU thread with the default settings (1200 steps of 32×256 tokens); an existing
+    Takes 17–22 minutes on one CPU thread with the default settings (1200 steps of 32×256 tokens); an existing
     complete build is reused, an interrupted one is rebuilt (the build is written to `<path>.partial` and renamed).
 
     Example:
