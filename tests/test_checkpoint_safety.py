@@ -176,7 +176,8 @@ def test_a_second_run_on_the_same_folder_is_refused_at_once_and_the_first_ends_a
     run_to_completion("dpr", solo, "--sft-dir", str(uninterrupted_sft))
     shared = uninterrupted_sft.parent / "dpr-shared"
     script = [sys.executable, str(ROOT / "tests" / "scripts" / "tiny_run.py"), "dpr", str(shared), "--sft-dir", str(uninterrupted_sft)]
-    first = subprocess.Popen([*script, "--step-seconds", "1.0"], env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
+    go = uninterrupted_sft.parent / "dpr-shared-go"  # the first run waits after its first step until this exists
+    first = subprocess.Popen([*script, "--wait-for", str(go)], env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -193,6 +194,7 @@ def test_a_second_run_on_the_same_folder_is_refused_at_once_and_the_first_ends_a
         assert second.returncode == 2 and f"PID {first.pid} on host" in second.stderr, second.stderr[-2000:]
         assert "Traceback" not in second.stderr
         assert first.poll() is None, "the first run should still be training when the second is refused"
+        go.touch()
         out, err = first.communicate(timeout=600)
         assert first.returncode == 0, err[-3000:]
     finally:

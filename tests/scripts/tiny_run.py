@@ -1,10 +1,11 @@
 """A tiny SFT or DPR run of the embedded pipeline, for the kill-and-resume and multi-process tests.
 
     python tests/scripts/tiny_run.py sft OUTPUT_DIR [--resume] [--step-seconds S]
-    python tests/scripts/tiny_run.py dpr OUTPUT_DIR --sft-dir SFT_DIR [--resume] [--step-seconds S]
+    python tests/scripts/tiny_run.py dpr OUTPUT_DIR --sft-dir SFT_DIR [--resume] [--step-seconds S] [--wait-for FILE]
 
 `--step-seconds` sleeps after each optimizer step (wall time only: it changes no number), so a test can kill the
-process between two checkpoints.
+process between two checkpoints. `--wait-for FILE` holds the run after its first step until FILE exists, so a test
+knows the run is still going while it checks something else (a sleep would race against a slow machine).
 """
 
 import argparse
@@ -37,6 +38,17 @@ class SlowSteps(TrainerCallback):
         time.sleep(self.seconds)
 
 
+class WaitAfterFirstStep(TrainerCallback):
+    def __init__(self, path, timeout=600.0):
+        self.path, self.timeout = path, timeout
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            deadline = time.monotonic() + self.timeout
+            while not os.path.exists(self.path) and time.monotonic() < deadline:
+                time.sleep(0.1)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("stage", choices=["sft", "dpr"])
@@ -44,9 +56,12 @@ def main():
     parser.add_argument("--sft-dir")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--step-seconds", type=float, default=0.0)
+    parser.add_argument("--wait-for")
     args = parser.parse_args()
     torch.set_num_threads(1)
     callbacks = [SlowSteps(args.step_seconds)] if args.step_seconds else []
+    if args.wait_for:
+        callbacks.append(WaitAfterFirstStep(args.wait_for))
     resume = True if args.resume else None
     if args.stage == "sft":
         run_sft(
