@@ -6,9 +6,9 @@ data?").
 
 The YAML names an SFT recipe (`sft_config`, the settings every point starts from), a preview recipe
 (`preview_config`) and `grid:`, a mapping from a point's name to the SFT keys it changes (model_name_or_path,
-max_steps, learning_rate, seed, ...). For each point: SFT into `<output_dir>/<name>/sft` (with π_ref at its α), then
-the preview of that π_SFT into `<output_dir>/<name>/preview`; a point whose preview.json exists is read back, not
-redone. An embedded base name (`trl_dpr/embedded-pretrained-llama`) is built once into `<output_dir>/` for all points.
+max_steps, learning_rate, seed, reference_fraction, ...). For each point: SFT into `<output_dir>/<name>/sft` (with
+π_ref at its α), then the preview of that π_SFT into `<output_dir>/<name>/preview`; a point whose preview.json exists
+is read back, not redone. An embedded base name (`trl_dpr/embedded-pretrained-llama`) is built once into `<output_dir>/` for all points.
 
 Writes `regime_scan.csv` and `regime_scan.md` (one row per point and reward variant: π_SFT's quality, the gain of π_λ
 at `lambda_of_interest` and at the best trusted λ, with paired 95% CIs) and `regime_scan.png` (those gains).
@@ -33,7 +33,7 @@ from .sweeps import free_memory
 
 SFT_ARGUMENTS = (SFTScriptArguments, SFTConfig, ModelConfig)
 COLUMNS = (
-    "point", "base", "sft_steps", "sft_learning_rate", "variant", "sft_quality", "pass_at_n",
+    "point", "base", "sft_steps", "sft_learning_rate", "reference_fraction", "variant", "sft_quality", "pass_at_n",
     "lambda", "gain", "gain_ci_low", "gain_ci_high", "kl",
     "best_lambda", "best_gain", "best_gain_ci_low", "best_gain_ci_high", "best_kl", "helps",
 )
@@ -49,7 +49,7 @@ class RegimeScanArguments:
     lambda_of_interest: float = field(default=1.0, metadata={"help": "The λ (kl_coef) whose gain is tabulated."})
 
 
-def _point_row(name: str, sft_args, model_base: str, preview: dict, lam: float) -> list[dict]:
+def _point_row(name: str, sft_args, sft_training, model_base: str, preview: dict, lam: float) -> list[dict]:
     rows = []
     for summary in preview["summary"]:
         variant = summary["variant"]
@@ -57,8 +57,9 @@ def _point_row(name: str, sft_args, model_base: str, preview: dict, lam: float) 
         at = at[0] if at else {"lam": math.nan, "delta": math.nan, "delta_ci_low": math.nan, "delta_ci_high": math.nan,
                                "kl": math.nan}
         rows.append({
-            "point": name, "base": model_base, "sft_steps": sft_args.max_steps,
-            "sft_learning_rate": sft_args.learning_rate, "variant": variant,
+            "point": name, "base": model_base, "sft_steps": sft_training.max_steps,
+            "sft_learning_rate": sft_training.learning_rate, "reference_fraction": sft_args.reference_fraction,
+            "variant": variant,
             "sft_quality": preview["sft_quality"], "pass_at_n": preview["pass_at_n"],
             "lambda": lam, "gain": at["delta"], "gain_ci_low": at["delta_ci_low"], "gain_ci_high": at["delta_ci_high"],
             "kl": at["kl"], "best_lambda": summary["best_lambda"], "best_gain": summary["best_delta"],
@@ -71,14 +72,15 @@ def _point_row(name: str, sft_args, model_base: str, preview: dict, lam: float) 
 def _markdown(rows: list[dict]) -> str:
     lam = rows[0]["lambda"] if rows else 1.0
     lines = [
-        f"| point | base | SFT steps × lr | reward | π_SFT quality | gain at λ = {lam:g} (95% CI) | KL | best λ | "
+        f"| point | base | SFT steps × lr | α | reward | π_SFT quality | gain at λ = {lam:g} (95% CI) | KL | best λ | "
         "best gain (95% CI) | helps |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         best_lam = "∞" if math.isinf(float(r["best_lambda"])) else f"{float(r['best_lambda']):g}"
         lines.append(
-            f"| {r['point']} | {Path(r['base']).name} | {r['sft_steps']} × {r['sft_learning_rate']:g} | {r['variant']} | "
+            f"| {r['point']} | {Path(r['base']).name} | {r['sft_steps']} × {r['sft_learning_rate']:g} | "
+            f"{float(r['reference_fraction']):g} | {r['variant']} | "
             f"{r['sft_quality']:.3f} | {r['gain']:+.3f} ({r['gain_ci_low']:+.3f}–{r['gain_ci_high']:+.3f}) | "
             f"{r['kl']:.2f} | {best_lam} | {r['best_gain']:+.3f} ({r['best_gain_ci_low']:+.3f}–"
             f"{r['best_gain_ci_high']:+.3f}) | {'yes' if r['helps'] else 'no'} |"
@@ -111,7 +113,7 @@ def main(argv=None):
             report = run_preview(config, sft_training.output_dir, model_init_kwargs_from(preview_model))
             print(report.markdown(), flush=True)
             free_memory()
-        rows += _point_row(name, sft_training, base, json.loads(preview_json.read_text()), scan.lambda_of_interest)
+        rows += _point_row(name, sft_args, sft_training, base, json.loads(preview_json.read_text()), scan.lambda_of_interest)
 
     csv_path = write_csv(rows, output_dir / "regime_scan.csv", COLUMNS)
     (output_dir / "regime_scan.md").write_text(_markdown(rows) + "\n")

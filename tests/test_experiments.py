@@ -253,7 +253,7 @@ def test_every_shipped_analysis_yaml_parses_with_its_script(script, arguments, y
             keys = {k: v for k, v in overrides.items() if k != "reference_fraction"}
             check_override_keys(keys, DPR_ARGUMENTS, {"oracle"}, f"variant {name!r}")
     if script == "regime_scan":
-        assert len(parsed[0].grid) == 9  # one per row of the README's regime table
+        assert len(parsed[0].grid) == 11  # one per row of the README's regime table
         for name, overrides in parsed[0].grid.items():
             check_override_keys(overrides, module.SFT_ARGUMENTS, (), f"point {name!r}")
 
@@ -464,13 +464,13 @@ def test_the_regime_scan_runs_sft_and_the_preview_per_point_and_tabulates_the_ch
     config = write_yaml(tmp_path / "scan.yaml", {
         "output_dir": str(tmp_path / "scan"), "sft_config": write_yaml(tmp_path / "sft.yaml", {**common, "max_steps": 4}),
         "preview_config": write_yaml(tmp_path / "preview.yaml", preview), "lambda_of_interest": 1.0,
-        "grid": {"short": {"max_steps": 2}, "long": {}}})
+        "grid": {"short": {"max_steps": 2}, "long": {"reference_fraction": 0.75}}})
     regime_scan = load_script("regime_scan")
     regime_scan.main(["--config", config])
     scan = tmp_path / "scan"
-    for point, steps in (("short", 2), ("long", 4)):  # each point's SFT ran with its own keys
+    for point, steps, ref_step in (("short", 2, 1), ("long", 4, 3)):  # each point's SFT ran with its own keys
         manifest = json.loads((scan / point / "sft" / "dpr_reference.json").read_text())
-        assert (manifest["total_steps"], manifest["step"]) == (steps, steps // 2), manifest
+        assert (manifest["total_steps"], manifest["step"]) == (steps, ref_step), manifest
     columns, rows = read_csv(scan / "regime_scan.csv")
     assert tuple(columns) == regime_scan.COLUMNS and [(r["point"], r["variant"]) for r in rows] == [
         ("short", "DPR"), ("short", "oracle"), ("long", "DPR"), ("long", "oracle")]
@@ -479,6 +479,7 @@ def test_the_regime_scan_runs_sft_and_the_preview_per_point_and_tabulates_the_ch
         (at,) = [p for p in points if p["variant"] == row["variant"] and p["lam"] == 1.0]
         assert float(row["gain"]) == pytest.approx(at["delta"]) and float(row["kl"]) == pytest.approx(at["kl"])
         assert row["sft_steps"] == ("2" if row["point"] == "short" else "4")
+        assert float(row["reference_fraction"]) == (0.5 if row["point"] == "short" else 0.75)
     assert (scan / "regime_scan.md").read_text().count("\n") == 2 + len(rows)
     # a rerun reads every point back instead of training or sampling again
     stamp = (scan / "short" / "preview" / "preview.json").stat().st_mtime_ns
