@@ -71,6 +71,7 @@ def rewrite_answers(path, new_answers):
     Path(path).write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
+@pytest.mark.slow  # end to end: answers, judging, tables (≈ 2 s)
 def test_two_tiny_models_are_evaluated_end_to_end_with_the_exact_judge(tmp_path, saved_models, monkeypatch):
     config = demo_config(tmp_path, saved_models)
     report = run_evaluation(config, show_progress=False)
@@ -218,6 +219,7 @@ def judge_reply(messages):
     return "Assistant A is more helpful.\n\nMy final verdict is: [[A>B]]"
 
 
+@pytest.mark.slow  # end to end against a local HTTP judge (≈ 2 s)
 def test_the_paper_setup_with_an_openai_compatible_judge_and_mt_bench(tmp_path, saved_models, monkeypatch):
     from .test_evaluation_openai_judge import FakeChatCompletions
 

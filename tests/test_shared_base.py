@@ -137,6 +137,7 @@ def test_vllm_with_a_quantized_shared_base_is_refused_before_vllm_starts(adapter
     assert set(reward_model.sft_model.peft_config) == {"sft", "ref"}  # refused before the policy adapter was added
 
 
+@pytest.mark.slow  # 4-bit bitsandbytes training on CPU (≈ 2.5 s)
 def test_continuous_batching_trains_the_quantized_shared_base_off_policy(adapter_sft_output, tokenizer, tmp_path):
     """The QLoRA recipes' generation: transformers' continuous batching (bounded paged KV cache) on the 4-bit base,
     rollout batch 8 over 2 micro-batches, so GRPO computes log π_old itself for DPR's KL term."""
