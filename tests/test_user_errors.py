@@ -63,6 +63,7 @@ def world(tmp_path_factory, tokenizer):
     (root / "prompts.jsonl").write_text(json.dumps({"prompt": [{"role": "user", "content": "What is 2+2?"}]}) + "\n")
     (root / "blocker").write_text("a file where a folder should be")
     (root / "not_a_mapping.yaml").write_text("- a\n- list\n")
+    (root / "broken.yaml").write_text("learning_rate: 1.0e-6\nmax_steps: 10\n  output_dir: runs/x\n")  # stray indent
     return root
 
 
@@ -88,13 +89,29 @@ CASES = [
     ("renamed evaluation keys", "dpr", {"num_eval_samples": 10}, [], r"num_eval_samples \(renamed.*demo_num_prompts", True),
     ("missing config file", "dpr", None, ["--config", "no/such/recipe.yaml"], r"'no/such/recipe.yaml' not found", True),
     ("config not a mapping", "dpr", None, ["--config", "{root}/not_a_mapping.yaml"], r"must contain a YAML mapping", True),
+    ("YAML syntax error", "dpr", None, ["--config", "{root}/broken.yaml"], r"broken\.yaml, line 3, column 13: not valid YAML", True),
+    # -- every value against its dataclass field: type, choices, sign (RecipeParser.check_value)
+    ("dtype not a dtype", "sft", {"dtype": "float33"}, [], r"dtype: 'float33' is not one of \['auto', 'bfloat16'", True),
+    ("evaluate: dtype not a dtype", "evaluate", {"dtype": "fp32"}, [], r"dtype: 'fp32' is not one of", True),
+    ("negative max_steps", "dpr", {"max_steps": -5}, [], r"max_steps: -5 is negative; expected >= 0 \(or -1, its default\)", True),
+    ("negative max_steps on the command line", "sft", {}, ["--max_steps", "-3"], r"max_steps: -3 is negative.*\(command line\)", True),
+    ("learning_rate null", "dpr", {"learning_rate": None}, [], r"learning_rate: null is not allowed; expected a number", True),
+    ("learning_rate a word", "sft", {"learning_rate": "fast"}, [], r"learning_rate: 'fast' is a string; expected a number", True),
+    ("fractional step count", "dpr", {"max_steps": 2.5}, [], r"max_steps: 2\.5 is float; expected an integer", True),
+    ("boolean as a number", "dpr", {"bf16": 3}, [], r"bf16: 3 is int; expected true or false", True),
+    ("NaN learning rate", "dpr", {"learning_rate": float("nan")}, [], r"learning_rate: NaN", True),
+    ("preview: negative seed", "preview", {"seed": -1}, [], r"seed: -1 is negative", True),
+    # -- keys TRL has that the recipes do not use: refused, not ignored
+    ("test split", "dpr", {"dataset_test_split": "validation"}, [], r"dataset_test_split: 'validation' is not used", True),
+    ("streaming", "sft", {"dataset_streaming": True}, [], r"dataset_streaming: True is not used.*streaming is not supported", True),
+    ("eval_strategy without an eval set", "dpr", {}, ["--eval_strategy", "steps"], r"eval_strategy: 'steps' is not used.*no eval_dataset", True),
     # -- values out of range
     ("num_generations 0", "dpr", {"num_generations": 0}, [], r"num_generations must be >= 1", True),
     ("max_completion_length 0", "dpr", {"max_completion_length": 0}, [], r"max_completion_length must be a positive", True),
     ("max_prompt_length 0", "dpr", {"max_prompt_length": 0}, [], r"max_prompt_length must be a positive", True),
     ("gamma 0", "dpr", {"gamma": 0.0}, [], r"gamma must be in \(0, 1\]", True),
     ("gamma above 1", "dpr", {"gamma": 1.5}, [], r"gamma must be in \(0, 1\]", True),
-    ("negative kl_coef", "dpr", {"kl_coef": -1.0}, [], r"kl_coef must be >= 0", True),
+    ("negative kl_coef", "dpr", {"kl_coef": -1.0}, [], r"kl_coef: -1\.0 is negative; expected >= 0", True),
     ("temperature 0", "dpr", {"temperature": 0.0}, [], r"temperature must be > 0", True),
     ("unknown granularity", "dpr", {"reward_granularity": "episode"}, [], r"reward_granularity", True),
     ("two KL penalties", "dpr", {"beta": 0.04}, [], r"stack two KL penalties", True),

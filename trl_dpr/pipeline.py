@@ -66,6 +66,18 @@ class SFTScriptArguments(ScriptArguments):
         metadata={"help": "auto | openorca | messages | prompt_completion.", "choices": ["auto", "openorca", "messages", "prompt_completion"]},
     )
 
+    # Fields of TRL's ScriptArguments and training configs that the recipes have no use for: set in a recipe, each
+    # would be accepted and ignored, or fail once the models are built. RecipeParser refuses them while parsing, unless
+    # the value is one of those listed (the "off" value). field → (accepted values, why not).
+    _UNUSED_BY_RECIPES = {
+        "dataset_test_split": ((), "the recipes train on dataset_train_split only; they evaluate after training with "
+                               "evaluation_config (recipes/evaluate.py), on its own benchmarks"),
+        "dataset_streaming": ((False,), "the recipes subsample (num_train_samples) and filter the training set, which "
+                              "needs the whole dataset; streaming is not supported"),
+        "eval_strategy": (("no",), "the recipes pass no eval_dataset to the trainer (they evaluate after training "
+                          "with evaluation_config: recipes/evaluate.py); from Python, give the trainer an eval_dataset"),
+    }
+
     def __post_init__(self):
         # Checked when the recipe is parsed, before anything is loaded.
         if not 0.0 < self.reference_fraction < 1.0:

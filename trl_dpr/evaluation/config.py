@@ -70,7 +70,10 @@ class EvaluationConfig:
         default="auto",
         metadata={"help": "auto (vLLM when installed and on GPU), transformers or vllm.", "choices": list(GENERATION_BACKENDS)},
     )
-    dtype: str = field(default="auto", metadata={"help": "dtype the models are loaded in (auto, bfloat16, float32)."})
+    dtype: str = field(
+        default="auto",
+        metadata={"help": "dtype the models are loaded in.", "choices": ["auto", "bfloat16", "float16", "float32"]},
+    )
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
 
     judge: str = field(
