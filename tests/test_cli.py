@@ -132,6 +132,7 @@ def test_a_built_wheel_runs_the_packaged_demo_outside_the_repository(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "trl_dpr/recipes/demo/dpr.yaml" in names and "trl_dpr/recipes/qwen2.5-7b/dpr/config_qlora.yaml" in names
     assert "trl_dpr/py.typed" in names and not any(n.startswith(("experiments/", "tests/")) for n in names)
+    assert "trl_dpr/recipes/model_configs/llama-3.1-8b/config.json" in names  # `trl-dpr memory` offline
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
                               str(wheel)], capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stderr[-2000:]
@@ -143,6 +144,10 @@ def test_a_built_wheel_runs_the_packaged_demo_outside_the_repository(tmp_path):
     located = subprocess.run([sys.executable, "-c", "import trl_dpr; print(trl_dpr.__file__)"], cwd=work, env=env,
                              capture_output=True, text=True, timeout=120)
     assert located.stdout.strip().splitlines()[-1].startswith(str(target))  # the installed wheel, not the repository
+
+    memory = subprocess.run([*command, "memory", "--config", "llama-3.1-8b/dpr/config_qlora.yaml"], cwd=work, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert memory.returncode == 0 and "**total per GPU**" in memory.stdout, memory.stderr[-2000:]
 
     run = subprocess.run([*command, "dpr", "--config", "demo/dpr.yaml", "--accelerate_config", "cpu",
                           *small_demo_overrides(work)], cwd=work, env=env, capture_output=True, text=True, timeout=600)

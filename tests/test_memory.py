@@ -22,7 +22,7 @@ from trl_dpr.pipeline import SFTScriptArguments
 from trl_dpr.recipe_parser import RecipeParser
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "tests" / "data" / "model_configs"
+CONFIGS = ROOT / "recipes" / "model_configs"
 BACKBONES = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.1", "gemma-3-4b"]  # the paper's
 COLAB = "qwen2.5-0.5b"  # the notebooks' GPU preset, on a free Colab T4
 # the planned stages: SFT and DPR (the SPIN / GSIL baselines' recipes are not planned)

@@ -68,6 +68,8 @@ __all__ = [
     "MemoryTerm",
     "MemoryPlan",
     "ModelShape",
+    "SHIPPED_MODEL_CONFIGS",
+    "backbone_config",
     "kv_cache_bytes_per_token",
     "plan",
     "plan_recipe",
@@ -536,12 +538,75 @@ def _has_sliding(text) -> bool:
 
 # ---- recipes ----------------------------------------------------------------------------------------------------
 
+# The backbones of the shipped recipes → their folder in `recipes/model_configs/` (shipped in the wheel): their
+# `config.json`, so that `trl-dpr memory` plans the shipped recipes offline, with no Hub access and no wait.
+SHIPPED_MODEL_CONFIGS = {
+    "meta-llama/Llama-3.1-8B": "llama-3.1-8b",
+    "Qwen/Qwen2.5-7B": "qwen2.5-7b",
+    "mistralai/Mistral-7B-v0.1": "mistral-7b-v0.1",
+    "google/gemma-3-4b-pt": "gemma-3-4b",
+    "Qwen/Qwen2.5-0.5B": "qwen2.5-0.5b",
+}
+
+
+def backbone_config(hub_id: str):
+    """The `PretrainedConfig` of a recipe's backbone: the copy shipped with the package for the backbones of the shipped
+    recipes (`SHIPPED_MODEL_CONFIGS`), else the Hugging Face cache, else the Hub.
+
+    Without a shipped copy and without the Hub (`HF_HUB_OFFLINE=1`, no network) this is an `OSError` that says how to
+    plan anyway (`--model-config FOLDER` with the backbone's `config.json`), after one attempt, not after retries.
+
+    Example:
+        >>> backbone_config("meta-llama/Llama-3.1-8B").num_hidden_layers   # shipped: no Hub access
+        32
+    """
+    from transformers import AutoConfig
+
+    from .recipe_parser import recipes_root
+
+    if hub_id in SHIPPED_MODEL_CONFIGS:
+        return AutoConfig.from_pretrained(recipes_root() / "model_configs" / SHIPPED_MODEL_CONFIGS[hub_id])
+    try:  # the cache first: no network, no wait
+        return AutoConfig.from_pretrained(hub_id, local_files_only=True)
+    except OSError:
+        pass
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        reason = "the Hub is switched off (HF_HUB_OFFLINE=1) and it is not in the Hugging Face cache"
+    elif not _hub_answers():
+        # Without this probe huggingface_hub retries an unreachable Hub 5 times with backoff (~30 s) before failing.
+        reason = f"{constants.ENDPOINT} cannot be reached from here and it is not in the Hugging Face cache"
+    else:
+        try:
+            return AutoConfig.from_pretrained(hub_id)
+        except OSError as error:
+            reason = f"the Hub did not give it ({str(error).splitlines()[0][:200]})"
+    raise OSError(
+        f"No config.json for the backbone {hub_id!r}: {reason}. trl_dpr ships the configs of "
+        f"{sorted(SHIPPED_MODEL_CONFIGS)} only. Download it once (`hf download {hub_id} config.json`), or pass "
+        "--model-config FOLDER (a folder holding the backbone's config.json)."
+    )
+
+
+def _hub_answers(timeout_s: float = 5.0) -> bool:
+    """One HEAD request to the Hub's endpoint, no retry: whether it answers at all (any HTTP status)."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout_s)
+        return True
+    except Exception:  # any failure to connect (DNS, refused, timeout, TLS): the Hub cannot be used from here
+        return False
+
+
 def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     """Plan a recipe YAML of `recipes/sft.py` or `recipes/dpr.py`, with its `gpu_memory_gib` and `num_gpus` keys.
 
-    `model_config` defaults to `AutoConfig.from_pretrained` of the backbone: the YAML's `model_name_or_path` for SFT;
-    for DPR (whose `model_name_or_path` is an SFT output that may not exist yet), the base model named in the header
-    line `# <hub id>: ...` of the YAML.
+    `model_config` defaults to the config of the backbone named in the header line `# <hub id>: ...` of the YAML
+    (for DPR, `model_name_or_path` is an SFT output that may not exist yet): `backbone_config`, which needs no Hub for
+    the backbones of the shipped recipes.
 
     Example:
         >>> print(plan_recipe("recipes/llama-3.1-8b/dpr/config_qlora.yaml").table())  # doctest: +SKIP
@@ -549,7 +614,6 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     from pathlib import Path
 
     import yaml
-    from transformers import AutoConfig
     from trl import ModelConfig, SFTConfig
 
     from .config import DensePathConfig
@@ -567,7 +631,7 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     )
     _, training_args, model_args, target = parsed
     if model_config is None:
-        model_config = AutoConfig.from_pretrained(recipe_backbone(config_path))
+        model_config = backbone_config(recipe_backbone(config_path))
     return plan(
         training_args, model_config, model_args, gpu_memory_gib=target.gpu_memory_gib, num_gpus=target.num_gpus,
         title=str(config_path),
@@ -606,15 +670,16 @@ def main(argv=None) -> None:
 
     Example:
         ```bash
-        trl-dpr memory --config qwen2.5-0.5b/dpr/config_qlora_t4.yaml               # config.json from the Hub
+        trl-dpr memory --config qwen2.5-0.5b/dpr/config_qlora_t4.yaml               # shipped config.json, offline
         trl-dpr memory --config my_recipe.yaml --model-config path/to/model_folder  # or from a local folder
         # the tables at the end of recipes/README.md:
-        python -m trl_dpr.memory --details --model-config-dir tests/data/model_configs --config recipes/*/*/config_*.yaml
+        python -m trl_dpr.memory --details --model-config-dir recipes/model_configs --config recipes/*/*/config_*.yaml
         ```
     """
     parser = argparse.ArgumentParser(description="Print the GPU memory plan of a trl_dpr recipe YAML.")
     parser.add_argument("--config", required=True, nargs="+", help="recipe YAML(s) of recipes/sft.py or recipes/dpr.py")
-    parser.add_argument("--model-config", help="folder with the backbone's config.json (default: from the Hub)")
+    parser.add_argument("--model-config", help="folder with the backbone's config.json (default: the copy shipped for "
+                        "the shipped recipes' backbones, else the Hugging Face cache or the Hub)")
     parser.add_argument("--model-config-dir", help="folder of <backbone>/config.json, <backbone> = the recipe's folder")
     parser.add_argument("--details", action="store_true", help="each table in a <details> block with a one-line summary")
     args = parser.parse_args(argv)
