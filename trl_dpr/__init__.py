@@ -1,15 +1,36 @@
 """trl_dpr: Dense-Path REINFORCE (Li et al., 2025, arXiv:2510.02493) for Hugging Face TRL.
 
     SFTTrainer (+ ReferenceCheckpointCallback) → CheckpointRewardModel → DensePathTrainer
+
+The public names are imported on first use (PEP 562 `__getattr__`), as `trl` and `transformers` do with their
+`_LazyModule`: `import trl_dpr.cli` (every `trl-dpr` call, `--help` included) must not pay for torch, transformers and
+TRL's trainers before it knows it needs them.
+
+Example:
+    >>> import trl_dpr
+    >>> trl_dpr.DensePathConfig.__name__
+    'DensePathConfig'
 """
 
-from .algorithm import dense_path_advantages, sentence_rewards, token_returns, whiten
-from .callbacks import ReferenceCheckpointCallback
-from .config import DensePathConfig
-from .reward_model import CheckpointRewardModel, TokenRewardOutput
-from .trainer import DensePathTrainer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+# public name → the submodule that defines it
+_LAZY = {
+    "dense_path_advantages": "algorithm",
+    "sentence_rewards": "algorithm",
+    "token_returns": "algorithm",
+    "whiten": "algorithm",
+    "ReferenceCheckpointCallback": "callbacks",
+    "DensePathConfig": "config",
+    "CheckpointRewardModel": "reward_model",
+    "TokenRewardOutput": "reward_model",
+    "DensePathTrainer": "trainer",
+}
 
 __all__ = [
     "CheckpointRewardModel",
@@ -22,3 +43,22 @@ __all__ = [
     "token_returns",
     "whiten",
 ]
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` imports on first use
+    from .algorithm import dense_path_advantages, sentence_rewards, token_returns, whiten
+    from .callbacks import ReferenceCheckpointCallback
+    from .config import DensePathConfig
+    from .reward_model import CheckpointRewardModel, TokenRewardOutput
+    from .trainer import DensePathTrainer
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'trl_dpr' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value  # cached: the next access is a plain module attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -20,6 +20,8 @@ without a traceback; `--debug` (or `TRL_DPR_DEBUG=1`) shows the traceback.
 
 from __future__ import annotations
 
+# Only the standard library at module level: every `trl-dpr` call imports this module, `--help` and `recipes` included,
+# and torch + transformers + TRL's trainers cost seconds. Each command imports what it needs when it runs.
 import importlib
 import os
 import subprocess
@@ -28,12 +30,23 @@ import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .recipe_parser import find_recipe_file, recipes_root
-
-__all__ = ["main", "run"]
+__all__ = ["OPTIONAL_DEPENDENCIES", "main", "run"]
 
 TRAINING_STAGES = ("sft", "dpr", "spin", "gsil")
 IN_PROCESS = {"evaluate": "evaluate", "preview": "preview"}  # command → the recipe module (and its YAML subfolder)
+
+# Modules of the optional extras (pyproject.toml) → the extra that installs them. A missing one is a fact about the
+# install, not a bug: the command says which extra to install and exits 2, as for any other mistake in the input.
+OPTIONAL_DEPENDENCIES = {
+    "matplotlib": "plots",
+    "openai": "judge",
+    "bitsandbytes": "quantization",
+    "deepspeed": "deepspeed",
+    "vllm": "vllm",
+    "wandb": "wandb",
+    "tensorboard": "tracking",
+    "trackio": "tracking",
+}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -44,6 +57,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (ValueError, OSError, OutputDirInUse, MissingAPIKeyError)
 
 
+def _missing_optional_dependency(error: ImportError) -> str | None:
+    """The extra that installs the module `error` could not import, when it is an optional dependency; else None."""
+    name = (error.name or "").split(".")[0]
+    return OPTIONAL_DEPENDENCIES.get(name)
+
+
 def _debugging(argv: list[str]) -> bool:
     return "--debug" in argv or os.environ.get("TRL_DPR_DEBUG", "0").lower() in ("1", "true", "yes")
 
@@ -52,7 +71,8 @@ def run(main_function: Callable[[list[str]], object], argv: Sequence[str] | None
     """Run a recipe's `main(argv)`; a mistake in the input exits with its message (code 2) and no traceback.
 
     What counts as a mistake in the input: the errors the package raises after checking it (`ValueError`,
-    `FileNotFoundError`, `PermissionError`, a folder held by another run, a missing API key). `--debug` or
+    `FileNotFoundError`, `PermissionError`, a folder held by another run, a missing API key), and an optional
+    dependency that is not installed (`OPTIONAL_DEPENDENCIES`: the message names the extra). `--debug` or
     `TRL_DPR_DEBUG=1` re-raises them with their traceback.
 
     Example:
@@ -66,38 +86,58 @@ def run(main_function: Callable[[list[str]], object], argv: Sequence[str] | None
     argv = [a for a in argv if a != "--debug"]
     try:
         main_function(argv)
+    except ImportError as error:
+        extra = _missing_optional_dependency(error)
+        if debug or extra is None:  # a module the base install has: a broken environment or a bug, with its traceback
+            raise
+        _exit_with_message(error, f"{error} (`pip install \"trl_dpr[{extra}]\"` installs {error.name.split('.')[0]})")
     except _user_errors() as error:
         if debug:
             raise
-        name = type(error).__name__
-        print(f"error ({name}): {error}\n(run with --debug, or TRL_DPR_DEBUG=1, to see the traceback)", file=sys.stderr)
-        raise SystemExit(2) from None
+        _exit_with_message(error, str(error))
+
+
+def _exit_with_message(error: BaseException, message: str):
+    name = type(error).__name__
+    print(f"error ({name}): {message}\n(run with --debug, or TRL_DPR_DEBUG=1, to see the traceback)", file=sys.stderr)
+    raise SystemExit(2) from None
 
 
 def _resolve_accelerate_config(launch_args: list[str]) -> list[str]:
-    """`--accelerate_config NAME` → `--config_file PATH`: a file, a shipped config, or one of TRL's."""
+    """`--accelerate_config NAME` → `--config_file PATH`: one of trl_dpr's shipped configs, else TRL's own resolution
+    (a file, or one of TRL's configs), as `trl sft --accelerate_config NAME` does."""
+    from trl.cli.accelerate_config import resolve_accelerate_config_argument
+
+    from .recipe_parser import recipes_root
+
     if "--accelerate_config" not in launch_args:
         return launch_args
     index = launch_args.index("--accelerate_config")
     if index + 1 >= len(launch_args):
         raise ValueError("Expected a value after --accelerate_config (e.g. cpu, single_gpu, zero3).")
-    name = launch_args[index + 1]
-    import importlib.resources
+    name, ours = launch_args[index + 1], recipes_root() / "accelerate_configs"
+    if not Path(name).is_file() and (ours / f"{name}.yaml").is_file():
+        launch_args = [*launch_args[: index + 1], str(ours / f"{name}.yaml"), *launch_args[index + 2 :]]
+    try:
+        return resolve_accelerate_config_argument(launch_args)
+    except ValueError:
+        import importlib.resources
 
-    shipped = recipes_root() / "accelerate_configs" / f"{name}.yaml"
-    trl_configs = importlib.resources.files("trl.accelerate_configs")
-    for candidate in (Path(name), shipped, Path(str(trl_configs.joinpath(f"{name}.yaml")))):
-        if candidate.is_file():
-            rest = launch_args[:index] + launch_args[index + 2 :]
-            return ["--config_file", str(candidate), *rest]
-    ours = sorted(p.stem for p in (recipes_root() / "accelerate_configs").glob("*.yaml"))
-    theirs = sorted(Path(str(p)).stem for p in trl_configs.iterdir() if str(p).endswith(".yaml"))
-    raise ValueError(f"--accelerate_config {name!r} is not a file, nor one of trl_dpr's {ours} or TRL's {theirs}.")
+        theirs = sorted(p.name.removesuffix(".yaml") for p in importlib.resources.files("trl.accelerate_configs").iterdir()
+                        if p.name.endswith(".yaml"))
+        raise ValueError(
+            f"--accelerate_config {name!r} is not a file, nor one of trl_dpr's {sorted(p.stem for p in ours.glob('*.yaml'))} "
+            f"or TRL's {theirs}."
+        ) from None
 
 
 def _launch_training(stage: str, argv: list[str]) -> None:
-    """Split `argv` into the recipe's arguments and `accelerate launch`'s, then launch the shipped recipe script."""
-    from accelerate.commands.launch import launch_command, launch_command_parser
+    """TRL's training command (`trl sft ...`, `trl.cli.commands.training`) for a trl_dpr recipe: the recipe's parser
+    checks the arguments here, before anything is launched; the arguments it does not know go to `accelerate launch`,
+    the rest to the shipped recipe script, launched by TRL's `launch_training_script`."""
+    from trl.cli.accelerate_launcher import launch_training_script
+
+    from .recipe_parser import find_recipe_file, recipes_root
 
     if "--config" in argv:
         index = argv.index("--config") + 1
@@ -105,14 +145,16 @@ def _launch_training(stage: str, argv: list[str]) -> None:
     module = importlib.import_module(f"trl_dpr.recipes.{stage}")
     parser = module.make_parser()
     parser.prog = f"trl-dpr {stage}"
+    # Unlike `trl sft`, a YAML key no dataclass has is an error (RecipeParser), not an argument for accelerate.
     *_, _, unknown = parser.parse_args_and_config(
         argv, return_remaining_strings=True, fail_with_unknown_args=False, separate_remaining_strings=True
     )
     launch_args = _resolve_accelerate_config(list(unknown))
     script_args = _without(argv, list(unknown))
-    script = recipes_root() / f"{stage}.py"
     try:
-        launch_command(launch_command_parser().parse_args([*launch_args, str(script), *script_args]))
+        # TRL joins the script name to its own trl/scripts folder; an absolute path stands for itself (pathlib's
+        # joinpath), so the shipped recipe is launched (tests/test_cli.py checks the script accelerate is given).
+        launch_training_script(str(recipes_root() / f"{stage}.py"), launch_args, script_args)
     except subprocess.CalledProcessError as error:
         # The recipe's own processes have printed what went wrong (a mistake in the input: its message, exit code 2);
         # accelerate's launcher adding its traceback on top would only hide it.
@@ -120,7 +162,8 @@ def _launch_training(stage: str, argv: list[str]) -> None:
 
 
 def _without(items: list[str], subsequence: list[str]) -> list[str]:
-    """`items` with the ordered `subsequence` removed (the arguments that go to accelerate)."""
+    """`items` with the ordered `subsequence` removed (the arguments that go to accelerate). TRL has the same helper,
+    private (`trl.cli.commands.training._subtract_subsequence`); a private name may change in any release."""
     rest, position = [], 0
     for item in items:
         if position < len(subsequence) and item == subsequence[position]:
@@ -131,6 +174,8 @@ def _without(items: list[str], subsequence: list[str]) -> list[str]:
 
 
 def _list_recipes() -> None:
+    from .recipe_parser import recipes_root
+
     root = recipes_root()
     for path in sorted(root.rglob("*.yaml")):
         print(path.relative_to(root).as_posix())
@@ -149,6 +194,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         ```
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        _dispatch(argv)
+        sys.stdout.flush()  # inside the try: a reader that went away (`trl-dpr recipes | head`) surfaces here
+    except BrokenPipeError:
+        # The reader closed the pipe: stop quietly, as `cat`, `grep` and `ls` do (no traceback; exit code 1, as
+        # Python's own documentation recommends). Python would report the pipe again while flushing stdout at exit,
+        # so stdout is pointed at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
+
+
+def _dispatch(argv: list[str]) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: trl-dpr <command> [--config YAML] [options]\n\n" + _help() + "\n\n" + __doc__.split("\n\n", 2)[2])
         return
@@ -172,7 +229,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"trl-dpr: unknown command {command!r}. Commands: {', '.join([*TRAINING_STAGES, *IN_PROCESS, 'heatmap', 'memory', 'recipes'])}.",
               file=sys.stderr)
         raise SystemExit(2)
-
 
 if __name__ == "__main__":
     main()

@@ -419,7 +419,7 @@ def plot_preview(report: PreviewReport, path: str | Path) -> Path:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ImportError('The preview plot needs matplotlib: pip install "trl_dpr[plots]".') from None
+        raise ImportError('The preview plot needs matplotlib: pip install "trl_dpr[plots]".', name="matplotlib") from None
     figure, axes = plt.subplots(figsize=(7.5, 4.8))
     for index, variant in enumerate(dict.fromkeys(p.variant for p in report.points)):
         points = sorted(report.variant_points(variant), key=lambda p: p.kl)
@@ -599,6 +599,11 @@ def run_preview(
     from .reward_model import CheckpointRewardModel
     from .sampling import policy_logprobs, sample_completions, score_samples
 
+    if config.plot:
+        plot_check = __import__("importlib").util.find_spec("matplotlib")
+        if plot_check is None:
+            raise ImportError('The preview plot needs matplotlib: pip install "trl_dpr[plots]", or plot: false.',
+                              name="matplotlib")
     model_init_kwargs = dict(model_init_kwargs or {})
     check_model_source(sft_model_name_or_path, "The SFT output")
     if any(not (s or {}).get("ref_model_name_or_path") and (s or {}).get("use_baseline", True) and not (s or {}).get("oracle")
@@ -607,10 +612,6 @@ def run_preview(
     named_policies = [spec.partition("=")[::2] for spec in config.policies]
     for name, path in named_policies:
         check_model_source(path.strip(), f"Policy {name.strip()}")
-    if config.plot:
-        plot_check = __import__("importlib").util.find_spec("matplotlib")
-        if plot_check is None:
-            raise ImportError('The preview plot needs matplotlib: pip install "trl_dpr[plots]", or plot: false.')
     rows = _held_out_rows(config)
     if config.quality == "pairwise":
         from .evaluation.config import load_evaluation_config

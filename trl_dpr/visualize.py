@@ -182,7 +182,7 @@ def save_heatmap_png(
         from matplotlib.colors import LinearSegmentedColormap, Normalize
         from matplotlib.patches import Rectangle
     except ImportError as error:
-        raise ImportError("The PNG heatmap needs matplotlib: `pip install trl_dpr[plots]`.") from error
+        raise ImportError("The PNG heatmap needs matplotlib: `pip install trl_dpr[plots]`.", name="matplotlib") from error
 
     if prompts is not None and len(prompts) != len(scored):
         raise ValueError(f"Got {len(prompts)} prompts for {len(scored)} scored responses.")
@@ -272,6 +272,12 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     else:
         parser.error(f"give --pairs FILE, or as many --prompt as --response (got {len(args.prompt)} and {len(args.response)}).")
 
+    import importlib.util
+
+    if "png" in args.formats and importlib.util.find_spec("matplotlib") is None:  # before the models are loaded
+        raise ModuleNotFoundError(
+            'The PNG heatmap needs matplotlib: pip install "trl_dpr[plots]", or --formats html.', name="matplotlib"
+        )
     from .reward_model import CheckpointRewardModel
 
     reward_model = CheckpointRewardModel.from_pretrained(args.sft, args.ref)
