@@ -182,7 +182,7 @@ def test_a_second_run_on_the_same_folder_is_refused_at_once_and_the_first_ends_a
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # the first run has claimed the folder: its lock names it
-            lock = shared / ".trl_dpr.lock"
+            lock = shared / ".trl_dpr.lock.json"  # who holds the lock
             if lock.is_file() and f'"pid": {first.pid}' in lock.read_text():
                 break
             time.sleep(0.2)

@@ -4,9 +4,9 @@
 folder: a crash mid-save leaves a `checkpoint-N/` that is picked anyway (without `optimizer.pt` the optimizer silently
 restarts), and two runs on one folder mix their files. Here:
 
-- **one run per folder**: `claim_output_dir` takes an exclusive lock (`flock`, released by the OS even on SIGKILL) on
-  `<output_dir>/.trl_dpr.lock` for the life of the process, and says who holds it (PID, host, start time) when
-  another run does; a fresh run refuses a folder that holds a finished or checkpointed run unless told to overwrite;
+- **one run per folder**: `claim_output_dir` takes an exclusive lock (`filelock.FileLock`: `flock` on Unix, `msvcrt`
+  on Windows, released by the OS even on SIGKILL) on `<output_dir>/.trl_dpr.lock` for the life of the process, and
+  says who holds it (PID, host, start time, from `.trl_dpr.lock.json`) when another run does; a fresh run refuses a folder that holds a finished or checkpointed run unless told to overwrite;
 - **staged checkpoints**: a checkpoint is written under `.partial/checkpoint-N/`, gets a manifest of every file and
   its size (`checkpoint_manifest.json`, written last), and is renamed into place once every process has written;
 - **verified resume**: `last_complete_checkpoint` returns the newest checkpoint whose files all match its manifest,
@@ -15,7 +15,6 @@ restarts), and two runs on one folder mix their files. Here:
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import torch
 from accelerate.logging import get_logger
+from filelock import FileLock, Timeout
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 __all__ = [
@@ -48,6 +48,7 @@ _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 STAGING_DIRNAME = ".partial"
 CHECKPOINT_MANIFEST = "checkpoint_manifest.json"
 LOCK_NAME = ".trl_dpr.lock"
+LOCK_HOLDER_NAME = ".trl_dpr.lock.json"  # who holds the lock; a file of its own (Windows locks the lock file's bytes)
 # What a finished or checkpointed run leaves in its folder (a fresh run must not silently replace it).
 _RUN_OUTPUTS = ("trainer_state.json", "model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
 
@@ -182,7 +183,7 @@ class OutputDirInUse(RuntimeError):
     """Another live run holds the output folder's lock."""
 
 
-_HELD_LOCKS: dict[str, int] = {}  # realpath → file descriptor: the locks this process holds (re-entrant per process)
+_HELD_LOCKS: dict[str, FileLock] = {}  # realpath → the locks this process holds (re-entrant per process)
 
 
 def _is_main_process() -> bool:
@@ -203,24 +204,22 @@ def _lock(output_dir: Path) -> str | None:
     key = os.path.realpath(output_dir)
     if key in _HELD_LOCKS:
         return None
-    fd = os.open(output_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    lock = FileLock(output_dir / LOCK_NAME, thread_local=False)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 4096).decode(errors="replace").strip() or "{}"
-        os.close(fd)
+        lock.acquire(blocking=False)
+    except Timeout:
         try:
-            info = json.loads(holder)
+            info = json.loads((output_dir / LOCK_HOLDER_NAME).read_text())
             who = f"PID {info.get('pid')} on host {info.get('host')}, started {info.get('started')}"
-        except ValueError:
+        except (OSError, ValueError, AttributeError):  # not written yet, or by an older version
             who = "another process"
         return (
             f"Another run is using {str(output_dir)!r} ({who}). Two runs writing one folder corrupt each other's "
             "checkpoints. Wait for it to finish, stop it, or give this run another output_dir."
         )
-    os.ftruncate(fd, 0)
-    os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}).encode())
-    _HELD_LOCKS[key] = fd  # kept open: the OS releases the lock when this process ends, however it ends
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    (output_dir / LOCK_HOLDER_NAME).write_text(json.dumps(holder))
+    _HELD_LOCKS[key] = lock  # never released: the OS releases it when this process ends, however it ends
     return None
 
 

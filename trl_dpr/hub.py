@@ -65,6 +65,7 @@ SAFETY_IGNORE_PATTERNS = [
     "*/training_args.bin",
     ".dpr_reference.*.tmp",  # the manifest while it is being written
     ".write-test-*",  # the output-dir probe of check_output_dir
+    ".trl_dpr.lock*",  # the run's lock and its holder (PID, host name)
 ]
 # Environment variables that hold credentials a run may see; any other `*_TOKEN`, `*_API_KEY`, `*_SECRET`,
 # `*_PASSWORD`, `*_ACCESS_KEY` variable is treated as one too.
