@@ -286,8 +286,31 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, GRPOTrainer):
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
-        """TRL's model card (tags `trl`, `dpr`, `dense-path-reinforce`, the paper's citation), plus DPR's section."""
+        """TRL's model card (tags `trl`, `dpr`, `dense-path-reinforce`, the paper's citation), plus DPR's section.
+
+        TRL names the base model from the policy's config, and only when it is a Hub id: a policy loaded from a local
+        SFT folder (`model=None`, the recipes' case) would read "a fine-tuned version of [None]". The card names the
+        SFT model instead: its Hub id with a link, or the folder's name.
+        """
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if self.is_world_process_zero():
-            with open(Path(self.args.output_dir) / "README.md", "a") as card:
-                card.write(dpr_model_card_section(self.args, self.reward_model))
+            path = Path(self.args.output_dir) / "README.md"
+            card = path.read_text()
+            unknown_base = "[None](https://huggingface.co/None)"  # TRL's template with base_model=None
+            if unknown_base in card:
+                card = card.replace(unknown_base, _base_model_reference(self.reward_model.sft_model_name_or_path))
+            path.write_text(card + dpr_model_card_section(self.args, self.reward_model))
+
+
+def _base_model_reference(sft_model_name_or_path: str | None) -> str:
+    """How the model card names the SFT model a policy started from: a Hub link, a local folder's name, or neither.
+
+    Example:
+        >>> _base_model_reference("me/qwen-sft"), _base_model_reference(None)
+        ('[me/qwen-sft](https://huggingface.co/me/qwen-sft)', 'an SFT model')
+    """
+    if not sft_model_name_or_path:
+        return "an SFT model"
+    if Path(sft_model_name_or_path).is_dir():  # a local path means nothing to a reader (and may reveal a home folder)
+        return f"the SFT model `{Path(sft_model_name_or_path).resolve().name}` (a local folder)"
+    return f"[{sft_model_name_or_path}](https://huggingface.co/{sft_model_name_or_path})"
