@@ -2,11 +2,15 @@
 #   make demo   # the embedded LfD pipeline, offline on CPU: SFT (+ reference checkpoint) → DPR → evaluation
 #   make test   # the whole test suite: the fast tier, then the slow tier (what CI runs)
 # While developing: `make test-fast` (unit and small in-process tests, under a minute on 2 cores).
-# Each sets up .venv by itself. TORCH pins the CPU build this project is tested with; override it on a GPU machine,
-# e.g. `make demo TORCH=torch`.
+# Each sets up .venv by itself. TORCH pins the torch this project is tested with. From PyPI alone, torch==2.13.0 is the
+# CUDA build (2.7 GB): on a CPU machine that reaches PyTorch's wheel index, add it with
+# `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` (2.13.0+cpu, ~200 MB, is then preferred). It is off by
+# default because the CI machines reach only package mirrors, which carry the CPU build, and pip retries an unreachable
+# index about 10 s per package. On a GPU machine: `make demo TORCH=torch`.
 
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -26,7 +30,7 @@ export TOKENIZERS_PARALLELISM := false
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 

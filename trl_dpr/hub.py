@@ -312,6 +312,11 @@ def push_folder(
     contains a secret (`secrets`, by default `secrets_from_environment()`, plus `token`); either finding is an error
     that names the files and the secrets, never their values.
 
+    The selection is huggingface_hub's own (`files_to_push`: its `filter_repo_objects` and `DEFAULT_IGNORE_PATTERNS`,
+    the walk of `upload_folder`, pinned by tests/test_hub.py), but the upload is one `create_commit` of exactly the
+    files that were scanned, not `upload_folder`: `upload_folder` walks the folder again when it uploads, so a file
+    written in between (a late checkpoint, a log) would be pushed without the secret scan.
+
     Args:
         folder: the output folder (an SFT output with `dpr_reference/`, or a DPR policy).
         repo_id: `name` or `org/name`.
