@@ -153,3 +153,11 @@ def test_the_package_imports_without_fcntl():
                              "import trl_dpr.checkpointing, trl_dpr.trainer"], env=ENV, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_the_vllm_extra_is_trls_own_within_the_pinned_trl():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    trl_pin = next(d for d in project["dependencies"] if d.startswith("trl"))
+    assert project["optional-dependencies"]["vllm"] == [trl_pin.replace("trl", "trl[vllm]", 1)]
