@@ -3,8 +3,9 @@
 Two names stand for them in a recipe's `model_name_or_path`:
 
 - `trl_dpr/embedded-pretrained-llama` (the demo's base): a tiny Llama language-modelled on plain text about the task
-  (`trl_dpr.embedded.pretraining`), built into `<output_dir>/../embedded-pretrained-base` (17–22 min on one CPU thread,
-  once);
+  (`trl_dpr.embedded.pretraining`). The package ships that build (`trl_dpr/embedded/pretrained_base/`, checked against
+  its SHA-256 sums) and loads it from there; only if it is missing or altered is it rebuilt into
+  `<output_dir>/../embedded-pretrained-base` (about 20 min on one CPU thread, once);
 - `trl_dpr/embedded-tiny-llama`: the same architecture at random init, built into `<output_dir>/../embedded-base` in
   a second (the tests, and the from-scratch regime of experiments/README.md).
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from accelerate import PartialState
 
-from .pretraining import build_pretrained_base
+from .pretraining import SHIPPED_BASE, build_pretrained_base, shipped_base_problem
 from .task import demo_corpus
 from .tiny_lm import build_tiny_causal_lm, build_tokenizer
 
@@ -59,5 +60,11 @@ def resolve_embedded_base(model_name_or_path: str, output_dir: str | os.PathLike
     if model_name_or_path == EMBEDDED_MODEL:
         return build_embedded_base(Path(output_dir).parent / "embedded-base", seed=seed)
     if model_name_or_path == EMBEDDED_PRETRAINED_MODEL:
+        problem = shipped_base_problem()
+        if problem is None:
+            return str(SHIPPED_BASE)
+        if PartialState().is_main_process:
+            print(f"The shipped embedded base cannot be used ({problem}): rebuilding it beside the run, about 20 min on "
+                  "one CPU thread.", flush=True)
         return build_pretrained_base(Path(output_dir).parent / "embedded-pretrained-base")
     return model_name_or_path

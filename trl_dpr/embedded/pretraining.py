@@ -20,10 +20,19 @@ one of several styles, plus unrelated text:
 PyTorch loop (packed 256-token blocks, AdamW, cosine schedule), and writes model, tokenizer and `pretraining.json`.
 It runs outside any Trainer on purpose: it is called before the user's trainer exists, and a second Accelerator
 would fix the process-wide accelerate state (device, precision) before the user's own trainer sets it.
+
+The build takes about 20 minutes on one CPU thread and is not bitwise reproducible across machines (thread count and
+BLAS change the float sums), so the package ships one build, `trl_dpr/embedded/pretrained_base/` (2.9 MB), with its
+settings, its held-out loss and the SHA-256 of every file in `shipped.json`. Every documented number was measured on
+it. Rebuild it (and ship the rebuild) with:
+
+    python -m trl_dpr.embedded.pretraining --output runs/rebuilt-base [--ship]
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import json
 import math
 import os
@@ -41,7 +50,19 @@ from tqdm.auto import tqdm
 from .task import ITEMS, KINDS, NAMES, _pronoun, demo_corpus, held_out_split, make_example
 from .tiny_lm import build_tiny_causal_lm, build_tokenizer
 
-__all__ = ["CORPUS_MIX", "PretrainingSettings", "build_pretrained_base", "pretraining_corpus"]
+__all__ = [
+    "CORPUS_MIX",
+    "SHIPPED_BASE",
+    "PretrainingSettings",
+    "build_pretrained_base",
+    "held_out_loss",
+    "pretraining_corpus",
+    "ship_pretrained_base",
+    "shipped_base_problem",
+]
+
+SHIPPED_BASE = Path(__file__).parent / "pretrained_base"  # the build every documented number was measured on
+SHIPPED_RECORD = "shipped.json"
 
 CORPUS_MIX = {"expert": 0.20, "nonexpert": 0.25, "terse": 0.15, "alternative": 0.25, "other": 0.15}
 NONEXPERT_SLIP_RATE = 0.3
@@ -203,8 +224,15 @@ def _packed_blocks(tokenizer, documents: list[str], block_size: int) -> torch.Te
     return data[: num_blocks * block_size].view(num_blocks, block_size)
 
 
-def _pretrain(model, blocks: torch.Tensor, settings: PretrainingSettings) -> list[tuple[int, float]]:
-    """Next-token loss on random packed blocks: AdamW (β2 0.95, wd 0.01), 3 % warm-up then cosine, grad-norm 1."""
+def _pretrain(
+    model, blocks: torch.Tensor, settings: PretrainingSettings, stop_after: int | None = None
+) -> list[tuple[int, float]]:
+    """Next-token loss on random packed blocks: AdamW (β2 0.95, wd 0.01), 3 % warm-up then cosine, grad-norm 1.
+
+    The schedule is written out rather than taken from `transformers.get_cosine_schedule_with_warmup`, whose warm-up
+    starts at lr 0 (step / warmup) where this one starts at lr / warmup ((step + 1) / warmup): the shipped base was
+    built with this one, and a rebuild must follow the same recipe.
+    """
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.01, betas=(0.9, 0.95))
     warmup = max(1, int(0.03 * settings.max_steps))
 
@@ -232,6 +260,8 @@ def _pretrain(model, blocks: torch.Tensor, settings: PretrainingSettings) -> lis
         if step == 1 or step % 50 == 0:
             losses.append((step, round(loss.item(), 4)))
             progress.set_postfix(loss=f"{loss.item():.3f}")
+        if stop_after is not None and step >= stop_after:  # a test replays the first steps of the build
+            break
     model.eval()
     return losses
 
@@ -272,3 +302,92 @@ def build_pretrained_base(path: str | os.PathLike, settings: PretrainingSettings
             partial.rename(path)
         PartialState().wait_for_everyone()
     return str(path)
+
+
+@torch.no_grad()
+def held_out_loss(path: str | os.PathLike, num_documents: int = 400, seed: int = 1) -> float:
+    """Mean next-token loss of the base in `path` on `num_documents` corpus documents drawn with another seed than its
+    training corpus (one document per row, float32, no padding): what tells a trained base from an untrained one.
+
+    Example:
+        >>> round(held_out_loss(SHIPPED_BASE, num_documents=20), 2) < 1.0   # an untrained base: about 7
+        True
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    total, count = 0.0, 0
+    for document in pretraining_corpus(num_documents, seed=seed):
+        ids = torch.tensor([tokenizer(document, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]])
+        loss = model(input_ids=ids, labels=ids).loss
+        total, count = total + loss.item() * (ids.size(1) - 1), count + ids.size(1) - 1
+    return total / count
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def ship_pretrained_base(built: str | os.PathLike, target: str | os.PathLike = SHIPPED_BASE, command: str = "") -> Path:
+    """Copy a complete build into `target` (the package's shipped base) with `shipped.json`: its settings, held-out
+    loss, the SHA-256 of each file, and how it was built.
+
+    Example:
+        ```python
+        ship_pretrained_base("runs/rebuilt-base")   # after python -m trl_dpr.embedded.pretraining --output runs/rebuilt-base
+        ```
+    """
+    built, target = Path(built), Path(target)
+    if not (built / "pretraining.json").is_file():
+        raise FileNotFoundError(f"{built} holds no complete build (no pretraining.json); build it first.")
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(built, staging)
+    files = sorted(p.name for p in staging.iterdir() if p.is_file())
+    record = {
+        "built_by": command or "python -m trl_dpr.embedded.pretraining --output <folder> --ship",
+        "held_out_loss": round(held_out_loss(staging), 6),
+        "held_out": {"num_documents": 400, "seed": 1},
+        "sha256": {name: _sha256(staging / name) for name in files},
+    }
+    (staging / SHIPPED_RECORD).write_text(json.dumps(record, indent=1) + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def shipped_base_problem(path: str | os.PathLike = SHIPPED_BASE) -> str | None:
+    """What is wrong with the shipped base in `path` (missing, or a file whose SHA-256 differs), or None.
+
+    Example:
+        >>> shipped_base_problem() is None
+        True
+    """
+    path = Path(path)
+    record_path = path / SHIPPED_RECORD
+    if not record_path.is_file():
+        return f"{path} holds no shipped base ({SHIPPED_RECORD} is missing)"
+    for name, digest in json.loads(record_path.read_text())["sha256"].items():
+        if not (path / name).is_file():
+            return f"{path / name} is missing"
+        if _sha256(path / name) != digest:
+            return f"{path / name} differs from the shipped file (SHA-256 mismatch)"
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Rebuild the embedded pretrained base (about 20 min on one CPU thread).")
+    parser.add_argument("--output", required=True, help="Folder to build into (reused when complete).")
+    parser.add_argument("--ship", action="store_true", help=f"Then copy it into the package ({SHIPPED_BASE}).")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the shipped base: 1).")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    folder = build_pretrained_base(args.output)
+    print(f"Built: {folder}")
+    if args.ship:
+        print(f"Shipped: {ship_pretrained_base(folder)}")
+
+
+if __name__ == "__main__":
+    main()
