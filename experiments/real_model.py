@@ -196,37 +196,59 @@ def credit_at_slips(tokens: list[str], rewards: list[float]) -> tuple[bool, int]
 
 
 def _credit(args: RealModelArguments, sft_path: str, output_dir: Path) -> dict:
+    """π_SFT's samples at T = 1, scored three ways: r̂ with the recorded π_ref (α = 0.5), r̂ with the pretrained base
+    as π_ref (α = 0), and log π_SFT alone (wo/Baseline). Per reward: how often it is lowest at the first wrong digit of
+    a slipped computation, and the AUROC of its sum against the final answer's exactness (why a tilt helps or not)."""
     path = output_dir / "credit_assignment.json"
     if path.is_file():
         return json.loads(path.read_text())
     from trl_dpr import CheckpointRewardModel
-    from trl_dpr.embedded.task import held_out_split
+    from trl_dpr.embedded.task import held_out_split, is_correct
     from trl_dpr.sampling import sample_completions, score_samples
+
+    from .auroc import auroc
 
     start = time.perf_counter()
     rows = held_out_split(args.credit_prompts, seed=1)  # other prompts than the evaluation's (seed 0)
     reward_model = CheckpointRewardModel.from_pretrained(sft_path, dtype=torch.float32)
     tokenizer = reward_model.processing_class
-    prompts = [p for p in rows["prompt"] for _ in range(args.credit_samples_per_prompt)]
+    n = args.credit_samples_per_prompt
+    prompts = [p for p in rows["prompt"] for _ in range(n)]
+    answers = [a for a in rows["answer"] for _ in range(n)]
     samples = sample_completions(reward_model.sft_model, tokenizer, prompts, temperature=1.0, max_new_tokens=112,
                                  batch_size=32, seed=0)
+    correct = [is_correct(s.text, a) for s, a in zip(samples, answers)]
     scored, mask = score_samples(reward_model, samples, batch_size=32)
-    hits, chance, examples = [], [], []
-    for i, sample in enumerate(samples):
-        length = int(mask[i].sum())
-        ids = sample.completion_ids[:length]
-        tokens = [tokenizer.decode([t]) for t in ids]
-        rewards = scored.rewards[i, :length].tolist()
-        result = credit_at_slips(tokens, rewards)
-        if result is not None:
-            hits.append(result[0])
-            chance.append(1.0 / result[1])
-            if len(examples) < 5:
-                lowest = min(range(length), key=lambda j: rewards[j])
-                examples.append({"response": sample.text, "lowest_token": tokens[lowest], "hit": result[0]})
-    record = {"responses": len(samples), "with_slip": len(hits), "lowest_at_slip": sum(hits),
-              "rate": sum(hits) / len(hits) if hits else None, "chance": sum(chance) / len(chance) if chance else None,
-              "wall_s": round(time.perf_counter() - start, 1), "examples": examples}
+    base = json.loads((Path(sft_path) / "dpr_reference.json").read_text()).get("base_model")  # what SFT started from
+    rewards = {"r̂, π_ref at α = 0.5 (DPR)": scored.rewards, "log π_SFT alone (wo/Baseline)": scored.sft_logps}
+    if base and Path(base).is_dir():
+        from transformers import AutoModelForCausalLM
+
+        base_model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        with_base = CheckpointRewardModel(reward_model.sft_model, base_model, processing_class=tokenizer)
+        rewards["r̂, π_ref = the pretrained base (α = 0)"] = score_samples(with_base, samples, batch_size=32)[0].rewards
+    record = {"responses": len(samples), "accuracy": sum(correct) / len(correct), "rewards": {}}
+    for name, values in rewards.items():
+        hits, chance, examples = [], [], []
+        sums_right, sums_wrong = [], []
+        for i, sample in enumerate(samples):
+            length = int(mask[i].sum())
+            tokens = [tokenizer.decode([t]) for t in sample.completion_ids[:length]]
+            token_rewards = values[i, :length].tolist()
+            (sums_right if correct[i] else sums_wrong).append(sum(token_rewards))
+            result = credit_at_slips(tokens, token_rewards)
+            if result is not None:
+                hits.append(result[0])
+                chance.append(1.0 / result[1])
+                if len(examples) < 3:
+                    lowest = min(range(length), key=lambda j: token_rewards[j])
+                    examples.append({"response": sample.text, "lowest_token": tokens[lowest], "hit": result[0]})
+        record["rewards"][name] = {
+            "with_slip": len(hits), "lowest_at_slip": sum(hits), "rate": sum(hits) / len(hits) if hits else None,
+            "chance": sum(chance) / len(chance) if chance else None,
+            "sequence_auroc": auroc(sums_right, sums_wrong), "examples": examples,
+        }
+    record["wall_s"] = round(time.perf_counter() - start, 1)
     path.write_text(json.dumps(record, indent=1))
     return record
 
@@ -361,10 +383,14 @@ def write_report(args, output_dir: Path, report: PreviewReport, lam: float, name
             + (f"{pct(row['preview_gain'])} {ci(row['preview_gain_ci'])}" if "preview_gain" in row else "—") + " | "
             + (f"{row['wall_s'] / 60:.1f}" if "wall_s" in row else f"{timings.get('SFT', {}).get('wall_s', math.nan) / 60:.1f}") + " |"
         )
-    if credit and credit.get("rate") is not None:
-        lines.append(f"\nCredit assignment: on {credit['with_slip']} sampled π_SFT answers with a slipped computation (of "
-                     f"{credit['responses']}), r̂ is lowest at the first wrong digit in {pct(credit['rate'])}% "
-                     f"(chance {pct(credit['chance'])}%).")
+    if credit:
+        lines += ["", f"Credit assignment on {credit['responses']} π_SFT samples at T = 1 ({pct(credit['accuracy'])}% correct):", "",
+                  "| reward | answers with a slip | r̂ lowest at the slip | chance | AUROC of Σ reward vs exactness |",
+                  "|---|---|---|---|---|"]
+        for name, r in credit["rewards"].items():
+            rate = "—" if r["rate"] is None else f"{pct(r['rate'])}%"
+            chance = "—" if r["chance"] is None else f"{pct(r['chance'])}%"
+            lines.append(f"| {name} | {r['with_slip']} | {rate} | {chance} | {r['sequence_auroc']:.3f} |")
     lines.append(f"\nλ (kl_coef) = {lam}; N = {parameters / 1e6:.1f}M parameters.")
     text = "\n".join(lines) + "\n"
     (output_dir / "real_model.md").write_text(text)
