@@ -68,7 +68,9 @@ class RealModelArguments:
     credit_prompts: int = field(default=64, metadata={"help": "Held-out prompts for the credit-assignment count."})
     credit_samples_per_prompt: int = field(default=4, metadata={"help": "π_SFT samples per prompt for it (T = 1)."})
     stage: str = field(default="all", metadata={"help": f"One of {STAGES}.", "choices": list(STAGES)})
-    only: list[str] = field(default_factory=list, metadata={"help": "stage train: train only these runs (a worker)."})
+    only: list[str] = field(
+        default_factory=list, metadata={"help": "stage train / evaluate: only these runs (a worker of a parallel run)."}
+    )
 
     def __post_init__(self):
         if self.stage not in STAGES:
@@ -330,8 +332,9 @@ def main(argv=None):
     evaluation_dir = output_dir / "evaluation"
     if everything or args.stage == "evaluate":
         print_stage(5, 6, "Evaluation against SFT")
+        chosen = {n: f for n, f in folders.items() if not args.only or n in args.only}  # a worker answers some models
         config = evaluation_config(args.evaluation_config, baseline=f"SFT={sft_path}",
-                                   candidates=[f"{n}={f}" for n, f in folders.items()], output_dir=str(evaluation_dir))
+                                   candidates=[f"{n}={f}" for n, f in chosen.items()], output_dir=str(evaluation_dir))
         run_evaluation(config, show_progress=False)
         if args.stage == "evaluate":
             return
