@@ -86,19 +86,12 @@ def _timings(output_dir: Path) -> dict:
 
 
 def _record_timing(output_dir: Path, name: str, record: dict) -> None:
-    timings = _timings(output_dir)
-    timings[name] = record
-    (output_dir / "timings.json").write_text(json.dumps(timings, indent=1))
+    from filelock import FileLock
 
-
-def _log_tokens(output_dir: Path) -> int | None:
-    """`num_tokens` of the last logged step of a Trainer run (trainer_state.json is not saved with save_strategy no)."""
-    path = output_dir / "log_history.json"
-    if path.is_file():
-        history = json.loads(path.read_text())
-        tokens = [e["num_tokens"] for e in history if "num_tokens" in e]
-        return int(float(tokens[-1])) if tokens else None
-    return None
+    with FileLock(output_dir / "timings.json.lock"):  # parallel workers (--stage train --only ...) share the file
+        timings = _timings(output_dir)
+        timings[name] = record
+        (output_dir / "timings.json").write_text(json.dumps(timings, indent=1))
 
 
 def _sft(args: RealModelArguments, output_dir: Path, name: str, **overrides) -> str:

@@ -269,7 +269,7 @@ def _pretrain(
 def build_pretrained_base(path: str | os.PathLike, settings: PretrainingSettings | None = None) -> str:
     """Build the embedded pretrained base into `path` once (main process only) and return the path.
 
-    Takes 17–22 minutes on one CPU thread with the default settings (1200 steps of 32×256 tokens); an existing
+    Takes about 20 minutes on one CPU thread with the default settings (1200 steps of 32×256 tokens); an existing
     complete build is reused, an interrupted one is rebuilt (the build is written to `<path>.partial` and renamed).
 
     Example:
