@@ -54,7 +54,7 @@ def main(argv=None):
     for row in rows:
         run = runs[row["method"]]
         row.update(gamma=gamma_of[row["method"]], train_runtime_s=run.train_runtime_s,
-                   kl_sft_final=run.final_metrics.get("kl_sft"), train_reward_final=run.final_metrics.get("reward"))
+                   kl_sft_final=run.final_metrics.get("kl_sft/per_token"), train_reward_final=run.final_metrics.get("reward"))
     output_dir = Path(training_args.output_dir)
     csv_path = write_csv(rows, output_dir / "gamma_sweep.csv", COLUMNS)
     pairwise = {}

@@ -1,19 +1,28 @@
-"""A real pretrained LM through the whole package, and the question users ask first: does DPR beat SFT trained for
-longer with the same compute?
+"""Does DPR add to a real SFT model that has used its demonstrations, beyond more SFT or plain sharpening?
 
-    python -m experiments.real_model --config experiments/configs/real_model_smollm2.yaml            # CPU, resumable
-    python -m experiments.real_model --config ... --stage train --only DPR-seed1 SR   # one worker of a parallel run
+SmolLM2-135M-Instruct on the embedded task, in the paper's learning-from-demonstrations regime:
 
-Pipeline (each stage reuses what an earlier run wrote, so an interrupted run continues):
+    python -m experiments.real_model --config experiments/configs/real_model_lfd.yaml          # CPU, resumable
+    python -m experiments.real_model --config ... --stage train --only DPR-seed1 SR            # one worker
 
-    SFT (sft_config, π_ref at α)  →  preview of that SFT (λ grid)  →  DPR at the preview's λ, several seeds
-      →  SR and wo/Baseline at the same λ  →  SFT continued from π_SFT for DPR's RL wall time
-      →  evaluation of all against SFT on held-out prompts (exact answers)  →  credit assignment at slips
+Stages (each writes what it produces and is skipped when that is there, so a stopped run resumes):
 
-Reported in `<output_dir>/real_model.md` and `.json`: accuracy with 95% bootstrap CIs over prompts, each method's paired
-gain over SFT and over SFT-continued, wall times and estimated FLOPs (N = parameter count: 6N per trained token, 2N per
-forward token; a DPR token costs its generation 2N, π_SFT and π_ref scoring 4N, policy update 6N), the preview's
-prediction next to each trained policy, and how often r̂ is lowest at the first wrong digit of a slipped computation.
+    data      one fixed demonstration set D (`demonstrations.jsonl`), the preview's and the evaluation's prompts
+    sft       SFT over D for several epochs (constant learning rate after warm-up); π_ref at α = 0.25, 0.5, 0.75
+              of the samples, the Σ lr reached at each, held-out loss after each epoch
+    preview   π_SFT's samples scored by DPR at each α, wo/Baseline (sharpening) and the oracle: λ and α chosen here,
+              before any RL, with the KL per response of the chosen π_λ as DPR's target
+    train     DPR (seeds) on D's prompts until its KL per response reaches that target (or `max_steps`); SR and
+              wo/Baseline for DPR's mean number of steps; SFT continued on D from π_SFT, saved at DPR's mean wall time
+              and at DPR's mean FLOPs
+    evaluate  every policy on `eval_prompts` held-out prompts at T = 1, T = 0.7 and greedily, one shared sampling seed;
+              at T = 1 also its KL to π_SFT per response, on its own samples
+    report    `real_model.md` / `.json`: paired gains over π_SFT (bootstrap over prompts), the sharpening controls
+              (π_SFT itself at T = 0.7 and greedy), each policy's KL next to the preview's prediction at that KL
+
+FLOPs, N = parameter count: a trained token costs 6N, a forward token 2N. SFT: 6N per token. A DPR step: generation
+2N per prompt and completion token, one 2N forward per frozen scorer (π_SFT and π_ref; wo/Baseline has π_SFT only),
+and the policy update 6N.
 """
 
 from __future__ import annotations
@@ -26,252 +35,433 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from trl import ModelConfig, SFTConfig
 
-from trl_dpr.evaluation import run_evaluation
-from trl_dpr.evaluation.results import bootstrap_mean_ci
-from trl_dpr.pipeline import SFTScriptArguments, has_sft_output, print_stage, run_sft
-from trl_dpr.preview import PreviewConfig, PreviewReport, run_preview
-from trl_dpr.recipe_parser import RecipeParser
+__all__ = [
+    "RealModelArguments", "dpr_step_flops", "interpolate_at_kl", "lr_share", "matched_steps", "per_response_kl", "main",
+]
 
-from .overrides import DPR_ARGUMENTS, evaluation_config, parse_with_overrides
-from .sweeps import train_variant, variant_settings
-
-__all__ = ["RealModelArguments", "credit_at_slips", "main"]
-
-STAGES = ("all", "sft", "preview", "train", "evaluate", "credit", "report")
+STAGES = ("all", "data", "sft", "preview", "train", "evaluate", "report")
 ABLATIONS = {"SR": {"reward_granularity": "sentence"}, "wo/Baseline": {"use_baseline": False}}
+DECODINGS = {"T=1": 1.0, "T=0.7": 0.7, "greedy": 0.0}
 
 
 @dataclass
 class RealModelArguments:
-    """Settings of `experiments/real_model.py`.
+    """Settings of `experiments/real_model.py` (`experiments/configs/real_model_lfd.yaml`).
 
     Example:
-        >>> RealModelArguments().dpr_seeds
-        [0, 1, 2]
+        >>> RealModelArguments().alphas
+        [0.25, 0.5, 0.75]
     """
 
-    output_dir: str = field(default="runs/real_model", metadata={"help": "Every run of the experiment, and the report."})
-    sft_config: str = field(default="recipes/smollm2-135m/sft/config_full.yaml", metadata={"help": "recipes/sft.py YAML."})
-    sft_overrides: dict = field(
-        default_factory=dict,
-        metadata={"help": "Keys of the SFT recipe to change (e.g. {max_steps: 10, output_dir: ...}: a shorter SFT)."},
-    )
-    dpr_config: str = field(default="recipes/smollm2-135m/dpr/config_full.yaml", metadata={"help": "recipes/dpr.py YAML."})
-    preview_config: str = field(default="recipes/preview/smollm2-135m.yaml", metadata={"help": "recipes/preview.py YAML."})
-    evaluation_config: str = field(default="recipes/evaluate/smollm2-135m.yaml", metadata={"help": "recipes/evaluate.py YAML."})
-    dpr_seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "DPR seeds (policy sampling, order)."})
+    output_dir: str = field(default="runs/real_model_lfd", metadata={"help": "Every run of the experiment, and the report."})
+    sft_config: str = field(default="experiments/configs/real_model_lfd/sft.yaml", metadata={"help": "SFT recipe YAML."})
+    dpr_config: str = field(default="experiments/configs/real_model_lfd/dpr.yaml", metadata={"help": "DPR recipe YAML."})
+    num_demonstrations: int = field(default=160, metadata={"help": "|D|: demonstrations every method learns from."})
+    sft_epochs: int = field(default=3, metadata={"help": "Passes of SFT over D."})
+    alphas: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75], metadata={"help": "π_ref fractions previewed."})
+    preview_prompts: int = field(default=64, metadata={"help": "Held-out prompts of the preview (not the evaluation's)."})
+    preview_samples: int = field(default=8, metadata={"help": "π_SFT samples per preview prompt (T = 1)."})
+    lambdas: list[float] = field(default_factory=lambda: [math.inf, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.0],
+                                 metadata={"help": "The preview's λ grid."})
+    kl_coef: float | None = field(default=None, metadata={"help": "DPR's λ; default: the preview's best trusted λ."})
+    alpha: float | None = field(default=None, metadata={"help": "DPR's α; default: the preview's best."})
+    dpr_seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "DPR seeds."})
     ablations: list[str] = field(default_factory=lambda: list(ABLATIONS), metadata={"help": f"Among {list(ABLATIONS)}."})
-    kl_coef: float | None = field(default=None, metadata={"help": "DPR's λ; default: the preview's best finite λ."})
-    sft_continued: bool = field(default=True, metadata={"help": "Train SFT further from π_SFT for DPR's RL wall time."})
-    credit_prompts: int = field(default=64, metadata={"help": "Held-out prompts for the credit-assignment count."})
-    credit_samples_per_prompt: int = field(default=4, metadata={"help": "π_SFT samples per prompt for it (T = 1)."})
+    kl_window: int = field(default=4, metadata={"help": "DPR stops when the mean KL per response of this many steps "
+                                                        "reaches the target."})
+    eval_prompts: int = field(default=400, metadata={"help": "Held-out prompts of the evaluation."})
+    max_new_tokens: int = field(default=96, metadata={"help": "Longest answer (evaluation and preview)."})
+    eval_batch_size: int = field(default=50, metadata={"help": "Prompts per generate call."})
     stage: str = field(default="all", metadata={"help": f"One of {STAGES}.", "choices": list(STAGES)})
-    only: list[str] = field(
-        default_factory=list, metadata={"help": "stage train / evaluate: only these runs (a worker of a parallel run)."}
-    )
+    only: list[str] = field(default_factory=list, metadata={"help": "train / evaluate: only these runs (a worker)."})
 
     def __post_init__(self):
-        if self.stage not in STAGES:
-            raise ValueError(f"stage must be one of {STAGES}, got {self.stage!r}.")
         unknown = [a for a in self.ablations if a not in ABLATIONS]
         if unknown:
             raise ValueError(f"Unknown ablations {unknown}; choose among {list(ABLATIONS)}.")
+        if 0.5 not in self.alphas or any(not 0 < a < 1 for a in self.alphas):
+            raise ValueError(f"alphas must lie in (0, 1) and include the paper's 0.5, got {self.alphas}.")
 
 
-def _timings(output_dir: Path) -> dict:
-    path = output_dir / "timings.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+# ---- pure pieces (tested on hand-computed numbers) ------------------------------------------------------------------
+
+
+def lr_share(learning_rates: list[float], step: int) -> float:
+    """Σ lr of the first `step` optimizer steps over Σ lr of all of them: how much of SFT's learning π_ref has had.
+
+    Example:
+        >>> lr_share([1.0, 2.0, 2.0, 2.0, 1.0], 2)
+        0.375
+    """
+    return sum(learning_rates[:step]) / sum(learning_rates)
+
+
+def matched_steps(budget: float, cost_per_step: float) -> int:
+    """Steps of SFT that spend `budget` (seconds or FLOPs) at `cost_per_step` each (at least 1).
+
+    Example:
+        >>> matched_steps(1000.0, 30.0), matched_steps(10.0, 30.0)
+        (33, 1)
+    """
+    if cost_per_step <= 0:
+        raise ValueError(f"cost_per_step must be positive, got {cost_per_step}.")
+    return max(1, round(budget / cost_per_step))
+
+
+def dpr_step_flops(parameters: int, tokens: float, frozen_scorers: int) -> float:
+    """FLOPs of DPR on `tokens` prompt + completion tokens: generation 2N, each frozen scorer 2N, the update 6N.
+
+    Example:
+        >>> dpr_step_flops(10, 100, 2)  # (2 + 2·2 + 6) · 10 · 100
+        12000.0
+    """
+    return float((2 + 2 * frozen_scorers + 6) * parameters * tokens)
+
+
+def per_response_kl(policy_logps: torch.Tensor, sft_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    r"""KL(π_θ ‖ π_SFT) per response, estimated on π_θ's own samples: Σ_t log π_θ(a_t|s_t) − log π_SFT(a_t|s_t).
+
+    Example:
+        >>> per_response_kl(torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -9.0]]), torch.tensor([[1, 0]]))
+        tensor([0.5000], dtype=torch.float64)
+    """
+    return ((policy_logps.double() - sft_logps.double()) * mask).sum(dim=1)
+
+
+def interpolate_at_kl(points: list[tuple[float, float]], kl: float) -> float | None:
+    """The preview's gain at KL `kl`, linear between its (kl, gain) points; None beyond its largest KL.
+
+    Example:
+        >>> interpolate_at_kl([(0.0, 0.0), (1.0, 0.1), (3.0, 0.5)], 2.0)
+        0.3
+        >>> interpolate_at_kl([(0.0, 0.0), (1.0, 0.1)], 5.0) is None
+        True
+    """
+    points = sorted(points)
+    kl = max(kl, 0.0)
+    for (k0, g0), (k1, g1) in zip(points, points[1:]):
+        if k0 <= kl <= k1:
+            return g0 if k1 == k0 else g0 + (g1 - g0) * (kl - k0) / (k1 - k0)
+    return None
+
+
+# ---- stages ---------------------------------------------------------------------------------------------------------
+
+
+def _read(path: Path):
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _write(path: Path, value) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(value, indent=1, default=str))
+    tmp.replace(path)  # atomic: a stopped stage leaves no half-written record
 
 
 def _record_timing(output_dir: Path, name: str, record: dict) -> None:
     from filelock import FileLock
 
-    with FileLock(output_dir / "timings.json.lock"):  # parallel workers (--stage train --only ...) share the file
-        timings = _timings(output_dir)
+    with FileLock(output_dir / "timings.json.lock"):  # parallel workers share the file
+        timings = _read(output_dir / "timings.json") or {}
         timings[name] = record
-        (output_dir / "timings.json").write_text(json.dumps(timings, indent=1))
+        _write(output_dir / "timings.json", timings)
 
 
-def _sft(args: RealModelArguments, output_dir: Path, name: str, **overrides) -> str:
-    """The SFT recipe into `<output_dir>/<name>` (skipped when finished), its wall time and tokens recorded."""
+def _data(args: RealModelArguments, output_dir: Path) -> Path:
+    """D: the first `num_demonstrations` rows of the embedded train split (seed 0), as a file every stage reads."""
+    from trl_dpr.embedded.task import build_demo_dataset
+
+    path = output_dir / "demonstrations.jsonl"
+    if not path.is_file():
+        train = build_demo_dataset(num_train=args.num_demonstrations, seed=0)["train"]
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("w") as f:
+            for row in train:
+                f.write(json.dumps(row) + "\n")
+        tmp.replace(path)
+    return path
+
+
+def _held_out(args: RealModelArguments):
+    """(evaluation rows, preview rows): disjoint slices of the held-out split, never in D."""
+    from trl_dpr.embedded.task import held_out_split
+
+    rows = held_out_split(args.eval_prompts + args.preview_prompts, seed=0)
+    return rows.select(range(args.eval_prompts)), rows.select(range(args.eval_prompts, len(rows)))
+
+
+def _sft_recipe(args: RealModelArguments, data: Path, overrides: dict):
+    from trl import ModelConfig, SFTConfig
+
+    from trl_dpr.pipeline import SFTScriptArguments
+    from trl_dpr.recipe_parser import RecipeParser
+
     from .overrides import to_command_line
 
-    if name == "SFT":  # the recipe's own output (shared with `trl-dpr dpr --config` of the recipes) unless overridden
-        overrides = {**args.sft_overrides, **overrides}
-    else:
-        overrides = {**overrides, "output_dir": str(output_dir / name)}
-    argv = ["--config", args.sft_config, *to_command_line(overrides)]
-    script_args, training_args, model_args = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig)).parse_args_and_config(argv)
-    folder = training_args.output_dir
-    if has_sft_output(str(folder)):
-        return str(folder)
-    start = time.perf_counter()
-    tokens = []
+    argv = ["--config", args.sft_config, *to_command_line({"dataset_name": str(data), **overrides})]
+    return RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig)).parse_args_and_config(argv)
+
+
+def _sft_steps_per_epoch(args: RealModelArguments, batch_size: int) -> int:
+    return math.ceil(args.num_demonstrations / batch_size)
+
+
+def _sft(args: RealModelArguments, output_dir: Path, data: Path) -> str:
+    """SFT over D for `sft_epochs`; π_ref at every α; per-step learning rates and per-epoch held-out loss recorded."""
     from transformers import TrainerCallback
 
-    class Tokens(TrainerCallback):  # the trained tokens, for the FLOP estimate
-        def on_log(self, _args, state, control, logs=None, **kwargs):
-            if logs and "num_tokens" in logs:
-                tokens.append(float(logs["num_tokens"]))
+    from trl_dpr.pipeline import has_sft_output, run_sft
 
-    run_sft(script_args, training_args, model_args, callbacks=[Tokens()])
-    _record_timing(output_dir, name, {"wall_s": round(time.perf_counter() - start, 1), "steps": training_args.max_steps,
-                                      "tokens": tokens[-1] if tokens else None})
+    folder = output_dir / "SFT"
+    record_path = output_dir / "sft_record.json"
+    if has_sft_output(str(folder)) and record_path.is_file():
+        return str(folder)
+    script_args, training_args, model_args = _sft_recipe(args, data, {"output_dir": str(folder)})
+    steps = args.sft_epochs * _sft_steps_per_epoch(args, training_args.per_device_train_batch_size)
+    training_args.max_steps = steps
+    eval_rows, _ = _held_out(args)
+    held_out = [list(r["prompt"]) + list(r["completion"]) for r in eval_rows.select(range(min(64, len(eval_rows))))]
+    record = {"steps": steps, "learning_rates": [], "held_out_loss": {}, "reference_steps": {}, "tokens": None}
+
+    class Recorder(TrainerCallback):
+        """Learning rate per step, extra π_ref checkpoints, held-out loss after each epoch, trained tokens."""
+
+        def on_step_end(self, _args, state, control, model=None, lr_scheduler=None, processing_class=None, **kw):
+            record["learning_rates"].append(float(lr_scheduler.get_last_lr()[0]))
+            for alpha in args.alphas:
+                if alpha != 0.5 and state.global_step == math.floor(alpha * steps):
+                    model.save_pretrained(folder / f"reference_alpha{alpha}")
+                    processing_class.save_pretrained(folder / f"reference_alpha{alpha}")
+                    record["reference_steps"][str(alpha)] = state.global_step
+            if state.global_step % _sft_steps_per_epoch(args, training_args.per_device_train_batch_size) == 0:
+                record["held_out_loss"][str(state.global_step)] = _held_out_loss(model, processing_class, held_out)
+
+        def on_log(self, _args, state, control, logs=None, **kw):
+            if logs and "num_tokens" in logs:
+                record["tokens"] = float(logs["num_tokens"])
+
+    start = time.perf_counter()
+    run_sft(script_args, training_args, model_args, callbacks=[Recorder()])
+    record["wall_s"] = round(time.perf_counter() - start, 1)
+    record["reference_steps"]["0.5"] = math.floor(0.5 * steps)
+    record["lr_share_at_reference"] = {a: lr_share(record["learning_rates"], s) for a, s in record["reference_steps"].items()}
+    _write(record_path, record)
+    _record_timing(output_dir, "SFT", {"wall_s": record["wall_s"], "steps": steps, "tokens": record["tokens"]})
     return str(folder)
 
 
-def _preview(args: RealModelArguments, sft_path: str, output_dir: Path) -> PreviewReport:
+@torch.no_grad()
+def _held_out_loss(model, tokenizer, conversations: list, batch_size: int = 16) -> float:
+    """Mean NLL per response token of held-out demonstrations (the assistant turn only)."""
+    from trl_dpr.reward_model import completion_logprobs
+    from trl_dpr.tokens import pad_batch, render_prompts
+
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(conversations), batch_size):
+        batch = conversations[start : start + batch_size]
+        prompts = render_prompts(tokenizer, [c[:-1] for c in batch])
+        full = [tokenizer.apply_chat_template(c, tokenize=True, return_dict=False) for c in batch]
+        completions = [f[len(p):] for f, p in zip(full, prompts)]
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        padded = pad_batch(prompts, completions, pad)
+        logps, _, _ = completion_logprobs(model, padded.prompt_ids, padded.prompt_mask, padded.completion_ids,
+                                          padded.completion_mask)
+        total += float(-(logps * padded.completion_mask).sum())
+        count += int(padded.completion_mask.sum())
+    model.train(was_training)
+    return total / count
+
+
+def _reference_path(sft_path: str, alpha: float) -> str | None:
+    """π_ref at α: the recorded reference for 0.5 (None: the manifest's), else the extra checkpoint."""
+    return None if alpha == 0.5 else str(Path(sft_path) / f"reference_alpha{alpha}")
+
+
+def _preview(args: RealModelArguments, sft_path: str, output_dir: Path):
+    from trl_dpr.preview import PreviewConfig, PreviewReport, run_preview
+
     folder = output_dir / "preview"
     if (folder / "preview.json").is_file():
         return PreviewReport.read(folder / "preview.json")
-    config, _ = RecipeParser((PreviewConfig, ModelConfig)).parse_args_and_config(["--config", args.preview_config])
-    config.output_dir = str(folder)
+    _, preview_rows = _held_out(args)
+    prompts_file = output_dir / "preview_prompts.jsonl"
+    with prompts_file.open("w") as f:
+        for row in preview_rows:
+            f.write(json.dumps(row) + "\n")
+    variants = {f"DPR α={a}": ({} if a == 0.5 else {"ref_model_name_or_path": _reference_path(sft_path, a)})
+                for a in args.alphas}
+    variants.update({"wo/Baseline": {"use_baseline": False}, "oracle": {"oracle": True}})
+    config = PreviewConfig(
+        output_dir=str(folder), dataset_name=str(prompts_file), dataset_split="train", num_prompts=args.preview_prompts,
+        samples_per_prompt=args.preview_samples, max_new_tokens=args.max_new_tokens, batch_size=args.eval_batch_size,
+        lambdas=args.lambdas, variants=variants, quality="exact", seed=0, plot=False,
+    )
     start = time.perf_counter()
     report = run_preview(config, sft_path, {"dtype": "float32"}, show_progress=False)
     _record_timing(output_dir, "preview", {"wall_s": round(time.perf_counter() - start, 1)})
     return report
 
 
-def _chosen_lambda(args: RealModelArguments, report: PreviewReport) -> float:
-    """The preview's best finite λ (its recommendation), unless `kl_coef` is given."""
-    if args.kl_coef is not None:
-        return args.kl_coef
-    best = report.best("DPR")
-    if math.isfinite(best.lam):
-        return best.lam
-    # The preview says no λ helps; DPR is still trained, at its least-bad trusted finite λ, to test that verdict.
-    finite = [p for p in report.variant_points("DPR") if math.isfinite(p.lam) and p.lam > 0 and p.trusted]
-    return max(finite, key=lambda p: p.delta).lam
-
-
-def _runs(args: RealModelArguments) -> dict[str, dict]:
-    runs = {f"DPR-seed{s}": {"seed": s} for s in args.dpr_seeds}
-    runs.update({name: {"seed": args.dpr_seeds[0], **ABLATIONS[name]} for name in args.ablations})
-    return runs
-
-
-def _train(args: RealModelArguments, name: str, changes: dict, sft_path: str, lam: float, output_dir: Path):
-    folder = output_dir / name.replace("/", "_")
-    overrides = {**changes, "kl_coef": lam, "model_name_or_path": sft_path, "output_dir": str(folder)}
-    script_args, training_args, model_args = parse_with_overrides(DPR_ARGUMENTS, ["--config", args.dpr_config], overrides)
-    run = train_variant(name, script_args, training_args, model_args, variant_settings(script_args, training_args, model_args))
-    if name not in _timings(output_dir):
-        _record_timing(output_dir, name, {"wall_s": round(run.train_runtime_s, 1), "steps": training_args.max_steps,
-                                          "batch": training_args.per_device_train_batch_size, **run.final_metrics})
-    return run
-
-
-def credit_at_slips(tokens: list[str], rewards: list[float]) -> tuple[bool, int] | None:
-    """For a response with a slipped computation ("a op b = c", c wrong): is r̂ lowest at the first wrong digit of the
-    first slipped c? Returns `(hit, number of response tokens)` (chance = 1 / tokens), or None without a slip.
-
-    Example:
-        >>> credit_at_slips(["2", " +", " 3", " =", " ", "6", "."], [0.1, 0.0, 0.2, 0.0, 0.1, -1.5, 0.0])
-        (True, 7)
-        >>> credit_at_slips(["2", " +", " 3", " =", " ", "5", "."], [0.1, 0.0, 0.2, 0.0, 0.1, -1.5, 0.0]) is None
-        True
-    """
-    from .auroc import find_computed_numbers, token_char_spans
-
-    spans = token_char_spans(tokens)
-    for number in find_computed_numbers("".join(tokens)):
-        if number.is_correct:
+def choose(args: RealModelArguments, report) -> dict:
+    """α, λ and the target KL per response from the preview: the DPR point (over α and finite λ > 0, trusted ESS) with
+    the largest gain, unless `alpha` / `kl_coef` are given."""
+    candidates = []
+    for alpha in args.alphas:
+        if args.alpha is not None and alpha != args.alpha:
             continue
-        truth = str(number.true_value)
-        for i, (start, end) in enumerate(spans):
-            if start < number.end and end > number.start:
-                written_so_far = number.written[: min(end, number.end) - number.start]
-                if not truth.startswith(written_so_far):  # the first token that departs from the true result
-                    lowest = min(range(len(rewards)), key=lambda j: rewards[j])
-                    return lowest == i, len(tokens)
-        return None
-    return None
+        for point in report.variant_points(f"DPR α={alpha}"):
+            if math.isfinite(point.lam) and point.lam > 0 and point.trusted:
+                if args.kl_coef is None or point.lam == args.kl_coef:
+                    candidates.append((point.delta, alpha, point))
+    if not candidates:
+        raise ValueError("The preview has no trusted finite λ for the asked α / kl_coef: widen the λ grid.")
+    _, alpha, point = max(candidates, key=lambda c: c[0])
+    return {"alpha": alpha, "lambda": point.lam, "target_kl": point.kl, "preview_gain": point.delta,
+            "preview_gain_ci": [point.delta_ci_low, point.delta_ci_high]}
 
 
-def _credit(args: RealModelArguments, sft_path: str, output_dir: Path) -> dict:
-    """π_SFT's samples at T = 1, scored three ways: r̂ with the recorded π_ref (α = 0.5), r̂ with the pretrained base
-    as π_ref (α = 0), and log π_SFT alone (wo/Baseline). Per reward: how often it is lowest at the first wrong digit of
-    a slipped computation, and the AUROC of its sum against the final answer's exactness (why a tilt helps or not)."""
-    path = output_dir / "credit_assignment.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    from trl_dpr import CheckpointRewardModel
-    from trl_dpr.embedded.task import held_out_split, is_correct
-    from trl_dpr.sampling import sample_completions, score_samples
+def _dpr_recipe(args: RealModelArguments, data: Path, overrides: dict):
+    from .overrides import DPR_ARGUMENTS, parse_with_overrides
 
-    from .auroc import auroc
+    return parse_with_overrides(DPR_ARGUMENTS, ["--config", args.dpr_config], {"dataset_name": str(data), **overrides})
+
+
+def _train_dpr(args, name: str, changes: dict, sft_path: str, choice: dict, data: Path, output_dir: Path,
+               max_steps: int | None = None, stop_at_kl: bool = True) -> dict:
+    """One RL run on D's prompts, stopped when its KL per response (mean of `kl_window` steps) reaches the target."""
+    from transformers import TrainerCallback
+
+    from trl_dpr.pipeline import run_dpr
+
+    folder = output_dir / name.replace("/", "_")
+    record_path = folder / "rl_record.json"
+    if (recorded := _read(record_path)) is not None:
+        return recorded
+    overrides = {**changes, "kl_coef": choice["lambda"], "model_name_or_path": sft_path, "output_dir": str(folder),
+                 "overwrite_output_dir": True}
+    if changes.get("use_baseline", True) and (ref := _reference_path(sft_path, choice["alpha"])):
+        overrides["ref_model_name_or_path"] = ref
+    if max_steps is not None:
+        overrides["max_steps"] = max_steps
+    script_args, training_args, model_args = _dpr_recipe(args, data, overrides)
+    history: list[dict] = []
+
+    class StopAtTargetKL(TrainerCallback):
+        def on_log(self, _args, state, control, logs=None, **kw):
+            if not logs or "kl_sft/per_response" not in logs:
+                return
+            history.append({"step": state.global_step, **{k: float(v) for k, v in logs.items() if isinstance(v, (int, float))}})
+            recent = [h["kl_sft/per_response"] for h in history[-args.kl_window:]]
+            if stop_at_kl and len(recent) == args.kl_window and sum(recent) / len(recent) >= choice["target_kl"]:
+                control.should_training_stop = True
 
     start = time.perf_counter()
-    rows = held_out_split(args.credit_prompts, seed=1)  # other prompts than the evaluation's (seed 0)
-    reward_model = CheckpointRewardModel.from_pretrained(sft_path, dtype=torch.float32)
-    tokenizer = reward_model.processing_class
-    n = args.credit_samples_per_prompt
-    prompts = [p for p in rows["prompt"] for _ in range(n)]
-    answers = [a for a in rows["answer"] for _ in range(n)]
-    samples = sample_completions(reward_model.sft_model, tokenizer, prompts, temperature=1.0, max_new_tokens=112,
-                                 batch_size=32, seed=0)
-    correct = [is_correct(s.text, a) for s, a in zip(samples, answers)]
-    scored, mask = score_samples(reward_model, samples, batch_size=32)
-    base = json.loads((Path(sft_path) / "dpr_reference.json").read_text()).get("base_model")  # what SFT started from
-    rewards = {"r̂, π_ref at α = 0.5 (DPR)": scored.rewards, "log π_SFT alone (wo/Baseline)": scored.sft_logps}
-    if base and Path(base).is_dir():
-        from transformers import AutoModelForCausalLM
-
-        base_model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-        with_base = CheckpointRewardModel(reward_model.sft_model, base_model, processing_class=tokenizer)
-        rewards["r̂, π_ref = the pretrained base (α = 0)"] = score_samples(with_base, samples, batch_size=32)[0].rewards
-    record = {"responses": len(samples), "accuracy": sum(correct) / len(correct), "rewards": {}}
-    for name, values in rewards.items():
-        hits, chance, examples = [], [], []
-        sums_right, sums_wrong = [], []
-        for i, sample in enumerate(samples):
-            length = int(mask[i].sum())
-            tokens = [tokenizer.decode([t]) for t in sample.completion_ids[:length]]
-            token_rewards = values[i, :length].tolist()
-            (sums_right if correct[i] else sums_wrong).append(sum(token_rewards))
-            result = credit_at_slips(tokens, token_rewards)
-            if result is not None:
-                hits.append(result[0])
-                chance.append(1.0 / result[1])
-                if len(examples) < 3:
-                    lowest = min(range(length), key=lambda j: token_rewards[j])
-                    examples.append({"response": sample.text, "lowest_token": tokens[lowest], "hit": result[0]})
-        record["rewards"][name] = {
-            "with_slip": len(hits), "lowest_at_slip": sum(hits), "rate": sum(hits) / len(hits) if hits else None,
-            "chance": sum(chance) / len(chance) if chance else None,
-            "sequence_auroc": auroc(sums_right, sums_wrong), "examples": examples,
-        }
-    record["wall_s"] = round(time.perf_counter() - start, 1)
-    path.write_text(json.dumps(record, indent=1))
+    trainer = run_dpr(script_args, training_args, model_args, callbacks=[StopAtTargetKL()])
+    wall = time.perf_counter() - start
+    steps = trainer.state.global_step
+    train_runtime = next((h["train_runtime"] for h in reversed(trainer.state.log_history) if "train_runtime" in h), wall)
+    tokens = next((h["num_tokens"] for h in reversed(trainer.state.log_history) if "num_tokens" in h), None)
+    recent = [h["kl_sft/per_response"] for h in history[-args.kl_window:]]
+    record = {"name": name, "steps": steps, "max_steps": training_args.max_steps, "train_runtime_s": round(train_runtime, 1),
+              "tokens": tokens, "frozen_scorers": 2 if changes.get("use_baseline", True) else 1,
+              "stops_at_target": stop_at_kl, "reached_target": bool(recent) and sum(recent) / len(recent) >= choice["target_kl"],
+              "final_kl_per_response": sum(recent) / len(recent) if recent else None, "history": history}
+    del trainer
+    _write(record_path, record)
+    _record_timing(output_dir, name, {"wall_s": record["train_runtime_s"], "steps": steps, "tokens": tokens})
     return record
 
 
-def _correct_by_prompt(evaluation_dir: Path, name: str) -> dict[str, list[float]]:
-    """Exact-answer correctness of each cached answer of `name`, grouped by held-out prompt."""
-    from trl_dpr.embedded.task import held_out_split, is_correct
+def _sft_continued(args, output_dir: Path, data: Path, sft_path: str, dpr_records: list[dict]) -> dict:
+    """SFT continued on D from π_SFT (fresh AdamW, the SFT's constant learning rate), saved at DPR's mean wall time and
+    at DPR's mean FLOPs (whichever comes later ends the run)."""
+    from transformers import TrainerCallback
 
-    answers_file = evaluation_dir / "answers" / "demo" / f"{name.replace('/', '_')}.jsonl"
-    records = [json.loads(line) for line in answers_file.read_text().splitlines() if line.strip()]
-    split = held_out_split(len({r["prompt_id"].split("#")[0] for r in records}), seed=0)
-    answer_of = {str(i): a for i, a in enumerate(split["answer"])}
-    grouped: dict[str, list[float]] = {}
-    for record in records:
-        prompt_id = record["prompt_id"].split("#")[0]
-        grouped.setdefault(prompt_id, []).append(float(is_correct(record["answer"], answer_of[prompt_id])))
-    return grouped
+    from trl_dpr.pipeline import run_sft
+
+    path = output_dir / "sft_continued_record.json"
+    if (recorded := _read(path)) is not None:
+        return recorded
+    sft = _read(output_dir / "sft_record.json")
+    parameters = _parameters(sft_path)
+    sft_step_s = sft["wall_s"] / sft["steps"]
+    sft_step_flops = 6 * parameters * sft["tokens"] / sft["steps"]
+    dpr_wall = sum(r["train_runtime_s"] for r in dpr_records) / len(dpr_records)
+    dpr_flops = sum(dpr_step_flops(parameters, r["tokens"], r["frozen_scorers"]) for r in dpr_records) / len(dpr_records)
+    targets = {"SFT-continued (wall)": matched_steps(dpr_wall, sft_step_s),
+               "SFT-continued (FLOPs)": matched_steps(dpr_flops, sft_step_flops)}
+    folder = output_dir / "SFT-continued"
+    script_args, training_args, model_args = _sft_recipe(args, data, {
+        "output_dir": str(folder), "model_name_or_path": sft_path, "seed": 1, "warmup_steps": 0,
+        "lr_scheduler_type": "constant"})
+    if folder.exists():  # a stopped continuation is restarted: its saves are cheap to redo, a mixed one is not
+        __import__("shutil").rmtree(folder)
+    training_args.max_steps = max(targets.values())
+
+    class SaveAt(TrainerCallback):
+        def on_step_end(self, _args, state, control, model=None, processing_class=None, **kw):
+            for name, step in targets.items():
+                if state.global_step == step:
+                    target = output_dir / name.replace(" ", "_").replace("(", "").replace(")", "")
+                    model.save_pretrained(target)
+                    processing_class.save_pretrained(target)
+
+    start = time.perf_counter()
+    run_sft(script_args, training_args, model_args, callbacks=[SaveAt()])
+    record = {"targets": targets, "dpr_mean_wall_s": dpr_wall, "dpr_mean_flops": dpr_flops, "sft_step_s": sft_step_s,
+              "sft_step_flops": sft_step_flops, "wall_s": round(time.perf_counter() - start, 1)}
+    _write(path, record)
+    return record
 
 
-def _paired(evaluation_dir: Path, method: str, baseline: str) -> dict:
-    """Accuracy of `method` and its gain over `baseline`, per-prompt paired, with bootstrap 95% CIs."""
-    a, b = _correct_by_prompt(evaluation_dir, method), _correct_by_prompt(evaluation_dir, baseline)
-    ids = sorted(set(a) & set(b))
-    acc = torch.tensor([sum(a[i]) / len(a[i]) for i in ids], dtype=torch.float64)
-    base = torch.tensor([sum(b[i]) / len(b[i]) for i in ids], dtype=torch.float64)
-    low, high = bootstrap_mean_ci(torch.stack([acc, acc - base]))
-    return {"accuracy": float(acc.mean()), "accuracy_ci": [float(low[0]), float(high[0])],
-            "gain": float((acc - base).mean()), "gain_ci": [float(low[1]), float(high[1])], "prompts": len(ids)}
+def _policy_folder(output_dir: Path, name: str) -> Path:
+    return output_dir / name.replace("/", "_").replace(" ", "_").replace("(", "").replace(")", "")
+
+
+def _evaluate(args, output_dir: Path, name: str, path: str, sft_path: str) -> dict:
+    """`name`'s answers at every decoding (one shared seed), their exactness, and at T = 1 its KL per response."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_dpr.embedded.task import is_correct
+    from trl_dpr.sampling import policy_logprobs, sample_completions
+
+    result_path = output_dir / "evaluation" / f"{_policy_folder(output_dir, name).name}.json"
+    result = _read(result_path) or {}
+    if all(d in result for d in DECODINGS):
+        return result
+    result_path.parent.mkdir(parents=True, exist_ok=True)
+    rows, _ = _held_out(args)
+    order = sorted(range(len(rows)), key=lambda i: (rows[i]["kind"], i))  # like lengths batched together
+    prompts = [rows[i]["prompt"] for i in order]
+    answers = [rows[i]["answer"] for i in order]
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    policy = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    sft = policy if path == sft_path else AutoModelForCausalLM.from_pretrained(sft_path, dtype=torch.float32)
+    for decoding, temperature in DECODINGS.items():
+        if decoding in result:
+            continue
+        start = time.perf_counter()
+        samples = sample_completions(policy, tokenizer, prompts, temperature=temperature, max_new_tokens=args.max_new_tokens,
+                                     batch_size=args.eval_batch_size, seed=0)
+        entry = {"correct": {str(order[i]): float(is_correct(s.text, answers[i])) for i, s in enumerate(samples)},
+                 "mean_length": sum(len(s.completion_ids) for s in samples) / len(samples),
+                 "examples": [s.text for s in samples[:: max(1, len(samples) // 5)]][:5]}
+        if temperature == 1.0:
+            own = policy_logprobs(policy, tokenizer, samples, batch_size=args.eval_batch_size)
+            reference = own if sft is policy else policy_logprobs(sft, tokenizer, samples, batch_size=args.eval_batch_size)
+            mask = torch.zeros_like(own)
+            for i, s in enumerate(samples):
+                mask[i, : len(s.completion_ids)] = 1.0
+            kl = per_response_kl(own, reference, mask)
+            entry["kl_per_response"] = {str(order[i]): float(v) for i, v in enumerate(kl)}
+            entry["kl_per_token"] = float(kl.sum() / mask.sum())
+        entry["wall_s"] = round(time.perf_counter() - start, 1)
+        result[decoding] = entry
+        _write(result_path, result)
+    return result
 
 
 def _parameters(path: str) -> int:
@@ -282,115 +472,180 @@ def _parameters(path: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def _policies(args: RealModelArguments, output_dir: Path, sft_path: str) -> dict[str, str]:
+    names = [f"DPR-seed{s}" for s in args.dpr_seeds] + list(args.ablations)
+    policies = {"SFT": sft_path, **{n: str(_policy_folder(output_dir, n)) for n in names}}
+    for name in ("SFT-continued (wall)", "SFT-continued (FLOPs)"):
+        policies[name] = str(_policy_folder(output_dir, name))
+    return policies
+
+
 def main(argv=None):
+    from trl_dpr.pipeline import print_stage
+    from trl_dpr.recipe_parser import RecipeParser
+
     argv = list(sys.argv[1:] if argv is None else argv)
     (args,) = RecipeParser((RealModelArguments,)).parse_args_and_config(argv)
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    evaluation_config(args.evaluation_config)  # a bad evaluation YAML fails before any training
-    everything = args.stage == "all"
+    every = args.stage == "all"
 
-    print_stage(1, 6, "SFT")
-    sft_path = _sft(args, output_dir, "SFT")
+    print_stage(1, 6, "D and the held-out prompts")
+    data = _data(args, output_dir)
+    if args.stage == "data":
+        return
+    print_stage(2, 6, f"SFT over D ({args.num_demonstrations} demonstrations × {args.sft_epochs} epochs)")
+    sft_path = _sft(args, output_dir, data)
     if args.stage == "sft":
         return
-    print_stage(2, 6, "Preview")
+    print_stage(3, 6, "Preview: α, λ and the target KL")
     report = _preview(args, sft_path, output_dir)
-    lam = _chosen_lambda(args, report)
-    print(report.markdown(), f"\nλ for DPR: {lam}", flush=True)
+    choice = choose(args, report)
+    _write(output_dir / "choice.json", choice)
+    print(report.markdown(), f"\nChosen: {choice}", flush=True)
     if args.stage == "preview":
         return
 
-    runs = _runs(args)
-    if everything or args.stage == "train":
-        print_stage(3, 6, f"DPR ({len(args.dpr_seeds)} seeds) and {args.ablations} at λ = {lam}")
-        wanted = args.only or [*runs, "SFT-continued"]
-        for name in [n for n in runs if n in wanted]:
-            _train(args, name, runs[name], sft_path, lam, output_dir)
-        if args.sft_continued and "SFT-continued" in wanted:
-            timings = _timings(output_dir)
-            dpr_walls = [timings[n]["wall_s"] for n in runs if n.startswith("DPR") and n in timings]
-            if not dpr_walls:
-                raise ValueError("SFT-continued is sized by DPR's wall time: train a DPR seed first.")
-            sft_step_s = timings["SFT"]["wall_s"] / timings["SFT"]["steps"]
-            steps = max(1, round(sum(dpr_walls) / len(dpr_walls) / sft_step_s))
-            print_stage(4, 6, f"SFT continued from π_SFT for DPR's wall time: {steps} steps")
-            # Another data order (seed 1): the continuation sees demonstrations the first 40 steps did not.
-            _sft(args, output_dir, "SFT-continued", model_name_or_path=sft_path, max_steps=steps, seed=1)
+    if every or args.stage == "train":
+        print_stage(4, 6, f"RL on D's prompts at α = {choice['alpha']}, λ = {choice['lambda']}, until KL ≥ {choice['target_kl']:.3f}")
+        wanted = args.only or [*(f"DPR-seed{s}" for s in args.dpr_seeds), *args.ablations, "SFT-continued"]
+        dpr = [_train_dpr(args, f"DPR-seed{s}", {"seed": s}, sft_path, choice, data, output_dir)
+               for s in args.dpr_seeds if f"DPR-seed{s}" in wanted]
+        done = [_read(_policy_folder(output_dir, f"DPR-seed{s}") / "rl_record.json") for s in args.dpr_seeds]
+        done = [d for d in done if d]
+        for name in [a for a in args.ablations if a in wanted]:
+            if not done:
+                raise ValueError(f"{name} trains for DPR's mean number of steps: train a DPR seed first.")
+            steps = round(sum(d["steps"] for d in done) / len(done))
+            _train_dpr(args, name, {"seed": args.dpr_seeds[0], **ABLATIONS[name]}, sft_path, choice, data, output_dir,
+                       max_steps=steps, stop_at_kl=False)
+        if "SFT-continued" in wanted:
+            if len(done) < len(args.dpr_seeds):
+                raise ValueError("SFT-continued is matched to DPR's mean wall time and FLOPs: train every DPR seed first.")
+            print(_sft_continued(args, output_dir, data, sft_path, done), flush=True)
+        del dpr
         if args.stage == "train":
             return
 
-    names = [*runs, *(["SFT-continued"] if args.sft_continued else [])]
-    folders = {n: str(output_dir / n.replace("/", "_")) for n in names}
-    evaluation_dir = output_dir / "evaluation"
-    if everything or args.stage == "evaluate":
-        print_stage(5, 6, "Evaluation against SFT")
-        chosen = {n: f for n, f in folders.items() if not args.only or n in args.only}  # a worker answers some models
-        config = evaluation_config(args.evaluation_config, baseline=f"SFT={sft_path}",
-                                   candidates=[f"{n}={f}" for n, f in chosen.items()], output_dir=str(evaluation_dir))
-        run_evaluation(config, show_progress=False)
+    policies = _policies(args, output_dir, sft_path)
+    if every or args.stage == "evaluate":
+        print_stage(5, 6, f"Evaluation on {args.eval_prompts} held-out prompts: {list(DECODINGS)}")
+        for name, path in policies.items():
+            if (not args.only or name in args.only) and Path(path).is_dir():
+                _evaluate(args, output_dir, name, path, sft_path)
         if args.stage == "evaluate":
             return
-    if everything or args.stage == "credit":
-        print_stage(6, 6, "Credit assignment at slips")
-        print(_credit(args, sft_path, output_dir), flush=True)
-        if args.stage == "credit":
-            return
-    write_report(args, output_dir, report, lam, names, sft_path)
+    print_stage(6, 6, "Report")
+    write_report(args, output_dir, report, choice, policies, sft_path)
 
 
-def write_report(args, output_dir: Path, report: PreviewReport, lam: float, names: list[str], sft_path: str) -> None:
+# ---- report ---------------------------------------------------------------------------------------------------------
+
+
+def paired_gain(method: dict[str, float], baseline: dict[str, float], seed: int = 0) -> dict:
+    """Mean of `method` and its gain over `baseline`, paired by prompt id, with 95% bootstrap intervals over prompts.
+
+    Example:
+        >>> r = paired_gain({"0": 1.0, "1": 1.0, "2": 0.0}, {"0": 1.0, "1": 0.0, "2": 0.0})
+        >>> round(r["mean"], 4), round(r["gain"], 4), r["prompts"]
+        (0.6667, 0.3333, 3)
+    """
+    from trl_dpr.evaluation.results import bootstrap_mean_ci
+
+    ids = sorted(set(method) & set(baseline), key=int)
+    a = torch.tensor([method[i] for i in ids], dtype=torch.float64)
+    b = torch.tensor([baseline[i] for i in ids], dtype=torch.float64)
+    low, high = bootstrap_mean_ci(torch.stack([a, a - b]), seed=seed)
+    return {"mean": float(a.mean()), "ci": [float(low[0]), float(high[0])], "gain": float((a - b).mean()),
+            "gain_ci": [float(low[1]), float(high[1])], "prompts": len(ids)}
+
+
+def write_report(args, output_dir: Path, report, choice: dict, policies: dict[str, str], sft_path: str) -> None:
     """`real_model.md` / `.json` from what the stages wrote."""
-    evaluation_dir = output_dir / "evaluation"
-    timings = _timings(output_dir)
-    parameters = _parameters(sft_path)
-    preview_gain = {p.lam: p for p in report.variant_points("DPR")}
-    preview_wob = {p.lam: p for p in report.variant_points("wo/Baseline")}
-    rows = [{"method": "SFT", **_paired(evaluation_dir, "SFT", "SFT")}]
-    for name in names:
-        row = {"method": name, **_paired(evaluation_dir, name, "SFT")}
-        if "SFT-continued" in names and name != "SFT-continued":
-            vs = _paired(evaluation_dir, name, "SFT-continued")
-            row["gain_vs_sft_continued"], row["gain_vs_sft_continued_ci"] = vs["gain"], vs["gain_ci"]
-        if name != "SFT-continued":
-            point = (preview_wob if name == "wo/Baseline" and preview_wob else preview_gain).get(lam)
-            if point is not None:
-                row["preview_gain"], row["preview_gain_ci"] = point.delta, [point.delta_ci_low, point.delta_ci_high]
-        row.update({k: v for k, v in timings.get(name, {}).items() if k in ("wall_s", "steps", "kl_sft", "tokens")})
+    results = {n: _read(output_dir / "evaluation" / f"{_policy_folder(output_dir, n).name}.json") for n in policies}
+    results = {n: r for n, r in results.items() if r and all(d in r for d in DECODINGS)}
+    if "SFT" not in results:
+        raise ValueError("The report needs π_SFT's evaluation: run --stage evaluate first.")
+    sft_record = _read(output_dir / "sft_record.json")
+    continued = _read(output_dir / "sft_continued_record.json") or {}
+    rl = {n: _read(_policy_folder(output_dir, n) / "rl_record.json") for n in policies}
+    timings = _read(output_dir / "timings.json") or {}
+    curves = {v: [(p.kl, p.delta) for p in report.variant_points(v) if p.lam > 0 or math.isinf(p.lam)]
+              for v in {p.variant for p in report.points}}
+    dpr_curve = curves[f"DPR α={choice['alpha']}"]
+    sft_t1 = results["SFT"]["T=1"]["correct"]
+    rows = []
+    for name, result in results.items():
+        row = {"method": name}
+        for decoding in DECODINGS:
+            row[decoding] = paired_gain(result[decoding]["correct"], results["SFT"][decoding]["correct"])
+            row[f"{decoding} vs SFT at T=1"] = paired_gain(result[decoding]["correct"], sft_t1)
+        kls = list(result["T=1"]["kl_per_response"].values())
+        row["kl_per_response"] = sum(kls) / len(kls)
+        row["kl_per_token"] = result["T=1"]["kl_per_token"]
+        curve = curves["wo/Baseline"] if name == "wo/Baseline" else dpr_curve
+        if name != "SFT":
+            row["preview_gain_at_kl"] = interpolate_at_kl(curve, row["kl_per_response"])
+            row["sharpening_at_kl"] = interpolate_at_kl(curves["wo/Baseline"], row["kl_per_response"])
+        if rl.get(name):
+            row.update(steps=rl[name]["steps"], reached_target=rl[name]["reached_target"], wall_s=rl[name]["train_runtime_s"],
+                       stops_at_target=rl[name].get("stops_at_target", False))
+        if name.startswith("SFT-continued") and continued:
+            row["steps"] = continued["targets"][name]
         rows.append(row)
-    credit = json.loads((output_dir / "credit_assignment.json").read_text()) if (output_dir / "credit_assignment.json").is_file() else None
-    result = {"settings": asdict(args), "lambda": lam, "parameters": parameters, "rows": rows, "timings": timings,
-              "credit_assignment": credit, "preview": report.summary_rows()}
-    (output_dir / "real_model.json").write_text(json.dumps(result, indent=1, default=str))
-
-    def pct(x):
-        return f"{100 * x:.1f}"
-
-    def ci(pair):
-        return f"({pct(pair[0])} to {pct(pair[1])})"
-
-    lines = ["| method | accuracy % (95% CI) | gain vs SFT, points (95% CI) | gain vs SFT-continued | preview's predicted gain | "
-             "training wall (min) |", "|---|---|---|---|---|---|"]
-    for row in rows:
-        lines.append(
-            f"| {row['method']} | {pct(row['accuracy'])} {ci(row['accuracy_ci'])} | "
-            + (f"{pct(row['gain'])} {ci(row['gain_ci'])}" if row["method"] != "SFT" else "—") + " | "
-            + (f"{pct(row['gain_vs_sft_continued'])} {ci(row['gain_vs_sft_continued_ci'])}" if "gain_vs_sft_continued" in row else "—") + " | "
-            + (f"{pct(row['preview_gain'])} {ci(row['preview_gain_ci'])}" if "preview_gain" in row else "—") + " | "
-            + (f"{row['wall_s'] / 60:.1f}" if "wall_s" in row else f"{timings.get('SFT', {}).get('wall_s', math.nan) / 60:.1f}") + " |"
-        )
-    if credit:
-        lines += ["", f"Credit assignment on {credit['responses']} π_SFT samples at T = 1 ({pct(credit['accuracy'])}% correct):", "",
-                  "| reward | answers with a slip | r̂ lowest at the slip | chance | AUROC of Σ reward vs exactness |",
-                  "|---|---|---|---|---|"]
-        for name, r in credit["rewards"].items():
-            rate = "—" if r["rate"] is None else f"{pct(r['rate'])}%"
-            chance = "—" if r["chance"] is None else f"{pct(r['chance'])}%"
-            lines.append(f"| {name} | {r['with_slip']} | {rate} | {chance} | {r['sequence_auroc']:.3f} |")
-    lines.append(f"\nλ (kl_coef) = {lam}; N = {parameters / 1e6:.1f}M parameters.")
-    text = "\n".join(lines) + "\n"
+    summary = {"settings": asdict(args), "choice": choice, "sft": {k: v for k, v in (sft_record or {}).items()
+               if k != "learning_rates"}, "sft_continued": continued, "timings": timings, "rows": rows,
+               "preview": report.summary_rows(), "parameters": _parameters(sft_path)}
+    _write(output_dir / "real_model.json", summary)
+    text = render_table(rows, choice, sft_record, continued)
     (output_dir / "real_model.md").write_text(text)
     print(text, flush=True)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def render_table(rows: list[dict], choice: dict, sft_record: dict | None, continued: dict) -> str:
+    """The README's table: accuracy gains over π_SFT at each decoding (paired, 95% CI), KL and the preview at that KL."""
+    lines = ["| policy | steps | KL to π_SFT, nats per response (per token) | T = 1: accuracy, gain vs π_SFT | "
+             "T = 0.7 | greedy | preview's DPR gain at that KL | sharpening (wo/Baseline tilt) at that KL |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        cells = []
+        for decoding in DECODINGS:
+            r = row[decoding]
+            if row["method"] == "SFT":
+                cells.append(f"{100 * r['mean']:.1f}%")
+            else:
+                cells.append(f"{100 * r['mean']:.1f}%, {_pct(r['gain'])} ({_pct(r['gain_ci'][0])} to {_pct(r['gain_ci'][1])})")
+        preview = row.get("preview_gain_at_kl")
+        sharpen = row.get("sharpening_at_kl")
+        steps = row.get("steps", "—")
+        if row.get("stops_at_target") and not row.get("reached_target"):
+            steps = f"{steps} (target KL not reached)"
+        beyond = "— (beyond the preview's KL)" if row["method"] != "SFT" else "—"
+        lines.append(f"| {row['method']} | {steps} | {row['kl_per_response']:.3f} ({row['kl_per_token']:.4f}) | "
+                     + " | ".join(cells) + " | "
+                     + (beyond if preview is None else _pct(preview)) + " | " + (beyond if sharpen is None else _pct(sharpen)) + " |")
+    sft = rows[0]
+    lines += ["", "Sharpening controls (no training): π_SFT at T = 0.7 and greedily, paired against π_SFT at T = 1: "
+              f"T = 0.7 {_pct(sft['T=0.7 vs SFT at T=1']['gain'])} ({_pct(sft['T=0.7 vs SFT at T=1']['gain_ci'][0])} to "
+              f"{_pct(sft['T=0.7 vs SFT at T=1']['gain_ci'][1])}), greedy {_pct(sft['greedy vs SFT at T=1']['gain'])} "
+              f"({_pct(sft['greedy vs SFT at T=1']['gain_ci'][0])} to {_pct(sft['greedy vs SFT at T=1']['gain_ci'][1])}) points."]
+    lines.append(f"\nPreview's choice: α = {choice['alpha']}, λ = {choice['lambda']}, target KL "
+                 f"{choice['target_kl']:.3f} nats per response, predicted gain {_pct(choice['preview_gain'])} "
+                 f"({_pct(choice['preview_gain_ci'][0])} to {_pct(choice['preview_gain_ci'][1])}) points at T = 1.")
+    if sft_record:
+        shares = ", ".join(f"α = {a}: {100 * s:.0f}%" for a, s in sorted(sft_record["lr_share_at_reference"].items()))
+        losses = ", ".join(f"step {s}: {v:.3f}" for s, v in sft_record["held_out_loss"].items())
+        lines.append(f"SFT: {sft_record['steps']} steps; share of its Σ lr reached at each π_ref: {shares}; held-out "
+                     f"loss per response token after each epoch: {losses}.")
+    if continued:
+        lines.append(f"SFT continued on D: {continued['targets']['SFT-continued (wall)']} steps = DPR's mean wall time "
+                     f"({continued['dpr_mean_wall_s'] / 60:.1f} min), {continued['targets']['SFT-continued (FLOPs)']} "
+                     f"steps = DPR's mean FLOPs ({continued['dpr_mean_flops']:.2e}).")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ def main(argv=None):
     for row in rows:
         run, alpha = runs[row["method"]], alpha_of[row["method"]]
         row.update(alpha=alpha, reference=references[alpha], train_runtime_s=run.train_runtime_s,
-                   kl_sft_final=run.final_metrics.get("kl_sft"), train_reward_final=run.final_metrics.get("reward"))
+                   kl_sft_final=run.final_metrics.get("kl_sft/per_token"), train_reward_final=run.final_metrics.get("reward"))
     output_dir = Path(training_args.output_dir)
     csv_path = write_csv(rows, output_dir / "reference_sweep.csv", COLUMNS)
     pairwise = {}

@@ -160,7 +160,7 @@ def main(argv=None):
             "gamma": v_training.gamma, "max_steps": v_training.max_steps,
             "per_device_train_batch_size": v_training.per_device_train_batch_size,
             "gradient_accumulation_steps": v_training.gradient_accumulation_steps,
-            "kl_sft_final": runs[name].final_metrics.get("kl_sft"), "train_reward_final": runs[name].final_metrics.get("reward"),
+            "kl_sft_final": runs[name].final_metrics.get("kl_sft/per_token"), "train_reward_final": runs[name].final_metrics.get("reward"),
             "train_runtime_s": runs[name].train_runtime_s,
         })
 

@@ -2,7 +2,7 @@
 
     ensure_sft_output       run the SFT stage first when `sft_config` is set and the SFT output is missing
     train_variant           `run_dpr` (or a run with another reward model) unless the folder already holds that run;
-                            what it measured (time, final kl_sft and reward) goes to `analysis_run.json`
+                            what it measured (time, final kl_sft/per_token and reward) goes to `analysis_run.json`
     sweep_win_rates         train every variant, then evaluate them all against SFT (recipes/evaluate.py's evaluation)
     sft_checkpoints         the `checkpoint-N` folders of an SFT run saved with `save_strategy: steps`
     reference_checkpoint    π_ref at α: the checkpoint at step ⌊α·N⌋, as `ReferenceCheckpointCallback` picks it
@@ -62,10 +62,10 @@ SETTINGS_KEYS = (
 @dataclass
 class VariantRun:
     """A trained variant: its folder, the settings it was trained with, and what training measured (`train_runtime_s`:
-    TRL's `train_runtime`; `final_metrics`: the last logged `kl_sft`, `reward`, ...).
+    TRL's `train_runtime`; `final_metrics`: the last logged `kl_sft/per_token`, `kl_sft/per_response`, `reward`, ...).
 
     Example:
-        >>> VariantRun("gamma1", "runs/a/gamma1", {"gamma": 1.0}, 105.4, {"kl_sft": 0.0013}).final_metrics["kl_sft"]
+        >>> VariantRun("gamma1", "runs/a/gamma1", {"gamma": 1.0}, 105.4, {"kl_sft/per_token": 0.0013}).final_metrics["kl_sft/per_token"]
         0.0013
     """
 
@@ -136,8 +136,8 @@ def free_memory() -> None:
 
 
 def _final_metrics(log_history: list[dict]) -> dict:
-    """The last logged value of DPR's training metrics (`kl_sft`, `reward`, ...) and TRL's `train_runtime`."""
-    wanted = ("kl_sft", "reward", "reward_std", "dense_reward/token_mean", "completions/mean_length", "train_runtime")
+    """The last logged value of DPR's training metrics (`kl_sft/per_token`, `reward`, ...) and TRL's `train_runtime`."""
+    wanted = ("kl_sft/per_token", "kl_sft/per_response", "reward", "reward_std", "dense_reward/token_mean", "completions/mean_length", "train_runtime")
     final = {}
     for entry in log_history:
         final.update({k: float(entry[k]) for k in wanted if k in entry})
@@ -158,7 +158,7 @@ def train_variant(
         _, script_args, training_args, model_args = parse_with_overrides(types, argv, {"gamma": 0.95, "output_dir": "runs/a/g"})
         run = train_variant("gamma0.95", script_args, training_args, model_args,
                             variant_settings(script_args, training_args, model_args))
-        run.train_runtime_s, run.final_metrics["kl_sft"]
+        run.train_runtime_s, run.final_metrics["kl_sft/per_token"]
         ```
     """
     output_dir = Path(training_args.output_dir)

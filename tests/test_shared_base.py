@@ -157,4 +157,4 @@ def test_continuous_batching_trains_the_quantized_shared_base_off_policy(adapter
     # The policy starts as π_SFT: at the first step log π_old − log π_SFT is 0 up to rounding, although the two come
     # from different forwards (GRPO's, through the policy adapter, which TRL keeps in bf16 on a quantized base; the
     # reward model's, through the fp32 `sft` adapter). Measured: 1.2e-4 per token.
-    assert abs(trainer.state.log_history[0]["kl_sft"]) < 1e-3
+    assert abs(trainer.state.log_history[0]["kl_sft/per_token"]) < 1e-3

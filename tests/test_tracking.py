@@ -18,7 +18,7 @@ from trl_dpr.tracking import TokenHeatmapCallback, recent_token_rewards
 from trl_dpr.visualize import heatmap_html
 
 ROOT = Path(__file__).resolve().parents[1]
-DPR_METRICS = ("reward", "dense_reward/token_mean", "dense_reward/token_std", "returns/mean", "kl_sft",
+DPR_METRICS = ("reward", "dense_reward/token_mean", "dense_reward/token_std", "returns/mean", "kl_sft/per_token", "kl_sft/per_response",
                "advantages/mean", "advantages/std")
 PROMPT = [{"role": "user", "content": "What is 12+7?"}]
 

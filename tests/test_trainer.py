@@ -62,7 +62,7 @@ def test_kl_to_sft_is_zero_while_the_policy_still_equals_sft(make_trainer):
     trainer, used, _, _ = make_trainer(kl_coef=0.5, max_steps=1)
     trainer.train()
     logged = trainer.state.log_history[0]
-    assert logged["kl_sft"] == pytest.approx(0.0, abs=1e-6)
+    assert logged["kl_sft/per_token"] == pytest.approx(0.0, abs=1e-6)
     # GRPO's tied-group share is always 1 with one sample per prompt: not logged (it would read as "no signal")
     assert "frac_reward_zero_std" not in logged and "reward" in logged
 
@@ -144,7 +144,7 @@ def test_kl_to_sft_is_zero_at_any_rollout_temperature_while_the_policy_equals_sf
     # π_SFT shows a KL (−0.034 at T = 0.5 before the fix) and gets a spurious per-token penalty.
     trainer, used, _, _ = make_trainer(kl_coef=0.5, max_steps=1, temperature=temperature, learning_rate=0.0)
     trainer.train()
-    assert trainer.state.log_history[0]["kl_sft"] == pytest.approx(0.0, abs=1e-6)
+    assert trainer.state.log_history[0]["kl_sft/per_token"] == pytest.approx(0.0, abs=1e-6)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -183,7 +183,7 @@ def test_the_kl_term_uses_the_generation_log_probs_of_the_policy(make_trainer):
     expected = dpr_advantages_by_hand(rewards, kl_coef=2.0, policy_rows=policy_rows, sft_rows=sft_rows)
     for b, row in enumerate(expected):
         assert batch["advantages"][b, : len(row)].tolist() == pytest.approx(row, abs=1e-4)
-    assert abs(trainer.state.log_history[0]["kl_sft"]) > 1e-4  # the policy really differs: the term is live
+    assert abs(trainer.state.log_history[0]["kl_sft/per_token"]) > 1e-4  # the policy really differs: the term is live
 
 
 # ---- logs and evaluation -----------------------------------------------------------------------------------------
@@ -221,7 +221,7 @@ def test_evaluate_works_with_an_eval_batch_larger_than_the_train_batch(tokenizer
     )
     trainer.train()  # evaluates after each step
     metrics = trainer.evaluate()
-    for key in ("eval_reward", "eval_kl_sft", "eval_dense_reward/token_mean", "eval_advantages/std"):
+    for key in ("eval_reward", "eval_kl_sft/per_token", "eval_dense_reward/token_mean", "eval_advantages/std"):
         assert key in metrics and metrics[key] is not None and torch.isfinite(torch.tensor(metrics[key]))
     assert sum("eval_reward" in row for row in trainer.state.log_history) == 3  # 2 during training + this one
     columns = [trainer._logs["prompt"], *trainer._logs["extra"].values()]

@@ -28,12 +28,24 @@ _LAZY = {
     "ReferenceCheckpointCallback": "callbacks",
     "DensePathConfig": "config",
     "CheckpointRewardModel": "reward_model",
+    "sequence_reward_func": "reward_model",
+    "DenseReward": "rewards",
+    "ScoredCompletions": "rewards",
+    "CheckpointDifference": "rewards",
+    "SFTLogProb": "rewards",
+    "WithSoftValue": "rewards",
     "TokenRewardOutput": "reward_model",
     "DensePathTrainer": "trainer",
 }
 
 __all__ = [
+    "CheckpointDifference",
     "CheckpointRewardModel",
+    "DenseReward",
+    "SFTLogProb",
+    "ScoredCompletions",
+    "WithSoftValue",
+    "sequence_reward_func",
     "ReferenceCheckpointCallback",
     "DensePathConfig",
     "DensePathTrainer",
@@ -48,7 +60,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from .algorithm import dense_path_advantages, sentence_rewards, token_returns, whiten
     from .callbacks import ReferenceCheckpointCallback
     from .config import DensePathConfig
-    from .reward_model import CheckpointRewardModel, TokenRewardOutput
+    from .reward_model import CheckpointRewardModel, TokenRewardOutput, sequence_reward_func
+    from .rewards import CheckpointDifference, DenseReward, ScoredCompletions, SFTLogProb, WithSoftValue
     from .trainer import DensePathTrainer
 
 

@@ -42,6 +42,9 @@ class DensePathConfig(GRPOConfig):
             the whole return at the last token.
         use_baseline (`bool`, defaults to `True`): subtract log π_ref (Eq. 5); False = "wo/Baseline" (§4.3).
         eliminate_value (`bool`, defaults to `True`): drop V via shaping (§3.3 B); False = "w/V" (§4.3).
+        dense_reward (`str` or `None`, defaults to `None`): `"module:ClassName"` of a `DenseReward` that replaces the
+            paper's reward (`use_baseline` / `eliminate_value` then stay at their defaults); built with
+            `dense_reward_kwargs`, its models beyond `sft` / `ref` loaded from `dense_reward_models` (name → path).
         whiten_advantages (`bool`, defaults to `True`): REINFORCE++ global whitening of the returns.
         reward_token_chunk_size (`int`, defaults to `1024`): tokens per LM-head chunk when scoring.
         max_prompt_length (`int` or `None`, defaults to `None`): prompts longer than this many tokens (after the chat
@@ -108,6 +111,17 @@ class DensePathConfig(GRPOConfig):
         default=True,
         metadata={"help": "Drop the potential V by shaping (§3.3 B). False = the 'w/V' ablation (§4.3)."},
     )
+    dense_reward: str | None = field(
+        default=None,
+        metadata={"help": "'module:ClassName' of a DenseReward replacing the paper's reward (e.g. my_rewards:ClippedReward)."},
+    )
+    dense_reward_kwargs: dict = field(
+        default_factory=dict, metadata={"help": "Keyword arguments of dense_reward's class (e.g. {clip: 2.0})."}
+    )
+    dense_reward_models: dict = field(
+        default_factory=dict,
+        metadata={"help": "Paths (or Hub ids) of the models dense_reward reads besides 'sft' and 'ref', by name."},
+    )
     whiten_advantages: bool = field(
         default=True,
         metadata={"help": "Whiten the returns over all valid tokens of the batch, all processes (REINFORCE++)."},
@@ -147,6 +161,19 @@ class DensePathConfig(GRPOConfig):
         "reward_weights": "DPR has one reward, the dense r̂ of its CheckpointRewardModel",
         "multi_objective_aggregation": "DPR has one reward, the dense r̂ of its CheckpointRewardModel",
     }
+
+    def reward(self):
+        """The `DenseReward` this config trains on: `dense_reward` built with its kwargs, else the paper's reward.
+
+        Example:
+            >>> type(DensePathConfig("runs/dpr", use_baseline=False, bf16=False).reward()).__name__
+            'SFTLogProb'
+        """
+        from .rewards import build_dense_reward, paper_reward
+
+        if self.dense_reward is not None:
+            return build_dense_reward(self.dense_reward, self.dense_reward_kwargs)
+        return paper_reward(self.use_baseline, self.eliminate_value)
 
     def __post_init__(self):
         # Before GRPOConfig's own checks: it divides by num_generations, so 0 would be a ZeroDivisionError.
@@ -194,6 +221,14 @@ class DensePathConfig(GRPOConfig):
             )
         if self.reward_token_chunk_size < 1:
             raise ValueError(f"reward_token_chunk_size must be >= 1, got {self.reward_token_chunk_size}.")
+        if self.dense_reward is not None and not (self.use_baseline and self.eliminate_value):
+            raise ValueError(
+                "use_baseline / eliminate_value choose among the paper's rewards; with dense_reward set, that reward "
+                f"({self.dense_reward}) is the whole reward. Remove use_baseline / eliminate_value, or dense_reward."
+            )
+        if self.dense_reward is None and (self.dense_reward_kwargs or self.dense_reward_models):
+            raise ValueError("dense_reward_kwargs / dense_reward_models configure dense_reward, which is not set.")
+        self.reward()  # an unimportable class or wrong kwargs fail here, before any model loads
         on_policy = self.gradient_accumulation_steps % (self.steps_per_generation * self.num_iterations) == 0
         if self.kl_coef != 0.0 and self.use_transformers_continuous_batching and on_policy and not self.use_vllm:
             raise ValueError(

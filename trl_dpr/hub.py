@@ -529,7 +529,13 @@ def dpr_model_card_section(args, reward_model) -> str:
         # A Hub id is useful to readers; a local path is not (and may reveal a home directory): keep its name.
         source = Path(source).name if Path(source).is_dir() else source
         reference = f" (π_ref: step {manifest.step}/{manifest.total_steps}, α = {manifest.fraction})" if manifest else ""
-        lines += ["", f"Dense reward r̂ = log π_SFT − log π_ref from the SFT model `{source}`{reference}."]
+        reward = getattr(reward_model, "reward", None)
+        rule = getattr(reward, "label", None) or (
+            f"`{type(reward).__module__}.{type(reward).__name__}`" if reward is not None else "r̂ = log π_SFT − log π_ref")
+        lines += ["", f"Dense reward {rule}, from the SFT model `{source}`{reference}."]
+    if getattr(args, "dense_reward", None):
+        lines += ["", f"Reward class `{args.dense_reward}` with `{args.dense_reward_kwargs}`"
+                  + (f", models {sorted(args.dense_reward_models)}" if args.dense_reward_models else "") + "."]
     results_path = Path(args.output_dir) / "eval_results.json"
     if results_path.is_file():
         table = json.loads(results_path.read_text()).get("table_markdown")

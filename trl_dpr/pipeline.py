@@ -26,7 +26,7 @@ from .embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 from .hub import SafeHubPushMixin, check_hub_push, defer_push_to_hub, push_trainer_output
 from .reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
-from .reward_model import CheckpointRewardModel
+from .reward_model import CheckpointRewardModel, load_reward_model
 from .trainer import DensePathTrainer
 
 __all__ = [
@@ -359,14 +359,7 @@ def run_dpr(
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     if reward_model is None:
-        reward_model = CheckpointRewardModel.from_pretrained(
-            sft_path,
-            script_args.ref_model_name_or_path,
-            use_baseline=training_args.use_baseline,
-            eliminate_value=training_args.eliminate_value,
-            token_chunk_size=training_args.reward_token_chunk_size,
-            **init_kwargs,
-        )
+        reward_model = load_reward_model(sft_path, training_args, script_args.ref_model_name_or_path, **init_kwargs)
     quantization_config = init_kwargs.pop("quantization_config", None)
     training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
     # An adapter SFT output (LoRA/QLoRA) gives one base with adapters sft and ref; the policy is then a trainable copy

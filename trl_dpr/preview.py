@@ -534,7 +534,8 @@ class PreviewConfig:
             raise ValueError(f"Every λ must be >= 0 (0 = best-of-N, inf = π_SFT), got {self.lambdas}.")
         if not self.variants:
             raise ValueError("Give at least one reward variant (e.g. variants: {DPR: {}}).")
-        allowed = {"ref_model_name_or_path", "use_baseline", "eliminate_value", "oracle"}
+        allowed = {"ref_model_name_or_path", "use_baseline", "eliminate_value", "oracle", "dense_reward",
+                   "dense_reward_kwargs", "dense_reward_models"}
         for name, settings in self.variants.items():
             unknown = set(settings or {}) - allowed
             if unknown:
@@ -708,26 +709,34 @@ def _scorer(base, sft_model_name_or_path: str, settings: dict, model_init_kwargs
 
     from .reference_manifest import resolve_reference
     from .reward_model import CheckpointRewardModel
+    from .rewards import SFTLogProb, build_dense_reward, paper_reward
 
-    use_baseline = settings.get("use_baseline", True)
-    eliminate_value = settings.get("eliminate_value", True)
-    if not use_baseline and eliminate_value:
+    if settings.get("dense_reward"):
+        reward = build_dense_reward(settings["dense_reward"], settings.get("dense_reward_kwargs"))
+    else:
+        reward = paper_reward(settings.get("use_baseline", True), settings.get("eliminate_value", True))
+    if type(reward) is SFTLogProb:
         return base  # R = Σ log π_SFT: the base scorer is exactly that
+    model_paths = dict(settings.get("dense_reward_models") or {})
     if base.sft_adapter is not None:  # adapters on one base: load the pair as the recipes do
         return CheckpointRewardModel.from_pretrained(
-            sft_model_name_or_path, settings.get("ref_model_name_or_path"), use_baseline=use_baseline,
-            eliminate_value=eliminate_value, **model_init_kwargs,
+            sft_model_name_or_path, settings.get("ref_model_name_or_path"), reward=reward, model_paths=model_paths,
+            **model_init_kwargs,
         )
     ref_model, ref_tokenizer = None, None
-    if use_baseline:
+    if "ref" in reward.model_names:
         ref_path = settings.get("ref_model_name_or_path") or resolve_reference(sft_model_name_or_path)[1]
         ref_model = create_model_from_path(ref_path, **model_init_kwargs).to(base.device)
         with contextlib.suppress(OSError, ValueError):  # a π_ref saved without its tokenizer is checked by vocabulary
             ref_tokenizer = AutoTokenizer.from_pretrained(ref_path)
+    missing = [n for n in reward.model_names if n not in ("sft", "ref") and n not in model_paths]
+    if missing:
+        raise ValueError(f"The reward {type(reward).__name__} reads {missing}: give their paths in dense_reward_models.")
     return CheckpointRewardModel(
-        base.sft_model, ref_model, use_baseline=use_baseline, eliminate_value=eliminate_value,
-        processing_class=base.processing_class, ref_processing_class=ref_tokenizer,
-        token_chunk_size=base.token_chunk_size,
+        base.sft_model, ref_model, processing_class=base.processing_class, ref_processing_class=ref_tokenizer,
+        token_chunk_size=base.token_chunk_size, reward=reward,
+        models={n: create_model_from_path(p, **model_init_kwargs).to(base.device) for n, p in model_paths.items()
+                if n in reward.model_names},
     )
 
 

@@ -25,13 +25,16 @@ from torch.distributed.tensor import DTensor
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from trl.trainer.utils import maybe_gather_lm_head_ctx
 
-from . import algorithm
 from .reference_manifest import check_model_source, resolve_reference, sft_output_problem
+from .rewards import DenseReward, ScoredCompletions, check_dense_reward, paper_reward
 from .tokens import eos_token_ids, pad_batch, render_prompts
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CheckpointRewardModel", "TokenRewardOutput", "add_policy_adapter", "completion_logprobs", "load_reward_model"]
+__all__ = [
+    "CheckpointRewardModel", "TokenRewardOutput", "add_policy_adapter", "completion_logprobs", "load_reward_model",
+    "sequence_reward_func",
+]
 
 
 @dataclass
@@ -246,6 +249,10 @@ class CheckpointRewardModel(nn.Module):
 
     r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t)
 
+    The scorer of any `DenseReward` (`trl_dpr.rewards`): it holds the frozen models the reward names (π_SFT as `sft`,
+    π_ref as `ref`, others given in `models`), runs one forward of each per micro-batch, and returns the reward with
+    log π_SFT at the rollout temperature for DPR's KL term. `reward=None` is the paper's reward for the two switches:
+
     Variants (the paper's ablations):
       - `use_baseline=False` ("wo/Baseline"): r̂_t = log π_SFT(a_t|s_t); π_ref is not needed.
       - `eliminate_value=False` ("w/V"): adds V_SFT(s_t) − V_SFT(s_{t+1}), with V the logsumexp of the SFT logits at a
@@ -285,18 +292,38 @@ class CheckpointRewardModel(nn.Module):
         sft_adapter: str | None = None,
         ref_adapter: str | None = None,
         token_chunk_size: int = 1024,
+        *,
+        reward: DenseReward | None = None,
+        models: dict[str, nn.Module] | None = None,
     ):
         super().__init__()
+        if reward is None:
+            reward = paper_reward(use_baseline, eliminate_value)
+        else:
+            check_dense_reward(reward, f"reward={type(reward).__name__}")
+        self.reward = reward
+        # The two switches of the paper's rewards, read off the reward itself (the card and the checks use them).
+        use_baseline = "ref" in reward.model_names
+        eliminate_value = "sft" not in getattr(reward, "value_model_names", ())
         if use_baseline and ref_model is None:
             raise ValueError(
-                "use_baseline=True needs the reference checkpoint π_ref (`ref_model`). Pass it, load both with "
-                "CheckpointRewardModel.from_pretrained(sft_dir), or set use_baseline=False for the 'wo/Baseline' "
-                "ablation."
+                f"The reward {type(reward).__name__} reads π_ref ('ref'), so it needs the reference checkpoint "
+                "(`ref_model`). Pass it, load both with CheckpointRewardModel.from_pretrained(sft_dir), or set "
+                "use_baseline=False for the 'wo/Baseline' ablation."
             )
         if token_chunk_size < 1:
             raise ValueError(f"token_chunk_size must be a positive number of tokens, got {token_chunk_size}.")
+        models = dict(models or {})
+        missing = [n for n in reward.model_names if n not in ("sft", "ref") and n not in models]
+        if missing or {"sft", "ref"} & set(models):
+            raise ValueError(
+                f"The reward {type(reward).__name__} reads models {list(reward.model_names)}: 'sft' and 'ref' are "
+                f"sft_model and ref_model, every other name must be in `models` (missing: {missing}; given: "
+                f"{sorted(models)}). In a recipe: dense_reward_models: {{name: path}}."
+            )
         self.sft_model = sft_model
         self.ref_model = ref_model if use_baseline else None
+        self.extra_models = nn.ModuleDict(models)  # frozen models of a reward beyond π_SFT and π_ref, by name
         self.use_baseline = use_baseline
         self.eliminate_value = eliminate_value
         self.processing_class = processing_class
@@ -308,11 +335,16 @@ class CheckpointRewardModel(nn.Module):
 
         if self.ref_model is not None:
             _check_same_base(sft_model, self.ref_model, processing_class, ref_processing_class)
+        for model in models.values():
+            _check_same_base(sft_model, model, processing_class, None)
         if sft_adapter is None:
             # Whole frozen models. (Adapters are loaded frozen, and their base may also carry the trainable policy.)
             for frozen in {id(m): m for m in (self.sft_model, self.ref_model) if m is not None}.values():
                 frozen.eval()
                 frozen.requires_grad_(False)
+        for frozen in models.values():
+            frozen.eval()
+            frozen.requires_grad_(False)
         self.eos_token_ids = eos_token_ids(sft_model, processing_class)
 
     @property
@@ -336,22 +368,29 @@ class CheckpointRewardModel(nn.Module):
         Example:
             >>> reward_model = reward_model.prepare_for(trainer.accelerator)  # doctest: +SKIP
         """
-        if self.sft_adapter is not None:
-            return self
         from trl.models import prepare_deepspeed, prepare_fsdp
 
-        for name in ("sft_model", "ref_model"):
-            scorer = getattr(self, name)
-            if scorer is None:
-                continue
+        def prepare(scorer):
             if is_deepspeed_enabled:
-                scorer = prepare_deepspeed(scorer, accelerator)
-            elif is_fsdp_enabled:
-                scorer = prepare_fsdp(scorer, accelerator)
-            else:
-                scorer = accelerator.prepare_model(scorer, evaluation_mode=True)
-            setattr(self, name, scorer)
+                return prepare_deepspeed(scorer, accelerator)
+            if is_fsdp_enabled:
+                return prepare_fsdp(scorer, accelerator)
+            return accelerator.prepare_model(scorer, evaluation_mode=True)
+
+        if self.sft_adapter is None:
+            for name in ("sft_model", "ref_model"):
+                if getattr(self, name) is not None:
+                    setattr(self, name, prepare(getattr(self, name)))
+        for name in list(self.extra_models):  # a third checkpoint is a whole model: placed and sharded like π_SFT
+            self.extra_models[name] = prepare(self.extra_models[name])
         return self
+
+    def scoring_models(self) -> dict[str, tuple[nn.Module, str | None]]:
+        """name → (model, adapter) of every frozen model the reward reads, π_SFT first (its forward also gives the KL
+        reference)."""
+        available = {"sft": (self.sft_model, self.sft_adapter), "ref": (self.ref_model, self.ref_adapter),
+                     **{name: (model, None) for name, model in self.extra_models.items()}}
+        return {name: available[name] for name in ["sft", *(n for n in self.reward.model_names if n != "sft")]}
 
     @contextlib.contextmanager
     def _activated(self, model: nn.Module, adapter: str | None):
@@ -405,7 +444,7 @@ class CheckpointRewardModel(nn.Module):
         device = self.device
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
         completion_ids, completion_mask = completion_ids.to(device), completion_mask.to(device)
-        if is_terminal is None and not self.eliminate_value:
+        if is_terminal is None:
             last_token = completion_ids.gather(1, (completion_mask.long().sum(1, keepdim=True) - 1).clamp(min=0))
             is_terminal = torch.isin(last_token.squeeze(1), torch.tensor(self.eos_token_ids, device=device))
         batch_size = batch_size or prompt_ids.size(0)
@@ -429,29 +468,31 @@ class CheckpointRewardModel(nn.Module):
         return TokenRewardOutput(rewards, sft_logps, ref_logps, kl_reference_logps)
 
     def _score_rows(self, prompt_ids, prompt_mask, completion_ids, completion_mask, is_terminal, temperature):
-        temperatures = (1.0,) if temperature == 1.0 else (1.0, temperature)
-        with self._activated(self.sft_model, self.sft_adapter) as sft:
-            sft_logps, values, final_next_values = completion_logprobs(
-                sft,
-                prompt_ids,
-                prompt_mask,
-                completion_ids,
-                completion_mask,
-                with_values=not self.eliminate_value,
-                token_chunk_size=self.token_chunk_size,
-                temperatures=temperatures,
-            )
-        sft_logps, kl_reference_logps = (sft_logps, sft_logps) if temperature == 1.0 else sft_logps.unbind(0)
-        ref_logps = None
-        if self.use_baseline:
-            with self._activated(self.ref_model, self.ref_adapter) as ref:
-                ref_logps, _, _ = completion_logprobs(
-                    ref, prompt_ids, prompt_mask, completion_ids, completion_mask, token_chunk_size=self.token_chunk_size
+        value_names = set(getattr(self.reward, "value_model_names", ()))
+        logps, values, final_next_values = {}, {}, {}
+        kl_reference_logps = None
+        for name, (model, adapter) in self.scoring_models().items():
+            # π_SFT's forward also gives log π_SFT at the rollout temperature T, the KL term's reference.
+            temperatures = (1.0, temperature) if name == "sft" and temperature != 1.0 else (1.0,)
+            with self._activated(model, adapter) as scorer:
+                out, state_values, final_values = completion_logprobs(
+                    scorer, prompt_ids, prompt_mask, completion_ids, completion_mask, with_values=name in value_names,
+                    token_chunk_size=self.token_chunk_size, temperatures=temperatures,
                 )
-        rewards = algorithm.baseline_relative_rewards(sft_logps, ref_logps, completion_mask)
-        if not self.eliminate_value:
-            rewards = rewards + algorithm.soft_value_shaping(values, completion_mask, is_terminal, final_next_values)
-        return rewards, sft_logps, ref_logps, kl_reference_logps
+            logps[name], at_temperature = out.unbind(0) if len(temperatures) == 2 else (out, out)
+            if name == "sft":
+                kl_reference_logps = at_temperature
+            if name in value_names:
+                values[name], final_next_values[name] = state_values, final_values
+        scored = ScoredCompletions(logps, completion_mask, completion_ids, is_terminal, values, final_next_values)
+        rewards = self.reward(scored)
+        if not isinstance(rewards, torch.Tensor) or rewards.shape != completion_ids.shape:
+            raise ValueError(
+                f"The reward {type(self.reward).__name__} must return a [B, T] tensor like completion_ids "
+                f"{tuple(completion_ids.shape)}, got {getattr(rewards, 'shape', type(rewards).__name__)}."
+            )
+        rewards = torch.where(completion_mask.bool(), rewards.float(), torch.zeros((), device=rewards.device))
+        return rewards, logps["sft"], logps.get("ref"), kl_reference_logps
 
     def token_rewards(
         self,
@@ -531,9 +572,14 @@ class CheckpointRewardModel(nn.Module):
         use_baseline: bool = True,
         eliminate_value: bool = True,
         token_chunk_size: int = 1024,
+        reward: DenseReward | None = None,
+        model_paths: dict[str, str] | None = None,
         **model_init_kwargs,
     ) -> CheckpointRewardModel:
         """Load π_SFT and π_ref with the same `model_init_kwargs` (dtype, quantization_config, device_map, ...).
+
+        `reward` replaces the paper's reward (`use_baseline` / `eliminate_value` are then read off it); the models it
+        names besides `sft` and `ref` are loaded from `model_paths` (name → path or Hub id), with the same kwargs.
 
         With `ref_model_name_or_path=None`, π_ref is the reference checkpoint the SFT stage recorded next to the SFT
         model (`dpr_reference.json`, written by `ReferenceCheckpointCallback`); local directories and Hub repos both
@@ -547,6 +593,18 @@ class CheckpointRewardModel(nn.Module):
 
         revision = model_init_kwargs.get("revision")
         token = model_init_kwargs.get("token")
+        if reward is not None:
+            check_dense_reward(reward, f"reward={type(reward).__name__}")
+            use_baseline = "ref" in reward.model_names
+        model_paths = dict(model_paths or {})
+        extra_names = [n for n in (reward.model_names if reward is not None else ()) if n not in ("sft", "ref")]
+        if missing := [n for n in extra_names if n not in model_paths]:
+            raise ValueError(
+                f"The reward {type(reward).__name__} reads the models {missing}, but no path was given for them: pass "
+                f"model_paths={{{missing[0]!r}: 'path/or/hub-id'}} (in a recipe: dense_reward_models)."
+            )
+        for name in extra_names:
+            check_model_source(model_paths[name], f"The reward's model {name!r}")
         if os.path.isdir(sft_model_name_or_path) and (problem := sft_output_problem(sft_model_name_or_path)):
             raise ValueError(
                 f"{sft_model_name_or_path!r} is not a finished SFT output: {problem}. An interrupted SFT resumes with "
@@ -572,6 +630,11 @@ class CheckpointRewardModel(nn.Module):
             )
 
         if _is_adapter_dir(sft_model_name_or_path):
+            if extra_names:
+                raise ValueError(
+                    f"{sft_model_name_or_path!r} is an adapter SFT output; a reward reading further models "
+                    f"({extra_names}) needs a full (merged) SFT model, as the extra models are loaded whole."
+                )
             model = _load_adapters(sft_model_name_or_path, ref_model_name_or_path if use_baseline else None, model_init_kwargs)
             reward_model = cls(
                 model,
@@ -583,6 +646,7 @@ class CheckpointRewardModel(nn.Module):
                 sft_adapter="sft",
                 ref_adapter="ref" if use_baseline else None,
                 token_chunk_size=token_chunk_size,
+                reward=reward,
             )
         else:
             sft_model = create_model_from_path(sft_model_name_or_path, **model_init_kwargs)
@@ -590,6 +654,7 @@ class CheckpointRewardModel(nn.Module):
             if use_baseline:
                 ref_kwargs = {k: v for k, v in model_init_kwargs.items() if k != "revision"}
                 ref_model = create_model_from_path(ref_model_name_or_path, **ref_kwargs)
+            extra_kwargs = {k: v for k, v in model_init_kwargs.items() if k != "revision"}
             reward_model = cls(
                 sft_model,
                 ref_model,
@@ -598,18 +663,23 @@ class CheckpointRewardModel(nn.Module):
                 processing_class=tokenizer,
                 ref_processing_class=ref_tokenizer,
                 token_chunk_size=token_chunk_size,
+                reward=reward,
+                models={n: create_model_from_path(model_paths[n], **extra_kwargs) for n in extra_names},
             )
         reward_model.sft_model_name_or_path = sft_model_name_or_path
         reward_model.reference_manifest = manifest
         return reward_model
 
 
-def load_reward_model(reward_model: CheckpointRewardModel | str | None, args) -> CheckpointRewardModel:
-    """The trainer's reward model: built from an SFT path with `args` (a `DensePathConfig`), or checked against it.
+def load_reward_model(
+    reward_model: CheckpointRewardModel | str | None, args, ref_model_name_or_path: str | None = None, **model_init_kwargs
+) -> CheckpointRewardModel:
+    """The one loader of the scorer: from an SFT path with `args` (a `DensePathConfig`), or checked against it.
 
-    A path loads π_SFT and its recorded π_ref with `args.model_init_kwargs` and the config's reward variant
-    (`use_baseline`, `eliminate_value`, `reward_token_chunk_size`); a `CheckpointRewardModel` must have been built with
-    the same variant as the config asks for.
+    A path loads π_SFT, π_ref (`ref_model_name_or_path`, or the one the SFT recorded) and the reward's other models with
+    `args.model_init_kwargs` (or `model_init_kwargs`), scoring the config's reward (`args.reward()`: `dense_reward`,
+    else the paper's, from `use_baseline` / `eliminate_value`). A `CheckpointRewardModel` must score the same reward
+    as the config names.
 
     Example:
         >>> reward_model = load_reward_model("runs/sft", DensePathConfig("runs/dpr"))  # doctest: +SKIP
@@ -622,21 +692,59 @@ def load_reward_model(reward_model: CheckpointRewardModel | str | None, args) ->
     if isinstance(reward_model, str):
         return CheckpointRewardModel.from_pretrained(
             reward_model,
-            use_baseline=args.use_baseline,
-            eliminate_value=args.eliminate_value,
+            ref_model_name_or_path,
             token_chunk_size=args.reward_token_chunk_size,
-            **dict(args.model_init_kwargs or {}),
+            reward=args.reward(),
+            model_paths=args.dense_reward_models,
+            **(model_init_kwargs or dict(args.model_init_kwargs or {})),
         )
     if not isinstance(reward_model, CheckpointRewardModel):
-        raise TypeError(f"reward_model must be a CheckpointRewardModel or a path, got {type(reward_model).__name__}.")
-    for flag in ("use_baseline", "eliminate_value"):
-        if getattr(reward_model, flag) != getattr(args, flag):
-            raise ValueError(
-                f"DensePathConfig.{flag}={getattr(args, flag)} but the reward model was built with "
-                f"{flag}={getattr(reward_model, flag)}. Build it with the same value, or pass the SFT path as "
-                "`reward_model` and let the trainer load it from the config."
-            )
+        raise TypeError(
+            f"reward_model must be a CheckpointRewardModel (the scorer of a DenseReward: "
+            f"CheckpointRewardModel.from_pretrained(sft_path, reward=...)) or an SFT path, got {type(reward_model).__name__}."
+        )
+    wanted = type(args.reward())
+    if wanted is not type(reward_model.reward) or (
+        getattr(args.reward(), "reward", None).__class__ is not getattr(reward_model.reward, "reward", None).__class__
+    ):
+        raise ValueError(
+            f"The config asks for the reward {_reward_name(args.reward())} (dense_reward / use_baseline / "
+            f"eliminate_value) but the reward model scores {_reward_name(reward_model.reward)}. Build it with the same "
+            "reward, or pass the SFT path as `reward_model` and let the trainer load it from the config."
+        )
     return reward_model
+
+
+def _reward_name(reward) -> str:
+    inner = getattr(reward, "reward", None)
+    return type(reward).__name__ + (f"({type(inner).__name__})" if inner is not None else "")
+
+
+def sequence_reward_func(reward_model: CheckpointRewardModel, batch_size: int | None = None):
+    """The dense reward reduced to one number per completion, Σ_t r̂_t, as a `reward_funcs` entry of TRL's own
+    `GRPOTrainer` / `RLOOTrainer`: try the checkpoint reward in a TRL pipeline you already have.
+
+    Prompts are tokenized as GRPOTrainer tokenizes them (chat template with the generation prompt); the completion ids
+    are the ones TRL sampled. A sequence reward gives up DPR's per-token credit: use `DensePathTrainer` for that.
+
+    Example:
+        ```python
+        from trl import GRPOTrainer
+        reward = sequence_reward_func(CheckpointRewardModel.from_pretrained("runs/sft"))
+        GRPOTrainer(model="runs/sft", reward_funcs=[reward], args=GRPOConfig(...), train_dataset=prompts).train()
+        ```
+    """
+    if reward_model.processing_class is None:
+        raise ValueError("sequence_reward_func needs the reward model's tokenizer (processing_class=...).")
+    tokenizer = reward_model.processing_class
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    def dense_path_sum(prompts, completions, completion_ids, **kwargs) -> list[float]:
+        batch = pad_batch(render_prompts(tokenizer, prompts), [list(ids) for ids in completion_ids], pad_id)
+        scored = reward_model(*batch.as_tuple(), batch_size=batch_size)
+        return scored.rewards.sum(dim=1).tolist()
+
+    return dense_path_sum
 
 
 POLICY_ADAPTER = "default"  # PEFT saves the "default" adapter at the root of the output folder, where Trainer looks

@@ -1,7 +1,7 @@
 """Experiment tracking of DPR runs: token-reward heatmaps of recent completions, every few steps.
 
 `DensePathTrainer` logs its scalars (`reward` = Σ_t r̂_t, `dense_reward/token_mean|token_std`, `returns/mean`,
-`kl_sft`, `advantages/mean|std`) to every `report_to` backend (wandb, trackio, tensorboard) through transformers'
+`kl_sft/per_token|per_response`, `advantages/mean|std`) to every `report_to` backend (wandb, trackio, tensorboard) through transformers'
 own callbacks. `TokenHeatmapCallback` adds what a scalar cannot show: *where* in a completion the reward is.
 """
 

@@ -255,7 +255,12 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, GRPOTrainer):
             metrics["advantages/std"].append(advantage_std.item())
             metrics["returns/mean"].append(algorithm.masked_mean_std(dpr["returns"], valid)[0].item())
             if kl_measured:
-                metrics["kl_sft"].append(algorithm.masked_mean_std(dpr["kl"], valid)[0].item())
+                # Both units of log π_old − log π_SFT on the policy's own samples: the mean over tokens, and the sum
+                # over each response averaged over responses (an estimate of KL(π_θ ‖ π_SFT), what the preview's π_λ
+                # reports).
+                metrics["kl_sft/per_token"].append(algorithm.masked_mean_std(dpr["kl"], valid)[0].item())
+                per_response = self.accelerator.gather((dpr["kl"] * valid).sum(dim=1))
+                metrics["kl_sft/per_response"].append(per_response.mean().item())
 
         # The completions table: one row per sample, the columns TRL's own rows already hold in the same order.
         def column(values):
