@@ -1,6 +1,7 @@
 """The reward interface: any `DenseReward` plugs into the scorer, the trainer, recipes, the preview and TRL's own
 GRPOTrainer. Rewards are checked against float64 forwards of each model (tests/reference.py), never the scorer itself."""
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import torch
 
 from tests.conftest import dpr_config, prompts_dataset, save_sft_output
 from tests.reference import unpadded_logprobs
-from trl_dpr import CheckpointRewardModel, DenseReward, DensePathConfig, DensePathTrainer, sequence_reward_func
+from trl_dpr import CheckpointRewardModel, DensePathTrainer, DenseReward, sequence_reward_func
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.rewards import CheckpointDifference, build_dense_reward
 
@@ -140,7 +141,8 @@ def test_the_preview_scores_a_user_reward_variant(tokenizer, tmp_path, user_modu
 
     sft_dir = save_sft_output(tmp_path / "sft", tokenizer)
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join('{"prompt": "What is %d+1?", "completion": "%d", "answer": "%d"}\n' % (i, i + 1, i + 1) for i in range(4)))
+    rows = [{"prompt": f"What is {i}+1?", "completion": str(i + 1), "answer": str(i + 1)} for i in range(4)]
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
     config = PreviewConfig(output_dir=str(tmp_path / "preview"), dataset_name=str(prompts), dataset_split="train",
                            num_prompts=4, samples_per_prompt=4, max_new_tokens=4, batch_size=16, lambdas=[1.0],
                            variants={"DPR": {}, "clipped": {"dense_reward": "my_rewards:ClippedReward",
