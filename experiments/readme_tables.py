@@ -8,7 +8,7 @@ Each table sits in README.md between `<!-- table:NAME -->` and `<!-- /table:NAME
 
     demo        runs/demo/dpr/eval_results.json  `table_markdown`: what `make demo` prints at its end
     seed_spread runs/seed_spread/seed_spread.md  (python -m experiments.seed_spread)
-    real_model  runs/real_model_smollm2/real_model.md (python -m experiments.real_model)
+    real_model  runs/real_model_lfd/real_model.md (python -m experiments.real_model --config experiments/configs/real_model_lfd.yaml)
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ __all__ = ["SOURCES", "main", "replace_block", "table_text"]
 SOURCES = {
     "demo": "runs/demo/dpr/eval_results.json",
     "seed_spread": "runs/seed_spread/seed_spread.md",
-    "real_model": "runs/real_model_smollm2/real_model.md",
+    "real_model": "runs/real_model_lfd/real_model.md",
 }
 
 

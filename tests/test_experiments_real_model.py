@@ -1,53 +1,115 @@
-"""The pieces of experiments/real_model.py, seed_spread.py and readme_tables.py on hand-computed numbers: the slip
-finder on multi-token numbers (SmolLM2 writes one digit per token), the paired accuracy gains read back from the
-evaluation's answer files, the t-interval over seeds, and the README block check."""
+"""The pieces of experiments/real_model.py, seed_spread.py and readme_tables.py on hand-computed numbers: the share of
+SFT's learning at π_ref, compute matching (steps for a wall time or FLOP budget, DPR's FLOPs), the KL per response, the
+preview read at a measured KL, paired gains, the preview's choice of α and λ, and the resume of every stage."""
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
+import torch
 
+from experiments import real_model
 from experiments.readme_tables import main as readme_tables_main
 from experiments.readme_tables import replace_block
-from experiments.real_model import _paired, credit_at_slips
+from experiments.real_model import (
+    RealModelArguments,
+    choose,
+    dpr_step_flops,
+    interpolate_at_kl,
+    lr_share,
+    matched_steps,
+    paired_gain,
+    per_response_kl,
+)
 from experiments.seed_spread import mean_t_interval
-from trl_dpr.embedded.task import held_out_split
 
 
-def test_the_slip_is_the_first_digit_token_that_departs_from_the_true_result():
-    # "17 + 5 = 23": true 22, written "23" as the digit tokens "2", "3"; the "2" still agrees, the "3" is the slip.
-    tokens = ["1", "7", " +", " ", "5", " =", " ", "2", "3", ".", " The", " answer", " is", " ", "2", "3", "."]
-    rewards = [0.0] * len(tokens)
-    rewards[8] = -2.0  # lowest at the "3"
-    assert credit_at_slips(tokens, rewards) == (True, len(tokens))
-    rewards[8], rewards[7] = 0.0, -2.0  # lowest at the "2", which is right so far
-    assert credit_at_slips(tokens, rewards) == (False, len(tokens))
-    correct = ["1", "7", " +", " ", "5", " =", " ", "2", "2", "."]
-    assert credit_at_slips(correct, [0.0] * len(correct)) is None
+def test_lr_share_is_the_learning_done_by_a_step_over_all_of_it():
+    # Warm-up 0.5, 1.0, then constant 1.0 for 8 steps: Σ = 9.5; after 5 steps 4.5 / 9.5.
+    rates = [0.5, 1.0] + [1.0] * 8
+    assert lr_share(rates, 5) == pytest.approx(4.5 / 9.5)
+    # A cosine schedule has done far more than half its learning at half its steps (the old run's π_ref was late).
+    cosine = [0.5 * (1 + math.cos(math.pi * k / 40)) for k in range(40)]
+    assert lr_share(cosine, 20) > 0.5
 
 
-def test_paired_gains_come_from_the_answer_files_per_prompt(tmp_path):
-    rows = held_out_split(3, seed=0)
-    answers = list(rows["answer"])
+def test_sft_steps_matched_to_a_wall_time_or_a_flop_budget():
+    assert matched_steps(1085.0, 32.4) == 33  # 1085 / 32.4 = 33.49
+    assert matched_steps(1.4e13, 6e11) == 23  # 23.3
+    assert matched_steps(1.0, 100.0) == 1  # at least one step
+    with pytest.raises(ValueError, match="positive"):
+        matched_steps(10.0, 0.0)
+    # DPR: generation 2N + 2N per frozen scorer + update 6N, per prompt + completion token.
+    assert dpr_step_flops(135_000_000, 1000, 2) == pytest.approx(12 * 135e6 * 1000)
+    assert dpr_step_flops(135_000_000, 1000, 1) == pytest.approx(10 * 135e6 * 1000)  # wo/Baseline: no π_ref forward
 
-    def write(name, right):  # right[prompt][k]: whether sample k of prompt is correct
-        lines = []
-        for p, samples in enumerate(right):
-            for k, ok in enumerate(samples):
-                text = f"The answer is {answers[p] if ok else 'x'}."
-                lines.append(json.dumps({"model": name, "prompt_id": f"{p}#{k}", "turn": 0, "answer": text}))
-        folder = tmp_path / "answers" / "demo"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
 
-    write("SFT", [[1, 0], [0, 0], [1, 1]])     # per prompt 0.5, 0, 1   → 0.5
-    write("DPR", [[1, 1], [1, 0], [1, 1]])     # per prompt 1, 0.5, 1   → 0.8333
-    result = _paired(tmp_path, "DPR", "SFT")
-    assert result["prompts"] == 3
-    assert result["accuracy"] == pytest.approx(2.5 / 3)
-    assert result["gain"] == pytest.approx((0.5 + 0.5 + 0.0) / 3)
+def test_kl_per_response_sums_the_log_ratio_over_real_tokens_only():
+    policy = torch.tensor([[-1.0, -0.5, -3.0], [-0.2, -9.0, -9.0]])
+    sft = torch.tensor([[-1.5, -1.0, -0.1], [-0.7, -0.1, -0.1]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert per_response_kl(policy, sft, mask).tolist() == pytest.approx([1.0, 0.5])
+
+
+def test_the_preview_is_read_at_the_measured_kl_not_at_the_same_lambda():
+    curve = [(0.0, 0.0), (0.4, 0.02), (1.2, 0.05), (3.0, 0.04)]
+    assert interpolate_at_kl(curve, 0.8) == pytest.approx(0.035)
+    assert interpolate_at_kl(curve, -0.01) == 0.0  # an estimate a hair below 0 is π_SFT
+    assert interpolate_at_kl(curve, 5.0) is None  # beyond the preview's range: no prediction
+
+
+def test_paired_gain_is_per_prompt_with_a_bootstrap_interval():
+    method = {"0": 1.0, "1": 1.0, "2": 0.0, "3": 1.0}
+    base = {"0": 1.0, "1": 0.0, "2": 0.0, "3": 0.0, "9": 1.0}  # "9" has no pair: left out
+    result = paired_gain(method, base)
+    assert result["prompts"] == 4 and result["mean"] == 0.75 and result["gain"] == 0.5
     low, high = result["gain_ci"]
-    assert 0.0 <= low <= result["gain"] <= high <= 0.5
+    assert 0.0 <= low <= 0.5 <= high <= 1.0
+
+
+def _point(variant, lam, delta, kl, trusted=True):
+    return SimpleNamespace(variant=variant, lam=lam, delta=delta, kl=kl, trusted=trusted, delta_ci_low=delta - 0.01,
+                           delta_ci_high=delta + 0.01)
+
+
+def test_the_preview_chooses_alpha_and_lambda_among_trusted_finite_points():
+    points = [_point("DPR α=0.25", 1.0, 0.03, 0.5), _point("DPR α=0.5", 2.0, 0.02, 0.3),
+              _point("DPR α=0.5", 0.25, 0.09, 2.0, trusted=False), _point("DPR α=0.5", math.inf, 0.0, 0.0),
+              _point("DPR α=0.75", 0.0, 0.2, 2.07), _point("wo/Baseline", 1.0, 0.5, 0.4)]
+    report = SimpleNamespace(variant_points=lambda v: [p for p in points if p.variant == v])
+    choice = choose(RealModelArguments(), report)
+    assert (choice["alpha"], choice["lambda"], choice["target_kl"]) == (0.25, 1.0, 0.5)  # not untrusted, ∞, best-of-N
+    assert choose(RealModelArguments(alpha=0.5), report)["lambda"] == 2.0
+    with pytest.raises(ValueError, match="no trusted finite λ"):
+        choose(RealModelArguments(kl_coef=7.0), report)
+
+
+def test_every_stage_resumes_from_what_it_wrote(tmp_path, monkeypatch):
+    args = RealModelArguments(output_dir=str(tmp_path), num_demonstrations=5, eval_prompts=3, preview_prompts=2)
+    # data: written once, the same bytes on a rerun
+    data = real_model._data(args, tmp_path)
+    first = data.read_bytes()
+    assert len(first.splitlines()) == 5 and real_model._data(args, tmp_path).read_bytes() == first
+    # train: a run with its record is not trained again
+    folder = tmp_path / "DPR-seed0"
+    folder.mkdir()
+    (folder / "rl_record.json").write_text(json.dumps({"steps": 7}))
+    monkeypatch.setattr("trl_dpr.pipeline.run_dpr", lambda *a, **k: pytest.fail("trained again"))
+    assert real_model._train_dpr(args, "DPR-seed0", {}, "sft", {"lambda": 1.0, "alpha": 0.5}, data, tmp_path) == {"steps": 7}
+    # evaluate: decodings already answered are not answered again
+    recorded = {d: {"correct": {}} for d in real_model.DECODINGS}
+    (tmp_path / "evaluation").mkdir()
+    (tmp_path / "evaluation" / "SFT.json").write_text(json.dumps(recorded))
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", lambda *a, **k: pytest.fail("reloaded"))
+    assert real_model._evaluate(args, tmp_path, "SFT", "sft", "sft") == recorded
+    # the held-out slices never overlap each other or D
+    evaluation, preview = real_model._held_out(args)
+    d_prompts = {json.loads(line)["prompt"][0]["content"] for line in first.splitlines()}
+    eval_prompts = {r["prompt"][0]["content"] for r in evaluation}
+    preview_prompts = {r["prompt"][0]["content"] for r in preview}
+    assert len(eval_prompts) == 3 and len(preview_prompts) == 2
+    assert not (eval_prompts & preview_prompts) and not (d_prompts & (eval_prompts | preview_prompts))
 
 
 def test_mean_t_interval_is_the_student_t_interval():

@@ -184,6 +184,15 @@ def test_the_kl_term_uses_the_generation_log_probs_of_the_policy(make_trainer):
     for b, row in enumerate(expected):
         assert batch["advantages"][b, : len(row)].tolist() == pytest.approx(row, abs=1e-4)
     assert abs(trainer.state.log_history[0]["kl_sft/per_token"]) > 1e-4  # the policy really differs: the term is live
+    # The two units of the logged KL, from the same float64 rows: the mean over tokens, and the per-response sum
+    # averaged over responses (an estimate of KL(π_θ ‖ π_SFT) in nats per response, the preview's unit).
+    diffs = [[p - s for p, s in zip(pr, sr)] for pr, sr in zip(policy_rows, sft_rows)]
+    per_token = sum(sum(d) for d in diffs) / sum(len(d) for d in diffs)
+    per_response = sum(sum(d) for d in diffs) / len(diffs)
+    logged = trainer.state.log_history[0]
+    assert logged["kl_sft/per_token"] == pytest.approx(per_token, abs=1e-4)
+    assert logged["kl_sft/per_response"] == pytest.approx(per_response, abs=1e-3)
+    assert abs(per_response) > 1.5 * abs(per_token)  # the units differ: completions are several tokens long
 
 
 # ---- logs and evaluation -----------------------------------------------------------------------------------------
