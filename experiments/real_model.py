@@ -498,6 +498,13 @@ def main(argv=None):
     sft_path = _sft(args, output_dir, data)
     if args.stage == "sft":
         return
+    policies = _policies(args, output_dir, sft_path)
+    if args.stage == "evaluate":  # needs no preview: π_SFT's evaluation can run beside it
+        print_stage(5, 6, f"Evaluation on {args.eval_prompts} held-out prompts: {list(DECODINGS)}")
+        for name, path in policies.items():
+            if (not args.only or name in args.only) and Path(path).is_dir():
+                _evaluate(args, output_dir, name, path, sft_path)
+        return
     print_stage(3, 6, "Preview: α, λ and the target KL")
     report = _preview(args, sft_path, output_dir)
     choice = choose(args, report)
@@ -527,14 +534,11 @@ def main(argv=None):
         if args.stage == "train":
             return
 
-    policies = _policies(args, output_dir, sft_path)
-    if every or args.stage == "evaluate":
+    if every:
         print_stage(5, 6, f"Evaluation on {args.eval_prompts} held-out prompts: {list(DECODINGS)}")
         for name, path in policies.items():
-            if (not args.only or name in args.only) and Path(path).is_dir():
+            if Path(path).is_dir():
                 _evaluate(args, output_dir, name, path, sft_path)
-        if args.stage == "evaluate":
-            return
     print_stage(6, 6, "Report")
     write_report(args, output_dir, report, choice, policies, sft_path)
 

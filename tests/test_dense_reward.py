@@ -129,11 +129,16 @@ def test_the_trainer_trains_on_a_user_reward_from_a_recipe_key_and_from_python(t
     logged = trainer.state.log_history[0]
     # Σ_t r̂_t of a completion of ≤ 6 tokens, each clipped to ±0.01
     assert abs(logged["reward"]) <= 6 * 0.01 + 1e-6 and logged["dense_reward/token_mean"] != 0.0
-    # From Python: a scorer built with the reward; a config naming another reward is refused with what to do.
+    # From Python: a scorer built with the reward trains under a config that names no reward; a config naming
+    # another reward is refused with what to do.
     scorer = CheckpointRewardModel.from_pretrained(str(sft_dir), reward=user_module.ClippedReward(0.01))
-    with pytest.raises(ValueError, match=r"asks for the reward CheckpointDifference .* scores ClippedReward"):
-        DensePathTrainer(model=None, reward_model=scorer, args=dpr_config(tmp_path / "b"), processing_class=tokenizer,
-                         train_dataset=prompts_dataset(8))
+    trainer = DensePathTrainer(model=None, reward_model=scorer, args=dpr_config(tmp_path / "b", max_steps=1),
+                               processing_class=tokenizer, train_dataset=prompts_dataset(8))
+    trainer.train()
+    assert abs(trainer.state.log_history[0]["reward"]) <= 6 * 0.01 + 1e-6
+    with pytest.raises(ValueError, match=r"asks for the reward SFTLogProb .* scores ClippedReward"):
+        DensePathTrainer(model=None, reward_model=scorer, args=dpr_config(tmp_path / "c", use_baseline=False),
+                         processing_class=tokenizer, train_dataset=prompts_dataset(8))
 
 
 def test_the_preview_scores_a_user_reward_variant(tokenizer, tmp_path, user_module):

@@ -40,7 +40,7 @@ def models(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("models")
     tokenizer = build_tokenizer(CORPUS)
-    for name, seed in (("sft", 0), ("ref", 1), ("adapters/base", 0)):
+    for name, seed in (("sft", 0), ("ref", 1), ("teacher", 2), ("adapters/base", 0)):
         build_tiny_causal_lm(tokenizer, seed=seed).save_pretrained(root / name)
         tokenizer.save_pretrained(root / name)
     adapters = root / "adapters"
@@ -133,6 +133,19 @@ def test_shared_base_adapters_score_through_the_wrapped_policy_like_one_process(
         if peft_key not in final:
             peft_key = peft_key.replace(".weight", ".base_layer.weight")
         assert torch.equal(final[peft_key], value), key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["fsdp", "zero3"])
+def test_a_third_checkpoint_of_a_user_reward_is_sharded_like_the_others(engine, models, tmp_path):
+    if engine == "zero3":
+        pytest.importorskip("deepspeed", reason="ZeRO-3 needs the deepspeed extra: pip install -e '.[deepspeed]'")
+    sharded = launch(engine, tmp_path, models, "third")
+    for rank in sharded["ranks"]:
+        for model in ("teacher_scorer", "ref_scorer", "sft_scorer"):  # π_SFT stays: the KL reference
+            facts = rank[model]
+            assert facts["local"] < 0.6 * facts["full"] and facts["gap_to_disk"] == 0.0, (model, facts)
+    assert_rewards_are_the_models_on_disk(sharded, models / "teacher", models / "ref")
 
 
 def assert_same_training(sharded: dict, whole: dict) -> None:

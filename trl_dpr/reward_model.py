@@ -679,7 +679,7 @@ def load_reward_model(
     A path loads π_SFT, π_ref (`ref_model_name_or_path`, or the one the SFT recorded) and the reward's other models with
     `args.model_init_kwargs` (or `model_init_kwargs`), scoring the config's reward (`args.reward()`: `dense_reward`,
     else the paper's, from `use_baseline` / `eliminate_value`). A `CheckpointRewardModel` must score the same reward
-    as the config names.
+    as the config names, when the config names one (else the scorer's reward is the run's).
 
     Example:
         >>> reward_model = load_reward_model("runs/sft", DensePathConfig("runs/dpr"))  # doctest: +SKIP
@@ -703,10 +703,10 @@ def load_reward_model(
             f"reward_model must be a CheckpointRewardModel (the scorer of a DenseReward: "
             f"CheckpointRewardModel.from_pretrained(sft_path, reward=...)) or an SFT path, got {type(reward_model).__name__}."
         )
-    wanted = type(args.reward())
-    if wanted is not type(reward_model.reward) or (
-        getattr(args.reward(), "reward", None).__class__ is not getattr(reward_model.reward, "reward", None).__class__
-    ):
+    # A config at its defaults names no reward: the scorer's own reward is the run's. One that names a reward
+    # (dense_reward, use_baseline: false, eliminate_value: false) must get it, or the run would train on another.
+    names_a_reward = args.dense_reward is not None or not args.use_baseline or not args.eliminate_value
+    if names_a_reward and _reward_name(args.reward()) != _reward_name(reward_model.reward):
         raise ValueError(
             f"The config asks for the reward {_reward_name(args.reward())} (dense_reward / use_baseline / "
             f"eliminate_value) but the reward model scores {_reward_name(reward_model.reward)}. Build it with the same "

@@ -1,13 +1,14 @@
 """A few DPR steps on tiny models under one engine, recording what `tests/test_sharded.py` compares across engines.
 
     sharded_check.py ENGINE OUTPUT_DIR MODELS_DIR [LAYOUT]     ENGINE: single | ddp | fsdp | zero3
-                                                                LAYOUT: models (default) | shared_base
+                                                                LAYOUT: models (default) | shared_base | third
 
 `single` is one CPU process (`recipes/accelerate_configs/cpu.yaml`); `ddp`, `fsdp` and `zero3` are two CPU processes
 (gloo) under `recipes/accelerate_configs/cpu_ddp.yaml` / `fsdp_cpu.yaml` / `zero3_cpu.yaml`. LAYOUT `models`: π_SFT
 and π_ref are two models (MODELS_DIR/sft, MODELS_DIR/ref) and the policy a third; `shared_base`: MODELS_DIR/adapters/sft
 is a LoRA SFT output with its reference adapter, so π_SFT, π_ref and the policy are three adapters on one base,
-scored through the policy's own (wrapped) model. The global batch is the same (4 prompts per
+scored through the policy's own (wrapped) model; `third`: a user's reward read off a third checkpoint
+(MODELS_DIR/teacher, r̂ = log π_teacher − log π_ref), given by name as `models={"teacher": ...}`. The global batch is the same (4 prompts per
 step) and generation is greedy, so every engine samples the same completions and takes the same SGD steps. Each rank
 writes `rank{r}.pt`: its rows of the first batch (ids, masks, dense rewards, KL reference, log π_old, advantages),
 how its scorers are held (local vs full parameter counts, FSDP units) and the largest difference between its
@@ -36,6 +37,15 @@ import trl_dpr.algorithm as algorithm  # noqa: E402
 from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer  # noqa: E402
 
 GLOBAL_BATCH = 4
+
+
+class TeacherMinusReference:
+    """A reward from a third checkpoint: r̂_t = log π_teacher(a_t|s_t) − log π_ref(a_t|s_t)."""
+
+    model_names = ("teacher", "ref")
+
+    def __call__(self, scored):
+        return (scored.logps["teacher"] - scored.logps["ref"]) * scored.completion_mask
 
 
 def enable_fsdp_on_cpu() -> None:
@@ -86,7 +96,8 @@ def scorer_facts(model, engine: str, disk: dict) -> dict:
 
 def main():
     engine, out, models = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-    shared_base = len(sys.argv) > 4 and sys.argv[4] == "shared_base"
+    layout = sys.argv[4] if len(sys.argv) > 4 else "models"
+    shared_base = layout == "shared_base"
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if engine == "fsdp":
@@ -105,6 +116,10 @@ def main():
 
     if shared_base:
         reward_model = CheckpointRewardModel.from_pretrained(str(models / "adapters" / "sft"), dtype=torch.float32)
+    elif layout == "third":
+        reward_model = CheckpointRewardModel.from_pretrained(
+            str(models / "sft"), str(models / "ref"), reward=TeacherMinusReference(),
+            model_paths={"teacher": str(models / "teacher")}, dtype=torch.float32)
     else:
         reward_model = CheckpointRewardModel.from_pretrained(str(models / "sft"), str(models / "ref"), dtype=torch.float32)
     recorded = {}
@@ -125,6 +140,9 @@ def main():
         disk = load_file(models / name / "model.safetensors")
         scorer = getattr(trainer.reward_model, f"{name}_model")
         recorded[f"{name}_scorer"] = scorer_facts(scorer, engine, disk)
+    if layout == "third":
+        disk = load_file(models / "teacher" / "model.safetensors")
+        recorded["teacher_scorer"] = scorer_facts(trainer.reward_model.extra_models["teacher"], engine, disk)
 
     generate_and_score = trainer._generate_and_score_completions
 
