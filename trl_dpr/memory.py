@@ -616,7 +616,7 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     import yaml
     from trl import ModelConfig, SFTConfig
 
-    from .config import DensePathConfig
+    from .config import DensePathConfig, SFTRecipeConfig
     from .recipe_parser import RecipeParser, find_recipe_file
 
     config_path = find_recipe_file(str(config_path))
@@ -625,7 +625,7 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     dpr_only = set(DensePathConfig.__dataclass_fields__) - set(SFTConfig.__dataclass_fields__)
     is_dpr = bool(dpr_only & set(values))
     script_class = _script_arguments_class(is_dpr)
-    config_class = DensePathConfig if is_dpr else SFTConfig
+    config_class = DensePathConfig if is_dpr else SFTRecipeConfig
     parsed = RecipeParser((script_class, config_class, ModelConfig, MemoryTarget)).parse_args_and_config(
         ["--config", str(config_path), "--use_cpu", "true"]
     )

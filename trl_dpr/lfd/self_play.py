@@ -543,8 +543,7 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
         recipe_main(SPINConfig, ["--config", "recipes/demo/spin.yaml"])
         ```
     """
-    from trl import SFTConfig
-
+    from ..config import SFTRecipeConfig
     from ..evaluation.config import load_evaluation_config
     from ..memory import MemoryTarget
     from ..pipeline import has_sft_output, run_sft
@@ -560,7 +559,7 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
     stage = 1
     if script_args.sft_config:
         sft_args, sft_training_args, sft_model_args, _ = RecipeParser(
-            (SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget)
+            (SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget)
         ).parse_args_and_config(["--config", script_args.sft_config])
         if sft_training_args.output_dir != sft_path:
             raise ValueError(
