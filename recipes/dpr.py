@@ -14,7 +14,7 @@ offline, on CPU:
 from trl import ModelConfig
 
 from trl_dpr import DensePathConfig
-from trl_dpr.checkpointing import last_complete_checkpoint
+from trl_dpr.checkpointing import last_complete_checkpoint, release_output_dir
 from trl_dpr.cli import run
 from trl_dpr.config import SFTRecipeConfig
 from trl_dpr.hub import defer_push_to_hub, push_trainer_output
@@ -78,6 +78,7 @@ def main(argv=None):
         evaluate_against_sft(script_args.evaluation_config, sft_path, training_args.output_dir)
     if push:
         push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
+    release_output_dir(training_args.output_dir)  # after the evaluation's eval_results.json and the push
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_config, get_quantization_config
 
 from .callbacks import ReferenceCheckpointCallback
-from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resume_from_checkpoint
+from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resume_from_checkpoint, release_output_dir
 from .config import DensePathConfig
 from .data import check_chat_template, load_demonstrations, prompts_for_rl
 from .embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
@@ -184,7 +184,8 @@ def run_sft(
     """SFT on demonstrations, saving π_ref at ⌊α·N⌋ steps next to the final π_SFT; returns the output directory.
 
     `resume_from_checkpoint: true` resumes from the newest complete checkpoint; π_ref is not written twice. With
-    `push_to_hub: true` the output is pushed once, at the end, with its reference checkpoint (`trl_dpr.hub`).
+    `push_to_hub: true` the output is pushed once, at the end, with its reference checkpoint (`trl_dpr.hub`). The
+    output folder is claimed for this run until it returns (`trl_dpr.checkpointing.claim_output_dir`).
 
     Example:
         ```python
@@ -239,6 +240,7 @@ def run_sft(
         mark_sft_complete(training_args.output_dir)  # last: what "this SFT output is finished" means
     if push:  # π_SFT with dpr_reference/ and its manifest: loadable as the reward model from the Hub
         push_trainer_output(trainer, dataset_name=script_args.dataset_name)
+    release_output_dir(training_args.output_dir)  # finished: the folder holds its outputs only
     del trainer
     _free_memory()
     return training_args.output_dir

@@ -36,7 +36,7 @@ from transformers import AutoTokenizer
 from trl import ModelConfig, get_peft_config
 from trl.data_utils import is_conversational
 
-from ..checkpointing import claim_output_dir, last_complete_checkpoint
+from ..checkpointing import LOCK_HOLDER_NAME, LOCK_NAME, claim_output_dir, last_complete_checkpoint, release_output_dir
 from ..data import load_demonstrations
 from ..evaluation.cache import JsonlCache
 from ..pipeline import SFTScriptArguments, model_init_kwargs_from, print_stage
@@ -383,7 +383,7 @@ def _final_metrics(log_history: list[dict]) -> dict:
 
 def _publish_last_iterate(iteration_dir: Path, root: Path) -> None:
     """Copy the last iterate's files (weights, config, tokenizer; not its checkpoints) into the run's folder."""
-    skip = {ITERATION_RECORD, ".trl_dpr.lock", "training_args.bin"}
+    skip = {ITERATION_RECORD, LOCK_NAME, LOCK_HOLDER_NAME, "training_args.bin"}
     for path in iteration_dir.iterdir():
         if path.is_file() and path.name not in skip and not path.name.startswith(".write-test-"):
             shutil.copy2(path, root / path.name)
@@ -480,6 +480,7 @@ def run_self_play(
         if state.is_main_process:
             record_path.write_text(json.dumps(record, indent=2))
         state.wait_for_everyone()
+        release_output_dir(iteration_dir)  # finished (its record written): the folder holds its outputs only
         iterations.append(record)
         previous_pairs = current_pairs
         del trainer, policy
@@ -492,6 +493,7 @@ def run_self_play(
         summary = json.loads((root / RUN_RECORD).read_text())
         (root / RUN_RECORD).write_text(json.dumps({**summary, "iterations": iterations}, indent=2))
     state.wait_for_everyone()
+    release_output_dir(root)
     return SelfPlayRun(output_dir=str(root), method=method, iterations=iterations)
 
 
