@@ -382,8 +382,8 @@ class AtomicCheckpointsMixin:
     """Mix into a `transformers.Trainer` subclass: the run claims its folder, checkpoints are staged, verified, renamed.
 
     `train(resume_from_checkpoint=True)` (or `"true"` from a command line) resumes from the newest checkpoint whose
-    files match its manifest (`last_complete_checkpoint`); a fresh `train()` into a folder that holds another run is
-    refused unless `args.overwrite_output_dir` is set.
+    files match its manifest (`last_complete_checkpoint`) and prints `Resuming from <output_dir>/checkpoint-N`; a fresh
+    `train()` into a folder that holds another run is refused unless `args.overwrite_output_dir` is set.
 
     Example:
         ```python
@@ -447,4 +447,6 @@ class AtomicCheckpointsMixin:
             problem = checkpoint_problem(resume_from_checkpoint) if os.path.isdir(resume_from_checkpoint) else "it is not a folder"
             if problem and not problem.startswith("no checkpoint_manifest"):
                 raise ValueError(f"Cannot resume from {resume_from_checkpoint!r}: {problem}.")
+        if resume_from_checkpoint is not None and self.is_world_process_zero():
+            print(f"Resuming from {resume_from_checkpoint}", flush=True)
         return super().train(resume_from_checkpoint, *args, **kwargs)
