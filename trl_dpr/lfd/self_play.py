@@ -449,7 +449,9 @@ def run_self_play(
             iterations.append(json.loads(record_path.read_text()))
             policy_path, previous_pairs = str(iteration_dir), None
             continue
-        print_stage(t + 1, training_args.num_iterations, f"{method} iteration {t}: {policy_path} answers, then trains against itself")
+        if state.is_main_process:  # a line, not a stage banner: the iterations are one stage of the recipe
+            print(f"\n{method} iteration {t} ({t + 1} of {training_args.num_iterations}): {policy_path} answers, then "
+                  f"trains against itself into {iteration_dir}", flush=True)
         start = time.perf_counter()
         policy = load_policy(policy_path, init_kwargs)
         answers = answer_prompts(
