@@ -18,7 +18,7 @@ from accelerate import PartialState
 from transformers import AutoTokenizer
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_config, get_quantization_config
 
-from .callbacks import ReferenceCheckpointCallback
+from .callbacks import ConsoleLogMixin, ReferenceCheckpointCallback
 from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resume_from_checkpoint, release_output_dir
 from .config import DensePathConfig
 from .data import check_chat_template, load_demonstrations, prompts_for_rl
@@ -162,9 +162,10 @@ def model_init_kwargs_from(model_args: ModelConfig, trust_remote_code: bool = Fa
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
-class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, SFTTrainer):
-    """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.checkpointing`) and safe Hub pushes
-    (`trl_dpr.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once).
+class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, ConsoleLogMixin, SFTTrainer):
+    """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.checkpointing`), safe Hub pushes
+    (`trl_dpr.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once) and a console log
+    of numbers (`trl_dpr.callbacks.ConsoleLogMixin`).
 
     Example:
         ```python

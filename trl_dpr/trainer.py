@@ -16,6 +16,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallba
 from trl import GRPOTrainer
 
 from . import algorithm
+from .callbacks import ConsoleLogMixin
 from .checkpointing import AtomicCheckpointsMixin, check_output_dir
 from .config import DensePathConfig
 from .data import check_prompt_dataset, drop_long_prompts
@@ -41,7 +42,7 @@ def dense_path(prompts, completions, **kwargs):
     raise RuntimeError("DensePathTrainer scores completions with its CheckpointRewardModel, not through dense_path.")
 
 
-class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, GRPOTrainer):
+class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, ConsoleLogMixin, GRPOTrainer):
     r"""Trainer for Dense-Path REINFORCE (DPR), from [Beyond Imitation: Recovering Dense Rewards from
     Demonstrations](https://huggingface.co/papers/2510.02493).
 
@@ -68,8 +69,8 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, GRPOTrainer):
     - `create_model_card`: TRL's card plus DPR's hyperparameters, the reward's source and the evaluation table.
 
     From the mixins: checkpoints are staged and renamed once complete, resume takes the newest complete one
-    (`AtomicCheckpointsMixin`), and Hub pushes (`push_to_hub=True`, `trainer.push_to_hub()`) go through the safe push,
-    once, with the model card (`SafeHubPushMixin`).
+    (`AtomicCheckpointsMixin`), Hub pushes (`push_to_hub=True`, `trainer.push_to_hub()`) go through the safe push,
+    once, with the model card (`SafeHubPushMixin`), and the console log prints numbers (`ConsoleLogMixin`).
 
     In TRL's completions table (`log_completions=True`), GRPO's scalar `dense_path` and `advantage` columns are NaN and
     0 (DPR has no scalar reward, and one sample per prompt has no group advantage); DPR's are `sequence_reward`
