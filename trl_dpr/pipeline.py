@@ -24,7 +24,14 @@ from .config import DensePathConfig
 from .data import check_chat_template, load_demonstrations, prompts_for_rl
 from .embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
-from .hub import SafeHubPushMixin, check_hub_push, defer_push_to_hub, push_trainer_output
+from .hub import (
+    BaseModelCardMixin,
+    SafeHubPushMixin,
+    base_model_reference,
+    check_hub_push,
+    defer_push_to_hub,
+    push_trainer_output,
+)
 from .reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
 from .reward_model import CheckpointRewardModel, load_reward_model
 from .trainer import DensePathTrainer
@@ -162,10 +169,12 @@ def model_init_kwargs_from(model_args: ModelConfig, trust_remote_code: bool = Fa
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
-class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, ConsoleLogMixin, SFTTrainer):
+class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, SFTTrainer):
     """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.checkpointing`), safe Hub pushes
-    (`trl_dpr.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once) and a console log
-    of numbers (`trl_dpr.callbacks.ConsoleLogMixin`).
+    (`trl_dpr.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once), a model card that
+    names the base model (`base_model`: the name the run was given, which `model` may have been resolved from; by
+    default `model` itself, `trl_dpr.hub.BaseModelCardMixin`) and a console log of numbers
+    (`trl_dpr.callbacks.ConsoleLogMixin`).
 
     Example:
         ```python
@@ -174,9 +183,14 @@ class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, ConsoleLogMixin, 
         ```
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, base_model: str | None = None, **kwargs):
         self._take_over_hub_push(kwargs["args"])
+        model = kwargs.get("model", args[0] if args else None)
+        self._base_model = base_model or (model if isinstance(model, str) else None)
         super().__init__(*args, **kwargs)
+
+    def _card_base_model(self) -> str:
+        return base_model_reference(self._base_model) if self._base_model else super()._card_base_model()
 
 
 def run_sft(
@@ -228,6 +242,7 @@ def run_sft(
 
     trainer = SafeSFTTrainer(
         model=base,
+        base_model=model_args.model_name_or_path,  # `base` may be a folder this run built it into (embedded, GGUF)
         args=training_args,
         train_dataset=train_dataset,
         processing_class=tokenizer,
