@@ -235,7 +235,9 @@ class _FolderLock:
         self._fd = self._filelock = None
 
 
-_HELD_LOCKS: dict[str, tuple[Path, _FolderLock]] = {}  # realpath → (folder, lock) this process holds (re-entrant)
+# realpath → (folder, lock, PID of the process that took it): re-entrant per process. A forked child inherits the
+# entries, not the right to release them.
+_HELD_LOCKS: dict[str, tuple[Path, _FolderLock, int]] = {}
 
 
 def _is_main_process() -> bool:
@@ -269,23 +271,22 @@ def _lock(output_dir: Path) -> str | None:
         )
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     (output_dir / LOCK_HOLDER_NAME).write_text(json.dumps(holder))
-    if not _HELD_LOCKS:
-        atexit.register(_release_all)  # a run that ends without release_output_dir (an error, a notebook's end)
-    _HELD_LOCKS[key] = (output_dir, lock)
+    _HELD_LOCKS[key] = (output_dir, lock, os.getpid())
     return None
 
 
 def _unlock(key: str) -> None:
     """Remove what the run kept in its folder for itself (the lock holder's record, an empty staging folder), then
     delete and release the lock: last, so no other run writes here before this one is done with the folder."""
-    output_dir, lock = _HELD_LOCKS.pop(key)
+    output_dir, lock, _ = _HELD_LOCKS.pop(key)
     (output_dir / LOCK_HOLDER_NAME).unlink(missing_ok=True)
     _remove_if_empty(output_dir / STAGING_DIRNAME)
     lock.release()
 
 
+@atexit.register  # a run that ends without release_output_dir (an error, the end of a notebook)
 def _release_all() -> None:
-    for key in list(_HELD_LOCKS):
+    for key in [key for key, (*_, pid) in _HELD_LOCKS.items() if pid == os.getpid()]:
         try:
             _unlock(key)
         except OSError:  # the folder went away, or a full disk: the OS releases the lock with the process anyway
@@ -312,7 +313,7 @@ def release_output_dir(output_dir: str | os.PathLike) -> None:
     """
     _barrier()  # every process has written its last file
     key = os.path.realpath(output_dir)
-    if key in _HELD_LOCKS:  # the main process's
+    if key in _HELD_LOCKS and _HELD_LOCKS[key][2] == os.getpid():  # the main process's
         _unlock(key)
     _barrier()
 
