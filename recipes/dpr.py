@@ -11,11 +11,12 @@ offline, on CPU:
     accelerate launch --config_file recipes/accelerate_configs/cpu.yaml recipes/dpr.py --config recipes/demo/dpr.yaml
 """
 
-from trl import ModelConfig, SFTConfig
+from trl import ModelConfig
 
 from trl_dpr import DensePathConfig
-from trl_dpr.checkpointing import last_complete_checkpoint
+from trl_dpr.checkpointing import last_complete_checkpoint, release_output_dir
 from trl_dpr.cli import run
+from trl_dpr.config import SFTRecipeConfig
 from trl_dpr.hub import defer_push_to_hub, push_trainer_output
 from trl_dpr.memory import MemoryTarget
 from trl_dpr.pipeline import (
@@ -47,7 +48,7 @@ def main(argv=None):
     stages = 1 + bool(script_args.sft_config) + bool(script_args.evaluation_config)
     stage = 1
     if script_args.sft_config:
-        sft_args, sft_training_args, sft_model_args, _ = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget)).parse_args_and_config(
+        sft_args, sft_training_args, sft_model_args, _ = RecipeParser((SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget)).parse_args_and_config(
             ["--config", script_args.sft_config]
         )
         if sft_training_args.output_dir != sft_path:
@@ -77,6 +78,7 @@ def main(argv=None):
         evaluate_against_sft(script_args.evaluation_config, sft_path, training_args.output_dir)
     if push:
         push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
+    release_output_dir(training_args.output_dir)  # after the evaluation's eval_results.json and the push
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ that `recipes/dpr.py` (and `CheckpointRewardModel.from_pretrained`) read. Any YA
 command line (`--learning_rate 1e-5`); unknown keys are an error.
 """
 
-from trl import ModelConfig, SFTConfig
+from trl import ModelConfig
 
 from trl_dpr.cli import run
+from trl_dpr.config import SFTRecipeConfig
 from trl_dpr.memory import MemoryTarget
 from trl_dpr.pipeline import SFTScriptArguments, print_stage, run_sft
 from trl_dpr.recipe_parser import RecipeParser
@@ -18,7 +19,7 @@ from trl_dpr.recipe_parser import RecipeParser
 
 def make_parser() -> RecipeParser:
     # MemoryTarget (gpu_memory_gib, num_gpus) is read by `trl-dpr memory`, not by training.
-    return RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget))
+    return RecipeParser((SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget))
 
 
 def main(argv=None):

@@ -18,6 +18,7 @@ from trl_dpr.checkpointing import (
     checkpoint_problem,
     claim_output_dir,
     last_complete_checkpoint,
+    release_output_dir,
     write_checkpoint_manifest,
 )
 from trl_dpr.reference_manifest import MANIFEST_NAME
@@ -247,3 +248,79 @@ def test_trainer_refuses_to_train_over_a_finished_run_and_resumes_from_a_command
     third, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=4, save_strategy="steps", save_steps=2)
     third.train(resume_from_checkpoint="true")  # what `--resume_from_checkpoint true` delivers
     assert third.state.global_step == 4
+
+
+# ---- a finished run leaves only its outputs -------------------------------------------------------------------------
+
+
+def test_a_finished_sft_run_leaves_no_lock_and_no_staging_folder(tmp_path):
+    from trl import ModelConfig, SFTConfig
+
+    from trl_dpr.pipeline import SFTScriptArguments, run_sft
+
+    output_dir = tmp_path / "sft"
+    run_sft(SFTScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=8),
+            SFTConfig(output_dir=str(output_dir), max_steps=2, save_strategy="steps", save_steps=1,
+                      per_device_train_batch_size=4, max_length=64, bf16=False, use_cpu=True, report_to="none", seed=0),
+            ModelConfig(model_name_or_path="trl_dpr/embedded-tiny-llama", dtype="float32"))
+    assert (output_dir / "checkpoint-2").is_dir() and (output_dir / "model.safetensors").is_file()
+    assert sorted(p.name for p in output_dir.iterdir() if p.name.startswith(".")) == []
+    claim_output_dir(output_dir, resuming=True)  # the folder is free for the next run
+
+
+def hold_lock(folder) -> int:
+    """Lock `folder`'s lock file through a descriptor of its own, as another process would; returns it."""
+    import fcntl
+
+    fd = os.open(Path(folder) / ".trl_dpr.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def is_locked(folder) -> bool:
+    import fcntl
+
+    probe = os.open(Path(folder) / ".trl_dpr.lock", os.O_RDWR)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(probe)
+    return False
+
+
+def test_a_folder_whose_lock_file_is_held_is_refused_and_claimed_once_it_is_not(tmp_path):
+    holder = hold_lock(tmp_path)
+    try:
+        with pytest.raises(OutputDirInUse, match="Another run is using"):
+            claim_output_dir(tmp_path)
+    finally:
+        os.close(holder)
+    claim_output_dir(tmp_path)
+    assert is_locked(tmp_path)
+    release_output_dir(tmp_path)
+    assert not (tmp_path / ".trl_dpr.lock").exists()
+
+
+def test_a_run_that_opened_the_lock_file_of_a_run_just_ending_locks_the_file_that_replaces_it(tmp_path, monkeypatch):
+    """A run that ends deletes its lock file while holding it. A run starting that opened the file just before would
+    lock a file no longer in the folder, and a third run could lock a new one beside it: it must lock the new one."""
+    lock_path = tmp_path / ".trl_dpr.lock"
+    holder, real_open, opened = hold_lock(tmp_path), os.open, []
+
+    def open_as_the_holder_ends(path, *args, **kwargs):
+        fd = real_open(path, *args, **kwargs)
+        if Path(path) == lock_path:
+            if not opened:  # the holder ends between this open and the flock: it deletes its file, then releases it
+                lock_path.unlink()
+                os.close(holder)
+            opened.append(fd)
+        return fd
+
+    monkeypatch.setattr(os, "open", open_as_the_holder_ends)
+    claim_output_dir(tmp_path)
+    monkeypatch.undo()
+    assert len(opened) == 2  # the deleted file, then the one now at the path
+    assert is_locked(tmp_path)  # the folder's lock file is held: the next run is refused
+    release_output_dir(tmp_path)

@@ -223,3 +223,12 @@ def test_the_recipes_readme_shows_each_recipes_current_plan(recipe, shapes, monk
     monkeypatch.chdir(ROOT)  # tables are titled with the path relative to the repository
     table = plan_recipe(str(recipe.relative_to(ROOT)), shapes[recipe.parts[-3]]).table()
     assert table in (ROOT / "recipes" / "README.md").read_text(), "regenerate the plan tables at the end of recipes/README.md"
+
+
+def test_a_cpu_recipe_is_planned_per_process_not_per_gpu():
+    tiny = ModelShape.from_config(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                              num_attention_heads=4, num_key_value_heads=2, vocab_size=100))
+    table = plan_recipe(str(ROOT / "recipes" / "demo" / "sft.yaml"), tiny).table()
+    assert "**total per process**" in table and "GPU" not in table and "CUDA" not in table
+    gpu = plan_recipe(str(ROOT / "recipes" / "llama-3.1-8b" / "sft" / "config_qlora.yaml"), tiny).table()
+    assert "**total per GPU**" in gpu and "CUDA context" in gpu

@@ -1,5 +1,8 @@
 """What a DPR run writes for the Hub: a model card that names its SFT model, and no lock file in the push."""
 
+import pytest
+from transformers import AutoModelForCausalLM
+
 from trl_dpr.hub import files_to_push
 
 from .conftest import dpr_trainer
@@ -28,3 +31,41 @@ def test_the_output_folder_lock_and_its_holder_are_not_pushed(tmp_path):
     for name in ("model.safetensors", ".trl_dpr.lock", ".trl_dpr.lock.json"):
         (tmp_path / name).write_text("x")
     assert files_to_push(tmp_path) == ["model.safetensors"]
+
+
+def test_the_sft_model_card_written_at_a_checkpoint_names_its_base_model(tmp_path):
+    from trl import ModelConfig, SFTConfig
+
+    from trl_dpr.pipeline import SFTScriptArguments, run_sft
+
+    output_dir = tmp_path / "sft"
+    run_sft(SFTScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=4),
+            SFTConfig(output_dir=str(output_dir), max_steps=1, save_strategy="steps", save_steps=1,
+                      per_device_train_batch_size=4, max_length=64, bf16=False, use_cpu=True, report_to="none", seed=0),
+            ModelConfig(model_name_or_path="trl_dpr/embedded-tiny-llama", dtype="float32"))
+    card = (output_dir / "README.md").read_text()  # TRL writes it before each checkpoint
+    assert "None" not in card
+    assert "fine-tuned version of `trl_dpr/embedded-tiny-llama` (the tiny model embedded in trl_dpr)" in card
+    assert 'pipeline("text-generation", model="sft"' in card  # the output folder: a push names it so on the Hub
+
+
+@pytest.mark.parametrize("method", ["SPIN", "GSIL"])
+def test_a_self_play_model_card_names_the_model_it_started_from(method, tmp_path):
+    import copy
+
+    from trl_dpr.embedded.task import demo_corpus
+    from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
+    from trl_dpr.lfd import GSILConfig, GSILTrainer, SPINConfig, SPINTrainer
+
+    from .test_lfd import run_args, sampled_pairs
+
+    tok = build_tokenizer(demo_corpus(size=200), vocab_size=500)
+    build_tiny_causal_lm(tok, seed=0).save_pretrained(tmp_path / "iteration-0")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "iteration-0")  # π_t, as self-play loads it
+    trainer_class, config_class = (SPINTrainer, SPINConfig) if method == "SPIN" else (GSILTrainer, GSILConfig)
+    trainer = trainer_class(model=model, ref_model=copy.deepcopy(model), args=run_args(config_class, tmp_path),
+                            train_dataset=sampled_pairs(tok, model), processing_class=tok)
+    trainer.create_model_card(model_name="tiny")
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert "None" not in card and "fine-tuned version of the model `iteration-0` (a local folder)" in card
+    assert str(tmp_path) not in card

@@ -15,6 +15,7 @@ import pytest
 import torch
 import trl
 from transformers import Trainer
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_dpr import DensePathConfig
@@ -64,6 +65,8 @@ OVERRIDDEN = [
     (GRPOTrainer, "compute_loss", ["model", "inputs", "return_outputs", "num_items_in_batch"], "DensePathTrainer.compute_loss"),
     (GRPOTrainer, "create_model_card", ["model_name", "dataset_name", "tags"], "DensePathTrainer.create_model_card"),
     (Trainer, "_save_checkpoint", ["model", "trial"], "trl_dpr.checkpointing.AtomicCheckpointsMixin._save_checkpoint"),
+    (ProgressCallback, "on_log", ["args", "state", "control", "logs", "kwargs"], "trl_dpr.callbacks.NumericProgressCallback"),
+    (PrinterCallback, "on_log", ["args", "state", "control", "logs", "kwargs"], "trl_dpr.callbacks.NumericPrinterCallback"),
     (Trainer, "_get_output_dir", ["trial"], "trl_dpr.checkpointing.AtomicCheckpointsMixin._save_checkpoint"),
 ]
 
@@ -240,3 +243,14 @@ def test_logit_scale_and_softcap_match_trls_fused_head(family):
         f"{family}: completion_logprobs and TRL's fused head disagree (max {(ours - fused).abs().max():.2e})",
         "reward_model._logit_transform",
     )
+
+
+def test_trls_model_card_template_still_writes_none_for_an_unknown_base_model_and_repository():
+    from trl.trainer.utils import generate_model_card
+
+    from trl_dpr.hub import BaseModelCardMixin
+
+    card = str(generate_model_card(base_model=None, model_name="m", hub_model_id=None, dataset_name=None, tags=[],
+                                   wandb_url=None, trackio_url=None, trainer_name="SFT"))
+    for text in (BaseModelCardMixin._UNKNOWN_BASE, BaseModelCardMixin._UNKNOWN_REPO):
+        contract(text in card, f"TRL's model card template no longer writes {text!r}", "trl_dpr.hub.BaseModelCardMixin")

@@ -4,17 +4,22 @@
 folder: a crash mid-save leaves a `checkpoint-N/` that is picked anyway (without `optimizer.pt` the optimizer silently
 restarts), and two runs on one folder mix their files. Here:
 
-- **one run per folder**: `claim_output_dir` takes an exclusive lock (`filelock.FileLock`: `flock` on Unix, `msvcrt`
-  on Windows, released by the OS even on SIGKILL) on `<output_dir>/.trl_dpr.lock` for the life of the process, and
-  says who holds it (PID, host, start time, from `.trl_dpr.lock.json`) when another run does; a fresh run refuses a folder that holds a finished or checkpointed run unless told to overwrite;
+- **one run per folder**: `claim_output_dir` takes an exclusive lock (`flock` on Unix, `msvcrt` through
+  `filelock.FileLock` on Windows; released by the OS even on SIGKILL) on `<output_dir>/.trl_dpr.lock` until the run
+  ends (`release_output_dir`, or the end of the process), and says who holds it (PID, host, start time, from
+  `.trl_dpr.lock.json`) when another run does; a fresh run refuses a folder that holds a finished or checkpointed run
+  unless told to overwrite. A run that ends removes both files: a finished folder holds only its outputs;
 - **staged checkpoints**: a checkpoint is written under `.partial/checkpoint-N/`, gets a manifest of every file and
-  its size (`checkpoint_manifest.json`, written last), and is renamed into place once every process has written;
+  its size (`checkpoint_manifest.json`, written last), and is renamed into place once every process has written
+  (`.partial/` goes once it is empty);
 - **verified resume**: `last_complete_checkpoint` returns the newest checkpoint whose files all match its manifest,
   and names what is wrong with each newer one it skips (a truncated `model.safetensors`, a missing `optimizer.pt`).
 """
 
 from __future__ import annotations
 
+import atexit
+import errno
 import json
 import os
 import re
@@ -39,6 +44,7 @@ __all__ = [
     "is_complete_checkpoint",
     "last_complete_checkpoint",
     "parse_resume_from_checkpoint",
+    "release_output_dir",
     "write_checkpoint_manifest",
 ]
 
@@ -183,7 +189,55 @@ class OutputDirInUse(RuntimeError):
     """Another live run holds the output folder's lock."""
 
 
-_HELD_LOCKS: dict[str, FileLock] = {}  # realpath → the locks this process holds (re-entrant per process)
+class _FolderLock:
+    """An exclusive lock on one file, held until `release` or the end of the process (the OS drops it however the
+    process ends). `release` deletes the file while still holding it, so a finished folder keeps no lock file."""
+
+    def __init__(self, path: Path):
+        self.path, self._fd, self._filelock = path, None, None
+
+    def acquire(self) -> bool:
+        """Take the lock now, or return False when another process holds it."""
+        if os.name == "nt":  # msvcrt locks, through filelock (which deletes the file on release when it can)
+            self._filelock = FileLock(self.path, thread_local=False)
+            try:
+                self._filelock.acquire(blocking=False)
+            except Timeout:
+                return False
+            return True
+        import fcntl
+
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as error:
+                os.close(fd)
+                if error.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    return False
+                raise
+            # A run that ends deletes its lock file while holding it: opened just before, this is a file no longer at
+            # `path`, and a third run could lock a new one there. Hold the lock only of the file at `path`.
+            try:
+                if os.path.samestat(os.fstat(fd), os.stat(self.path)):
+                    self._fd = fd
+                    return True
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+
+    def release(self) -> None:
+        if self._filelock is not None:
+            self._filelock.release()
+        elif self._fd is not None:
+            self.path.unlink(missing_ok=True)  # first: whoever locks after this locks a new file (see `acquire`)
+            os.close(self._fd)
+        self._fd = self._filelock = None
+
+
+# realpath → (folder, lock, PID of the process that took it): re-entrant per process. A forked child inherits the
+# entries, not the right to release them.
+_HELD_LOCKS: dict[str, tuple[Path, _FolderLock, int]] = {}
 
 
 def _is_main_process() -> bool:
@@ -200,14 +254,12 @@ def _agree(error: str | None) -> str | None:
 
 
 def _lock(output_dir: Path) -> str | None:
-    """Take the folder's lock for the rest of this process's life; the reason it cannot be taken, or None."""
+    """Take the folder's lock until the run ends; the reason it cannot be taken, or None."""
     key = os.path.realpath(output_dir)
     if key in _HELD_LOCKS:
         return None
-    lock = FileLock(output_dir / LOCK_NAME, thread_local=False)
-    try:
-        lock.acquire(blocking=False)
-    except Timeout:
+    lock = _FolderLock(output_dir / LOCK_NAME)
+    if not lock.acquire():
         try:
             info = json.loads((output_dir / LOCK_HOLDER_NAME).read_text())
             who = f"PID {info.get('pid')} on host {info.get('host')}, started {info.get('started')}"
@@ -219,8 +271,51 @@ def _lock(output_dir: Path) -> str | None:
         )
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     (output_dir / LOCK_HOLDER_NAME).write_text(json.dumps(holder))
-    _HELD_LOCKS[key] = lock  # never released: the OS releases it when this process ends, however it ends
+    _HELD_LOCKS[key] = (output_dir, lock, os.getpid())
     return None
+
+
+def _unlock(key: str) -> None:
+    """Remove what the run kept in its folder for itself (the lock holder's record, an empty staging folder), then
+    delete and release the lock: last, so no other run writes here before this one is done with the folder."""
+    output_dir, lock, _ = _HELD_LOCKS.pop(key)
+    (output_dir / LOCK_HOLDER_NAME).unlink(missing_ok=True)
+    _remove_if_empty(output_dir / STAGING_DIRNAME)
+    lock.release()
+
+
+@atexit.register  # a run that ends without release_output_dir (an error, the end of a notebook)
+def _release_all() -> None:
+    for key in [key for key, (*_, pid) in _HELD_LOCKS.items() if pid == os.getpid()]:
+        try:
+            _unlock(key)
+        except OSError:  # the folder went away, or a full disk: the OS releases the lock with the process anyway
+            pass
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:  # missing, or not empty: a crashed save's checkpoint stays for `last_complete_checkpoint` to judge
+        pass
+
+
+def release_output_dir(output_dir: str | os.PathLike) -> None:
+    """End this run's claim on `output_dir`: its lock file, the holder's record and an empty `.partial/` are removed,
+    and another run may claim the folder. Call it on every process once nothing more is written there; a folder still
+    claimed when the process ends is released then.
+
+    Example:
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> claim_output_dir(folder); release_output_dir(folder); os.listdir(folder)
+        []
+    """
+    _barrier()  # every process has written its last file
+    key = os.path.realpath(output_dir)
+    if key in _HELD_LOCKS and _HELD_LOCKS[key][2] == os.getpid():  # the main process's
+        _unlock(key)
+    _barrier()
 
 
 def _previous_run(output_dir: Path) -> str | None:
@@ -236,7 +331,8 @@ def claim_output_dir(output_dir: str | os.PathLike, *, resuming: bool = False, o
     - another live run holds its lock: `OutputDirInUse` naming the holder (PID, host, start time);
     - it holds a finished or checkpointed run and this one is neither resuming nor told to overwrite: `ValueError`.
 
-    The lock is held until this process ends. All processes of a distributed run get the same verdict.
+    The lock is held until `release_output_dir(output_dir)` or the end of the process. All processes of a distributed
+    run get the same verdict.
 
     Example:
         >>> import tempfile
@@ -287,8 +383,8 @@ class AtomicCheckpointsMixin:
     """Mix into a `transformers.Trainer` subclass: the run claims its folder, checkpoints are staged, verified, renamed.
 
     `train(resume_from_checkpoint=True)` (or `"true"` from a command line) resumes from the newest checkpoint whose
-    files match its manifest (`last_complete_checkpoint`); a fresh `train()` into a folder that holds another run is
-    refused unless `args.overwrite_output_dir` is set.
+    files match its manifest (`last_complete_checkpoint`) and prints `Resuming from <output_dir>/checkpoint-N`; a fresh
+    `train()` into a folder that holds another run is refused unless `args.overwrite_output_dir` is set.
 
     Example:
         ```python
@@ -322,6 +418,7 @@ class AtomicCheckpointsMixin:
             if os.path.isdir(final):
                 shutil.rmtree(final)
             os.replace(staged, final)
+            _remove_if_empty(Path(staging_root))  # the next save stages here again
             if self.state.best_model_checkpoint and self.state.best_model_checkpoint.startswith(staging_root):
                 self.state.best_model_checkpoint = self.state.best_model_checkpoint.replace(staging_root, run_dir, 1)
             rotate_checkpoints(
@@ -351,4 +448,6 @@ class AtomicCheckpointsMixin:
             problem = checkpoint_problem(resume_from_checkpoint) if os.path.isdir(resume_from_checkpoint) else "it is not a folder"
             if problem and not problem.startswith("no checkpoint_manifest"):
                 raise ValueError(f"Cannot resume from {resume_from_checkpoint!r}: {problem}.")
+        if resume_from_checkpoint is not None and self.is_world_process_zero():
+            print(f"Resuming from {resume_from_checkpoint}", flush=True)
         return super().train(resume_from_checkpoint, *args, **kwargs)

@@ -1,12 +1,47 @@
-"""`DensePathConfig`: GRPOConfig with the Dense-Path REINFORCE fields and the paper's defaults (Table 5)."""
+"""`DensePathConfig`: GRPOConfig with the Dense-Path REINFORCE fields and the paper's defaults (Table 5); and
+`SFTRecipeConfig`, TRL's SFTConfig as the recipes parse it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trl import GRPOConfig
+from trl import GRPOConfig, SFTConfig
 
-__all__ = ["DensePathConfig"]
+__all__ = ["ActivationCheckpointingAlias", "DensePathConfig", "SFTRecipeConfig"]
+
+
+class ActivationCheckpointingAlias:
+    """Mix into a TRL config: `gradient_checkpointing` is read under its new name, without a FutureWarning.
+
+    transformers 5.23 renamed `gradient_checkpointing` to `activation_checkpointing` and warns whenever a config
+    carries a value under the old name. TRL 1.16's configs give the old name a default (True), so every TRL config
+    warns, whether a recipe sets the key or not, and each `trl-dpr` run parses its recipe twice (before launching, and
+    in the launched script). The value moves to the new name before transformers looks; with a transformers that has
+    no new name (< 5.23) nothing changes, and the recipes' `gradient_checkpointing` key works with both.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("error", FutureWarning)
+        ...     SFTRecipeConfig("runs/sft", gradient_checkpointing=False, use_cpu=True).gradient_checkpointing
+        False
+    """
+
+    def __post_init__(self):
+        if getattr(self, "activation_checkpointing", False) is None and self.gradient_checkpointing is not None:
+            self.activation_checkpointing = self.gradient_checkpointing
+        super().__post_init__()
+
+
+@dataclass
+class SFTRecipeConfig(ActivationCheckpointingAlias, SFTConfig):
+    """TRL's `SFTConfig`, as `recipes/sft.py` (and the SFT stage the other recipes run first) parses it: the same fields
+    and defaults; `gradient_checkpointing` is read without a deprecation warning (`ActivationCheckpointingAlias`).
+
+    Example:
+        >>> SFTRecipeConfig("runs/sft", max_length=160, use_cpu=True).gradient_checkpointing  # TRL's default
+        True
+    """
 
 
 class _NoGroupBaseline(int):
@@ -22,7 +57,7 @@ class _NoGroupBaseline(int):
 
 
 @dataclass
-class DensePathConfig(GRPOConfig):
+class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
     r"""Configuration for [`DensePathTrainer`]: every [`trl.GRPOConfig`] field, plus DPR's.
 
     Defaults follow the paper (Li et al., 2025, Table 5, "Hyperparameters used across all backbones for DPR"). Batch

@@ -40,8 +40,10 @@ __all__ = [
     "SAFETY_IGNORE_PATTERNS",
     "SECRET_ENV_VARS",
     "TRANSFORMERS_IGNORE_PATTERNS",
+    "BaseModelCardMixin",
     "SafeHubPushMixin",
     "SecretFinding",
+    "base_model_reference",
     "check_hub_push",
     "copy_files_to_push",
     "defer_push_to_hub",
@@ -498,6 +500,70 @@ def push_trainer_output(
         revision=args.hub_revision,
         commit_message=commit_message,
     )
+
+
+# ---- the model card ---------------------------------------------------------------------------------------------------
+
+
+def base_model_reference(name_or_path: str | None, kind: str = "model", unknown: str = "an unnamed model") -> str:
+    """How a model card names the model a run started from: a Hub link, an embedded model's name, a local folder's
+    name (its path means nothing to a reader, and may reveal a home folder), or `unknown`.
+
+    Example:
+        >>> base_model_reference("Qwen/Qwen2.5-0.5B")
+        '[Qwen/Qwen2.5-0.5B](https://huggingface.co/Qwen/Qwen2.5-0.5B)'
+        >>> base_model_reference("trl_dpr/embedded-tiny-llama")
+        '`trl_dpr/embedded-tiny-llama` (the tiny model embedded in trl_dpr)'
+        >>> import pathlib, tempfile
+        >>> folder = pathlib.Path(tempfile.mkdtemp(), "sft"); folder.mkdir()
+        >>> base_model_reference(str(folder), kind="SFT model"), base_model_reference(None)
+        ('the SFT model `sft` (a local folder)', 'an unnamed model')
+    """
+    from .embedded.base_model import EMBEDDED_MODELS
+
+    if not name_or_path:
+        return unknown
+    if name_or_path in EMBEDDED_MODELS:
+        return f"`{name_or_path}` (the tiny model embedded in trl_dpr)"
+    path = Path(name_or_path)
+    if path.exists():  # a folder, or a file (a .gguf)
+        return f"the {kind} `{path.resolve().name}` (a local {'folder' if path.is_dir() else 'file'})"
+    return f"[{name_or_path}](https://huggingface.co/{name_or_path})"
+
+
+class BaseModelCardMixin:
+    """Mix into a TRL trainer: its model card names the model the run started from, and loads this one by a name.
+
+    TRL's card names the base model from the model's config, and only when that is a Hub id; its quick start loads
+    `hub_model_id`, unset until a push. A run from a local folder or an embedded model, and every card written at a
+    checkpoint save, would read "a fine-tuned version of [None]" and `pipeline(model="None")`. Here the base is
+    `_card_base_model()` (`base_model_reference`), and the quick start loads the card's `model_name` (the output
+    folder's name, which a push uses as the repository name).
+
+    Example:
+        ```python
+        class SafeSFTTrainer(BaseModelCardMixin, SFTTrainer):
+            pass
+        trainer.create_model_card(model_name="qwen-sft")   # "fine-tuned version of [Qwen/Qwen2.5-0.5B](...)"
+        ```
+    """
+
+    # TRL's template (trl/templates/lm_model_card.md) with base_model=None and hub_model_id=None.
+    _UNKNOWN_BASE = "[None](https://huggingface.co/None)"
+    _UNKNOWN_REPO = 'model="None"'
+
+    def _card_base_model(self) -> str:
+        """The card's words for the model this run started from (by default, where the model was loaded from)."""
+        model = self.accelerator.unwrap_model(self.model)
+        return base_model_reference(getattr(model.config, "_name_or_path", None))
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if self.is_world_process_zero():
+            path = Path(self.args.output_dir) / "README.md"
+            repo = self.hub_model_id or model_name or Path(self.args.output_dir).absolute().name
+            card = path.read_text().replace(self._UNKNOWN_BASE, self._card_base_model())
+            path.write_text(card.replace(self._UNKNOWN_REPO, f'model="{repo}"'))
 
 
 # Hyperparameters shown on a DPR model card: DPR's own fields and the parent fields the paper fixes (Table 5).

@@ -129,7 +129,9 @@ class MemoryTerm:
 class MemoryPlan:
     """Per-process GPU memory: `static` terms held all run, `phases` of which one is live at a time, a margin.
 
-    `total_bytes = Σ static + max over phases of Σ phase + margin`; `fits` compares it with `gpu_memory_gib`.
+    `total_bytes = Σ static + max over phases of Σ phase + margin`; `fits` compares it with `gpu_memory_gib`. With
+    `on_cpu` (a recipe with `use_cpu: true`) it is each process's RAM: no CUDA context in the margin, and the table
+    says "per process".
 
     Example:
         >>> plan = MemoryPlan("toy", [MemoryTerm("weights", 2**30, "")], {"generation": [MemoryTerm("KV cache", 2**30, "")]},
@@ -143,6 +145,12 @@ class MemoryPlan:
     phases: dict[str, list[MemoryTerm]]
     gpu_memory_gib: float | None = None
     notes: list[str] = field(default_factory=list)
+    on_cpu: bool = False
+
+    @property
+    def unit(self) -> str:
+        """What one process holds its memory on: "GPU", or "process" for a CPU run."""
+        return "process" if self.on_cpu else "GPU"
 
     @property
     def static_bytes(self) -> float:
@@ -158,6 +166,8 @@ class MemoryPlan:
     @property
     def margin(self) -> MemoryTerm:
         body = self.static_bytes + self.phase_bytes(self.peak_phase)
+        if self.on_cpu:
+            return MemoryTerm("margin", FRAGMENTATION * body, "10 % of the above (allocator)")
         return MemoryTerm(
             "margin", CUDA_CONTEXT_BYTES + FRAGMENTATION * body, "1 GiB CUDA context + 10 % of the above (allocator)"
         )
@@ -175,7 +185,8 @@ class MemoryPlan:
         return None if self.gpu_memory_gib is None else self.total_gib <= self.gpu_memory_gib
 
     def table(self) -> str:
-        """The plan as a Markdown table (one row per term, the peak phase marked, the total against the GPU)."""
+        """The plan as a Markdown table (one row per term, the peak phase marked, the total against the GPU, or per
+        process on CPU)."""
         rows = [f"**{self.title}**", "", "| term | GiB | formula |", "|---|---:|---|"]
         rows += [f"| {t.name} | {t.gib:.2f} | {t.formula} |" for t in self.static]
         for phase, terms in self.phases.items():
@@ -186,7 +197,7 @@ class MemoryPlan:
         verdict = ""
         if self.gpu_memory_gib is not None:
             verdict = f" of {self.gpu_memory_gib:g} GiB: {'fits' if self.fits else 'DOES NOT FIT'}"
-        rows.append(f"| **total per GPU** | **{self.total_gib:.2f}** | static + {self.peak_phase} + margin{verdict} |")
+        rows.append(f"| **total per {self.unit}** | **{self.total_gib:.2f}** | static + {self.peak_phase} + margin{verdict} |")
         rows += [""] + [f"- {note}" for note in self.notes]
         return "\n".join(rows)
 
@@ -308,6 +319,7 @@ def plan(
     num_gpus: int = 1,
     shared_base: bool = True,
     title: str | None = None,
+    on_cpu: bool = False,
 ) -> MemoryPlan:
     """The memory plan of one training process (see the module docstring for every formula).
 
@@ -322,6 +334,8 @@ def plan(
         num_gpus: processes (one GPU each). Full fine-tuning is sharded over them (ZeRO-3 / FSDP); QLoRA is not.
         shared_base: DPR with adapters: π_SFT, π_ref and the policy on one base (an adapter SFT output, the default),
             or three bases (three separately loaded PEFT models).
+        on_cpu: plan each process's RAM for a CPU run (`use_cpu: true`) instead of a GPU's memory. (Not read from
+            `training_args.use_cpu`: a GPU plan is often made on a machine without one, with `use_cpu=True`.)
 
     Example:
         >>> from transformers import LlamaConfig
@@ -340,6 +354,7 @@ def plan(
     use_peft = bool(model_args is not None and getattr(model_args, "use_peft", False))
     sharded = num_gpus > 1 and not use_peft  # full fine-tuning over several GPUs: ZeRO-3 / FSDP
     shards = num_gpus if sharded else 1
+    over = f" / {shards} {'processes' if on_cpu else 'GPUs'}" if sharded else ""
     batch = training_args.per_device_train_batch_size
     layers, hidden, mlp, vocab = text.num_hidden_layers, text.hidden_size, text.intermediate_size, text.vocab_size
     if is_dpr:
@@ -368,7 +383,7 @@ def plan(
     else:
         static.append(_term(
             "weights (bf16)", copies * shape.parameters * BF16 / shards,
-            f"{copies} × {shape.parameters / 1e9:.2f} B params × 2 B" + (f" / {shards} GPUs" if sharded else "")
+            f"{copies} × {shape.parameters / 1e9:.2f} B params × 2 B" + over
             + (" (policy, π_SFT, π_ref)" if copies == 3 else ""),
         ))
     if sharded:
@@ -391,7 +406,7 @@ def plan(
     else:
         static.append(_term(
             "grad + fp32 master + AdamW m, v", shape.parameters * (BF16 + 3 * FP32) / shards,
-            f"{shape.parameters / 1e9:.2f} B × 14 B" + (f" / {shards} GPUs" if sharded else ""),
+            f"{shape.parameters / 1e9:.2f} B × 14 B" + over,
         ))
 
     # -- phases ----------------------------------------------------------------------------------------------------
@@ -449,8 +464,8 @@ def plan(
     kind = "DPR" if is_dpr else "SFT"
     layout = "QLoRA" if quantized else ("LoRA" if use_peft else "full")
     return MemoryPlan(
-        title=title or f"{kind}, {layout}, {num_gpus} GPU(s)", static=static, phases=phases,
-        gpu_memory_gib=gpu_memory_gib, notes=notes,
+        title=title or f"{kind}, {layout}, {num_gpus} {'process(es)' if on_cpu else 'GPU(s)'}", static=static,
+        phases=phases, gpu_memory_gib=gpu_memory_gib, notes=notes, on_cpu=on_cpu,
     )
 
 
@@ -616,7 +631,7 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     import yaml
     from trl import ModelConfig, SFTConfig
 
-    from .config import DensePathConfig
+    from .config import DensePathConfig, SFTRecipeConfig
     from .recipe_parser import RecipeParser, find_recipe_file
 
     config_path = find_recipe_file(str(config_path))
@@ -625,7 +640,7 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     dpr_only = set(DensePathConfig.__dataclass_fields__) - set(SFTConfig.__dataclass_fields__)
     is_dpr = bool(dpr_only & set(values))
     script_class = _script_arguments_class(is_dpr)
-    config_class = DensePathConfig if is_dpr else SFTConfig
+    config_class = DensePathConfig if is_dpr else SFTRecipeConfig
     parsed = RecipeParser((script_class, config_class, ModelConfig, MemoryTarget)).parse_args_and_config(
         ["--config", str(config_path), "--use_cpu", "true"]
     )
@@ -634,7 +649,7 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
         model_config = backbone_config(recipe_backbone(config_path))
     return plan(
         training_args, model_config, model_args, gpu_memory_gib=target.gpu_memory_gib, num_gpus=target.num_gpus,
-        title=str(config_path),
+        title=str(config_path), on_cpu=bool(values.get("use_cpu", False)),  # parsed with use_cpu forced, above
     )
 
 
@@ -692,8 +707,9 @@ def main(argv=None) -> None:
             config = AutoConfig.from_pretrained(Path(args.model_config_dir) / Path(path).parts[-3])
         result = plan_recipe(path, config)
         if args.details:
-            print(f"<details><summary><code>{path}</code>: {result.total_gib:.1f} GiB of {result.gpu_memory_gib:g} GiB per "
-                  f"GPU ({result.peak_phase})</summary>\n\n{result.table()}\n</details>\n")
+            of = f" of {result.gpu_memory_gib:g} GiB" if result.gpu_memory_gib is not None else ""
+            print(f"<details><summary><code>{path}</code>: {result.total_gib:.1f} GiB{of} per {result.unit} "
+                  f"({result.peak_phase})</summary>\n\n{result.table()}\n</details>\n")
         else:
             print(result.table() + "\n")
 

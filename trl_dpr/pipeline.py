@@ -18,13 +18,20 @@ from accelerate import PartialState
 from transformers import AutoTokenizer
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_config, get_quantization_config
 
-from .callbacks import ReferenceCheckpointCallback
-from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resume_from_checkpoint
+from .callbacks import ConsoleLogMixin, ReferenceCheckpointCallback
+from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resume_from_checkpoint, release_output_dir
 from .config import DensePathConfig
 from .data import check_chat_template, load_demonstrations, prompts_for_rl
 from .embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
-from .hub import SafeHubPushMixin, check_hub_push, defer_push_to_hub, push_trainer_output
+from .hub import (
+    BaseModelCardMixin,
+    SafeHubPushMixin,
+    base_model_reference,
+    check_hub_push,
+    defer_push_to_hub,
+    push_trainer_output,
+)
 from .reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
 from .reward_model import CheckpointRewardModel, load_reward_model
 from .trainer import DensePathTrainer
@@ -162,9 +169,12 @@ def model_init_kwargs_from(model_args: ModelConfig, trust_remote_code: bool = Fa
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
-class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, SFTTrainer):
-    """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.checkpointing`) and safe Hub pushes
-    (`trl_dpr.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once).
+class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, SFTTrainer):
+    """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.checkpointing`), safe Hub pushes
+    (`trl_dpr.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once), a model card that
+    names the base model (`base_model`: the name the run was given, which `model` may have been resolved from; by
+    default `model` itself, `trl_dpr.hub.BaseModelCardMixin`) and a console log of numbers
+    (`trl_dpr.callbacks.ConsoleLogMixin`).
 
     Example:
         ```python
@@ -173,9 +183,14 @@ class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, SFTTrainer):
         ```
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, base_model: str | None = None, **kwargs):
         self._take_over_hub_push(kwargs["args"])
+        model = kwargs.get("model", args[0] if args else None)
+        self._base_model = base_model or (model if isinstance(model, str) else None)
         super().__init__(*args, **kwargs)
+
+    def _card_base_model(self) -> str:
+        return base_model_reference(self._base_model) if self._base_model else super()._card_base_model()
 
 
 def run_sft(
@@ -184,7 +199,8 @@ def run_sft(
     """SFT on demonstrations, saving π_ref at ⌊α·N⌋ steps next to the final π_SFT; returns the output directory.
 
     `resume_from_checkpoint: true` resumes from the newest complete checkpoint; π_ref is not written twice. With
-    `push_to_hub: true` the output is pushed once, at the end, with its reference checkpoint (`trl_dpr.hub`).
+    `push_to_hub: true` the output is pushed once, at the end, with its reference checkpoint (`trl_dpr.hub`). The
+    output folder is claimed for this run until it returns (`trl_dpr.checkpointing.claim_output_dir`).
 
     Example:
         ```python
@@ -226,6 +242,7 @@ def run_sft(
 
     trainer = SafeSFTTrainer(
         model=base,
+        base_model=model_args.model_name_or_path,  # `base` may be a folder this run built it into (embedded, GGUF)
         args=training_args,
         train_dataset=train_dataset,
         processing_class=tokenizer,
@@ -239,6 +256,7 @@ def run_sft(
         mark_sft_complete(training_args.output_dir)  # last: what "this SFT output is finished" means
     if push:  # π_SFT with dpr_reference/ and its manifest: loadable as the reward model from the Hub
         push_trainer_output(trainer, dataset_name=script_args.dataset_name)
+    release_output_dir(training_args.output_dir)  # finished: the folder holds its outputs only
     del trainer
     _free_memory()
     return training_args.output_dir

@@ -16,10 +16,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallba
 from trl import GRPOTrainer
 
 from . import algorithm
+from .callbacks import ConsoleLogMixin
 from .checkpointing import AtomicCheckpointsMixin, check_output_dir
 from .config import DensePathConfig
 from .data import check_prompt_dataset, drop_long_prompts
-from .hub import SafeHubPushMixin, dpr_model_card_section
+from .hub import BaseModelCardMixin, SafeHubPushMixin, base_model_reference, dpr_model_card_section
 from .reward_model import CheckpointRewardModel, initial_policy, load_reward_model
 from .sampled_logprobs import SampledTokenLogprobs
 
@@ -41,7 +42,7 @@ def dense_path(prompts, completions, **kwargs):
     raise RuntimeError("DensePathTrainer scores completions with its CheckpointRewardModel, not through dense_path.")
 
 
-class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, GRPOTrainer):
+class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, GRPOTrainer):
     r"""Trainer for Dense-Path REINFORCE (DPR), from [Beyond Imitation: Recovering Dense Rewards from
     Demonstrations](https://huggingface.co/papers/2510.02493).
 
@@ -68,8 +69,9 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, GRPOTrainer):
     - `create_model_card`: TRL's card plus DPR's hyperparameters, the reward's source and the evaluation table.
 
     From the mixins: checkpoints are staged and renamed once complete, resume takes the newest complete one
-    (`AtomicCheckpointsMixin`), and Hub pushes (`push_to_hub=True`, `trainer.push_to_hub()`) go through the safe push,
-    once, with the model card (`SafeHubPushMixin`).
+    (`AtomicCheckpointsMixin`), Hub pushes (`push_to_hub=True`, `trainer.push_to_hub()`) go through the safe push,
+    once, with the model card (`SafeHubPushMixin`), the card names the SFT model (`BaseModelCardMixin`), and the
+    console log prints numbers (`ConsoleLogMixin`).
 
     In TRL's completions table (`log_completions=True`), GRPO's scalar `dense_path` and `advantage` columns are NaN and
     0 (DPR has no scalar reward, and one sample per prompt has no group advantage); DPR's are `sequence_reward`
@@ -290,32 +292,15 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, GRPOTrainer):
             return torch.zeros((), device=self.accelerator.device, requires_grad=True)
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
-    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
-        """TRL's model card (tags `trl`, `dpr`, `dense-path-reinforce`, the paper's citation), plus DPR's section.
+    def _card_base_model(self) -> str:
+        # The SFT model the policy started from (a policy loaded from a local SFT folder, `model=None`, would be named
+        # by its folder; π_SFT's own name says more).
+        return base_model_reference(self.reward_model.sft_model_name_or_path, kind="SFT model", unknown="an SFT model")
 
-        TRL names the base model from the policy's config, and only when it is a Hub id: a policy loaded from a local
-        SFT folder (`model=None`, the recipes' case) would read "a fine-tuned version of [None]". The card names the
-        SFT model instead: its Hub id with a link, or the folder's name.
-        """
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """TRL's model card (tags `trl`, `dpr`, `dense-path-reinforce`, the paper's citation) naming the SFT model the
+        policy started from (`BaseModelCardMixin`), plus DPR's section (`dpr_model_card_section`)."""
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if self.is_world_process_zero():
             path = Path(self.args.output_dir) / "README.md"
-            card = path.read_text()
-            unknown_base = "[None](https://huggingface.co/None)"  # TRL's template with base_model=None
-            if unknown_base in card:
-                card = card.replace(unknown_base, _base_model_reference(self.reward_model.sft_model_name_or_path))
-            path.write_text(card + dpr_model_card_section(self.args, self.reward_model))
-
-
-def _base_model_reference(sft_model_name_or_path: str | None) -> str:
-    """How the model card names the SFT model a policy started from: a Hub link, a local folder's name, or neither.
-
-    Example:
-        >>> _base_model_reference("me/qwen-sft"), _base_model_reference(None)
-        ('[me/qwen-sft](https://huggingface.co/me/qwen-sft)', 'an SFT model')
-    """
-    if not sft_model_name_or_path:
-        return "an SFT model"
-    if Path(sft_model_name_or_path).is_dir():  # a local path means nothing to a reader (and may reveal a home folder)
-        return f"the SFT model `{Path(sft_model_name_or_path).resolve().name}` (a local folder)"
-    return f"[{sft_model_name_or_path}](https://huggingface.co/{sft_model_name_or_path})"
+            path.write_text(path.read_text() + dpr_model_card_section(self.args, self.reward_model))

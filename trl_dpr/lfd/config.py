@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 
 from trl import DPOConfig
 
+from ..config import ActivationCheckpointingAlias
 from .losses import GSIL_LOSSES, SPIN_LOSSES
 
 __all__ = ["GSILConfig", "SPINConfig", "SelfPlayConfig"]
 
 
 @dataclass
-class SelfPlayConfig(DPOConfig):
+class SelfPlayConfig(ActivationCheckpointingAlias, DPOConfig):
     r"""What SPIN and GSIL share on top of [`trl.DPOConfig`]: the self-play loop. Use `SPINConfig` or `GSILConfig`.
 
     Training-loop fields (`learning_rate`, `num_train_epochs`, batch sizes, ...) apply to each iteration; `output_dir`

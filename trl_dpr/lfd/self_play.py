@@ -36,7 +36,7 @@ from transformers import AutoTokenizer
 from trl import ModelConfig, get_peft_config
 from trl.data_utils import is_conversational
 
-from ..checkpointing import claim_output_dir, last_complete_checkpoint
+from ..checkpointing import LOCK_HOLDER_NAME, LOCK_NAME, claim_output_dir, last_complete_checkpoint, release_output_dir
 from ..data import load_demonstrations
 from ..evaluation.cache import JsonlCache
 from ..pipeline import SFTScriptArguments, model_init_kwargs_from, print_stage
@@ -383,7 +383,7 @@ def _final_metrics(log_history: list[dict]) -> dict:
 
 def _publish_last_iterate(iteration_dir: Path, root: Path) -> None:
     """Copy the last iterate's files (weights, config, tokenizer; not its checkpoints) into the run's folder."""
-    skip = {ITERATION_RECORD, ".trl_dpr.lock", "training_args.bin"}
+    skip = {ITERATION_RECORD, LOCK_NAME, LOCK_HOLDER_NAME, "training_args.bin"}
     for path in iteration_dir.iterdir():
         if path.is_file() and path.name not in skip and not path.name.startswith(".write-test-"):
             shutil.copy2(path, root / path.name)
@@ -449,7 +449,9 @@ def run_self_play(
             iterations.append(json.loads(record_path.read_text()))
             policy_path, previous_pairs = str(iteration_dir), None
             continue
-        print_stage(t + 1, training_args.num_iterations, f"{method} iteration {t}: {policy_path} answers, then trains against itself")
+        if state.is_main_process:  # a line, not a stage banner: the iterations are one stage of the recipe
+            print(f"\n{method} iteration {t} ({t + 1} of {training_args.num_iterations}): {policy_path} answers, then "
+                  f"trains against itself into {iteration_dir}", flush=True)
         start = time.perf_counter()
         policy = load_policy(policy_path, init_kwargs)
         answers = answer_prompts(
@@ -480,6 +482,7 @@ def run_self_play(
         if state.is_main_process:
             record_path.write_text(json.dumps(record, indent=2))
         state.wait_for_everyone()
+        release_output_dir(iteration_dir)  # finished (its record written): the folder holds its outputs only
         iterations.append(record)
         previous_pairs = current_pairs
         del trainer, policy
@@ -492,6 +495,7 @@ def run_self_play(
         summary = json.loads((root / RUN_RECORD).read_text())
         (root / RUN_RECORD).write_text(json.dumps({**summary, "iterations": iterations}, indent=2))
     state.wait_for_everyone()
+    release_output_dir(root)
     return SelfPlayRun(output_dir=str(root), method=method, iterations=iterations)
 
 
@@ -543,8 +547,7 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
         recipe_main(SPINConfig, ["--config", "recipes/demo/spin.yaml"])
         ```
     """
-    from trl import SFTConfig
-
+    from ..config import SFTRecipeConfig
     from ..evaluation.config import load_evaluation_config
     from ..memory import MemoryTarget
     from ..pipeline import has_sft_output, run_sft
@@ -560,7 +563,7 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
     stage = 1
     if script_args.sft_config:
         sft_args, sft_training_args, sft_model_args, _ = RecipeParser(
-            (SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget)
+            (SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget)
         ).parse_args_and_config(["--config", script_args.sft_config])
         if sft_training_args.output_dir != sft_path:
             raise ValueError(

@@ -17,7 +17,9 @@ import torch
 from datasets import Dataset
 from trl import DPOTrainer
 
+from ..callbacks import ConsoleLogMixin
 from ..checkpointing import AtomicCheckpointsMixin
+from ..hub import BaseModelCardMixin
 from .config import GSILConfig, SPINConfig
 from .losses import gsil_discriminator, gsil_loss, spin_loss
 
@@ -27,11 +29,12 @@ PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 
 
-class SelfPlayTrainer(AtomicCheckpointsMixin, DPOTrainer):
+class SelfPlayTrainer(AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, DPOTrainer):
     r"""What SPIN and GSIL change in [`~trl.DPOTrainer`]; use `SPINTrainer` or `GSILTrainer`.
 
     Overrides (everything else — the collator, the reference model or "ref" adapter, PEFT and quantisation, the
-    optimiser, logging, checkpointing — is DPOTrainer's):
+    optimiser, logging, checkpointing — is DPOTrainer's; the mixins stage checkpoints, name π_t in the model card
+    and print the console log as numbers):
 
     - `_prepare_dataset`: pairs that already hold token ids (`prompt_ids`, `chosen_ids`, `rejected_ids`, as
       `self_play.demonstration_pairs` builds them) are kept as they are, so the own answers are scored on the ids π_t
