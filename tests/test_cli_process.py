@@ -275,8 +275,9 @@ def test_a_stage_without_a_config_says_to_pass_one(args):
 
 
 def test_a_gguf_recipe_without_the_gguf_extra_exits_2_with_the_install_line(tmp_path):
+    # num_train_samples 0 stops the recipe's own parser: were the GGUF check not made first, nothing is launched either
     result = trl_dpr("sft", "--config", "smollm2-135m/sft/config_full.yaml", "--output_dir", str(tmp_path / "out"),
-                     prelude="import sys; sys.modules['gguf'] = None\n" + REPORT_IMPORTS)
+                     "--num_train_samples", "0", prelude="import sys; sys.modules['gguf'] = None\n" + REPORT_IMPORTS)
     assert result.returncode == 2, result.stderr[-2000:]
     assert 'pip install "trl_dpr[gguf]"' in result.stderr and "Traceback" not in result.stderr
     assert NO_HEAVY_IMPORTS in result.stderr and not (tmp_path / "out").exists()
