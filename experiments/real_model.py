@@ -73,6 +73,8 @@ class RealModelArguments:
     eval_prompts: int = field(default=400, metadata={"help": "Held-out prompts of the evaluation."})
     max_new_tokens: int = field(default=96, metadata={"help": "Longest answer (evaluation and preview)."})
     eval_batch_size: int = field(default=50, metadata={"help": "Prompts per generate call."})
+    decodings: list[str] = field(default_factory=lambda: list(DECODINGS),
+                                 metadata={"help": f"evaluate: these decodings only (a worker), among {list(DECODINGS)}."})
     stage: str = field(default="all", metadata={"help": f"One of {STAGES}.", "choices": list(STAGES)})
     only: list[str] = field(default_factory=list, metadata={"help": "train / evaluate: only these runs (a worker)."})
 
@@ -80,6 +82,8 @@ class RealModelArguments:
         unknown = [a for a in self.ablations if a not in ABLATIONS]
         if unknown:
             raise ValueError(f"Unknown ablations {unknown}; choose among {list(ABLATIONS)}.")
+        if unknown := [d for d in self.decodings if d not in DECODINGS]:
+            raise ValueError(f"Unknown decodings {unknown}; choose among {list(DECODINGS)}.")
         if 0.5 not in self.alphas or any(not 0 < a < 1 for a in self.alphas):
             raise ValueError(f"alphas must lie in (0, 1) and include the paper's 0.5, got {self.alphas}.")
 
@@ -430,7 +434,7 @@ def _evaluate(args, output_dir: Path, name: str, path: str, sft_path: str) -> di
 
     result_path = output_dir / "evaluation" / f"{_policy_folder(output_dir, name).name}.json"
     result = _read(result_path) or {}
-    if all(d in result for d in DECODINGS):
+    if all(d in result for d in args.decodings):
         return result
     result_path.parent.mkdir(parents=True, exist_ok=True)
     rows, _ = _held_out(args)
@@ -441,7 +445,7 @@ def _evaluate(args, output_dir: Path, name: str, path: str, sft_path: str) -> di
     policy = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     sft = policy if path == sft_path else AutoModelForCausalLM.from_pretrained(sft_path, dtype=torch.float32)
     for decoding, temperature in DECODINGS.items():
-        if decoding in result:
+        if decoding in result or decoding not in args.decodings:
             continue
         start = time.perf_counter()
         samples = sample_completions(policy, tokenizer, prompts, temperature=temperature, max_new_tokens=args.max_new_tokens,
@@ -459,7 +463,7 @@ def _evaluate(args, output_dir: Path, name: str, path: str, sft_path: str) -> di
             entry["kl_per_response"] = {str(order[i]): float(v) for i, v in enumerate(kl)}
             entry["kl_per_token"] = float(kl.sum() / mask.sum())
         entry["wall_s"] = round(time.perf_counter() - start, 1)
-        result[decoding] = entry
+        result = {**(_read(result_path) or {}), decoding: entry}  # another worker may have added a decoding meanwhile
         _write(result_path, result)
     return result
 
@@ -567,7 +571,7 @@ def paired_gain(method: dict[str, float], baseline: dict[str, float], seed: int 
 def write_report(args, output_dir: Path, report, choice: dict, policies: dict[str, str], sft_path: str) -> None:
     """`real_model.md` / `.json` from what the stages wrote."""
     results = {n: _read(output_dir / "evaluation" / f"{_policy_folder(output_dir, n).name}.json") for n in policies}
-    results = {n: r for n, r in results.items() if r and all(d in r for d in DECODINGS)}
+    results = {n: r for n, r in results.items() if r and "T=1" in r}  # T = 1 gives the KL; other decodings optional
     if "SFT" not in results:
         raise ValueError("The report needs π_SFT's evaluation: run --stage evaluate first.")
     sft_record = _read(output_dir / "sft_record.json")
@@ -582,8 +586,9 @@ def write_report(args, output_dir: Path, report, choice: dict, policies: dict[st
     for name, result in results.items():
         row = {"method": name}
         for decoding in DECODINGS:
-            row[decoding] = paired_gain(result[decoding]["correct"], results["SFT"][decoding]["correct"])
-            row[f"{decoding} vs SFT at T=1"] = paired_gain(result[decoding]["correct"], sft_t1)
+            if decoding in result and decoding in results["SFT"]:
+                row[decoding] = paired_gain(result[decoding]["correct"], results["SFT"][decoding]["correct"])
+                row[f"{decoding} vs SFT at T=1"] = paired_gain(result[decoding]["correct"], sft_t1)
         kls = list(result["T=1"]["kl_per_response"].values())
         row["kl_per_response"] = sum(kls) / len(kls)
         row["kl_per_token"] = result["T=1"]["kl_per_token"]
@@ -618,8 +623,10 @@ def render_table(rows: list[dict], choice: dict, sft_record: dict | None, contin
     for row in rows:
         cells = []
         for decoding in DECODINGS:
-            r = row[decoding]
-            if row["method"] == "SFT":
+            r = row.get(decoding)
+            if r is None:
+                cells.append("not run")
+            elif row["method"] == "SFT":
                 cells.append(f"{100 * r['mean']:.1f}%")
             else:
                 cells.append(f"{100 * r['mean']:.1f}%, {_pct(r['gain'])} ({_pct(r['gain_ci'][0])} to {_pct(r['gain_ci'][1])})")

@@ -34,7 +34,7 @@ from trl_dpr.recipe_parser import RecipeParser
 
 def make_parser() -> RecipeParser:
     # MemoryTarget (gpu_memory_gib, num_gpus) is read by `trl-dpr memory`, not by training.
-    return RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig, MemoryTarget))
+    return RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig, MemoryTarget), prog="trl-dpr dpr")
 
 
 def main(argv=None):
@@ -48,7 +48,7 @@ def main(argv=None):
     stages = 1 + bool(script_args.sft_config) + bool(script_args.evaluation_config)
     stage = 1
     if script_args.sft_config:
-        sft_args, sft_training_args, sft_model_args, _ = RecipeParser((SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget)).parse_args_and_config(
+        sft_args, sft_training_args, sft_model_args, _ = RecipeParser((SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget), prog="trl-dpr sft").parse_args_and_config(
             ["--config", script_args.sft_config]
         )
         if sft_training_args.output_dir != sft_path:

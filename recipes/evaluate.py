@@ -23,6 +23,10 @@ from trl_dpr.evaluation.config import check_config_has_no_secrets
 from trl_dpr.recipe_parser import RecipeParser, find_recipe_file
 
 
+def make_parser() -> RecipeParser:
+    return RecipeParser((EvaluationConfig,), recipe_subfolder="evaluate", prog="trl-dpr evaluate")
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--config" in argv:
@@ -30,7 +34,7 @@ def main(argv=None):
         argv[index] = find_recipe_file(argv[index], subfolder="evaluate")
         with open(argv[index]) as f:
             check_config_has_no_secrets(yaml.safe_load(f) or {}, argv[index])
-    (config,) = RecipeParser((EvaluationConfig,), recipe_subfolder="evaluate").parse_args_and_config(argv)
+    (config,) = make_parser().parse_args_and_config(argv)
     report = run_evaluation(config)
     print(report.as_dict()["table_markdown"], flush=True)
     print(f"\nWritten to {config.output_dir}/results.json and results.md", flush=True)

@@ -18,8 +18,12 @@ from trl_dpr.preview import PreviewConfig, run_preview
 from trl_dpr.recipe_parser import RecipeParser
 
 
+def make_parser() -> RecipeParser:
+    return RecipeParser((PreviewConfig, ModelConfig), recipe_subfolder="preview", prog="trl-dpr preview")
+
+
 def main(argv=None):
-    config, model_args = RecipeParser((PreviewConfig, ModelConfig), recipe_subfolder="preview").parse_args_and_config(argv)
+    config, model_args = make_parser().parse_args_and_config(argv)
     report = run_preview(config, model_args.model_name_or_path, model_init_kwargs_from(model_args))
     print(report.markdown(), flush=True)
     print(f"\nWritten to {config.output_dir}/preview.csv, .json, .md" + (" and .png" if config.plot else ""), flush=True)

@@ -19,7 +19,7 @@ from trl_dpr.recipe_parser import RecipeParser
 
 def make_parser() -> RecipeParser:
     # MemoryTarget (gpu_memory_gib, num_gpus) is read by `trl-dpr memory`, not by training.
-    return RecipeParser((SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget))
+    return RecipeParser((SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget), prog="trl-dpr sft")
 
 
 def main(argv=None):

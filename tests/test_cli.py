@@ -1,6 +1,7 @@
 """The `trl-dpr` command: shipped recipes found by name, accelerate configs by name, user errors without a traceback,
 and the whole path from a built wheel installed outside the repository (offline, CPU)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -159,3 +160,110 @@ def test_a_built_wheel_runs_the_packaged_demo_outside_the_repository(tmp_path):
     bad = subprocess.run([*command, "dpr", "--config", "demo/dpr.yaml", "--num_generations", "0"], cwd=work, env=env,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "num_generations must be >= 1" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# ---- the arguments checked before TRL is imported (trl_dpr.cli._check_before_importing) ----------------------------
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRL_DPR_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def demo_recipe(tmp_path, recipe: str, **changes) -> str:
+    values = yaml.safe_load((recipes_root() / recipe).read_text())
+    path = tmp_path / Path(recipe).name
+    path.write_text(yaml.safe_dump({**values, **changes}))
+    return str(path)
+
+
+MISTAKES = [  # (stage, recipe, YAML changes, command line)
+    ("sft", "demo/sft.yaml", {"learnig_rate": 1e-5}, []),
+    ("sft", "demo/sft.yaml", {"max_steps": 2.5}, []),
+    ("sft", "demo/sft.yaml", {"learning_rate": "fast"}, []),
+    ("sft", "demo/sft.yaml", {"eval_strategy": "steps"}, []),
+    ("dpr", "demo/dpr.yaml", {"torch_dtype": "bfloat16"}, []),
+    ("sft", "demo/sft.yaml", {}, ["--max_steps", "2.5"]),
+    ("sft", "demo/sft.yaml", {}, ["--dtype", "float33"]),
+    ("sft", "demo/sft.yaml", {}, ["--max_steps", "-3"]),
+    ("sft", "demo/sft.yaml", {}, ["--bf16", "maybe"]),
+    ("sft", "demo/sft.yaml", {}, ["--learnig_rate", "1e-5"]),
+    ("spin", "demo/spin.yaml", {}, ["--num_iteration", "2"]),
+    ("evaluate", "evaluate/demo.yaml", {}, ["--max_prompt", "3"]),
+    ("preview", "preview/demo.yaml", {"seed": -1}, []),
+]
+
+
+@pytest.mark.parametrize(("stage", "recipe", "changes", "extra"), MISTAKES, ids=[f"{m[0]}-{m[2] or m[3]}" for m in MISTAKES])
+def test_the_check_before_importing_says_what_the_recipe_parser_says(tmp_path, cache, stage, recipe, changes, extra):
+    """The quick check (a parser rebuilt from the cached description) and the recipe's own parser (TRL's dataclasses,
+    in the launched process) give the same message for the same mistake, whichever catches it."""
+    from trl_dpr.cli import _check_before_importing, _stage_parser
+
+    argv = ["--config", demo_recipe(tmp_path, recipe, **changes), *extra]
+    with pytest.raises(ValueError) as quick:
+        _check_before_importing(stage, list(argv))
+    with pytest.raises(ValueError) as full:
+        _stage_parser(stage).parse_args_and_config(list(argv))
+    assert str(quick.value) == str(full.value)
+    assert f"`trl-dpr {stage} --help`" in str(quick.value) and "python recipes/" not in str(quick.value)
+
+
+def test_a_recipe_script_names_the_trl_dpr_command_in_its_messages(tmp_path):
+    from trl_dpr.recipes.sft import make_parser
+
+    with pytest.raises(ValueError, match=r"(?s)learnig_rate \(did you mean learning_rate\?\).*`trl-dpr sft --help`"):
+        make_parser().parse_args_and_config(["--config", demo_recipe(tmp_path, "demo/sft.yaml", learnig_rate=1.0)])
+
+
+def test_launcher_flags_and_a_valid_recipe_pass_the_check(cache):
+    from trl_dpr.cli import _check_before_importing
+
+    _check_before_importing("sft", ["--config", "demo/sft.yaml", "--accelerate_config", "cpu", "--num_processes", "2",
+                                    "--max_steps", "3", "--bf16", "false", "--gradient_checkpointing"])
+    with pytest.raises(ValueError, match=r"--num_proceses \(did you mean --num_processes\?\)"):
+        _check_before_importing("dpr", ["--config", "demo/dpr.yaml", "--num_proceses", "2"])
+
+
+def test_the_description_of_the_arguments_survives_the_cache(cache):
+    """A parser rebuilt from the cached description describes itself the same: nothing is lost in JSON."""
+    from trl_dpr.cli import _build_descriptions, _cached_descriptions
+    from trl_dpr.recipe_checks import LightRecipeParser
+
+    built = _build_descriptions()
+    assert _cached_descriptions() == json.loads(json.dumps(built))
+    for stage, description in _cached_descriptions().items():
+        assert LightRecipeParser(description).describe() == description, stage
+
+
+def test_a_cache_file_that_cannot_be_read_is_rebuilt(cache):
+    from trl_dpr.cli import _cache_file, _light_parser
+
+    _cache_file().parent.mkdir(parents=True)
+    _cache_file().write_text("{not json")
+    assert "--learning_rate" in _light_parser("sft").format_help()
+    assert "sft" in json.loads(_cache_file().read_text())
+
+
+def test_the_cache_key_changes_with_the_sources_and_the_versions(tmp_path):
+    from trl_dpr.cli import _fingerprint
+
+    source = tmp_path / "config.py"
+    source.write_text("x: int = 1\n")
+    first = _fingerprint([source], {"trl": "1.16.0"})
+    assert _fingerprint([source], {"trl": "1.16.0"}) == first
+    assert _fingerprint([source], {"trl": "1.16.1"}) != first
+    source.write_text("x: float = 1.0\n")
+    assert _fingerprint([source], {"trl": "1.16.0"}) != first
+
+
+def test_a_gguf_file_without_the_gguf_package_is_a_user_error_naming_the_extra(tmp_path, monkeypatch, capsys):
+    from trl_dpr.gguf import convert_gguf
+
+    monkeypatch.setitem(sys.modules, "gguf", None)  # as if not installed
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    with pytest.raises(SystemExit) as stop:
+        run(lambda argv: convert_gguf(tmp_path / "model.gguf", tmp_path / "out"), [])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and 'pip install "trl_dpr[gguf]"' in err and err.count("pip install") == 1, err

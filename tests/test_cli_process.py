@@ -13,12 +13,30 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 CLI = "from trl_dpr.cli import main; main()"  # what the `trl-dpr` entry point runs
+# Printed at exit, whatever the exit code: the heavy packages the command imported.
+REPORT_IMPORTS = ("import atexit, sys\natexit.register(lambda: print('heavy imports:', sorted({'torch', 'transformers', "
+                  "'trl'} & set(sys.modules)), file=sys.stderr))\n")
+NO_HEAVY_IMPORTS = "heavy imports: []"
 
 
 def trl_dpr(*args, prelude: str = "", cwd=None, timeout=120, **kwargs) -> subprocess.CompletedProcess:
     """`trl-dpr ARGS` in a fresh interpreter; `prelude` runs first (to simulate a missing module)."""
     return subprocess.run([sys.executable, "-c", prelude + CLI, *args], cwd=cwd or ROOT, env=ENV, capture_output=True,
                           text=True, timeout=timeout, **kwargs)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cli_cache(tmp_path_factory):
+    """The description of every stage's arguments, built once here (this process has imported TRL anyway) in a cache
+    of its own, which the `trl-dpr` processes below read: what a user's second call finds in ~/.cache/trl_dpr."""
+    from trl_dpr.cli import _build_descriptions
+
+    ENV["TRL_DPR_CACHE"] = str(tmp_path_factory.mktemp("trl_dpr_cache"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRL_DPR_CACHE", ENV["TRL_DPR_CACHE"])
+        _build_descriptions()
+    yield
+    del ENV["TRL_DPR_CACHE"]
 
 
 # Simulates a base install without the `plots` extra: `import matplotlib` raises ModuleNotFoundError as it would if the
@@ -161,3 +179,118 @@ def test_the_vllm_extra_is_trls_own_within_the_pinned_trl():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     trl_pin = next(d for d in project["dependencies"] if d.startswith("trl"))
     assert project["optional-dependencies"]["vllm"] == [trl_pin.replace("trl", "trl[vllm]", 1)]
+
+
+# ---- answered at once: from the cached description of the arguments, before torch, transformers or TRL ---------------
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpr", "spin", "gsil", "evaluate", "preview"])
+def test_a_stage_help_lists_its_flags_without_importing_torch(stage):
+    result = trl_dpr(stage, "--help", prelude=REPORT_IMPORTS)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith(f"usage: trl-dpr {stage} --config RECIPE")
+    assert "--output_dir" in result.stdout and "`trl-dpr recipes`" in result.stdout
+    assert NO_HEAVY_IMPORTS in result.stderr
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpr", "spin", "gsil"])
+def test_a_training_stage_help_hides_the_keys_the_recipes_refuse_and_names_the_launcher(stage):
+    result = trl_dpr(stage, "--help")
+    assert "--learning_rate" in result.stdout and "--accelerate_config" in result.stdout
+    for refused in ("--dataset_test_split", "--eval_strategy", "--dataset_streaming"):
+        assert refused not in result.stdout
+
+
+@pytest.mark.parametrize(("command", "usage"), [("heatmap", "usage: trl-dpr heatmap [-h] --sft SFT"),
+                                                ("memory", "usage: trl-dpr memory [-h] --config CONFIG")])
+def test_heatmap_and_memory_help_show_their_own_usage_without_importing_torch(command, usage):
+    result = trl_dpr(command, "--help", prelude=REPORT_IMPORTS)
+    assert result.returncode == 0 and result.stdout.startswith(usage), result.stdout[:500]
+    assert NO_HEAVY_IMPORTS in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["sft", "--config", "demo/sft.yaml", "--learnig_rate", "1e-5"], "--learnig_rate (did you mean --learning_rate?)"),
+        (["dpr", "--config", "demo/dpr.yaml", "--num_generation", "2"], "--num_generation (did you mean --num_generations?)"),
+        (["evaluate", "--config", "demo.yaml", "--max_prompt", "3"], "--max_prompt (did you mean --max_prompts?)"),
+        (["heatmap", "--sft", "x", "--promt", "a", "--response", "b"], "--promt (did you mean --prompt?)"),
+        (["memory", "--config", "demo/dpr.yaml", "--detail"], "--detail (did you mean --details?)"),
+    ],
+)
+def test_a_misspelled_flag_gets_a_suggestion_and_no_usage_dump(args, message):
+    result = trl_dpr(*args, prelude=REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and f"`trl-dpr {args[0]} --help`" in result.stderr
+    assert "usage:" not in result.stderr and "Traceback" not in result.stderr
+    assert NO_HEAVY_IMPORTS in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max_steps", "2.5", "argument --max_steps/--max-steps: invalid int value: '2.5'"),
+        ("--dtype", "float33", "argument --dtype: invalid choice: 'float33'"),
+        ("--learning_rate", "null", "argument --learning_rate/--learning-rate: invalid float value: 'null'"),
+        ("--max_steps", "-3", "max_steps: -3 is negative; expected >= 0 (or -1, its default) (command line)"),
+    ],
+)
+def test_a_bad_value_on_the_command_line_is_one_message_before_torch(tmp_path, flag, value, message):
+    result = trl_dpr("sft", "--config", "demo/sft.yaml", flag, value, "--output_dir", str(tmp_path / "out"),
+                     prelude=REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and "`trl-dpr sft --help`" in result.stderr
+    assert "usage:" not in result.stderr and "Traceback" not in result.stderr
+    assert NO_HEAVY_IMPORTS in result.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"max_steps": 2.5}, "max_steps: 2.5 is float; expected an integer"),
+        ({"learning_rate": None}, "learning_rate: null is not allowed; expected a number"),
+        ({"learnig_rate": 1e-5}, "learnig_rate (did you mean learning_rate?)"),
+        ({"dataset_streaming": True}, "dataset_streaming: True is not used"),
+    ],
+)
+def test_a_bad_key_or_value_in_the_yaml_is_found_before_torch(tmp_path, changes, message):
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    path = tmp_path / "sft.yaml"
+    path.write_text(yaml.safe_dump({**recipe, **changes}))
+    result = trl_dpr("sft", "--config", str(path), prelude=REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and "`trl-dpr sft --help`" in result.stderr and "python recipes/" not in result.stderr
+    assert NO_HEAVY_IMPORTS in result.stderr
+
+
+@pytest.mark.parametrize("args", [["sft"], ["sft", "--max_steps", "3"], ["dpr"], ["evaluate"], ["preview"]])
+def test_a_stage_without_a_config_says_to_pass_one(args):
+    stage = args[0]
+    result = trl_dpr(*args, prelude=REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"trl-dpr {stage} --config <recipe>" in result.stderr and "`trl-dpr recipes`" in result.stderr
+    assert "bf16/gpu" not in result.stderr and "Traceback" not in result.stderr
+    assert NO_HEAVY_IMPORTS in result.stderr
+
+
+def test_a_gguf_recipe_without_the_gguf_extra_exits_2_with_the_install_line(tmp_path):
+    # num_train_samples 0 stops the recipe's own parser: were the GGUF check not made first, nothing is launched either
+    result = trl_dpr("sft", "--config", "smollm2-135m/sft/config_full.yaml", "--output_dir", str(tmp_path / "out"),
+                     "--num_train_samples", "0", prelude="import sys; sys.modules['gguf'] = None\n" + REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert 'pip install "trl_dpr[gguf]"' in result.stderr and "Traceback" not in result.stderr
+    assert NO_HEAVY_IMPORTS in result.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # imports TRL: seconds
+def test_without_a_cache_the_same_mistake_gets_the_same_message(tmp_path):
+    """An unwritable or empty cache only makes the answer slower: the arguments are described from TRL's dataclasses
+    on the spot, and checked by the same code."""
+    env = {**ENV, "TRL_DPR_CACHE": str(tmp_path / "empty")}
+    args = ["sft", "--config", "demo/sft.yaml", "--learnig_rate", "1e-5"]
+    cold = subprocess.run([sys.executable, "-c", CLI, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    warm = trl_dpr(*args)
+    assert cold.returncode == warm.returncode == 2 and cold.stderr == warm.stderr, cold.stderr[-2000:]
+    assert list((tmp_path / "empty").glob("cli-*.json"))  # written for the next call

@@ -9,7 +9,8 @@
     trl-dpr memory   --config llama-3.1-8b/dpr/config_qlora.yaml
     trl-dpr recipes                                            (list the shipped YAMLs)
 
-`--config` takes a path, or the name of a shipped recipe (`trl-dpr recipes`). Training stages run under `accelerate
+`--config` takes a path, or the name of a shipped recipe (`trl-dpr recipes`); `trl-dpr <command> --help` lists the keys
+a recipe may set, each of which is also a flag (`--learning_rate 1e-5`). Training stages run under `accelerate
 launch`: `--accelerate_config NAME` picks one of the shipped accelerate configs (cpu, cpu_ddp, single_gpu, fsdp_cpu,
 zero3_cpu) or TRL's (multi_gpu, zero3, fsdp2, ...), or a file; any other argument the recipe does not know
 (`--num_processes 8`, ...) goes to `accelerate launch`, as with `trl sft`.
@@ -22,7 +23,9 @@ from __future__ import annotations
 
 # Only the standard library at module level: every `trl-dpr` call imports this module, `--help` and `recipes` included,
 # and torch + transformers + TRL's trainers cost seconds. Each command imports what it needs when it runs.
+import hashlib
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -34,12 +37,16 @@ __all__ = ["OPTIONAL_DEPENDENCIES", "main", "run"]
 
 TRAINING_STAGES = ("sft", "dpr", "spin", "gsil")
 IN_PROCESS = {"evaluate": "evaluate", "preview": "preview"}  # command → the recipe module (and its YAML subfolder)
+STAGES = (*TRAINING_STAGES, *IN_PROCESS)
+EXAMPLE_RECIPES = {"sft": "demo/sft.yaml", "dpr": "demo/dpr.yaml", "spin": "demo/spin.yaml", "gsil": "demo/gsil.yaml",
+                   "evaluate": "demo.yaml", "preview": "demo.yaml"}
 
 # Modules of the optional extras (pyproject.toml) → the extra that installs them. A missing one is a fact about the
 # install, not a bug: the command says which extra to install and exits 2, as for any other mistake in the input.
 OPTIONAL_DEPENDENCIES = {
     "matplotlib": "plots",
     "openai": "judge",
+    "gguf": "gguf",
     "bitsandbytes": "quantization",
     "deepspeed": "deepspeed",
     "vllm": "vllm",
@@ -50,11 +57,14 @@ OPTIONAL_DEPENDENCIES = {
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from .checkpointing import OutputDirInUse
-    from .evaluation.chat_models import MissingAPIKeyError
-
     # OSError covers the folders and files a user points at (missing, unwritable, full disk); the rest are checks.
-    return (ValueError, OSError, OutputDirInUse, MissingAPIKeyError)
+    errors = [ValueError, OSError]
+    # A folder held by another run, a missing API key: their modules import torch, and an error of a class whose
+    # module was never imported cannot have been raised, so only the loaded ones are asked for.
+    for module, name in (("trl_dpr.checkpointing", "OutputDirInUse"), ("trl_dpr.evaluation.chat_models", "MissingAPIKeyError")):
+        if module in sys.modules:
+            errors.append(getattr(sys.modules[module], name))
+    return tuple(errors)
 
 
 def _missing_optional_dependency(error: ImportError) -> str | None:
@@ -90,9 +100,11 @@ def run(main_function: Callable[[list[str]], object], argv: Sequence[str] | None
         extra = _missing_optional_dependency(error)
         if debug or extra is None:  # a module the base install has: a broken environment or a bug, with its traceback
             raise
-        _exit_with_message(error, f"{error} (`pip install \"trl_dpr[{extra}]\"` installs {error.name.split('.')[0]})")
-    except _user_errors() as error:
-        if debug:
+        install = f'pip install "trl_dpr[{extra}]"'
+        _exit_with_message(error, str(error) if install in str(error) else f"{error} (`{install}` installs "
+                           f"{error.name.split('.')[0]})")
+    except Exception as error:  # not `except _user_errors()`: Python would evaluate it for --help's SystemExit too
+        if debug or not isinstance(error, _user_errors()):
             raise
         _exit_with_message(error, str(error))
 
@@ -142,9 +154,7 @@ def _launch_training(stage: str, argv: list[str]) -> None:
     if "--config" in argv:
         index = argv.index("--config") + 1
         argv[index] = find_recipe_file(argv[index])
-    module = importlib.import_module(f"trl_dpr.recipes.{stage}")
-    parser = module.make_parser()
-    parser.prog = f"trl-dpr {stage}"
+    parser = _stage_parser(stage)
     # Unlike `trl sft`, a YAML key no dataclass has is an error (RecipeParser), not an argument for accelerate.
     *_, _, unknown = parser.parse_args_and_config(
         argv, return_remaining_strings=True, fail_with_unknown_args=False, separate_remaining_strings=True
@@ -173,8 +183,146 @@ def _without(items: list[str], subsequence: list[str]) -> list[str]:
     return rest
 
 
+# ---- the stages' arguments, described once and checked before torch is imported -------------------------------------
+# A stage's arguments are the fields of TRL's dataclasses (SFTConfig, GRPOConfig, ModelConfig: about 300 flags), and
+# importing them costs seconds (torch, transformers, peft: `python -X importtime -c "from trl import SFTConfig"`). Their
+# help, types and choices change only with the installed versions and trl_dpr's sources, so the first call describes
+# every stage's arguments as plain JSON (`RecipeParser.describe`) in a cache, ~/.cache/trl_dpr/cli-<key>.json
+# (`TRL_DPR_CACHE` moves it), keyed by those (`_fingerprint`). From then on `--help` and the checks of the recipe and the
+# flags (recipe_checks.py) run on a parser rebuilt from it with the standard library alone (`LightRecipeParser`), before
+# torch is imported; only a run that passes them imports it. The first call, or a cache that cannot be read or written,
+# costs what it did before, and runs the same checks on the same description, built on the spot.
+
+CACHE_FORMAT = 1  # raise when the description's layout changes: older cache files are then not read
+CACHE_FILES_KEPT = 4  # a few environments (venvs, versions) sharing one cache each keep theirs
+
+CONFIG_HELP = (
+    "--config RECIPE is a YAML file, or the name of a recipe shipped with trl_dpr (`trl-dpr recipes` lists them). Each "
+    "key of it can be overridden by its flag below (--learning_rate 1e-5); a key or flag not listed here is an error."
+)
+LAUNCHER_HELP = (
+    "The run goes through `accelerate launch`: --accelerate_config NAME picks its config (trl_dpr's cpu, cpu_ddp, "
+    "single_gpu, fsdp_cpu, zero3_cpu; TRL's multi_gpu, zero3, fsdp2, ...; or a file), and the flags of `accelerate "
+    "launch` (--num_processes 8, --mixed_precision bf16, ...) go to it."
+)
+
+
+def _stage_parser(stage: str):
+    """The recipe's own parser (`make_parser()` of trl_dpr.recipes.<stage>: TRL's dataclasses) as `trl-dpr <stage>`
+    shows it: its usage, what --config takes, and for a training stage the launcher's flags, which it accepts."""
+    module = importlib.import_module(f"trl_dpr.recipes.{stage}")
+    parser = module.make_parser()
+    parser.prog = f"trl-dpr {stage}"
+    training = stage in TRAINING_STAGES
+    parser.usage = f"{parser.prog} --config RECIPE [--KEY VALUE ...]" + (" [accelerate launch flags]" if training else "")
+    parser.description = module.__doc__.split("\n\n")[0] + "\n\n" + CONFIG_HELP
+    if training:
+        parser.epilog = LAUNCHER_HELP
+        parser.launcher_flags = _launcher_flags()
+    return parser
+
+
+def _launcher_flags() -> dict[str, bool]:
+    """The flags `accelerate launch` takes (flag → whether a value follows it), and --accelerate_config."""
+    from accelerate.commands.launch import launch_command_parser
+
+    flags = {flag: action.nargs != 0 for action in launch_command_parser()._actions for flag in action.option_strings}
+    return {**flags, "--accelerate_config": True}
+
+
+def _fingerprint(files: Sequence[Path], versions: dict[str, str]) -> str:
+    """The cache key: what the description is built from. The versions stand for TRL's and transformers' dataclasses;
+    each file's size and modification time for trl_dpr's own (an edit in a clone changes them)."""
+    digest = hashlib.sha256(json.dumps([CACHE_FORMAT, sys.version, sorted(versions.items())]).encode())
+    for path in sorted(files):
+        status = path.stat()
+        digest.update(f"{path}\0{status.st_size}\0{status.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def _cache_file() -> Path:
+    import importlib.metadata
+
+    from .recipe_checks import recipes_root
+
+    def version(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "absent"
+
+    files = [*Path(__file__).resolve().parent.rglob("*.py"), *recipes_root().glob("*.py")]
+    key = _fingerprint(files, {name: version(name) for name in ("trl", "transformers", "accelerate", "peft", "torch")})
+    root = os.environ.get("TRL_DPR_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trl_dpr")
+    return Path(root) / f"cli-{key}.json"
+
+
+def _cached_descriptions() -> dict[str, dict]:
+    """The stages' descriptions from the cache, or {} when there is none for this install (or it cannot be read)."""
+    try:
+        descriptions = json.loads(_cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return descriptions if isinstance(descriptions, dict) and set(STAGES) <= set(descriptions) else {}
+
+
+def _build_descriptions() -> dict[str, dict]:
+    """Every stage's description, from the recipes' parsers (imports TRL: seconds), written to the cache."""
+    descriptions = {stage: _stage_parser(stage).describe() for stage in STAGES}
+    path = _cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")  # renamed: a reader never sees half a file
+        partial.write_text(json.dumps(descriptions))
+        os.replace(partial, path)
+        older = sorted(path.parent.glob("cli-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for stale in older[CACHE_FILES_KEPT:]:
+            stale.unlink(missing_ok=True)
+    except OSError:
+        pass  # an unwritable cache: each call describes the arguments again (seconds); nothing else changes
+    return descriptions
+
+
+def _light_parser(stage: str):
+    """The stage's parser rebuilt from its description (`LightRecipeParser`): cached, else built now."""
+    from .recipe_checks import LightRecipeParser
+
+    description = _cached_descriptions().get(stage) or _build_descriptions()[stage]
+    return LightRecipeParser(description)
+
+
+def _check_before_importing(stage: str, argv: list[str], parser=None) -> None:
+    """What can be checked in the arguments of `trl-dpr <stage>` without TRL: a recipe is given, its keys and the
+    flags are known, every value fits its field (`LightRecipeParser.check_recipe`), and a GGUF base model has its
+    reader installed. A ValueError (or ModuleNotFoundError) says what is wrong."""
+    from .gguf import check_gguf_reader
+
+    if "--config" not in argv:
+        raise ValueError(
+            f"No recipe: run `trl-dpr {stage} --config <recipe> [--key value ...]`, the recipe a YAML file or the name "
+            f"of one shipped with trl_dpr (`trl-dpr recipes` lists them; e.g. --config {EXAMPLE_RECIPES[stage]}). "
+            f"`trl-dpr {stage} --help` lists the keys."
+        )
+    values = (parser or _light_parser(stage)).check_recipe(argv)
+    check_gguf_reader(getattr(values, "model_name_or_path", None))
+
+
+def _run_stage(stage: str, argv: list[str]) -> None:
+    """`trl-dpr <stage>`: its help, or the checks and then the run (imports TRL)."""
+    parser = _light_parser(stage)
+    if "-h" in argv or "--help" in argv:
+        parser.print_help()
+        return
+    _check_before_importing(stage, argv, parser)
+    if stage in TRAINING_STAGES:
+        _launch_training(stage, argv)
+    else:
+        importlib.import_module(f"trl_dpr.recipes.{IN_PROCESS[stage]}").main(argv)
+
+
 def _list_recipes() -> None:
-    from .recipe_parser import recipes_root
+    from .recipe_checks import recipes_root
 
     root = recipes_root()
     for path in sorted(root.rglob("*.yaml")):
@@ -210,23 +358,20 @@ def _dispatch(argv: list[str]) -> None:
         print("usage: trl-dpr <command> [--config YAML] [options]\n\n" + _help() + "\n\n" + __doc__.split("\n\n", 2)[2])
         return
     command, rest = argv[0], argv[1:]
-    if command in TRAINING_STAGES:
-        run(lambda args: _launch_training(command, args), rest)
-    elif command in IN_PROCESS:
-        module = importlib.import_module(f"trl_dpr.recipes.{IN_PROCESS[command]}")
-        run(module.main, rest)
+    if command in STAGES:
+        run(lambda args: _run_stage(command, args), rest)
     elif command == "heatmap":
         from .visualize import main as heatmap
 
-        run(heatmap, rest)
+        run(lambda args: heatmap(args, prog="trl-dpr heatmap"), rest)
     elif command == "memory":
         from .memory import main as memory
 
-        run(memory, rest)
+        run(lambda args: memory(args, prog="trl-dpr memory"), rest)
     elif command == "recipes":
         _list_recipes()
     else:
-        print(f"trl-dpr: unknown command {command!r}. Commands: {', '.join([*TRAINING_STAGES, *IN_PROCESS, 'heatmap', 'memory', 'recipes'])}.",
+        print(f"trl-dpr: unknown command {command!r}. Commands: {', '.join([*STAGES, 'heatmap', 'memory', 'recipes'])}.",
               file=sys.stderr)
         raise SystemExit(2)
 

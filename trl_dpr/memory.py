@@ -56,12 +56,13 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from torch import nn
+if TYPE_CHECKING:  # torch is imported where a model is built: `trl-dpr memory --help` needs none of it
+    from torch import nn
 
 __all__ = [
     "MemoryTarget",
@@ -95,7 +96,7 @@ class MemoryTarget:
         default=None,
         metadata={
             "help": "GPU memory (GiB) of each GPU this recipe is written for, e.g. 79 for an 80 GB H100. "
-            "`python -m trl_dpr.memory --config <recipe>` checks the recipe's memory plan against it."
+            "`trl-dpr memory --config <recipe>` checks the recipe's memory plan against it."
         },
     )
     num_gpus: int = field(
@@ -253,6 +254,7 @@ class ModelShape:
     @classmethod
     def from_config(cls, config) -> ModelShape:
         import torch
+        from torch import nn
         from transformers import AutoModelForCausalLM
 
         with torch.device("meta"):
@@ -295,6 +297,8 @@ class ModelShape:
 
 def _decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The repeated decoder blocks (the `ModuleList` with the most parameters)."""
+    from torch import nn
+
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 0]
     return list(max(lists, key=lambda m: sum(p.numel() for p in m.parameters())))
 
@@ -641,7 +645,8 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     is_dpr = bool(dpr_only & set(values))
     script_class = _script_arguments_class(is_dpr)
     config_class = DensePathConfig if is_dpr else SFTRecipeConfig
-    parsed = RecipeParser((script_class, config_class, ModelConfig, MemoryTarget)).parse_args_and_config(
+    command = "trl-dpr dpr" if is_dpr else "trl-dpr sft"  # the command whose --help lists the recipe's keys
+    parsed = RecipeParser((script_class, config_class, ModelConfig, MemoryTarget), prog=command).parse_args_and_config(
         ["--config", str(config_path), "--use_cpu", "true"]
     )
     _, training_args, model_args, target = parsed
@@ -680,7 +685,7 @@ def _script_arguments_class(is_dpr: bool):
     return DPRScriptArguments if is_dpr else SFTScriptArguments
 
 
-def main(argv=None) -> None:
+def main(argv=None, prog: str = "python -m trl_dpr.memory") -> None:
     """`trl-dpr memory` / `python -m trl_dpr.memory`: print the plan of recipe YAMLs (paths or shipped names).
 
     Example:
@@ -691,8 +696,10 @@ def main(argv=None) -> None:
         python -m trl_dpr.memory --details --model-config-dir recipes/model_configs --config recipes/*/*/config_*.yaml
         ```
     """
-    parser = argparse.ArgumentParser(description="Print the GPU memory plan of a trl_dpr recipe YAML.")
-    parser.add_argument("--config", required=True, nargs="+", help="recipe YAML(s) of recipes/sft.py or recipes/dpr.py")
+    from .recipe_checks import CommandParser
+
+    parser = CommandParser(prog=prog, description="Print the GPU memory plan of a trl_dpr recipe YAML.")
+    parser.add_argument("--config", required=True, nargs="+", help="recipe YAML(s) of `trl-dpr sft` or `trl-dpr dpr` (paths or shipped names)")
     parser.add_argument("--model-config", help="folder with the backbone's config.json (default: the copy shipped for "
                         "the shipped recipes' backbones, else the Hugging Face cache or the Hub)")
     parser.add_argument("--model-config-dir", help="folder of <backbone>/config.json, <backbone> = the recipe's folder")

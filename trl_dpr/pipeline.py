@@ -78,11 +78,11 @@ class SFTScriptArguments(ScriptArguments):
     # the value is one of those listed (the "off" value). field → (accepted values, why not).
     _UNUSED_BY_RECIPES = {
         "dataset_test_split": ((), "the recipes train on dataset_train_split only; they evaluate after training with "
-                               "evaluation_config (recipes/evaluate.py), on its own benchmarks"),
+                               "evaluation_config (`trl-dpr evaluate`), on its own benchmarks"),
         "dataset_streaming": ((False,), "the recipes subsample (num_train_samples) and filter the training set, which "
                               "needs the whole dataset; streaming is not supported"),
         "eval_strategy": (("no",), "the recipes pass no eval_dataset to the trainer (they evaluate after training "
-                          "with evaluation_config: recipes/evaluate.py); from Python, give the trainer an eval_dataset"),
+                          "with evaluation_config: `trl-dpr evaluate`); from Python, give the trainer an eval_dataset"),
     }
 
     def __post_init__(self):
@@ -112,17 +112,16 @@ class DPRScriptArguments(SFTScriptArguments):
     sft_config: str | None = field(
         default=None,
         metadata={
-            "help": "YAML of recipes/sft.py to run first when model_name_or_path holds no SFT output yet (the embedded "
+            "help": "A `trl-dpr sft` recipe to run first when model_name_or_path holds no SFT output yet (the embedded "
             "demo runs the whole SFT → DPR → evaluation pipeline this way)."
         },
     )
     evaluation_config: str | None = field(
         default=None,
         metadata={
-            "help": "A recipes/evaluate.py YAML: after training, the policy (`DPR=<output_dir>`) is evaluated against "
-            "π_SFT (`SFT=<model_name_or_path>`) with it, exactly as `recipes/evaluate.py --config` would, and the "
-            "results go to the YAML's output_dir and into the model card (the embedded demo: "
-            "recipes/evaluate/demo.yaml)."
+            "help": "A `trl-dpr evaluate` recipe: after training, the policy (`DPR=<output_dir>`) is evaluated against "
+            "π_SFT (`SFT=<model_name_or_path>`) with it, exactly as `trl-dpr evaluate --config` would, and the "
+            "results go to the YAML's output_dir and into the model card (the embedded demo: evaluate/demo.yaml)."
         },
     )
     merge_adapter: bool = field(

@@ -473,7 +473,7 @@ class PreviewConfig:
     output_dir: str = field(default="runs/preview", metadata={"help": "Where preview.csv, .json, .md and .png go."})
     dataset_name: str = field(
         default="trl_dpr/embedded-demo",
-        metadata={"help": "Prompts (and, for exact / demonstration quality, their answers): a dataset recipes/dpr.py loads."},
+        metadata={"help": "Prompts (and, for exact / demonstration quality, their answers): a dataset `trl-dpr dpr` loads."},
     )
     dataset_config: str | None = field(default=None, metadata={"help": "The dataset's configuration name."})
     dataset_split: str = field(default="test", metadata={"help": "Split to take prompts from (held-out prompts)."})
@@ -505,7 +505,7 @@ class PreviewConfig:
         },
     )
     evaluation_config: str | None = field(
-        default=None, metadata={"help": "quality: pairwise: the recipes/evaluate.py YAML whose judge settings are used."}
+        default=None, metadata={"help": "quality: pairwise: the `trl-dpr evaluate` recipe whose judge settings are used."}
     )
     policies: list[str] = field(
         default_factory=list,
@@ -522,7 +522,7 @@ class PreviewConfig:
         if self.quality not in QUALITIES:
             raise ValueError(f"quality must be one of {QUALITIES}, got {self.quality!r}.")
         if self.quality == "pairwise" and not self.evaluation_config:
-            raise ValueError("quality: pairwise needs evaluation_config, the recipes/evaluate.py YAML of the judge.")
+            raise ValueError("quality: pairwise needs evaluation_config, the `trl-dpr evaluate` recipe of the judge.")
         for name, value in (("num_prompts", self.num_prompts), ("samples_per_prompt", self.samples_per_prompt),
                             ("max_new_tokens", self.max_new_tokens), ("batch_size", self.batch_size),
                             ("policy_samples_per_prompt", self.policy_samples_per_prompt)):

@@ -139,7 +139,7 @@ def resolve_reference(
         True
     """
     how_to_fix = (
-        "Train the SFT model with `trl_dpr.ReferenceCheckpointCallback` (recipes/sft.py adds it) so the reference "
+        "Train the SFT model with `trl_dpr.ReferenceCheckpointCallback` (`trl-dpr sft` adds it) so the reference "
         "checkpoint π_ref is saved next to it, or pass it explicitly: "
         "`CheckpointRewardModel.from_pretrained(sft_path, ref_model_name_or_path=...)`."
     )
@@ -266,7 +266,7 @@ def check_model_source(path: str, what: str = "Model") -> None:
         if not ((folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()):
             raise FileNotFoundError(
                 f"{what}: {path!r} exists but holds no model (no config.json or adapter_config.json). Point it at the "
-                "output_dir of recipes/sft.py or recipes/dpr.py, or at a model folder."
+                "output_dir of `trl-dpr sft` or `trl-dpr dpr`, or at a model folder."
             )
         return
     could_be_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~")) and not Path(path.split("/")[0]).is_dir()
@@ -281,7 +281,7 @@ def check_model_source(path: str, what: str = "Model") -> None:
         )
     hint = " Train it first: `make demo` writes runs/demo/sft and runs/demo/dpr." if "runs/demo" in path else ""
     raise FileNotFoundError(
-        f"{what}: the folder {path!r} does not exist. Expected the output_dir of recipes/sft.py or recipes/dpr.py (a "
+        f"{what}: the folder {path!r} does not exist. Expected the output_dir of `trl-dpr sft` or `trl-dpr dpr` (a "
         f"folder with config.json or adapter_config.json), or a Hub model id.{hint}"
     )
 

@@ -14,7 +14,6 @@ trl_dpr[plots]`). From the command line:
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import sys
@@ -242,7 +241,7 @@ def _read_pairs(path: str) -> tuple[list, list[str]]:
     return prompts, responses
 
 
-def main(argv: Sequence[str] | None = None) -> list[Path]:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m trl_dpr.visualize") -> list[Path]:
     """The command-line interface (see the module docstring); returns the files written.
 
     Example:
@@ -250,7 +249,9 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
         python -m trl_dpr.visualize --sft runs/demo/sft --prompt "What is 2+3?" --response "2 + 3 = 5. The answer is 5."
         ```
     """
-    parser = argparse.ArgumentParser(prog="python -m trl_dpr.visualize", description=__doc__.split("\n\n")[0])
+    from .recipe_checks import CommandParser
+
+    parser = CommandParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--sft", required=True, help="SFT output folder (π_SFT, with π_ref recorded by the SFT stage).")
     parser.add_argument("--ref", default=None, help="π_ref folder, if not the one recorded in the SFT output.")
     parser.add_argument("--prompt", action="append", default=[], help="A prompt (repeat with --response for several pairs).")

@@ -189,6 +189,6 @@ def load_evaluation_config(path: str, **replaced) -> EvaluationConfig:
     path = find_recipe_file(str(path), subfolder="evaluate")
     with open(path) as f:
         check_config_has_no_secrets(yaml.safe_load(f) or {}, path)
-    (config,) = RecipeParser((EvaluationConfig,)).parse_args_and_config(["--config", path])
+    (config,) = RecipeParser((EvaluationConfig,), prog="trl-dpr evaluate").parse_args_and_config(["--config", path])
     return dataclasses.replace(config, **replaced)
 

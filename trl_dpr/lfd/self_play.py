@@ -87,13 +87,13 @@ class SelfPlayScriptArguments(SFTScriptArguments):
 
     sft_config: str | None = field(
         default=None,
-        metadata={"help": "YAML of recipes/sft.py to run first when model_name_or_path holds no SFT output yet."},
+        metadata={"help": "A `trl-dpr sft` recipe to run first when model_name_or_path holds no SFT output yet."},
     )
     evaluation_config: str | None = field(
         default=None,
         metadata={
-            "help": "A recipes/evaluate.py YAML: after training, the last iterate (`SPIN=` / `GSIL=<output_dir>`) is "
-            "evaluated against π_SFT (`SFT=<model_name_or_path>`) with it, as recipes/evaluate.py would."
+            "help": "A `trl-dpr evaluate` recipe: after training, the last iterate (`SPIN=` / `GSIL=<output_dir>`) is "
+            "evaluated against π_SFT (`SFT=<model_name_or_path>`) with it, as `trl-dpr evaluate` would."
         },
     )
 
@@ -534,7 +534,8 @@ def recipe_parser(config_class: type[SelfPlayConfig]):
     from ..recipe_parser import RecipeParser
 
     # MemoryTarget (gpu_memory_gib, num_gpus) is part of every recipe YAML; training does not use it.
-    return RecipeParser((SelfPlayScriptArguments, config_class, ModelConfig, MemoryTarget))
+    command = f"trl-dpr {config_class.__name__.removesuffix('Config').lower()}"  # SPINConfig → trl-dpr spin
+    return RecipeParser((SelfPlayScriptArguments, config_class, ModelConfig, MemoryTarget), prog=command)
 
 
 def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None = None) -> SelfPlayRun:
@@ -563,7 +564,7 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
     stage = 1
     if script_args.sft_config:
         sft_args, sft_training_args, sft_model_args, _ = RecipeParser(
-            (SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget)
+            (SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget), prog="trl-dpr sft"
         ).parse_args_and_config(["--config", script_args.sft_config])
         if sft_training_args.output_dir != sft_path:
             raise ValueError(
