@@ -232,3 +232,74 @@ def test_a_cpu_recipe_is_planned_per_process_not_per_gpu():
     assert "**total per process**" in table and "GPU" not in table and "CUDA" not in table
     gpu = plan_recipe(str(ROOT / "recipes" / "llama-3.1-8b" / "sft" / "config_qlora.yaml"), tiny).table()
     assert "**total per GPU**" in gpu and "CUDA context" in gpu
+
+
+# ---- a user's own recipe: the model it names --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_model_folder(tmp_path_factory, tokenizer):
+    """A local model folder as a user has one: a tiny Llama's config.json (3 layers, hidden 64), no Hub id anywhere."""
+    from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+
+    folder = tmp_path_factory.mktemp("my-model")
+    build_tiny_causal_lm(tokenizer, hidden_size=64, num_layers=3).config.save_pretrained(folder)
+    return folder
+
+
+def users_recipe(path, shipped: str, header: str | None = None, **changes):
+    """A shipped recipe's keys, with `changes`, written to `path` without the shipped header line (or with `header`)."""
+    import yaml
+
+    values = yaml.safe_load((ROOT / "recipes" / shipped).read_text())
+    values.update(changes)
+    values = {k: v for k, v in values.items() if v is not None}
+    path.write_text((f"{header}\n" if header else "") + yaml.safe_dump(values))
+    return str(path)
+
+
+@pytest.mark.parametrize("shipped", ["demo/sft.yaml", "llama-3.1-8b/dpr/config_qlora.yaml"])
+def test_a_users_recipe_is_planned_from_the_config_of_its_model_name_or_path(tmp_path, tiny_model_folder, shipped):
+    recipe = users_recipe(tmp_path / "my.yaml", shipped, model_name_or_path=str(tiny_model_folder), sft_config=None)
+    expected = plan_recipe(recipe, AutoConfig.from_pretrained(tiny_model_folder)).table()
+    assert plan_recipe(recipe).table() == expected
+    assert plan_recipe(recipe, AutoConfig.from_pretrained(CONFIGS / "llama-3.1-8b")).table() != expected
+
+
+def test_the_command_line_plans_a_users_recipe_without_a_header_line(tmp_path, tiny_model_folder, capsys):
+    recipe = users_recipe(tmp_path / "my.yaml", "demo/sft.yaml", model_name_or_path=str(tiny_model_folder))
+    main(["--config", recipe])
+    assert "**total per process**" in capsys.readouterr().out
+
+
+def test_a_header_line_naming_a_backbone_overrides_model_name_or_path(tmp_path, tiny_model_folder):
+    own = plan_recipe(users_recipe(tmp_path / "own.yaml", "demo/sft.yaml", model_name_or_path=str(tiny_model_folder)))
+    recipe = users_recipe(tmp_path / "header.yaml", "demo/sft.yaml", header="# Qwen/Qwen2.5-0.5B: planned as Qwen",
+                          model_name_or_path=str(tiny_model_folder))
+    qwen = plan_recipe(recipe, AutoConfig.from_pretrained(CONFIGS / COLAB))
+    assert plan_recipe(recipe).table() == qwen.table() != own.table()
+
+
+def test_a_dpr_recipe_before_its_sft_is_planned_from_its_sft_recipes_base(tmp_path, tiny_model_folder, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # runs/my/sft does not exist here: the SFT has not run
+    sft = users_recipe(tmp_path / "sft.yaml", "demo/sft.yaml", model_name_or_path=str(tiny_model_folder))
+    recipe = users_recipe(tmp_path / "dpr.yaml", "llama-3.1-8b/dpr/config_qlora.yaml", model_name_or_path="runs/my/sft",
+                          sft_config=sft)
+    assert plan_recipe(recipe).table() == plan_recipe(recipe, AutoConfig.from_pretrained(tiny_model_folder)).table()
+
+
+def test_a_dpr_recipe_from_an_adapter_sft_output_is_planned_from_its_base_model(tmp_path, tiny_model_folder):
+    import json
+
+    adapter = tmp_path / "sft-qlora"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tiny_model_folder), "r": 64}))
+    recipe = users_recipe(tmp_path / "my.yaml", "llama-3.1-8b/dpr/config_qlora.yaml", model_name_or_path=str(adapter))
+    assert plan_recipe(recipe).table() == plan_recipe(recipe, AutoConfig.from_pretrained(tiny_model_folder)).table()
+
+
+def test_a_missing_sft_output_says_how_to_plan_anyway(tmp_path):
+    recipe = users_recipe(tmp_path / "my.yaml", "demo/dpr.yaml", model_name_or_path=str(tmp_path / "runs" / "sft"),
+                          sft_config=None)
+    with pytest.raises(ValueError, match=r"not a folder here.*sft_config.*--model-config FOLDER"):
+        plan_recipe(recipe)

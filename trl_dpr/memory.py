@@ -72,8 +72,10 @@ __all__ = [
     "SHIPPED_MODEL_CONFIGS",
     "backbone_config",
     "kv_cache_bytes_per_token",
+    "model_config_of",
     "plan",
     "plan_recipe",
+    "recipe_model_config",
 ]
 
 GIB = 2**30
@@ -623,9 +625,8 @@ def _hub_answers(timeout_s: float = 5.0) -> bool:
 def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     """Plan a recipe YAML of `recipes/sft.py` or `recipes/dpr.py`, with its `gpu_memory_gib` and `num_gpus` keys.
 
-    `model_config` defaults to the config of the backbone named in the header line `# <hub id>: ...` of the YAML
-    (for DPR, `model_name_or_path` is an SFT output that may not exist yet): `backbone_config`, which needs no Hub for
-    the backbones of the shipped recipes.
+    `model_config` defaults to the config of the model the recipe trains, read without weights
+    (`recipe_model_config`): its `model_name_or_path`, or the backbone a header line `# <hub id>: ...` names.
 
     Example:
         >>> print(plan_recipe("recipes/llama-3.1-8b/dpr/config_qlora.yaml").table())  # doctest: +SKIP
@@ -651,32 +652,119 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     )
     _, training_args, model_args, target = parsed
     if model_config is None:
-        model_config = backbone_config(recipe_backbone(config_path))
+        model_config = recipe_model_config(config_path)
     return plan(
         training_args, model_config, model_args, gpu_memory_gib=target.gpu_memory_gib, num_gpus=target.num_gpus,
         title=str(config_path), on_cpu=bool(values.get("use_cpu", False)),  # parsed with use_cpu forced, above
     )
 
 
-def recipe_backbone(config_path: str) -> str:
-    """The Hub id of a recipe's backbone: the first word of its first line (`# meta-llama/Llama-3.1-8B: ...`).
+def recipe_model_config(config_path: str, follow_sft_config: bool = True):
+    """The `PretrainedConfig` of the model a recipe YAML trains, read from `config.json` files alone (no weights).
+
+    The first of these that the YAML has:
+
+    1. a first line `# <hub id>: ...` (the shipped recipes have one): that backbone, through `backbone_config`;
+    2. its `model_name_or_path` (`model_config_of`): for an SFT recipe the base model, for a DPR recipe the SFT
+       output folder;
+    3. for a DPR recipe whose SFT output is not a folder yet but whose `sft_config:` names the SFT recipe that writes
+       it: that recipe's model (the SFT's base has π_SFT's architecture).
+
+    Example:
+        >>> recipe_model_config("demo/dpr.yaml").num_hidden_layers   # runs/demo/sft or, before the SFT, its base
+        4
+    """
+    import yaml
+
+    from .recipe_checks import find_recipe_file
+
+    path = find_recipe_file(str(config_path))
+    backbone = recipe_backbone(path)
+    if backbone is not None:
+        return backbone_config(backbone)
+    values = yaml.safe_load(Path(path).read_text()) or {}
+    name = values.get("model_name_or_path")
+    if not name:
+        raise ValueError(
+            f"{path} names no model_name_or_path, so its memory plan has no model to size. Add `model_name_or_path:` "
+            "(a Hub id or a folder), or pass --model-config FOLDER (a folder holding the model's config.json)."
+        )
+    sft_config = values.get("sft_config") if follow_sft_config else None
+    if sft_config and not Path(str(name)).is_dir():
+        return recipe_model_config(sft_config, follow_sft_config=False)
+    return model_config_of(str(name), where=f"{path}'s model_name_or_path")
+
+
+def model_config_of(model_name_or_path: str, where: str = "model_name_or_path"):
+    """The `PretrainedConfig` of a `model_name_or_path` as the recipes take it, without loading weights: a local
+    folder's `config.json` (an adapter folder's base model, from its `adapter_config.json`), a `.gguf` file's
+    metadata, an embedded base (`trl_dpr/embedded-...`), else a Hub id through `backbone_config`.
+
+    Example:
+        >>> model_config_of("trl_dpr/embedded-pretrained-llama").hidden_size   # shipped with the package
+        128
+    """
+    import json
+
+    from transformers import AutoConfig
+
+    folder = Path(model_name_or_path)
+    if folder.is_dir():
+        if (folder / "config.json").is_file():
+            return AutoConfig.from_pretrained(folder)
+        if (folder / "adapter_config.json").is_file():  # a LoRA SFT output: the base it adapts has the shape
+            base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+            if base:
+                return model_config_of(base, where=f"the base_model_name_or_path of {folder / 'adapter_config.json'}")
+        raise ValueError(
+            f"{where} is the folder {str(folder)!r}, which holds no config.json (nor an adapter_config.json naming its "
+            "base model). Point it at a model folder, or pass --model-config FOLDER (a folder holding a config.json)."
+        )
+    from .embedded.base_model import EMBEDDED_MODEL, EMBEDDED_PRETRAINED_MODEL
+    from .gguf import find_gguf_file, is_gguf_path
+
+    if model_name_or_path == EMBEDDED_PRETRAINED_MODEL:
+        from .embedded.pretraining import SHIPPED_BASE
+
+        return AutoConfig.from_pretrained(SHIPPED_BASE)
+    if model_name_or_path == EMBEDDED_MODEL:  # built from a config in about a second, like the recipes build it
+        import tempfile
+
+        from .embedded.base_model import build_embedded_base
+
+        with tempfile.TemporaryDirectory() as scratch:
+            return AutoConfig.from_pretrained(build_embedded_base(Path(scratch) / "base"))
+    if is_gguf_path(model_name_or_path):
+        gguf_file = find_gguf_file(model_name_or_path)
+        return AutoConfig.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)  # the metadata, no tensors
+    not_a_folder = (
+        f"{where} is {model_name_or_path!r}, not a folder here (has the stage that writes it run yet?). Run that "
+        "stage, give a DPR recipe `sft_config:` (the SFT recipe that writes it), start the YAML with a line "
+        "`# <hub id>: ...` naming the backbone, or pass --model-config FOLDER (a folder holding its config.json)."
+    )
+    if model_name_or_path.startswith((".", "/", "~")) or model_name_or_path.count("/") > 1:  # a path, not a Hub id
+        raise ValueError(not_a_folder)
+    try:
+        return backbone_config(model_name_or_path)
+    except OSError as error:  # `runs/sft` reads as a Hub id too: say both
+        raise OSError(f"{error} Or, if it is a local folder: {not_a_folder}") from error
+
+
+def recipe_backbone(config_path: str) -> str | None:
+    """The Hub id a recipe's first line names (`# meta-llama/Llama-3.1-8B: ...`), or None: an optional override of
+    the model `recipe_model_config` reads from `model_name_or_path`.
 
     Example:
         >>> recipe_backbone("qwen2.5-7b/dpr/config_qlora.yaml")
         'Qwen/Qwen2.5-7B'
+        >>> recipe_backbone("demo/dpr.yaml") is None
+        True
     """
-    from pathlib import Path
+    from .recipe_checks import find_recipe_file
 
-    from .recipe_parser import find_recipe_file
-
-    first = Path(find_recipe_file(str(config_path))).read_text().splitlines()[0]
-    match = re.match(r"#\s*([\w.-]+/[\w.-]+):", first)
-    if not match:
-        raise ValueError(
-            f"{config_path} does not start with '# <hub id>: ...' naming its backbone; pass model_config= to "
-            "plan_recipe, or run the plan from Python with `trl_dpr.memory.plan`."
-        )
-    return match.group(1)
+    lines = Path(find_recipe_file(str(config_path))).read_text().splitlines()
+    match = re.match(r"#\s*([\w.-]+/[\w.-]+):", lines[0]) if lines else None
+    return match.group(1) if match else None
 
 
 def _script_arguments_class(is_dpr: bool):
@@ -691,7 +779,8 @@ def main(argv=None, prog: str = "python -m trl_dpr.memory") -> None:
     Example:
         ```bash
         trl-dpr memory --config qwen2.5-0.5b/dpr/config_qlora_t4.yaml               # shipped config.json, offline
-        trl-dpr memory --config my_recipe.yaml --model-config path/to/model_folder  # or from a local folder
+        trl-dpr memory --config my_recipe.yaml            # the config.json of its model_name_or_path (no weights)
+        trl-dpr memory --config my_recipe.yaml --model-config path/to/model_folder  # or of another folder
         # the tables at the end of recipes/README.md:
         python -m trl_dpr.memory --details --model-config-dir recipes/model_configs --config recipes/*/*/config_*.yaml
         ```
@@ -700,8 +789,8 @@ def main(argv=None, prog: str = "python -m trl_dpr.memory") -> None:
 
     parser = CommandParser(prog=prog, description="Print the GPU memory plan of a trl_dpr recipe YAML.")
     parser.add_argument("--config", required=True, nargs="+", help="recipe YAML(s) of `trl-dpr sft` or `trl-dpr dpr` (paths or shipped names)")
-    parser.add_argument("--model-config", help="folder with the backbone's config.json (default: the copy shipped for "
-                        "the shipped recipes' backbones, else the Hugging Face cache or the Hub)")
+    parser.add_argument("--model-config", help="folder with the model's config.json (default: the config of the "
+                        "recipe's model_name_or_path, or of the backbone its first line `# <hub id>: ...` names)")
     parser.add_argument("--model-config-dir", help="folder of <backbone>/config.json, <backbone> = the recipe's folder")
     parser.add_argument("--details", action="store_true", help="each table in a <details> block with a one-line summary")
     args = parser.parse_args(argv)
