@@ -231,8 +231,10 @@ def _sft(args: RealModelArguments, output_dir: Path, data: Path) -> str:
     class Recorder(TrainerCallback):
         """Learning rate per step, extra π_ref checkpoints, held-out loss after each epoch, trained tokens."""
 
-        def on_step_end(self, _args, state, control, model=None, lr_scheduler=None, processing_class=None, **kw):
-            record["learning_rates"].append(float(lr_scheduler.get_last_lr()[0]))
+        def on_step_begin(self, _args, state, control, lr_scheduler=None, **kw):
+            record["learning_rates"].append(float(lr_scheduler.get_last_lr()[0]))  # the rate this step uses
+
+        def on_step_end(self, _args, state, control, model=None, processing_class=None, **kw):
             for alpha in args.alphas:
                 if alpha != 0.5 and state.global_step == math.floor(alpha * steps):
                     model.save_pretrained(folder / f"reference_alpha{alpha}")
