@@ -134,8 +134,7 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
     reward_granularity: str = field(
         default="token",
         metadata={
-            "help": "'token' = Dense-Path REINFORCE; 'sentence' = the SR baseline of §4.1 (whole return at EOS).",
-            "choices": ["token", "sentence"],
+            "help": "'token' = Dense-Path REINFORCE; 'sentence' = the SR baseline of §4.1 (whole return at EOS)."
         },
     )
     use_baseline: bool = field(
@@ -236,7 +235,9 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
                 self.num_generations = 1
         if self.reward_granularity not in ("token", "sentence"):
             raise ValueError(
-                f"reward_granularity must be 'token' (DPR) or 'sentence' (SR baseline), got {self.reward_granularity!r}."
+                f"reward_granularity must be 'token' or 'sentence', got {self.reward_granularity!r}: 'token' is "
+                "Dense-Path REINFORCE (the default), 'sentence' the SR baseline of §4.1 (the whole return at the last "
+                "token). Set one of them, or remove the key."
             )
         if not self.temperature > 0.0:
             raise ValueError(
@@ -244,7 +245,10 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
                 "are for sampled completions."
             )
         if not 0.0 < self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in (0, 1] (the paper uses 1.0), got {self.gamma}.")
+            raise ValueError(
+                f"gamma must be in (0, 1], got {self.gamma}: it discounts the token returns, and the paper uses 1.0 "
+                "(§4.4 sweeps values below 1). Set e.g. gamma: 1.0, or remove the key."
+            )
         if self.kl_coef < 0.0:
             raise ValueError(f"kl_coef must be >= 0 (the paper uses 1e-5), got {self.kl_coef}.")
         if self.max_prompt_length is not None and self.max_prompt_length < 1:
