@@ -121,6 +121,9 @@ def kl_penalized_rewards(
 
     r_t = r̂_t − λ_KL · (log π_old(a_t|s_t) − log π_SFT(a_t|s_t))        (k1 estimator of KL(π_old ‖ π_SFT))
 
+    `policy_logps` may be None only when `kl_coef` is 0. (`DensePathConfig` refuses the generation settings that give
+    no log π_old; this check is for what a config cannot see: a direct call, a `rollout_func` that returns none.)
+
     Example:
         >>> import torch
         >>> kl_penalized_rewards(torch.tensor([[1.0]]), torch.tensor([[-1.0]]), torch.tensor([[-3.0]]), torch.ones(1, 1), 0.5)
@@ -129,7 +132,10 @@ def kl_penalized_rewards(
     rewards = rewards.float()
     if kl_coef != 0.0:
         if policy_logps is None:
-            raise ValueError("kl_coef != 0 needs `policy_logps`, the log π_old of the sampled tokens.")
+            raise ValueError(
+                f"kl_coef={kl_coef} needs `policy_logps`, the log π_old of the sampled tokens, and got None. Pass "
+                "them (a trainer's `rollout_func` must return its `logprobs`), or set kl_coef=0."
+            )
         rewards = rewards - kl_coef * (policy_logps.float() - sft_logps.float())
     return torch.where(mask.bool(), rewards, torch.zeros_like(rewards))
 

@@ -199,13 +199,9 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
             is_terminal=is_terminal, batch_size=batch_size, temperature=self.temperature,
         )
         # log π_old of the sampled tokens, at the rollout temperature: GRPO's forward when the batch is reused
-        # (off-policy), else the log-probs the generation itself returned.
+        # (off-policy), else the log-probs the generation itself returned (DensePathConfig refuses, before any model
+        # loads, the settings under which neither exists while kl_coef > 0).
         policy_logps = output.get("old_per_token_logps", output.get("sampling_per_token_logps"))
-        if self.args.kl_coef != 0.0 and policy_logps is None:
-            raise RuntimeError(
-                "kl_coef > 0 needs log π_old of the sampled tokens, and this generation backend returned none. Use the "
-                "transformers or vLLM backend, or kl_coef: 0."
-            )
         dpr = algorithm.dense_path_advantages(
             scored.rewards,
             scored.kl_reference_logps,
