@@ -18,7 +18,7 @@ from accelerate import PartialState
 from transformers import AutoTokenizer
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_config, get_quantization_config
 
-from .callbacks import ConsoleLogMixin, ReferenceCheckpointCallback
+from .callbacks import ConsoleLogMixin, ReferenceCheckpointCallback, check_reference_fraction
 from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resume_from_checkpoint, release_output_dir
 from .config import DensePathConfig
 from .data import check_chat_template, load_demonstrations, prompts_for_rl
@@ -86,9 +86,8 @@ class SFTScriptArguments(ScriptArguments):
     }
 
     def __post_init__(self):
-        # Checked when the recipe is parsed, before anything is loaded.
-        if not 0.0 < self.reference_fraction < 1.0:
-            raise ValueError(f"reference_fraction α must be strictly between 0 and 1 (the paper uses 0.5), got {self.reference_fraction}.")
+        # Checked when the recipe is parsed, before anything is loaded (α by its owner, the reference callback's rule).
+        check_reference_fraction(self.reference_fraction)
         if self.num_train_samples is not None and self.num_train_samples < 1:
             raise ValueError(
                 f"num_train_samples must be a positive number of rows (or unset, for all of them), got "
