@@ -23,6 +23,7 @@ from .data import check_prompt_dataset, drop_long_prompts
 from .hub import BaseModelCardMixin, SafeHubPushMixin, base_model_reference, dpr_model_card_section
 from .reward_model import CheckpointRewardModel, initial_policy, load_reward_model
 from .sampled_logprobs import SampledTokenLogprobs
+from .tokens import ends_with_eos
 
 __all__ = ["DensePathTrainer"]
 
@@ -187,10 +188,8 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
         mode = "train" if self.model.training else "eval"
         mask = output["completion_mask"] * output.get("tool_mask", 1)
         completion_ids = output["completion_ids"]
-        lengths = output["completion_mask"].sum(dim=1)
-        last_token = completion_ids.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
         # A completion is terminal when it ended with EOS; one cut at max_completion_length is not (matters for w/V).
-        is_terminal = (lengths > 0) & torch.isin(last_token, torch.tensor(self.eos_token_ids, device=last_token.device))
+        is_terminal = ends_with_eos(completion_ids, output["completion_mask"], self.eos_token_ids)
 
         # r̂ at temperature 1 (Eq. 5), and log π_SFT at the rollout temperature for the KL term, from one forward.
         batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
