@@ -17,7 +17,7 @@ from trl import GRPOTrainer
 
 from . import algorithm
 from .callbacks import ConsoleLogMixin
-from .checkpointing import AtomicCheckpointsMixin, check_output_dir
+from .checkpointing import AtomicCheckpointsMixin, check_output_dir, is_claimed
 from .config import DensePathConfig
 from .data import check_prompt_dataset, drop_long_prompts
 from .hub import BaseModelCardMixin, SafeHubPushMixin, base_model_reference, dpr_model_card_section
@@ -130,8 +130,11 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
         eval_datasets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
         for name, dataset in {"train_dataset": train_dataset, **{f"eval_dataset{k and f'[{k!r}]'}": v for k, v in eval_datasets.items()}}.items():
             check_prompt_dataset(dataset, name)
-        check_output_dir(args.output_dir)
-        self._take_over_hub_push(args)  # before any model loads: the token, the strategy; one safe push at the end
+        # Before any model loads. A pipeline (run_dpr) has claimed the folder and checked and deferred the push by now;
+        # from Python, the folder is checked here and claimed by train(), and the push is checked and taken over.
+        if not is_claimed(args.output_dir):
+            check_output_dir(args.output_dir)
+        self._take_over_hub_push(args)
         reward_model = load_reward_model(reward_model, args)
 
         # Algorithm 1, line 2: the actor starts from π_SFT; π_SFT itself stays frozen as the reward and KL reference.
