@@ -26,7 +26,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from trl.trainer.utils import maybe_gather_lm_head_ctx
 
 from .reference_manifest import check_model_source, resolve_reference, sft_output_problem
-from .rewards import DenseReward, ScoredCompletions, check_dense_reward, paper_reward
+from .rewards import DenseReward, ScoredCompletions, check_dense_reward, frozen_model_names, paper_reward
 from .tokens import ends_with_eos, eos_token_ids, pad_batch, render_prompts
 
 logger = logging.getLogger(__name__)
@@ -390,7 +390,7 @@ class CheckpointRewardModel(nn.Module):
         reference)."""
         available = {"sft": (self.sft_model, self.sft_adapter), "ref": (self.ref_model, self.ref_adapter),
                      **{name: (model, None) for name, model in self.extra_models.items()}}
-        return {name: available[name] for name in ["sft", *(n for n in self.reward.model_names if n != "sft")]}
+        return {name: available[name] for name in frozen_model_names(self.reward)}
 
     @contextlib.contextmanager
     def _activated(self, model: nn.Module, adapter: str | None):
