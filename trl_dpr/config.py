@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig, SFTConfig
 
-from .recipe_checks import unused_field_problem
+from .recipe_checks import _plain, unused_field_problem
 
-__all__ = ["ActivationCheckpointingAlias", "DensePathConfig", "SFTRecipeConfig", "refuse_unused_fields", "unused_parent_fields"]
+__all__ = [
+    "ActivationCheckpointingAlias", "DensePathConfig", "SFTRecipeConfig", "refuse_unused_fields", "unused_parent_fields",
+]
 
 
 def unused_parent_fields(parent, reasons: dict[str, str]) -> dict[str, tuple[tuple, str]]:
@@ -20,8 +22,6 @@ def unused_parent_fields(parent, reasons: dict[str, str]) -> dict[str, tuple[tup
         >>> unused_parent_fields(GRPOConfig, {"scale_rewards": "DPR whitens its returns"})
         {'scale_rewards': (('group',), 'DPR whitens its returns')}
     """
-    from .recipe_checks import _plain
-
     fields = parent.__dataclass_fields__
     default = lambda f: f.default_factory() if callable(f.default_factory) else f.default  # noqa: E731
     return {name: ((_plain(default(fields[name])),), reason) for name, reason in reasons.items()}

@@ -81,11 +81,11 @@ __all__ = [
 ]
 
 GIB = 2**30
-_MODEL_LABELS = {"sft": "π_SFT", "ref": "π_ref"}  # the SFT output's models (a reward's others: by their own names)
 BF16 = 2
 FP32 = 4
 CUDA_CONTEXT_BYTES = GIB  # CUDA context, cuBLAS workspaces, NCCL buffers: ≈ 0.5–1 GiB per process
 FRAGMENTATION = 0.10  # PyTorch's caching allocator rarely packs tensors perfectly
+_MODEL_LABELS = {"sft": "π_SFT", "ref": "π_ref"}  # the SFT output's models (a reward's others: by their own names)
 
 
 @dataclass

@@ -78,8 +78,8 @@ class SFTScriptArguments(ScriptArguments):
 
     # Fields of TRL's ScriptArguments and training configs that the recipes have no use for: set in a recipe, each
     # would be accepted and ignored, or fail once the models are built. RecipeParser refuses them while parsing, unless
-    # the value is one of those listed (the "off" value). field → (accepted values, why not). (From Python these are
-    # run_sft's and run_dpr's own choices, not refused: `dataset_test_split` keeps TRL's default "test" there.)
+    # the value is one of those listed (the "off" value). field → (accepted values, why not). Unlike a config's own
+    # `_UNUSED_FIELDS`, these are not refused from Python: run_sft and run_dpr simply do not read them.
     _UNUSED_FIELDS = {
         "dataset_test_split": ((), "the recipes train on dataset_train_split only; they evaluate after training with "
                                "evaluation_config (`trl-dpr evaluate`), on its own benchmarks"),

@@ -12,8 +12,8 @@ misspelled flag or a bad value are answered without TRL, with the messages the r
 The checks: `--config` names a file or a shipped recipe (`find_recipe_file`) that is valid YAML; no YAML key is
 unknown (`RENAMED_KEYS` says what an old key became, difflib what is close); every value, from the YAML or the command
 line, fits its field (`check_value`: type, choices, sign); a field its dataclass declares unused keeps an accepted
-value (`unused_field_problem`); no command-line flag is unknown. `CommandParser` reports the mistakes of the other commands (`trl-dpr heatmap`,
-`trl-dpr memory`) the same way: one line, the closest flag to a misspelled one.
+value (`unused_field_problem`); no command-line flag is unknown. `CommandParser` reports the mistakes of the other
+commands (`trl-dpr heatmap`, `trl-dpr memory`) the same way: one line, the closest flag to a misspelled one.
 """
 
 from __future__ import annotations
