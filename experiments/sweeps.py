@@ -24,6 +24,7 @@ import torch
 from accelerate import PartialState
 from trl import ModelConfig, SFTConfig
 
+from trl_dpr.callbacks import check_reference_fraction
 from trl_dpr.evaluation import OpenAIChatModel, run_evaluation
 from trl_dpr.pipeline import SFTScriptArguments, has_sft_output, print_stage, run_dpr, run_sft
 from trl_dpr.recipe_parser import RecipeParser
@@ -230,8 +231,7 @@ def reference_checkpoint(checkpoints_dir: str | Path, fraction: float) -> str:
         >>> Path(reference_checkpoint(run, 0.1)).name
         'checkpoint-60'
     """
-    if not 0.0 < fraction < 1.0:
-        raise ValueError(f"α must be strictly between 0 and 1 (the paper uses 0.5), got {fraction}.")
+    check_reference_fraction(fraction)
     folders, total = sft_checkpoints(checkpoints_dir)
     step = math.floor(fraction * total)
     if step not in folders:

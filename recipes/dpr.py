@@ -23,6 +23,7 @@ from trl_dpr.pipeline import (
     DPRScriptArguments,
     SFTScriptArguments,
     check_dpr_inputs,
+    check_evaluation_config,
     evaluate_against_sft,
     has_sft_output,
     print_stage,
@@ -41,9 +42,11 @@ def main(argv=None):
     script_args, training_args, model_args, _ = make_parser().parse_args_and_config(argv)
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
     sft_path = model_args.model_name_or_path
-    # The DPR stage's own input is checked before the SFT stage spends anything: its folder, the push, the
-    # evaluation YAML, the prompts.
-    check_dpr_inputs(script_args, training_args)
+    # The DPR stage's own input is checked before the SFT stage spends anything: its folder (claimed), the push, the
+    # prompts (loaded), the evaluation YAML. run_dpr takes what was claimed and loaded rather than doing it again.
+    dpr_inputs = check_dpr_inputs(script_args, training_args)
+    if script_args.evaluation_config:
+        check_evaluation_config(script_args.evaluation_config)
     push = defer_push_to_hub(training_args)  # pushed below, after the evaluation: the model card carries its table
     stages = 1 + bool(script_args.sft_config) + bool(script_args.evaluation_config)
     stage = 1
@@ -70,7 +73,7 @@ def main(argv=None):
         stage += 1
 
     print_stage(stage, stages, f"Dense-Path REINFORCE from {sft_path}")
-    trainer = run_dpr(script_args, training_args, model_args)
+    trainer = run_dpr(script_args, training_args, model_args, inputs=dpr_inputs)
     stage += 1
 
     if script_args.evaluation_config:

@@ -51,11 +51,6 @@ def test_token_returns_skip_masked_holes_when_discounting():
     assert torch.allclose(returns, torch.tensor([[3.0, 0.0, 4.0]]))
 
 
-def test_token_returns_rejects_gamma_outside_unit_interval():
-    with pytest.raises(ValueError, match="gamma"):
-        token_returns(torch.ones(1, 2), torch.ones(1, 2), gamma=1.5)
-
-
 def test_sentence_rewards_move_all_mass_to_the_last_valid_token():
     rewards = torch.tensor([[1.0, 2.0, 3.0, 9.0], [0.5, -1.5, 7.0, 7.0]])
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])

@@ -1,8 +1,10 @@
 """The memory plan (`trl_dpr.memory`): each term against hand arithmetic, and every shipped recipe against its GPU."""
 
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from transformers import AutoConfig, LlamaConfig
 from trl import ModelConfig, SFTConfig
 
@@ -133,6 +135,36 @@ def test_full_fine_tuning_is_sharded_over_the_gpus_with_three_models_for_dpr(sha
     assert term(result, "grad + fp32 master + AdamW m, v").bytes == shape.parameters * 14 / 8
     # Scoring inside the root module's forward gathers its embeddings and LM head: 2 × 128256 × 4096 × 2 B.
     assert term(result, "root params gathered").bytes == 2 * 128256 * 4096 * 2
+
+
+def test_wo_baseline_plans_one_frozen_model_fewer_than_dpr(shapes):
+    shape, server = shapes["llama-3.1-8b"], {"use_vllm": True, "vllm_mode": "server"}
+    dpr = plan(llama_dpr_args(**server), shape, None)
+    wo_baseline = plan(llama_dpr_args(use_baseline=False, **server), shape, None)
+    assert term(dpr, "weights (bf16)").bytes == 3 * shape.parameters * 2  # policy, π_SFT, π_ref
+    assert term(wo_baseline, "weights (bf16)").bytes == 2 * shape.parameters * 2  # policy, π_SFT (the KL's reference)
+    assert "(policy, π_SFT)" in term(wo_baseline, "weights (bf16)").formula and "scoring π_SFT" in wo_baseline.phases
+    # On one QLoRA base: one frozen adapter fewer.
+    qlora = plan(llama_dpr_args(use_baseline=False), shape, qlora_args())
+    assert term(qlora, "frozen adapter π_SFT (fp32)").bytes == 167_772_160 * 4
+
+
+def test_a_recipe_whose_reward_reads_three_models_plans_them_all_beside_the_policy(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "user_rewards"))  # the user's reward file, importable by name
+    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)
+    recipe = tmp_path / "dpr.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "model_name_or_path": "runs/sft", "dataset_name": "trl_dpr/embedded-demo", "output_dir": "runs/dpr",
+        "per_device_train_batch_size": 2, "max_prompt_length": 16, "max_completion_length": 16, "gpu_memory_gib": 24,
+        "dense_reward": "my_rewards:TeacherBonusReward", "dense_reward_models": {"teacher": "runs/teacher"},
+    }))
+    tiny = ModelShape.from_config(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                              num_attention_heads=4, num_key_value_heads=2, vocab_size=100))
+    result = plan_recipe(str(recipe), tiny)
+    weights = term(result, "weights (bf16)")
+    assert weights.bytes == 4 * tiny.parameters * 2  # the policy and π_SFT, π_ref, teacher
+    assert weights.formula.endswith("(policy, π_SFT, π_ref, teacher)")
+    assert "scoring π_SFT, π_ref, teacher" in result.phases
 
 
 def test_scoring_holds_one_lm_head_chunk_not_the_whole_batch_of_logits(shapes):

@@ -116,9 +116,9 @@ def test_model_card_has_the_dpr_tags_citation_and_hyperparameters(make_trainer, 
 @pytest.mark.parametrize(
     "overrides, match",
     [
-        ({"scale_rewards": "batch"}, "scale_rewards='batch' has no effect in DPR"),
-        ({"reward_weights": [2.0]}, "reward_weights=.* has no effect in DPR"),
-        ({"multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation=.* has no effect"),
+        ({"scale_rewards": "batch"}, "scale_rewards: 'batch' is not used: DPR whitens"),
+        ({"reward_weights": [2.0]}, r"reward_weights: \[2.0\] is not used: DPR has one reward"),
+        ({"multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation: 'normalize_then_sum' is not used"),
         ({"beta": 0.04, "kl_coef": 0.1}, "stack two KL penalties"),
         ({"num_generations": 0}, "num_generations must be >= 1"),
         ({"max_completion_length": 0}, "max_completion_length must be a positive"),

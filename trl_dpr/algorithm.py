@@ -121,6 +121,9 @@ def kl_penalized_rewards(
 
     r_t = r̂_t − λ_KL · (log π_old(a_t|s_t) − log π_SFT(a_t|s_t))        (k1 estimator of KL(π_old ‖ π_SFT))
 
+    `policy_logps` may be None only when `kl_coef` is 0. (`DensePathConfig` refuses the generation settings that give
+    no log π_old; this check is for what a config cannot see: a direct call, a `rollout_func` that returns none.)
+
     Example:
         >>> import torch
         >>> kl_penalized_rewards(torch.tensor([[1.0]]), torch.tensor([[-1.0]]), torch.tensor([[-3.0]]), torch.ones(1, 1), 0.5)
@@ -129,7 +132,10 @@ def kl_penalized_rewards(
     rewards = rewards.float()
     if kl_coef != 0.0:
         if policy_logps is None:
-            raise ValueError("kl_coef != 0 needs `policy_logps`, the log π_old of the sampled tokens.")
+            raise ValueError(
+                f"kl_coef={kl_coef} needs `policy_logps`, the log π_old of the sampled tokens, and got None. Pass "
+                "them (a trainer's `rollout_func` must return its `logprobs`), or set kl_coef=0."
+            )
         rewards = rewards - kl_coef * (policy_logps.float() - sft_logps.float())
     return torch.where(mask.bool(), rewards, torch.zeros_like(rewards))
 
@@ -138,15 +144,14 @@ def token_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0)
     r"""Per-token return G_t = Σ_{k ≥ t} γ^{k−t} r_k over the completion's own valid tokens (Algorithm 1, line 8).
 
     Positions are relative to each completion: the exponent k − t counts valid tokens only, so a row's returns do not
-    depend on how much padding precedes, follows or interrupts it. Padding gets G = 0 and contributes nothing.
+    depend on how much padding precedes, follows or interrupts it. Padding gets G = 0 and contributes nothing. The
+    discount is γ ∈ (0, 1], the range `DensePathConfig` accepts (its one check).
 
     Example:
         >>> import torch
         >>> token_returns(torch.tensor([[1.0, 2.0, 3.0, 0.0]]), torch.tensor([[1, 1, 1, 0]]), gamma=0.5)
         tensor([[2.7500, 3.5000, 3.0000, 0.0000]])
     """
-    if not 0.0 < gamma <= 1.0:
-        raise ValueError(f"gamma must be in (0, 1], got {gamma}.")
     mask = mask.bool()
     rewards = torch.where(mask, rewards.float(), torch.zeros_like(rewards, dtype=torch.float32))
     returns = torch.zeros_like(rewards)
@@ -223,8 +228,9 @@ def dense_path_advantages(
         G  = token_returns(r, γ)
         A  = whiten(G)                         (or G itself when `whiten_advantages=False`)
 
-    Returns a dict with `advantages`, `returns`, `rewards` (the shaped per-token signal) and `kl` (log π_old −
-    log π_SFT, zeros when `policy_logps` is None), all `[B, T]` float32 and 0 at padding.
+    `reward_granularity` is `"token"` or `"sentence"` and `gamma` in (0, 1], as `DensePathConfig` (their one check)
+    accepts them. Returns a dict with `advantages`, `returns`, `rewards` (the shaped per-token signal) and `kl`
+    (log π_old − log π_SFT, zeros when `policy_logps` is None), all `[B, T]` float32 and 0 at padding.
 
     Example:
         >>> import torch
@@ -232,8 +238,6 @@ def dense_path_advantages(
         >>> out["returns"]
         tensor([[ 0., -1.]])
     """
-    if reward_granularity not in ("token", "sentence"):
-        raise ValueError(f"reward_granularity must be 'token' or 'sentence', got {reward_granularity!r}.")
     rewards = sentence_rewards(dense_rewards, mask) if reward_granularity == "sentence" else dense_rewards.float()
     rewards = kl_penalized_rewards(rewards, policy_logps, sft_logps, mask, kl_coef)
     returns = token_returns(rewards, mask, gamma)

@@ -16,7 +16,10 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from .reference_manifest import MANIFEST_NAME, REFERENCE_DIRNAME, ReferenceManifest, parse_manifest, write_manifest
 
-__all__ = ["ConsoleLogMixin", "NumericPrinterCallback", "NumericProgressCallback", "ReferenceCheckpointCallback"]
+__all__ = [
+    "ConsoleLogMixin", "NumericPrinterCallback", "NumericProgressCallback", "ReferenceCheckpointCallback",
+    "check_reference_fraction",
+]
 
 logger = get_logger(__name__)
 
@@ -46,6 +49,29 @@ def _full_state_dict(model) -> dict | None:
     return None
 
 
+def check_reference_fraction(fraction) -> float:
+    """α of Algorithm 1 as a float, or a ValueError saying why not: π_ref is the SFT model after ⌊α·N⌋ of its N
+    optimizer steps, so α is strictly between 0 and 1. The one check of this rule: `ReferenceCheckpointCallback`, the
+    recipes' `reference_fraction` and the sweeps' π_ref at α all go through it.
+
+    Example:
+        >>> check_reference_fraction(0.5)
+        0.5
+        >>> check_reference_fraction(1)
+        Traceback (most recent call last):
+        ...
+        ValueError: reference_fraction α must be strictly between 0 and 1, got 1: ...
+    """
+    if not isinstance(fraction, (int, float)) or not 0.0 < float(fraction) < 1.0:
+        raise ValueError(
+            f"reference_fraction α must be strictly between 0 and 1, got {fraction!r}: π_ref is the SFT model after "
+            "⌊α·N⌋ of its N optimizer steps (0 would be the base model, 1 π_SFT itself). The paper uses 0.5, the "
+            "checkpoint after half of the steps: set reference_fraction: 0.5 (ReferenceCheckpointCallback(fraction=0.5) "
+            "in Python)."
+        )
+    return float(fraction)
+
+
 class ReferenceCheckpointCallback(TrainerCallback):
     r"""Save the SFT reference checkpoint π_ref at optimizer step ⌊α·N⌋ (Algorithm 1, line 1 of Li et al., 2025).
 
@@ -73,12 +99,7 @@ class ReferenceCheckpointCallback(TrainerCallback):
     """
 
     def __init__(self, fraction: float = 0.5):
-        if not isinstance(fraction, (int, float)) or not 0.0 < float(fraction) < 1.0:
-            raise ValueError(
-                f"ReferenceCheckpointCallback(fraction={fraction!r}): α must be strictly between 0 and 1 (the paper "
-                "uses 0.5, the checkpoint after half of the SFT steps). Use e.g. fraction=0.5."
-            )
-        self.fraction = float(fraction)
+        self.fraction = check_reference_fraction(fraction)
         self.target_step: int | None = None
         self.done = False
 

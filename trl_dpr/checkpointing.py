@@ -41,6 +41,7 @@ __all__ = [
     "checkpoint_problem",
     "claim_output_dir",
     "files_problem",
+    "is_claimed",
     "is_complete_checkpoint",
     "last_complete_checkpoint",
     "parse_resume_from_checkpoint",
@@ -316,6 +317,19 @@ def release_output_dir(output_dir: str | os.PathLike) -> None:
     if key in _HELD_LOCKS and _HELD_LOCKS[key][2] == os.getpid():  # the main process's
         _unlock(key)
     _barrier()
+
+
+def is_claimed(output_dir: str | os.PathLike) -> bool:
+    """Whether this process holds `output_dir`, claimed (`claim_output_dir`) and not released: it was checked then.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> is_claimed(folder), claim_output_dir(folder), is_claimed(folder)
+        (False, None, True)
+    """
+    held = _HELD_LOCKS.get(os.path.realpath(output_dir))
+    return held is not None and held[2] == os.getpid()
 
 
 def _previous_run(output_dir: Path) -> str | None:

@@ -7,7 +7,37 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig, SFTConfig
 
-__all__ = ["ActivationCheckpointingAlias", "DensePathConfig", "SFTRecipeConfig"]
+from .recipe_checks import _plain, unused_field_problem
+
+__all__ = [
+    "ActivationCheckpointingAlias", "DensePathConfig", "SFTRecipeConfig", "refuse_unused_fields", "unused_parent_fields",
+]
+
+
+def unused_parent_fields(parent, reasons: dict[str, str]) -> dict[str, tuple[tuple, str]]:
+    """`_UNUSED_FIELDS` for fields of `parent` whose job a subclass does itself: each keeps its default, and `reasons`
+    says which field of the subclass does the job (field → why).
+
+    Example:
+        >>> unused_parent_fields(GRPOConfig, {"scale_rewards": "DPR whitens its returns"})
+        {'scale_rewards': (('group',), 'DPR whitens its returns')}
+    """
+    fields = parent.__dataclass_fields__
+    default = lambda f: f.default_factory() if callable(f.default_factory) else f.default  # noqa: E731
+    return {name: ((_plain(default(fields[name])),), reason) for name, reason in reasons.items()}
+
+
+def refuse_unused_fields(config) -> None:
+    """A config's `__post_init__` refuses its own `_UNUSED_FIELDS` when they hold a value they do not accept: the
+    recipes' rule (`trl_dpr.recipe_checks.unused_field_problem`, which the recipe parsers apply while parsing) for a
+    config built from Python.
+
+    Example:
+        >>> refuse_unused_fields(DensePathConfig("runs/dpr", bf16=False))  # every one at its default
+    """
+    for name, (accepted, reason) in type(config)._UNUSED_FIELDS.items():
+        if problem := unused_field_problem(name, getattr(config, name), accepted, reason):
+            raise ValueError(f"{problem}.")
 
 
 class ActivationCheckpointingAlias:
@@ -90,8 +120,8 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
         allow_kl_in_loss (`bool`, defaults to `False`): allow `beta` > 0 together with `kl_coef` > 0.
         overwrite_output_dir (`bool`, defaults to `False`): allow a fresh run in a folder that holds a run.
 
-    GRPO fields that DPR replaces (`scale_rewards`, `reward_weights`, `multi_objective_aggregation`) are refused when
-    set to anything but their default, rather than silently ignored.
+    GRPO fields that DPR replaces (`scale_rewards`, `reward_weights`, `multi_objective_aggregation`: its
+    `_UNUSED_FIELDS`) are refused when set to anything but their default, rather than silently ignored.
 
     Example:
         >>> from trl_dpr import DensePathConfig
@@ -134,8 +164,7 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
     reward_granularity: str = field(
         default="token",
         metadata={
-            "help": "'token' = Dense-Path REINFORCE; 'sentence' = the SR baseline of §4.1 (whole return at EOS).",
-            "choices": ["token", "sentence"],
+            "help": "'token' = Dense-Path REINFORCE; 'sentence' = the SR baseline of §4.1 (whole return at EOS)."
         },
     )
     use_baseline: bool = field(
@@ -190,12 +219,12 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
     )
 
     # GRPO fields whose job DPR does itself (per-token returns, whitened over the batch): a non-default value would be
-    # accepted and ignored, so it is refused with the DPR field that does that job.
-    _OVERRIDDEN_GRPO_FIELDS = {
+    # accepted and ignored, so it is refused with the DPR field that does that job (`refuse_unused_fields`).
+    _UNUSED_FIELDS = unused_parent_fields(GRPOConfig, {
         "scale_rewards": "DPR whitens its per-token returns over the whole batch (`whiten_advantages`)",
         "reward_weights": "DPR has one reward, the dense r̂ of its CheckpointRewardModel",
         "multi_objective_aggregation": "DPR has one reward, the dense r̂ of its CheckpointRewardModel",
-    }
+    })
 
     def reward(self):
         """The `DenseReward` this config trains on: `dense_reward` built with its kwargs, else the paper's reward.
@@ -214,13 +243,7 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
         # Before GRPOConfig's own checks: it divides by num_generations, so 0 would be a ZeroDivisionError.
         if self.num_generations is None or self.num_generations < 1:
             raise ValueError(f"num_generations must be >= 1 (the paper uses 1), got {self.num_generations}.")
-        for name, reason in self._OVERRIDDEN_GRPO_FIELDS.items():
-            default = GRPOConfig.__dataclass_fields__[name].default
-            if getattr(self, name) != default:
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} has no effect in DPR: {reason}. Remove it (default "
-                    f"{default!r})."
-                )
+        refuse_unused_fields(self)
         if self.beta != 0.0 and self.kl_coef != 0.0 and not self.allow_kl_in_loss:
             raise ValueError(
                 f"beta={self.beta} (GRPO's KL in the loss) and kl_coef={self.kl_coef} (DPR's KL to π_SFT in the "
@@ -236,7 +259,9 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
                 self.num_generations = 1
         if self.reward_granularity not in ("token", "sentence"):
             raise ValueError(
-                f"reward_granularity must be 'token' (DPR) or 'sentence' (SR baseline), got {self.reward_granularity!r}."
+                f"reward_granularity must be 'token' or 'sentence', got {self.reward_granularity!r}: 'token' is "
+                "Dense-Path REINFORCE (the default), 'sentence' the SR baseline of §4.1 (the whole return at the last "
+                "token). Set one of them, or remove the key."
             )
         if not self.temperature > 0.0:
             raise ValueError(
@@ -244,7 +269,10 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
                 "are for sampled completions."
             )
         if not 0.0 < self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in (0, 1] (the paper uses 1.0), got {self.gamma}.")
+            raise ValueError(
+                f"gamma must be in (0, 1], got {self.gamma}: it discounts the token returns, and the paper uses 1.0 "
+                "(§4.4 sweeps values below 1). Set e.g. gamma: 1.0, or remove the key."
+            )
         if self.kl_coef < 0.0:
             raise ValueError(f"kl_coef must be >= 0 (the paper uses 1e-5), got {self.kl_coef}.")
         if self.max_prompt_length is not None and self.max_prompt_length < 1:

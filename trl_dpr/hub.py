@@ -435,7 +435,9 @@ class SafeHubPushMixin:
     """
 
     def _take_over_hub_push(self, args) -> None:
-        """Call before the parent trainer is built: transformers would create the repo and push at every save."""
+        """Call before the parent trainer is built: transformers would create the repo and push at every save. (A
+        pipeline that checked the push and deferred it before loading anything hands over `push_to_hub` off: nothing
+        is checked twice.)"""
         check_hub_push(args)
         self._push_when_trained = defer_push_to_hub(args)
 

@@ -16,10 +16,14 @@ H, MLP size I, vocabulary V, KV heads n_kv of dimension d, and N GPUs:
 Static
     weights, QLoRA (NF4)     4-bit linear weights: 0.5 B + quantisation constants (one fp32 absmax per 64 weights,
                              0.0625 B; with double quantisation ≈ 0.0159 B); everything else (embeddings, LM head,
-                             norms) in bf16, 2 B per parameter. DPR from an adapter SFT output holds ONE base: π_SFT, π_ref
-                             and the policy are three adapters on it (`shared_base=False`: three bases).
-    weights, full            bf16, 2 B per parameter; DPR holds three models (policy, π_SFT, π_ref). Sharded over N
-                             GPUs (ZeRO-3 / FSDP) when N > 1, plus one decoder layer gathered (×2 for prefetch).
+                             norms) in bf16, 2 B per parameter. DPR from an adapter SFT output holds ONE base: the policy,
+                             π_SFT and π_ref are adapters on it (`shared_base=False`: one base each).
+    weights, full            bf16, 2 B per parameter; DPR holds the policy and the frozen models of its reward: π_SFT
+                             always (the KL's reference), π_ref when the reward reads it (not for wo/Baseline), and
+                             one whole model of the same backbone per other model the reward reads
+                             (`dense_reward_models`, `rewards.frozen_model_names`): three for the paper's reward.
+                             Sharded over N GPUs (ZeRO-3 / FSDP) when N > 1, plus one decoder layer gathered (×2 for
+                             prefetch).
     adapters                 LoRA: r·(in + out) per adapted linear layer; frozen π_SFT / π_ref adapters in fp32 (PEFT
                              upcasts them), the trainable one in bf16 (TRL casts QLoRA adapters to bf16).
     optimizer + gradients    AdamW: trainable bf16 LoRA: 2 (grad) + 2 + 2 (m, v) B per parameter; full fine-tuning
@@ -83,6 +87,7 @@ BF16 = 2
 FP32 = 4
 CUDA_CONTEXT_BYTES = GIB  # CUDA context, cuBLAS workspaces, NCCL buffers: ≈ 0.5–1 GiB per process
 FRAGMENTATION = 0.10  # PyTorch's caching allocator rarely packs tensors perfectly
+_MODEL_LABELS = {"sft": "π_SFT", "ref": "π_ref"}  # the SFT output's models (a reward's others: by their own names)
 
 
 @dataclass
@@ -339,7 +344,7 @@ def plan(
         gpu_memory_gib: the GPU's memory, for `MemoryPlan.fits`.
         num_gpus: processes (one GPU each). Full fine-tuning is sharded over them (ZeRO-3 / FSDP); QLoRA is not.
         shared_base: DPR with adapters: π_SFT, π_ref and the policy on one base (an adapter SFT output, the default),
-            or three bases (three separately loaded PEFT models).
+            or one base each (separately loaded PEFT models). Other models the reward reads are whole models.
         on_cpu: plan each process's RAM for a CPU run (`use_cpu: true`) instead of a GPU's memory. (Not read from
             `training_args.use_cpu`: a GPU plan is often made on a machine without one, with `use_cpu=True`.)
 
@@ -375,22 +380,30 @@ def plan(
     static, phases, notes = [], {}, []
 
     # -- weights ---------------------------------------------------------------------------------------------------
-    # DPR holds policy, π_SFT and π_ref: three models, or three adapters on one base (an adapter SFT output).
-    copies = 3 if is_dpr and not (use_peft and shared_base) else 1
+    # DPR holds the policy and the frozen models its reward reads (`frozen_model_names`: π_SFT always, for the KL). From
+    # an adapter SFT output they are adapters: on one base (`shared_base`), or one base each. A reward that reads other
+    # models needs a full SFT output (CheckpointRewardModel.from_pretrained loads those whole): whole models then.
+    from .rewards import frozen_model_names
+
+    frozen = [_MODEL_LABELS.get(name, name) for name in frozen_model_names(training_args.reward())] if is_dpr else []
+    adapter_sft = use_peft and set(frozen) <= set(_MODEL_LABELS.values())
+    copies = 1 if adapter_sft and shared_base else 1 + len(frozen)
+    held = ""
+    if is_dpr:
+        models = ", ".join(["policy", *frozen])
+        held = f" (one base: {models} are adapters on it)" if copies == 1 else f" ({models})"
     if quantized:
         constants = 0.0159 if getattr(model_args, "use_bnb_nested_quant", False) else 0.0625
         other = shape.parameters - shape.linear_parameters
         static.append(_term(
             "base weights (NF4)", copies * (shape.linear_parameters * (0.5 + constants) + other * BF16),
             f"{copies} × ({shape.linear_parameters / 1e9:.2f} B linear × {0.5 + constants:.4f} B + "
-            f"{other / 1e9:.2f} B other × 2 B)"
-            + (" (one base: policy, π_SFT, π_ref are adapters on it)" if is_dpr and copies == 1 else ""),
+            f"{other / 1e9:.2f} B other × 2 B)" + held,
         ))
     else:
         static.append(_term(
             "weights (bf16)", copies * shape.parameters * BF16 / shards,
-            f"{copies} × {shape.parameters / 1e9:.2f} B params × 2 B" + over
-            + (" (policy, π_SFT, π_ref)" if copies == 3 else ""),
+            f"{copies} × {shape.parameters / 1e9:.2f} B params × 2 B" + over + held,
         ))
     if sharded:
         static.append(_term(
@@ -403,8 +416,11 @@ def plan(
         rank = getattr(model_args, "lora_r", 16)
         lora = shape.lora_parameters(rank, getattr(model_args, "lora_target_modules", None) or "all-linear")
         trainable_bytes = BF16 if quantized else FP32
-        if is_dpr:
-            static.append(_term("frozen adapters π_SFT, π_ref (fp32)", 2 * lora * FP32, f"2 × {lora / 1e6:.1f} M × 4 B"))
+        if is_dpr and adapter_sft:
+            static.append(_term(
+                f"frozen adapter{'s' if len(frozen) > 1 else ''} {', '.join(frozen)} (fp32)", len(frozen) * lora * FP32,
+                f"{len(frozen)} × {lora / 1e6:.1f} M × 4 B",
+            ))
         static.append(_term(
             "trainable adapter + grad + AdamW m, v", lora * 4 * trainable_bytes,
             f"{lora / 1e6:.1f} M (r={rank}) × 4 × {trainable_bytes} B",
@@ -433,7 +449,7 @@ def plan(
             scoring.append(_term(
                 "root params gathered", shape.root_parameters * BF16, f"{shape.root_parameters / 1e6:.0f} M × 2 B",
             ))
-        phases["scoring π_SFT, π_ref"] = scoring
+        phases[f"scoring {', '.join(frozen)}"] = scoring
         phases["log π_old forward"] = [
             _term("one layer live", one_layer(batch, tokens), f"{batch} × {tokens} × (4·{hidden} + 3·{mlp}) × 2 B"),
             _term("logits", batch * completion * vocab * FP32, f"{batch} × {completion} × {vocab} × 4 B"),

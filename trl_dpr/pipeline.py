@@ -15,10 +15,11 @@ from pathlib import Path
 
 import torch
 from accelerate import PartialState
+from datasets import Dataset
 from transformers import AutoTokenizer
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_config, get_quantization_config
 
-from .callbacks import ConsoleLogMixin, ReferenceCheckpointCallback
+from .callbacks import ConsoleLogMixin, ReferenceCheckpointCallback, check_reference_fraction
 from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resume_from_checkpoint, release_output_dir
 from .config import DensePathConfig
 from .data import check_chat_template, load_demonstrations, prompts_for_rl
@@ -42,8 +43,10 @@ __all__ = [
     "model_init_kwargs_from",
     "run_sft",
     "run_dpr",
+    "DPRInputs",
     "check_adapter_settings",
     "check_dpr_inputs",
+    "check_evaluation_config",
     "dpr_prompts",
     "has_sft_output",
     "evaluate_against_sft",
@@ -75,8 +78,9 @@ class SFTScriptArguments(ScriptArguments):
 
     # Fields of TRL's ScriptArguments and training configs that the recipes have no use for: set in a recipe, each
     # would be accepted and ignored, or fail once the models are built. RecipeParser refuses them while parsing, unless
-    # the value is one of those listed (the "off" value). field → (accepted values, why not).
-    _UNUSED_BY_RECIPES = {
+    # the value is one of those listed (the "off" value). field → (accepted values, why not). Unlike a config's own
+    # `_UNUSED_FIELDS`, these are not refused from Python: run_sft and run_dpr simply do not read them.
+    _UNUSED_FIELDS = {
         "dataset_test_split": ((), "the recipes train on dataset_train_split only; they evaluate after training with "
                                "evaluation_config (`trl-dpr evaluate`), on its own benchmarks"),
         "dataset_streaming": ((False,), "the recipes subsample (num_train_samples) and filter the training set, which "
@@ -86,9 +90,8 @@ class SFTScriptArguments(ScriptArguments):
     }
 
     def __post_init__(self):
-        # Checked when the recipe is parsed, before anything is loaded.
-        if not 0.0 < self.reference_fraction < 1.0:
-            raise ValueError(f"reference_fraction α must be strictly between 0 and 1 (the paper uses 0.5), got {self.reference_fraction}.")
+        # Checked when the recipe is parsed, before anything is loaded (α by its owner, the reference callback's rule).
+        check_reference_fraction(self.reference_fraction)
         if self.num_train_samples is not None and self.num_train_samples < 1:
             raise ValueError(
                 f"num_train_samples must be a positive number of rows (or unset, for all of them), got "
@@ -311,14 +314,30 @@ def dpr_prompts(script_args: DPRScriptArguments, seed: int):
     )
 
 
-def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathConfig) -> None:
-    """What the DPR stage can check without the SFT output: its folder (claimed for this run), the Hub push, the
-    evaluation YAML and the prompts. recipes/dpr.py runs this before its SFT stage, so a mistake in the DPR part of a
-    pipeline is found before the SFT is spent.
+@dataclass(frozen=True)
+class DPRInputs:
+    """What `check_dpr_inputs` has done before any model loads, for `run_dpr` to use rather than do again: the output
+    folder is claimed for this run, the Hub push is checked, and `prompts` are the prompts DPR samples from.
 
     Example:
         ```python
-        check_dpr_inputs(DPRScriptArguments(dataset_name="trl_dpr/embedded-demo"), DensePathConfig("runs/demo/dpr"))
+        inputs = check_dpr_inputs(script_args, training_args)   # before the SFT stage
+        run_dpr(script_args, training_args, model_args, inputs=inputs)
+        ```
+    """
+
+    prompts: Dataset
+
+
+def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathConfig) -> DPRInputs:
+    """What the DPR stage can check without the SFT output, each once: its folder (claimed for this run), the Hub push
+    and the prompts (loaded). recipes/dpr.py runs this before its SFT stage, so a mistake in the DPR part of a pipeline
+    is found before the SFT is spent, and hands the result to `run_dpr`.
+
+    Example:
+        ```python
+        inputs = check_dpr_inputs(DPRScriptArguments(dataset_name="trl_dpr/embedded-demo"), DensePathConfig("runs/demo/dpr"))
+        inputs.prompts.num_rows
         ```
     """
     claim_output_dir(
@@ -327,14 +346,22 @@ def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathCo
         overwrite=training_args.overwrite_output_dir,
     )
     check_hub_push(training_args)
-    if script_args.evaluation_config:
-        from .evaluation import OpenAIChatModel
-        from .evaluation.config import load_evaluation_config
+    return DPRInputs(prompts=dpr_prompts(script_args, training_args.seed))
 
-        evaluation = load_evaluation_config(script_args.evaluation_config)
-        if evaluation.judge == "openai":  # its key must be there when the evaluation starts, after training
-            OpenAIChatModel(api_key_env=evaluation.judge_api_key_env).check_api_key()
-    dpr_prompts(script_args, training_args.seed)
+
+def check_evaluation_config(evaluation_config: str) -> None:
+    """The evaluation a pipeline runs after training (`evaluation_config`), checked before it trains: the YAML loads,
+    and the judge's API key is set when the judge is OpenAI's.
+
+    Example:
+        >>> check_evaluation_config("recipes/evaluate/demo.yaml")  # the exact-match judge: no key needed
+    """
+    from .evaluation import OpenAIChatModel
+    from .evaluation.config import load_evaluation_config
+
+    evaluation = load_evaluation_config(evaluation_config)
+    if evaluation.judge == "openai":  # its key must be there when the evaluation starts, after training
+        OpenAIChatModel(api_key_env=evaluation.judge_api_key_env).check_api_key()
 
 
 def run_dpr(
@@ -343,12 +370,16 @@ def run_dpr(
     model_args: ModelConfig,
     callbacks: list | None = None,
     reward_model: CheckpointRewardModel | None = None,
+    inputs: DPRInputs | None = None,
 ) -> DensePathTrainer:
     """DPR from the SFT output `model_args.model_name_or_path` (policy initialised from π_SFT); returns the trainer.
 
     `reward_model` replaces the one loaded from the SFT output (π_SFT and π_ref), e.g. a control reward such as
-    the correctness oracle of `experiments/oracle.py`. With `push_to_hub: true` the policy (adapter, or merged with `merge_adapter`) and its model card are pushed once, at
-    the end; recipes/dpr.py turns that off (`defer_push_to_hub`) and pushes after the evaluation instead.
+    the correctness oracle of `experiments/oracle.py`. `inputs` is what `check_dpr_inputs` returned when the caller
+    ran it first (recipes/dpr.py, before its SFT stage): the folder claimed, the push checked, the prompts loaded; by
+    default run_dpr runs it itself. With `push_to_hub: true` the policy (adapter, or merged with `merge_adapter`) and
+    its model card are pushed once, at the end; recipes/dpr.py turns that off (`defer_push_to_hub`) and pushes after
+    the evaluation instead.
 
     Example:
         ```python
@@ -358,21 +389,16 @@ def run_dpr(
                           ModelConfig(model_name_or_path="runs/demo/sft", dtype="float32"))
         ```
     """
+    # Everything that can be checked before a model loads: the folder, the push and the prompts (check_dpr_inputs,
+    # unless the caller did it), then the SFT output, its adapter and its chat template.
+    inputs = inputs or check_dpr_inputs(script_args, training_args)
     sft_path = model_args.model_name_or_path
-    # Everything that can be checked before a model loads: the folder, the SFT output, its adapter, the push, the data.
-    claim_output_dir(
-        training_args.output_dir,
-        resuming=parse_resume_from_checkpoint(training_args.resume_from_checkpoint) is not None,
-        overwrite=training_args.overwrite_output_dir,
-    )
     if os.path.isdir(sft_path) and (problem := sft_output_problem(sft_path)):
         raise ValueError(f"{sft_path!r} is not a finished SFT output: {problem}. {UNFINISHED_SFT_HELP}")
     check_model_source(sft_path, "The SFT output (model_name_or_path)")
     check_adapter_settings(sft_path, model_args)
-    check_hub_push(training_args)
-    prompts = dpr_prompts(script_args, training_args.seed)
     tokenizer = AutoTokenizer.from_pretrained(sft_path, padding_side="left")
-    check_chat_template(tokenizer, prompts, script_args.dataset_name)
+    check_chat_template(tokenizer, inputs.prompts, script_args.dataset_name)
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     if reward_model is None:
@@ -386,7 +412,7 @@ def run_dpr(
         model=None if shares_base else sft_path,
         reward_model=reward_model,
         args=training_args,
-        train_dataset=prompts,
+        train_dataset=inputs.prompts,
         processing_class=tokenizer,
         quantization_config=None if shares_base else quantization_config,
         peft_config=None if shares_base else get_peft_config(model_args),

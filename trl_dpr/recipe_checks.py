@@ -11,9 +11,9 @@ misspelled flag or a bad value are answered without TRL, with the messages the r
 
 The checks: `--config` names a file or a shipped recipe (`find_recipe_file`) that is valid YAML; no YAML key is
 unknown (`RENAMED_KEYS` says what an old key became, difflib what is close); every value, from the YAML or the command
-line, fits its field (`check_value`: type, choices, sign); the fields the recipes do not use keep their "off" value;
-no command-line flag is unknown. `CommandParser` reports the mistakes of the other commands (`trl-dpr heatmap`,
-`trl-dpr memory`) the same way: one line, the closest flag to a misspelled one.
+line, fits its field (`check_value`: type, choices, sign); a field its dataclass declares unused keeps an accepted
+value (`unused_field_problem`); no command-line flag is unknown. `CommandParser` reports the mistakes of the other
+commands (`trl-dpr heatmap`, `trl-dpr memory`) the same way: one line, the closest flag to a misspelled one.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ __all__ = [
     "recipes_root",
     "type_spec",
     "unknown_flags",
+    "unused_field_problem",
 ]
 
 # The numeric fields whose negative values mean something. Every other number in the recipe dataclasses is a count, a
@@ -248,6 +249,29 @@ def check_value(name: str, value, spec, default=dataclasses.MISSING, choices=Non
     return None
 
 
+def unused_field_problem(name: str, value, accepted, reason: str) -> str | None:
+    """Why `value` of a field its dataclass declares unused is refused, or None when it is one of the `accepted` values.
+
+    A dataclass declares such fields in `_UNUSED_FIELDS` (field → (accepted values, why the field is not used)): a
+    field of TRL's that the recipes have no use for, or one whose job a trl_dpr config does itself. Set, it would be
+    accepted and silently ignored (or fail once models are built), so it is refused: by the recipe parsers for what a
+    recipe sets, and by a config's `__post_init__` for the fields it declares itself (`trl_dpr.config.
+    refuse_unused_fields`). This is the one rule and message of refused fields. A scalar stands for the one-item list
+    TRL would make of it (`loss_type: sigmoid`).
+
+    Example:
+        >>> unused_field_problem("dataset_streaming", True, (False,), "streaming is not supported")
+        'dataset_streaming: True is not used: streaming is not supported. Remove it or set it to False'
+        >>> unused_field_problem("loss_type", "sigmoid", (["sigmoid"],), "the loss is SPIN's own") is None
+        True
+    """
+    value, accepted = _plain(value), [_plain(a) for a in accepted]
+    if value in accepted or (not isinstance(value, list) and [value] in accepted):
+        return None
+    off = f" or set it to {accepted[0]!r}" if accepted and accepted[0] is not None else ""
+    return f"{name}: {value!r} is not used: {reason}. Remove it{off}"
+
+
 def _plain(value):
     """`value` as YAML and JSON hold it: an Enum member as its value, a tuple or a set (dict keys: argparse keeps
     choices as they were given) as a list."""
@@ -328,7 +352,7 @@ class CommandParser(argparse.ArgumentParser):
 class RecipeChecks:
     """The checks of `RecipeParser` and `LightRecipeParser`, on plain data: `_rules` (dest → {"type": type_spec,
     "default": ..., "choices": [...]}, from the dataclass fields), `_unused` (field → (accepted values, why not), from
-    the dataclasses' `_UNUSED_BY_RECIPES`) and `recipe_subfolder` (where `--config NAME` is looked up first)."""
+    the dataclasses' `_UNUSED_FIELDS`) and `recipe_subfolder` (where `--config NAME` is looked up first)."""
 
     _rules: dict[str, dict]
     _unused: dict[str, tuple[tuple, str]]
@@ -419,10 +443,9 @@ class RecipeChecks:
                 problems.append(problem)
         given = {a[2:].split("=")[0] for a in (args or []) if isinstance(a, str) and a.startswith("--")}
         for name, (accepted, reason) in self._unused.items():
-            value = _plain(getattr(namespace, name, None))  # an Enum (IntervalStrategy.STEPS) as its YAML value
-            if (name in given or name in self._config_keys) and value not in accepted:
-                off = f" or set it to {accepted[0]!r}" if accepted else ""
-                problems.append(f"{name}: {value!r} is not used: {reason}. Remove it{off}")
+            if name in given or name in self._config_keys:
+                problem = unused_field_problem(name, getattr(namespace, name, None), accepted, reason)
+                problems += [problem] if problem else []
         if problems:
             self._raise_invalid(problems, self._config_keys - given)
         return namespace, remaining

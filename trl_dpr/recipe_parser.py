@@ -74,10 +74,10 @@ never abbreviated.
             for f in dataclasses.fields(dataclass_type):
                 if f.init and f.name not in self._rules:
                     self._rules[f.name] = _rule(f, hints.get(f.name, typing.Any))
-        # Fields a dataclass declares unused by the recipes (`_UNUSED_BY_RECIPES`: name → (accepted values, reason)).
+        # Fields a dataclass declares unused (`_UNUSED_FIELDS`: name → (accepted values, reason)), refused while parsing.
         self._unused: dict[str, tuple[tuple, str]] = {}
         for dataclass_type in self.dataclass_types:
-            self._unused.update(getattr(dataclass_type, "_UNUSED_BY_RECIPES", {}))
+            self._unused.update(getattr(dataclass_type, "_UNUSED_FIELDS", {}))
         for action in self._actions:  # refused: --help does not offer them
             if action.dest in self._unused:
                 action.help = argparse.SUPPRESS

@@ -26,8 +26,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from trl.trainer.utils import maybe_gather_lm_head_ctx
 
 from .reference_manifest import check_model_source, resolve_reference, sft_output_problem
-from .rewards import DenseReward, ScoredCompletions, check_dense_reward, paper_reward
-from .tokens import eos_token_ids, pad_batch, render_prompts
+from .rewards import DenseReward, ScoredCompletions, check_dense_reward, frozen_model_names, paper_reward
+from .tokens import ends_with_eos, eos_token_ids, pad_batch, render_prompts
 
 logger = logging.getLogger(__name__)
 
@@ -390,7 +390,7 @@ class CheckpointRewardModel(nn.Module):
         reference)."""
         available = {"sft": (self.sft_model, self.sft_adapter), "ref": (self.ref_model, self.ref_adapter),
                      **{name: (model, None) for name, model in self.extra_models.items()}}
-        return {name: available[name] for name in ["sft", *(n for n in self.reward.model_names if n != "sft")]}
+        return {name: available[name] for name in frozen_model_names(self.reward)}
 
     @contextlib.contextmanager
     def _activated(self, model: nn.Module, adapter: str | None):
@@ -445,8 +445,7 @@ class CheckpointRewardModel(nn.Module):
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
         completion_ids, completion_mask = completion_ids.to(device), completion_mask.to(device)
         if is_terminal is None:
-            last_token = completion_ids.gather(1, (completion_mask.long().sum(1, keepdim=True) - 1).clamp(min=0))
-            is_terminal = torch.isin(last_token.squeeze(1), torch.tensor(self.eos_token_ids, device=device))
+            is_terminal = ends_with_eos(completion_ids, completion_mask, self.eos_token_ids)
         batch_size = batch_size or prompt_ids.size(0)
 
         outputs = []
@@ -458,7 +457,7 @@ class CheckpointRewardModel(nn.Module):
                     prompt_mask[rows],
                     completion_ids[rows],
                     completion_mask[rows],
-                    None if is_terminal is None else is_terminal[rows].to(device),
+                    is_terminal[rows].to(device),
                     temperature,
                 )
             )

@@ -41,6 +41,7 @@ __all__ = [
     "ScoredCompletions",
     "WithSoftValue",
     "build_dense_reward",
+    "frozen_model_names",
     "paper_reward",
 ]
 
@@ -142,6 +143,18 @@ class WithSoftValue:
             scored.values["sft"], scored.completion_mask, scored.is_terminal, scored.final_next_values["sft"]
         )
         return self.reward(scored) + shaping
+
+
+def frozen_model_names(reward: DenseReward) -> tuple[str, ...]:
+    """The frozen models a DPR run holds for `reward`, in scoring order: π_SFT (`"sft"`) always, the reference of DPR's
+    KL term even when the reward does not read it, then every other model the reward reads. The scorer scores them
+    and the memory plan counts them.
+
+    Example:
+        >>> frozen_model_names(SFTLogProb()), frozen_model_names(CheckpointDifference())
+        (('sft',), ('sft', 'ref'))
+    """
+    return ("sft", *(name for name in reward.model_names if name != "sft"))
 
 
 def paper_reward(use_baseline: bool = True, eliminate_value: bool = True) -> DenseReward:

@@ -3,6 +3,7 @@
     prompts ─► render_prompts (as GRPOTrainer renders them) ─► pad_prompts (left, to generate)
                                                             ─► pad_batch (prompts left, completions right, to score)
     model + tokenizer ─► eos_token_ids (every id that ends a completion, as GRPOTrainer collects them)
+    completions + EOS ids ─► ends_with_eos (which completions ended, which were cut at the length limit)
 
 A prompt rendered another way (another chat-template call, special tokens added twice) is another prompt: its
 rewards and log-probs belong to a different state. Everything in this package that turns prompts into ids goes
@@ -19,7 +20,7 @@ import torch
 from trl.data_utils import is_conversational
 from trl.trainer.utils import pad
 
-__all__ = ["PaddedBatch", "eos_token_ids", "pad_batch", "pad_prompts", "render_prompts"]
+__all__ = ["PaddedBatch", "ends_with_eos", "eos_token_ids", "pad_batch", "pad_prompts", "render_prompts"]
 
 
 def render_prompts(tokenizer, prompts: Sequence[Any], **chat_template_kwargs) -> list[list[int]]:
@@ -70,6 +71,23 @@ def eos_token_ids(model, tokenizer) -> list[int]:
     if tokenizer is not None and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
         ids = [tokenizer.eos_token_id, *ids]
     return ids
+
+
+def ends_with_eos(completion_ids: torch.Tensor, completion_mask: torch.Tensor, eos_ids: Sequence[int]) -> torch.Tensor:
+    """`[B]` bool: True where a right-padded completion's last real token is one of `eos_ids` (it is terminal).
+
+    A completion cut at the length limit ends without EOS, and an empty one has no last token: neither is terminal (the
+    w/V reward bootstraps V after a cut). The trainer and `CheckpointRewardModel` both decide it here.
+
+    Example:
+        >>> ids, mask = torch.tensor([[5, 2, 0], [5, 6, 7], [0, 0, 0]]), torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0]])
+        >>> ends_with_eos(ids, mask, eos_ids=[2, 0])  # ended, cut at the limit, empty
+        tensor([ True, False, False])
+    """
+    lengths = completion_mask.long().sum(dim=1)
+    last_token = completion_ids.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+    eos = torch.tensor(list(eos_ids), dtype=completion_ids.dtype, device=completion_ids.device)
+    return (lengths > 0) & torch.isin(last_token, eos)
 
 
 @dataclass

@@ -17,12 +17,13 @@ from trl import GRPOTrainer
 
 from . import algorithm
 from .callbacks import ConsoleLogMixin
-from .checkpointing import AtomicCheckpointsMixin, check_output_dir
+from .checkpointing import AtomicCheckpointsMixin, check_output_dir, is_claimed
 from .config import DensePathConfig
 from .data import check_prompt_dataset, drop_long_prompts
 from .hub import BaseModelCardMixin, SafeHubPushMixin, base_model_reference, dpr_model_card_section
 from .reward_model import CheckpointRewardModel, initial_policy, load_reward_model
 from .sampled_logprobs import SampledTokenLogprobs
+from .tokens import ends_with_eos
 
 __all__ = ["DensePathTrainer"]
 
@@ -129,8 +130,11 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
         eval_datasets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
         for name, dataset in {"train_dataset": train_dataset, **{f"eval_dataset{k and f'[{k!r}]'}": v for k, v in eval_datasets.items()}}.items():
             check_prompt_dataset(dataset, name)
-        check_output_dir(args.output_dir)
-        self._take_over_hub_push(args)  # before any model loads: the token, the strategy; one safe push at the end
+        # Before any model loads. A pipeline (run_dpr) has claimed the folder and checked and deferred the push by now;
+        # from Python, the folder is checked here and claimed by train(), and the push is checked and taken over.
+        if not is_claimed(args.output_dir):
+            check_output_dir(args.output_dir)
+        self._take_over_hub_push(args)
         reward_model = load_reward_model(reward_model, args)
 
         # Algorithm 1, line 2: the actor starts from π_SFT; π_SFT itself stays frozen as the reward and KL reference.
@@ -187,10 +191,8 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
         mode = "train" if self.model.training else "eval"
         mask = output["completion_mask"] * output.get("tool_mask", 1)
         completion_ids = output["completion_ids"]
-        lengths = output["completion_mask"].sum(dim=1)
-        last_token = completion_ids.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
         # A completion is terminal when it ended with EOS; one cut at max_completion_length is not (matters for w/V).
-        is_terminal = (lengths > 0) & torch.isin(last_token, torch.tensor(self.eos_token_ids, device=last_token.device))
+        is_terminal = ends_with_eos(completion_ids, output["completion_mask"], self.eos_token_ids)
 
         # r̂ at temperature 1 (Eq. 5), and log π_SFT at the rollout temperature for the KL term, from one forward.
         batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
@@ -199,13 +201,9 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
             is_terminal=is_terminal, batch_size=batch_size, temperature=self.temperature,
         )
         # log π_old of the sampled tokens, at the rollout temperature: GRPO's forward when the batch is reused
-        # (off-policy), else the log-probs the generation itself returned.
+        # (off-policy), else the log-probs the generation itself returned (DensePathConfig refuses, before any model
+        # loads, the settings under which neither exists while kl_coef > 0).
         policy_logps = output.get("old_per_token_logps", output.get("sampling_per_token_logps"))
-        if self.args.kl_coef != 0.0 and policy_logps is None:
-            raise RuntimeError(
-                "kl_coef > 0 needs log π_old of the sampled tokens, and this generation backend returned none. Use the "
-                "transformers or vLLM backend, or kl_coef: 0."
-            )
         dpr = algorithm.dense_path_advantages(
             scored.rewards,
             scored.kl_reference_logps,

@@ -12,6 +12,17 @@ class ThirdCheckpointReward:
         return (scored.logps["teacher"] - scored.logps["ref"]) * scored.completion_mask
 
 
+class TeacherBonusReward:
+    """r̂_t = (log π_SFT − log π_ref) + ½ (log π_teacher − log π_SFT): DPR's reward moved halfway to a third
+    checkpoint's; it reads three frozen models."""
+
+    model_names = ("sft", "ref", "teacher")
+
+    def __call__(self, scored):
+        sft, ref, teacher = (scored.logps[name] for name in self.model_names)
+        return (sft - ref + 0.5 * (teacher - sft)) * scored.completion_mask
+
+
 class NotAReward:
     def __init__(self, scale: float = 1.0):
         self.scale = scale

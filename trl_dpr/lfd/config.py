@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from trl import DPOConfig
 
-from ..config import ActivationCheckpointingAlias
+from ..config import ActivationCheckpointingAlias, refuse_unused_fields, unused_parent_fields
 from .losses import GSIL_LOSSES, SPIN_LOSSES
 
 __all__ = ["GSILConfig", "SPINConfig", "SelfPlayConfig"]
@@ -62,8 +62,9 @@ class SelfPlayConfig(ActivationCheckpointingAlias, DPOConfig):
         },
     )
 
-    # DPO fields that would change the loss or the reference these methods define: refused when set, not ignored.
-    _OVERRIDDEN_DPO_FIELDS = {
+    # DPO fields that would change the loss or the reference these methods define: refused when set, not ignored
+    # (`refuse_unused_fields`).
+    _UNUSED_FIELDS = unused_parent_fields(DPOConfig, {
         "loss_type": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
         "loss_weights": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
         "ld_alpha": "the loss uses whole-sequence log-probabilities, as the papers do",
@@ -71,17 +72,10 @@ class SelfPlayConfig(ActivationCheckpointingAlias, DPOConfig):
         "use_weighting": "the papers weight every pair equally",
         "label_smoothing": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
         "sync_ref_model": "the reference is π_t, the iterate that wrote the answers, frozen for the whole iteration",
-    }
+    })
 
     def __post_init__(self):
-        for name, reason in self._OVERRIDDEN_DPO_FIELDS.items():
-            dpo_field = DPOConfig.__dataclass_fields__[name]
-            default = dpo_field.default_factory() if callable(dpo_field.default_factory) else dpo_field.default
-            value = getattr(self, name)
-            if (value if name != "loss_type" or not isinstance(value, str) else [value]) != default:
-                raise ValueError(
-                    f"{name}={value!r} has no effect in {type(self).__name__}: {reason}. Remove it (default {default!r})."
-                )
+        refuse_unused_fields(self)
         if self.num_iterations < 1:
             raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}.")
         if self.generation_temperature < 0:

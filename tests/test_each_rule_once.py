@@ -1,0 +1,173 @@
+"""Each rule on the input is checked once, in the place that owns it, and its one message says what was wrong, what
+was expected and how to fix it. The recipes reach the same messages (tests/test_user_errors.py)."""
+
+import collections
+
+import pytest
+import torch
+import yaml
+from trl import ModelConfig
+
+from experiments.sweeps import reference_checkpoint
+from trl_dpr import CheckpointRewardModel, DensePathConfig, ReferenceCheckpointCallback
+from trl_dpr.algorithm import kl_penalized_rewards
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+from trl_dpr.lfd import SPINConfig
+from trl_dpr.pipeline import DPRScriptArguments, SFTScriptArguments
+from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.reference_manifest import mark_sft_complete
+from trl_dpr.tokens import ends_with_eos
+
+from .conftest import save_sft_output
+
+
+def config(**overrides):
+    return DensePathConfig(output_dir="unused", report_to="none", bf16=False, **overrides)
+
+
+def message(build) -> str:
+    with pytest.raises(ValueError) as error:
+        build()
+    return str(error.value)
+
+
+# ---- settings: DensePathConfig owns them ------------------------------------------------------------------------
+
+
+def test_gamma_outside_the_unit_interval_says_the_range_the_papers_value_and_what_to_set():
+    assert message(lambda: config(gamma=1.5)) == (
+        "gamma must be in (0, 1], got 1.5: it discounts the token returns, and the paper uses 1.0 (§4.4 sweeps values "
+        "below 1). Set e.g. gamma: 1.0, or remove the key."
+    )
+
+
+def test_an_unknown_reward_granularity_names_both_granularities_and_what_each_is():
+    assert message(lambda: config(reward_granularity="episode")) == (
+        "reward_granularity must be 'token' or 'sentence', got 'episode': 'token' is Dense-Path REINFORCE (the "
+        "default), 'sentence' the SR baseline of §4.1 (the whole return at the last token). Set one of them, or remove "
+        "the key."
+    )
+
+
+def test_a_kl_term_without_log_pi_old_is_refused_by_the_config_before_any_model_loads():
+    # transformers' continuous batching returns no log-probs, and on-policy batches get no GRPO forward either.
+    text = message(lambda: config(kl_coef=0.1, use_transformers_continuous_batching=True))
+    assert text.startswith("kl_coef > 0 needs log π_old of every sampled token.")
+    assert "use_transformers_continuous_batching: false" in text and text.endswith("vLLM, or kl_coef: 0.")
+    assert config(kl_coef=0.0, use_transformers_continuous_batching=True).kl_coef == 0.0
+
+
+def test_the_kl_term_of_the_pure_function_says_what_to_pass():
+    # A direct call (or a rollout_func returning no logprobs) reaches it without a config.
+    rewards, sft = torch.zeros(1, 2), torch.zeros(1, 2)
+    assert message(lambda: kl_penalized_rewards(rewards, None, sft, torch.ones(1, 2), kl_coef=0.1)) == (
+        "kl_coef=0.1 needs `policy_logps`, the log π_old of the sampled tokens, and got None. Pass them (a trainer's "
+        "`rollout_func` must return its `logprobs`), or set kl_coef=0."
+    )
+
+
+# ---- α: one check, beside the callback that takes π_ref at ⌊α·N⌋ ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        lambda: ReferenceCheckpointCallback(fraction=1.0),
+        lambda: SFTScriptArguments(dataset_name="trl_dpr/embedded-demo", reference_fraction=1.0),
+        lambda: reference_checkpoint("runs/nowhere", 1.0),
+    ],
+    ids=["callback", "recipe key", "sweeps"],
+)
+def test_alpha_outside_the_open_unit_interval_gets_one_message_wherever_it_is_given(where):
+    assert message(where) == (
+        "reference_fraction α must be strictly between 0 and 1, got 1.0: π_ref is the SFT model after ⌊α·N⌋ of its N "
+        "optimizer steps (0 would be the base model, 1 π_SFT itself). The paper uses 0.5, the checkpoint after half of "
+        "the steps: set reference_fraction: 0.5 (ReferenceCheckpointCallback(fraction=0.5) in Python)."
+    )
+
+
+# ---- fields a config has no use for: one mechanism, one message -----------------------------------------------------
+
+
+def test_a_refused_field_gets_the_same_message_from_python_and_from_a_recipe(tmp_path):
+    recipe = tmp_path / "dpr.yaml"
+    recipe.write_text(yaml.safe_dump({"dataset_name": "trl_dpr/embedded-demo", "output_dir": "unused",
+                                      "scale_rewards": "batch"}))
+    parser = RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig), prog="trl-dpr dpr")
+    from_recipe = message(lambda: parser.parse_args_and_config(["--config", str(recipe)]))
+    from_python = message(lambda: config(scale_rewards="batch"))
+    expected = ("scale_rewards: 'batch' is not used: DPR whitens its per-token returns over the whole batch "
+                "(`whiten_advantages`). Remove it or set it to 'group'")
+    assert from_python == expected + "." and f"{expected} (in {recipe})" in from_recipe
+
+
+def test_the_self_play_configs_refuse_dpo_fields_with_the_same_message():
+    assert message(lambda: SPINConfig(output_dir="out", use_cpu=True, bf16=False, loss_type=["ipo"])) == (
+        "loss_type: ['ipo'] is not used: the loss is the method's own (`spin_loss_type` / `gsil_loss_type`). Remove "
+        "it or set it to ['sigmoid']."
+    )
+
+
+# ---- which completions ended: one helper -----------------------------------------------------------------------
+
+
+def test_a_completion_is_terminal_when_its_last_real_token_is_an_eos_id():
+    ids = torch.tensor([[5, 2, 9, 9], [5, 6, 7, 8], [2, 9, 9, 9], [9, 9, 9, 9]])
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [0, 0, 0, 0]])
+    # ended with EOS; cut at the length limit; EOS alone; empty (its padding is an EOS id: still not terminal)
+    assert ends_with_eos(ids, mask, eos_ids=[2, 9]).tolist() == [True, False, True, False]
+
+
+def test_the_scorer_decides_terminal_completions_as_the_trainer_does(tokenizer):
+    # The w/V reward reads is_terminal: the scorer's own default must be the helper's answer, which the trainer passes.
+    scorer = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1),
+                                   eliminate_value=False, processing_class=tokenizer)
+    eos = tokenizer.eos_token_id
+    prompt_ids, prompt_mask = torch.tensor([[5, 6], [5, 6]]), torch.ones(2, 2, dtype=torch.long)
+    completion_ids, completion_mask = torch.tensor([[7, eos], [7, 8]]), torch.ones(2, 2, dtype=torch.long)
+    by_default = scorer(prompt_ids, prompt_mask, completion_ids, completion_mask).rewards
+    terminal = ends_with_eos(completion_ids, completion_mask, scorer.eos_token_ids)
+    assert terminal.tolist() == [True, False]
+    given = scorer(prompt_ids, prompt_mask, completion_ids, completion_mask, is_terminal=terminal).rewards
+    assert torch.equal(by_default, given)
+
+
+# ---- the DPR recipe: its folder, its push and its prompts, each once ------------------------------------------------
+
+
+def test_the_dpr_recipe_claims_its_folder_checks_its_push_and_loads_its_prompts_once(tmp_path, tokenizer, monkeypatch):
+    """check_dpr_inputs does them before the SFT stage could spend anything; run_dpr and the trainer take its result."""
+    from trl_dpr import hub, pipeline
+    from trl_dpr import trainer as trainer_module
+    from trl_dpr.recipes import dpr as recipe
+
+    calls = collections.Counter()
+
+    def count(module, name):
+        original = getattr(module, name)
+
+        def counted(*args, **kwargs):
+            calls[name] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+
+    for module, name in ((pipeline, "claim_output_dir"), (pipeline, "dpr_prompts"), (trainer_module, "check_output_dir")):
+        count(module, name)
+    pushes_checked = []  # push_to_hub of each check_hub_push call (offline, the real check would refuse the push)
+    for module in (pipeline, hub):
+        monkeypatch.setattr(module, "check_hub_push", lambda args: pushes_checked.append(bool(args.push_to_hub)))
+    monkeypatch.setattr(recipe, "push_trainer_output", lambda *args, **kwargs: None)
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    mark_sft_complete(sft)
+    path = tmp_path / "dpr.yaml"
+    path.write_text(yaml.safe_dump({
+        "model_name_or_path": str(sft), "dtype": "float32", "dataset_name": "trl_dpr/embedded-demo",
+        "num_train_samples": 8, "output_dir": str(tmp_path / "dpr"), "max_steps": 1, "per_device_train_batch_size": 4,
+        "max_completion_length": 4, "use_cpu": True, "bf16": False, "save_strategy": "no", "report_to": "none",
+        "push_to_hub": True, "hub_model_id": "me/dpr",
+    }))
+    recipe.main(["--config", str(path)])
+    assert calls == {"claim_output_dir": 1, "dpr_prompts": 1}  # and the trainer did not check the folder again
+    assert pushes_checked.count(True) == 1
+    assert (tmp_path / "dpr" / "model.safetensors").is_file()
