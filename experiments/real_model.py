@@ -68,6 +68,11 @@ class RealModelArguments:
     alpha: float | None = field(default=None, metadata={"help": "DPR's α; default: the preview's best."})
     dpr_seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "DPR seeds."})
     ablations: list[str] = field(default_factory=lambda: list(ABLATIONS), metadata={"help": f"Among {list(ABLATIONS)}."})
+    probe_lambdas: list[float] = field(
+        default_factory=list,
+        metadata={"help": "Extra DPR runs (seed 0, α chosen, all max_steps, no KL stop) at these λ: the preview's "
+                          "prediction tested farther from π_SFT than the chosen point."},
+    )
     kl_window: int = field(default=4, metadata={"help": "DPR stops when the mean KL per response of this many steps "
                                                         "reaches the target."})
     eval_prompts: int = field(default=400, metadata={"help": "Held-out prompts of the evaluation."})
@@ -346,7 +351,7 @@ def _train_dpr(args, name: str, changes: dict, sft_path: str, choice: dict, data
     record_path = folder / "rl_record.json"
     if (recorded := _read(record_path)) is not None:
         return recorded
-    overrides = {**changes, "kl_coef": choice["lambda"], "model_name_or_path": sft_path, "output_dir": str(folder),
+    overrides = {"kl_coef": choice["lambda"], **changes, "model_name_or_path": sft_path, "output_dir": str(folder),
                  "overwrite_output_dir": True}
     if changes.get("use_baseline", True) and (ref := _reference_path(sft_path, choice["alpha"])):
         overrides["ref_model_name_or_path"] = ref
@@ -479,7 +484,7 @@ def _parameters(path: str) -> int:
 
 
 def _policies(args: RealModelArguments, output_dir: Path, sft_path: str) -> dict[str, str]:
-    names = [f"DPR-seed{s}" for s in args.dpr_seeds] + list(args.ablations)
+    names = [f"DPR-seed{s}" for s in args.dpr_seeds] + [f"DPR-λ{lam:g}" for lam in args.probe_lambdas] + list(args.ablations)
     policies = {"SFT": sft_path, **{n: str(_policy_folder(output_dir, n)) for n in names}}
     for name in ("SFT-continued (wall)", "SFT-continued (FLOPs)"):
         policies[name] = str(_policy_folder(output_dir, name))
@@ -521,7 +526,8 @@ def main(argv=None):
 
     if every or args.stage == "train":
         print_stage(4, 6, f"RL on D's prompts at α = {choice['alpha']}, λ = {choice['lambda']}, until KL ≥ {choice['target_kl']:.3f}")
-        wanted = args.only or [*(f"DPR-seed{s}" for s in args.dpr_seeds), *args.ablations, "SFT-continued"]
+        wanted = args.only or [*(f"DPR-seed{s}" for s in args.dpr_seeds), *(f"DPR-λ{lam:g}" for lam in args.probe_lambdas),
+                               *args.ablations, "SFT-continued"]
         dpr = [_train_dpr(args, f"DPR-seed{s}", {"seed": s}, sft_path, choice, data, output_dir)
                for s in args.dpr_seeds if f"DPR-seed{s}" in wanted]
         done = [_read(_policy_folder(output_dir, f"DPR-seed{s}") / "rl_record.json") for s in args.dpr_seeds]
@@ -532,6 +538,10 @@ def main(argv=None):
             steps = round(sum(d["steps"] for d in done) / len(done))
             _train_dpr(args, name, {"seed": args.dpr_seeds[0], **ABLATIONS[name]}, sft_path, choice, data, output_dir,
                        max_steps=steps, stop_at_kl=False)
+        for lam in args.probe_lambdas:
+            if f"DPR-λ{lam:g}" in wanted:
+                _train_dpr(args, f"DPR-λ{lam:g}", {"seed": args.dpr_seeds[0], "kl_coef": lam}, sft_path, choice, data,
+                           output_dir, stop_at_kl=False)
         if "SFT-continued" in wanted:
             if len(done) < len(args.dpr_seeds):
                 raise ValueError("SFT-continued is matched to DPR's mean wall time and FLOPs: train every DPR seed first.")
