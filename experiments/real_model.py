@@ -73,6 +73,11 @@ class RealModelArguments:
         metadata={"help": "Extra DPR runs (seed 0, α chosen, all max_steps, no KL stop) at these λ: the preview's "
                           "prediction tested farther from π_SFT than the chosen point."},
     )
+    earlier_runs: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Runs kept from an earlier setting of this experiment (their folders and evaluations are "
+                          "there): reported beside the current ones, never trained or evaluated again."},
+    )
     kl_window: int = field(default=4, metadata={"help": "DPR stops when the mean KL per response of this many steps "
                                                         "reaches the target."})
     eval_prompts: int = field(default=400, metadata={"help": "Held-out prompts of the evaluation."})
@@ -486,7 +491,7 @@ def _parameters(path: str) -> int:
 def _policies(args: RealModelArguments, output_dir: Path, sft_path: str) -> dict[str, str]:
     names = [f"DPR-seed{s}" for s in args.dpr_seeds] + [f"DPR-λ{lam:g}" for lam in args.probe_lambdas] + list(args.ablations)
     policies = {"SFT": sft_path, **{n: str(_policy_folder(output_dir, n)) for n in names}}
-    for name in ("SFT-continued (wall)", "SFT-continued (FLOPs)"):
+    for name in ("SFT-continued (wall)", "SFT-continued (FLOPs)", *args.earlier_runs):
         policies[name] = str(_policy_folder(output_dir, name))
     return policies
 
@@ -513,7 +518,7 @@ def main(argv=None):
     if args.stage == "evaluate":  # needs no preview: π_SFT's evaluation can run beside it
         print_stage(5, 6, f"Evaluation on {args.eval_prompts} held-out prompts: {list(DECODINGS)}")
         for name, path in policies.items():
-            if (not args.only or name in args.only) and Path(path).is_dir():
+            if (not args.only or name in args.only) and name not in args.earlier_runs and Path(path).is_dir():
                 _evaluate(args, output_dir, name, path, sft_path)
         return
     print_stage(3, 6, "Preview: α, λ and the target KL")
@@ -553,7 +558,7 @@ def main(argv=None):
     if every:
         print_stage(5, 6, f"Evaluation on {args.eval_prompts} held-out prompts: {list(DECODINGS)}")
         for name, path in policies.items():
-            if Path(path).is_dir():
+            if name not in args.earlier_runs and Path(path).is_dir():
                 _evaluate(args, output_dir, name, path, sft_path)
     print_stage(6, 6, "Report")
     write_report(args, output_dir, report, choice, policies, sft_path)
@@ -604,10 +609,11 @@ def write_report(args, output_dir: Path, report, choice: dict, policies: dict[st
         kls = list(result["T=1"]["kl_per_response"].values())
         row["kl_per_response"] = sum(kls) / len(kls)
         row["kl_per_token"] = result["T=1"]["kl_per_token"]
-        curve = curves["wo/Baseline"] if name == "wo/Baseline" else dpr_curve
+        curve = curves["wo/Baseline"] if name.startswith("wo/Baseline") else dpr_curve
         if name != "SFT":
-            row["preview_gain_at_kl"] = interpolate_at_kl(curve, row["kl_per_response"])
             row["sharpening_at_kl"] = interpolate_at_kl(curves["wo/Baseline"], row["kl_per_response"])
+        if name.startswith(("DPR", "wo/Baseline")):  # the preview predicts these tilts, not SR's or more SFT's
+            row["preview_gain_at_kl"] = interpolate_at_kl(curve, row["kl_per_response"])
         if rl.get(name):
             row.update(steps=rl[name]["steps"], reached_target=rl[name]["reached_target"], wall_s=rl[name]["train_runtime_s"],
                        stops_at_target=rl[name].get("stops_at_target", False))
@@ -647,10 +653,14 @@ def render_table(rows: list[dict], choice: dict, sft_record: dict | None, contin
         steps = row.get("steps", "—")
         if row.get("stops_at_target") and not row.get("reached_target"):
             steps = f"{steps} (target KL not reached)"
-        beyond = "— (beyond the preview's KL)" if row["method"] != "SFT" else "—"
+        beyond = "— (beyond the preview's KL)"
+
+        def at_kl(key, value):  # "—" where the preview has no curve for this row (π_SFT itself, SR, more SFT)
+            return "—" if key not in row else beyond if value is None else _pct(value)
+
         lines.append(f"| {row['method']} | {steps} | {row['kl_per_response']:.3f} ({row['kl_per_token']:.4f}) | "
-                     + " | ".join(cells) + " | "
-                     + (beyond if preview is None else _pct(preview)) + " | " + (beyond if sharpen is None else _pct(sharpen)) + " |")
+                     + " | ".join(cells) + " | " + at_kl("preview_gain_at_kl", preview) + " | "
+                     + at_kl("sharpening_at_kl", sharpen) + " |")
     sft = rows[0]
     lines += ["", "Sharpening controls (no training): π_SFT at T = 0.7 and greedily, paired against π_SFT at T = 1: "
               f"T = 0.7 {_pct(sft['T=0.7 vs SFT at T=1']['gain'])} ({_pct(sft['T=0.7 vs SFT at T=1']['gain_ci'][0])} to "
