@@ -624,6 +624,12 @@ def write_report(args, output_dir: Path, report, choice: dict, policies: dict[st
                if k != "learning_rates"}, "sft_continued": continued, "timings": timings, "rows": rows,
                "preview": report.summary_rows(), "parameters": _parameters(sft_path)}
     _write(output_dir / "real_model.json", summary)
+    seeds = [rl[f"DPR-seed{s}"] for s in args.dpr_seeds if rl.get(f"DPR-seed{s}")]
+    if seeds and continued:  # the SFT continuation's budget against the DPR runs reported now
+        parameters = summary["parameters"]
+        continued["dpr_now"] = {"wall_s": sum(r["train_runtime_s"] for r in seeds) / len(seeds),
+                                "flops": sum(dpr_step_flops(parameters, r["tokens"], r["frozen_scorers"]) for r in seeds)
+                                / len(seeds)}
     text = render_table(rows, choice, sft_record, continued)
     (output_dir / "real_model.md").write_text(text)
     print(text, flush=True)
@@ -678,6 +684,9 @@ def render_table(rows: list[dict], choice: dict, sft_record: dict | None, contin
         lines.append(f"SFT continued on D: {continued['targets']['SFT-continued (wall)']} steps = DPR's mean wall time "
                      f"({continued['dpr_mean_wall_s'] / 60:.1f} min), {continued['targets']['SFT-continued (FLOPs)']} "
                      f"steps = DPR's mean FLOPs ({continued['dpr_mean_flops']:.2e}).")
+        if now := continued.get("dpr_now"):
+            lines[-1] += (f" The DPR seeds reported here: {now['wall_s'] / 60:.1f} min and {now['flops']:.2e} FLOPs on "
+                          "average.")
     return "\n".join(lines) + "\n"
 
 

@@ -131,3 +131,45 @@ def test_the_readme_check_fails_on_a_drifted_table_and_passes_on_the_run(tmp_pat
     assert readme_tables_main(["--check", "demo"]) == 0
     with pytest.raises(ValueError, match="no block"):
         replace_block("no blocks here", "demo", "t\n")
+
+
+def _gain(mean, gain, low, high):
+    return {"mean": mean, "gain": gain, "gain_ci": [low, high]}
+
+
+def test_the_table_reads_the_preview_only_for_the_tilts_it_predicts():
+    rows = [
+        {"method": "SFT", "kl_per_response": 0.0, "kl_per_token": 0.0, "T=1": _gain(0.7, 0.0, 0.0, 0.0),
+         "T=0.7 vs SFT at T=1": _gain(0.74, 0.04, 0.0, 0.08), "greedy vs SFT at T=1": _gain(0.75, 0.05, 0.01, 0.09)},
+        {"method": "DPR-seed0", "steps": 3, "kl_per_response": 0.1, "kl_per_token": 0.002,
+         "T=1": _gain(0.69, -0.01, -0.03, 0.01), "preview_gain_at_kl": -0.02, "sharpening_at_kl": 0.01},
+        {"method": "DPR-seed0 (lr 5e-5)", "steps": 4, "kl_per_response": 5.0, "kl_per_token": 0.1,
+         "T=1": _gain(0.5, -0.2, -0.25, -0.15), "preview_gain_at_kl": None, "sharpening_at_kl": None},
+        {"method": "SFT-continued (wall)", "steps": 16, "kl_per_response": 0.8, "kl_per_token": 0.02,
+         "T=1": _gain(0.62, -0.085, -0.13, -0.04), "sharpening_at_kl": 0.03},
+    ]
+    lines = real_model.render_table(rows, {"alpha": 0.25, "lambda": 8.0, "target_kl": 0.017, "preview_gain": -0.011,
+                                           "preview_gain_ci": [-0.03, 0.005]}, None,
+                                    {"targets": {"SFT-continued (wall)": 16, "SFT-continued (FLOPs)": 8},
+                                     "dpr_mean_wall_s": 324.0, "dpr_mean_flops": 4.7e12,
+                                     "dpr_now": {"wall_s": 180.0, "flops": 3.6e12}}).splitlines()
+    by_method = {line.split(" | ")[0][2:]: line.split(" | ") for line in lines if line.startswith("| ") and "---" not in line}
+    assert by_method["DPR-seed0"][-2:] == ["-2.0", "+1.0 |"]
+    assert by_method["DPR-seed0 (lr 5e-5)"][-2:] == ["— (beyond the preview's KL)", "— (beyond the preview's KL) |"]
+    assert by_method["SFT-continued (wall)"][-2:] == ["—", "+3.0 |"]  # no preview curve of its own; sharpening still read
+    assert by_method["SFT"][-2:] == ["—", "— |"]
+    assert by_method["DPR-seed0"][3] == "69.0%, -1.0 (-3.0 to +1.0)" and by_method["DPR-seed0"][4] == "not run"
+    assert "DPR seeds reported here: 3.0 min and 3.60e+12 FLOPs" in lines[-1]
+
+
+def test_earlier_runs_are_reported_from_their_folders_and_never_evaluated_again(tmp_path, monkeypatch):
+    args = RealModelArguments(output_dir=str(tmp_path), earlier_runs=["DPR-seed0 (lr 5e-5)"], probe_lambdas=[])
+    policies = real_model._policies(args, tmp_path, "sft")
+    assert policies["DPR-seed0 (lr 5e-5)"] == str(tmp_path / "DPR-seed0_lr_5e-5")
+    (tmp_path / "DPR-seed0_lr_5e-5").mkdir()
+    evaluated = []
+    monkeypatch.setattr(real_model, "_data", lambda *a: tmp_path / "d.jsonl")
+    monkeypatch.setattr(real_model, "_sft", lambda *a: "sft")
+    monkeypatch.setattr(real_model, "_evaluate", lambda a, o, name, *r: evaluated.append(name))
+    real_model.main(["--output_dir", str(tmp_path), "--stage", "evaluate", "--earlier_runs", "DPR-seed0 (lr 5e-5)"])
+    assert "DPR-seed0 (lr 5e-5)" not in evaluated
