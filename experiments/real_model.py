@@ -659,14 +659,11 @@ def render_table(rows: list[dict], choice: dict, sft_record: dict | None, contin
         steps = row.get("steps", "—")
         if row.get("stops_at_target") and not row.get("reached_target"):
             steps = f"{steps} (target KL not reached)"
-        beyond = "— (beyond the preview's KL)"
-
-        def at_kl(key, value):  # "—" where the preview has no curve for this row (π_SFT itself, SR, more SFT)
-            return "—" if key not in row else beyond if value is None else _pct(value)
-
+        # "—" where the preview has no curve for this row (π_SFT itself; SR and more SFT for the DPR column)
+        at_kl = ["—" if key not in row else "— (beyond the preview's KL)" if value is None else _pct(value)
+                 for key, value in (("preview_gain_at_kl", preview), ("sharpening_at_kl", sharpen))]
         lines.append(f"| {row['method']} | {steps} | {row['kl_per_response']:.3f} ({row['kl_per_token']:.4f}) | "
-                     + " | ".join(cells) + " | " + at_kl("preview_gain_at_kl", preview) + " | "
-                     + at_kl("sharpening_at_kl", sharpen) + " |")
+                     + " | ".join(cells + at_kl) + " |")
     sft = rows[0]
     lines += ["", "Sharpening controls (no training): π_SFT at T = 0.7 and greedily, paired against π_SFT at T = 1: "
               f"T = 0.7 {_pct(sft['T=0.7 vs SFT at T=1']['gain'])} ({_pct(sft['T=0.7 vs SFT at T=1']['gain_ci'][0])} to "
