@@ -184,7 +184,7 @@ def load_evaluation_config(path: str, **replaced) -> EvaluationConfig:
 
     import yaml
 
-    from ..recipe_parser import RecipeParser, find_recipe_file
+    from ..running.recipe_parser import RecipeParser, find_recipe_file
 
     path = find_recipe_file(str(path), subfolder="evaluate")
     with open(path) as f:

@@ -25,9 +25,9 @@ import logging
 import re
 from pathlib import Path
 
-from ..checkpointing import check_output_dir
 from ..embedded.task import is_correct
 from ..reference_manifest import check_model_source
+from ..running.checkpointing import check_output_dir
 from .answers import answer_prompts, is_vllm_available, load_answer_generator
 from .cache import JsonlCache
 from .chat_models import ChatModel, LocalChatModel, OpenAIChatModel

@@ -36,12 +36,18 @@ from transformers import AutoTokenizer
 from trl import ModelConfig, get_peft_config
 from trl.data_utils import is_conversational
 
-from ..checkpointing import LOCK_HOLDER_NAME, LOCK_NAME, claim_output_dir, last_complete_checkpoint, release_output_dir
+from ..analysis.sampling import sample_completions
 from ..data import load_demonstrations
 from ..evaluation.cache import JsonlCache
-from ..pipeline import SFTScriptArguments, model_init_kwargs_from, print_stage
 from ..reference_manifest import check_model_source
-from ..sampling import sample_completions
+from ..running.checkpointing import (
+    LOCK_HOLDER_NAME,
+    LOCK_NAME,
+    claim_output_dir,
+    last_complete_checkpoint,
+    release_output_dir,
+)
+from ..running.pipeline import SFTScriptArguments, model_init_kwargs_from, print_stage
 from .config import GSILConfig, SelfPlayConfig, SPINConfig
 from .trainer import GSILTrainer, SelfPlayTrainer, SPINTrainer
 
@@ -161,7 +167,7 @@ def demonstration_ids(tokenizer, prompt, completion, prompt_ids: Sequence[int]) 
 
     Example:
         >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
-        >>> from trl_dpr.tokens import render_prompts
+        >>> from trl_dpr.token_batches import render_prompts
         >>> tok = build_tokenizer(["hi yo"])
         >>> prompt = [{"role": "user", "content": "hi"}]
         >>> ids = demonstration_ids(tok, prompt, [{"role": "assistant", "content": "yo"}], render_prompts(tok, [prompt])[0])
@@ -191,7 +197,7 @@ def demonstration_pairs(tokenizer, prompts: Sequence, completions: Sequence, ans
 
     Example:
         >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
-        >>> from trl_dpr.tokens import render_prompts
+        >>> from trl_dpr.token_batches import render_prompts
         >>> tok = build_tokenizer(["hi yo no"])
         >>> prompt = [{"role": "user", "content": "hi"}]
         >>> answer = {"prompt_index": 0, "prompt_ids": render_prompts(tok, [prompt])[0], "completion_ids": [tok.eos_token_id]}
@@ -530,8 +536,8 @@ def recipe_parser(config_class: type[SelfPlayConfig]):
         >>> recipe_parser(SPINConfig).parse_args_and_config(argv)[1].num_iterations
         2
     """
-    from ..memory import MemoryTarget
-    from ..recipe_parser import RecipeParser
+    from ..running.memory import MemoryTarget
+    from ..running.recipe_parser import RecipeParser
 
     # MemoryTarget (gpu_memory_gib, num_gpus) is part of every recipe YAML; training does not use it.
     command = f"trl-dpr {config_class.__name__.removesuffix('Config').lower()}"  # SPINConfig → trl-dpr spin
@@ -550,9 +556,9 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
     """
     from ..config import SFTRecipeConfig
     from ..evaluation.config import load_evaluation_config
-    from ..memory import MemoryTarget
-    from ..pipeline import has_sft_output, run_sft
-    from ..recipe_parser import RecipeParser
+    from ..running.memory import MemoryTarget
+    from ..running.pipeline import has_sft_output, run_sft
+    from ..running.recipe_parser import RecipeParser
 
     script_args, training_args, model_args, _ = recipe_parser(config_class).parse_args_and_config(argv)
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher

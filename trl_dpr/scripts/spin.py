@@ -12,9 +12,9 @@ recipes/evaluate.py YAML) the last iterate is then evaluated against SFT. The em
     python recipes/spin.py --config recipes/demo/spin.yaml
 """
 
-from trl_dpr.cli import run
 from trl_dpr.lfd import SPINConfig
 from trl_dpr.lfd.self_play import recipe_main, recipe_parser
+from trl_dpr.running.cli import run
 
 
 def make_parser():

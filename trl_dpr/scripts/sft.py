@@ -10,11 +10,11 @@ command line (`--learning_rate 1e-5`); unknown keys are an error.
 
 from trl import ModelConfig
 
-from trl_dpr.cli import run
 from trl_dpr.config import SFTRecipeConfig
-from trl_dpr.memory import MemoryTarget
-from trl_dpr.pipeline import SFTScriptArguments, print_stage, run_sft
-from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.running.cli import run
+from trl_dpr.running.memory import MemoryTarget
+from trl_dpr.running.pipeline import SFTScriptArguments, print_stage, run_sft
+from trl_dpr.running.recipe_parser import RecipeParser
 
 
 def make_parser() -> RecipeParser:

@@ -17,10 +17,10 @@ import sys
 
 import yaml
 
-from trl_dpr.cli import run
 from trl_dpr.evaluation import EvaluationConfig, run_evaluation
 from trl_dpr.evaluation.config import check_config_has_no_secrets
-from trl_dpr.recipe_parser import RecipeParser, find_recipe_file
+from trl_dpr.running.cli import run
+from trl_dpr.running.recipe_parser import RecipeParser, find_recipe_file
 
 
 def make_parser() -> RecipeParser:

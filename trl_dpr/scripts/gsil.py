@@ -13,9 +13,9 @@ and `evaluation_config:` work as in recipes/dpr.py. The embedded default, offlin
     python recipes/gsil.py --config recipes/demo/gsil.yaml
 """
 
-from trl_dpr.cli import run
 from trl_dpr.lfd import GSILConfig
 from trl_dpr.lfd.self_play import recipe_main, recipe_parser
+from trl_dpr.running.cli import run
 
 
 def make_parser():

@@ -12,10 +12,10 @@ estimated by importance weighting for each λ (= DPR's `kl_coef`). Writes previe
 
 from trl import ModelConfig
 
-from trl_dpr.cli import run
-from trl_dpr.pipeline import model_init_kwargs_from
-from trl_dpr.preview import PreviewConfig, run_preview
-from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.analysis.preview import PreviewConfig, run_preview
+from trl_dpr.running.cli import run
+from trl_dpr.running.pipeline import model_init_kwargs_from
+from trl_dpr.running.recipe_parser import RecipeParser
 
 
 def make_parser() -> RecipeParser:

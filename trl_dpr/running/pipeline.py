@@ -19,11 +19,15 @@ from datasets import Dataset
 from transformers import AutoTokenizer
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_config, get_quantization_config
 
-from .callbacks import ConsoleLogMixin, ReferenceCheckpointCallback, check_reference_fraction
+from ..config import DensePathConfig
+from ..console_log import ConsoleLogMixin
+from ..data import check_chat_template, load_demonstrations, prompts_for_rl
+from ..embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
+from ..reference_callback import ReferenceCheckpointCallback, check_reference_fraction
+from ..reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
+from ..reward_model import CheckpointRewardModel, load_reward_model
+from ..trainer import DensePathTrainer
 from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resume_from_checkpoint, release_output_dir
-from .config import DensePathConfig
-from .data import check_chat_template, load_demonstrations, prompts_for_rl
-from .embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 from .hub import (
     BaseModelCardMixin,
@@ -33,9 +37,6 @@ from .hub import (
     defer_push_to_hub,
     push_trainer_output,
 )
-from .reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
-from .reward_model import CheckpointRewardModel, load_reward_model
-from .trainer import DensePathTrainer
 
 __all__ = [
     "SFTScriptArguments",
@@ -172,11 +173,11 @@ def model_init_kwargs_from(model_args: ModelConfig, trust_remote_code: bool = Fa
 
 
 class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, SFTTrainer):
-    """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.checkpointing`), safe Hub pushes
-    (`trl_dpr.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once), a model card that
+    """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.running.checkpointing`), safe Hub pushes
+    (`trl_dpr.running.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once), a model card that
     names the base model (`base_model`: the name the run was given, which `model` may have been resolved from; by
-    default `model` itself, `trl_dpr.hub.BaseModelCardMixin`) and a console log of numbers
-    (`trl_dpr.callbacks.ConsoleLogMixin`).
+    default `model` itself, `trl_dpr.running.hub.BaseModelCardMixin`) and a console log of numbers
+    (`trl_dpr.console_log.ConsoleLogMixin`).
 
     Example:
         ```python
@@ -201,8 +202,8 @@ def run_sft(
     """SFT on demonstrations, saving π_ref at ⌊α·N⌋ steps next to the final π_SFT; returns the output directory.
 
     `resume_from_checkpoint: true` resumes from the newest complete checkpoint; π_ref is not written twice. With
-    `push_to_hub: true` the output is pushed once, at the end, with its reference checkpoint (`trl_dpr.hub`). The
-    output folder is claimed for this run until it returns (`trl_dpr.checkpointing.claim_output_dir`).
+    `push_to_hub: true` the output is pushed once, at the end, with its reference checkpoint (`trl_dpr.running.hub`). The
+    output folder is claimed for this run until it returns (`trl_dpr.running.checkpointing.claim_output_dir`).
 
     Example:
         ```python
@@ -356,8 +357,8 @@ def check_evaluation_config(evaluation_config: str) -> None:
     Example:
         >>> check_evaluation_config("recipes/evaluate/demo.yaml")  # the exact-match judge: no key needed
     """
-    from .evaluation import OpenAIChatModel
-    from .evaluation.config import load_evaluation_config
+    from ..evaluation import OpenAIChatModel
+    from ..evaluation.config import load_evaluation_config
 
     evaluation = load_evaluation_config(evaluation_config)
     if evaluation.judge == "openai":  # its key must be there when the evaluation starts, after training
@@ -458,8 +459,8 @@ def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str) -> 
         evaluate_against_sft("recipes/evaluate/demo.yaml", "runs/demo/sft", "runs/demo/dpr")
         ```
     """
-    from .evaluation import EvaluationConfig, run_evaluation
-    from .evaluation.config import load_evaluation_config
+    from ..evaluation import EvaluationConfig, run_evaluation
+    from ..evaluation.config import load_evaluation_config
 
     state = PartialState()
     results: dict = {}

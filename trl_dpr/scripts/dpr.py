@@ -14,12 +14,12 @@ offline, on CPU:
 from trl import ModelConfig
 
 from trl_dpr import DensePathConfig
-from trl_dpr.checkpointing import last_complete_checkpoint, release_output_dir
-from trl_dpr.cli import run
 from trl_dpr.config import SFTRecipeConfig
-from trl_dpr.hub import defer_push_to_hub, push_trainer_output
-from trl_dpr.memory import MemoryTarget
-from trl_dpr.pipeline import (
+from trl_dpr.running.checkpointing import last_complete_checkpoint, release_output_dir
+from trl_dpr.running.cli import run
+from trl_dpr.running.hub import defer_push_to_hub, push_trainer_output
+from trl_dpr.running.memory import MemoryTarget
+from trl_dpr.running.pipeline import (
     DPRScriptArguments,
     SFTScriptArguments,
     check_dpr_inputs,
@@ -30,7 +30,7 @@ from trl_dpr.pipeline import (
     run_dpr,
     run_sft,
 )
-from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.running.recipe_parser import RecipeParser
 
 
 def make_parser() -> RecipeParser:
