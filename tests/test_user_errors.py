@@ -186,7 +186,7 @@ def test_a_user_mistake_is_a_message_not_a_traceback(world, capsys, monkeypatch,
     monkeypatch.delenv("OPENAI_TEST_KEY_UNSET", raising=False)
     if before_loading:
         request.getfixturevalue("no_model_loading")
-    module = importlib.import_module(f"trl_dpr.recipes.{recipe}")
+    module = importlib.import_module(f"trl_dpr.scripts.{recipe}")
     with pytest.raises(SystemExit) as stop:
         run(module.main, case_argv(world, recipe, changes, extra))
     err = capsys.readouterr().err

@@ -65,7 +65,7 @@ class ActivationCheckpointingAlias:
 
 @dataclass
 class SFTRecipeConfig(ActivationCheckpointingAlias, SFTConfig):
-    """TRL's `SFTConfig`, as `recipes/sft.py` (and the SFT stage the other recipes run first) parses it: the same fields
+    """TRL's `SFTConfig`, as `trl-dpr sft` (and the SFT stage the other recipes run first) parses it: the same fields
     and defaults; `gradient_checkpointing` is read without a deprecation warning (`ActivationCheckpointingAlias`).
 
     Example:

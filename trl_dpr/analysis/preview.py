@@ -14,7 +14,7 @@ read off N samples y_1..N ~ π_SFT(·|x) per prompt by self-normalised importanc
                                                                ─► 1 / Σ_i w_i²      (effective sample size)
 
 `tilted_quality` is that arithmetic, pure and on tensors; `preview_points` adds bootstrap intervals over prompts;
-`run_preview` samples, scores and judges (the `trl-dpr preview` / `recipes/preview.py` command), and `plot_preview`
+`run_preview` samples, scores and judges (the `trl-dpr preview` command, `trl_dpr.scripts.preview`), and `plot_preview`
 draws quality against KL, one curve per reward variant.
 """
 
@@ -461,7 +461,7 @@ QUALITIES = ("exact", "demonstration", "pairwise")
 
 @dataclass
 class PreviewConfig:
-    """Settings of a preview (`recipes/preview.py`, `trl-dpr preview`): which SFT output, prompts, reward variants, λ
+    """Settings of a preview (`trl-dpr preview`): which SFT output, prompts, reward variants, λ
     grid and quality. The SFT output itself is `model_name_or_path` of TRL's `ModelConfig`, as in the other recipes.
 
     Example:

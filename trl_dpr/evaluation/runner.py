@@ -1,10 +1,10 @@
-"""`run_evaluation`: the paper's evaluation from an `EvaluationConfig` — what `recipes/evaluate.py` runs.
+"""`run_evaluation`: the paper's evaluation from an `EvaluationConfig` — what `trl-dpr evaluate` runs.
 
     check (model folders, prompt files, the judge's API key) → answers of every model (cached)
     → pairwise judgements vs the baseline, MT-Bench grades (cached) → win rates, scores, lengths → results.{json,md}
 
 On the embedded task (`benchmarks: [demo]`, `judge: exact`) it also reports each model's exact-answer accuracy; this
-is the one evaluation of that task (`make demo`, recipes/evaluate.py and the experiments all run it), so the same
+is the one evaluation of that task (`make demo`, `trl-dpr evaluate` and the experiments all run it), so the same
 settings give the same answers and numbers wherever it is run from. `samples_per_prompt` > 1 answers each prompt
 several times (ids `<id>#<k>`); intervals then resample prompts.
 

@@ -1,6 +1,6 @@
 """Self-play from demonstrations (SPIN, GSIL): the iterations around `SPINTrainer` / `GSILTrainer`.
 
-    π_0 = π_SFT (the SFT output of recipes/sft.py; its dpr_reference/ is not used)
+    π_0 = π_SFT (the SFT output of `trl-dpr sft`; its dpr_reference/ is not used)
     for t = 0 … T−1:
         π_t answers every demonstration prompt       answer_prompts       <output_dir>/generations/iteration-<t>.jsonl
         (chosen = demonstration, rejected = answer)  demonstration_pairs  (+ iteration t−1's pairs: SPIN)
@@ -81,7 +81,7 @@ _SETTINGS = (
 
 @dataclass
 class SelfPlayScriptArguments(SFTScriptArguments):
-    """Script arguments of `recipes/spin.py` and `recipes/gsil.py` (on top of TRL's `ScriptArguments`).
+    """Script arguments of `trl-dpr spin` and `trl-dpr gsil` (on top of TRL's `ScriptArguments`).
 
     `model_name_or_path` (ModelConfig) is the SFT output π_0; the demonstrations are loaded as for SFT and DPR (same
     name, sample count and seed: the same prompts).
@@ -506,7 +506,7 @@ def run_self_play(
 
 
 def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRun) -> dict:
-    """Evaluate the last iterate against π_SFT as `recipes/evaluate.py` does (candidate `<method>=<output_dir>`), on the
+    """Evaluate the last iterate against π_SFT as `trl-dpr evaluate` does (candidate `<method>=<output_dir>`), on the
     main process; returns the report as a dict (empty on the other processes).
 
     Example:
@@ -529,7 +529,7 @@ def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRu
 
 
 def recipe_parser(config_class: type[SelfPlayConfig]):
-    """The parser of `recipes/spin.py` / `recipes/gsil.py` (and of `trl-dpr spin|gsil`): unknown YAML keys are errors.
+    """The parser of `trl-dpr spin` / `trl-dpr gsil`: unknown YAML keys are errors.
 
     Example:
         >>> argv = ["--output_dir", "runs/spin", "--use_cpu", "true", "--bf16", "false", "--num_iterations", "2"]
@@ -545,7 +545,7 @@ def recipe_parser(config_class: type[SelfPlayConfig]):
 
 
 def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None = None) -> SelfPlayRun:
-    """`recipes/spin.py` / `recipes/gsil.py`: parse the recipe (unknown keys are errors), run the SFT stage first when
+    """`trl-dpr spin` / `trl-dpr gsil`: parse the recipe (unknown keys are errors), run the SFT stage first when
     `sft_config` is set and its output is missing, then self-play, then the evaluation against SFT when
     `evaluation_config` is set.
 

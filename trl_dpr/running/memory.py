@@ -639,7 +639,7 @@ def _hub_answers(timeout_s: float = 5.0) -> bool:
 
 
 def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
-    """Plan a recipe YAML of `recipes/sft.py` or `recipes/dpr.py`, with its `gpu_memory_gib` and `num_gpus` keys.
+    """Plan a recipe YAML of `trl-dpr sft` or `trl-dpr dpr`, with its `gpu_memory_gib` and `num_gpus` keys.
 
     `model_config` defaults to the config of the model the recipe trains, read without weights
     (`recipe_model_config`): its `model_name_or_path`, or the backbone a header line `# <hub id>: ...` names.

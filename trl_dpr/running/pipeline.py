@@ -1,4 +1,4 @@
-"""The LfD pipeline behind `recipes/sft.py` and `recipes/dpr.py`: SFT (+ π_ref) → DPR → evaluation against SFT.
+"""The LfD pipeline behind `trl-dpr sft` and `trl-dpr dpr`: SFT (+ π_ref) → DPR → evaluation against SFT.
 
 Each stage is a function of the recipe's parsed dataclasses, so the recipes stay a few lines of argument parsing and
 the same stages run from Python (notebooks, tests).
@@ -57,7 +57,7 @@ __all__ = [
 
 @dataclass
 class SFTScriptArguments(ScriptArguments):
-    """Script arguments of `recipes/sft.py` (on top of TRL's `ScriptArguments`: dataset_name, splits, ...).
+    """Script arguments of `trl-dpr sft` (on top of TRL's `ScriptArguments`: dataset_name, splits, ...).
 
     Example:
         >>> SFTScriptArguments(dataset_name="trl_dpr/embedded-demo").reference_fraction
@@ -102,7 +102,7 @@ class SFTScriptArguments(ScriptArguments):
 
 @dataclass
 class DPRScriptArguments(SFTScriptArguments):
-    """Script arguments of `recipes/dpr.py`. `model_name_or_path` (ModelConfig) is the SFT output: π_SFT + π_ref.
+    """Script arguments of `trl-dpr dpr`. `model_name_or_path` (ModelConfig) is the SFT output: π_SFT + π_ref.
 
     Example:
         >>> DPRScriptArguments(dataset_name="trl_dpr/embedded-demo", evaluation_config="recipes/evaluate/demo.yaml").sft_config is None
@@ -332,7 +332,7 @@ class DPRInputs:
 
 def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathConfig) -> DPRInputs:
     """What the DPR stage can check without the SFT output, each once: its folder (claimed for this run), the Hub push
-    and the prompts (loaded). recipes/dpr.py runs this before its SFT stage, so a mistake in the DPR part of a pipeline
+    and the prompts (loaded). `trl-dpr dpr` runs this before its SFT stage, so a mistake in the DPR part of a pipeline
     is found before the SFT is spent, and hands the result to `run_dpr`.
 
     Example:
@@ -377,9 +377,9 @@ def run_dpr(
 
     `reward_model` replaces the one loaded from the SFT output (π_SFT and π_ref), e.g. a control reward such as
     the correctness oracle of `experiments/oracle.py`. `inputs` is what `check_dpr_inputs` returned when the caller
-    ran it first (recipes/dpr.py, before its SFT stage): the folder claimed, the push checked, the prompts loaded; by
+    ran it first (`trl-dpr dpr`, before its SFT stage): the folder claimed, the push checked, the prompts loaded; by
     default run_dpr runs it itself. With `push_to_hub: true` the policy (adapter, or merged with `merge_adapter`) and
-    its model card are pushed once, at the end; recipes/dpr.py turns that off (`defer_push_to_hub`) and pushes after
+    its model card are pushed once, at the end; `trl-dpr dpr` turns that off (`defer_push_to_hub`) and pushes after
     the evaluation instead.
 
     Example:
@@ -443,11 +443,11 @@ def has_sft_output(path: str) -> bool:
 
 
 def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str) -> dict:
-    """Evaluate the saved policy against π_SFT as `recipes/evaluate.py` does, on the main process, and write the report
+    """Evaluate the saved policy against π_SFT as `trl-dpr evaluate` does, on the main process, and write the report
     into `policy_path/eval_results.json` too (the model card's evaluation table).
 
     Args:
-        evaluation_config: a recipes/evaluate.py YAML path or an `EvaluationConfig`; its baseline and candidates are
+        evaluation_config: a `trl-dpr evaluate` YAML path or an `EvaluationConfig`; its baseline and candidates are
             replaced by `SFT=sft_path` and `DPR=policy_path`, its output_dir by `<policy_path>/../eval` (each run's
             evaluation beside it: runs/demo/dpr → runs/demo/eval).
 

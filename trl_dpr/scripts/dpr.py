@@ -3,9 +3,9 @@
     accelerate launch --config_file recipes/accelerate_configs/single_gpu.yaml \
         recipes/dpr.py --config recipes/llama-3.1-8b/dpr/config_qlora.yaml
 
-`model_name_or_path` is the SFT output of recipes/sft.py (a local folder or a Hub repo). With `sft_config:` set and no
-SFT output there yet, the SFT stage runs first; with `evaluation_config:` (a recipes/evaluate.py YAML) the trained policy
-is then evaluated against SFT as recipes/evaluate.py would. The embedded demo (`make demo`) does all three stages,
+`model_name_or_path` is the SFT output of `trl-dpr sft` (a local folder or a Hub repo). With `sft_config:` set and no
+SFT output there yet, the SFT stage runs first; with `evaluation_config:` (a `trl-dpr evaluate` YAML) the trained policy
+is then evaluated against SFT as `trl-dpr evaluate` would. The embedded demo (`make demo`) does all three stages,
 offline, on CPU:
 
     accelerate launch --config_file recipes/accelerate_configs/cpu.yaml recipes/dpr.py --config recipes/demo/dpr.yaml

@@ -3,7 +3,7 @@
     python recipes/preview.py --config recipes/preview/demo.yaml                     # embedded default, CPU, minutes
     python recipes/preview.py --config recipes/preview/demo.yaml --policies DPR=runs/demo/dpr   # + a trained policy
 
-`model_name_or_path` is an SFT output of recipes/sft.py (π_SFT with its recorded π_ref). N completions per prompt are
+`model_name_or_path` is an SFT output of `trl-dpr sft` (π_SFT with its recorded π_ref). N completions per prompt are
 sampled from π_SFT at temperature 1, scored with each reward variant (DPR's Σ_t r̂_t, other π_ref checkpoints,
 wo/Baseline, w/V, an oracle) and judged; the tilted policies π_λ ∝ π_SFT·exp(R/λ) that DPR converges to are then
 estimated by importance weighting for each λ (= DPR's `kl_coef`). Writes preview.csv / .json / .md / .png into

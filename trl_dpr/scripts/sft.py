@@ -4,7 +4,7 @@
         recipes/sft.py --config recipes/llama-3.1-8b/sft/config_qlora.yaml
 
 Writes π_SFT to `output_dir`, π_ref to `output_dir/dpr_reference/` and the manifest `output_dir/dpr_reference.json`
-that `recipes/dpr.py` (and `CheckpointRewardModel.from_pretrained`) read. Any YAML key can be overridden on the
+that `trl-dpr dpr` (and `CheckpointRewardModel.from_pretrained`) read. Any YAML key can be overridden on the
 command line (`--learning_rate 1e-5`); unknown keys are an error.
 """
 

@@ -3,11 +3,11 @@
     accelerate launch --config_file recipes/accelerate_configs/single_gpu.yaml \
         recipes/spin.py --config recipes/llama-3.1-8b/spin/config_qlora.yaml
 
-`model_name_or_path` is the SFT output of recipes/sft.py (π_0; its dpr_reference/ is not used). Each iteration t, π_t
+`model_name_or_path` is the SFT output of `trl-dpr sft` (π_0; its dpr_reference/ is not used). Each iteration t, π_t
 answers every demonstration prompt (cached in `<output_dir>/generations/`), then π_{t+1} is trained with SPIN's loss on
 (demonstration, own answer) pairs against π_t (`<output_dir>/iteration-<t>/`); the last iterate ends in `output_dir`.
 With `sft_config:` set and no SFT output there yet, the SFT stage runs first; with `evaluation_config:` (a
-recipes/evaluate.py YAML) the last iterate is then evaluated against SFT. The embedded default, offline on CPU:
+`trl-dpr evaluate` YAML) the last iterate is then evaluated against SFT. The embedded default, offline on CPU:
 
     python recipes/spin.py --config recipes/demo/spin.yaml
 """
