@@ -104,10 +104,12 @@ def test_no_module_imports_a_stage_script():
     assert {m for m, targets in graph.items() for t in targets if t.startswith("trl_dpr.scripts.")} == set()
 
 
-def test_the_wheel_holds_the_package_and_no_experiments_code():
+def test_the_wheel_holds_every_subpackage_and_no_experiments_code():
+    import tomllib
+
     packages = find_packages(str(ROOT), include=["trl_dpr*"])
-    assert {"trl_dpr", "trl_dpr.running", "trl_dpr.analysis", "trl_dpr.scripts", "trl_dpr.embedded",
-            "trl_dpr.evaluation", "trl_dpr.lfd"} <= set(packages)
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert set(listed) == {*packages, "trl_dpr.recipes"}  # the recipes' YAMLs as data; a new subpackage is listed
     assert not any("experiments" in p for p in packages)
 
 
