@@ -8,7 +8,7 @@ The random bf16 base is written once to `--workdir` (16 GB for the 8B shape), th
 quantisation, bf16 compute) like the QLoRA recipes. π_SFT and π_ref are random LoRA adapters (r=64, all linear layers)
 saved as an SFT output with its `dpr_reference/`. Each layout runs in its own subprocess: peak memory is
 `torch.cuda.max_memory_allocated` over the training steps (CPU: peak resident memory), throughput is generated plus
-scored tokens per second. Each record also holds `trl_dpr.memory.plan`'s prediction for the same configuration
+scored tokens per second. Each record also holds `trl_dpr.running.memory.plan`'s prediction for the same configuration
 (`planned_peak_bytes`, without its margin, and `measured_over_planned`): the check of the memory plan's formulas. On
 CPU the ratio says nothing (resident memory counts the Python process, the plan counts GPU tensors).
 """
@@ -165,10 +165,10 @@ def run_one(args) -> dict:
 
 
 def planned_peak(args, config, model_config) -> float:
-    """`trl_dpr.memory.plan` for this run (prompts of exactly --prompt-length tokens), without the plan's margin."""
+    """`trl_dpr.running.memory.plan` for this run (prompts of exactly --prompt-length tokens), without the plan's margin."""
     from trl import ModelConfig
 
-    from trl_dpr.memory import plan
+    from trl_dpr.running.memory import plan
 
     config.max_prompt_length = args.prompt_length
     model_args = ModelConfig(load_in_4bit=True, use_bnb_nested_quant=True, use_peft=True, lora_r=8 if args.tiny else 64,

@@ -27,10 +27,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from trl_dpr import CheckpointRewardModel
+from trl_dpr.analysis.sampling import sample_completions
 from trl_dpr.data import load_demonstrations, prompts_for_rl
 from trl_dpr.embedded import EMBEDDED_DATASET
-from trl_dpr.recipe_parser import RecipeParser
-from trl_dpr.sampling import sample_completions
+from trl_dpr.running.recipe_parser import RecipeParser
 
 from .figures import plot_series, write_csv
 from .lengths import bin_by_length, length_bin_edges, response_stats

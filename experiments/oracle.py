@@ -14,7 +14,7 @@ import torch
 
 from trl_dpr.embedded.task import is_correct
 from trl_dpr.reward_model import CheckpointRewardModel
-from trl_dpr.tokens import render_prompts
+from trl_dpr.token_batches import render_prompts
 
 __all__ = ["CorrectnessOracleRewardModel"]
 
@@ -23,7 +23,7 @@ class CorrectnessOracleRewardModel(CheckpointRewardModel):
     """`CheckpointRewardModel` whose reward is 1 at the last completion token when the response's final answer
     (`The answer is X.`) is the prompt's exact answer, else 0. `sft_logps` are π_SFT's, for DPR's KL to π_SFT.
 
-    Prompts are recognised by their token ids, rendered as the trainer renders them (`trl_dpr.tokens.render_prompts`),
+    Prompts are recognised by their token ids, rendered as the trainer renders them (`trl_dpr.token_batches.render_prompts`),
     so call `add_answers` with every prompt the oracle will see (train and held-out); an unknown prompt is an error.
 
     Example:

@@ -208,8 +208,8 @@ def _held_out(args: RealModelArguments):
 def _sft_recipe(args: RealModelArguments, data: Path, overrides: dict):
     from trl import ModelConfig, SFTConfig
 
-    from trl_dpr.pipeline import SFTScriptArguments
-    from trl_dpr.recipe_parser import RecipeParser
+    from trl_dpr.running.pipeline import SFTScriptArguments
+    from trl_dpr.running.recipe_parser import RecipeParser
 
     from .overrides import to_command_line
 
@@ -225,7 +225,7 @@ def _sft(args: RealModelArguments, output_dir: Path, data: Path) -> str:
     """SFT over D for `sft_epochs`; π_ref at every α; per-step learning rates and per-epoch held-out loss recorded."""
     from transformers import TrainerCallback
 
-    from trl_dpr.pipeline import has_sft_output, run_sft
+    from trl_dpr.running.pipeline import has_sft_output, run_sft
 
     folder = output_dir / "SFT"
     record_path = output_dir / "sft_record.json"
@@ -271,7 +271,7 @@ def _sft(args: RealModelArguments, output_dir: Path, data: Path) -> str:
 def _held_out_loss(model, tokenizer, conversations: list, batch_size: int = 16) -> float:
     """Mean NLL per response token of held-out demonstrations (the assistant turn only)."""
     from trl_dpr.reward_model import completion_logprobs
-    from trl_dpr.tokens import pad_batch, render_prompts
+    from trl_dpr.token_batches import pad_batch, render_prompts
 
     was_training = model.training
     model.eval()
@@ -297,7 +297,7 @@ def _reference_path(sft_path: str, alpha: float) -> str | None:
 
 
 def _preview(args: RealModelArguments, sft_path: str, output_dir: Path):
-    from trl_dpr.preview import PreviewConfig, PreviewReport, run_preview
+    from trl_dpr.analysis.preview import PreviewConfig, PreviewReport, run_preview
 
     folder = output_dir / "preview"
     if (folder / "preview.json").is_file():
@@ -350,7 +350,7 @@ def _train_dpr(args, name: str, changes: dict, sft_path: str, choice: dict, data
     """One RL run on D's prompts, stopped when its KL per response (mean of `kl_window` steps) reaches the target."""
     from transformers import TrainerCallback
 
-    from trl_dpr.pipeline import run_dpr
+    from trl_dpr.running.pipeline import run_dpr
 
     folder = output_dir / name.replace("/", "_")
     record_path = folder / "rl_record.json"
@@ -396,7 +396,7 @@ def _sft_continued(args, output_dir: Path, data: Path, sft_path: str, dpr_record
     at DPR's mean FLOPs (whichever comes later ends the run)."""
     from transformers import TrainerCallback
 
-    from trl_dpr.pipeline import run_sft
+    from trl_dpr.running.pipeline import run_sft
 
     path = output_dir / "sft_continued_record.json"
     if (recorded := _read(path)) is not None:
@@ -441,8 +441,8 @@ def _evaluate(args, output_dir: Path, name: str, path: str, sft_path: str) -> di
     """`name`'s answers at every decoding (one shared seed), their exactness, and at T = 1 its KL per response."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from trl_dpr.analysis.sampling import policy_logprobs, sample_completions
     from trl_dpr.embedded.task import is_correct
-    from trl_dpr.sampling import policy_logprobs, sample_completions
 
     result_path = output_dir / "evaluation" / f"{_policy_folder(output_dir, name).name}.json"
     result = _read(result_path) or {}
@@ -497,8 +497,8 @@ def _policies(args: RealModelArguments, output_dir: Path, sft_path: str) -> dict
 
 
 def main(argv=None):
-    from trl_dpr.pipeline import print_stage
-    from trl_dpr.recipe_parser import RecipeParser
+    from trl_dpr.running.pipeline import print_stage
+    from trl_dpr.running.recipe_parser import RecipeParser
 
     argv = list(sys.argv[1:] if argv is None else argv)
     (args,) = RecipeParser((RealModelArguments,)).parse_args_and_config(argv)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from accelerate import PartialState
 
-from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.running.recipe_parser import RecipeParser
 
 from .figures import plot_series, write_csv
 from .overrides import DPR_ARGUMENTS

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from trl import ModelConfig, SFTConfig
 
+from trl_dpr.analysis.preview import PreviewConfig, run_preview
 from trl_dpr.embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
-from trl_dpr.pipeline import SFTScriptArguments, has_sft_output, model_init_kwargs_from, print_stage, run_sft
-from trl_dpr.preview import PreviewConfig, run_preview
-from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.running.pipeline import SFTScriptArguments, has_sft_output, model_init_kwargs_from, print_stage, run_sft
+from trl_dpr.running.recipe_parser import RecipeParser
 
 from .figures import plot_intervals, write_csv
 from .overrides import parse_with_overrides, select_overrides

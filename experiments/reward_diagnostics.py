@@ -24,9 +24,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_dpr import CheckpointRewardModel
+from trl_dpr.analysis.sampling import sample_completions, score_samples
 from trl_dpr.embedded.task import KINDS, held_out_split, is_correct
-from trl_dpr.recipe_parser import RecipeParser
-from trl_dpr.sampling import sample_completions, score_samples
+from trl_dpr.running.recipe_parser import RecipeParser
 
 from .auroc import auroc, computed_number_rewards, top_token_rewards
 from .figures import plot_grouped_bars, write_csv

@@ -22,8 +22,8 @@ from pathlib import Path
 from trl import ModelConfig, SFTConfig
 
 from trl_dpr.evaluation import run_evaluation
-from trl_dpr.pipeline import SFTScriptArguments, has_sft_output, print_stage, run_sft
-from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.running.pipeline import SFTScriptArguments, has_sft_output, print_stage, run_sft
+from trl_dpr.running.recipe_parser import RecipeParser
 
 from .figures import write_csv
 from .overrides import DPR_ARGUMENTS, evaluation_config, parse_with_overrides, to_command_line

@@ -29,8 +29,8 @@ from accelerate import PartialState
 from trl_dpr.data import load_demonstrations
 from trl_dpr.embedded import EMBEDDED_DATASET, held_out_split
 from trl_dpr.evaluation import run_evaluation
-from trl_dpr.pipeline import model_init_kwargs_from, print_stage
-from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.running.pipeline import model_init_kwargs_from, print_stage
+from trl_dpr.running.recipe_parser import RecipeParser
 
 from .figures import plot_intervals, write_csv
 from .oracle import CorrectnessOracleRewardModel

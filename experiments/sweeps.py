@@ -24,12 +24,12 @@ import torch
 from accelerate import PartialState
 from trl import ModelConfig, SFTConfig
 
-from trl_dpr.callbacks import check_reference_fraction
 from trl_dpr.evaluation import OpenAIChatModel, run_evaluation
-from trl_dpr.pipeline import SFTScriptArguments, has_sft_output, print_stage, run_dpr, run_sft
-from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.reference_callback import check_reference_fraction
 from trl_dpr.reference_manifest import MANIFEST_NAME, resolve_reference
 from trl_dpr.reward_model import CheckpointRewardModel
+from trl_dpr.running.pipeline import SFTScriptArguments, has_sft_output, print_stage, run_dpr, run_sft
+from trl_dpr.running.recipe_parser import RecipeParser
 
 from .overrides import evaluation_config, parse_with_overrides
 from .win_rates import forget_cached_answers, win_rate_rows

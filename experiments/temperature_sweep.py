@@ -22,7 +22,7 @@ import yaml
 
 from trl_dpr.evaluation import EvaluationConfig, MissingAPIKeyError, run_evaluation
 from trl_dpr.evaluation.config import check_config_has_no_secrets
-from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.running.recipe_parser import RecipeParser
 
 from .figures import plot_series, write_csv
 from .win_rates import WIN_RATE_COLUMNS, win_rate_rows

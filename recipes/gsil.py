@@ -1,30 +1,9 @@
-"""GSIL (generalized self-imitation learning, Xiao et al., 2024) from an SFT output, on the same demonstrations: a
-baseline of Table 1.
+"""`trl-dpr gsil` from a clone: `accelerate launch --config_file recipes/accelerate_configs/cpu.yaml recipes/gsil.py --config recipes/demo/gsil.yaml`.
 
-    accelerate launch --config_file recipes/accelerate_configs/single_gpu.yaml \
-        recipes/gsil.py --config recipes/llama-3.1-8b/gsil/config_qlora.yaml
+The stage is the package's module `trl_dpr.scripts.gsil`; this file only runs its `main`."""
 
-`model_name_or_path` is the SFT output of recipes/sft.py (π_0; its dpr_reference/ is not used). Each iteration t, π_t
-answers every demonstration prompt (greedily by default, cached in `<output_dir>/generations/`), then π_{t+1} fits
-GSIL's density-ratio classifier f = β log π/π_t of demonstrations vs. own answers (`gsil_loss_type`: bernoulli,
-brier, hinge, kliep or lsif) in `<output_dir>/iteration-<t>/`; the last iterate ends in `output_dir`. `sft_config:`
-and `evaluation_config:` work as in recipes/dpr.py. The embedded default, offline on CPU:
-
-    python recipes/gsil.py --config recipes/demo/gsil.yaml
-"""
-
-from trl_dpr.cli import run
-from trl_dpr.lfd import GSILConfig
-from trl_dpr.lfd.self_play import recipe_main, recipe_parser
-
-
-def make_parser():
-    return recipe_parser(GSILConfig)
-
-
-def main(argv=None):
-    return recipe_main(GSILConfig, argv)
-
+from trl_dpr.running.cli import run
+from trl_dpr.scripts.gsil import main
 
 if __name__ == "__main__":
-    run(main)  # a mistake in the input: its message, no traceback (--debug shows it)
+    run(main)

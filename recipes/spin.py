@@ -1,29 +1,9 @@
-"""SPIN (self-play fine-tuning, Chen et al., 2024) from an SFT output, on the same demonstrations: a baseline of Table 1.
+"""`trl-dpr spin` from a clone: `accelerate launch --config_file recipes/accelerate_configs/cpu.yaml recipes/spin.py --config recipes/demo/spin.yaml`.
 
-    accelerate launch --config_file recipes/accelerate_configs/single_gpu.yaml \
-        recipes/spin.py --config recipes/llama-3.1-8b/spin/config_qlora.yaml
+The stage is the package's module `trl_dpr.scripts.spin`; this file only runs its `main`."""
 
-`model_name_or_path` is the SFT output of recipes/sft.py (π_0; its dpr_reference/ is not used). Each iteration t, π_t
-answers every demonstration prompt (cached in `<output_dir>/generations/`), then π_{t+1} is trained with SPIN's loss on
-(demonstration, own answer) pairs against π_t (`<output_dir>/iteration-<t>/`); the last iterate ends in `output_dir`.
-With `sft_config:` set and no SFT output there yet, the SFT stage runs first; with `evaluation_config:` (a
-recipes/evaluate.py YAML) the last iterate is then evaluated against SFT. The embedded default, offline on CPU:
-
-    python recipes/spin.py --config recipes/demo/spin.yaml
-"""
-
-from trl_dpr.cli import run
-from trl_dpr.lfd import SPINConfig
-from trl_dpr.lfd.self_play import recipe_main, recipe_parser
-
-
-def make_parser():
-    return recipe_parser(SPINConfig)
-
-
-def main(argv=None):
-    return recipe_main(SPINConfig, argv)
-
+from trl_dpr.running.cli import run
+from trl_dpr.scripts.spin import main
 
 if __name__ == "__main__":
-    run(main)  # a mistake in the input: its message, no traceback (--debug shows it)
+    run(main)

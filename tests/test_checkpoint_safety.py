@@ -13,7 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trl_dpr.checkpointing import (
+from trl_dpr.reference_manifest import MANIFEST_NAME
+from trl_dpr.running.checkpointing import (
     OutputDirInUse,
     checkpoint_problem,
     claim_output_dir,
@@ -21,7 +22,6 @@ from trl_dpr.checkpointing import (
     release_output_dir,
     write_checkpoint_manifest,
 )
-from trl_dpr.reference_manifest import MANIFEST_NAME
 
 from .conftest import dpr_trainer as make_trainer
 from .test_reference_callback import run_sft
@@ -207,7 +207,7 @@ def test_a_second_run_on_the_same_folder_is_refused_at_once_and_the_first_ends_a
 
 HOLD_LOCK = """
 import sys, time
-from trl_dpr.checkpointing import claim_output_dir
+from trl_dpr.running.checkpointing import claim_output_dir
 claim_output_dir(sys.argv[1])
 print("claimed", flush=True)
 time.sleep(600)
@@ -256,7 +256,7 @@ def test_trainer_refuses_to_train_over_a_finished_run_and_resumes_from_a_command
 def test_a_finished_sft_run_leaves_no_lock_and_no_staging_folder(tmp_path):
     from trl import ModelConfig, SFTConfig
 
-    from trl_dpr.pipeline import SFTScriptArguments, run_sft
+    from trl_dpr.running.pipeline import SFTScriptArguments, run_sft
 
     output_dir = tmp_path / "sft"
     run_sft(SFTScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=8),

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_dpr.cli import _resolve_accelerate_config, main, run
-from trl_dpr.recipe_parser import find_recipe_file, recipes_root
+from trl_dpr.running.cli import _resolve_accelerate_config, main, run
+from trl_dpr.running.recipe_parser import find_recipe_file, recipes_root
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,7 @@ def test_a_user_error_exits_with_its_message_and_no_traceback(capsys):
 def test_a_user_error_inside_a_launched_recipe_exits_2_with_only_its_message(tmp_path):
     """The mistake is found in the recipe's own process under `accelerate launch` (a missing SFT folder); the
     `trl-dpr` process around it exits with the recipe's code and adds no traceback of the launcher."""
-    command = [sys.executable, "-c", "from trl_dpr.cli import main; main()"]
+    command = [sys.executable, "-c", "from trl_dpr.running.cli import main; main()"]
     for stage, config in (("dpr", "demo/dpr.yaml"), ("spin", "demo/spin.yaml")):
         bad = subprocess.run([*command, stage, "--config", config, "--model_name_or_path", str(tmp_path / "no_sft"),
                               "--sft_config", "", "--output_dir", str(tmp_path / stage)], cwd=tmp_path,
@@ -134,12 +134,14 @@ def test_a_built_wheel_runs_the_packaged_demo_outside_the_repository(tmp_path):
     assert "trl_dpr/recipes/demo/dpr.yaml" in names and "trl_dpr/recipes/qwen2.5-7b/dpr/config_qlora.yaml" in names
     assert "trl_dpr/py.typed" in names and not any(n.startswith(("experiments/", "tests/")) for n in names)
     assert "trl_dpr/recipes/model_configs/llama-3.1-8b/config.json" in names  # `trl-dpr memory` offline
+    assert "trl_dpr/scripts/dpr.py" in names and "trl_dpr/running/cli.py" in names
+    assert not any(n.startswith("trl_dpr/recipes/") and n.endswith(".py") for n in names)  # the YAMLs, not the entries
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
                               str(wheel)], capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stderr[-2000:]
 
     env = {**os.environ, "PYTHONPATH": str(target), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-c", "from trl_dpr.cli import main; main()"]  # what the trl-dpr entry point runs
+    command = [sys.executable, "-c", "from trl_dpr.running.cli import main; main()"]  # what the trl-dpr entry point runs
     where = subprocess.run([*command, "recipes"], cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert where.returncode == 0 and "demo/dpr.yaml" in where.stdout, where.stderr[-2000:]
     located = subprocess.run([sys.executable, "-c", "import trl_dpr; print(trl_dpr.__file__)"], cwd=work, env=env,
@@ -162,7 +164,7 @@ def test_a_built_wheel_runs_the_packaged_demo_outside_the_repository(tmp_path):
     assert bad.returncode == 2 and "num_generations must be >= 1" in bad.stderr and "Traceback" not in bad.stderr
 
 
-# ---- the arguments checked before TRL is imported (trl_dpr.cli._check_before_importing) ----------------------------
+# ---- the arguments checked before TRL is imported (trl_dpr.running.cli._check_before_importing) ----------------------------
 
 
 @pytest.fixture
@@ -199,7 +201,7 @@ MISTAKES = [  # (stage, recipe, YAML changes, command line)
 def test_the_check_before_importing_says_what_the_recipe_parser_says(tmp_path, cache, stage, recipe, changes, extra):
     """The quick check (a parser rebuilt from the cached description) and the recipe's own parser (TRL's dataclasses,
     in the launched process) give the same message for the same mistake, whichever catches it."""
-    from trl_dpr.cli import _check_before_importing, _stage_parser
+    from trl_dpr.running.cli import _check_before_importing, _stage_parser
 
     argv = ["--config", demo_recipe(tmp_path, recipe, **changes), *extra]
     with pytest.raises(ValueError) as quick:
@@ -211,14 +213,14 @@ def test_the_check_before_importing_says_what_the_recipe_parser_says(tmp_path, c
 
 
 def test_a_recipe_script_names_the_trl_dpr_command_in_its_messages(tmp_path):
-    from trl_dpr.recipes.sft import make_parser
+    from trl_dpr.scripts.sft import make_parser
 
     with pytest.raises(ValueError, match=r"(?s)learnig_rate \(did you mean learning_rate\?\).*`trl-dpr sft --help`"):
         make_parser().parse_args_and_config(["--config", demo_recipe(tmp_path, "demo/sft.yaml", learnig_rate=1.0)])
 
 
 def test_launcher_flags_and_a_valid_recipe_pass_the_check(cache):
-    from trl_dpr.cli import _check_before_importing
+    from trl_dpr.running.cli import _check_before_importing
 
     _check_before_importing("sft", ["--config", "demo/sft.yaml", "--accelerate_config", "cpu", "--num_processes", "2",
                                     "--max_steps", "3", "--bf16", "false", "--gradient_checkpointing"])
@@ -228,8 +230,8 @@ def test_launcher_flags_and_a_valid_recipe_pass_the_check(cache):
 
 def test_the_description_of_the_arguments_survives_the_cache(cache):
     """A parser rebuilt from the cached description describes itself the same: nothing is lost in JSON."""
-    from trl_dpr.cli import _build_descriptions, _cached_descriptions
-    from trl_dpr.recipe_checks import LightRecipeParser
+    from trl_dpr.running.cli import _build_descriptions, _cached_descriptions
+    from trl_dpr.running.recipe_checks import LightRecipeParser
 
     built = _build_descriptions()
     assert _cached_descriptions() == json.loads(json.dumps(built))
@@ -238,7 +240,7 @@ def test_the_description_of_the_arguments_survives_the_cache(cache):
 
 
 def test_a_cache_file_that_cannot_be_read_is_rebuilt(cache):
-    from trl_dpr.cli import _cache_file, _light_parser
+    from trl_dpr.running.cli import _cache_file, _light_parser
 
     _cache_file().parent.mkdir(parents=True)
     _cache_file().write_text("{not json")
@@ -247,7 +249,7 @@ def test_a_cache_file_that_cannot_be_read_is_rebuilt(cache):
 
 
 def test_the_cache_key_changes_with_the_sources_and_the_versions(tmp_path):
-    from trl_dpr.cli import _fingerprint
+    from trl_dpr.running.cli import _fingerprint
 
     source = tmp_path / "config.py"
     source.write_text("x: int = 1\n")
@@ -259,7 +261,7 @@ def test_the_cache_key_changes_with_the_sources_and_the_versions(tmp_path):
 
 
 def test_a_gguf_file_without_the_gguf_package_is_a_user_error_naming_the_extra(tmp_path, monkeypatch, capsys):
-    from trl_dpr.gguf import convert_gguf
+    from trl_dpr.running.gguf import convert_gguf
 
     monkeypatch.setitem(sys.modules, "gguf", None)  # as if not installed
     (tmp_path / "model.gguf").write_bytes(b"GGUF")

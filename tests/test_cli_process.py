@@ -12,7 +12,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-CLI = "from trl_dpr.cli import main; main()"  # what the `trl-dpr` entry point runs
+CLI = "from trl_dpr.running.cli import main; main()"  # what the `trl-dpr` entry point runs
 # Printed at exit, whatever the exit code: the heavy packages the command imported.
 REPORT_IMPORTS = ("import atexit, sys\natexit.register(lambda: print('heavy imports:', sorted({'torch', 'transformers', "
                   "'trl'} & set(sys.modules)), file=sys.stderr))\n")
@@ -29,7 +29,7 @@ def trl_dpr(*args, prelude: str = "", cwd=None, timeout=120, **kwargs) -> subpro
 def cli_cache(tmp_path_factory):
     """The description of every stage's arguments, built once here (this process has imported TRL anyway) in a cache
     of its own, which the `trl-dpr` processes below read: what a user's second call finds in ~/.cache/trl_dpr."""
-    from trl_dpr.cli import _build_descriptions
+    from trl_dpr.running.cli import _build_descriptions
 
     ENV["TRL_DPR_CACHE"] = str(tmp_path_factory.mktemp("trl_dpr_cache"))
     with pytest.MonkeyPatch.context() as patch:
@@ -46,7 +46,7 @@ WITHOUT_MATPLOTLIB = "import sys; sys.modules['matplotlib'] = None\n"
 
 
 def test_importing_the_cli_imports_neither_torch_nor_transformers_nor_trl():
-    loaded = subprocess.run([sys.executable, "-c", "import sys, trl_dpr.cli; print(sorted(sys.modules))"], env=ENV,
+    loaded = subprocess.run([sys.executable, "-c", "import sys, trl_dpr.running.cli; print(sorted(sys.modules))"], env=ENV,
                             capture_output=True, text=True, timeout=60)
     modules = set(eval(loaded.stdout))
     assert not modules & {"torch", "transformers", "trl", "accelerate", "peft", "datasets"}
@@ -149,15 +149,16 @@ def test_memory_for_an_unknown_backbone_offline_says_how_to_plan_it(tmp_path):
     assert "HF_HUB_OFFLINE=1" in result.stderr and "--model-config FOLDER" in result.stderr
 
 
-def test_trls_launcher_launches_the_shipped_recipe_script():
-    """`_launch_training` hands TRL's `launch_training_script` the absolute path of the shipped script; TRL joins it to
-    its own trl/scripts folder, where an absolute path stands for itself. If TRL changed that, this fails."""
+def test_trls_launcher_launches_the_packages_stage_script():
+    """`_launch_training` hands TRL's `launch_training_script` the absolute path of trl_dpr/scripts/<stage>.py; TRL
+    joins it to its own trl/scripts folder, where an absolute path stands for itself. If TRL changed that, this fails."""
     from trl.cli.accelerate_launcher import launch_training_script
 
-    from trl_dpr.recipe_parser import recipes_root
+    from trl_dpr.running.cli import SCRIPTS
 
     launched = []
-    script = recipes_root() / "dpr.py"
+    script = SCRIPTS / "dpr.py"
+    assert script.is_file()
     launch_training_script(str(script), ["--num_processes", "1"], ["--config", "demo/dpr.yaml"],
                            launch_command_fn=launched.append)
     assert launched[0].training_script == str(script)
@@ -168,7 +169,7 @@ def test_trls_launcher_launches_the_shipped_recipe_script():
 def test_the_package_imports_without_fcntl():
     # Simulates Windows, which has no fcntl: the output-folder lock is filelock's, which picks msvcrt there.
     result = subprocess.run([sys.executable, "-c", "import sys; sys.modules['fcntl'] = None\n"
-                             "import trl_dpr.checkpointing, trl_dpr.trainer"], env=ENV, capture_output=True, text=True,
+                             "import trl_dpr.running.checkpointing, trl_dpr.trainer"], env=ENV, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
 

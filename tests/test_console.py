@@ -28,8 +28,8 @@ def checkpointing_deprecations(caught) -> list[str]:
 
 @pytest.mark.parametrize("stage", ["sft", "dpr", "spin", "gsil"])
 def test_the_demo_recipes_parse_without_a_checkpointing_deprecation_warning(stage):
-    # The recipe module of this checkout (`recipes.<stage>`), as `trl-dpr <stage>` parses it before launching.
-    parser = importlib.import_module(f"recipes.{stage}").make_parser()
+    # The stage's module (`trl_dpr.scripts.<stage>`), as `trl-dpr <stage>` parses it before launching.
+    parser = importlib.import_module(f"trl_dpr.scripts.{stage}").make_parser()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         parser.parse_args_and_config(["--config", str(ROOT / "recipes" / "demo" / f"{stage}.yaml")])

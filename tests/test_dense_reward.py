@@ -142,7 +142,7 @@ def test_the_trainer_trains_on_a_user_reward_from_a_recipe_key_and_from_python(t
 
 
 def test_the_preview_scores_a_user_reward_variant(tokenizer, tmp_path, user_module):
-    from trl_dpr.preview import PreviewConfig, run_preview
+    from trl_dpr.analysis.preview import PreviewConfig, run_preview
 
     sft_dir = save_sft_output(tmp_path / "sft", tokenizer)
     prompts = tmp_path / "prompts.jsonl"
@@ -168,7 +168,7 @@ def test_the_checkpoint_reward_runs_as_a_reward_func_of_an_unmodified_grpo_train
     func = sequence_reward_func(scorer)
     # One call against float64 forwards: Σ_t (log π_SFT − log π_ref) of each completion.
     prompts = [[{"role": "user", "content": "What is 1+2?"}]]
-    from trl_dpr.tokens import render_prompts
+    from trl_dpr.token_batches import render_prompts
 
     prompt_ids = render_prompts(tokenizer, prompts)[0]
     value = func(prompts=prompts, completions=["x"], completion_ids=[[10, 11]])[0]

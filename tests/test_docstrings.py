@@ -12,9 +12,7 @@ import pytest
 import trl_dpr
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = sorted(
-    name for _, name, _ in pkgutil.walk_packages(trl_dpr.__path__, "trl_dpr.") if not name.startswith("trl_dpr.recipes")
-)
+MODULES = sorted(name for _, name, _ in pkgutil.walk_packages(trl_dpr.__path__, "trl_dpr."))
 
 
 @pytest.mark.parametrize("name", MODULES)

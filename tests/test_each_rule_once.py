@@ -13,10 +13,10 @@ from trl_dpr import CheckpointRewardModel, DensePathConfig, ReferenceCheckpointC
 from trl_dpr.algorithm import kl_penalized_rewards
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.lfd import SPINConfig
-from trl_dpr.pipeline import DPRScriptArguments, SFTScriptArguments
-from trl_dpr.recipe_parser import RecipeParser
 from trl_dpr.reference_manifest import mark_sft_complete
-from trl_dpr.tokens import ends_with_eos
+from trl_dpr.running.pipeline import DPRScriptArguments, SFTScriptArguments
+from trl_dpr.running.recipe_parser import RecipeParser
+from trl_dpr.token_batches import ends_with_eos
 
 from .conftest import save_sft_output
 
@@ -137,10 +137,9 @@ def test_the_scorer_decides_terminal_completions_as_the_trainer_does(tokenizer):
 
 def test_the_dpr_recipe_claims_its_folder_checks_its_push_and_loads_its_prompts_once(tmp_path, tokenizer, monkeypatch):
     """check_dpr_inputs does them before the SFT stage could spend anything; run_dpr and the trainer take its result."""
-    from trl_dpr.recipes import dpr as recipe
-
-    from trl_dpr import hub, pipeline
     from trl_dpr import trainer as trainer_module
+    from trl_dpr.running import hub, pipeline
+    from trl_dpr.scripts import dpr as recipe
 
     calls = collections.Counter()
 

@@ -1,7 +1,7 @@
 """The whole evaluation on two tiny saved models and the embedded task (exact judge), in process and through
 `recipes/evaluate.py`; what stops a run before any model is loaded; the recipe configs."""
 
-import importlib.util
+import importlib
 import json
 import os
 import subprocess
@@ -15,7 +15,7 @@ import yaml
 from trl_dpr.embedded.task import is_correct
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.evaluation import EvaluationConfig, MissingAPIKeyError, load_prompt_set, run_evaluation
-from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.running.recipe_parser import RecipeParser
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,10 +137,7 @@ def test_the_recipe_runs_from_a_yaml_config_in_a_subprocess(tmp_path, saved_mode
 
 
 def load_recipe():
-    spec = importlib.util.spec_from_file_location("evaluate_recipe", ROOT / "recipes" / "evaluate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("trl_dpr.scripts.evaluate")
 
 
 def test_a_missing_model_folder_stops_the_recipe_with_a_clear_message(tmp_path, saved_models, capsys):

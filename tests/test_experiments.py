@@ -27,13 +27,13 @@ from experiments.oracle import CorrectnessOracleRewardModel
 from experiments.overrides import DPR_ARGUMENTS, check_override_keys, parse_with_overrides, to_command_line
 from experiments.sweeps import reference_checkpoint
 from trl_dpr import CheckpointRewardModel
+from trl_dpr.analysis.sampling import Sample
 from trl_dpr.embedded import EMBEDDED_DATASET, EMBEDDED_MODEL
 from trl_dpr.embedded.task import demo_corpus
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
-from trl_dpr.pipeline import SFTScriptArguments, run_sft
-from trl_dpr.recipe_parser import RecipeParser
-from trl_dpr.sampling import Sample
-from trl_dpr.tokens import pad_batch
+from trl_dpr.running.pipeline import SFTScriptArguments, run_sft
+from trl_dpr.running.recipe_parser import RecipeParser
+from trl_dpr.token_batches import pad_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"

@@ -95,7 +95,7 @@ def test_every_stage_resumes_from_what_it_wrote(tmp_path, monkeypatch):
     folder = tmp_path / "DPR-seed0"
     folder.mkdir()
     (folder / "rl_record.json").write_text(json.dumps({"steps": 7}))
-    monkeypatch.setattr("trl_dpr.pipeline.run_dpr", lambda *a, **k: pytest.fail("trained again"))
+    monkeypatch.setattr("trl_dpr.running.pipeline.run_dpr", lambda *a, **k: pytest.fail("trained again"))
     assert real_model._train_dpr(args, "DPR-seed0", {}, "sft", {"lambda": 1.0, "alpha": 0.5}, data, tmp_path) == {"steps": 7}
     # evaluate: decodings already answered are not answered again
     recorded = {d: {"correct": {}} for d in real_model.DECODINGS}

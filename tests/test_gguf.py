@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from trl_dpr.gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
+from trl_dpr.running.gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 
 
 def test_a_gguf_name_is_recognised_by_its_extension_only():

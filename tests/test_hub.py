@@ -19,11 +19,11 @@ from huggingface_hub import HfApi
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS
 from trl import ModelConfig, SFTConfig, SFTTrainer
 
-import trl_dpr.hub
+import trl_dpr.running.hub
 from trl_dpr import CheckpointRewardModel, DensePathConfig
-from trl_dpr.checkpointing import AtomicCheckpointsMixin
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
-from trl_dpr.hub import (
+from trl_dpr.running.checkpointing import AtomicCheckpointsMixin
+from trl_dpr.running.hub import (
     TRANSFORMERS_IGNORE_PATTERNS,
     copy_files_to_push,
     defer_push_to_hub,
@@ -35,7 +35,7 @@ from trl_dpr.hub import (
     scan_for_secrets,
     secrets_from_environment,
 )
-from trl_dpr.pipeline import (
+from trl_dpr.running.pipeline import (
     DPRScriptArguments,
     SafeSFTTrainer,
     SFTScriptArguments,
@@ -193,7 +193,7 @@ def online(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_FAKEtokenFORtests0123456789")
     pushed, uploads = [], RecordingApi()
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: uploads)
-    monkeypatch.setattr(trl_dpr.hub, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id, kwargs)))
+    monkeypatch.setattr(trl_dpr.running.hub, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id, kwargs)))
     return pushed, uploads
 
 
@@ -387,7 +387,7 @@ def test_dpr_model_card_carries_the_evaluation_table_when_there_is_one(dpr_run):
 def test_push_trainer_output_pushes_the_card_and_the_policy(dpr_run, monkeypatch):
     _, trainer = dpr_run
     api = RecordingApi()
-    monkeypatch.setattr(trl_dpr.hub, "push_folder", lambda folder, repo_id, **kwargs: api.commits.append(
+    monkeypatch.setattr(trl_dpr.running.hub, "push_folder", lambda folder, repo_id, **kwargs: api.commits.append(
         {"folder": folder, "repo_id": repo_id, "files": files_to_push(folder), **kwargs}))
     monkeypatch.setattr(trainer.args, "hub_model_id", "me/tiny-dpr")
     push_trainer_output(trainer, dataset_name=EMBEDDED)
@@ -406,7 +406,7 @@ def test_push_trainer_output_can_push_an_adapter_policy_merged(sft_lora, tmp_pat
     trainer = run_dpr(script_args, args, ModelConfig(model_name_or_path=sft_lora, dtype="float32"))
     assert Path(args.output_dir, "adapter_config.json").is_file()  # the policy adapter, on the SFT run's base
     pushed = []
-    monkeypatch.setattr(trl_dpr.hub, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id)))
+    monkeypatch.setattr(trl_dpr.running.hub, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id)))
     for _ in range(2):  # a second push replaces the merged folder
         push_trainer_output(trainer, dataset_name=EMBEDDED, merge_adapter=True)
     assert pushed == [(f"{args.output_dir}-merged", "me/tiny-dpr")] * 2
@@ -434,6 +434,6 @@ def test_merging_a_lora_adapter_gives_the_adapted_model(sft_lora, tmp_path):
 
 
 def test_docstring_examples_run():
-    for module in (trl_dpr.hub,):
+    for module in (trl_dpr.running.hub,):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0

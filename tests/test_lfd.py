@@ -14,14 +14,14 @@ from trl import DPOConfig, DPOTrainer, ModelConfig
 
 import trl_dpr.lfd.config
 import trl_dpr.lfd.self_play
+from trl_dpr.analysis.sampling import sample_completions
 from trl_dpr.data import load_demonstrations
 from trl_dpr.embedded.task import demo_corpus
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
 from trl_dpr.lfd import GSILConfig, GSILTrainer, SelfPlayScriptArguments, SPINConfig, SPINTrainer, run_self_play
 from trl_dpr.lfd.losses import GSIL_LOSSES
 from trl_dpr.lfd.self_play import answer_prompts, demonstration_pairs, load_policy, prompts_and_demonstrations
-from trl_dpr.sampling import sample_completions
-from trl_dpr.tokens import render_prompts
+from trl_dpr.token_batches import render_prompts
 
 PROMPTS = [[{"role": "user", "content": f"What is {i}+{2 * i}?"}] for i in range(6)]
 DEMOS = [[{"role": "assistant", "content": f"{i}+{2 * i}={3 * i}. The answer is {3 * i}."}] for i in range(6)]

@@ -11,8 +11,8 @@ import yaml
 from trl import ModelConfig
 
 from trl_dpr.lfd import GSILConfig, SelfPlayScriptArguments, SPINConfig
-from trl_dpr.memory import MemoryTarget
-from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.running.memory import MemoryTarget
+from trl_dpr.running.recipe_parser import RecipeParser
 
 from .conftest import demo_evaluation_yaml
 

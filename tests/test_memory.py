@@ -1,4 +1,4 @@
-"""The memory plan (`trl_dpr.memory`): each term against hand arithmetic, and every shipped recipe against its GPU."""
+"""The memory plan (`trl_dpr.running.memory`): each term against hand arithmetic, and every shipped recipe against its GPU."""
 
 import sys
 from pathlib import Path
@@ -9,7 +9,7 @@ from transformers import AutoConfig, LlamaConfig
 from trl import ModelConfig, SFTConfig
 
 from trl_dpr import DensePathConfig
-from trl_dpr.memory import (
+from trl_dpr.running.memory import (
     GIB,
     MemoryPlan,
     MemoryTarget,
@@ -20,8 +20,8 @@ from trl_dpr.memory import (
     plan,
     plan_recipe,
 )
-from trl_dpr.pipeline import SFTScriptArguments
-from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.running.pipeline import SFTScriptArguments
+from trl_dpr.running.recipe_parser import RecipeParser
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "recipes" / "model_configs"

@@ -3,7 +3,7 @@
 import pytest
 from transformers import AutoModelForCausalLM
 
-from trl_dpr.hub import files_to_push
+from trl_dpr.running.hub import files_to_push
 
 from .conftest import dpr_trainer
 
@@ -36,7 +36,7 @@ def test_the_output_folder_lock_and_its_holder_are_not_pushed(tmp_path):
 def test_the_sft_model_card_written_at_a_checkpoint_names_its_base_model(tmp_path):
     from trl import ModelConfig, SFTConfig
 
-    from trl_dpr.pipeline import SFTScriptArguments, run_sft
+    from trl_dpr.running.pipeline import SFTScriptArguments, run_sft
 
     output_dir = tmp_path / "sft"
     run_sft(SFTScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=4),

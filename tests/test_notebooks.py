@@ -12,7 +12,7 @@ import yaml
 from IPython.core.inputtransformer2 import TransformerManager
 from nbclient import NotebookClient
 
-from trl_dpr.recipe_parser import find_recipe_file
+from trl_dpr.running.recipe_parser import find_recipe_file
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"

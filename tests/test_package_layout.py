@@ -1,4 +1,5 @@
-"""The package's file list is its architecture: no research code in the wheel, no import cycle between modules."""
+"""The package's file list is its architecture: the algorithm at the top of `trl_dpr/`, `running/` and `analysis/`
+around it, one module per stage in `scripts/`; no research code in the wheel, no import cycle between modules."""
 
 import ast
 from pathlib import Path
@@ -65,11 +66,51 @@ def test_no_import_cycle_between_the_packages_modules():
     assert cycles == []
 
 
-def test_the_wheel_holds_the_package_and_no_experiments_or_recipes_code():
+CORE = {  # the algorithm, readable in one sitting: what `from trl_dpr import ...` loads
+    "trl_dpr", "trl_dpr.algorithm", "trl_dpr.rewards", "trl_dpr.reward_model", "trl_dpr.policy", "trl_dpr.config",
+    "trl_dpr.trainer", "trl_dpr.reference_callback", "trl_dpr.reference_manifest", "trl_dpr.console_log",
+    "trl_dpr.rollout_logprobs", "trl_dpr.token_batches", "trl_dpr.data",
+}
+# The trainer inherits the run's safeguards (atomic checkpoints and the output folder's claim, the safe Hub push and
+# the model card), and the configs share the recipes' field checks: the only modules of `running` the core may load.
+# Never the pipeline, the CLI, GGUF, the memory plan, the scripts or anything of `analysis`.
+SERVICES_OF_THE_CORE = {"trl_dpr.running", "trl_dpr.running.checkpointing", "trl_dpr.running.hub",
+                        "trl_dpr.running.recipe_checks"}
+
+
+def test_the_top_of_the_package_is_the_algorithm_core():
+    top = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+           for p in (ROOT / "trl_dpr").glob("*.py")}
+    assert top == CORE
+    packages = {p.parent.name for p in (ROOT / "trl_dpr").glob("*/__init__.py")}
+    assert packages == {"running", "analysis", "scripts", "embedded", "evaluation", "lfd"}
+
+
+def test_the_core_reaches_no_running_code_but_its_services_and_no_analysis():
+    graph = module_imports()
+    reached, todo = set(), list(CORE)
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo += graph[module]
+    assert "trl_dpr.running.hub" in reached and "trl_dpr.embedded.task" in reached  # the walk follows imports
+    outside = {m for m in reached - CORE - SERVICES_OF_THE_CORE if not m.startswith("trl_dpr.embedded")}
+    assert outside == set()
+
+
+def test_no_module_imports_a_stage_script():
+    graph = module_imports()  # the CLI loads a stage's script by name (importlib), or launches its file
+    assert {m for m, targets in graph.items() for t in targets if t.startswith("trl_dpr.scripts.")} == set()
+
+
+def test_the_wheel_holds_every_subpackage_and_no_experiments_code():
+    import tomllib
+
     packages = find_packages(str(ROOT), include=["trl_dpr*"])
-    assert "trl_dpr" in packages and "trl_dpr.embedded" in packages and "trl_dpr.evaluation" in packages
-    assert not any("analysis" in p or "experiments" in p for p in packages)
-    assert not (ROOT / "trl_dpr" / "analysis").exists()
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert set(listed) == {*packages, "trl_dpr.recipes"}  # the recipes' YAMLs as data; a new subpackage is listed
+    assert not any("experiments" in p for p in packages)
 
 
 def test_the_package_never_imports_experiment_code():

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from trl_dpr.analysis.preview import PreviewConfig, PreviewReport, run_preview
+from trl_dpr.analysis.sampling import sample_completions
 from trl_dpr.embedded.task import held_out_split, is_correct
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
-from trl_dpr.preview import PreviewConfig, PreviewReport, run_preview
-from trl_dpr.sampling import sample_completions
 
 from .conftest import save_sft_output
 from .reference import unpadded_logprobs

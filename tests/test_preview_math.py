@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from trl_dpr.preview import PreviewReport, bootstrap_mean_ci, preview_points, tilt_weights, tilted_quality
+from trl_dpr.analysis.preview import PreviewReport, bootstrap_mean_ci, preview_points, tilt_weights, tilted_quality
 
 
 def loop_estimate(rewards, quality, lam):

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def gguf_file():
-    from trl_dpr.gguf import find_gguf_file
+    from trl_dpr.running.gguf import find_gguf_file
 
     try:
         path = find_gguf_file(GGUF_NAME)
@@ -41,7 +41,7 @@ def gguf_file():
 
 @pytest.fixture(scope="module")
 def converted(gguf_file, tmp_path_factory):
-    from trl_dpr.gguf import convert_gguf
+    from trl_dpr.running.gguf import convert_gguf
 
     return Path(convert_gguf(gguf_file, tmp_path_factory.mktemp("smollm2") / "hf"))
 
@@ -74,7 +74,7 @@ def _run(command, cwd, timeout):
 
 
 def test_sft_dpr_evaluate_with_the_smollm2_recipes_write_normal_checkpoints(gguf_file, tmp_path):
-    trl_dpr = [sys.executable, "-c", "from trl_dpr.cli import main; main()"]
+    trl_dpr = [sys.executable, "-c", "from trl_dpr.running.cli import main; main()"]
     sft, dpr = tmp_path / "sft", tmp_path / "dpr"
     evaluation = yaml.safe_load((ROOT / "recipes/evaluate/smollm2-135m.yaml").read_text())
     evaluation.update(output_dir=str(tmp_path / "eval"), baseline=f"SFT={sft}", candidates=[f"DPR={dpr}"],

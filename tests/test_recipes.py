@@ -13,9 +13,9 @@ from trl import ModelConfig, SFTConfig
 
 from trl_dpr import DensePathConfig
 from trl_dpr.data import load_demonstrations, openorca_to_conversation, prompts_for_rl
-from trl_dpr.memory import MemoryTarget
-from trl_dpr.pipeline import DPRScriptArguments, SFTScriptArguments
-from trl_dpr.recipe_parser import RecipeParser
+from trl_dpr.running.memory import MemoryTarget
+from trl_dpr.running.pipeline import DPRScriptArguments, SFTScriptArguments
+from trl_dpr.running.recipe_parser import RecipeParser
 
 from .conftest import demo_evaluation_yaml
 
@@ -186,7 +186,7 @@ def test_dpr_qlora_lora_keys_describe_the_sft_adapter_they_continue(backbone):
 def test_lora_keys_that_differ_from_the_sft_adapter_are_refused_before_loading(tmp_path):
     from trl import ModelConfig
 
-    from trl_dpr.pipeline import check_adapter_settings
+    from trl_dpr.running.pipeline import check_adapter_settings
 
     (tmp_path / "adapter_config.json").write_text(json.dumps(
         {"r": 64, "lora_alpha": 128, "lora_dropout": 0.05, "target_modules": ["q_proj", "v_proj"]}))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_dpr.hub import files_to_push, scan_for_secrets, secrets_from_environment
+from trl_dpr.running.hub import files_to_push, scan_for_secrets, secrets_from_environment
 
 from .conftest import demo_evaluation_yaml
 

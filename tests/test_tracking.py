@@ -13,9 +13,9 @@ import pytest
 from datasets import Dataset
 
 from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
+from trl_dpr.analysis.heatmaps import heatmap_html
+from trl_dpr.analysis.tracking import TokenHeatmapCallback, recent_token_rewards
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
-from trl_dpr.tracking import TokenHeatmapCallback, recent_token_rewards
-from trl_dpr.visualize import heatmap_html
 
 ROOT = Path(__file__).resolve().parents[1]
 DPR_METRICS = ("reward", "dense_reward/token_mean", "dense_reward/token_std", "returns/mean", "kl_sft/per_token", "kl_sft/per_response",
@@ -110,7 +110,7 @@ RUN = textwrap.dedent("""
     from datasets import Dataset
     from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
     from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
-    from trl_dpr.tracking import TokenHeatmapCallback
+    from trl_dpr.analysis.tracking import TokenHeatmapCallback
 
     out = sys.argv[1]
     tok = build_tokenizer(["What is 12+7? 12+7=19. The answer is 19.", "hello world, the cat sat on the mat"])

@@ -20,7 +20,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trl_dpr import DensePathConfig
 from trl_dpr.reward_model import completion_logprobs
-from trl_dpr.tokens import render_prompts
+from trl_dpr.token_batches import render_prompts
 
 from .conftest import dpr_trainer
 
@@ -64,10 +64,10 @@ OVERRIDDEN = [
     ),
     (GRPOTrainer, "compute_loss", ["model", "inputs", "return_outputs", "num_items_in_batch"], "DensePathTrainer.compute_loss"),
     (GRPOTrainer, "create_model_card", ["model_name", "dataset_name", "tags"], "DensePathTrainer.create_model_card"),
-    (Trainer, "_save_checkpoint", ["model", "trial"], "trl_dpr.checkpointing.AtomicCheckpointsMixin._save_checkpoint"),
-    (ProgressCallback, "on_log", ["args", "state", "control", "logs", "kwargs"], "trl_dpr.callbacks.NumericProgressCallback"),
-    (PrinterCallback, "on_log", ["args", "state", "control", "logs", "kwargs"], "trl_dpr.callbacks.NumericPrinterCallback"),
-    (Trainer, "_get_output_dir", ["trial"], "trl_dpr.checkpointing.AtomicCheckpointsMixin._save_checkpoint"),
+    (Trainer, "_save_checkpoint", ["model", "trial"], "trl_dpr.running.checkpointing.AtomicCheckpointsMixin._save_checkpoint"),
+    (ProgressCallback, "on_log", ["args", "state", "control", "logs", "kwargs"], "trl_dpr.console_log.NumericProgressCallback"),
+    (PrinterCallback, "on_log", ["args", "state", "control", "logs", "kwargs"], "trl_dpr.console_log.NumericPrinterCallback"),
+    (Trainer, "_get_output_dir", ["trial"], "trl_dpr.running.checkpointing.AtomicCheckpointsMixin._save_checkpoint"),
 ]
 
 
@@ -82,7 +82,7 @@ def test_trl_helpers_trl_dpr_imports_exist():
     from trl.trainer import utils
 
     for helper, used_by in (
-        ("pad", "trl_dpr.tokens.pad_batch"),
+        ("pad", "trl_dpr.token_batches.pad_batch"),
         ("use_adapter", "CheckpointRewardModel (shared-base adapters)"),
         ("maybe_gather_lm_head_ctx", "reward_model._project_to_logits (ZeRO-3)"),
         ("create_model_from_path", "CheckpointRewardModel.from_pretrained"),
@@ -90,7 +90,7 @@ def test_trl_helpers_trl_dpr_imports_exist():
         ("shuffle_sequence_dict", "the skip_nonfinite flag travelling to every micro-batch"),
     ):
         contract(callable(getattr(utils, helper, None)), f"trl.trainer.utils.{helper} is gone", used_by)
-    check_method(type("M", (), {"pad": staticmethod(utils.pad)}), "pad", ["tensors", "padding_value", "padding_side", "pad_to_multiple_of"], "trl_dpr.tokens.pad_batch")
+    check_method(type("M", (), {"pad": staticmethod(utils.pad)}), "pad", ["tensors", "padding_value", "padding_side", "pad_to_multiple_of"], "trl_dpr.token_batches.pad_batch")
     contract(callable(prepare_deepspeed) and callable(prepare_fsdp), "trl.models.prepare_{deepspeed,fsdp} are gone", "CheckpointRewardModel.prepare_for")
     contract(is_conversational({"prompt": [{"role": "user", "content": "x"}]}), "is_conversational changed", "tokens.render_prompts")
 
@@ -144,7 +144,7 @@ def test_grpo_trainer_attributes_trl_dpr_reads(trainer):
     contract(
         set(trainer._logs) >= {"prompt", "completion", "rewards", "advantages", "extra"},
         f"GRPOTrainer._logs keys changed: {sorted(trainer._logs)}",
-        "DensePathTrainer._log_batch (table columns), trl_dpr.tracking (heatmaps)",
+        "DensePathTrainer._log_batch (table columns), trl_dpr.analysis.tracking (heatmaps)",
     )
 
 
@@ -160,7 +160,7 @@ def test_grpo_renders_prompts_like_trl_dpr_tokens(trainer, tokenizer):
     prompts = [[{"role": "user", "content": "What is 1+2?"}], [{"role": "user", "content": "Sort 3 1 2"}]]
     contract(
         trainer._tokenize_prompts(prompts)[0] == render_prompts(tokenizer, prompts),
-        "GRPOTrainer renders prompts differently from trl_dpr.tokens.render_prompts",
+        "GRPOTrainer renders prompts differently from trl_dpr.token_batches.render_prompts",
         "every scorer, the preview and the evaluation (the same prompt must be the same tokens)",
     )
 
@@ -248,9 +248,9 @@ def test_logit_scale_and_softcap_match_trls_fused_head(family):
 def test_trls_model_card_template_still_writes_none_for_an_unknown_base_model_and_repository():
     from trl.trainer.utils import generate_model_card
 
-    from trl_dpr.hub import BaseModelCardMixin
+    from trl_dpr.running.hub import BaseModelCardMixin
 
     card = str(generate_model_card(base_model=None, model_name="m", hub_model_id=None, dataset_name=None, tags=[],
                                    wandb_url=None, trackio_url=None, trainer_name="SFT"))
     for text in (BaseModelCardMixin._UNKNOWN_BASE, BaseModelCardMixin._UNKNOWN_REPO):
-        contract(text in card, f"TRL's model card template no longer writes {text!r}", "trl_dpr.hub.BaseModelCardMixin")
+        contract(text in card, f"TRL's model card template no longer writes {text!r}", "trl_dpr.running.hub.BaseModelCardMixin")

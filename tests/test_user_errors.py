@@ -1,5 +1,5 @@
 """The reliability probe as a table: each bad input or fault a user can make, through the recipes as a user runs them
-(in process, through `trl_dpr.cli.run`, exactly what `python recipes/<stage>.py` and `trl-dpr` do) or through the Python
+(in process, through `trl_dpr.running.cli.run`, exactly what `python recipes/<stage>.py` and `trl-dpr` do) or through the Python
 API. Every one must end with a message that says what was wrong and what to do, exit code 2, no traceback, and,
 where the input could be checked beforehand, before any model weights were loaded."""
 
@@ -14,9 +14,9 @@ import yaml
 from datasets import Dataset
 
 from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
-from trl_dpr.cli import run
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.reference_manifest import mark_sft_complete
+from trl_dpr.running.cli import run
 
 from .conftest import dpr_config, prompts_dataset, save_sft_output
 
@@ -186,7 +186,7 @@ def test_a_user_mistake_is_a_message_not_a_traceback(world, capsys, monkeypatch,
     monkeypatch.delenv("OPENAI_TEST_KEY_UNSET", raising=False)
     if before_loading:
         request.getfixturevalue("no_model_loading")
-    module = importlib.import_module(f"trl_dpr.recipes.{recipe}")
+    module = importlib.import_module(f"trl_dpr.scripts.{recipe}")
     with pytest.raises(SystemExit) as stop:
         run(module.main, case_argv(world, recipe, changes, extra))
     err = capsys.readouterr().err

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from trl_dpr import CheckpointRewardModel
+from trl_dpr.analysis.heatmaps import heatmap_html, main, reward_colour, save_heatmap_png
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
-from trl_dpr.visualize import heatmap_html, main, reward_colour, save_heatmap_png
 
 from .conftest import save_sft_output
 

@@ -2,9 +2,14 @@
 
     SFTTrainer (+ ReferenceCheckpointCallback) → CheckpointRewardModel → DensePathTrainer
 
+The algorithm is the modules at the top of the package (algorithm, rewards, reward_model, config, trainer, ...);
+`trl_dpr.running` runs it (pipeline, `trl-dpr` CLI, recipes, checkpoints, Hub, GGUF, memory plan), `trl_dpr.analysis`
+looks at it (preview, heatmaps, tracking), `trl_dpr.scripts` holds one module per stage, and `embedded`,
+`evaluation` and `lfd` are the demo task, the paper's evaluation and the SPIN/GSIL baselines.
+
 The public names are imported on first use (PEP 562 `__getattr__`), as `trl` and `transformers` do with their
-`_LazyModule`: `import trl_dpr.cli` (every `trl-dpr` call, `--help` included) must not pay for torch, transformers and
-TRL's trainers before it knows it needs them.
+`_LazyModule`: `import trl_dpr.running.cli` (every `trl-dpr` call, `--help` included) must not pay for torch, transformers
+and TRL's trainers before it knows it needs them.
 
 Example:
     >>> import trl_dpr
@@ -25,7 +30,7 @@ _LAZY = {
     "sentence_rewards": "algorithm",
     "token_returns": "algorithm",
     "whiten": "algorithm",
-    "ReferenceCheckpointCallback": "callbacks",
+    "ReferenceCheckpointCallback": "reference_callback",
     "DensePathConfig": "config",
     "CheckpointRewardModel": "reward_model",
     "sequence_reward_func": "reward_model",
@@ -58,8 +63,8 @@ __all__ = [
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` imports on first use
     from .algorithm import dense_path_advantages, sentence_rewards, token_returns, whiten
-    from .callbacks import ReferenceCheckpointCallback
     from .config import DensePathConfig
+    from .reference_callback import ReferenceCheckpointCallback
     from .reward_model import CheckpointRewardModel, TokenRewardOutput, sequence_reward_func
     from .rewards import CheckpointDifference, DenseReward, ScoredCompletions, SFTLogProb, WithSoftValue
     from .trainer import DensePathTrainer

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig, SFTConfig
 
-from .recipe_checks import _plain, unused_field_problem
+from .running.recipe_checks import _plain, unused_field_problem
 
 __all__ = [
     "ActivationCheckpointingAlias", "DensePathConfig", "SFTRecipeConfig", "refuse_unused_fields", "unused_parent_fields",
@@ -29,7 +29,7 @@ def unused_parent_fields(parent, reasons: dict[str, str]) -> dict[str, tuple[tup
 
 def refuse_unused_fields(config) -> None:
     """A config's `__post_init__` refuses its own `_UNUSED_FIELDS` when they hold a value they do not accept: the
-    recipes' rule (`trl_dpr.recipe_checks.unused_field_problem`, which the recipe parsers apply while parsing) for a
+    recipes' rule (`trl_dpr.running.recipe_checks.unused_field_problem`, which the recipe parsers apply while parsing) for a
     config built from Python.
 
     Example:
@@ -65,7 +65,7 @@ class ActivationCheckpointingAlias:
 
 @dataclass
 class SFTRecipeConfig(ActivationCheckpointingAlias, SFTConfig):
-    """TRL's `SFTConfig`, as `recipes/sft.py` (and the SFT stage the other recipes run first) parses it: the same fields
+    """TRL's `SFTConfig`, as `trl-dpr sft` (and the SFT stage the other recipes run first) parses it: the same fields
     and defaults; `gradient_checkpointing` is read without a deprecation warning (`ActivationCheckpointingAlias`).
 
     Example:

@@ -126,7 +126,7 @@ def drop_long_prompts(dataset, tokenizer, max_prompt_length: int, name: str = "t
         >>> kept.num_rows, dropped
         (1, 1)
     """
-    from .tokens import render_prompts
+    from .token_batches import render_prompts
 
     if not isinstance(dataset, Dataset) or "prompt" not in dataset.column_names:
         return dataset, 0

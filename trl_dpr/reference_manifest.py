@@ -236,7 +236,7 @@ def sft_output_problem(path: str | os.PathLike) -> str | None:
             files = json.loads(marker.read_text())["files"]
         except (ValueError, KeyError, TypeError):
             return f"{SFT_COMPLETE_NAME} is unreadable"
-        from .checkpointing import files_problem
+        from .running.checkpointing import files_problem
 
         return files_problem(path, files)
     if not any((path / name).is_file() for name in _WEIGHTS):

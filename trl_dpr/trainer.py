@@ -16,14 +16,15 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallba
 from trl import GRPOTrainer
 
 from . import algorithm
-from .callbacks import ConsoleLogMixin
-from .checkpointing import AtomicCheckpointsMixin, check_output_dir, is_claimed
 from .config import DensePathConfig
+from .console_log import ConsoleLogMixin
 from .data import check_prompt_dataset, drop_long_prompts
-from .hub import BaseModelCardMixin, SafeHubPushMixin, base_model_reference, dpr_model_card_section
-from .reward_model import CheckpointRewardModel, initial_policy, load_reward_model
-from .sampled_logprobs import SampledTokenLogprobs
-from .tokens import ends_with_eos
+from .policy import initial_policy
+from .reward_model import CheckpointRewardModel, load_reward_model
+from .rollout_logprobs import SampledTokenLogprobs
+from .running.checkpointing import AtomicCheckpointsMixin, check_output_dir, is_claimed
+from .running.hub import BaseModelCardMixin, SafeHubPushMixin, base_model_reference, dpr_model_card_section
+from .token_batches import ends_with_eos
 
 __all__ = ["DensePathTrainer"]
 
@@ -55,7 +56,7 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
     vLLM, PEFT and quantisation, the clipped loss, logging, checkpointing) is inherited unchanged:
 
     - `__init__`: the reward is a `CheckpointRewardModel` (or an SFT path), and the policy starts from π_SFT (Algorithm
-      1, line 2; `reward_model.initial_policy`): `model=None` loads the SFT model again, or, for an adapter SFT output,
+      1, line 2; `policy.initial_policy`): `model=None` loads the SFT model again, or, for an adapter SFT output,
       adds a trainable copy of the SFT adapter on the reward model's own base. Prompts over `max_prompt_length` are
       dropped and counted.
     - `_generate_and_score_completions`: the whole DPR batch, after GRPO has generated and padded it: dense rewards on

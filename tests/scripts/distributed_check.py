@@ -20,13 +20,13 @@ from huggingface_hub import ModelCard  # noqa: E402
 from trl import ModelConfig, SFTConfig  # noqa: E402
 
 import trl_dpr.algorithm as algorithm  # noqa: E402
-import trl_dpr.callbacks as callbacks  # noqa: E402
+import trl_dpr.reference_callback as reference_callback  # noqa: E402
 from trl_dpr import DensePathConfig  # noqa: E402
 from trl_dpr.embedded import (
     EMBEDDED_DATASET,  # noqa: E402
     EMBEDDED_MODEL,
 )
-from trl_dpr.pipeline import DPRScriptArguments, SFTScriptArguments, run_dpr, run_sft  # noqa: E402
+from trl_dpr.running.pipeline import DPRScriptArguments, SFTScriptArguments, run_dpr, run_sft  # noqa: E402
 
 COMMON = dict(bf16=False, use_cpu=True, report_to="none", gradient_checkpointing=False, seed=0, save_strategy="no",
               disable_tqdm=True, logging_steps=1)
@@ -56,8 +56,8 @@ def main():
         with open(out / "writers.log", "a") as f:
             f.write(f"{kind} {rank}\n")
 
-    original_write_manifest, original_save = callbacks.write_manifest, ModelCard.save
-    callbacks.write_manifest = lambda *a, **k: (record_writer("manifest"), original_write_manifest(*a, **k))[1]
+    original_write_manifest, original_save = reference_callback.write_manifest, ModelCard.save
+    reference_callback.write_manifest = lambda *a, **k: (record_writer("manifest"), original_write_manifest(*a, **k))[1]
     ModelCard.save = lambda self, *a, **k: (record_writer("model_card"), original_save(self, *a, **k))[1]
     original_advantages, recorded = algorithm.dense_path_advantages, []
 

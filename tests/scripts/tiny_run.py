@@ -19,12 +19,12 @@ from transformers import TrainerCallback  # noqa: E402
 from trl import ModelConfig, SFTConfig  # noqa: E402
 
 from trl_dpr import DensePathConfig  # noqa: E402
-from trl_dpr.cli import run  # noqa: E402
 from trl_dpr.embedded import (
     EMBEDDED_DATASET,  # noqa: E402
     EMBEDDED_MODEL,
 )
-from trl_dpr.pipeline import DPRScriptArguments, SFTScriptArguments, run_dpr, run_sft  # noqa: E402
+from trl_dpr.running.cli import run  # noqa: E402
+from trl_dpr.running.pipeline import DPRScriptArguments, SFTScriptArguments, run_dpr, run_sft  # noqa: E402
 
 COMMON = dict(bf16=False, use_cpu=True, report_to="none", gradient_checkpointing=False, seed=0, logging_steps=1,
               save_strategy="steps", disable_tqdm=True)

@@ -6,7 +6,7 @@ ties = 0.5 and a bootstrap CI, MT-Bench 1–10 grades, answer lengths, and the T
     chat_models   what a judge talks to: an OpenAI-compatible API, or a local Hugging Face model
     judges        judge prompts, strict verdict parsers, both orders, LLMPairwiseJudge, MT-Bench grading, cached
     results       win rate, accuracy, lengths, EvaluationReport and the Table 1 markdown
-    config        EvaluationConfig: the settings of recipes/evaluate.py
+    config        EvaluationConfig: the settings of `trl-dpr evaluate`
     runner        run_evaluation: the whole run from an EvaluationConfig
     callback      WinRateCallback: eval/win_rate during training
 

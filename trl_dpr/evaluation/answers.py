@@ -19,7 +19,7 @@ from typing import Protocol
 
 from tqdm.auto import tqdm
 
-from ..sampling import generate_answers
+from ..analysis.sampling import generate_answers
 from .cache import JsonlCache
 from .prompt_sets import EvalPrompt
 

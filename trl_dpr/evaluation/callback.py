@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from transformers import Trainer, TrainerCallback
 
-from ..sampling import generate_answers
+from ..analysis.sampling import generate_answers
 from .judges import PairToJudge, PairwiseJudge
 from .results import summarize_pairwise
 

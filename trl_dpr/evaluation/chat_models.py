@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ..sampling import generate_answers
+from ..analysis.sampling import generate_answers
 
 __all__ = ["ChatModel", "ChatRequestError", "LocalChatModel", "Message", "MissingAPIKeyError", "OpenAIChatModel"]
 

@@ -1,4 +1,4 @@
-"""`EvaluationConfig`: the settings of `recipes/evaluate.py` (one YAML per setup, every key overridable on the command
+"""`EvaluationConfig`: the settings of `trl-dpr evaluate` (one YAML per setup, every key overridable on the command
 line). Defaults are the paper's: answers sampled at temperature 0.7, GPT-4o as judge at temperature 0, ties 0.5.
 """
 
@@ -172,7 +172,7 @@ def check_config_has_no_secrets(config: dict, source: str) -> None:
 
 
 def load_evaluation_config(path: str, **replaced) -> EvaluationConfig:
-    """The `EvaluationConfig` of a recipes/evaluate.py YAML, checked as the recipe checks it (unknown keys and secrets
+    """The `EvaluationConfig` of a `trl-dpr evaluate` YAML, checked as the recipe checks it (unknown keys and secrets
     are errors), with some fields replaced (`baseline=`, `candidates=`, `output_dir=`, `temperature=`, ...).
 
     Example:
@@ -184,7 +184,7 @@ def load_evaluation_config(path: str, **replaced) -> EvaluationConfig:
 
     import yaml
 
-    from ..recipe_parser import RecipeParser, find_recipe_file
+    from ..running.recipe_parser import RecipeParser, find_recipe_file
 
     path = find_recipe_file(str(path), subfolder="evaluate")
     with open(path) as f:

@@ -1,10 +1,10 @@
-"""`run_evaluation`: the paper's evaluation from an `EvaluationConfig` — what `recipes/evaluate.py` runs.
+"""`run_evaluation`: the paper's evaluation from an `EvaluationConfig` — what `trl-dpr evaluate` runs.
 
     check (model folders, prompt files, the judge's API key) → answers of every model (cached)
     → pairwise judgements vs the baseline, MT-Bench grades (cached) → win rates, scores, lengths → results.{json,md}
 
 On the embedded task (`benchmarks: [demo]`, `judge: exact`) it also reports each model's exact-answer accuracy; this
-is the one evaluation of that task (`make demo`, recipes/evaluate.py and the experiments all run it), so the same
+is the one evaluation of that task (`make demo`, `trl-dpr evaluate` and the experiments all run it), so the same
 settings give the same answers and numbers wherever it is run from. `samples_per_prompt` > 1 answers each prompt
 several times (ids `<id>#<k>`); intervals then resample prompts.
 
@@ -25,9 +25,9 @@ import logging
 import re
 from pathlib import Path
 
-from ..checkpointing import check_output_dir
 from ..embedded.task import is_correct
 from ..reference_manifest import check_model_source
+from ..running.checkpointing import check_output_dir
 from .answers import answer_prompts, is_vllm_available, load_answer_generator
 from .cache import JsonlCache
 from .chat_models import ChatModel, LocalChatModel, OpenAIChatModel

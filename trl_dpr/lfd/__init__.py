@@ -5,8 +5,8 @@
     trainer     SPINTrainer, GSILTrainer: one iteration each, thin DPOTrainer subclasses
     self_play   run_self_play: π_t answers the demonstration prompts (cached), then trains against itself, T times
 
-Both start from the SFT output of recipes/sft.py (π_SFT) on the same demonstrations as SFT and DPR; recipes/spin.py
-and recipes/gsil.py run them, `experiments/table1.py` compares them with SFT, DPR and SR.
+Both start from the SFT output of `trl-dpr sft` (π_SFT) on the same demonstrations as SFT and DPR; `trl-dpr spin`
+and `trl-dpr gsil` run them, `experiments/table1.py` compares them with SFT, DPR and SR.
 """
 
 from .config import GSILConfig, SelfPlayConfig, SPINConfig

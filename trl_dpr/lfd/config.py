@@ -99,7 +99,7 @@ class SelfPlayConfig(ActivationCheckpointingAlias, DPOConfig):
 
 @dataclass
 class SPINConfig(SelfPlayConfig):
-    r"""Configuration for [`SPINTrainer`] and `recipes/spin.py`: every [`trl.DPOConfig`] field, the self-play loop,
+    r"""Configuration for [`SPINTrainer`] and `trl-dpr spin`: every [`trl.DPOConfig`] field, the self-play loop,
     and SPIN's loss. Defaults are SPIN's (Chen et al., 2024, Experiments section, and uclaml/SPIN's
     `configs/config*.yaml` and `spin/generate.py`).
 
@@ -175,7 +175,7 @@ class SPINConfig(SelfPlayConfig):
 
 @dataclass
 class GSILConfig(SelfPlayConfig):
-    r"""Configuration for [`GSILTrainer`] and `recipes/gsil.py`: every [`trl.DPOConfig`] field, the self-play loop,
+    r"""Configuration for [`GSILTrainer`] and `trl-dpr gsil`: every [`trl.DPOConfig`] field, the self-play loop,
     and GSIL's family of losses. Defaults are GSIL's (Xiao et al., 2024, Method and Experiments sections, and
     tengxiao1/GSIL's `scripts/finetune.sh`, `gsil/generate.py` and `alignment/configs.py`).
 

@@ -1,6 +1,6 @@
 """Self-play from demonstrations (SPIN, GSIL): the iterations around `SPINTrainer` / `GSILTrainer`.
 
-    π_0 = π_SFT (the SFT output of recipes/sft.py; its dpr_reference/ is not used)
+    π_0 = π_SFT (the SFT output of `trl-dpr sft`; its dpr_reference/ is not used)
     for t = 0 … T−1:
         π_t answers every demonstration prompt       answer_prompts       <output_dir>/generations/iteration-<t>.jsonl
         (chosen = demonstration, rejected = answer)  demonstration_pairs  (+ iteration t−1's pairs: SPIN)
@@ -36,12 +36,18 @@ from transformers import AutoTokenizer
 from trl import ModelConfig, get_peft_config
 from trl.data_utils import is_conversational
 
-from ..checkpointing import LOCK_HOLDER_NAME, LOCK_NAME, claim_output_dir, last_complete_checkpoint, release_output_dir
+from ..analysis.sampling import sample_completions
 from ..data import load_demonstrations
 from ..evaluation.cache import JsonlCache
-from ..pipeline import SFTScriptArguments, model_init_kwargs_from, print_stage
 from ..reference_manifest import check_model_source
-from ..sampling import sample_completions
+from ..running.checkpointing import (
+    LOCK_HOLDER_NAME,
+    LOCK_NAME,
+    claim_output_dir,
+    last_complete_checkpoint,
+    release_output_dir,
+)
+from ..running.pipeline import SFTScriptArguments, model_init_kwargs_from, print_stage
 from .config import GSILConfig, SelfPlayConfig, SPINConfig
 from .trainer import GSILTrainer, SelfPlayTrainer, SPINTrainer
 
@@ -75,7 +81,7 @@ _SETTINGS = (
 
 @dataclass
 class SelfPlayScriptArguments(SFTScriptArguments):
-    """Script arguments of `recipes/spin.py` and `recipes/gsil.py` (on top of TRL's `ScriptArguments`).
+    """Script arguments of `trl-dpr spin` and `trl-dpr gsil` (on top of TRL's `ScriptArguments`).
 
     `model_name_or_path` (ModelConfig) is the SFT output π_0; the demonstrations are loaded as for SFT and DPR (same
     name, sample count and seed: the same prompts).
@@ -161,7 +167,7 @@ def demonstration_ids(tokenizer, prompt, completion, prompt_ids: Sequence[int]) 
 
     Example:
         >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
-        >>> from trl_dpr.tokens import render_prompts
+        >>> from trl_dpr.token_batches import render_prompts
         >>> tok = build_tokenizer(["hi yo"])
         >>> prompt = [{"role": "user", "content": "hi"}]
         >>> ids = demonstration_ids(tok, prompt, [{"role": "assistant", "content": "yo"}], render_prompts(tok, [prompt])[0])
@@ -191,7 +197,7 @@ def demonstration_pairs(tokenizer, prompts: Sequence, completions: Sequence, ans
 
     Example:
         >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
-        >>> from trl_dpr.tokens import render_prompts
+        >>> from trl_dpr.token_batches import render_prompts
         >>> tok = build_tokenizer(["hi yo no"])
         >>> prompt = [{"role": "user", "content": "hi"}]
         >>> answer = {"prompt_index": 0, "prompt_ids": render_prompts(tok, [prompt])[0], "completion_ids": [tok.eos_token_id]}
@@ -500,7 +506,7 @@ def run_self_play(
 
 
 def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRun) -> dict:
-    """Evaluate the last iterate against π_SFT as `recipes/evaluate.py` does (candidate `<method>=<output_dir>`), on the
+    """Evaluate the last iterate against π_SFT as `trl-dpr evaluate` does (candidate `<method>=<output_dir>`), on the
     main process; returns the report as a dict (empty on the other processes).
 
     Example:
@@ -523,15 +529,15 @@ def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRu
 
 
 def recipe_parser(config_class: type[SelfPlayConfig]):
-    """The parser of `recipes/spin.py` / `recipes/gsil.py` (and of `trl-dpr spin|gsil`): unknown YAML keys are errors.
+    """The parser of `trl-dpr spin` / `trl-dpr gsil`: unknown YAML keys are errors.
 
     Example:
         >>> argv = ["--output_dir", "runs/spin", "--use_cpu", "true", "--bf16", "false", "--num_iterations", "2"]
         >>> recipe_parser(SPINConfig).parse_args_and_config(argv)[1].num_iterations
         2
     """
-    from ..memory import MemoryTarget
-    from ..recipe_parser import RecipeParser
+    from ..running.memory import MemoryTarget
+    from ..running.recipe_parser import RecipeParser
 
     # MemoryTarget (gpu_memory_gib, num_gpus) is part of every recipe YAML; training does not use it.
     command = f"trl-dpr {config_class.__name__.removesuffix('Config').lower()}"  # SPINConfig → trl-dpr spin
@@ -539,7 +545,7 @@ def recipe_parser(config_class: type[SelfPlayConfig]):
 
 
 def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None = None) -> SelfPlayRun:
-    """`recipes/spin.py` / `recipes/gsil.py`: parse the recipe (unknown keys are errors), run the SFT stage first when
+    """`trl-dpr spin` / `trl-dpr gsil`: parse the recipe (unknown keys are errors), run the SFT stage first when
     `sft_config` is set and its output is missing, then self-play, then the evaluation against SFT when
     `evaluation_config` is set.
 
@@ -550,9 +556,9 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
     """
     from ..config import SFTRecipeConfig
     from ..evaluation.config import load_evaluation_config
-    from ..memory import MemoryTarget
-    from ..pipeline import has_sft_output, run_sft
-    from ..recipe_parser import RecipeParser
+    from ..running.memory import MemoryTarget
+    from ..running.pipeline import has_sft_output, run_sft
+    from ..running.recipe_parser import RecipeParser
 
     script_args, training_args, model_args, _ = recipe_parser(config_class).parse_args_and_config(argv)
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher

@@ -17,9 +17,9 @@ import torch
 from datasets import Dataset
 from trl import DPOTrainer
 
-from ..callbacks import ConsoleLogMixin
-from ..checkpointing import AtomicCheckpointsMixin
-from ..hub import BaseModelCardMixin
+from ..console_log import ConsoleLogMixin
+from ..running.checkpointing import AtomicCheckpointsMixin
+from ..running.hub import BaseModelCardMixin
 from .config import GSILConfig, SPINConfig
 from .losses import gsil_discriminator, gsil_loss, spin_loss
 

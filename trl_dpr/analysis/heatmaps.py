@@ -6,8 +6,8 @@ dense reward r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t).
 token's reward in its `title` tooltip and `data-reward` attribute. The PNG needs matplotlib (`pip install
 trl_dpr[plots]`). From the command line:
 
-    python -m trl_dpr.visualize --sft runs/demo/sft --prompt "Mia has 23 apples. ..." --response "23 + 5 = 28. ..."
-    python -m trl_dpr.visualize --sft runs/demo/sft --pairs pairs.jsonl --output figures/rewards
+    python -m trl_dpr.analysis.heatmaps --sft runs/demo/sft --prompt "Mia has 23 apples. ..." --response "23 + 5 = 28. ..."
+    python -m trl_dpr.analysis.heatmaps --sft runs/demo/sft --pairs pairs.jsonl --output figures/rewards
 
 `pairs.jsonl` holds one `{"prompt": ..., "response": ...}` object per line (a prompt may be a list of chat messages).
 """
@@ -241,15 +241,15 @@ def _read_pairs(path: str) -> tuple[list, list[str]]:
     return prompts, responses
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "python -m trl_dpr.visualize") -> list[Path]:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m trl_dpr.analysis.heatmaps") -> list[Path]:
     """The command-line interface (see the module docstring); returns the files written.
 
     Example:
         ```bash
-        python -m trl_dpr.visualize --sft runs/demo/sft --prompt "What is 2+3?" --response "2 + 3 = 5. The answer is 5."
+        python -m trl_dpr.analysis.heatmaps --sft runs/demo/sft --prompt "What is 2+3?" --response "2 + 3 = 5. The answer is 5."
         ```
     """
-    from .recipe_checks import CommandParser
+    from ..running.recipe_checks import CommandParser
 
     parser = CommandParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--sft", required=True, help="SFT output folder (π_SFT, with π_ref recorded by the SFT stage).")
@@ -279,7 +279,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m trl_dpr.visua
         raise ModuleNotFoundError(
             'The PNG heatmap needs matplotlib: pip install "trl_dpr[plots]", or --formats html.', name="matplotlib"
         )
-    from .reward_model import CheckpointRewardModel
+    from ..reward_model import CheckpointRewardModel
 
     reward_model = CheckpointRewardModel.from_pretrained(args.sft, args.ref)
     tokenizer = reward_model.processing_class

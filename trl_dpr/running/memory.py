@@ -1,6 +1,6 @@
 r"""Memory plan of a recipe: GPU memory per process, term by term, from the model's `config.json` alone (no weights).
 
-    python -m trl_dpr.memory --config recipes/llama-3.1-8b/dpr/config_qlora.yaml
+    python -m trl_dpr.running.memory --config recipes/llama-3.1-8b/dpr/config_qlora.yaml
 
 A training process holds some memory all run long (weights, adapters, optimizer state) and goes through phases that
 each need their own working memory, one at a time: generation, scoring (π_SFT, π_ref), GRPO's log π_old forward, and
@@ -52,7 +52,7 @@ Phases (one at a time)
 
 Example:
     >>> from transformers import LlamaConfig
-    >>> from trl_dpr.memory import kv_cache_bytes_per_token
+    >>> from trl_dpr.running.memory import kv_cache_bytes_per_token
     >>> kv_cache_bytes_per_token(LlamaConfig(num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
     ...                                      hidden_size=4096)) // 1024   # Llama-3.1-8B: 128 KiB per token
     128
@@ -92,7 +92,7 @@ _MODEL_LABELS = {"sft": "π_SFT", "ref": "π_ref"}  # the SFT output's models (a
 
 @dataclass
 class MemoryTarget:
-    """The GPU a recipe is written for. Recipe keys (read by `trl_dpr.memory`, unused by training).
+    """The GPU a recipe is written for. Recipe keys (read by `trl_dpr.running.memory`, unused by training).
 
     Example:
         >>> MemoryTarget(gpu_memory_gib=79.0, num_gpus=8).num_gpus
@@ -383,7 +383,7 @@ def plan(
     # DPR holds the policy and the frozen models its reward reads (`frozen_model_names`: π_SFT always, for the KL). From
     # an adapter SFT output they are adapters: on one base (`shared_base`), or one base each. A reward that reads other
     # models needs a full SFT output (CheckpointRewardModel.from_pretrained loads those whole): whole models then.
-    from .rewards import frozen_model_names
+    from ..rewards import frozen_model_names
 
     frozen = [_MODEL_LABELS.get(name, name) for name in frozen_model_names(training_args.reward())] if is_dpr else []
     adapter_sft = use_peft and set(frozen) <= set(_MODEL_LABELS.values())
@@ -639,7 +639,7 @@ def _hub_answers(timeout_s: float = 5.0) -> bool:
 
 
 def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
-    """Plan a recipe YAML of `recipes/sft.py` or `recipes/dpr.py`, with its `gpu_memory_gib` and `num_gpus` keys.
+    """Plan a recipe YAML of `trl-dpr sft` or `trl-dpr dpr`, with its `gpu_memory_gib` and `num_gpus` keys.
 
     `model_config` defaults to the config of the model the recipe trains, read without weights
     (`recipe_model_config`): its `model_name_or_path`, or the backbone a header line `# <hub id>: ...` names.
@@ -652,7 +652,7 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     import yaml
     from trl import ModelConfig, SFTConfig
 
-    from .config import DensePathConfig, SFTRecipeConfig
+    from ..config import DensePathConfig, SFTRecipeConfig
     from .recipe_parser import RecipeParser, find_recipe_file
 
     config_path = find_recipe_file(str(config_path))
@@ -736,17 +736,17 @@ def model_config_of(model_name_or_path: str, where: str = "model_name_or_path"):
             f"{where} is the folder {str(folder)!r}, which holds no config.json (nor an adapter_config.json naming its "
             "base model). Point it at a model folder, or pass --model-config FOLDER (a folder holding a config.json)."
         )
-    from .embedded.base_model import EMBEDDED_MODEL, EMBEDDED_PRETRAINED_MODEL
+    from ..embedded.base_model import EMBEDDED_MODEL, EMBEDDED_PRETRAINED_MODEL
     from .gguf import find_gguf_file, is_gguf_path
 
     if model_name_or_path == EMBEDDED_PRETRAINED_MODEL:
-        from .embedded.pretraining import SHIPPED_BASE
+        from ..embedded.pretraining import SHIPPED_BASE
 
         return AutoConfig.from_pretrained(SHIPPED_BASE)
     if model_name_or_path == EMBEDDED_MODEL:  # built from a config in about a second, like the recipes build it
         import tempfile
 
-        from .embedded.base_model import build_embedded_base
+        from ..embedded.base_model import build_embedded_base
 
         with tempfile.TemporaryDirectory() as scratch:
             return AutoConfig.from_pretrained(build_embedded_base(Path(scratch) / "base"))
@@ -789,8 +789,8 @@ def _script_arguments_class(is_dpr: bool):
     return DPRScriptArguments if is_dpr else SFTScriptArguments
 
 
-def main(argv=None, prog: str = "python -m trl_dpr.memory") -> None:
-    """`trl-dpr memory` / `python -m trl_dpr.memory`: print the plan of recipe YAMLs (paths or shipped names).
+def main(argv=None, prog: str = "python -m trl_dpr.running.memory") -> None:
+    """`trl-dpr memory` / `python -m trl_dpr.running.memory`: print the plan of recipe YAMLs (paths or shipped names).
 
     Example:
         ```bash
@@ -798,7 +798,7 @@ def main(argv=None, prog: str = "python -m trl_dpr.memory") -> None:
         trl-dpr memory --config my_recipe.yaml            # the config.json of its model_name_or_path (no weights)
         trl-dpr memory --config my_recipe.yaml --model-config path/to/model_folder  # or of another folder
         # the tables at the end of recipes/README.md:
-        python -m trl_dpr.memory --details --model-config-dir recipes/model_configs --config recipes/*/*/config_*.yaml
+        python -m trl_dpr.running.memory --details --model-config-dir recipes/model_configs --config recipes/*/*/config_*.yaml
         ```
     """
     from .recipe_checks import CommandParser

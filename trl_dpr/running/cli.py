@@ -35,8 +35,11 @@ from pathlib import Path
 
 __all__ = ["OPTIONAL_DEPENDENCIES", "main", "run"]
 
+PACKAGE = Path(__file__).resolve().parents[1]  # trl_dpr/
+SCRIPTS = PACKAGE / "scripts"  # one module per stage, each with make_parser() and main(argv)
+
 TRAINING_STAGES = ("sft", "dpr", "spin", "gsil")
-IN_PROCESS = {"evaluate": "evaluate", "preview": "preview"}  # command → the recipe module (and its YAML subfolder)
+IN_PROCESS = {"evaluate": "evaluate", "preview": "preview"}  # command → its module in trl_dpr.scripts (and YAML subfolder)
 STAGES = (*TRAINING_STAGES, *IN_PROCESS)
 EXAMPLE_RECIPES = {"sft": "demo/sft.yaml", "dpr": "demo/dpr.yaml", "spin": "demo/spin.yaml", "gsil": "demo/gsil.yaml",
                    "evaluate": "demo.yaml", "preview": "demo.yaml"}
@@ -61,7 +64,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     errors = [ValueError, OSError]
     # A folder held by another run, a missing API key: their modules import torch, and an error of a class whose
     # module was never imported cannot have been raised, so only the loaded ones are asked for.
-    for module, name in (("trl_dpr.checkpointing", "OutputDirInUse"), ("trl_dpr.evaluation.chat_models", "MissingAPIKeyError")):
+    for module, name in (("trl_dpr.running.checkpointing", "OutputDirInUse"), ("trl_dpr.evaluation.chat_models", "MissingAPIKeyError")):
         if module in sys.modules:
             errors.append(getattr(sys.modules[module], name))
     return tuple(errors)
@@ -88,7 +91,7 @@ def run(main_function: Callable[[list[str]], object], argv: Sequence[str] | None
     Example:
         ```python
         if __name__ == "__main__":
-            run(main)          # in recipes/dpr.py
+            run(main)          # in trl_dpr/scripts/dpr.py
         ```
     """
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -144,12 +147,12 @@ def _resolve_accelerate_config(launch_args: list[str]) -> list[str]:
 
 
 def _launch_training(stage: str, argv: list[str]) -> None:
-    """TRL's training command (`trl sft ...`, `trl.cli.commands.training`) for a trl_dpr recipe: the recipe's parser
+    """TRL's training command (`trl sft ...`, `trl.cli.commands.training`) for a trl_dpr stage: the stage's parser
     checks the arguments here, before anything is launched; the arguments it does not know go to `accelerate launch`,
-    the rest to the shipped recipe script, launched by TRL's `launch_training_script`."""
+    the rest to the stage's script (`trl_dpr/scripts/<stage>.py`), launched by TRL's `launch_training_script`."""
     from trl.cli.accelerate_launcher import launch_training_script
 
-    from .recipe_parser import find_recipe_file, recipes_root
+    from .recipe_parser import find_recipe_file
 
     if "--config" in argv:
         index = argv.index("--config") + 1
@@ -163,8 +166,8 @@ def _launch_training(stage: str, argv: list[str]) -> None:
     script_args = _without(argv, list(unknown))
     try:
         # TRL joins the script name to its own trl/scripts folder; an absolute path stands for itself (pathlib's
-        # joinpath), so the shipped recipe is launched (tests/test_cli.py checks the script accelerate is given).
-        launch_training_script(str(recipes_root() / f"{stage}.py"), launch_args, script_args)
+        # joinpath), so the package's own script is launched (tests/test_cli.py checks the script accelerate is given).
+        launch_training_script(str(SCRIPTS / f"{stage}.py"), launch_args, script_args)
     except subprocess.CalledProcessError as error:
         # The recipe's own processes have printed what went wrong (a mistake in the input: its message, exit code 2);
         # accelerate's launcher adding its traceback on top would only hide it.
@@ -208,9 +211,9 @@ LAUNCHER_HELP = (
 
 
 def _stage_parser(stage: str):
-    """The recipe's own parser (`make_parser()` of trl_dpr.recipes.<stage>: TRL's dataclasses) as `trl-dpr <stage>`
+    """The stage's own parser (`make_parser()` of trl_dpr.scripts.<stage>: TRL's dataclasses) as `trl-dpr <stage>`
     shows it: its usage, what --config takes, and for a training stage the launcher's flags, which it accepts."""
-    module = importlib.import_module(f"trl_dpr.recipes.{stage}")
+    module = importlib.import_module(f"trl_dpr.scripts.{stage}")
     parser = module.make_parser()
     parser.prog = f"trl-dpr {stage}"
     training = stage in TRAINING_STAGES
@@ -243,15 +246,13 @@ def _fingerprint(files: Sequence[Path], versions: dict[str, str]) -> str:
 def _cache_file() -> Path:
     import importlib.metadata
 
-    from .recipe_checks import recipes_root
-
     def version(name: str) -> str:
         try:
             return importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             return "absent"
 
-    files = [*Path(__file__).resolve().parent.rglob("*.py"), *recipes_root().glob("*.py")]
+    files = list(PACKAGE.rglob("*.py"))  # the scripts included: trl_dpr/scripts/<stage>.py
     key = _fingerprint(files, {name: version(name) for name in ("trl", "transformers", "accelerate", "peft", "torch")})
     root = os.environ.get("TRL_DPR_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trl_dpr")
@@ -318,7 +319,7 @@ def _run_stage(stage: str, argv: list[str]) -> None:
     if stage in TRAINING_STAGES:
         _launch_training(stage, argv)
     else:
-        importlib.import_module(f"trl_dpr.recipes.{IN_PROCESS[stage]}").main(argv)
+        importlib.import_module(f"trl_dpr.scripts.{IN_PROCESS[stage]}").main(argv)
 
 
 def _list_recipes() -> None:
@@ -361,7 +362,7 @@ def _dispatch(argv: list[str]) -> None:
     if command in STAGES:
         run(lambda args: _run_stage(command, args), rest)
     elif command == "heatmap":
-        from .visualize import main as heatmap
+        from ..analysis.heatmaps import main as heatmap
 
         run(lambda args: heatmap(args, prog="trl-dpr heatmap"), rest)
     elif command == "memory":

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from .visualize import heatmap_html
+from .heatmaps import heatmap_html
 
 __all__ = ["TokenHeatmapCallback", "recent_token_rewards"]
 
@@ -25,7 +25,7 @@ def recent_token_rewards(trainer, num_samples: int) -> tuple[list, list[dict]]:
 
     Returns:
         `(prompts, scored)`, with `scored` in `CheckpointRewardModel.score_text`'s format (`tokens`, `token_ids`,
-        `rewards`, `total`), ready for `trl_dpr.visualize.heatmap_html`.
+        `rewards`, `total`), ready for `trl_dpr.analysis.heatmaps.heatmap_html`.
 
     Example:
         ```python
@@ -71,7 +71,7 @@ class TokenHeatmapCallback(TrainerCallback):
 
     Example:
         ```python
-        from trl_dpr.tracking import TokenHeatmapCallback
+        from trl_dpr.analysis.tracking import TokenHeatmapCallback
 
         trainer = DensePathTrainer(model=None, reward_model="runs/sft",
                                    args=DensePathConfig(output_dir="runs/dpr", report_to=["wandb"]), train_dataset=prompts)
@@ -88,7 +88,7 @@ class TokenHeatmapCallback(TrainerCallback):
         folder: str = "heatmaps",
         log_key: str = "heatmaps/token_rewards",
     ):
-        from .trainer import DensePathTrainer
+        from ..trainer import DensePathTrainer
 
         if not isinstance(trainer, DensePathTrainer):
             raise TypeError(

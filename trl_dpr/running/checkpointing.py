@@ -403,7 +403,7 @@ class AtomicCheckpointsMixin:
     Example:
         ```python
         from trl import SFTTrainer
-        from trl_dpr.checkpointing import AtomicCheckpointsMixin
+        from trl_dpr.running.checkpointing import AtomicCheckpointsMixin
 
         class SafeSFTTrainer(AtomicCheckpointsMixin, SFTTrainer):
             pass

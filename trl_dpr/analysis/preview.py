@@ -14,7 +14,7 @@ read off N samples y_1..N ~ π_SFT(·|x) per prompt by self-normalised importanc
                                                                ─► 1 / Σ_i w_i²      (effective sample size)
 
 `tilted_quality` is that arithmetic, pure and on tensors; `preview_points` adds bootstrap intervals over prompts;
-`run_preview` samples, scores and judges (the `trl-dpr preview` / `recipes/preview.py` command), and `plot_preview`
+`run_preview` samples, scores and judges (the `trl-dpr preview` command, `trl_dpr.scripts.preview`), and `plot_preview`
 draws quality against KL, one curve per reward variant.
 """
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from .evaluation.results import bootstrap_mean_ci
+from ..evaluation.results import bootstrap_mean_ci
 
 __all__ = [
     "PolicyPoint",
@@ -461,7 +461,7 @@ QUALITIES = ("exact", "demonstration", "pairwise")
 
 @dataclass
 class PreviewConfig:
-    """Settings of a preview (`recipes/preview.py`, `trl-dpr preview`): which SFT output, prompts, reward variants, λ
+    """Settings of a preview (`trl-dpr preview`): which SFT output, prompts, reward variants, λ
     grid and quality. The SFT output itself is `model_name_or_path` of TRL's `ModelConfig`, as in the other recipes.
 
     Example:
@@ -550,8 +550,8 @@ class PreviewConfig:
 
 def _held_out_rows(config: PreviewConfig):
     """Prompts (and answers / demonstrations) to preview on, as a `datasets.Dataset`."""
-    from .data import load_demonstrations
-    from .embedded.task import EMBEDDED_DATASET, held_out_split
+    from ..data import load_demonstrations
+    from ..embedded.task import EMBEDDED_DATASET, held_out_split
 
     if config.dataset_name == EMBEDDED_DATASET:
         return held_out_split(config.num_prompts, config.seed)
@@ -563,7 +563,7 @@ def _held_out_rows(config: PreviewConfig):
 
 def _quality_function(config: PreviewConfig, rows) -> Callable[[list, list[str]], list[float]]:
     """`quality(prompt_indices, responses) -> scores`, for the configured quality."""
-    from .embedded.task import is_correct
+    from ..embedded.task import is_correct
 
     columns = set(rows.column_names)
     if config.quality == "exact":
@@ -596,8 +596,8 @@ def run_preview(
         >>> report = run_preview(PreviewConfig(num_prompts=50, samples_per_prompt=8), "runs/demo/sft")  # doctest: +SKIP
         >>> print(report.markdown())  # doctest: +SKIP
     """
-    from .reference_manifest import check_model_source, resolve_reference
-    from .reward_model import CheckpointRewardModel
+    from ..reference_manifest import check_model_source, resolve_reference
+    from ..reward_model import CheckpointRewardModel
     from .sampling import policy_logprobs, sample_completions, score_samples
 
     if config.plot:
@@ -615,8 +615,8 @@ def run_preview(
         check_model_source(path.strip(), f"Policy {name.strip()}")
     rows = _held_out_rows(config)
     if config.quality == "pairwise":
-        from .evaluation.config import load_evaluation_config
-        from .evaluation.runner import judge_from_config
+        from ..evaluation.config import load_evaluation_config
+        from ..evaluation.runner import judge_from_config
 
         judge = judge_from_config(load_evaluation_config(config.evaluation_config))  # checks the judge's key now
     else:
@@ -640,7 +640,7 @@ def run_preview(
     samples = sample(base.sft_model, base.sft_adapter, repeated, n, config.seed)
     responses = [s.text for s in samples]
     if config.quality == "pairwise":
-        from .evaluation.judges import PairToJudge
+        from ..evaluation.judges import PairToJudge
 
         baselines = sample(base.sft_model, base.sft_adapter, prompts, 1, config.seed + 1)  # independent π_SFT answers
         judgements = _judged(judge, "samples", [PairToJudge(_question(prompts[i]), r, baselines[i].text)
@@ -707,9 +707,9 @@ def _scorer(base, sft_model_name_or_path: str, settings: dict, model_init_kwargs
     from transformers import AutoTokenizer
     from trl.trainer.utils import create_model_from_path
 
-    from .reference_manifest import resolve_reference
-    from .reward_model import CheckpointRewardModel
-    from .rewards import SFTLogProb, build_dense_reward, paper_reward
+    from ..reference_manifest import resolve_reference
+    from ..reward_model import CheckpointRewardModel
+    from ..rewards import SFTLogProb, build_dense_reward, paper_reward
 
     if settings.get("dense_reward"):
         reward = build_dense_reward(settings["dense_reward"], settings.get("dense_reward_kwargs"))
@@ -744,7 +744,7 @@ def _judged(judge, name: str, pairs: list, output_dir: str) -> list:
     """`judge.judge_pairs(pairs)` with every verdict cached in `<output_dir>/judgements/<name>.jsonl` (judge calls cost)."""
     import re
 
-    from .evaluation.judges import judge_pairs_cached
+    from ..evaluation.judges import judge_pairs_cached
 
     path = Path(output_dir) / "judgements" / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', name)}.jsonl"
     return judge_pairs_cached(judge, [str(i) for i in range(len(pairs))], pairs, path, show_progress=False)

@@ -1,4 +1,4 @@
-"""The LfD pipeline behind `recipes/sft.py` and `recipes/dpr.py`: SFT (+ π_ref) → DPR → evaluation against SFT.
+"""The LfD pipeline behind `trl-dpr sft` and `trl-dpr dpr`: SFT (+ π_ref) → DPR → evaluation against SFT.
 
 Each stage is a function of the recipe's parsed dataclasses, so the recipes stay a few lines of argument parsing and
 the same stages run from Python (notebooks, tests).
@@ -19,11 +19,15 @@ from datasets import Dataset
 from transformers import AutoTokenizer
 from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_config, get_quantization_config
 
-from .callbacks import ConsoleLogMixin, ReferenceCheckpointCallback, check_reference_fraction
+from ..config import DensePathConfig
+from ..console_log import ConsoleLogMixin
+from ..data import check_chat_template, load_demonstrations, prompts_for_rl
+from ..embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
+from ..reference_callback import ReferenceCheckpointCallback, check_reference_fraction
+from ..reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
+from ..reward_model import CheckpointRewardModel, load_reward_model
+from ..trainer import DensePathTrainer
 from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resume_from_checkpoint, release_output_dir
-from .config import DensePathConfig
-from .data import check_chat_template, load_demonstrations, prompts_for_rl
-from .embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 from .hub import (
     BaseModelCardMixin,
@@ -33,9 +37,6 @@ from .hub import (
     defer_push_to_hub,
     push_trainer_output,
 )
-from .reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
-from .reward_model import CheckpointRewardModel, load_reward_model
-from .trainer import DensePathTrainer
 
 __all__ = [
     "SFTScriptArguments",
@@ -56,7 +57,7 @@ __all__ = [
 
 @dataclass
 class SFTScriptArguments(ScriptArguments):
-    """Script arguments of `recipes/sft.py` (on top of TRL's `ScriptArguments`: dataset_name, splits, ...).
+    """Script arguments of `trl-dpr sft` (on top of TRL's `ScriptArguments`: dataset_name, splits, ...).
 
     Example:
         >>> SFTScriptArguments(dataset_name="trl_dpr/embedded-demo").reference_fraction
@@ -101,7 +102,7 @@ class SFTScriptArguments(ScriptArguments):
 
 @dataclass
 class DPRScriptArguments(SFTScriptArguments):
-    """Script arguments of `recipes/dpr.py`. `model_name_or_path` (ModelConfig) is the SFT output: π_SFT + π_ref.
+    """Script arguments of `trl-dpr dpr`. `model_name_or_path` (ModelConfig) is the SFT output: π_SFT + π_ref.
 
     Example:
         >>> DPRScriptArguments(dataset_name="trl_dpr/embedded-demo", evaluation_config="recipes/evaluate/demo.yaml").sft_config is None
@@ -172,11 +173,11 @@ def model_init_kwargs_from(model_args: ModelConfig, trust_remote_code: bool = Fa
 
 
 class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, SFTTrainer):
-    """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.checkpointing`), safe Hub pushes
-    (`trl_dpr.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once), a model card that
+    """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.running.checkpointing`), safe Hub pushes
+    (`trl_dpr.running.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once), a model card that
     names the base model (`base_model`: the name the run was given, which `model` may have been resolved from; by
-    default `model` itself, `trl_dpr.hub.BaseModelCardMixin`) and a console log of numbers
-    (`trl_dpr.callbacks.ConsoleLogMixin`).
+    default `model` itself, `trl_dpr.running.hub.BaseModelCardMixin`) and a console log of numbers
+    (`trl_dpr.console_log.ConsoleLogMixin`).
 
     Example:
         ```python
@@ -201,8 +202,8 @@ def run_sft(
     """SFT on demonstrations, saving π_ref at ⌊α·N⌋ steps next to the final π_SFT; returns the output directory.
 
     `resume_from_checkpoint: true` resumes from the newest complete checkpoint; π_ref is not written twice. With
-    `push_to_hub: true` the output is pushed once, at the end, with its reference checkpoint (`trl_dpr.hub`). The
-    output folder is claimed for this run until it returns (`trl_dpr.checkpointing.claim_output_dir`).
+    `push_to_hub: true` the output is pushed once, at the end, with its reference checkpoint (`trl_dpr.running.hub`). The
+    output folder is claimed for this run until it returns (`trl_dpr.running.checkpointing.claim_output_dir`).
 
     Example:
         ```python
@@ -331,7 +332,7 @@ class DPRInputs:
 
 def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathConfig) -> DPRInputs:
     """What the DPR stage can check without the SFT output, each once: its folder (claimed for this run), the Hub push
-    and the prompts (loaded). recipes/dpr.py runs this before its SFT stage, so a mistake in the DPR part of a pipeline
+    and the prompts (loaded). `trl-dpr dpr` runs this before its SFT stage, so a mistake in the DPR part of a pipeline
     is found before the SFT is spent, and hands the result to `run_dpr`.
 
     Example:
@@ -356,8 +357,8 @@ def check_evaluation_config(evaluation_config: str) -> None:
     Example:
         >>> check_evaluation_config("recipes/evaluate/demo.yaml")  # the exact-match judge: no key needed
     """
-    from .evaluation import OpenAIChatModel
-    from .evaluation.config import load_evaluation_config
+    from ..evaluation import OpenAIChatModel
+    from ..evaluation.config import load_evaluation_config
 
     evaluation = load_evaluation_config(evaluation_config)
     if evaluation.judge == "openai":  # its key must be there when the evaluation starts, after training
@@ -376,9 +377,9 @@ def run_dpr(
 
     `reward_model` replaces the one loaded from the SFT output (π_SFT and π_ref), e.g. a control reward such as
     the correctness oracle of `experiments/oracle.py`. `inputs` is what `check_dpr_inputs` returned when the caller
-    ran it first (recipes/dpr.py, before its SFT stage): the folder claimed, the push checked, the prompts loaded; by
+    ran it first (`trl-dpr dpr`, before its SFT stage): the folder claimed, the push checked, the prompts loaded; by
     default run_dpr runs it itself. With `push_to_hub: true` the policy (adapter, or merged with `merge_adapter`) and
-    its model card are pushed once, at the end; recipes/dpr.py turns that off (`defer_push_to_hub`) and pushes after
+    its model card are pushed once, at the end; `trl-dpr dpr` turns that off (`defer_push_to_hub`) and pushes after
     the evaluation instead.
 
     Example:
@@ -442,11 +443,11 @@ def has_sft_output(path: str) -> bool:
 
 
 def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str) -> dict:
-    """Evaluate the saved policy against π_SFT as `recipes/evaluate.py` does, on the main process, and write the report
+    """Evaluate the saved policy against π_SFT as `trl-dpr evaluate` does, on the main process, and write the report
     into `policy_path/eval_results.json` too (the model card's evaluation table).
 
     Args:
-        evaluation_config: a recipes/evaluate.py YAML path or an `EvaluationConfig`; its baseline and candidates are
+        evaluation_config: a `trl-dpr evaluate` YAML path or an `EvaluationConfig`; its baseline and candidates are
             replaced by `SFT=sft_path` and `DPR=policy_path`, its output_dir by `<policy_path>/../eval` (each run's
             evaluation beside it: runs/demo/dpr → runs/demo/eval).
 
@@ -458,8 +459,8 @@ def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str) -> 
         evaluate_against_sft("recipes/evaluate/demo.yaml", "runs/demo/sft", "runs/demo/dpr")
         ```
     """
-    from .evaluation import EvaluationConfig, run_evaluation
-    from .evaluation.config import load_evaluation_config
+    from ..evaluation import EvaluationConfig, run_evaluation
+    from ..evaluation.config import load_evaluation_config
 
     state = PartialState()
     results: dict = {}

@@ -3,7 +3,7 @@
 `Trainer.push_to_hub` uploads `output_dir` with `upload_folder(ignore_patterns=["_*", "checkpoint-*"])`, and
 huggingface_hub adds its own (`.git/`, `.cache/huggingface/`). On top of those, trl_dpr never uploads:
 
-- the staging folders of unfinished checkpoints (`.partial/`, `.dpr_reference.partial/`, see `trl_dpr.checkpointing`).
+- the staging folders of unfinished checkpoints (`.partial/`, `.dpr_reference.partial/`, see `trl_dpr.running.checkpointing`).
   Transformers pushes at every save while the staged checkpoint still sits in `.partial/checkpoint-N/`, so without this
   rule each push uploads that checkpoint's optimizer state as well;
 - `training_args.bin`: a pickle of the training arguments, `hub_token` and `model_init_kwargs` included, which runs
@@ -14,7 +14,7 @@ An SFT output keeps its reference checkpoint: `dpr_reference/` and `dpr_referenc
 `CheckpointRewardModel.from_pretrained("user/model")` finds π_ref for anyone. Transformers' own pushes are turned off
 (`defer_push_to_hub`) and the run pushes once, at the end (`push_trainer_output`).
 
-    from trl_dpr.hub import files_to_push, push_folder
+    from trl_dpr.running.hub import files_to_push, push_folder
 
     files_to_push("runs/sft")                      # what a push would upload, relative paths
     push_folder("runs/sft", "me/qwen2.5-0.5b-sft")  # refuses when a file holds a token or key of the environment
@@ -33,8 +33,8 @@ from pathlib import Path
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from ..reference_manifest import MANIFEST_NAME
 from .checkpointing import STAGING_DIRNAME
-from .reference_manifest import MANIFEST_NAME
 
 __all__ = [
     "SAFETY_IGNORE_PATTERNS",
@@ -409,7 +409,7 @@ def check_hub_push(args) -> None:
     if constants.HF_HUB_OFFLINE:
         raise ValueError(
             "push_to_hub is on but the Hub is switched off (HF_HUB_OFFLINE=1): the push would fail after training. "
-            "Unset HF_HUB_OFFLINE, or set push_to_hub: false and push later with trl_dpr.hub.push_folder."
+            "Unset HF_HUB_OFFLINE, or set push_to_hub: false and push later with trl_dpr.running.hub.push_folder."
         )
     if not (getattr(args, "hub_token", None) or get_token()):
         raise ValueError(
@@ -521,7 +521,7 @@ def base_model_reference(name_or_path: str | None, kind: str = "model", unknown:
         >>> base_model_reference(str(folder), kind="SFT model"), base_model_reference(None)
         ('the SFT model `sft` (a local folder)', 'an unnamed model')
     """
-    from .embedded.base_model import EMBEDDED_MODELS
+    from ..embedded.base_model import EMBEDDED_MODELS
 
     if not name_or_path:
         return unknown

@@ -77,12 +77,9 @@ def recipes_root() -> Path:
         >>> (recipes_root() / "demo" / "dpr.yaml").is_file()
         True
     """
-    import importlib.resources
-
-    try:
-        return Path(str(importlib.resources.files("trl_dpr.recipes")))
-    except ModuleNotFoundError:  # a clone on sys.path without the package installed: the repository's folder
-        return Path(__file__).resolve().parent.parent / "recipes"
+    package = Path(__file__).resolve().parents[1]
+    shipped = package / "recipes"  # a wheel: the YAMLs as package data (pyproject.toml, setup.py)
+    return shipped if shipped.is_dir() else package.parent / "recipes"  # a clone (or an editable install)
 
 
 def find_recipe_file(path: str, subfolder: str | None = None) -> str:
@@ -335,7 +332,7 @@ class CommandParser(argparse.ArgumentParser):
         super().__init__(allow_abbrev=False, **kwargs)
 
     def error(self, message):
-        # argparse's own exit (code 2), which `python -m trl_dpr.memory` needs as much as `trl-dpr memory`
+        # argparse's own exit (code 2), which `python -m trl_dpr.running.memory` needs as much as `trl-dpr memory`
         self.exit(2, f"{self.prog}: error: {message.rstrip('.')}. `{self.prog} --help` lists every accepted flag.\n")
 
     def parse_args(self, args=None, namespace=None):
@@ -571,7 +568,7 @@ class LightRecipeParser(RecipeChecks, argparse.ArgumentParser):
 
     Example:
         >>> from dataclasses import dataclass
-        >>> from trl_dpr.recipe_parser import RecipeParser
+        >>> from trl_dpr.running.recipe_parser import RecipeParser
         >>> @dataclass
         ... class Args:
         ...     max_steps: int = -1

@@ -1,8 +1,8 @@
 """log π(a_t|s_t) of the tokens `generate` samples, recorded while it samples them: no second forward pass.
 
 vLLM returns the log-probs of the tokens it samples; transformers' `generate` does not, and GRPOTrainer's
-transformers path returns none. DPR's KL term needs log π_old of every sampled token, which used to cost one more
-no-grad forward of the policy. Each decoding step already computes the next-token logits, and the token sampled
+transformers path returns none. DPR's KL term needs log π_old of every sampled token, which would otherwise cost
+one more no-grad forward of the policy. Each decoding step already computes the next-token logits, and the token sampled
 from them is the input of the next step:
 
     step k:   logits z_k (for token k) ─► keep z_k and log Σ exp(z_k / T)

@@ -1,0 +1,33 @@
+"""The DPR preview: will DPR help on this data? Estimated from π_SFT's own samples, before any RL.
+
+    python recipes/preview.py --config recipes/preview/demo.yaml                     # embedded default, CPU, minutes
+    python recipes/preview.py --config recipes/preview/demo.yaml --policies DPR=runs/demo/dpr   # + a trained policy
+
+`model_name_or_path` is an SFT output of `trl-dpr sft` (π_SFT with its recorded π_ref). N completions per prompt are
+sampled from π_SFT at temperature 1, scored with each reward variant (DPR's Σ_t r̂_t, other π_ref checkpoints,
+wo/Baseline, w/V, an oracle) and judged; the tilted policies π_λ ∝ π_SFT·exp(R/λ) that DPR converges to are then
+estimated by importance weighting for each λ (= DPR's `kl_coef`). Writes preview.csv / .json / .md / .png into
+`output_dir`; see the README, "Will DPR help on my data?", for how to read them.
+"""
+
+from trl import ModelConfig
+
+from trl_dpr.analysis.preview import PreviewConfig, run_preview
+from trl_dpr.running.cli import run
+from trl_dpr.running.pipeline import model_init_kwargs_from
+from trl_dpr.running.recipe_parser import RecipeParser
+
+
+def make_parser() -> RecipeParser:
+    return RecipeParser((PreviewConfig, ModelConfig), recipe_subfolder="preview", prog="trl-dpr preview")
+
+
+def main(argv=None):
+    config, model_args = make_parser().parse_args_and_config(argv)
+    report = run_preview(config, model_args.model_name_or_path, model_init_kwargs_from(model_args))
+    print(report.markdown(), flush=True)
+    print(f"\nWritten to {config.output_dir}/preview.csv, .json, .md" + (" and .png" if config.plot else ""), flush=True)
+
+
+if __name__ == "__main__":
+    run(main)  # a mistake in the input: its message, no traceback (--debug shows it)
