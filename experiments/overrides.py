@@ -64,7 +64,7 @@ def check_override_keys(overrides: dict, dataclass_types: Sequence[type], extra_
     if unknown:
         raise ValueError(
             f"{where}: unknown key(s) {', '.join(unknown)}. A variant may set any key of recipes/dpr.py "
-            f"(`python recipes/dpr.py --help`) and {sorted(extra_keys)}."
+            f"(`trl-dpr dpr --help`) and {sorted(extra_keys)}."
         )
 
 

@@ -9,6 +9,14 @@ Each table sits in README.md between `<!-- table:NAME -->` and `<!-- /table:NAME
     demo        runs/demo/dpr/eval_results.json  `table_markdown`: what `make demo` prints at its end
     seed_spread runs/seed_spread/seed_spread.md  (python -m experiments.seed_spread)
     real_model  runs/real_model_lfd/real_model.md (python -m experiments.real_model --config experiments/configs/real_model_lfd.yaml)
+
+and two drawn here (`decoding_markdown`, `table1_markdown`) from the evaluations' results.json:
+
+    demo_decoding  the demo's SFT and DPR at T = 1 (`make demo`), at the paper's T = 0.7 and greedily:
+                   runs/demo/eval (make demo), runs/demo/eval_t0.7 and runs/demo/eval_greedy, written after make demo by
+                   trl-dpr evaluate --config demo.yaml --temperature 0.7 --output_dir runs/demo/eval_t0.7
+                   trl-dpr evaluate --config demo.yaml --temperature 0 --samples_per_prompt 1 --output_dir runs/demo/eval_greedy
+    table1         runs/table1_demo (python -m experiments.table1 --config experiments/configs/table1_demo.yaml)
 """
 
 from __future__ import annotations
@@ -20,28 +28,104 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["SOURCES", "main", "replace_block", "table_text"]
+__all__ = ["SOURCES", "decoding_markdown", "exact_paired_gain", "main", "replace_block", "table1_markdown", "table_text"]
 
 SOURCES = {
     "demo": "runs/demo/dpr/eval_results.json",
     "seed_spread": "runs/seed_spread/seed_spread.md",
     "real_model": "runs/real_model_lfd/real_model.md",
+    "demo_decoding": "runs/demo/eval/results.json runs/demo/eval_t0.7/results.json runs/demo/eval_greedy/results.json",
+    "table1": "runs/table1_demo/evaluation/results.json runs/table1_demo/table1.md",
 }
+DECODINGS = {"T = 1 (`make demo`)": 1.0, "T = 0.7 (the paper's)": 0.7, "greedy": 0.0}  # row → the answers' temperature
 
 
 def table_text(name: str, root: Path = Path(".")) -> str | None:
-    """The text of table `name` from its run, or None when the run is not there.
+    """The text of table `name` from its run, or None when the run (any of its files) is not there.
 
     Example:
         >>> table_text("demo", Path("/nowhere")) is None
         True
     """
-    path = root / SOURCES[name]
-    if not path.is_file():
+    paths = [root / source for source in SOURCES[name].split()]
+    if not all(path.is_file() for path in paths):
         return None
+    if name == "demo_decoding":
+        return decoding_markdown([json.loads(path.read_text()) for path in paths])
+    if name == "table1":
+        return table1_markdown(json.loads(paths[0].read_text()), paths[1].read_text())
+    (path,) = paths
     if path.suffix == ".json":
         return json.loads(path.read_text())["table_markdown"].strip() + "\n"
     return path.read_text().strip() + "\n"
+
+
+def _percent(value: float, low: float, high: float) -> str:
+    return f"{100 * value:.1f} ({100 * low:.1f}–{100 * high:.1f})"
+
+
+def exact_paired_gain(pairwise: dict) -> tuple[float, float, float]:
+    """The accuracy gain of the method over the baseline, paired over answers, with its interval, from an exact-judge
+    win rate: a pair's score is 1 (only the method right), 0 (only the baseline right) or ½ (a tie), so the gain
+    (wins − losses) / n is 2·win rate − 1, and the bootstrap interval of the win rate maps to the gain's.
+
+    Example:
+        >>> exact_paired_gain({"judge": "exact-answer", "win_rate": {"win_rate": 0.521, "ci_low": 0.51375, "ci_high": 0.52825,
+        ...                                                    "wins": 155, "ties": 1774, "losses": 71, "n": 2000}})
+        (0.042, 0.0275, 0.0565)
+    """
+    if pairwise["judge"] != "exact-answer":
+        raise ValueError(f"a paired accuracy gain needs the exact-answer judge, not {pairwise['judge']!r}.")
+    rate = pairwise["win_rate"]
+    return tuple(round(2 * rate[key] - 1, 10) for key in ("win_rate", "ci_low", "ci_high"))
+
+
+def _signed(value: float, low: float, high: float) -> str:
+    return f"{100 * value:+.1f} ({100 * low:+.1f} to {100 * high:+.1f})"
+
+
+def decoding_markdown(reports: list[dict]) -> str:
+    """The demo's SFT and DPR accuracy at each decoding (`DECODINGS`, one results.json each), DPR's paired gain over
+    SFT at that decoding, and how much of its T = 1 gain remains."""
+    rows, gains = [], []
+    for (decoding, temperature), report in zip(DECODINGS.items(), reports, strict=True):
+        if report["settings"]["temperature"] != temperature:
+            raise ValueError(f"the {decoding} row needs answers at temperature {temperature}, not "
+                             f"{report['settings']['temperature']} ({report['settings']['output_dir']}).")
+        accuracy = {row["method"]: row for row in report["accuracy"]}
+        (pairwise,) = report["pairwise"]
+        gain = exact_paired_gain(pairwise)
+        gains.append(gain[0])
+        settings = report["settings"]
+        answers = f"{settings['demo_num_prompts']} × {settings['samples_per_prompt']}"
+        cells = [_percent(accuracy[m]["accuracy"], accuracy[m]["ci_low"], accuracy[m]["ci_high"]) for m in ("SFT", "DPR")]
+        share = f"{100 * gain[0] / gains[0]:.0f}%" if gains[0] else "—"
+        rows.append(f"| {decoding} | {answers} | {cells[0]} | {cells[1]} | {_signed(*gain)} | {share} |")
+    header = ["| decoding | prompts × answers | SFT accuracy % (95% CI) | DPR accuracy % (95% CI) | DPR − SFT, points, "
+              "paired (95% CI) | share of DPR's T = 1 gain |", "|---|---|---|---|---|---|"]
+    return "\n".join([*header, *rows]) + "\n"
+
+
+def table1_markdown(report: dict, table1_md: str) -> str:
+    """Table 1 in one table: each method's accuracy (overall, per task kind) and win rate against SFT, the best
+    accuracy in bold, then the training times `experiments.table1` recorded."""
+    accuracy = {row["method"]: row for row in report["accuracy"]}
+    pairwise = {row["method"]: row for row in report["pairwise"]}
+    methods = [report["baseline"], *report["methods"]]
+    categories = list(dict.fromkeys(c for row in report["accuracy"] for c in row["by_category"]))
+    best = max(accuracy[m]["accuracy"] for m in methods)
+    lines = [f"| Method | accuracy % (95% CI) | {' | '.join(categories)} | win rate vs SFT % (95% CI) |",
+             "|---|---|" + "---|" * len(categories) + "---|"]
+    for method in methods:
+        row = accuracy[method]
+        cell = f"{100 * row['accuracy']:.1f}"
+        cell = (f"**{cell}**" if row["accuracy"] == best else cell) + f" ({100 * row['ci_low']:.1f}–{100 * row['ci_high']:.1f})"
+        rate = pairwise[method]["win_rate"] if method in pairwise else None
+        win = _percent(rate["win_rate"], rate["ci_low"], rate["ci_high"]) if rate else "—"
+        lines.append(f"| {method} | {cell} | " + " | ".join(f"{100 * row['by_category'][c]:.1f}" for c in categories)
+                     + f" | {win} |")
+    times = [line for line in table1_md.splitlines() if line.startswith("Training time")]
+    return "\n".join([*lines, "", *times]) + "\n"
 
 
 def _block(name: str) -> re.Pattern:

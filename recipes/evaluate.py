@@ -1,4 +1,4 @@
-"""`trl-dpr evaluate` from a clone: `python recipes/evaluate.py --config recipes/evaluate/demo.yaml`.
+"""`trl-dpr evaluate` in a clone: `python recipes/evaluate.py --config recipes/evaluate/demo.yaml`.
 
 The stage is the package's module `trl_dpr.scripts.evaluate`; this file only runs its `main`."""
 

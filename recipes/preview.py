@@ -1,4 +1,4 @@
-"""`trl-dpr preview` from a clone: `python recipes/preview.py --config recipes/preview/demo.yaml`.
+"""`trl-dpr preview` in a clone: `python recipes/preview.py --config recipes/preview/demo.yaml`.
 
 The stage is the package's module `trl_dpr.scripts.preview`; this file only runs its `main`."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_dpr.running.cli import _resolve_accelerate_config, main, run
+from trl_dpr.running.cli import _launch_defaults, _resolve_accelerate_config, main, run
 from trl_dpr.running.recipe_parser import find_recipe_file, recipes_root
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +47,85 @@ def test_accelerate_configs_by_name_ours_then_trls(tmp_path):
     with pytest.raises(ValueError, match=r"'tpu9'.*'cpu'.*'zero3'"):
         _resolve_accelerate_config(["--accelerate_config", "tpu9"])
     assert _resolve_accelerate_config(["--num_processes", "2"]) == ["--num_processes", "2"]
+
+
+# ---- what `trl-dpr <stage>` passes to `accelerate launch` (trl_dpr.running.cli._launch_defaults) ----------------------------
+
+ACCELERATE_DEFAULTS_WARNING = "were not passed to `accelerate launch` and had defaults used instead"
+
+
+@pytest.fixture
+def no_accelerate_config(tmp_path, monkeypatch):
+    """A machine where `accelerate config` was never run, and OMP_NUM_THREADS is not set."""
+    for module in ("accelerate.commands.config", "accelerate.commands.config.config_args",
+                   "accelerate.commands.launch"):  # each module reads its own copy of the path
+        monkeypatch.setattr(f"{module}.default_config_file", str(tmp_path / "default_config.yaml"))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    return tmp_path / "default_config.yaml"
+
+
+def accelerate_validates(launch_args: list[str], caplog):
+    """accelerate's own reading of `accelerate launch ARGS script.py` (what `launch_command` does first): its settings
+    and the warnings it logs."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="accelerate.commands.launch"):
+        args, _, _ = _validate_launch_command(launch_command_parser().parse_args([*launch_args, "script.py"]))
+    return args, caplog.text
+
+
+def test_without_a_gpu_or_accelerate_config_the_launch_gets_the_cpu_config_and_no_accelerate_warning(
+        no_accelerate_config, monkeypatch, caplog):
+    monkeypatch.setattr("trl_dpr.running.cli._gpu_count", lambda: 0)
+    cpu = str(recipes_root() / "accelerate_configs" / "cpu.yaml")
+    _, warned_before = accelerate_validates([], caplog)
+    assert "`--num_processes` was set" in warned_before  # what a bare `accelerate launch` says here
+    accelerates_choice, warned = accelerate_validates(["--config_file", cpu], caplog)
+    assert "`--num_cpu_threads_per_process` was set" in warned or accelerates_choice.num_cpu_threads_per_process == 1
+
+    launch_args = _launch_defaults([])
+    assert launch_args == ["--config_file", cpu, "--num_cpu_threads_per_process",
+                           str(accelerates_choice.num_cpu_threads_per_process)]  # accelerate's own thread count
+    args, warned = accelerate_validates(launch_args, caplog)
+    assert ACCELERATE_DEFAULTS_WARNING not in warned and args.use_cpu and args.num_processes == 1
+
+
+def test_the_cpu_thread_count_is_omp_num_threads_where_it_is_set(no_accelerate_config, monkeypatch, caplog):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    launch_args = _launch_defaults(_resolve_accelerate_config(["--accelerate_config", "cpu_ddp"]))
+    assert launch_args[:2] == ["--num_cpu_threads_per_process", "3"]
+    args, warned = accelerate_validates(launch_args, caplog)
+    assert args.num_cpu_threads_per_process == 3 and args.num_processes == 2 and ACCELERATE_DEFAULTS_WARNING not in warned
+
+
+def test_the_users_launch_flags_are_kept_and_not_repeated(no_accelerate_config, monkeypatch):
+    monkeypatch.setattr("trl_dpr.running.cli._gpu_count", lambda: 0)
+    cpu = str(recipes_root() / "accelerate_configs" / "cpu.yaml")
+    mine = ["--config_file", cpu, "--num-cpu-threads-per-process", "5"]
+    assert _launch_defaults(mine) == mine
+    assert _launch_defaults(["--num_processes", "2"])[:2] == ["--config_file", cpu]
+
+
+def test_an_accelerate_config_of_the_user_is_used_as_it_is(no_accelerate_config, monkeypatch, caplog):
+    no_accelerate_config.write_text(yaml.safe_dump({"compute_environment": "LOCAL_MACHINE", "distributed_type": "NO",
+                                                    "num_machines": 1, "num_processes": 1, "mixed_precision": "no",
+                                                    "use_cpu": False}))
+    monkeypatch.setattr("trl_dpr.running.cli._gpu_count", lambda: 0)
+    assert _launch_defaults([]) == []  # `accelerate config` wrote it: accelerate reads it, warning of nothing
+    assert ACCELERATE_DEFAULTS_WARNING not in accelerate_validates([], caplog)[1]
+
+
+def test_on_gpus_without_an_accelerate_config_accelerates_defaults_are_passed_explicitly(no_accelerate_config,
+                                                                                       monkeypatch, caplog):
+    monkeypatch.setattr("trl_dpr.running.cli._gpu_count", lambda: 2)
+    launch_args = _launch_defaults([])
+    assert launch_args == ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+                           "--dynamo_backend", "no", "--multi_gpu"]
+    args, warned = accelerate_validates(launch_args, caplog)
+    assert args.multi_gpu and args.num_processes == 2 and ACCELERATE_DEFAULTS_WARNING not in warned
+    assert _launch_defaults(["--num_processes", "1"]) == ["--num_machines", "1", "--mixed_precision", "no",
+                                                          "--dynamo_backend", "no", "--num_processes", "1"]
 
 
 def test_a_user_error_exits_with_its_message_and_no_traceback(capsys):

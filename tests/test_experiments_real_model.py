@@ -173,3 +173,72 @@ def test_earlier_runs_are_reported_from_their_folders_and_never_evaluated_again(
     monkeypatch.setattr(real_model, "_evaluate", lambda a, o, name, *r: evaluated.append(name))
     real_model.main(["--output_dir", str(tmp_path), "--stage", "evaluate", "--earlier_runs", "DPR-seed0 (lr 5e-5)"])
     assert "DPR-seed0 (lr 5e-5)" not in evaluated
+
+
+def _exact_report(sft_right: list[int], dpr_right: list[int], prompts: list[int], temperature: float) -> dict:
+    """A results.json of DPR vs SFT under the exact judge, made by trl_dpr's own evaluation functions."""
+    from trl_dpr.evaluation.results import exact_accuracy, win_rate
+
+    outcomes = ["win" if d > s else "loss" if s > d else "tie" for s, d in zip(sft_right, dpr_right)]
+    rate = win_rate(outcomes, groups=prompts).as_dict()
+    accuracy = [{**exact_accuracy("demo", name, [bool(x) for x in right], prompts, ["add"] * len(right)).as_dict()}
+                for name, right in (("SFT", sft_right), ("DPR", dpr_right))]
+    return {"baseline": "SFT", "methods": ["DPR"], "accuracy": accuracy,
+            "pairwise": [{"method": "DPR", "judge": "exact-answer", "win_rate": rate}],
+            "settings": {"temperature": temperature, "demo_num_prompts": len(set(prompts)),
+                         "samples_per_prompt": len(prompts) // len(set(prompts)), "output_dir": "x"}}
+
+
+def test_the_paired_gain_is_the_accuracy_difference_with_the_bootstrap_interval_of_the_differences():
+    import random
+
+    from experiments.readme_tables import exact_paired_gain
+    from trl_dpr.evaluation.results import bootstrap_mean_ci, unit_means
+
+    rng = random.Random(0)
+    prompts = [p for p in range(60) for _ in range(2)]
+    sft = [int(rng.random() < 0.6) for _ in prompts]
+    dpr = [int(rng.random() < 0.7) for _ in prompts]
+    gain, low, high = exact_paired_gain(_exact_report(sft, dpr, prompts, 1.0)["pairwise"][0])
+    assert gain == pytest.approx(sum(dpr) / len(dpr) - sum(sft) / len(sft))
+    # the same resamples (seed 0, 2000) of the per-prompt mean difference, computed directly
+    direct_low, direct_high = bootstrap_mean_ci(unit_means([d - s for s, d in zip(sft, dpr)], prompts))
+    assert (low, high) == pytest.approx((float(direct_low[0]), float(direct_high[0])), abs=1e-9)
+
+
+def test_the_decoding_table_shows_each_decodings_gain_and_its_share_of_the_t1_gain():
+    from experiments.readme_tables import decoding_markdown
+
+    prompts = list(range(10))
+    t1 = _exact_report([1, 0, 0, 0, 1, 1, 0, 1, 1, 0], [1, 1, 1, 1, 1, 1, 0, 1, 1, 0], prompts, 1.0)  # 50% → 80%
+    t07 = _exact_report([1, 0, 0, 1, 1, 1, 0, 1, 1, 0], [1, 1, 0, 1, 1, 1, 0, 1, 1, 0], prompts, 0.7)  # 60% → 70%
+    greedy = _exact_report([1, 1, 0, 1, 1, 1, 0, 1, 1, 0], [1, 1, 0, 1, 1, 1, 0, 1, 1, 0], prompts, 0.0)  # a tie
+    rows = decoding_markdown([t1, t07, greedy]).splitlines()[2:]
+    assert rows[0].startswith("| T = 1 (`make demo`) | 10 × 1 | 50.0 (") and "| 80.0 (" in rows[0]
+    assert "| +30.0 (" in rows[0] and rows[0].endswith("| 100% |")
+    assert "| +10.0 (" in rows[1] and rows[1].endswith("| 33% |")  # 10 of the 30 points
+    assert "| +0.0 (+0.0 to +0.0) |" in rows[2] and rows[2].endswith("| 0% |")
+    with pytest.raises(ValueError, match="temperature 0.7"):
+        decoding_markdown([t1, t1, greedy])  # answers at T = 1 are not the T = 0.7 row
+
+
+def test_table1_has_one_row_per_method_with_the_best_accuracy_in_bold(tmp_path, monkeypatch):
+    from experiments.readme_tables import main as tables_main
+
+    report = _exact_report([1, 0, 0, 1], [1, 1, 0, 1], [0, 1, 2, 3], 1.0)
+    report["methods"] = ["DPR", "SPIN"]
+    report["accuracy"].append({**report["accuracy"][0], "method": "SPIN", "accuracy": 0.25, "by_category": {"add": 0.25}})
+    report["pairwise"].append({"method": "SPIN", "judge": "exact-answer",
+                               "win_rate": {"win_rate": 0.375, "ci_low": 0.25, "ci_high": 0.5}})
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs/table1_demo/evaluation").mkdir(parents=True)
+    (tmp_path / "runs/table1_demo/evaluation/results.json").write_text(json.dumps(report))
+    (tmp_path / "runs/table1_demo/table1.md").write_text("| tables |\n\nTraining time (min): SFT 1.0, DPR 2.0.\n")
+    (tmp_path / "README.md").write_text("<!-- table:table1 -->\nold\n<!-- /table:table1 -->\n")
+    assert tables_main(["--write", "--check", "table1"]) == 0
+    block = (tmp_path / "README.md").read_text().splitlines()
+    assert block[1] == "| Method | accuracy % (95% CI) | add | win rate vs SFT % (95% CI) |"
+    assert block[3].startswith("| SFT | 50.0 (") and block[3].endswith("| 50.0 | — |")
+    assert block[4].startswith("| DPR | **75.0** (") and "| 75.0 | 62.5 (" in block[4]
+    assert block[5] == "| SPIN | 25.0 (" + block[3].split("(")[1].split(")")[0] + ") | 25.0 | 37.5 (25.0–50.0) |"
+    assert block[7] == "Training time (min): SFT 1.0, DPR 2.0."

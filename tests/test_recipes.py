@@ -196,3 +196,30 @@ def test_lora_keys_that_differ_from_the_sft_adapter_are_refused_before_loading(t
     with pytest.raises(ValueError, match=r"lora_r: 16 in the recipe, 64 in the adapter.*lora_target_modules"):
         check_adapter_settings(str(tmp_path), ModelConfig(use_peft=True, lora_r=16, lora_alpha=128, lora_dropout=0.05,
                                                           lora_target_modules=["k_proj"]))
+
+
+def test_the_texts_a_pip_user_reads_name_trl_dpr_commands_not_the_clones_scripts():
+    """`python recipes/<stage>.py` runs only in a clone; the recipes' docstrings and YAML comments (shipped in the
+    wheel), the package's messages and the docs name `trl-dpr <stage>` (a clone's route, `accelerate launch
+    recipes/dpr.py ...`, may stay where it says so)."""
+    files = [*(ROOT / "trl_dpr").rglob("*.py"), *RECIPES.rglob("*.py"), *RECIPES.rglob("*.yaml"),
+             *(ROOT / "docs").rglob("*.md"), *(ROOT / "experiments").rglob("*.py"), ROOT / "Makefile"]
+    clone_only = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in files
+                  for number, line in enumerate(path.read_text().splitlines(), 1)
+                  if "python recipes/" in line and "in a clone" not in line]
+    assert not clone_only, "\n".join(clone_only)
+
+
+def test_the_memory_plan_of_a_shipped_recipe_reads_the_shipped_backbone_config_offline():
+    """recipes/README.md's first `trl-dpr memory` line is planned from recipes/model_configs/, offline (the tests run
+    with HF_HUB_OFFLINE=1, conftest.py), and the README's comment says so rather than "from the Hub"."""
+    from trl_dpr.running.memory import plan_recipe, recipe_model_config
+
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    readme = (RECIPES / "README.md").read_text()
+    line = next(line for line in readme.splitlines() if line.startswith("trl-dpr memory --config llama-3.1-8b/"))
+    assert "model_configs" in line and "offline" in line and "Hub" not in line, line
+    recipe = str(RECIPES / line.split("--config ")[1].split()[0])
+    shipped = json.loads((RECIPES / "model_configs" / "llama-3.1-8b" / "config.json").read_text())
+    assert recipe_model_config(recipe).num_hidden_layers == shipped["num_hidden_layers"]
+    assert plan_recipe(recipe).total_gib > 0

@@ -13,7 +13,10 @@
 a recipe may set, each of which is also a flag (`--learning_rate 1e-5`). Training stages run under `accelerate
 launch`: `--accelerate_config NAME` picks one of the shipped accelerate configs (cpu, cpu_ddp, single_gpu, fsdp_cpu,
 zero3_cpu) or TRL's (multi_gpu, zero3, fsdp2, ...), or a file; any other argument the recipe does not know
-(`--num_processes 8`, ...) goes to `accelerate launch`, as with `trl sft`.
+(`--num_processes 8`, ...) goes to `accelerate launch`, as with `trl sft`. Without an accelerate config (neither
+`--accelerate_config` nor one written by `accelerate config`), a machine without a GPU runs under the shipped `cpu`
+config, and a CPU run gets `--num_cpu_threads_per_process` (OMP_NUM_THREADS where set), so accelerate has no default
+of its own to warn about.
 
 A mistake in the input (a bad key, a missing folder, a value out of range) ends with its message and exit code 2,
 without a traceback; `--debug` (or `TRL_DPR_DEBUG=1`) shows the traceback.
@@ -146,6 +149,68 @@ def _resolve_accelerate_config(launch_args: list[str]) -> list[str]:
         ) from None
 
 
+def _launch_defaults(launch_args: list[str]) -> list[str]:
+    """`launch_args` with what `accelerate launch` would otherwise choose itself, warning that it did ("The following
+    values were not passed to `accelerate launch` and had defaults used instead"), passed explicitly:
+
+    - no accelerate config (none passed, none written by `accelerate config`): trl_dpr's `cpu` config on a machine
+      without a GPU; on one with GPUs, accelerate's own defaults (every GPU, one machine, no mixed precision, no dynamo);
+    - a run on CPU: `--num_cpu_threads_per_process` = OMP_NUM_THREADS where it is set, else accelerate's own choice
+      (the physical cores shared among the machine's processes).
+
+    Flags the user passed are kept as they are, and win over the config (accelerate's rule)."""
+    from accelerate.commands.config import default_config_file
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import launch_command_parser
+
+    from .recipe_parser import recipes_root
+
+    given = launch_command_parser().parse_args([*launch_args, "script.py"])  # accelerate's own reading of the flags
+    extra = []
+    config_file = given.config_file
+    if config_file is None and (given.cpu or not os.path.isfile(default_config_file)):
+        gpus = _gpu_count()
+        if gpus == 0 or given.cpu:
+            config_file = str(recipes_root() / "accelerate_configs" / "cpu.yaml")
+            extra += ["--config_file", config_file]
+        else:
+            processes = given.num_processes or gpus
+            values = {"num_processes": gpus, "num_machines": 1, "mixed_precision": "no", "dynamo_backend": "no"}
+            extra += [item for key, value in values.items() if getattr(given, key) is None
+                      for item in (f"--{key}", str(value))]
+            launchers = (given.multi_gpu, given.use_deepspeed, given.use_fsdp, given.use_megatron_lm, given.tpu)
+            if gpus > 1 and processes > 1 and not any(launchers):
+                extra.append("--multi_gpu")  # what accelerate enables itself, with a warning, for several GPUs
+    settings = load_config_from_file(config_file or default_config_file) if (
+        config_file or os.path.isfile(default_config_file)) else None
+    if (given.cpu or getattr(settings, "use_cpu", False)) and given.num_cpu_threads_per_process is None:
+        processes = given.num_processes or getattr(settings, "num_processes", None) or 1
+        machines = given.num_machines or getattr(settings, "num_machines", None) or 1
+        extra += ["--num_cpu_threads_per_process", str(_cpu_threads(max(processes // machines, 1)))]
+    return [*extra, *launch_args]
+
+
+def _gpu_count() -> int:
+    """The accelerator devices accelerate would launch on (CUDA, or Apple's MPS as one)."""
+    import torch
+
+    return torch.cuda.device_count() or int(torch.backends.mps.is_available())
+
+
+def _cpu_threads(local_processes: int) -> int:
+    """Torch threads per process of a CPU run: OMP_NUM_THREADS where it is set (≥ 1), else accelerate's own choice,
+    the physical cores divided among the `local_processes` of this machine (at least 1)."""
+    try:
+        threads = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:
+        threads = 0
+    if threads >= 1:
+        return threads
+    import psutil
+
+    return max((psutil.cpu_count(logical=False) or os.cpu_count() or 1) // local_processes, 1)
+
+
 def _launch_training(stage: str, argv: list[str]) -> None:
     """TRL's training command (`trl sft ...`, `trl.cli.commands.training`) for a trl_dpr stage: the stage's parser
     checks the arguments here, before anything is launched; the arguments it does not know go to `accelerate launch`,
@@ -162,7 +227,7 @@ def _launch_training(stage: str, argv: list[str]) -> None:
     *_, _, unknown = parser.parse_args_and_config(
         argv, return_remaining_strings=True, fail_with_unknown_args=False, separate_remaining_strings=True
     )
-    launch_args = _resolve_accelerate_config(list(unknown))
+    launch_args = _launch_defaults(_resolve_accelerate_config(list(unknown)))
     script_args = _without(argv, list(unknown))
     try:
         # TRL joins the script name to its own trl/scripts folder; an absolute path stands for itself (pathlib's

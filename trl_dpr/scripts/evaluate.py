@@ -2,11 +2,11 @@
 CI) on AlpacaEval, Arena-Hard and LIMA, the MT-Bench 1–10 score, and answer lengths, as Table 1 (markdown + JSON).
 
     export OPENAI_API_KEY=...      # the judge's key lives in the environment, never in a file
-    python recipes/evaluate.py --config recipes/evaluate/llama-3.1-8b.yaml
+    trl-dpr evaluate --config evaluate/llama-3.1-8b.yaml
 
 The embedded demo (after `make demo`), offline on CPU with the exact-answer judge:
 
-    python recipes/evaluate.py --config recipes/evaluate/demo.yaml
+    trl-dpr evaluate --config evaluate/demo.yaml
 
 Answers, verdicts and grades are cached under `output_dir` line by line: rerunning an interrupted evaluation
 continues where it stopped. Any YAML key can be overridden on the command line (`--max_prompts 20`); unknown keys

@@ -10,7 +10,7 @@ GSIL's density-ratio classifier f = β log π/π_t of demonstrations vs. own ans
 brier, hinge, kliep or lsif) in `<output_dir>/iteration-<t>/`; the last iterate ends in `output_dir`. `sft_config:`
 and `evaluation_config:` work as in `trl-dpr dpr`. The embedded default, offline on CPU:
 
-    python recipes/gsil.py --config recipes/demo/gsil.yaml
+    trl-dpr gsil --config demo/gsil.yaml
 """
 
 from trl_dpr.lfd import GSILConfig

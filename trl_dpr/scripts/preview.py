@@ -1,7 +1,7 @@
 """The DPR preview: will DPR help on this data? Estimated from π_SFT's own samples, before any RL.
 
-    python recipes/preview.py --config recipes/preview/demo.yaml                     # embedded default, CPU, minutes
-    python recipes/preview.py --config recipes/preview/demo.yaml --policies DPR=runs/demo/dpr   # + a trained policy
+    trl-dpr preview --config preview/demo.yaml                     # embedded default, CPU, minutes
+    trl-dpr preview --config preview/demo.yaml --policies DPR=runs/demo/dpr   # + a trained policy
 
 `model_name_or_path` is an SFT output of `trl-dpr sft` (π_SFT with its recorded π_ref). N completions per prompt are
 sampled from π_SFT at temperature 1, scored with each reward variant (DPR's Σ_t r̂_t, other π_ref checkpoints,

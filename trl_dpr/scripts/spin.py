@@ -9,7 +9,7 @@ answers every demonstration prompt (cached in `<output_dir>/generations/`), then
 With `sft_config:` set and no SFT output there yet, the SFT stage runs first; with `evaluation_config:` (a
 `trl-dpr evaluate` YAML) the last iterate is then evaluated against SFT. The embedded default, offline on CPU:
 
-    python recipes/spin.py --config recipes/demo/spin.yaml
+    trl-dpr spin --config demo/spin.yaml
 """
 
 from trl_dpr.lfd import SPINConfig
