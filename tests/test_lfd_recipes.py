@@ -113,7 +113,8 @@ def test_spin_under_zero3_on_two_processes_answers_with_each_full_iterate(tmp_pa
     out = tmp_path / "spin"
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-        str(RECIPES / "accelerate_configs" / "zero3_cpu.yaml"), str(RECIPES / "spin.py"),
+        str(RECIPES / "accelerate_configs" / "zero3_cpu.yaml"),
+        str(ROOT / "tests" / "scripts" / "without_shm_op.py"), str(RECIPES / "spin.py"),  # no g++ build of a CPU op
         "--config", str(RECIPES / "demo" / "spin.yaml"), "--model_name_or_path", str(sft), "--sft_config", "",
         "--evaluation_config", "", "--output_dir", str(out), "--num_train_samples", "6", "--num_iterations", "2",
         "--max_new_tokens", "6", "--per_device_train_batch_size", "2", "--generation_batch_size", "2",

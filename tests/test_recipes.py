@@ -1,9 +1,6 @@
 """The recipes: strict YAML parsing, the paper's values in every backbone config, and a real `accelerate launch`."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +13,6 @@ from trl_dpr.data import load_demonstrations, openorca_to_conversation, prompts_
 from trl_dpr.running.memory import MemoryTarget
 from trl_dpr.running.pipeline import DPRScriptArguments, SFTScriptArguments
 from trl_dpr.running.recipe_parser import RecipeParser
-
-from .conftest import demo_evaluation_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
@@ -129,47 +124,23 @@ def test_datasets_without_demonstrations_or_prompts_are_rejected(tmp_path):
 
 
 @pytest.mark.slow
-def test_sft_then_dpr_recipes_through_accelerate_launch(tmp_path):
-    """recipes/sft.py then recipes/dpr.py (with its evaluation) as real subprocesses, on the embedded tiny model."""
-    common = {"dtype": "float32", "dataset_name": "trl_dpr/embedded-demo", "num_train_samples": 64, "bf16": False,
-              "use_cpu": True, "report_to": "none", "save_strategy": "no", "gradient_checkpointing": False, "seed": 0}
-    sft_dir = tmp_path / "sft"
-    sft_config = tmp_path / "sft.yaml"
-    sft_config.write_text(yaml.safe_dump({**common, "model_name_or_path": "trl_dpr/embedded-tiny-llama",
-                                          "output_dir": str(sft_dir), "max_steps": 4, "per_device_train_batch_size": 8,
-                                          "learning_rate": 1e-3, "max_length": 128}))
-    dpr_config = tmp_path / "dpr.yaml"
-    dpr_config.write_text(yaml.safe_dump({**common, "model_name_or_path": str(sft_dir), "output_dir": str(tmp_path / "dpr"),
-                                          "max_steps": 2, "per_device_train_batch_size": 4, "max_completion_length": 8,
-                                          "evaluation_config": demo_evaluation_yaml(
-                                              tmp_path / "eval.yaml", output_dir=str(tmp_path / "yaml_output_dir")),
-                                          "learning_rate": 1e-4}))
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(RECIPES / "accelerate_configs" / "cpu.yaml")]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    sft = subprocess.run([*launch, str(RECIPES / "sft.py"), "--config", str(sft_config)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert sft.returncode == 0, sft.stderr[-3000:]
+def test_sft_then_dpr_recipes_through_accelerate_launch(recipe_run):
+    """recipes/sft.py then recipes/dpr.py (with its evaluation) as real subprocesses, on the embedded tiny model (the
+    run of tests/conftest.py's `recipe_run`, which tests/test_secrets.py scans)."""
+    sft_dir, dpr_dir = recipe_run.work / "sft", recipe_run.work / "dpr"
     assert json.loads((sft_dir / "dpr_reference.json").read_text())["step"] == 2
-    dpr = subprocess.run([*launch, str(RECIPES / "dpr.py"), "--config", str(dpr_config)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert dpr.returncode == 0, dpr.stderr[-3000:]
-    assert "Stage 2/2: Evaluation: DPR vs SFT" in dpr.stdout
-    results = json.loads((tmp_path / "dpr" / "eval_results.json").read_text())
+    assert "Stage 2/2: Evaluation: DPR vs SFT" in recipe_run.dpr_stdout
+    results = json.loads((dpr_dir / "eval_results.json").read_text())
     (pairwise,) = results["pairwise"]
     assert pairwise["win_rate"]["n"] == 6 and 0.0 <= pairwise["win_rate"]["win_rate"] <= 1.0
     assert [a["method"] for a in results["accuracy"]] == ["SFT", "DPR"]
-    assert (tmp_path / "dpr" / "model.safetensors").is_file()
+    assert (dpr_dir / "model.safetensors").is_file()
     # the run's evaluation lands beside the run (runs/x/dpr → runs/x/eval), not in the YAML's output_dir
-    assert (tmp_path / "eval" / "results.json").is_file() and not (tmp_path / "yaml_output_dir").exists()
+    assert (recipe_run.work / "eval" / "results.json").is_file() and not (recipe_run.root / "yaml_output_dir").exists()
 
     # One evaluation path: recipes/evaluate.py with the same YAML, into a fresh folder (no cached answers), gives the
     # same numbers as the evaluation recipes/dpr.py ran.
-    again = subprocess.run([sys.executable, str(RECIPES / "evaluate.py"), "--config", str(tmp_path / "eval.yaml"),
-                            "--output_dir", str(tmp_path / "eval_again"), "--baseline", f"SFT={sft_dir}",
-                            "--candidates", f"DPR={tmp_path / 'dpr'}"], cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
-    repeated = json.loads((tmp_path / "eval_again" / "results.json").read_text())
+    repeated = json.loads((recipe_run.work / "eval_again" / "results.json").read_text())
     assert repeated["pairwise"][0]["win_rate"] == pairwise["win_rate"]
     assert repeated["accuracy"] == results["accuracy"]
 

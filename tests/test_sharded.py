@@ -53,26 +53,39 @@ def models(tmp_path_factory):
     return root
 
 
-def launch(engine: str, out: Path, models: Path, layout: str) -> dict:
+# The layouts each engine is checked on: all of them run in one launch per engine (process start-up, seconds per
+# process, is most of the cost of a launch), the single process on those the sharded runs are compared with.
+LAYOUTS = {"single": ("models", "shared_base"), "ddp": ("shared_base",), "fsdp": ("models", "shared_base", "third"),
+           "zero3": ("models", "shared_base", "third")}
+
+
+def launch(engine: str, out: Path, models: Path, layouts: tuple[str, ...]) -> dict:
+    """`accelerate launch` of sharded_check.py under `engine`, running `layouts` in turn; per layout, what it recorded."""
     command = [sys.executable, "-m", "accelerate.commands.launch",
                "--config_file", str(ROOT / "recipes" / "accelerate_configs" / CONFIGS[engine]),
-               str(SCRIPT), engine, str(out), str(models), layout]
+               str(SCRIPT), engine, str(out), str(models), ",".join(layouts)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
-    ranks = sorted(out.glob("rank*.pt"))
-    return {"ranks": [torch.load(r, weights_only=False) for r in ranks], "final": torch.load(out / "final.pt")}
+    runs = {}
+    for layout in layouts:
+        ranks = sorted((out / layout).glob("rank*.pt"))
+        runs[layout] = {"ranks": [torch.load(r, weights_only=False) for r in ranks],
+                        "final": torch.load(out / layout / "final.pt")}
+    return runs
 
 
 @pytest.fixture(scope="module")
-def single(models, tmp_path_factory):
-    """The one-process run of each layout, launched once."""
+def launched(models, tmp_path_factory):
+    """`launched(engine)[layout]`: what each rank recorded, each engine launched once (on first use) for its layouts."""
     runs = {}
 
-    def run(layout: str) -> dict:
-        if layout not in runs:
-            runs[layout] = launch("single", tmp_path_factory.mktemp(f"single-{layout}"), models, layout)
-        return runs[layout]
+    def run(engine: str) -> dict:
+        if engine not in runs:
+            if engine == "zero3":
+                pytest.importorskip("deepspeed", reason="ZeRO-3 needs the deepspeed extra: pip install -e '.[deepspeed]'")
+            runs[engine] = launch(engine, tmp_path_factory.mktemp(engine), models, LAYOUTS[engine])
+        return runs[engine]
 
     return run
 
@@ -88,10 +101,8 @@ def rows(run: dict, key: str) -> list[list]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["fsdp", "zero3"])
-def test_two_sharded_processes_train_like_one_process(engine, models, single, tmp_path):
-    if engine == "zero3":
-        pytest.importorskip("deepspeed", reason="ZeRO-3 needs the deepspeed extra: pip install -e '.[deepspeed]'")
-    sharded, whole = launch(engine, tmp_path, models, "models"), single("models")
+def test_two_sharded_processes_train_like_one_process(engine, models, launched):
+    sharded, whole = launched(engine)["models"], launched("single")["models"]
 
     # The scorers and the policy are sharded, not whole copies: each process holds about half of every model.
     for rank in sharded["ranks"]:
@@ -109,10 +120,8 @@ def test_two_sharded_processes_train_like_one_process(engine, models, single, tm
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["ddp", "fsdp", "zero3"])
-def test_shared_base_adapters_score_through_the_wrapped_policy_like_one_process(engine, models, single, tmp_path):
-    if engine == "zero3":
-        pytest.importorskip("deepspeed", reason="ZeRO-3 needs the deepspeed extra: pip install -e '.[deepspeed]'")
-    sharded, whole = launch(engine, tmp_path, models, "shared_base"), single("shared_base")
+def test_shared_base_adapters_score_through_the_wrapped_policy_like_one_process(engine, models, launched):
+    sharded, whole = launched(engine)["shared_base"], launched("single")["shared_base"]
     for rank in sharded["ranks"]:  # one model holds policy, π_SFT and π_ref: sharded except under DDP
         facts = rank["policy"]
         assert (facts["local"] < 0.6 * facts["full"]) == (engine != "ddp"), facts
@@ -137,10 +146,8 @@ def test_shared_base_adapters_score_through_the_wrapped_policy_like_one_process(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["fsdp", "zero3"])
-def test_a_third_checkpoint_of_a_user_reward_is_sharded_like_the_others(engine, models, tmp_path):
-    if engine == "zero3":
-        pytest.importorskip("deepspeed", reason="ZeRO-3 needs the deepspeed extra: pip install -e '.[deepspeed]'")
-    sharded = launch(engine, tmp_path, models, "third")
+def test_a_third_checkpoint_of_a_user_reward_is_sharded_like_the_others(engine, models, launched):
+    sharded = launched(engine)["third"]
     for rank in sharded["ranks"]:
         for model in ("teacher_scorer", "ref_scorer", "sft_scorer"):  # π_SFT stays: the KL reference
             facts = rank[model]

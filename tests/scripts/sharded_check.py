@@ -1,7 +1,7 @@
 """A few DPR steps on tiny models under one engine, recording what `tests/test_sharded.py` compares across engines.
 
-    sharded_check.py ENGINE OUTPUT_DIR MODELS_DIR [LAYOUT]     ENGINE: single | ddp | fsdp | zero3
-                                                                LAYOUT: models (default) | shared_base | third
+    sharded_check.py ENGINE OUTPUT_DIR MODELS_DIR [LAYOUT,...]   ENGINE: single | ddp | fsdp | zero3
+                                                                  LAYOUT: models (default) | shared_base | third
 
 `single` is one CPU process (`recipes/accelerate_configs/cpu.yaml`); `ddp`, `fsdp` and `zero3` are two CPU processes
 (gloo) under `recipes/accelerate_configs/cpu_ddp.yaml` / `fsdp_cpu.yaml` / `zero3_cpu.yaml`. LAYOUT `models`: π_SFT
@@ -9,7 +9,9 @@ and π_ref are two models (MODELS_DIR/sft, MODELS_DIR/ref) and the policy a thir
 is a LoRA SFT output with its reference adapter, so π_SFT, π_ref and the policy are three adapters on one base,
 scored through the policy's own (wrapped) model; `third`: a user's reward read off a third checkpoint
 (MODELS_DIR/teacher, r̂ = log π_teacher − log π_ref), given by name as `models={"teacher": ...}`. The global batch is the same (4 prompts per
-step) and generation is greedy, so every engine samples the same completions and takes the same SGD steps. Each rank
+step) and generation is greedy, so every engine samples the same completions and takes the same SGD steps. Several
+layouts, comma-separated, run one after the other in the same processes (one launch: the start-up of the processes,
+seconds each, is most of a launch), each with its own trainer and accelerator state, into OUTPUT_DIR/LAYOUT/. Each rank
 writes `rank{r}.pt`: its rows of the first batch (ids, masks, dense rewards, KL reference, log π_old, advantages),
 how its scorers are held (local vs full parameter counts, FSDP units) and the largest difference between its
 scorers' (gathered) weights and the weights on disk. Rank 0 writes `final.pt`, the trained policy's full weights.
@@ -94,14 +96,35 @@ def scorer_facts(model, engine: str, disk: dict) -> dict:
     return {"local": local, "full": full, "gap_to_disk": gap, "fsdp_units": units}
 
 
+def fresh_accelerator_state() -> None:
+    """Drop the finished layout's accelerator state (accelerate refuses a second DeepSpeed `Accelerator` in one
+    process; the process group is kept), as `trl_dpr.lfd.self_play` does between iterations."""
+    from accelerate.state import GradientState
+
+    AcceleratorState._reset_state()
+    GradientState._reset_state()
+
+
 def main():
     engine, out, models = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-    layout = sys.argv[4] if len(sys.argv) > 4 else "models"
-    shared_base = layout == "shared_base"
+    layouts = sys.argv[4].split(",") if len(sys.argv) > 4 else ["models"]
     torch.set_num_threads(1)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
     if engine == "fsdp":
         enable_fsdp_on_cpu()
+    if engine == "zero3":
+        from without_shm_op import skip_shm_op  # tests/scripts/: no g++ build of DeepSpeed's CPU op (a minute)
+
+        skip_shm_op()
+    for i, layout in enumerate(layouts):
+        if i:
+            fresh_accelerator_state()
+        (out / layout).mkdir(parents=True, exist_ok=True)
+        run_layout(engine, out / layout, models, layout)
+
+
+def run_layout(engine: str, out: Path, models: Path, layout: str) -> None:
+    shared_base = layout == "shared_base"
+    world = int(os.environ.get("WORLD_SIZE", "1"))
     args = DensePathConfig(
         output_dir=str(out / "dpr"), per_device_train_batch_size=GLOBAL_BATCH // world, max_steps=2,
         max_completion_length=6, learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", warmup_steps=0,
@@ -153,7 +176,10 @@ def main():
         return output
 
     trainer._generate_and_score_completions = recording_batch
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        algorithm.dense_path_advantages = original_advantages
     recorded["policy"] = scorer_facts(trainer.model, engine, {})  # the trained policy: sharded too
     if shared_base:
         assert trainer.reward_model.sft_model is trainer.reward_model.ref_model is trainer.accelerator.unwrap_model(trainer.model_wrapped)
