@@ -1,6 +1,7 @@
 """The recipes: strict YAML parsing, the paper's values in every backbone config, and a real `accelerate launch`."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
