@@ -32,6 +32,33 @@ def tokenizer():
     return build_tokenizer(CORPUS)
 
 
+# ---- subprocesses -----------------------------------------------------------------------------------------------
+
+
+def run_launch(command, *, timeout: float, **kwargs):
+    """`subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)` in a process group of its
+    own, the whole group killed when it times out (and after it ends). `accelerate launch` starts workers that outlive
+    a killed launcher: left running, they keep their port and process group, and every later launch on that port
+    waits for them until it too is killed."""
+    import signal
+    import subprocess
+
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, **kwargs)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        raise AssertionError(f"timed out after {timeout} s: {' '.join(map(str, command))}\n{stderr[-3000:]}") from None
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # workers the launcher left behind
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
 # ---- DPR builders shared by the trainer tests --------------------------------------------------------------------
 
 
@@ -209,7 +236,6 @@ def recipe_run(tmp_path_factory):
     Made once per session, also across pytest-xdist workers (`once_per_session`). Returns a namespace: `root` (every
     file the run wrote), `work` (sft/, dpr/, eval/, eval_again/), `env`, `sft_stdout`, `dpr_stdout`.
     """
-    import subprocess
     import sys
     from types import SimpleNamespace
 
@@ -249,7 +275,7 @@ def recipe_run(tmp_path_factory):
                                               "run_name": "dpr"}))
 
         def run(command, stdout_file):
-            result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+            result = run_launch(command, cwd=root, env=env, timeout=600)
             assert result.returncode == 0, f"{' '.join(command)}:\n{result.stderr[-3000:]}"
             (folder / stdout_file).write_text(result.stdout)
 

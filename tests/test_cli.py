@@ -14,6 +14,8 @@ import yaml
 from trl_dpr.running.cli import _launch_defaults, _resolve_accelerate_config, main, run
 from trl_dpr.running.recipe_parser import find_recipe_file, recipes_root
 
+from .conftest import run_launch
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -231,8 +233,8 @@ def test_a_built_wheel_runs_the_packaged_demo_outside_the_repository(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert memory.returncode == 0 and "**total per GPU**" in memory.stdout, memory.stderr[-2000:]
 
-    run = subprocess.run([*command, "dpr", "--config", "demo/dpr.yaml", "--accelerate_config", "cpu",
-                          *small_demo_overrides(work)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    run = run_launch([*command, "dpr", "--config", "demo/dpr.yaml", "--accelerate_config", "cpu",
+                      *small_demo_overrides(work)], cwd=work, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "| DPR |" in run.stdout
     assert (work / "runs" / "demo" / "dpr" / "model.safetensors").is_file()

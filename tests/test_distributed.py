@@ -11,6 +11,8 @@ import torch
 
 from trl_dpr.algorithm import whiten
 
+from .conftest import run_launch
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,7 +24,7 @@ def test_two_processes_whiten_globally_and_only_the_main_process_writes(tmp_path
         str(ROOT / "tests" / "scripts" / "distributed_check.py"), str(tmp_path),
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    result = run_launch(command, cwd=ROOT, env=env, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
 
     # whiten() on two row slices, one per process == whiten() of the whole tensor in one process
@@ -46,3 +48,4 @@ def _pad(tensor, ranks):
     """Right-pad a (B, T) tensor to the widest T of both processes (their completions differ in length)."""
     width = max(r["mask"].shape[1] for r in ranks)
     return torch.nn.functional.pad(tensor, (0, width - tensor.shape[1]))
+

@@ -2,7 +2,6 @@
 demonstrations as SFT and DPR, and the embedded default end to end."""
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from trl_dpr.lfd import GSILConfig, SelfPlayScriptArguments, SPINConfig
 from trl_dpr.running.memory import MemoryTarget
 from trl_dpr.running.recipe_parser import RecipeParser
 
-from .conftest import demo_evaluation_yaml
+from .conftest import demo_evaluation_yaml, run_launch
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
@@ -89,7 +88,7 @@ def test_the_recipe_runs_self_play_then_the_evaluation_against_sft(method, tmp_p
         "--max_new_tokens", "6", "--per_device_train_batch_size", "3", "--generation_batch_size", "3",
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    result = run_launch(command, cwd=ROOT, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     name = method.upper()
     assert f"| {name} |" in result.stdout and "accuracy % (95% CI)" in result.stdout
@@ -120,9 +119,12 @@ def test_spin_under_zero3_on_two_processes_answers_with_each_full_iterate(tmp_pa
         "--max_new_tokens", "6", "--per_device_train_batch_size", "2", "--generation_batch_size", "2",
         "--use_cpu", "false", "--ddp_backend", "gloo",
     ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "TORCH_EXTENSIONS_DIR": str(tmp_path / "torch_extensions")}
+    result = run_launch(command, cwd=ROOT, env=env, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
+    # no CPU op was built or loaded (each takes a lock there that a killed build leaves behind, hanging later runs)
+    assert not (tmp_path / "torch_extensions").exists()
 
     # One process, the same batches (2 prompts, seeded by their first index): the answers each iterate gives.
     prompts = prompts_and_demonstrations(load_demonstrations("trl_dpr/embedded-demo", num_samples=6, seed=0), "demo")[0]

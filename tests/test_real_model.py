@@ -12,13 +12,14 @@ Where the wheel is missing these tests fail and say how to install it; they neve
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+
+from .conftest import run_launch
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -48,7 +49,7 @@ def test_the_converted_folder_gives_the_gguf_loaders_logits_and_is_trainable(smo
 
 def _run(command, cwd, timeout):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    result = run_launch(command, cwd=cwd, env=env, timeout=timeout)
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     return result
 

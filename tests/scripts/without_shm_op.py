@@ -14,9 +14,10 @@ import sys
 
 def skip_shm_op() -> None:
     """Make DeepSpeed's process group start without building or using the shared-memory op (before it starts)."""
-    import deepspeed.comm.torch
+    import importlib
 
-    deepspeed.comm.torch.build_shm_op = lambda: None
+    # the module itself: the attribute `deepspeed.comm.torch` is the torch package (deepspeed.comm re-exports it)
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
 
 
 if __name__ == "__main__":
