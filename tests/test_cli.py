@@ -143,15 +143,20 @@ def test_a_user_error_exits_with_its_message_and_no_traceback(capsys):
 
 @pytest.mark.slow
 def test_a_user_error_inside_a_launched_recipe_exits_2_with_only_its_message(tmp_path):
-    """The mistake is found in the recipe's own process under `accelerate launch` (a missing SFT folder); the
-    `trl-dpr` process around it exits with the recipe's code and adds no traceback of the launcher."""
-    command = [sys.executable, "-c", "from trl_dpr.running.cli import main; main()"]
-    for stage, config in (("dpr", "demo/dpr.yaml"), ("spin", "demo/spin.yaml")):
-        bad = subprocess.run([*command, stage, "--config", config, "--model_name_or_path", str(tmp_path / "no_sft"),
-                              "--sft_config", "", "--output_dir", str(tmp_path / stage)], cwd=tmp_path,
-                             env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=300)
-        assert bad.returncode == 2, bad.stderr[-2000:]
-        assert "no_sft' does not exist" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[-2000:]
+    """A first `trl-dpr dpr` on a CPU machine (no `accelerate config` was run, OMP_NUM_THREADS unset, no
+    --accelerate_config) whose mistake is found in the recipe's own process under `accelerate launch` (a missing SFT
+    folder): the `trl-dpr` process around it exits with the recipe's code and adds no traceback of the launcher, and
+    accelerate warned of no value it had to choose itself (it did, for --num_processes and, under the cpu config,
+    --num_cpu_threads_per_process, before trl_dpr passed them). Every stage goes through the same `run`."""
+    env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"))  # accelerate's default config lives under it
+    bad = run_launch([sys.executable, "-c", "from trl_dpr.running.cli import main; main()", "dpr", "--config",
+                      "demo/dpr.yaml", "--model_name_or_path", str(tmp_path / "no_sft"), "--sft_config", "",
+                      "--output_dir", str(tmp_path / "dpr")], cwd=tmp_path, env=env, timeout=300)
+    assert bad.returncode == 2, bad.stderr[-2000:]
+    assert "no_sft' does not exist" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[-2000:]
+    assert "accelerate launch` and had defaults used instead" not in bad.stderr, bad.stderr[-2000:]
+    assert "was set to" not in bad.stderr, bad.stderr[-2000:]
 
 
 def test_debug_shows_the_traceback(monkeypatch):

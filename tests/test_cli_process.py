@@ -165,23 +165,6 @@ def test_trls_launcher_launches_the_packages_stage_script():
     assert launched[0].training_script_args == ["--config", "demo/dpr.yaml"] and launched[0].num_processes == 1
 
 
-@pytest.mark.slow  # imports torch: seconds
-@pytest.mark.slow
-def test_a_launch_on_a_machine_without_an_accelerate_config_prints_no_accelerate_defaults_warning(tmp_path):
-    """A first `trl-dpr dpr` on a CPU machine: no `accelerate config` was run, OMP_NUM_THREADS is not set, no
-    --accelerate_config. The recipe is launched (it then stops on the missing SFT folder, a user error) and
-    accelerate's launcher warned of no value it had to choose itself (it did, for --num_processes and, under the cpu
-    config, --num_cpu_threads_per_process, before trl_dpr passed them)."""
-    env = {key: value for key, value in ENV.items() if key != "OMP_NUM_THREADS"}
-    env["HF_HOME"] = str(tmp_path / "hf_home")  # accelerate's default config file lives under it: none here
-    result = subprocess.run([sys.executable, "-c", CLI, "dpr", "--config", "demo/dpr.yaml", "--model_name_or_path",
-                             str(tmp_path / "no_sft"), "--sft_config", "", "--output_dir", str(tmp_path / "out")],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 2 and "no_sft' does not exist" in result.stderr, result.stderr[-2000:]  # launched
-    assert "accelerate launch` and had defaults used instead" not in result.stderr, result.stderr[-2000:]
-    assert "was set to" not in result.stderr, result.stderr[-2000:]
-
-
 def test_the_package_imports_without_fcntl():
     # Simulates Windows, which has no fcntl: the output-folder lock is filelock's, which picks msvcrt there.
     result = subprocess.run([sys.executable, "-c", "import sys; sys.modules['fcntl'] = None\n"

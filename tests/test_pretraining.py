@@ -1,9 +1,9 @@
 """The embedded pretrained base: its corpus has the stated composition (checked by reading the documents, not by the
-generator's own bookkeeping), the build is written once and atomically, and pretraining teaches the task's format."""
+generator's own bookkeeping), the build is written once and atomically, and pretraining taught the shipped base the
+task's format."""
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -87,22 +87,28 @@ def test_the_base_is_built_once_and_an_interrupted_build_is_redone(tmp_path):
     assert (path / "pretraining.json").is_file()
 
 
-@pytest.mark.slow
-def test_pretraining_teaches_the_task_format(tmp_path):
+def test_pretraining_taught_the_shipped_base_the_task_format():
+    """On the shipped base, the output of this pretraining whose build tests/test_shipped_base.py pins (its recorded
+    losses, reproduced from the seeded init; its held-out loss, recomputed): a random-init model of this size writes no
+    "The answer is" at all, the pretrained one continues most held-out problems with a solution ending in the task's
+    answer sentence. (Training a small base here to show it took 150 steps, most of a minute.)"""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    settings = PretrainingSettings(num_documents=4000, max_steps=150, batch_size=16, block_size=128, vocab_size=600)
-    path = build_pretrained_base(tmp_path / "base", settings)
-    losses = json.loads((Path(path) / "pretraining.json").read_text())["losses"]
-    assert losses[0][1] > 5.0 and losses[-1][1] < 1.6, losses  # 6.4 → 1.03 measured
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    from trl_dpr.embedded.pretraining import SHIPPED_BASE
+    from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_BASE)
     prompts = [f"Question: {row[0]['content']}\nAnswer:" for row in held_out_split(num_prompts=20)["prompt"]]
     tokenizer.padding_side = "left"
     batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    with torch.no_grad():
-        out = model.generate(**batch, max_new_tokens=80, do_sample=False, pad_token_id=tokenizer.pad_token_id,
-                             eos_token_id=tokenizer.eos_token_id)
-    answers = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
-    # A random-init model of this size writes no "The answer is" at all; the pretrained one continues most problems
-    # with a solution ending in the task's answer sentence.
-    assert sum("The answer is" in answer for answer in answers) >= 12, answers  # 16 of 20 measured
+
+    def answers(model):
+        with torch.no_grad():
+            out = model.generate(**batch, max_new_tokens=80, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                                 eos_token_id=tokenizer.eos_token_id)
+        return tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+
+    pretrained = answers(AutoModelForCausalLM.from_pretrained(SHIPPED_BASE))
+    assert sum("The answer is" in answer for answer in pretrained) >= 16, pretrained
+    untrained = answers(build_tiny_causal_lm(tokenizer, "llama", hidden_size=128, num_layers=4, num_heads=4, seed=0))
+    assert not any("The answer is" in answer for answer in untrained), untrained
