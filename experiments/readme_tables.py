@@ -17,6 +17,8 @@ and two drawn here (`decoding_markdown`, `table1_markdown`) from the evaluations
                    trl-dpr evaluate --config demo.yaml --temperature 0.7 --output_dir runs/demo/eval_t0.7
                    trl-dpr evaluate --config demo.yaml --temperature 0 --samples_per_prompt 1 --output_dir runs/demo/eval_greedy
     table1         runs/table1_demo (python -m experiments.table1 --config experiments/configs/table1_demo.yaml)
+    regime_scan    runs/regime_scan/regime_scan.csv (python -m experiments.regime_scan --config
+                   experiments/configs/regime_scan_demo.yaml), one row per point: its DPR and wo/Baseline rows
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import re
 import sys
 from pathlib import Path
 
-__all__ = ["SOURCES", "decoding_markdown", "exact_paired_gain", "main", "replace_block", "table1_markdown", "table_text"]
+__all__ = ["SOURCES", "decoding_markdown", "exact_paired_gain", "main", "regime_markdown", "replace_block",
+           "table1_markdown", "table_text"]
 
 SOURCES = {
     "demo": "runs/demo/dpr/eval_results.json",
@@ -36,7 +40,9 @@ SOURCES = {
     "real_model": "runs/real_model_lfd/real_model.md",
     "demo_decoding": "runs/demo/eval/results.json runs/demo/eval_t0.7/results.json runs/demo/eval_greedy/results.json",
     "table1": "runs/table1_demo/evaluation/results.json runs/table1_demo/table1.md",
+    "regime_scan": "runs/regime_scan/regime_scan.csv",
 }
+REGIME_NOTES = {"scratch_s600_lr2e-3": " (the 0.1 demo)", "pretrained_s50_lr1e-4": " (the demo)"}  # point → its label
 DECODINGS = {"T = 1 (`make demo`)": 1.0, "T = 0.7 (the paper's)": 0.7, "greedy": 0.0}  # row → the answers' temperature
 
 
@@ -54,6 +60,10 @@ def table_text(name: str, root: Path = Path(".")) -> str | None:
         return decoding_markdown([json.loads(path.read_text()) for path in paths])
     if name == "table1":
         return table1_markdown(json.loads(paths[0].read_text()), paths[1].read_text())
+    if name == "regime_scan":
+        import csv
+
+        return regime_markdown(list(csv.DictReader(paths[0].open())))
     (path,) = paths
     if path.suffix == ".json":
         return json.loads(path.read_text())["table_markdown"].strip() + "\n"
@@ -126,6 +136,40 @@ def table1_markdown(report: dict, table1_md: str) -> str:
                      + f" | {win} |")
     times = [line for line in table1_md.splitlines() if line.startswith("Training time")]
     return "\n".join([*lines, "", *times]) + "\n"
+
+
+def regime_markdown(rows: list[dict]) -> str:
+    """The regime scan in one row per point (`regime_scan.csv` has one per point and reward variant): π_SFT's accuracy,
+    the DPR tilt's gain at the scan's λ and at its best λ, the wo/Baseline tilt's best gain, and whether DPR helps
+    ("yes, by N points" where its best interval is above 0 by less than one point of accuracy)."""
+    by_point = {}
+    for row in rows:
+        by_point.setdefault(row["point"], {})[row["variant"]] = row
+    lam = float(rows[0]["lambda"])
+    lines = [f"| base | SFT steps × lr, α | π_SFT accuracy | DPR tilt: gain at λ = {lam:g} (95% CI) | DPR tilt: best λ, "
+             "gain (95% CI) | wo/Baseline tilt: best gain | DPR helps |", "|---|---|---|---|---|---|---|"]
+    for point, variants in by_point.items():
+        dpr, baseline_free = variants["DPR"], variants["wo/Baseline"]
+        base = "random init" if "tiny-llama" in dpr["base"] else "pretrained"
+        mantissa, exponent = f"{float(dpr['sft_learning_rate']):.0e}".split("e")
+        setting = f"{dpr['sft_steps']} × {mantissa}e{int(exponent)}"
+        if point.endswith("_seed1"):
+            setting += ", SFT seed 1"
+        if float(dpr["reference_fraction"]) != 0.5:
+            setting += f", α = {float(dpr['reference_fraction']):g}"
+        setting += REGIME_NOTES.get(point, "")
+        if point in REGIME_NOTES and base == "pretrained":
+            setting = f"**{setting}**"
+        best_lambda = float(dpr["best_lambda"])
+        best = f"{float(dpr['best_gain']):+.3f} ({float(dpr['best_gain_ci_low']):+.3f} to {float(dpr['best_gain_ci_high']):+.3f})"
+        best = "∞ (none)" if math.isinf(best_lambda) else f"{best_lambda:g}: {best}"
+        helps = dpr["helps"] in ("True", "true", "1", True)
+        verdict = "no" if not helps else (
+            "**yes**" if float(dpr["best_gain"]) >= 0.01 else f"yes, by {100 * float(dpr['best_gain']):.1f} points")
+        lines.append(f"| {base} | {setting} | {float(dpr['sft_quality']):.3f} | {float(dpr['gain']):+.3f} "
+                     f"({float(dpr['gain_ci_low']):+.3f} to {float(dpr['gain_ci_high']):+.3f}) | {best} | "
+                     f"{float(baseline_free['best_gain']):+.3f} | {verdict} |")
+    return "\n".join(lines).replace("-0.", "−0.") + "\n"  # the README's minus sign
 
 
 def _block(name: str) -> re.Pattern:

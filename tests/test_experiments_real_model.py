@@ -2,6 +2,7 @@
 SFT's learning at π_ref, compute matching (steps for a wall time or FLOP budget, DPR's FLOPs), the KL per response, the
 preview read at a measured KL, paired gains, the preview's choice of α and λ, and the resume of every stage."""
 
+import csv
 import json
 import math
 from types import SimpleNamespace
@@ -242,3 +243,45 @@ def test_table1_has_one_row_per_method_with_the_best_accuracy_in_bold(tmp_path, 
     assert block[4].startswith("| DPR | **75.0** (") and "| 75.0 | 62.5 (" in block[4]
     assert block[5] == "| SPIN | 25.0 (" + block[3].split("(")[1].split(")")[0] + ") | 25.0 | 37.5 (25.0–50.0) |"
     assert block[7] == "Training time (min): SFT 1.0, DPR 2.0."
+
+
+def test_the_regime_table_has_one_row_per_point_from_its_dpr_and_wo_baseline_rows(tmp_path, monkeypatch):
+    from experiments.readme_tables import main as tables_main
+    from experiments.regime_scan import COLUMNS
+
+    def row(point, base, steps, lr, alpha, variant, quality, gain, best_lambda, best_gain, helps):
+        values = dict(point=point, base=base, sft_steps=steps, sft_learning_rate=lr, reference_fraction=alpha,
+                      variant=variant, sft_quality=quality, pass_at_n=0.9, **{"lambda": 1.0}, gain=gain,
+                      gain_ci_low=gain - 0.01, gain_ci_high=gain + 0.01, kl=0.1, best_lambda=best_lambda,
+                      best_gain=best_gain, best_gain_ci_low=best_gain - 0.004, best_gain_ci_high=best_gain + 0.004,
+                      best_kl=0.2, helps=helps)
+        return [values[c] for c in COLUMNS]
+
+    scratch, pretrained = "trl_dpr/embedded-tiny-llama", "trl_dpr/embedded-pretrained-llama"
+    rows = [row("scratch_s600_lr2e-3", scratch, 600, 2e-3, 0.5, "DPR", 0.4, -0.1, float("inf"), 0.0, False),
+            row("scratch_s600_lr2e-3", scratch, 600, 2e-3, 0.5, "wo/Baseline", 0.4, 0.05, 0.0, 0.1, True),
+            row("scratch_s600_lr2e-3", scratch, 600, 2e-3, 0.5, "oracle", 0.4, 0.3, 0.0, 0.5, True),
+            row("pretrained_s50_lr1e-4", pretrained, 50, 1e-4, 0.5, "DPR", 0.8, 0.04, 0.5, 0.05, True),
+            row("pretrained_s50_lr1e-4", pretrained, 50, 1e-4, 0.5, "wo/Baseline", 0.8, 0.2, 0.0, 0.25, True),
+            row("pretrained_s50_lr1e-4_alpha0.25", pretrained, 50, 1e-4, 0.25, "DPR", 0.8, -0.04, 8.0, 0.007, True),
+            row("pretrained_s50_lr1e-4_alpha0.25", pretrained, 50, 1e-4, 0.25, "wo/Baseline", 0.8, 0.2, 0.0, 0.25,
+                True),
+            row("pretrained_s50_lr1e-4_seed1", pretrained, 50, 1e-4, 0.5, "DPR", 0.78, 0.04, 0.5, 0.06, True),
+            row("pretrained_s50_lr1e-4_seed1", pretrained, 50, 1e-4, 0.5, "wo/Baseline", 0.78, 0.2, 0.0, 0.22, True)]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs/regime_scan").mkdir(parents=True)
+    with open(tmp_path / "runs/regime_scan/regime_scan.csv", "w", newline="") as out:
+        csv.writer(out).writerows([COLUMNS, *rows])
+    (tmp_path / "README.md").write_text("<!-- table:regime_scan -->\nold\n<!-- /table:regime_scan -->\n")
+    assert tables_main(["--write", "--check", "regime_scan"]) == 0
+    block = (tmp_path / "README.md").read_text().splitlines()[1:-1]
+    assert block[0].startswith("| base | SFT steps × lr, α | π_SFT accuracy | DPR tilt: gain at λ = 1 (95% CI) |")
+    assert block[2:] == [
+        "| random init | 600 × 2e-3 (the 0.1 demo) | 0.400 | −0.100 (−0.110 to −0.090) | ∞ (none) | +0.100 | no |",
+        "| pretrained | **50 × 1e-4 (the demo)** | 0.800 | +0.040 (+0.030 to +0.050) | 0.5: +0.050 (+0.046 to +0.054) "
+        "| +0.250 | **yes** |",
+        "| pretrained | 50 × 1e-4, α = 0.25 | 0.800 | −0.040 (−0.050 to −0.030) | 8: +0.007 (+0.003 to +0.011) | "
+        "+0.250 | yes, by 0.7 points |",
+        "| pretrained | 50 × 1e-4, SFT seed 1 | 0.780 | +0.040 (+0.030 to +0.050) | 0.5: +0.060 (+0.056 to +0.064) "
+        "| +0.220 | **yes** |",
+    ]
