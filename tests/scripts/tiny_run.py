@@ -1,7 +1,10 @@
-"""A tiny SFT or DPR run of the embedded pipeline, for the kill-and-resume and multi-process tests.
+"""A tiny SFT or DPR run of the embedded pipeline, for the kill-and-resume and concurrent-run tests.
 
     python tests/scripts/tiny_run.py sft OUTPUT_DIR [--resume] [--step-seconds S]
     python tests/scripts/tiny_run.py dpr OUTPUT_DIR --sft-dir SFT_DIR [--resume] [--step-seconds S] [--wait-for FILE]
+
+or `tiny_run(argv)` in a process forked from one that already imported torch and TRL (tests/test_checkpoint_safety.py:
+the same run, without the ~13 s of imports each new interpreter pays here).
 
 `--step-seconds` sleeps after each optimizer step (wall time only: it changes no number), so a test can kill the
 process between two checkpoints. `--wait-for FILE` holds the run after its first step until FILE exists, so a test
@@ -49,7 +52,7 @@ class WaitAfterFirstStep(TrainerCallback):
                 time.sleep(0.1)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("stage", choices=["sft", "dpr"])
     parser.add_argument("output_dir")
@@ -57,7 +60,7 @@ def main():
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--step-seconds", type=float, default=0.0)
     parser.add_argument("--wait-for")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     callbacks = [SlowSteps(args.step_seconds)] if args.step_seconds else []
     if args.wait_for:
@@ -82,5 +85,10 @@ def main():
         )
 
 
+def tiny_run(argv):
+    """`main(argv)` as the recipes run it: a refused input is a message and exit code 2."""
+    run(lambda _: main(argv), [])
+
+
 if __name__ == "__main__":
-    run(lambda _: main(), [])  # as the recipes run: a refused input is a message and exit code 2
+    tiny_run(None)

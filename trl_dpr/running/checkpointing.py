@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import errno
 import json
+import logging
 import os
 import re
 import shutil
@@ -30,7 +31,6 @@ import time
 from pathlib import Path
 
 import torch
-from accelerate.logging import get_logger
 from filelock import FileLock, Timeout
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
@@ -49,7 +49,9 @@ __all__ = [
     "write_checkpoint_manifest",
 ]
 
-logger = get_logger(__name__)
+# The standard logger, not accelerate's: these functions also run before any trainer has set up accelerate's state
+# (`trl-dpr dpr` looking for an unfinished SFT's checkpoint), where accelerate's logger raises.
+logger = logging.getLogger(__name__)
 
 _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 STAGING_DIRNAME = ".partial"
@@ -160,7 +162,8 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
         problem = checkpoint_problem(path)
         if problem is None:
             return path
-        logger.warning(f"Skipping {path} for resuming: {problem}. Trying the previous checkpoint.", main_process_only=True)
+        if int(os.environ.get("RANK", "0")) == 0:  # once per job, not once per process
+            logger.warning(f"Skipping {path} for resuming: {problem}. Trying the previous checkpoint.")
     return None
 
 
