@@ -8,8 +8,12 @@ the same numbers, and so are the final weights. Float32; the only difference bet
 gradient all-reduce / reduce-scatter sums, so the final weights agree to ~1e-8 (tolerance 1e-6, against weight
 changes of ~0.1 from the two steps). The rewards are also checked against an unpadded float64 forward of the models on
 disk: scoring the sharded scorers gathers their embeddings and LM head correctly.
+
+The DDP launch also runs the recipes' SFT → DPR (the `pipeline` layout): whitening over both processes, and only the
+main process writing π_ref's manifest and the model cards.
 """
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -19,6 +23,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from trl_dpr.algorithm import whiten
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 
 from .conftest import CORPUS, run_launch
@@ -54,7 +59,7 @@ def models(tmp_path_factory):
 
 # The layouts each engine is checked on: all of them run in one launch per engine (process start-up, seconds per
 # process, is most of the cost of a launch), the single process on those the sharded runs are compared with.
-LAYOUTS = {"single": ("models", "shared_base"), "ddp": ("shared_base",), "fsdp": ("models", "shared_base", "third"),
+LAYOUTS = {"single": ("models", "shared_base"), "ddp": ("shared_base", "pipeline"), "fsdp": ("models", "shared_base", "third"),
            "zero3": ("models", "shared_base", "third")}
 
 
@@ -68,6 +73,9 @@ def launch(engine: str, out: Path, models: Path, layouts: tuple[str, ...]) -> di
     assert result.returncode == 0, result.stderr[-4000:]
     runs = {}
     for layout in layouts:
+        if layout == "pipeline":  # what distributed_check.py wrote: its folder
+            runs[layout] = out / layout
+            continue
         ranks = sorted((out / layout).glob("rank*.pt"))
         runs[layout] = {"ranks": [torch.load(r, weights_only=False) for r in ranks],
                         "final": torch.load(out / layout / "final.pt")}
@@ -157,6 +165,35 @@ def test_a_third_checkpoint_of_a_user_reward_is_sharded_like_the_others(engine, 
             facts = rank[model]
             assert facts["local"] < 0.6 * facts["full"] and facts["gap_to_disk"] == 0.0, (model, facts)
     assert_rewards_are_the_models_on_disk(sharded, models / "teacher", models / "ref")
+
+
+@pytest.mark.slow
+def test_two_processes_whiten_globally_and_only_the_main_process_writes(launched):
+    """The recipes' SFT → DPR on two DDP processes (the `pipeline` layout of the DDP launch, tests/scripts/
+    distributed_check.py): whitening statistics are global, and only rank 0 writes π_ref's manifest and model cards."""
+    tmp_path = launched("ddp")["pipeline"]
+
+    # whiten() on two row slices, one per process == whiten() of the whole tensor in one process
+    whitened = json.loads((tmp_path / "whiten.json").read_text())
+    assert torch.allclose(torch.tensor(whitened["distributed"]), torch.tensor(whitened["single"]), atol=1e-6)
+
+    # inside DensePathTrainer: the advantages each process used are its rows of the whole batch, whitened once
+    ranks = [torch.load(tmp_path / f"advantages_rank{r}.pt") for r in (0, 1)]
+    returns = torch.cat([_pad(r["returns"], ranks) for r in ranks])
+    mask = torch.cat([_pad(r["mask"], ranks) for r in ranks])
+    used = torch.cat([_pad(r["advantages"], ranks) for r in ranks])
+    assert torch.allclose(used, whiten(returns, mask, distributed=False), atol=1e-5)
+    assert not torch.allclose(ranks[0]["advantages"], whiten(ranks[0]["returns"], ranks[0]["mask"], distributed=False))
+
+    writers = (tmp_path / "writers.log").read_text().split("\n")
+    assert sorted(w for w in writers if w) == ["manifest 0", "model_card 0"]
+    assert json.loads((tmp_path / "sft" / "dpr_reference.json").read_text())["step"] == 2
+
+
+def _pad(tensor, ranks):
+    """Right-pad a (B, T) tensor to the widest T of both processes (their completions differ in length)."""
+    width = max(r["mask"].shape[1] for r in ranks)
+    return torch.nn.functional.pad(tensor, (0, width - tensor.shape[1]))
 
 
 def assert_same_training(sharded: dict, whole: dict) -> None:

@@ -1,4 +1,5 @@
-"""Run under `accelerate launch --config_file recipes/accelerate_configs/cpu_ddp.yaml` (2 CPU processes, gloo).
+"""The recipes' pipeline on 2 CPU processes (gloo): the `pipeline` layout of sharded_check.py under DDP
+(`recipes/accelerate_configs/cpu_ddp.yaml`), or on its own:
 
     distributed_check.py OUTPUT_DIR
 
@@ -33,8 +34,11 @@ COMMON = dict(bf16=False, use_cpu=True, report_to="none", gradient_checkpointing
 
 
 def main():
-    out = Path(sys.argv[1])
     torch.set_num_threads(1)
+    run_pipeline(Path(sys.argv[1]))
+
+
+def run_pipeline(out: Path):
     sft_args = SFTConfig(output_dir=str(out / "sft"), max_steps=4, per_device_train_batch_size=4, learning_rate=1e-3,
                          max_length=128, **COMMON)
     rank, world = sft_args.process_index, sft_args.world_size  # also sets up the gloo process group

@@ -2,13 +2,15 @@
 
     sharded_check.py ENGINE OUTPUT_DIR MODELS_DIR [LAYOUT,...]   ENGINE: single | ddp | fsdp | zero3
                                                                   LAYOUT: models (default) | shared_base | third
+                                                                          | pipeline
 
 `single` is one CPU process (`recipes/accelerate_configs/cpu.yaml`); `ddp`, `fsdp` and `zero3` are two CPU processes
 (gloo) under `recipes/accelerate_configs/cpu_ddp.yaml` / `fsdp_cpu.yaml` / `zero3_cpu.yaml`. LAYOUT `models`: π_SFT
 and π_ref are two models (MODELS_DIR/sft, MODELS_DIR/ref) and the policy a third; `shared_base`: MODELS_DIR/adapters/sft
 is a LoRA SFT output with its reference adapter, so π_SFT, π_ref and the policy are three adapters on one base,
 scored through the policy's own (wrapped) model; `third`: a user's reward read off a third checkpoint
-(MODELS_DIR/teacher, r̂ = log π_teacher − log π_ref), given by name as `models={"teacher": ...}`. The global batch is the same (4 prompts per
+(MODELS_DIR/teacher, r̂ = log π_teacher − log π_ref), given by name as `models={"teacher": ...}`; `pipeline`: the
+recipes' SFT → DPR on the embedded task (distributed_check.py: global whitening, who writes what). The global batch is the same (4 prompts per
 step) and generation is greedy, so every engine samples the same completions and takes the same SGD steps. Several
 layouts, comma-separated, run one after the other in the same processes (one launch: the start-up of the processes,
 seconds each, is most of a launch), each with its own trainer and accelerator state, into OUTPUT_DIR/LAYOUT/. Each rank
@@ -119,7 +121,12 @@ def main():
         if i:
             fresh_accelerator_state()
         (out / layout).mkdir(parents=True, exist_ok=True)
-        run_layout(engine, out / layout, models, layout)
+        if layout == "pipeline":
+            from distributed_check import run_pipeline  # tests/scripts/
+
+            run_pipeline(out / layout)
+        else:
+            run_layout(engine, out / layout, models, layout)
 
 
 def run_layout(engine: str, out: Path, models: Path, layout: str) -> None:
