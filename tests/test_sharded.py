@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM
 from trl_dpr.algorithm import whiten
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 
-from .conftest import CORPUS, run_launch
+from .conftest import CORPUS, run_launch, save_sft_output
 from .reference import strip_padding, unpadded_logprobs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,8 @@ CONFIGS = {"single": "cpu.yaml", "ddp": "cpu_ddp.yaml", "fsdp": "fsdp_cpu.yaml",
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """models/{sft,ref}: two tiny Llamas; models/adapters/sft: a LoRA SFT output (+ dpr_reference/) on models/adapters/base."""
+    """models/{sft,ref,teacher}: tiny Llamas; models/adapters/sft: a LoRA SFT output (+ dpr_reference/) on
+    models/adapters/base; models/spin_sft: an SFT output for SPIN."""
     from peft import LoraConfig, get_peft_model
 
     from trl_dpr.embedded.tiny_lm import build_tokenizer
@@ -54,13 +55,14 @@ def models(tmp_path_factory):
         get_peft_model(AutoModelForCausalLM.from_pretrained(adapters / "base"), config).save_pretrained(folder)
         tokenizer.save_pretrained(folder)
     write_manifest(adapters / "sft", ReferenceManifest("dpr_reference", 0.5, 5, 10, is_adapter=True, base_model=str(adapters / "base")))
+    save_sft_output(root / "spin_sft", tokenizer)
     return root
 
 
 # The layouts each engine is checked on: all of them run in one launch per engine (process start-up, seconds per
 # process, is most of the cost of a launch), the single process on those the sharded runs are compared with.
 LAYOUTS = {"single": ("models", "shared_base"), "ddp": ("shared_base", "pipeline"), "fsdp": ("models", "shared_base", "third"),
-           "zero3": ("models", "shared_base", "third")}
+           "zero3": ("models", "shared_base", "third", "spin")}
 
 
 def launch(engine: str, out: Path, models: Path, layouts: tuple[str, ...]) -> dict:
@@ -68,12 +70,13 @@ def launch(engine: str, out: Path, models: Path, layouts: tuple[str, ...]) -> di
     command = [sys.executable, "-m", "accelerate.commands.launch",
                "--config_file", str(ROOT / "recipes" / "accelerate_configs" / CONFIGS[engine]),
                str(SCRIPT), engine, str(out), str(models), ",".join(layouts)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "TORCH_EXTENSIONS_DIR": str(out / "torch_extensions")}
     result = run_launch(command, cwd=ROOT, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     runs = {}
     for layout in layouts:
-        if layout == "pipeline":  # what distributed_check.py wrote: its folder
+        if layout in ("pipeline", "spin"):  # what distributed_check.py / the SPIN recipe wrote: its folder
             runs[layout] = out / layout
             continue
         ranks = sorted((out / layout).glob("rank*.pt"))
@@ -194,6 +197,31 @@ def _pad(tensor, ranks):
     """Right-pad a (B, T) tensor to the widest T of both processes (their completions differ in length)."""
     width = max(r["mask"].shape[1] for r in ranks)
     return torch.nn.functional.pad(tensor, (0, width - tensor.shape[1]))
+
+
+@pytest.mark.slow
+def test_spin_under_zero3_on_two_processes_answers_with_each_full_iterate(models, launched):
+    """ZeRO-3 loads π_t partitioned: its answers must still be those of the whole model (gathered for generation),
+    and the second iteration must get a fresh DeepSpeed accelerator (the `spin` layout of the ZeRO-3 launch)."""
+    from transformers import AutoTokenizer
+
+    from trl_dpr.data import load_demonstrations
+    from trl_dpr.lfd.self_play import answer_prompts, load_policy, prompts_and_demonstrations
+
+    out, sft = launched("zero3")["spin"] / "spin", models / "spin_sft"
+    # no CPU op was built or loaded (each takes a lock there that a killed build leaves behind, hanging later runs)
+    assert not (out.parents[1] / "torch_extensions").exists()
+    assert (out / "iteration-1").is_dir() and (out / "model.safetensors").is_file()
+
+    # One process, the same batches (2 prompts, seeded by their first index): the answers each iterate gives.
+    tokenizer = AutoTokenizer.from_pretrained(sft)
+    prompts = prompts_and_demonstrations(load_demonstrations("trl_dpr/embedded-demo", num_samples=6, seed=0), "demo")[0]
+    for t, model_dir in enumerate([sft, out / "iteration-0"]):
+        model = load_policy(str(model_dir), {"dtype": "float32"})
+        again = answer_prompts(model, tokenizer, prompts, out.parent / f"again-{t}.jsonl", temperature=0.8, top_p=0.95,
+                               max_new_tokens=6, batch_size=2, seed=100_003 * t, show_progress=False)
+        cached = [json.loads(line) for line in (out / "generations" / f"iteration-{t}.jsonl").read_text().splitlines()]
+        assert {r["prompt_index"]: r["completion_ids"] for r in cached} == {a["prompt_index"]: a["completion_ids"] for a in again}
 
 
 def assert_same_training(sharded: dict, whole: dict) -> None:

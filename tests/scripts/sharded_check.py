@@ -2,7 +2,7 @@
 
     sharded_check.py ENGINE OUTPUT_DIR MODELS_DIR [LAYOUT,...]   ENGINE: single | ddp | fsdp | zero3
                                                                   LAYOUT: models (default) | shared_base | third
-                                                                          | pipeline
+                                                                          | pipeline | spin
 
 `single` is one CPU process (`recipes/accelerate_configs/cpu.yaml`); `ddp`, `fsdp` and `zero3` are two CPU processes
 (gloo) under `recipes/accelerate_configs/cpu_ddp.yaml` / `fsdp_cpu.yaml` / `zero3_cpu.yaml`. LAYOUT `models`: π_SFT
@@ -10,7 +10,9 @@ and π_ref are two models (MODELS_DIR/sft, MODELS_DIR/ref) and the policy a thir
 is a LoRA SFT output with its reference adapter, so π_SFT, π_ref and the policy are three adapters on one base,
 scored through the policy's own (wrapped) model; `third`: a user's reward read off a third checkpoint
 (MODELS_DIR/teacher, r̂ = log π_teacher − log π_ref), given by name as `models={"teacher": ...}`; `pipeline`: the
-recipes' SFT → DPR on the embedded task (distributed_check.py: global whitening, who writes what). The global batch is the same (4 prompts per
+recipes' SFT → DPR on the embedded task (distributed_check.py: global whitening, who writes what); `spin`: the SPIN
+recipe for two iterations from MODELS_DIR/spin_sft (π_t gathered for generation, a fresh DeepSpeed accelerator for
+each iteration). The global batch is the same (4 prompts per
 step) and generation is greedy, so every engine samples the same completions and takes the same SGD steps. Several
 layouts, comma-separated, run one after the other in the same processes (one launch: the start-up of the processes,
 seconds each, is most of a launch), each with its own trainer and accelerator state, into OUTPUT_DIR/LAYOUT/. Each rank
@@ -125,8 +127,21 @@ def main():
             from distributed_check import run_pipeline  # tests/scripts/
 
             run_pipeline(out / layout)
+        elif layout == "spin":
+            run_spin(out / layout, models / "spin_sft")
         else:
             run_layout(engine, out / layout, models, layout)
+
+
+def run_spin(out: Path, sft: Path) -> None:
+    """recipes/spin.py's main on the demo recipe, small: 6 prompts, 2 iterations, 6 new tokens."""
+    from trl_dpr.scripts.spin import main as spin_main
+
+    recipes = Path(__file__).resolve().parents[2] / "recipes"
+    spin_main(["--config", str(recipes / "demo" / "spin.yaml"), "--model_name_or_path", str(sft), "--sft_config", "",
+               "--evaluation_config", "", "--output_dir", str(out / "spin"), "--num_train_samples", "6",
+               "--num_iterations", "2", "--max_new_tokens", "6", "--per_device_train_batch_size", "2",
+               "--generation_batch_size", "2", "--use_cpu", "false", "--ddp_backend", "gloo"])
 
 
 def run_layout(engine: str, out: Path, models: Path, layout: str) -> None:
