@@ -1,7 +1,9 @@
 """Shared fixtures: everything is built offline (no Hub access: HF_HUB_OFFLINE=1), in-process except the slow tier's
 runs that several tests check, each made once per session: SmolLM2's conversion, the recipes' SFT → DPR."""
 
+import multiprocessing
 import os
+import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -57,6 +59,48 @@ def run_launch(command, *, timeout: float, **kwargs):
         except ProcessLookupError:
             pass
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def _forked(target, args, stderr_path):
+    """The child's side of `Run`: its stderr (Python's and the C level's) into `stderr_path`, stdout discarded."""
+    sys.stdout = open(os.devnull, "w")
+    sys.stderr = open(stderr_path, "w", buffering=1)
+    os.dup2(sys.stdout.fileno(), 1)
+    os.dup2(sys.stderr.fileno(), 2)
+    target(*args)
+
+
+class Run:
+    """`target(*args)` in a process forked from this one; `.stderr()` is what it wrote to stderr, `.wait()` returns its
+    exit code (2 for a refused input, as `trl_dpr.running.cli.run` gives it; -9 once SIGKILLed).
+
+    For runs that need a process of their own (to be killed, to hold a lock) but not a new interpreter: a fork starts at once, where a new interpreter spends ~13 s importing torch
+    and TRL on these machines. The fork is a process of its own: its own descriptors and locks, its own exit code,
+    nothing shared with this process afterwards. Its atexit handlers do not run (multiprocessing ends it with
+    `os._exit`), so a target that needs something flushed at exit does it itself. Not for what a module reads from the
+    environment when it is imported (trackio's and W&B's folders: TRL imports both): that needs a new interpreter.
+    """
+
+    def __init__(self, target, *args, log):
+        self.log = Path(log)
+        self.process = multiprocessing.get_context("fork").Process(target=_forked, args=(target, args, str(self.log)))
+        self.process.start()
+        self.pid = self.process.pid
+
+    def alive(self):
+        return self.process.is_alive()
+
+    def wait(self, timeout=600):
+        self.process.join(timeout)
+        assert self.process.exitcode is not None, f"still running after {timeout} s: {self.stderr()[-3000:]}"
+        return self.process.exitcode
+
+    def kill(self):
+        self.process.kill()
+        return self.wait(60)
+
+    def stderr(self):
+        return self.log.read_text() if self.log.is_file() else ""
 
 
 # ---- DPR builders shared by the trainer tests --------------------------------------------------------------------

@@ -1,19 +1,16 @@
 """Checkpoints are complete or invisible; a killed run resumes to the same weights; π_ref is written exactly once.
 
 The runs that are killed, resumed or refused are real processes, SIGKILLed as a preempted job is: each is forked from
-this test process (`Run`), which has imported torch and TRL already, so a run starts in a fraction of a second instead
-of the ~13 s a new interpreter spends importing them here. A fork is still a process of its own: its own file
-descriptors and locks, its own exit code, nothing shared with this process after the fork.
+this test process (tests/conftest.py's `Run`), which has imported torch and TRL already, so a run starts in a fraction
+of a second instead of the ~13 s a new interpreter spends importing them here.
 """
 
 import errno
 import importlib.util
 import itertools
 import json
-import multiprocessing
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -31,6 +28,7 @@ from trl_dpr.running.checkpointing import (
     write_checkpoint_manifest,
 )
 
+from .conftest import Run
 from .conftest import dpr_trainer as make_trainer
 from .test_reference_callback import run_sft
 
@@ -111,41 +109,6 @@ def test_a_full_disk_while_saving_the_reference_fails_loudly_and_publishes_nothi
         run_sft(tokenizer, tmp_path, max_steps=4)
     assert not (tmp_path / MANIFEST_NAME).exists()
     assert not (tmp_path / "dpr_reference").exists()
-
-
-def _forked(target, args, stderr_path):
-    """The child's side of `Run`: its stderr (Python's and the C level's) into `stderr_path`, stdout discarded."""
-    sys.stdout = open(os.devnull, "w")
-    sys.stderr = open(stderr_path, "w", buffering=1)
-    os.dup2(sys.stdout.fileno(), 1)
-    os.dup2(sys.stderr.fileno(), 2)
-    target(*args)
-
-
-class Run:
-    """`target(*args)` in a forked process; `.stderr()` is what it wrote there, `.exitcode` its exit code (2 for a
-    refused input, as `run` gives it; -9 once SIGKILLed)."""
-
-    def __init__(self, target, *args, log):
-        self.log = Path(log)
-        self.process = multiprocessing.get_context("fork").Process(target=_forked, args=(target, args, str(self.log)))
-        self.process.start()
-        self.pid = self.process.pid
-
-    def alive(self):
-        return self.process.is_alive()
-
-    def wait(self, timeout=600):
-        self.process.join(timeout)
-        assert self.process.exitcode is not None, f"still running after {timeout} s: {self.stderr()[-3000:]}"
-        return self.process.exitcode
-
-    def kill(self):
-        self.process.kill()
-        return self.wait(60)
-
-    def stderr(self):
-        return self.log.read_text() if self.log.is_file() else ""
 
 
 RUN_NUMBERS = itertools.count()
