@@ -61,9 +61,10 @@ def run_launch(command, *, timeout: float, **kwargs):
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
-def _forked(target, args, stderr_path):
-    """The child's side of `Run`: its stderr (Python's and the C level's) into `stderr_path`, stdout discarded."""
-    sys.stdout = open(os.devnull, "w")
+def _forked(target, args, stderr_path, stdout_path):
+    """The child's side of `Run`: its stderr (Python's and the C level's) into `stderr_path`, stdout into `stdout_path`
+    (discarded if None)."""
+    sys.stdout = open(stdout_path or os.devnull, "w", buffering=1)
     sys.stderr = open(stderr_path, "w", buffering=1)
     os.dup2(sys.stdout.fileno(), 1)
     os.dup2(sys.stderr.fileno(), 2)
@@ -81,9 +82,10 @@ class Run:
     environment when it is imported (trackio's and W&B's folders: TRL imports both): that needs a new interpreter.
     """
 
-    def __init__(self, target, *args, log):
-        self.log = Path(log)
-        self.process = multiprocessing.get_context("fork").Process(target=_forked, args=(target, args, str(self.log)))
+    def __init__(self, target, *args, log, stdout_log=None):
+        self.log, self.stdout_log = Path(log), stdout_log and Path(stdout_log)
+        self.process = multiprocessing.get_context("fork").Process(
+            target=_forked, args=(target, args, str(self.log), stdout_log and str(stdout_log)))
         self.process.start()
         self.pid = self.process.pid
 
@@ -101,6 +103,9 @@ class Run:
 
     def stderr(self):
         return self.log.read_text() if self.log.is_file() else ""
+
+    def stdout(self):
+        return self.stdout_log.read_text() if self.stdout_log and self.stdout_log.is_file() else ""
 
 
 # ---- DPR builders shared by the trainer tests --------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """`trl-dpr` as a user's shell runs it: a real process each time, its exit code, its stderr (no traceback), and what it
-imports before it knows it needs it."""
+imports before it knows it needs it. A command that imports torch and TRL anyway runs in a process forked from this
+one (`trl_dpr_forked`), which has imported them: the same process behaviour, without ~13 s of imports per call."""
 
 import os
 import re
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from .conftest import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -23,6 +26,32 @@ def trl_dpr(*args, prelude: str = "", cwd=None, timeout=120, **kwargs) -> subpro
     """`trl-dpr ARGS` in a fresh interpreter; `prelude` runs first (to simulate a missing module)."""
     return subprocess.run([sys.executable, "-c", prelude + CLI, *args], cwd=cwd or ROOT, env=ENV, capture_output=True,
                           text=True, timeout=timeout, **kwargs)
+
+
+def _run_cli(args, cwd, env, before):
+    os.chdir(cwd)
+    os.environ.update(env)
+    if before is not None:
+        before()
+    from trl_dpr.running.cli import main
+
+    main(list(args))
+
+
+def trl_dpr_forked(*args, tmp_path, cwd=None, env=None, before=None, timeout=300) -> subprocess.CompletedProcess:
+    """`trl-dpr ARGS` in a process forked from this one (tests/conftest.py's `Run`), for a command that imports torch and
+    TRL anyway; `before()` runs first in that process (to simulate a missing module)."""
+    number = len(list(tmp_path.glob("cli-*.err")))
+    run = Run(_run_cli, args, str(cwd or ROOT), {**ENV, **(env or {})}, before, log=tmp_path / f"cli-{number}.err",
+              stdout_log=tmp_path / f"cli-{number}.out")
+    return subprocess.CompletedProcess(args, run.wait(timeout), run.stdout(), run.stderr())
+
+
+def without_matplotlib():
+    """A base install without the `plots` extra, in a process that may have imported matplotlib already."""
+    for name in [name for name in sys.modules if name == "matplotlib" or name.startswith("matplotlib.")]:
+        del sys.modules[name]
+    sys.modules["matplotlib"] = None
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -60,14 +89,6 @@ def test_help_and_recipes_load_no_torch():
         assert loaded.returncode == 0 and loaded.stderr.strip().splitlines()[-1] == "False False", loaded.stderr
 
 
-@pytest.mark.slow  # a process that imports torch and TRL: seconds
-def test_the_package_still_exports_its_public_names_on_first_use():
-    names = subprocess.run([sys.executable, "-c", "import sys, trl_dpr; assert 'torch' not in sys.modules; "
-                            "print(trl_dpr.DensePathConfig.__module__, trl_dpr.whiten.__module__)"], env=ENV,
-                           capture_output=True, text=True, timeout=120)
-    assert names.stdout.split() == ["trl_dpr.config", "trl_dpr.algorithm"], names.stderr[-2000:]
-
-
 def test_a_reader_that_closes_the_pipe_ends_the_command_quietly():
     read, write = os.pipe()
     os.close(read)  # `trl-dpr recipes | head -0`: the reader is gone before the first line is written
@@ -87,10 +108,9 @@ def test_heatmap_png_without_matplotlib_exits_2_naming_the_extra_before_loading_
     assert 'pip install "trl_dpr[plots]"' in result.stderr and "--formats html" in result.stderr
 
 
-@pytest.mark.slow  # a process that imports torch and TRL: seconds
 def test_preview_without_matplotlib_exits_2_naming_the_extra(tmp_path):
-    result = trl_dpr("preview", "--config", "demo.yaml", "--model_name_or_path", str(tmp_path / "no_sft"),
-                     "--output_dir", str(tmp_path / "out"), prelude=WITHOUT_MATPLOTLIB)
+    result = trl_dpr_forked("preview", "--config", "demo.yaml", "--model_name_or_path", str(tmp_path / "no_sft"),
+                            "--output_dir", str(tmp_path / "out"), tmp_path=tmp_path, before=without_matplotlib)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr and "plot: false" in result.stderr and "trl_dpr[plots]" in result.stderr
 
@@ -132,19 +152,17 @@ def test_an_invalid_value_in_a_shipped_recipe_exits_2_before_anything_is_launche
     assert not (tmp_path / "out").exists()  # nothing launched: no output folder claimed
 
 
-@pytest.mark.slow  # a process that imports torch and TRL: seconds
 def test_memory_plans_a_shipped_recipe_without_the_hub_from_outside_the_repository(tmp_path):
-    result = trl_dpr("memory", "--config", "llama-3.1-8b/dpr/config_qlora.yaml", cwd=tmp_path)
+    result = trl_dpr_forked("memory", "--config", "llama-3.1-8b/dpr/config_qlora.yaml", cwd=tmp_path, tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "**total per GPU**" in result.stdout
 
 
-@pytest.mark.slow  # a process that imports torch and TRL: seconds
 def test_memory_for_an_unknown_backbone_offline_says_how_to_plan_it(tmp_path):
     recipe = tmp_path / "mine.yaml"
     lines = (ROOT / "recipes" / "qwen2.5-7b" / "dpr" / "config_qlora.yaml").read_text().splitlines()
     recipe.write_text("\n".join(["# someone/NoSuchModel-1B: my recipe", *lines[1:]]) + "\n")
-    result = trl_dpr("memory", "--config", str(recipe), cwd=tmp_path)
+    result = trl_dpr_forked("memory", "--config", str(recipe), cwd=tmp_path, tmp_path=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "HF_HUB_OFFLINE=1" in result.stderr and "--model-config FOLDER" in result.stderr
 
@@ -165,12 +183,17 @@ def test_trls_launcher_launches_the_packages_stage_script():
     assert launched[0].training_script_args == ["--config", "demo/dpr.yaml"] and launched[0].num_processes == 1
 
 
-def test_the_package_imports_without_fcntl():
-    # Simulates Windows, which has no fcntl: the output-folder lock is filelock's, which picks msvcrt there.
+@pytest.mark.slow  # a process that imports torch and TRL: seconds
+def test_the_package_exports_its_public_names_on_first_use_and_imports_without_fcntl():
+    # Lazy exports: `import trl_dpr` loads no torch; a public name loads its module when first used. And Windows, which
+    # has no fcntl: the output-folder lock is filelock's, which picks msvcrt there.
     result = subprocess.run([sys.executable, "-c", "import sys; sys.modules['fcntl'] = None\n"
-                             "import trl_dpr.running.checkpointing, trl_dpr.trainer"], env=ENV, capture_output=True, text=True,
-                            timeout=120)
+                             "import trl_dpr; assert 'torch' not in sys.modules\n"
+                             "print(trl_dpr.DensePathConfig.__module__, trl_dpr.whiten.__module__)\n"
+                             "import trl_dpr.running.checkpointing, trl_dpr.trainer"], env=ENV, capture_output=True,
+                            text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[0].split() == ["trl_dpr.config", "trl_dpr.algorithm"], result.stdout[-2000:]
 
 
 def test_the_vllm_extra_is_trls_own_within_the_pinned_trl():
@@ -283,14 +306,11 @@ def test_a_gguf_recipe_without_the_gguf_extra_exits_2_with_the_install_line(tmp_
     assert NO_HEAVY_IMPORTS in result.stderr and not (tmp_path / "out").exists()
 
 
-@pytest.mark.slow  # imports TRL: seconds
 def test_without_a_cache_the_same_mistake_gets_the_same_message(tmp_path):
     """An unwritable or empty cache only makes the answer slower: the arguments are described from TRL's dataclasses
     on the spot, and checked by the same code."""
-    env = {**ENV, "TRL_DPR_CACHE": str(tmp_path / "empty")}
     args = ["sft", "--config", "demo/sft.yaml", "--learnig_rate", "1e-5"]
-    cold = subprocess.run([sys.executable, "-c", CLI, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    cold = trl_dpr_forked(*args, tmp_path=tmp_path, env={"TRL_DPR_CACHE": str(tmp_path / "empty")})
     warm = trl_dpr(*args)
     assert cold.returncode == warm.returncode == 2 and cold.stderr == warm.stderr, cold.stderr[-2000:]
     assert list((tmp_path / "empty").glob("cli-*.json"))  # written for the next call
