@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import Run
+from .conftest import run_forked
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -28,23 +28,12 @@ def trl_dpr(*args, prelude: str = "", cwd=None, timeout=120, **kwargs) -> subpro
                           text=True, timeout=timeout, **kwargs)
 
 
-def _run_cli(args, cwd, env, before):
-    os.chdir(cwd)
-    os.environ.update(env)
-    if before is not None:
-        before()
+def trl_dpr_forked(*args, tmp_path, cwd=None, env=None, before=None) -> subprocess.CompletedProcess:
+    """`trl-dpr ARGS` in a process forked from this one (tests/conftest.py's `run_forked`), for a command that imports
+    torch and TRL anyway; `before()` runs first in that process (to simulate a missing module)."""
     from trl_dpr.running.cli import main
 
-    main(list(args))
-
-
-def trl_dpr_forked(*args, tmp_path, cwd=None, env=None, before=None, timeout=300) -> subprocess.CompletedProcess:
-    """`trl-dpr ARGS` in a process forked from this one (tests/conftest.py's `Run`), for a command that imports torch and
-    TRL anyway; `before()` runs first in that process (to simulate a missing module)."""
-    number = len(list(tmp_path.glob("cli-*.err")))
-    run = Run(_run_cli, args, str(cwd or ROOT), {**ENV, **(env or {})}, before, log=tmp_path / f"cli-{number}.err",
-              stdout_log=tmp_path / f"cli-{number}.out")
-    return subprocess.CompletedProcess(args, run.wait(timeout), run.stdout(), run.stderr())
+    return run_forked(main, args, folder=tmp_path, cwd=cwd or ROOT, env={**ENV, **(env or {})}, before=before)
 
 
 def without_matplotlib():

@@ -69,8 +69,10 @@ def total_variation(p, q) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lam", [1.0, 2.0])
-def test_the_trainer_converges_to_the_tilted_policy(tmp_path, lam):
+def test_the_trainer_converges_to_the_tilted_policy_of_its_own_kl_coef(tmp_path):
+    """λ = 2, and the optima of λ = 1 and λ = 4 as controls: a trainer that used another strength (a KL term dropped,
+    doubled or halved) lands near one of those instead."""
+    lam = 2.0
     dirichlet = torch.distributions.Dirichlet(torch.full((len(OUTCOMES),), 0.7))
     torch.manual_seed(0)
     sft, ref = fitted(0, dirichlet.sample()), fitted(1, dirichlet.sample())
@@ -79,7 +81,7 @@ def test_the_trainer_converges_to_the_tilted_policy(tmp_path, lam):
 
     # The closed form: π_λ ∝ π_SFT · exp(R/λ), R = log π_SFT − log π_ref; and argmax R, where λ → 0 would go.
     reward = p_sft.log() - p_ref.log()
-    tilted = torch.softmax(p_sft.log() + reward / lam, dim=0)
+    tilted, halved, doubled = (torch.softmax(p_sft.log() + reward / strength, dim=0) for strength in (lam, lam / 2, lam * 2))
     argmax = torch.zeros_like(tilted)
     argmax[reward.argmax()] = 1.0
 
@@ -100,9 +102,11 @@ def test_the_trainer_converges_to_the_tilted_policy(tmp_path, lam):
     to_tilted = total_variation(trained, tilted)
     sft_to_tilted = total_variation(p_sft, tilted)
     argmax_to_tilted = total_variation(argmax, tilted)
+    other_strengths = min(total_variation(halved, tilted), total_variation(doubled, tilted))
     message = (f"λ={lam}: TV(trained, π_λ)={to_tilted:.4f}, TV(π_SFT, π_λ)={sft_to_tilted:.4f}, "
-               f"TV(argmax R, π_λ)={argmax_to_tilted:.4f}")
+               f"TV(argmax R, π_λ)={argmax_to_tilted:.4f}, TV(π_λ/2 or π_2λ, π_λ) ≥ {other_strengths:.4f}")
     print(message)
     assert sft_to_tilted > 0.2 and argmax_to_tilted > 0.2, message  # the toy separates the three
     assert to_tilted < 0.25 * sft_to_tilted, message
     assert to_tilted < 0.25 * argmax_to_tilted, message
+    assert to_tilted < 0.5 * other_strengths, message  # and λ's own optimum from those of λ/2 and 2λ

@@ -3,9 +3,6 @@
 
 import importlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,8 @@ from trl_dpr.embedded.task import is_correct
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.evaluation import EvaluationConfig, MissingAPIKeyError, load_prompt_set, run_evaluation
 from trl_dpr.running.recipe_parser import RecipeParser
+
+from .conftest import run_forked
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,8 +115,7 @@ def test_two_tiny_models_are_evaluated_end_to_end_with_the_exact_judge(tmp_path,
     assert "8 of 8 pairs judged, 0 unparseable" in markdown
 
 
-@pytest.mark.slow
-def test_the_recipe_runs_from_a_yaml_config_in_a_subprocess(tmp_path, saved_models):
+def test_the_recipe_runs_from_a_yaml_config_in_a_process_of_its_own(tmp_path, saved_models):
     config = {
         "output_dir": str(tmp_path / "eval"), "baseline": f"SFT={saved_models['sft']}",
         "candidates": [f"DPR={saved_models['dpr']}"], "benchmarks": ["demo"], "demo_num_prompts": 4,
@@ -126,9 +124,8 @@ def test_the_recipe_runs_from_a_yaml_config_in_a_subprocess(tmp_path, saved_mode
     }
     path = tmp_path / "evaluate.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, str(ROOT / "recipes" / "evaluate.py"), "--config", str(path)], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=300)
+    recipe = load_recipe()  # what recipes/evaluate.py runs, forked from this process (no new imports)
+    run = run_forked(lambda argv: recipe.run(recipe.main, argv), ["--config", str(path)], folder=tmp_path, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "| DPR |" in run.stdout and "results.json" in run.stdout
     results = json.loads((tmp_path / "eval" / "results.json").read_text())

@@ -1,8 +1,7 @@
 """recipes/spin.py and recipes/gsil.py: strict parsing, the papers' values in every backbone config, the same
 demonstrations as SFT and DPR, and the embedded default end to end."""
 
-import os
-import sys
+import importlib
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from trl_dpr.lfd import GSILConfig, SelfPlayScriptArguments, SPINConfig
 from trl_dpr.running.memory import MemoryTarget
 from trl_dpr.running.recipe_parser import RecipeParser
 
-from .conftest import demo_evaluation_yaml, run_launch
+from .conftest import demo_evaluation_yaml, run_forked
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
@@ -81,14 +80,16 @@ def test_the_recipe_runs_self_play_then_the_evaluation_against_sft(method, tmp_p
 
     sft = save_sft_output(tmp_path / "sft", tokenizer)
     evaluation = demo_evaluation_yaml(tmp_path / "evaluate.yaml", demo_num_prompts=4, samples_per_prompt=1)
-    command = [
-        sys.executable, str(RECIPES / f"{method}.py"), "--config", str(RECIPES / "demo" / f"{method}.yaml"),
+    from trl_dpr.running.cli import run
+
+    recipe = importlib.import_module(f"trl_dpr.scripts.{method}")  # what recipes/<method>.py runs, as it runs it
+    argv = [
+        "--config", str(RECIPES / "demo" / f"{method}.yaml"),
         "--model_name_or_path", str(sft), "--sft_config", "", "--evaluation_config", evaluation,
         "--output_dir", str(tmp_path / method), "--num_train_samples", "6", "--num_iterations", "1",
         "--max_new_tokens", "6", "--per_device_train_batch_size", "3", "--generation_batch_size", "3",
     ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    result = run_launch(command, cwd=ROOT, env=env, timeout=600)
+    result = run_forked(lambda args: run(recipe.main, args), argv, folder=tmp_path, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     name = method.upper()
     assert f"| {name} |" in result.stdout and "accuracy % (95% CI)" in result.stdout

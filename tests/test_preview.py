@@ -4,8 +4,6 @@ forwards, exact answers, a hand-written importance-weighting loop), its files, a
 import csv
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ from trl_dpr.analysis.sampling import sample_completions
 from trl_dpr.embedded.task import held_out_split, is_correct
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 
-from .conftest import save_sft_output
+from .conftest import run_forked, save_sft_output
 from .reference import unpadded_logprobs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,14 +117,15 @@ def test_a_trained_policy_is_placed_with_its_own_quality_and_kl(sft_output, toke
     assert by_name["other"].kl_ci_low <= by_name["other"].kl <= by_name["other"].kl_ci_high
 
 
-@pytest.mark.slow  # a subprocess: imports torch, trl and the models again (≈ 13 s)
 def test_the_recipe_runs_from_the_command_line(sft_output, tmp_path):
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "recipes" / "preview.py"), "--config", str(ROOT / "recipes" / "preview" / "demo.yaml"),
-         "--model_name_or_path", str(sft_output), "--output_dir", str(tmp_path / "out"), "--num_prompts", "4",
-         "--samples_per_prompt", "3", "--max_new_tokens", "5", "--bootstrap_resamples", "100"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
+    from trl_dpr.running.cli import run as run_recipe
+    from trl_dpr.scripts.preview import main
+
+    # what recipes/preview.py runs, in a process of its own (forked from this one: no new imports)
+    run = run_forked(lambda argv: run_recipe(main, argv), [
+        "--config", str(ROOT / "recipes" / "preview" / "demo.yaml"), "--model_name_or_path", str(sft_output),
+        "--output_dir", str(tmp_path / "out"), "--num_prompts", "4", "--samples_per_prompt", "3", "--max_new_tokens", "5",
+        "--bootstrap_resamples", "100"], folder=tmp_path, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "| reward | gain per nat near λ = ∞ |" in run.stdout
     assert (tmp_path / "out" / "preview.png").is_file()
