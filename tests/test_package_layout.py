@@ -121,3 +121,12 @@ def test_the_package_never_imports_experiment_code():
             if isinstance(node, (ast.Import, ast.ImportFrom)) and any(n.split(".")[0] == "experiments" for n in names):
                 offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
+
+
+def test_the_files_the_suite_starts_first_exist():
+    """tests/conftest.py's LONGEST_FIRST: a renamed test file would silently fall back to pytest's order (and a long
+    file started last ends the run alone)."""
+    from .conftest import LONGEST_FIRST
+
+    missing = [name for name in LONGEST_FIRST if not (ROOT / "tests" / name).is_file()]
+    assert missing == [], f"LONGEST_FIRST names test files that do not exist: {missing}"

@@ -99,7 +99,7 @@ def smollm2_sft_dpr(smollm2_hf, smollm2_root):
     sft, dpr = root / "sft", root / "dpr"
     evaluation = yaml.safe_load((ROOT / "recipes/evaluate/smollm2-135m.yaml").read_text())
     evaluation.update(output_dir=str(root / "eval"), baseline=f"SFT={sft}", candidates=[f"DPR={dpr}"],
-                      demo_num_prompts=2, samples_per_prompt=1, max_new_tokens=16, bootstrap_resamples=100)
+                      demo_num_prompts=1, samples_per_prompt=1, max_new_tokens=16, bootstrap_resamples=100)
     (root / "eval.yaml").write_text(yaml.safe_dump(evaluation))
     dpr_recipe = yaml.safe_load((ROOT / "recipes/smollm2-135m/dpr/config_full.yaml").read_text())
     dpr_recipe.pop("sft_config")  # the SFT below writes to the session's folder, not to the recipe's runs/ folder
@@ -112,7 +112,7 @@ def smollm2_sft_dpr(smollm2_hf, smollm2_root):
     # the session's conversion was found, not made again ("Converting <file> to a Hugging Face folder: ... (once)")
     assert "to a Hugging Face folder" not in sft_run.stdout + sft_run.stderr
     assert (smollm2_hf / "gguf_source.json").stat().st_mtime_ns == converted_at
-    _run([*trl_dpr, "dpr", "--config", str(root / "dpr.yaml"), "--max_steps", "1", "--per_device_train_batch_size", "2",
+    _run([*trl_dpr, "dpr", "--config", str(root / "dpr.yaml"), "--max_steps", "1", "--per_device_train_batch_size", "1",
           "--max_completion_length", "16"], root, 900)
     return sft, dpr
 
