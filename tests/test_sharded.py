@@ -26,12 +26,12 @@ from transformers import AutoModelForCausalLM
 from trl_dpr.algorithm import whiten
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 
-from .conftest import CORPUS, run_launch, save_sft_output
+from .conftest import CORPUS, Run, run_launch, save_sft_output
 from .reference import strip_padding, unpadded_logprobs
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "sharded_check.py"
-CONFIGS = {"single": "cpu.yaml", "ddp": "cpu_ddp.yaml", "fsdp": "fsdp_cpu.yaml", "zero3": "zero3_cpu.yaml"}
+CONFIGS = {"ddp": "cpu_ddp.yaml", "fsdp": "fsdp_cpu.yaml", "zero3": "zero3_cpu.yaml"}
 
 
 @pytest.fixture(scope="module")
@@ -65,15 +65,30 @@ LAYOUTS = {"single": ("models", "shared_base"), "ddp": ("shared_base", "pipeline
            "zero3": ("models", "shared_base", "third", "spin")}
 
 
+def _sharded_check():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import sharded_check
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return sharded_check
+
+
 def launch(engine: str, out: Path, models: Path, layouts: tuple[str, ...]) -> dict:
-    """`accelerate launch` of sharded_check.py under `engine`, running `layouts` in turn; per layout, what it recorded."""
-    command = [sys.executable, "-m", "accelerate.commands.launch",
-               "--config_file", str(ROOT / "recipes" / "accelerate_configs" / CONFIGS[engine]),
-               str(SCRIPT), engine, str(out), str(models), ",".join(layouts)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-           "TORCH_EXTENSIONS_DIR": str(out / "torch_extensions")}
-    result = run_launch(command, cwd=ROOT, env=env, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+    """`accelerate launch` of sharded_check.py under `engine`, running `layouts` in turn; per layout, what it recorded.
+    The single process the engines are compared with is sharded_check.py's main in a process forked from this one
+    (tests/conftest.py's `Run`: no launcher, no new imports)."""
+    argv = [engine, str(out), str(models), ",".join(layouts)]
+    if engine == "single":
+        single = Run(_sharded_check().main, argv, log=out / "single.log")
+        assert single.wait(600) == 0, single.stderr()[-4000:]
+    else:
+        command = [sys.executable, "-m", "accelerate.commands.launch",
+                   "--config_file", str(ROOT / "recipes" / "accelerate_configs" / CONFIGS[engine]), str(SCRIPT), *argv]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+               "TORCH_EXTENSIONS_DIR": str(out / "torch_extensions")}
+        result = run_launch(command, cwd=ROOT, env=env, timeout=600)
+        assert result.returncode == 0, result.stderr[-4000:]
     runs = {}
     for layout in layouts:
         if layout in ("pipeline", "spin"):  # what distributed_check.py / the SPIN recipe wrote: its folder

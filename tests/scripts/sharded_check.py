@@ -4,7 +4,7 @@
                                                                   LAYOUT: models (default) | shared_base | third
                                                                           | pipeline | spin
 
-`single` is one CPU process (`recipes/accelerate_configs/cpu.yaml`); `ddp`, `fsdp` and `zero3` are two CPU processes
+`single` is one CPU process (forked from the test process by tests/test_sharded.py); `ddp`, `fsdp` and `zero3` are two CPU processes
 (gloo) under `recipes/accelerate_configs/cpu_ddp.yaml` / `fsdp_cpu.yaml` / `zero3_cpu.yaml`. LAYOUT `models`: π_SFT
 and π_ref are two models (MODELS_DIR/sft, MODELS_DIR/ref) and the policy a third; `shared_base`: MODELS_DIR/adapters/sft
 is a LoRA SFT output with its reference adapter, so π_SFT, π_ref and the policy are three adapters on one base,
@@ -109,9 +109,10 @@ def fresh_accelerator_state() -> None:
     GradientState._reset_state()
 
 
-def main():
-    engine, out, models = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-    layouts = sys.argv[4].split(",") if len(sys.argv) > 4 else ["models"]
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    engine, out, models = argv[0], Path(argv[1]), Path(argv[2])
+    layouts = argv[3].split(",") if len(argv) > 3 else ["models"]
     torch.set_num_threads(1)
     if engine == "fsdp":
         enable_fsdp_on_cpu()
