@@ -1,7 +1,7 @@
 # The two commands a new user types on a fresh clone:
 #   make demo   # the embedded LfD pipeline, offline on CPU: SFT (+ reference checkpoint) → DPR → evaluation
 #   make test   # the whole test suite, both tiers in one run (what CI runs)
-# While developing: `make test-fast` (unit and small in-process tests, under a minute on 2 cores); `make test-slow`
+# While developing: `make test-fast` (unit and small in-process tests, about 1.5 min on 2 cores); `make test-slow`
 # (subprocess runs, notebooks, experiments end to end, the real SmolLM2). Tests run on PYTEST_WORKERS processes
 # (pytest-xdist), one torch thread each; a file's tests stay in one worker, so its shared runs are built once.
 # Each sets up .venv by itself. TORCH pins the torch this project is tested with. From PyPI alone, torch==2.13.0 is the
