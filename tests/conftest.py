@@ -1,5 +1,7 @@
 """Shared fixtures: everything is built offline (no Hub access: HF_HUB_OFFLINE=1), in-process except the slow tier's
-runs that several tests check, each made once per session: SmolLM2's conversion, the recipes' SFT → DPR."""
+runs that several tests check, each made once per session: SmolLM2's conversion, the recipes' SFT → DPR. Runs that
+need a process of their own but not a new interpreter are forked from the test process (`Run`, `run_forked`); the
+longest test files start first (`LONGEST_FIRST`)."""
 
 import multiprocessing
 import os
@@ -91,9 +93,9 @@ class Run:
     """`target(*args)` in a process forked from this one; `.stderr()` is what it wrote to stderr, `.wait()` returns its
     exit code (2 for a refused input, as `trl_dpr.running.cli.run` gives it; -9 once SIGKILLed).
 
-    For runs that need a process of their own (to be killed, to hold a lock) but not a new interpreter: a fork starts at once, where a new interpreter spends ~13 s importing torch
-    and TRL on these machines. The fork is a process of its own: its own descriptors and locks, its own exit code,
-    nothing shared with this process afterwards. Its atexit handlers do not run (multiprocessing ends it with
+    For runs that need a process of their own (to be killed, to hold a lock) but not a new interpreter: a fork starts
+    at once, where a new interpreter spends ~13 s importing torch and TRL on these machines. The fork is a process of
+    its own: its own descriptors and locks, its own exit code, nothing shared with this process afterwards. Its atexit handlers do not run (multiprocessing ends it with
     `os._exit`), so a target that needs something flushed at exit does it itself. Not for what a module reads from the
     environment when it is imported (trackio's and W&B's folders: TRL imports both): that needs a new interpreter.
     """
@@ -110,7 +112,10 @@ class Run:
 
     def wait(self, timeout=600):
         self.process.join(timeout)
-        assert self.process.exitcode is not None, f"still running after {timeout} s: {self.stderr()[-3000:]}"
+        if self.process.exitcode is None:  # a hung run fails its test and leaves no process behind
+            self.process.kill()
+            self.process.join(60)
+            raise AssertionError(f"still running after {timeout} s, killed: {self.stderr()[-3000:]}")
         return self.process.exitcode
 
     def kill(self):
