@@ -172,6 +172,28 @@ def test_trls_launcher_launches_the_packages_stage_script():
     assert launched[0].training_script_args == ["--config", "demo/dpr.yaml"] and launched[0].num_processes == 1
 
 
+def test_a_training_stage_is_launched_without_importing_trls_trainers_in_the_launching_process(tmp_path):
+    """`trl-dpr dpr` splits its arguments into the launcher's and the script's with the cached description, so the
+    process that runs `accelerate launch` imports accelerate (and torch), not TRL's trainers or transformers' Trainer
+    (~7 s more here, paid again by the launched processes). The split is the recipe parser's: the script gets the
+    recipe and its keys, accelerate its own flags, each in order."""
+    record = tmp_path / "launched.txt"
+    prelude = (  # TRL's launcher replaced by one that writes what it was given, then the imports at that point
+        "import sys, trl.cli.accelerate_launcher as launcher\n"
+        f"def record(script, launch_args, script_args): open({str(record)!r}, 'w').write(repr((script, launch_args, "
+        "script_args, sorted(m for m in ('trl.trainer', 'transformers.trainer', 'trl_dpr.running.pipeline') "
+        "if m in sys.modules))))\n"
+        "launcher.launch_training_script = record\n")
+    result = trl_dpr("dpr", "--config", "demo/dpr.yaml", "--num_processes", "1", "--max_steps", "3",
+                     "--main_process_port=29555", "--kl_coef", "0.5", prelude=prelude, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    script, launch_args, script_args, imported = eval(record.read_text())
+    assert imported == [] and script.endswith("trl_dpr/scripts/dpr.py")
+    recipe = str(ROOT / "recipes" / "demo" / "dpr.yaml")
+    assert script_args == ["--config", recipe, "--max_steps", "3", "--kl_coef", "0.5"]
+    assert launch_args[-3:] == ["--num_processes", "1", "--main_process_port=29555"]  # after the defaults trl_dpr adds
+
+
 @pytest.mark.slow  # a process that imports torch and TRL: seconds
 def test_the_package_exports_its_public_names_on_first_use_and_imports_without_fcntl():
     # Lazy exports: `import trl_dpr` loads no torch; a public name loads its module when first used. And Windows, which

@@ -126,7 +126,7 @@ def _resolve_accelerate_config(launch_args: list[str]) -> list[str]:
     (a file, or one of TRL's configs), as `trl sft --accelerate_config NAME` does."""
     from trl.cli.accelerate_config import resolve_accelerate_config_argument
 
-    from .recipe_parser import recipes_root
+    from .recipe_checks import recipes_root
 
     if "--accelerate_config" not in launch_args:
         return launch_args
@@ -163,7 +163,7 @@ def _launch_defaults(launch_args: list[str]) -> list[str]:
     from accelerate.commands.config.config_args import load_config_from_file
     from accelerate.commands.launch import launch_command_parser
 
-    from .recipe_parser import recipes_root
+    from .recipe_checks import recipes_root
 
     given = launch_command_parser().parse_args([*launch_args, "script.py"])  # accelerate's own reading of the flags
     extra = []
@@ -211,24 +211,21 @@ def _cpu_threads(local_processes: int) -> int:
     return max((psutil.cpu_count(logical=False) or os.cpu_count() or 1) // local_processes, 1)
 
 
-def _launch_training(stage: str, argv: list[str]) -> None:
-    """TRL's training command (`trl sft ...`, `trl.cli.commands.training`) for a trl_dpr stage: the stage's parser
-    checks the arguments here, before anything is launched; the arguments it does not know go to `accelerate launch`,
-    the rest to the stage's script (`trl_dpr/scripts/<stage>.py`), launched by TRL's `launch_training_script`."""
+def _launch_training(stage: str, argv: list[str], launch_args: list[str]) -> None:
+    """TRL's training command (`trl sft ...`, `trl.cli.commands.training`) for a trl_dpr stage, once the arguments
+    passed `_check_before_importing`: `launch_args` (the flags the stage's parser does not know, which it found to be
+    the launcher's) go to `accelerate launch`, the rest to the stage's script (`trl_dpr/scripts/<stage>.py`), launched
+    by TRL's `launch_training_script`. This process imports accelerate (and torch) only, not TRL's trainers: the
+    script parses its arguments again, with TRL's dataclasses, in the launched processes."""
     from trl.cli.accelerate_launcher import launch_training_script
 
-    from .recipe_parser import find_recipe_file
+    from .recipe_checks import find_recipe_file
 
     if "--config" in argv:
         index = argv.index("--config") + 1
         argv[index] = find_recipe_file(argv[index])
-    parser = _stage_parser(stage)
-    # Unlike `trl sft`, a YAML key no dataclass has is an error (RecipeParser), not an argument for accelerate.
-    *_, _, unknown = parser.parse_args_and_config(
-        argv, return_remaining_strings=True, fail_with_unknown_args=False, separate_remaining_strings=True
-    )
-    launch_args = _launch_defaults(_resolve_accelerate_config(list(unknown)))
-    script_args = _without(argv, list(unknown))
+    script_args = _without(argv, launch_args)
+    launch_args = _launch_defaults(_resolve_accelerate_config(list(launch_args)))
     try:
         # TRL joins the script name to its own trl/scripts folder; an absolute path stands for itself (pathlib's
         # joinpath), so the package's own script is launched (tests/test_cli.py checks the script accelerate is given).
@@ -358,10 +355,11 @@ def _light_parser(stage: str):
     return LightRecipeParser(description)
 
 
-def _check_before_importing(stage: str, argv: list[str], parser=None) -> None:
+def _check_before_importing(stage: str, argv: list[str], parser=None) -> list[str]:
     """What can be checked in the arguments of `trl-dpr <stage>` without TRL: a recipe is given, its keys and the
     flags are known, every value fits its field (`LightRecipeParser.check_recipe`), and a GGUF base model has its
-    reader installed. A ValueError (or ModuleNotFoundError) says what is wrong."""
+    reader installed. A ValueError (or ModuleNotFoundError) says what is wrong. Returns the arguments that are the
+    launcher's (`accelerate launch` flags and their values), in their order."""
     from .gguf import check_gguf_reader
 
     if "--config" not in argv:
@@ -370,8 +368,9 @@ def _check_before_importing(stage: str, argv: list[str], parser=None) -> None:
             f"of one shipped with trl_dpr (`trl-dpr recipes` lists them; e.g. --config {EXAMPLE_RECIPES[stage]}). "
             f"`trl-dpr {stage} --help` lists the keys."
         )
-    values = (parser or _light_parser(stage)).check_recipe(argv)
+    values, launch_args = (parser or _light_parser(stage)).check_recipe(argv)
     check_gguf_reader(getattr(values, "model_name_or_path", None))
+    return launch_args
 
 
 def _run_stage(stage: str, argv: list[str]) -> None:
@@ -380,9 +379,9 @@ def _run_stage(stage: str, argv: list[str]) -> None:
     if "-h" in argv or "--help" in argv:
         parser.print_help()
         return
-    _check_before_importing(stage, argv, parser)
+    launch_args = _check_before_importing(stage, argv, parser)
     if stage in TRAINING_STAGES:
-        _launch_training(stage, argv)
+        _launch_training(stage, argv, launch_args)
     else:
         importlib.import_module(f"trl_dpr.scripts.{IN_PROCESS[stage]}").main(argv)
 

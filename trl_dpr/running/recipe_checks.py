@@ -604,10 +604,10 @@ class LightRecipeParser(RecipeChecks, argparse.ArgumentParser):
         self.launcher_flags = description["launcher_flags"]
         self._start_checks()
 
-    def check_recipe(self, args: list[str]):
+    def check_recipe(self, args: list[str]) -> tuple[argparse.Namespace, list[str]]:
         """Every check `RecipeParser.parse_args_and_config(args)` makes before it builds the dataclasses; returns the
-        namespace of the values (YAML, then command line). Flags it does not know are errors, unless the description
-        lists them as the launcher's (`launcher_flags`)."""
+        namespace of the values (YAML, then command line) and the arguments left for the launcher. Flags it does not
+        know are errors, unless the description lists them as the launcher's (`launcher_flags`)."""
         import yaml
 
         args = list(args)
@@ -625,4 +625,4 @@ class LightRecipeParser(RecipeChecks, argparse.ArgumentParser):
             self.set_defaults_with_config(**config)
         namespace, remaining = self.parse_known_args(args)
         self.check_unknown_flags(remaining, self.launcher_flags)
-        return namespace
+        return namespace, remaining
