@@ -43,7 +43,7 @@ def tokenizer():
 # most tests first, and these long files, with few tests each, last), so a long file started at the end would finish
 # the run alone while the other worker idles. The other files keep pytest's order.
 LONGEST_FIRST = ("test_sharded.py", "test_real_model.py", "test_notebooks.py", "test_cli.py", "test_recipes.py",
-                 "test_experiments.py", "test_shipped_base.py", "test_tracking.py", "test_cli_process.py",
+                 "test_experiments.py", "test_shipped_base.py", "test_cli_process.py",
                  "test_checkpoint_safety.py", "test_lfd_table1.py", "test_convergence.py")
 
 
@@ -320,9 +320,10 @@ def once_per_session(tmp_path_factory, name: str, make) -> Path:
 def recipe_run(tmp_path_factory):
     """recipes/sft.py, then recipes/dpr.py with its evaluation, each through a real `accelerate launch` on the embedded
     tiny model, reporting to W&B (offline), TensorBoard and trackio with FAKE_SECRETS in the environment and every
-    place a process may write (home, caches, temporary files, trackers) inside one folder; then recipes/evaluate.py
-    with the same evaluation YAML into a fresh folder. One run, checked by tests/test_recipes.py (what the recipes
-    write, and print) and tests/test_secrets.py (no file holds a secret).
+    place a process may write (home, caches, temporary files, trackers) inside one folder; DPR logs every step and
+    writes token heatmaps of 2 rollouts at each (`heatmap_steps: 1`); then recipes/evaluate.py with the same evaluation
+    YAML into a fresh folder. One run, checked by tests/test_recipes.py (what the recipes write, and print),
+    tests/test_tracking.py (what the trackers hold) and tests/test_secrets.py (no file holds a secret).
 
     Made once per session, also across pytest-xdist workers (`once_per_session`). Returns a namespace: `root` (every
     file the run wrote), `work` (sft/, dpr/, eval/, eval_again/), `env`, `sft_stdout`, `dpr_stdout`.
@@ -363,7 +364,7 @@ def recipe_run(tmp_path_factory):
                                               "max_steps": 2, "per_device_train_batch_size": 4,
                                               "max_completion_length": 8, "learning_rate": 1e-4, "logging_steps": 1,
                                               "log_completions": True, "evaluation_config": evaluation,
-                                              "run_name": "dpr"}))
+                                              "run_name": "dpr", "heatmap_steps": 1, "heatmap_samples": 2}))
 
         def run(command, stdout_file):
             result = run_launch(command, cwd=root, env=env, timeout=600)

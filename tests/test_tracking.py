@@ -1,12 +1,9 @@
 """Tracking: token-reward heatmaps of recent completions, and the DPR metrics in W&B (offline), TensorBoard and trackio
-(local), each read back from what the tracker wrote."""
+(local), each read back from what the tracker wrote during the recipes' launched run (tests/conftest.py's
+`recipe_run`)."""
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -104,44 +101,14 @@ def test_the_callback_needs_a_dense_path_trainer_and_positive_settings(tokenizer
 # ---- the trackers, read back from what they wrote ----------------------------------------------------------------
 
 
-RUN = textwrap.dedent("""
-    import json, sys, torch
-    torch.set_num_threads(1)
-    from datasets import Dataset
-    from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
-    from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
-    from trl_dpr.analysis.tracking import TokenHeatmapCallback
-
-    out = sys.argv[1]
-    tok = build_tokenizer(["What is 12+7? 12+7=19. The answer is 19.", "hello world, the cat sat on the mat"])
-    reward_model = CheckpointRewardModel(build_tiny_causal_lm(tok, seed=0), build_tiny_causal_lm(tok, seed=1),
-                                         processing_class=tok)
-    prompts = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What is {i}+{2 * i}?"}] for i in range(8)]})
-    args = DensePathConfig(output_dir=f"{out}/dpr", per_device_train_batch_size=4, max_steps=2, max_completion_length=6,
-                           learning_rate=1e-3, logging_steps=1, bf16=False, use_cpu=True, save_strategy="no", seed=0,
-                           kl_coef=0.1, report_to=["wandb", "tensorboard", "trackio"], run_name="tiny-dpr",
-                           project="trl-dpr-tests")
-    trainer = DensePathTrainer(model=None, reward_model=reward_model, args=args, train_dataset=prompts,
-                               processing_class=tok)
-    trainer.add_callback(TokenHeatmapCallback(trainer, every_n_steps=1, num_samples=2))
-    trainer.train()
-    import wandb
-    wandb.finish()
-    json.dump(trainer.state.log_history, open(f"{out}/log_history.json", "w"))
-""")
-
-
 @pytest.fixture(scope="module")
-def tracked_run(tmp_path_factory):
-    """A tiny DPR run reporting to W&B (offline), TensorBoard and trackio (local), in its own process (trackers keep
-    global state) with every tracker writing under a temporary folder."""
-    out = tmp_path_factory.mktemp("tracked")
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(out), "WANDB_SILENT": "true",
-           "TRACKIO_DIR": str(out / "trackio"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(ROOT)}
-    run = subprocess.run([sys.executable, "-c", RUN, str(out)], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return out, json.loads((out / "log_history.json").read_text())
+def tracked_run(recipe_run):
+    """The DPR of tests/conftest.py's `recipe_run`: recipes/dpr.py through `accelerate launch`, 2 steps reporting to
+    W&B (offline), TensorBoard and trackio (local), every tracker writing under the run's folder, with token heatmaps
+    of 2 rollouts at each step (`heatmap_steps: 1`). Returns the folder the trackers wrote into and the DPR's log
+    history (its last checkpoint's trainer_state.json)."""
+    (state,) = (recipe_run.work / "dpr").glob("checkpoint-2/trainer_state.json")
+    return recipe_run.work, json.loads(state.read_text())["log_history"]
 
 
 def wandb_records(path: Path):
@@ -165,8 +132,7 @@ def wandb_records(path: Path):
             yield record
 
 
-def wandb_history(out: Path) -> list[dict]:
-    (run_file,) = out.glob("wandb/offline-run-*/run-*.wandb")
+def wandb_history(run_file: Path) -> list[dict]:
     rows = []
     for record in wandb_records(run_file):
         if record.WhichOneof("record_type") == "history":
@@ -174,10 +140,17 @@ def wandb_history(out: Path) -> list[dict]:
     return rows
 
 
+def dpr_wandb_run(out: Path) -> tuple[Path, list[dict]]:
+    """The offline W&B run of the DPR (the SFT wrote one too, beside it): its folder and its history rows."""
+    runs = {run_file.parent: wandb_history(run_file) for run_file in out.glob("wandb/offline-run-*/run-*.wandb")}
+    (dpr,) = [folder for folder, rows in runs.items() if any("train/reward" in row for row in rows)]
+    return dpr, runs[dpr]
+
+
 @pytest.mark.slow
 def test_wandb_offline_run_logs_the_dpr_metrics(tracked_run):
     out, log_history = tracked_run
-    rows = [row for row in wandb_history(out) if "train/reward" in row]
+    rows = [row for row in dpr_wandb_run(out)[1] if "train/reward" in row]
     assert [row["train/global_step"] for row in rows] == [1, 2]
     for row, logged in zip(rows, log_history):
         for name in DPR_METRICS:
@@ -187,10 +160,11 @@ def test_wandb_offline_run_logs_the_dpr_metrics(tracked_run):
 @pytest.mark.slow
 def test_wandb_offline_run_holds_the_heatmaps_as_html(tracked_run):
     out, _ = tracked_run
-    rows = [row for row in wandb_history(out) if "heatmaps/token_rewards/_type" in row]
+    run_dir, history = dpr_wandb_run(out)
+    rows = [row for row in history if "heatmaps/token_rewards/_type" in row]
     assert [row["train/global_step"] for row in rows] == [1, 2]
     assert {row["heatmaps/token_rewards/_type"] for row in rows} == {"html-file"}
-    (run_dir,) = out.glob("wandb/offline-run-*")
+    assert sorted(p.name for p in (out / "dpr" / "heatmaps").iterdir()) == ["step-00001.html", "step-00002.html"]
     for row in rows:
         page = (run_dir / "files" / row["heatmaps/token_rewards/path"]).read_text()
         assert page.count('class="pair"') == 2 and "data-reward=" in page
@@ -213,7 +187,7 @@ def test_tensorboard_logs_the_dpr_metrics(tracked_run):
 @pytest.mark.slow
 def test_trackio_local_run_logs_the_dpr_metrics_and_the_heatmaps(tracked_run):
     out, log_history = tracked_run
-    with sqlite3.connect(out / "trackio" / "trl-dpr-tests.db") as db:
+    with sqlite3.connect(out / "trackio" / "trl-dpr-secrets.db") as db:
         rows = [json.loads(metrics) for (metrics,) in db.execute("SELECT metrics FROM metrics ORDER BY id")]
     scalars = [row for row in rows if "train/reward" in row]
     assert [row["train/global_step"] for row in scalars] == [1, 2]

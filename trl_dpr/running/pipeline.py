@@ -135,6 +135,20 @@ class DPRScriptArguments(SFTScriptArguments):
             "model (written to <output_dir>-merged) instead of as the adapter."
         },
     )
+    heatmap_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Every this many optimizer steps, the token-reward heatmaps of the last heatmap_samples rollouts "
+            "(`TokenHeatmapCallback`): written to <output_dir>/heatmaps/ and logged to W&B and trackio when the run "
+            "reports to them. 0: none."
+        },
+    )
+    heatmap_samples: int = field(default=4, metadata={"help": "Rollouts per heatmap page (with heatmap_steps)."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.heatmap_steps and self.heatmap_samples < 1:
+            raise ValueError(f"heatmap_samples must be at least 1 rollout per heatmap page, got {self.heatmap_samples}.")
 
 
 def print_stage(index: int, total: int, title: str) -> None:
@@ -419,6 +433,10 @@ def run_dpr(
         peft_config=None if shares_base else get_peft_config(model_args),
         callbacks=callbacks,
     )
+    if script_args.heatmap_steps:
+        from ..analysis.tracking import TokenHeatmapCallback
+
+        trainer.add_callback(TokenHeatmapCallback(trainer, script_args.heatmap_steps, script_args.heatmap_samples))
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     if push:
