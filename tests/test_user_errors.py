@@ -119,6 +119,7 @@ CASES = [
     ("reward_weights is a no-op", "dpr", {"reward_weights": [2.0]}, [], r"reward_weights: \[2\.0\] is not used: DPR has one reward", True),
     ("zero train samples (DPR)", "dpr", {"num_train_samples": 0}, [], r"num_train_samples must be a positive number", True),
     ("zero train samples (SFT)", "sft", {"num_train_samples": 0}, [], r"num_train_samples must be a positive number", True),
+    ("heatmaps of no rollouts", "dpr", {"heatmap_steps": 10, "heatmap_samples": 0}, [], r"heatmap_samples must be at least 1", True),
     ("more samples than rows", "sft", {"num_train_samples": 10**7}, [], r"num_samples=10000000 but .* has 6000 rows", True),
     ("alpha 0", "sft", {"reference_fraction": 0.0}, [], r"strictly between 0 and 1", True),
     ("alpha above 1", "sft", {"reference_fraction": 1.5}, [], r"strictly between 0 and 1", True),
