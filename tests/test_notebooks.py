@@ -52,8 +52,12 @@ def kernel_env(tmp_path, monkeypatch):
     return work
 
 
+# The tests check what each cell shows, not how well the tiny model learns: SFT of 8 steps instead of the notebooks' 40.
+SFT_STEPS = 8
+
+
 def execute(name: str, work: Path):
-    notebook = inject_parameters(load(name), OFFLINE=True)
+    notebook = inject_parameters(load(name), OFFLINE=True, SFT_STEPS=SFT_STEPS)
     NotebookClient(notebook, timeout=240, kernel_name=KERNEL, resources={"metadata": {"path": str(work)}}).execute()
     return notebook
 
@@ -76,7 +80,7 @@ def test_committed_notebook_has_no_outputs_and_one_parameters_cell(name):
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert all(cell.outputs == [] and cell.execution_count is None for cell in code)
     parameters = [cell for cell in code if "parameters" in cell.metadata.get("tags", [])]
-    assert len(parameters) == 1 and "OFFLINE = True" in parameters[0].source
+    assert len(parameters) == 1 and "OFFLINE = True" in parameters[0].source and "SFT_STEPS = 40" in parameters[0].source
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -155,6 +159,6 @@ def test_reward_inspection_compares_a_correct_and_a_corrupted_wages_answer(kerne
     html = outputs(notebook, "text/html")
     assert html.count('class="pair"') == 2 and "Corrupted answer to:" in html and "dollars per hour" in html
     text = outputs(notebook, "text/plain")
-    assert "π_ref: step 20 of 40" in text
+    assert f"π_ref: step {SFT_STEPS // 2} of {SFT_STEPS}" in text  # the injected parameter reached the SFT
     assert "  correct: Σ r̂ =" in text and "corrupted: Σ r̂ =" in text
     assert "r̂ = " in text.split("corrupted: Σ r̂")[-1]  # the first differing token's reward in both answers
