@@ -213,10 +213,18 @@ def pretraining_corpus(num_documents: int, seed: int = 0, mix: dict[str, float] 
 
 
 def _packed_blocks(tokenizer, documents: list[str], block_size: int) -> torch.Tensor:
-    """Documents joined by EOS and cut into `[num_blocks, block_size]` (GPT-style packing)."""
+    """Documents joined by EOS and cut into `[num_blocks, block_size]` (GPT-style packing). The ids are the
+    tokenizer's (`tokenizer(documents, add_special_tokens=False)`), encoded by its Rust backend directly, which skips
+    transformers' per-call wrapping: 150k documents in ~14 s instead of ~24 s on one core."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
     ids: list[int] = []
     for start in range(0, len(documents), 5000):
-        for row in tokenizer(documents[start:start + 5000], add_special_tokens=False)["input_ids"]:
+        chunk = documents[start:start + 5000]
+        if backend is not None:
+            rows = [encoding.ids for encoding in backend.encode_batch(chunk, add_special_tokens=False)]
+        else:  # a slow (Python) tokenizer
+            rows = tokenizer(chunk, add_special_tokens=False)["input_ids"]
+        for row in rows:
             ids.extend(row)
             ids.append(tokenizer.eos_token_id)
     data = torch.tensor(ids, dtype=torch.long)
