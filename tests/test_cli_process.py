@@ -194,17 +194,38 @@ def test_a_training_stage_is_launched_without_importing_trls_trainers_in_the_lau
     assert launch_args[-3:] == ["--num_processes", "1", "--main_process_port=29555"]  # after the defaults trl_dpr adds
 
 
-@pytest.mark.slow  # a process that imports torch and TRL: seconds
-def test_the_package_exports_its_public_names_on_first_use_and_imports_without_fcntl():
+@pytest.mark.slow  # a process that imports torch and transformers: seconds
+def test_the_package_imports_no_torch_until_a_public_name_is_used_and_its_lock_imports_without_fcntl():
     # Lazy exports: `import trl_dpr` loads no torch; a public name loads its module when first used. And Windows, which
-    # has no fcntl: the output-folder lock is filelock's, which picks msvcrt there.
+    # has no fcntl: the output-folder lock is filelock's, which picks msvcrt there (no module of the package imports
+    # fcntl at import time: test_every_public_name_is_exported_from_the_module_that_defines_it_and_none_imports_fcntl).
     result = subprocess.run([sys.executable, "-c", "import sys; sys.modules['fcntl'] = None\n"
                              "import trl_dpr; assert 'torch' not in sys.modules\n"
-                             "print(trl_dpr.DensePathConfig.__module__, trl_dpr.whiten.__module__)\n"
-                             "import trl_dpr.running.checkpointing, trl_dpr.trainer"], env=ENV, capture_output=True,
-                            text=True, timeout=120)
+                             "print(trl_dpr.whiten.__module__, 'torch' in sys.modules)\n"
+                             "import trl_dpr.running.checkpointing"], env=ENV, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.splitlines()[0].split() == ["trl_dpr.config", "trl_dpr.algorithm"], result.stdout[-2000:]
+    assert result.stdout.splitlines()[0].split() == ["trl_dpr.algorithm", "True"], result.stdout[-2000:]
+
+
+def test_every_public_name_is_exported_from_the_module_that_defines_it_and_none_imports_fcntl():
+    import ast
+    import importlib
+
+    import trl_dpr
+
+    for name in trl_dpr.__all__:
+        value = getattr(trl_dpr, name)
+        assert value.__module__.startswith("trl_dpr.") and getattr(importlib.import_module(value.__module__), name) is value
+    assert sorted(trl_dpr.__all__) == sorted(trl_dpr._LAZY)
+    at_import_time = []  # `import fcntl` outside any function (a function imports it when it runs, on POSIX only)
+    for path in (ROOT / "trl_dpr").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        inside_functions = {id(node) for function in ast.walk(tree) if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+                            for node in ast.walk(function)}
+        at_import_time += [f"{path.relative_to(ROOT)}:{node.lineno}" for node in ast.walk(tree)
+                           if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in inside_functions
+                           and "fcntl" in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module])]
+    assert not at_import_time, at_import_time
 
 
 def test_the_vllm_extra_is_trls_own_within_the_pinned_trl():
