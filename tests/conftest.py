@@ -337,14 +337,15 @@ def recipe_run(tmp_path_factory):
     """recipes/sft.py, then recipes/dpr.py with its evaluation, each through a real `accelerate launch` on the embedded
     tiny model, reporting to W&B (offline), TensorBoard and trackio with FAKE_SECRETS in the environment and every
     place a process may write (home, caches, temporary files, trackers) inside one folder; DPR logs every step and
-    writes token heatmaps of 2 rollouts at each (`heatmap_steps: 1`); then recipes/evaluate.py with the same evaluation
-    YAML into a fresh folder. One run, checked by tests/test_recipes.py (what the recipes write, and print),
+    writes token heatmaps of 2 rollouts at each (`heatmap_steps: 1`); then recipes/evaluate.py's main (forked, in the
+    same environment) with the same evaluation YAML into a fresh folder. One run, checked by tests/test_recipes.py (what the recipes write, and print),
     tests/test_tracking.py (what the trackers hold) and tests/test_secrets.py (no file holds a secret).
 
     Made once per session, also across pytest-xdist workers (`once_per_session`). Returns a namespace: `root` (every
     file the run wrote), `work` (sft/, dpr/, eval/, eval_again/), `env`, `sft_stdout`, `dpr_stdout`.
     """
     import sys
+    import tempfile
     from types import SimpleNamespace
 
     import yaml
@@ -391,9 +392,17 @@ def recipe_run(tmp_path_factory):
                   str(recipes / "accelerate_configs" / "cpu.yaml")]
         run([*launch, str(recipes / "sft.py"), "--config", str(sft_config)], "sft.stdout")
         run([*launch, str(recipes / "dpr.py"), "--config", str(dpr_config)], "dpr.stdout")
-        run([sys.executable, str(recipes / "evaluate.py"), "--config", evaluation, "--output_dir",
-             str(work / "eval_again"), "--baseline", f"SFT={sft_dir}", "--candidates", f"DPR={dpr_dir}"],
-            "evaluate.stdout")
+        # recipes/evaluate.py's main in a process forked from this one (no tracker: nothing read at import time),
+        # with the run's environment; tempfile forgets this process's folder and reads TMPDIR again.
+        from trl_dpr.running.cli import run as run_recipe
+        from trl_dpr.scripts.evaluate import main as evaluate
+
+        evaluated = run_forked(lambda argv: run_recipe(evaluate, argv), [
+            "--config", evaluation, "--output_dir", str(work / "eval_again"), "--baseline", f"SFT={sft_dir}",
+            "--candidates", f"DPR={dpr_dir}"], folder=folder, cwd=root, env=env,
+            before=lambda: setattr(tempfile, "tempdir", None))
+        assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+        (folder / "evaluate.stdout").write_text(evaluated.stdout)
 
     folder = once_per_session(tmp_path_factory, "recipe_run", make)
     _, work, env = settings(folder / "run")
