@@ -1,8 +1,9 @@
 """The notebooks execute on the embedded offline default, the way CI runs them (papermill's `parameters` convention,
-executed with nbclient on a kernel that is this interpreter), and are committed without outputs."""
+executed with nbclient on a kernel that is this interpreter, one kernel for both), and are committed without outputs."""
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -34,31 +35,43 @@ def inject_parameters(notebook, **parameters):
     return notebook
 
 
-@pytest.fixture
-def kernel_env(tmp_path, monkeypatch):
-    """A kernelspec that runs this interpreter (the project's .venv), found first on JUPYTER_PATH, and an offline,
-    single-threaded environment for the kernel it starts."""
-    spec = tmp_path / "jupyter" / "kernels" / KERNEL
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    """One kernel for the notebooks of this file: a kernelspec that runs this interpreter (the project's .venv), found
+    first on JUPYTER_PATH, started in an offline, single-threaded environment. A kernel per notebook would import torch
+    and TRL again (~10 s); `execute` empties the kernel's namespace before each notebook, so a notebook sees only what
+    its own cells define (the modules others imported stay loaded, as any kernel's own imports do)."""
+    from jupyter_client import KernelManager
+
+    root = tmp_path_factory.mktemp("kernel")
+    spec = root / "jupyter" / "kernels" / KERNEL
     spec.mkdir(parents=True)
     argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "trl_dpr tests", "language": "python"}))
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    for name, value in {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                        "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-                        "TQDM_DISABLE": "1", "PYTHONPATH": str(ROOT)}.items():
-        monkeypatch.setenv(name, value)
-    work = tmp_path / "work"
-    work.mkdir()
-    return work
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TQDM_DISABLE": "1",
+           "PYTHONPATH": str(ROOT), "JUPYTER_PATH": str(root / "jupyter")}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JUPYTER_PATH", env["JUPYTER_PATH"])
+        manager = KernelManager(kernel_name=KERNEL)
+        manager.start_kernel(cwd=str(root), env=env)
+    try:
+        yield manager
+    finally:
+        manager.shutdown_kernel(now=True)
 
 
 # The tests check what each cell shows, not how well the tiny model learns: SFT of 8 steps instead of the notebooks' 40.
 SFT_STEPS = 8
 
 
-def execute(name: str, work: Path):
+def execute(name: str, kernel, work: Path):
+    """The notebook with papermill's parameters injected, run on `kernel` in the folder `work`, after a first cell that
+    empties the kernel's namespace (`%reset -f`) and enters `work`, defining no name."""
+    work.mkdir()
     notebook = inject_parameters(load(name), OFFLINE=True, SFT_STEPS=SFT_STEPS)
-    NotebookClient(notebook, timeout=240, kernel_name=KERNEL, resources={"metadata": {"path": str(work)}}).execute()
+    notebook.cells.insert(0, nbformat.v4.new_code_cell(f"%reset -f\n__import__('os').chdir({str(work)!r})"))
+    NotebookClient(notebook, timeout=240, km=kernel).execute()
     return notebook
 
 
@@ -136,15 +149,15 @@ def test_the_quickstart_gpu_preset_is_the_shipped_t4_recipes():
 
 
 @pytest.mark.slow
-def test_quickstart_runs_offline_from_sft_to_a_loadable_push(kernel_env):
-    notebook = execute("quickstart", kernel_env)
+def test_quickstart_runs_offline_from_sft_to_a_loadable_push(kernel, tmp_path):
+    notebook = execute("quickstart", kernel, tmp_path / "work")
     html = outputs(notebook, "text/html")
     assert html.count('class="pair"') == 4 + 2  # last rollouts, then the expert's and DPR's answers
     assert "data-reward=" in html
     text = outputs(notebook, "text/plain")
     assert "The pushed SFT output loads as the same reward model: True" in text
     assert "| `kl_coef` |" in text and "## Evaluation" in text
-    run = kernel_env / "runs" / "quickstart"
+    run = tmp_path / "work" / "runs" / "quickstart"
     assert (run / "sft" / "dpr_reference.json").is_file() and (run / "as-pushed" / "sft" / "dpr_reference").is_dir()
     assert not (run / "as-pushed" / "sft" / "training_args.bin").exists()
     assert sorted(p.name for p in (run / "dpr" / "heatmaps").iterdir()) == ["step-00002.html", "step-00004.html"]
@@ -154,8 +167,8 @@ def test_quickstart_runs_offline_from_sft_to_a_loadable_push(kernel_env):
 
 
 @pytest.mark.slow
-def test_reward_inspection_compares_a_correct_and_a_corrupted_wages_answer(kernel_env):
-    notebook = execute("reward_inspection", kernel_env)
+def test_reward_inspection_compares_a_correct_and_a_corrupted_wages_answer(kernel, tmp_path):
+    notebook = execute("reward_inspection", kernel, tmp_path / "work")
     html = outputs(notebook, "text/html")
     assert html.count('class="pair"') == 2 and "Corrupted answer to:" in html and "dollars per hour" in html
     text = outputs(notebook, "text/plain")
