@@ -42,7 +42,7 @@ def tokenizer():
 # files (`--dist loadfile`) in collection order (`--no-loadscope-reorder`: by default it would put the files with the
 # most tests first, and these long files, with few tests each, last), so a long file started at the end would finish
 # the run alone while the other worker idles. The other files keep pytest's order.
-LONGEST_FIRST = ("test_sharded.py", "test_real_model.py", "test_notebooks.py", "test_cli.py", "test_recipes.py",
+LONGEST_FIRST = ("test_sharded.py", "test_real_model.py", "test_notebooks.py", "test_recipes.py",
                  "test_experiments.py", "test_shipped_base.py", "test_cli_process.py",
                  "test_checkpoint_safety.py", "test_lfd_table1.py", "test_convergence.py")
 
@@ -333,13 +333,39 @@ def cli_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def recipe_run(tmp_path_factory):
-    """recipes/sft.py, then recipes/dpr.py with its evaluation, each through a real `accelerate launch` on the embedded
-    tiny model, reporting to W&B (offline), TensorBoard and trackio with FAKE_SECRETS in the environment and every
-    place a process may write (home, caches, temporary files, trackers) inside one folder; DPR logs every step and
-    writes token heatmaps of 2 rollouts at each (`heatmap_steps: 1`); then recipes/evaluate.py's main (forked, in the
-    same environment) with the same evaluation YAML into a fresh folder. One run, checked by tests/test_recipes.py (what the recipes write, and print),
-    tests/test_tracking.py (what the trackers hold) and tests/test_secrets.py (no file holds a secret).
+def installed_wheel(tmp_path_factory):
+    """The package as a pip user gets it: the wheel of this checkout (`pip wheel`), installed by pip into a folder of
+    its own (`pip install --no-deps --target`; the dependencies are this environment's). Made once per session.
+    Returns a namespace: `wheel` (the file), `site` (the folder: first on PYTHONPATH, it is the trl_dpr imported)."""
+    import subprocess
+    from types import SimpleNamespace
+
+    repository = Path(__file__).resolve().parents[1]
+
+    def make(folder):
+        build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                                str(folder / "wheels"), str(repository)], capture_output=True, text=True, timeout=300)
+        assert build.returncode == 0, build.stderr[-2000:]
+        (wheel,) = (folder / "wheels").glob("trl_dpr-*.whl")
+        install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
+                                  str(folder / "site"), str(wheel)], capture_output=True, text=True, timeout=300)
+        assert install.returncode == 0, install.stderr[-2000:]
+
+    folder = once_per_session(tmp_path_factory, "installed_wheel", make)
+    (wheel,) = (folder / "wheels").glob("trl_dpr-*.whl")
+    return SimpleNamespace(wheel=wheel, site=folder / "site")
+
+
+@pytest.fixture(scope="session")
+def recipe_run(tmp_path_factory, installed_wheel):
+    """`trl-dpr sft`, then `trl-dpr dpr` with its evaluation, from the installed wheel (`installed_wheel`) in a folder
+    outside the repository, each through a real `accelerate launch` (trl_dpr's cpu config) on the embedded tiny model,
+    reporting to W&B (offline), TensorBoard and trackio with FAKE_SECRETS in the environment and every place a process
+    may write (home, caches, temporary files, trackers) inside one folder; DPR logs every step and writes token
+    heatmaps of 2 rollouts at each (`heatmap_steps: 1`); then the evaluation recipe's main (forked, in the same
+    environment) with the same evaluation YAML into a fresh folder. One run, checked by tests/test_recipes.py (what
+    the stages write, and print), tests/test_tracking.py (what the trackers hold), tests/test_secrets.py (no file
+    holds a secret) and tests/test_cli.py (the pip user's path).
 
     Made once per session, also across pytest-xdist workers (`once_per_session`). Returns a namespace: `root` (every
     file the run wrote), `work` (sft/, dpr/, eval/, eval_again/), `env`, `sft_stdout`, `dpr_stdout`.
@@ -350,16 +376,13 @@ def recipe_run(tmp_path_factory):
 
     import yaml
 
-    repository = Path(__file__).resolve().parents[1]
-    recipes = repository / "recipes"
-
     def settings(root):
         home, work = root / "home", root / "work"
         env = {**os.environ, **FAKE_SECRETS, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
                "XDG_CONFIG_HOME": str(home / ".config"), "HF_HOME": str(home / "hf"), "TMPDIR": str(root / "tmp"),
                "WANDB_MODE": "offline", "WANDB_DIR": str(work), "WANDB_SILENT": "true",
                "TRACKIO_DIR": str(work / "trackio"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": str(repository)}
+               "PYTHONPATH": str(installed_wheel.site)}
         return home, work, env
 
     def make(folder):  # the run in folder/run, what the processes printed beside it
@@ -388,12 +411,11 @@ def recipe_run(tmp_path_factory):
             assert result.returncode == 0, f"{' '.join(command)}:\n{result.stderr[-3000:]}"
             (folder / stdout_file).write_text(result.stdout)
 
-        launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                  str(recipes / "accelerate_configs" / "cpu.yaml")]
-        run([*launch, str(recipes / "sft.py"), "--config", str(sft_config)], "sft.stdout")
-        run([*launch, str(recipes / "dpr.py"), "--config", str(dpr_config)], "dpr.stdout")
-        # recipes/evaluate.py's main in a process forked from this one (no tracker: nothing read at import time),
-        # with the run's environment; tempfile forgets this process's folder and reads TMPDIR again.
+        trl_dpr = [sys.executable, "-c", "from trl_dpr.running.cli import main; main()"]  # the entry point's code
+        run([*trl_dpr, "sft", "--config", str(sft_config), "--accelerate_config", "cpu"], "sft.stdout")
+        run([*trl_dpr, "dpr", "--config", str(dpr_config), "--accelerate_config", "cpu"], "dpr.stdout")
+        # The evaluation recipe's main in a process forked from this one (the repository's trl_dpr; no tracker: nothing
+        # read at import time), in the run's environment; tempfile forgets this process's folder, reads TMPDIR again.
         from trl_dpr.running.cli import run as run_recipe
         from trl_dpr.scripts.evaluate import main as evaluate
 

@@ -1,11 +1,8 @@
-"""The `trl-dpr` command: shipped recipes found by name, accelerate configs by name, user errors without a traceback,
-and the whole path from a built wheel installed outside the repository (offline, CPU)."""
+"""The `trl-dpr` command: shipped recipes found by name, accelerate configs by name, user errors without a traceback
+(the path from a built wheel installed outside the repository: tests/test_recipes.py)."""
 
 import json
-import os
-import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -13,8 +10,6 @@ import yaml
 
 from trl_dpr.running.cli import _launch_defaults, _resolve_accelerate_config, main, run
 from trl_dpr.running.recipe_parser import find_recipe_file, recipes_root
-
-from .conftest import run_launch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -170,74 +165,6 @@ def test_help_lists_the_commands_and_recipes_lists_the_shipped_yamls(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["trian"])
     assert stop.value.code == 2
-
-
-def small_demo_overrides(work: Path) -> list[str]:
-    """Overrides that make the shipped demo/dpr.yaml a seconds-long run (SFT 4 steps, DPR 2 steps, 4 prompts)."""
-    sft = work / "sft_small.yaml"
-    sft.write_text(yaml.safe_dump({
-        "model_name_or_path": "trl_dpr/embedded-tiny-llama", "dtype": "float32", "dataset_name": "trl_dpr/embedded-demo",
-        "num_train_samples": 32, "output_dir": "runs/demo/sft", "max_steps": 4, "per_device_train_batch_size": 8,
-        "learning_rate": 1e-3, "max_length": 128, "use_cpu": True, "bf16": False, "save_strategy": "no",
-        "report_to": "none", "gradient_checkpointing": False}))
-    evaluation = work / "eval_small.yaml"
-    evaluation.write_text(yaml.safe_dump({
-        "output_dir": "runs/demo/eval", "baseline": "SFT=unused", "candidates": ["DPR=unused"], "benchmarks": ["demo"],
-        "demo_num_prompts": 4, "max_new_tokens": 8, "generation_batch_size": 8, "generation_backend": "transformers",
-        "dtype": "float32", "judge": "exact", "bootstrap_resamples": 100}))
-    return ["--sft_config", str(sft), "--evaluation_config", str(evaluation), "--max_steps", "2",
-            "--per_device_train_batch_size", "4", "--num_train_samples", "16", "--max_completion_length", "8"]
-
-
-@pytest.mark.slow
-def test_a_built_wheel_runs_the_packaged_demo_outside_the_repository(tmp_path):
-    """pip install of the wheel (into a folder, next to the installed dependencies), then trl-dpr from elsewhere: the
-    demo runs, and a mistake found inside the launched recipe ends as its message alone.
-
-    The mistake (a missing SFT folder) is made as a first `trl-dpr dpr` on a CPU machine would: no `accelerate config`
-    was run, OMP_NUM_THREADS unset, no --accelerate_config. The `trl-dpr` process exits with the recipe's code and adds
-    no traceback of the launcher, and accelerate warned of no value it had to choose itself (it did, for
-    --num_processes and, under the cpu config, --num_cpu_threads_per_process, before trl_dpr passed them). Every stage
-    goes through the same `run`."""
-    wheels, target, work = tmp_path / "wheels", tmp_path / "site", tmp_path / "work"
-    work.mkdir()
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                            str(wheels), str(ROOT)], capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stderr[-2000:]
-    (wheel,) = wheels.glob("trl_dpr-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "trl_dpr/recipes/demo/dpr.yaml" in names and "trl_dpr/recipes/qwen2.5-7b/dpr/config_qlora.yaml" in names
-    assert "trl_dpr/py.typed" in names and not any(n.startswith(("experiments/", "tests/")) for n in names)
-    assert "trl_dpr/recipes/model_configs/llama-3.1-8b/config.json" in names  # `trl-dpr memory` offline
-    assert "trl_dpr/scripts/dpr.py" in names and "trl_dpr/running/cli.py" in names
-    assert not any(n.startswith("trl_dpr/recipes/") and n.endswith(".py") for n in names)  # the YAMLs, not the entries
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
-                              str(wheel)], capture_output=True, text=True, timeout=300)
-    assert install.returncode == 0, install.stderr[-2000:]
-
-    env = {**os.environ, "PYTHONPATH": str(target), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-c", "from trl_dpr.running.cli import main; main()"]  # what the trl-dpr entry point runs
-    where = subprocess.run([*command, "recipes"], cwd=work, env=env, capture_output=True, text=True, timeout=120)
-    assert where.returncode == 0 and "demo/dpr.yaml" in where.stdout, where.stderr[-2000:]
-    located = subprocess.run([sys.executable, "-c", "import trl_dpr; print(trl_dpr.__file__)"], cwd=work, env=env,
-                             capture_output=True, text=True, timeout=120)
-    assert located.stdout.strip().splitlines()[-1].startswith(str(target))  # the installed wheel, not the repository
-
-    run = run_launch([*command, "dpr", "--config", "demo/dpr.yaml", "--accelerate_config", "cpu",
-                      *small_demo_overrides(work)], cwd=work, env=env, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "| DPR |" in run.stdout
-    assert (work / "runs" / "demo" / "dpr" / "model.safetensors").is_file()
-    assert (work / "runs" / "demo" / "eval" / "results.md").is_file()
-
-    first_use = {key: value for key, value in env.items() if key != "OMP_NUM_THREADS"}
-    first_use["HF_HOME"] = str(tmp_path / "hf_home")  # accelerate's default config lives under it: none there
-    bad = run_launch([*command, "dpr", "--config", "demo/dpr.yaml", "--model_name_or_path", str(tmp_path / "no_sft"),
-                      "--sft_config", "", "--output_dir", str(tmp_path / "dpr")], cwd=work, env=first_use, timeout=300)
-    assert bad.returncode == 2, bad.stderr[-2000:]
-    assert "no_sft' does not exist" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[-2000:]
-    assert "accelerate launch` and had defaults used instead" not in bad.stderr, bad.stderr[-2000:]
-    assert "was set to" not in bad.stderr, bad.stderr[-2000:]
 
 
 # ---- the arguments checked before TRL is imported (trl_dpr.running.cli._check_before_importing) ----------------------------

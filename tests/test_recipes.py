@@ -1,7 +1,11 @@
-"""The recipes: strict YAML parsing, the paper's values in every backbone config, and a real `accelerate launch`."""
+"""The recipes: strict YAML parsing, the paper's values in every backbone config, and the stages from a built wheel
+installed outside the repository, through a real `accelerate launch`."""
 
 import json
 import os
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,8 @@ from trl_dpr.data import load_demonstrations, openorca_to_conversation, prompts_
 from trl_dpr.running.memory import MemoryTarget
 from trl_dpr.running.pipeline import DPRScriptArguments, SFTScriptArguments
 from trl_dpr.running.recipe_parser import RecipeParser
+
+from .conftest import run_launch
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
@@ -126,8 +132,8 @@ def test_datasets_without_demonstrations_or_prompts_are_rejected(tmp_path):
 
 @pytest.mark.slow
 def test_sft_then_dpr_recipes_through_accelerate_launch(recipe_run):
-    """recipes/sft.py then recipes/dpr.py (with its evaluation) as real subprocesses, on the embedded tiny model (the
-    run of tests/conftest.py's `recipe_run`, which tests/test_secrets.py scans)."""
+    """`trl-dpr sft` then `trl-dpr dpr` (with its evaluation) as real launched processes from the installed wheel, on
+    the embedded tiny model (the run of tests/conftest.py's `recipe_run`, which tests/test_secrets.py scans)."""
     sft_dir, dpr_dir = recipe_run.work / "sft", recipe_run.work / "dpr"
     assert json.loads((sft_dir / "dpr_reference.json").read_text())["step"] == 2
     assert "Stage 2/2: Evaluation: DPR vs SFT" in recipe_run.dpr_stdout
@@ -144,6 +150,48 @@ def test_sft_then_dpr_recipes_through_accelerate_launch(recipe_run):
     repeated = json.loads((recipe_run.work / "eval_again" / "results.json").read_text())
     assert repeated["pairwise"][0]["win_rate"] == pairwise["win_rate"]
     assert repeated["accuracy"] == results["accuracy"]
+
+
+@pytest.mark.slow
+def test_a_built_wheel_runs_the_stages_outside_the_repository(installed_wheel, recipe_run, tmp_path):
+    """The wheel holds the package and its recipes, not the repository's experiments or tests; installed by pip into a
+    folder of its own, `trl-dpr` runs from elsewhere on it: `trl-dpr recipes` lists the shipped ones, and `trl-dpr sft`
+    then `trl-dpr dpr` with its evaluation ran from it through `accelerate launch` (tests/conftest.py's `recipe_run`,
+    checked here for what a user sees and in tests/test_recipes.py for what it wrote).
+
+    A mistake found inside the launched recipe ends as its message alone. It is made as a first `trl-dpr dpr` of the
+    shipped demo recipe on a CPU machine would: no `accelerate config` was run, OMP_NUM_THREADS unset, no
+    --accelerate_config. The `trl-dpr` process exits with the recipe's code and adds no traceback of the launcher, and
+    accelerate warned of no value it had to choose itself (it did, for --num_processes and, under the cpu config,
+    --num_cpu_threads_per_process, before trl_dpr passed them)."""
+    names = zipfile.ZipFile(installed_wheel.wheel).namelist()
+    assert "trl_dpr/recipes/demo/dpr.yaml" in names and "trl_dpr/recipes/qwen2.5-7b/dpr/config_qlora.yaml" in names
+    assert "trl_dpr/py.typed" in names and not any(n.startswith(("experiments/", "tests/")) for n in names)
+    assert "trl_dpr/recipes/model_configs/llama-3.1-8b/config.json" in names  # `trl-dpr memory` offline
+    assert "trl_dpr/scripts/dpr.py" in names and "trl_dpr/running/cli.py" in names
+    assert not any(n.startswith("trl_dpr/recipes/") and n.endswith(".py") for n in names)  # the YAMLs, not the entries
+
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(installed_wheel.site), "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-c", "from trl_dpr.running.cli import main; main()"]  # what the trl-dpr entry point runs
+    where = subprocess.run([*command, "recipes"], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert where.returncode == 0 and "demo/dpr.yaml" in where.stdout, where.stderr[-2000:]
+    located = subprocess.run([sys.executable, "-c", "import trl_dpr; print(trl_dpr.__file__)"], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert located.stdout.strip().splitlines()[-1].startswith(str(installed_wheel.site))  # the wheel, not the clone
+    assert recipe_run.env["PYTHONPATH"] == str(installed_wheel.site) and "Traceback" not in recipe_run.dpr_stdout
+    assert "| DPR |" in recipe_run.dpr_stdout  # the evaluation's table, printed by the launched DPR
+    assert (recipe_run.work / "dpr" / "model.safetensors").is_file()
+
+    first_use = {**env, "HF_HOME": str(tmp_path / "hf_home")}  # accelerate's default config lives under it: none there
+    first_use.pop("OMP_NUM_THREADS", None)
+    bad = run_launch([*command, "dpr", "--config", "demo/dpr.yaml", "--model_name_or_path", str(tmp_path / "no_sft"),
+                      "--sft_config", "", "--output_dir", str(tmp_path / "dpr")], cwd=work, env=first_use, timeout=300)
+    assert bad.returncode == 2, bad.stderr[-2000:]
+    assert "no_sft' does not exist" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[-2000:]
+    assert "accelerate launch` and had defaults used instead" not in bad.stderr, bad.stderr[-2000:]
+    assert "was set to" not in bad.stderr, bad.stderr[-2000:]
 
 
 @pytest.mark.parametrize("backbone", sorted(BACKBONES))

@@ -2,6 +2,7 @@
 (local), each read back from what the tracker wrote during the recipes' launched run (tests/conftest.py's
 `recipe_run`)."""
 
+import contextlib
 import json
 import sqlite3
 from pathlib import Path
@@ -187,7 +188,9 @@ def test_tensorboard_logs_the_dpr_metrics(tracked_run):
 @pytest.mark.slow
 def test_trackio_local_run_logs_the_dpr_metrics_and_the_heatmaps(tracked_run):
     out, log_history = tracked_run
-    with sqlite3.connect(out / "trackio" / "trl-dpr-secrets.db") as db:
+    # Read as an immutable file: no journal or shared-memory file written into the run's folder (tests/test_secrets.py
+    # scans every file there), and the connection closed at once.
+    with contextlib.closing(sqlite3.connect(f"file:{out / 'trackio' / 'trl-dpr-secrets.db'}?immutable=1", uri=True)) as db:
         rows = [json.loads(metrics) for (metrics,) in db.execute("SELECT metrics FROM metrics ORDER BY id")]
     scalars = [row for row in rows if "train/reward" in row]
     assert [row["train/global_step"] for row in scalars] == [1, 2]
