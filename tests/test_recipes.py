@@ -145,8 +145,8 @@ def test_sft_then_dpr_recipes_through_accelerate_launch(recipe_run):
     # the run's evaluation lands beside the run (runs/x/dpr → runs/x/eval), not in the YAML's output_dir
     assert (recipe_run.work / "eval" / "results.json").is_file() and not (recipe_run.root / "yaml_output_dir").exists()
 
-    # One evaluation path: recipes/evaluate.py with the same YAML, into a fresh folder (no cached answers), gives the
-    # same numbers as the evaluation recipes/dpr.py ran.
+    # One evaluation path: `trl-dpr evaluate`'s main with the same YAML, into a fresh folder (no cached answers), gives
+    # the same numbers as the evaluation `trl-dpr dpr` ran.
     repeated = json.loads((recipe_run.work / "eval_again" / "results.json").read_text())
     assert repeated["pairwise"][0]["win_rate"] == pairwise["win_rate"]
     assert repeated["accuracy"] == results["accuracy"]

@@ -1,4 +1,4 @@
-"""No token or key set in the environment ends up in any file a run writes: the recipes (SFT → DPR → evaluation)
+"""No token or key set in the environment ends up in any file a run writes: the stages (SFT → DPR → evaluation)
 through `accelerate launch`, reporting to W&B (offline), TensorBoard and trackio, with every place a process may write
 (home, caches, temporary files, tracker folders) inside the run's folder, and every file there scanned. The run is
 tests/conftest.py's `recipe_run`, which tests/test_recipes.py checks for what the recipes write."""
@@ -12,7 +12,7 @@ from .conftest import FAKE_SECRETS
 
 @pytest.mark.slow
 def test_no_file_written_by_a_tracked_sft_then_dpr_run_holds_a_secret(recipe_run, tmp_path):
-    work, env = recipe_run.work, recipe_run.env  # recipes/sft.py → recipes/dpr.py → recipes/evaluate.py, FAKE_SECRETS set
+    work, env = recipe_run.work, recipe_run.env  # trl-dpr sft → trl-dpr dpr → the evaluation again, FAKE_SECRETS set
 
     # The run wrote what it should, where the scan looks: both models and their checkpoints (optimizer, RNG and trainer
     # states), the DPR model card (written at each checkpoint), the evaluation, all three trackers.
