@@ -42,9 +42,8 @@ def tokenizer():
 # files (`--dist loadfile`) in collection order (`--no-loadscope-reorder`: by default it would put the files with the
 # most tests first, and these long files, with few tests each, last), so a long file started at the end would finish
 # the run alone while the other worker idles. The other files keep pytest's order.
-LONGEST_FIRST = ("test_sharded.py", "test_real_model.py", "test_notebooks.py", "test_recipes.py",
-                 "test_experiments.py", "test_shipped_base.py", "test_cli_process.py",
-                 "test_checkpoint_safety.py", "test_lfd_table1.py", "test_convergence.py")
+LONGEST_FIRST = ("test_sharded.py", "test_recipes.py", "test_real_model.py", "test_experiments.py", "test_notebooks.py",
+                 "test_checkpoint_safety.py", "test_shipped_base.py", "test_lfd_table1.py", "test_convergence.py")
 
 
 def pytest_collection_modifyitems(config, items):
