@@ -251,16 +251,26 @@ def test_a_cache_file_that_cannot_be_read_is_rebuilt(cache):
     assert "sft" in json.loads(_cache_file().read_text())
 
 
-def test_the_cache_key_changes_with_the_sources_and_the_versions(tmp_path):
+def test_the_cache_key_changes_with_the_sources_and_the_versions_not_with_where_they_are(tmp_path):
     from trl_dpr.running.cli import _fingerprint
 
-    source = tmp_path / "config.py"
-    source.write_text("x: int = 1\n")
-    first = _fingerprint([source], {"trl": "1.16.0"})
-    assert _fingerprint([source], {"trl": "1.16.0"}) == first
-    assert _fingerprint([source], {"trl": "1.16.1"}) != first
-    source.write_text("x: float = 1.0\n")
-    assert _fingerprint([source], {"trl": "1.16.0"}) != first
+    clone, installed = tmp_path / "clone" / "trl_dpr", tmp_path / "site" / "trl_dpr"
+    for root in (clone, installed):
+        (root / "scripts").mkdir(parents=True)
+        (root / "config.py").write_text("x: int = 1\n")
+        (root / "scripts" / "sft.py").write_text("y = 2\n")
+
+    def key(root, trl="1.16.0"):
+        return _fingerprint(root, [root / "config.py", root / "scripts" / "sft.py"], {"trl": trl})
+
+    first = key(clone)
+    assert key(clone) == first and key(installed) == first  # the same sources elsewhere: a wheel installed from them
+    assert key(clone, trl="1.16.1") != first
+    (clone / "config.py").write_text("x: int = 2\n")  # the same size: an edit a size-and-time key could miss
+    assert key(clone) != first
+    (clone / "config.py").write_text("x: int = 1\n")
+    (clone / "scripts" / "sft.py").rename(clone / "sft.py")  # the same bytes in another module
+    assert _fingerprint(clone, [clone / "config.py", clone / "sft.py"], {"trl": "1.16.0"}) != first
 
 
 def test_a_gguf_file_without_the_gguf_package_is_a_user_error_naming_the_extra(tmp_path, monkeypatch, capsys):

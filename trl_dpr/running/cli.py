@@ -295,13 +295,14 @@ def _launcher_flags() -> dict[str, bool]:
     return {**flags, "--accelerate_config": True}
 
 
-def _fingerprint(files: Sequence[Path], versions: dict[str, str]) -> str:
+def _fingerprint(root: Path, files: Sequence[Path], versions: dict[str, str]) -> str:
     """The cache key: what the description is built from. The versions stand for TRL's and transformers' dataclasses;
-    each file's size and modification time for trl_dpr's own (an edit in a clone changes them)."""
+    trl_dpr's own sources (`files`, under `root`) by their paths inside the package and their bytes: an edit in a clone
+    changes the key, and the same release installed elsewhere (another environment, a reinstall) shares it. Reading
+    them takes milliseconds."""
     digest = hashlib.sha256(json.dumps([CACHE_FORMAT, sys.version, sorted(versions.items())]).encode())
     for path in sorted(files):
-        status = path.stat()
-        digest.update(f"{path}\0{status.st_size}\0{status.st_mtime_ns}\n".encode())
+        digest.update(f"{path.relative_to(root).as_posix()}\0".encode() + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
@@ -315,7 +316,7 @@ def _cache_file() -> Path:
             return "absent"
 
     files = list(PACKAGE.rglob("*.py"))  # the scripts included: trl_dpr/scripts/<stage>.py
-    key = _fingerprint(files, {name: version(name) for name in ("trl", "transformers", "accelerate", "peft", "torch")})
+    key = _fingerprint(PACKAGE, files, {name: version(name) for name in ("trl", "transformers", "accelerate", "peft", "torch")})
     root = os.environ.get("TRL_DPR_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trl_dpr")
     return Path(root) / f"cli-{key}.json"
