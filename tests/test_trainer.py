@@ -129,6 +129,15 @@ def test_settings_dpr_would_ignore_or_divide_by_are_refused_with_the_reason(over
         DensePathConfig(output_dir="unused", report_to="none", bf16=False, **overrides)
 
 
+def test_scale_rewards_true_is_accepted_as_grpo_reads_it_its_default_group(tmp_path):
+    from trl_dpr.running.cli import _check_before_importing
+
+    assert DensePathConfig(output_dir="unused", report_to="none", bf16=False, scale_rewards=True).scale_rewards == "group"
+    recipe = tmp_path / "dpr.yaml"
+    recipe.write_text("scale_rewards: true\nmodel_name_or_path: runs/sft\n")
+    _check_before_importing("dpr", ["--config", str(recipe)])  # the recipes' check, before anything is launched
+
+
 def test_grpo_kl_in_the_loss_is_allowed_next_to_dpr_kl_only_when_asked():
     args = DensePathConfig(output_dir="unused", report_to="none", bf16=False, beta=0.04, kl_coef=0.1, allow_kl_in_loss=True)
     assert (args.beta, args.kl_coef) == (0.04, 0.1)
@@ -161,6 +170,41 @@ def test_log_pi_old_from_generation_equals_a_separate_forward(make_trainer, temp
         expected = unpadded_logprobs(sft, prompt, completion, temperature=temperature)  # policy == π_SFT at step 0
         recorded = batch["sampling_per_token_logps"][b, : len(completion)].tolist()
         assert recorded == pytest.approx(expected, abs=1e-5)
+
+
+def assert_log_pi_old_is_the_policys(batch, policy, temperature=1.0):
+    """The log π_old the batch carries equals an unpadded float64 forward of `policy` on each row's own tokens."""
+    for b in range(batch["completion_ids"].size(0)):
+        prompt = strip_padding(batch["prompt_ids"][b], batch["prompt_mask"][b])
+        completion = strip_padding(batch["completion_ids"][b], batch["completion_mask"][b])
+        expected = unpadded_logprobs(policy, prompt, completion, temperature=temperature)
+        assert batch["sampling_per_token_logps"][b, : len(completion)].tolist() == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.parametrize(("generation_kwargs", "batch_size"), [({"num_beams": 2}, 4), ({"prompt_lookup_num_tokens": 2}, 1)],
+                         ids=["beams", "prompt-lookup"])  # transformers' prompt lookup takes one prompt at a time
+def test_log_pi_old_is_each_returned_sequences_own_under_beam_search_and_prompt_lookup(make_trainer, generation_kwargs,
+                                                                                      batch_size):
+    # Beams decode B x beams rows, reordered between steps; prompt lookup verifies several candidate tokens per forward.
+    # Neither is one sampled token per returned row per forward, which the recorder reads: log π_old comes from a
+    # forward on the returned sequences instead.
+    trainer, used, sft, _ = make_trainer(kl_coef=0.5, max_steps=1, learning_rate=0.0, temperature=0.7,
+                                         generation_kwargs=generation_kwargs, per_device_train_batch_size=batch_size)
+    trainer.train()
+    assert_log_pi_old_is_the_policys(used[0], sft, temperature=0.7)  # policy == π_SFT at step 0
+
+
+def test_a_generate_that_never_calls_the_models_forward_gets_log_pi_old_from_a_forward(make_trainer, monkeypatch):
+    trainer, used, sft, _ = make_trainer(kl_coef=0.5, max_steps=1, learning_rate=0.0)
+    completion = torch.tensor([5, 6, 7, 8])
+
+    def canned_generate(input_ids, **kwargs):  # a generate of the user's that samples elsewhere
+        return torch.cat([input_ids, completion.expand(input_ids.size(0), -1)], dim=1)
+
+    monkeypatch.setattr(trainer.model, "generate", canned_generate)
+    trainer.train()
+    assert used[0]["completion_ids"][:, :4].eq(completion).all()
+    assert_log_pi_old_is_the_policys(used[0], sft)
 
 
 def test_the_kl_term_uses_the_generation_log_probs_of_the_policy(make_trainer):

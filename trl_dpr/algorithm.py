@@ -136,6 +136,13 @@ def kl_penalized_rewards(
                 f"kl_coef={kl_coef} needs `policy_logps`, the log π_old of the sampled tokens, and got None. Pass "
                 "them (a trainer's `rollout_func` must return its `logprobs`), or set kl_coef=0."
             )
+        if policy_logps.shape != rewards.shape:
+            raise ValueError(
+                f"kl_coef={kl_coef} needs log π_old of every sampled token, [B, T] = {list(rewards.shape)}, and the "
+                f"generation returned {list(policy_logps.shape)}: no log-prob per completion token (a `rollout_func` "
+                "or a `generate` that records none). Return one log-prob per completion token (`logprobs`), or set "
+                "kl_coef=0."
+            )
         rewards = rewards - kl_coef * (policy_logps.float() - sft_logps.float())
     return torch.where(mask.bool(), rewards, torch.zeros_like(rewards))
 

@@ -121,7 +121,8 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
         overwrite_output_dir (`bool`, defaults to `False`): allow a fresh run in a folder that holds a run.
 
     GRPO fields that DPR replaces (`scale_rewards`, `reward_weights`, `multi_objective_aggregation`: its
-    `_UNUSED_FIELDS`) are refused when set to anything but their default, rather than silently ignored.
+    `_UNUSED_FIELDS`) are refused when set to anything but their default (`scale_rewards: true` is GRPO's name for it),
+    rather than silently ignored.
 
     Example:
         >>> from trl_dpr import DensePathConfig
@@ -225,6 +226,8 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
         "reward_weights": "DPR has one reward, the dense r̂ of its CheckpointRewardModel",
         "multi_objective_aggregation": "DPR has one reward, the dense r̂ of its CheckpointRewardModel",
     })
+    # GRPOConfig reads `scale_rewards: true` as its default, "group" (and maps it so): the same setting, accepted.
+    _UNUSED_FIELDS["scale_rewards"] = (("group", True), _UNUSED_FIELDS["scale_rewards"][1])
 
     def reward(self):
         """The `DenseReward` this config trains on: `dense_reward` built with its kwargs, else the paper's reward.

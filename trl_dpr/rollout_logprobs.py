@@ -10,7 +10,11 @@ from them is the input of the next step:
     after the last step: the last token of each row, from the logits kept
 
 Only the last step's logits are held (a view of what the model returned, no copy) and one `[B]` logsumexp per step,
-never a `[B, T, V]` tensor. The temperature is applied like TRL's log-probs (logits / T, no top-k / top-p), so the
+never a `[B, T, V]` tensor. This reading holds only when each forward is one decoding step of the returned rows: as many
+rows as outputs, one new token each. Beam search (B × beams rows, reordered between steps), assisted and prompt-lookup
+decoding (several candidate tokens per forward, some rejected), or a `generate` that never calls the model's forward
+break it; the recorder notices (the same rows, each one position further per forward) and `logprobs` then
+returns None, for the caller to take log π_old from a forward pass instead. The temperature is applied like TRL's log-probs (logits / T, no top-k / top-p), so the
 result equals GRPOTrainer's forward `_get_per_token_logps_and_entropies` on the same tokens.
 """
 
@@ -43,6 +47,10 @@ class SampledTokenLogprobs:
         ...     out = model.generate(torch.tensor([[5, 6]]), do_sample=True, max_new_tokens=3, top_k=0)
         >>> [len(row) for row in recorder.logprobs(out[:, 2:].tolist())]
         [3]
+        >>> with SampledTokenLogprobs(model) as recorder:  # 2 beams: 2 rows per output, reordered: not recorded
+        ...     out = model.generate(torch.tensor([[5, 6]]), num_beams=2, max_new_tokens=3)
+        >>> recorder.logprobs(out[:, 2:].tolist()) is None
+        True
     """
 
     def __init__(self, model: nn.Module, temperature: float = 1.0):
@@ -55,6 +63,8 @@ class SampledTokenLogprobs:
         self._steps: list[torch.Tensor] = []  # [B] log-prob of the token sampled at each finished step
         self._last_logits: torch.Tensor | None = None  # [B, V] logits of the step whose token is not known yet
         self._last_logsumexp: torch.Tensor | None = None
+        self._end: torch.Tensor | None = None  # [B] position of each row's last token after the latest forward
+        self._one_token_per_step = True
         self._handle = self.causal_lm.register_forward_hook(self._record, with_kwargs=True)
         return self
 
@@ -63,6 +73,17 @@ class SampledTokenLogprobs:
 
     def _record(self, module, args, kwargs, output) -> None:
         input_ids = kwargs["input_ids"] if kwargs.get("input_ids") is not None else args[0]
+        # Where each row's sequence ends after this forward: one token further than after the previous one.
+        positions, attention_mask = kwargs.get("position_ids"), kwargs.get("attention_mask")
+        end = positions[:, -1] if positions is not None else None
+        if end is None and attention_mask is not None:
+            end = torch.full((input_ids.size(0),), attention_mask.size(-1), device=input_ids.device)
+        if self._end is None and self._last_logits is None:
+            self._end = end  # the prompt's forward
+        elif end is None or self._end is None or end.shape != self._end.shape or not torch.equal(end, self._end + 1):
+            self._one_token_per_step = False  # not one decoding step of the same rows (beams, candidate tokens)
+        else:
+            self._end = end
         if self._last_logits is not None:
             # The newest input token is the one sampled from the previous step's logits.
             sampled = input_ids[:, -1:].to(self._last_logits.device)
@@ -71,13 +92,16 @@ class SampledTokenLogprobs:
         self._last_logits = output.logits[:, -1, :]
         self._last_logsumexp = (self._last_logits.float() / self.temperature).logsumexp(dim=-1)
 
-    def logprobs(self, completion_ids: list[list[int]]) -> list[list[float]]:
-        """Per row, log π_T of each of its completion tokens (rows as `generate` produced them, cut after EOS).
+    def logprobs(self, completion_ids: list[list[int]]) -> list[list[float]] | None:
+        """Per row, log π_T of each of its completion tokens (rows as `generate` produced them, cut after EOS); None
+        when the forwards seen were not one sampling step of these rows each (see the module docstring), or none ran.
 
         The last step's token has no following forward: its log-prob comes from the logits kept from that step.
         """
-        if self._last_logits is None:
-            return [[] for _ in completion_ids]
+        if self._last_logits is None or not self._one_token_per_step or self._end is None or self._end.size(0) != len(
+            completion_ids
+        ):
+            return None
         steps = torch.stack(self._steps, dim=1).cpu() if self._steps else torch.zeros(len(completion_ids), 0)
         rows = []
         for i, ids in enumerate(completion_ids):

@@ -13,7 +13,9 @@ from datasets import Dataset, IterableDataset
 from peft import PeftConfig
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
+from transformers.generation.configuration_utils import GenerationMode
 from trl import GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
 
 from . import algorithm
 from .config import DensePathConfig
@@ -65,7 +67,9 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
     - `_calculate_rewards`: GRPO's scalar reward channel gets NaN, TRL's "no scalar reward" (left out of its metric
       averages); DPR logs its own `reward` (Σ_t r̂_t) once the batch is scored.
     - `_generate_single_turn`: with the transformers backend, returns the log-probs of the sampled tokens, taken
-      during generation (as vLLM returns them), so the KL term needs no extra policy forward.
+      during generation (as vLLM returns them), so the KL term needs no extra policy forward. Where decoding is not
+      one sampled token per returned row per forward (beam search, prompt-lookup / assisted decoding) it returns none,
+      and `_generate_and_score_completions` takes them from one forward of the policy.
     - `compute_loss`: a batch whose rewards or advantages are not finite contributes no graph (no gradient, no
       optimizer moment update), on every process.
     - `create_model_card`: TRL's card plus DPR's hyperparameters, the reward's source and the evaluation table.
@@ -202,9 +206,11 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
             is_terminal=is_terminal, batch_size=batch_size, temperature=self.temperature,
         )
         # log π_old of the sampled tokens, at the rollout temperature: GRPO's forward when the batch is reused
-        # (off-policy), else the log-probs the generation itself returned (DensePathConfig refuses, before any model
-        # loads, the settings under which neither exists while kl_coef > 0).
+        # (off-policy), else the log-probs the generation itself returned, else (beam search, prompt-lookup or
+        # assisted decoding, a `generate` that never calls the model's forward: nothing recorded) one forward here.
         policy_logps = output.get("old_per_token_logps", output.get("sampling_per_token_logps"))
+        if policy_logps is None and self.args.kl_coef != 0.0 and not self.use_vllm:
+            policy_logps = output["sampling_per_token_logps"] = self._sampled_token_logps(output, batch_size)
         dpr = algorithm.dense_path_advantages(
             scored.rewards,
             scored.kl_reference_logps,
@@ -232,6 +238,16 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
 
         self._log_batch(mode, scored.rewards, dpr, output["advantages"], mask, completion_ids, kl_measured=policy_logps is not None, finite=finite)
         return output
+
+    def _sampled_token_logps(self, output, batch_size: int) -> torch.Tensor:
+        """log π_T(a_t|s_t) of the policy on the padded completions of `output`: GRPO's own no-grad forward."""
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, output["completion_ids"].size(1), batch_size=batch_size
+            )
+        return logps
 
     def _log_batch(self, mode, rewards, dpr, advantages, mask, completion_ids, kl_measured: bool, finite: bool) -> None:
         """DPR's metrics and completion-table columns for this batch (TRL averages the metrics at each log)."""
@@ -275,7 +291,10 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         uses_transformers_generate = not (self.use_vllm or self.use_transformers_continuous_batching)
-        if not uses_transformers_generate or self.args.kl_coef == 0.0:
+        # Beam search, prompt-lookup / assisted decoding: not one step of the returned rows per forward, nothing to
+        # record (their forwards' logits are not the plain forward's either): `_sampled_token_logps` takes them.
+        one_row_per_output = self.generation_config.get_generation_mode() in (GenerationMode.SAMPLE, GenerationMode.GREEDY_SEARCH)
+        if not uses_transformers_generate or self.args.kl_coef == 0.0 or not one_row_per_output:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
         # The transformers path returns no log-probs; record log π_old(a_t|s_t) of each sampled token while it samples.
         with SampledTokenLogprobs(self.accelerator.unwrap_model(self.model), temperature=self.temperature) as recorder:
