@@ -257,6 +257,15 @@ def test_a_fresh_run_refuses_a_folder_holding_a_finished_run(tmp_path):
     claim_output_dir(tmp_path, overwrite=True)
 
 
+def test_a_run_that_fails_before_writing_leaves_no_empty_folder_it_created(tmp_path):
+    from trl_dpr.running.checkpointing import _release_all
+
+    (tmp_path / "runs" / "kept").mkdir(parents=True)
+    claim_output_dir(tmp_path / "runs" / "x" / "dpr")  # runs/ existed, runs/x and runs/x/dpr are the run's
+    _release_all()  # what the process's exit does after an error
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["kept"]
+
+
 def test_trainer_refuses_to_train_over_a_finished_run_and_resumes_from_a_command_line_true(tokenizer, tmp_path):
     first, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=2, save_strategy="steps", save_steps=2)
     first.train()

@@ -26,6 +26,8 @@ and in a recipe: `dense_reward: my_rewards:ClippedReward` with `dense_reward_kwa
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -182,7 +184,7 @@ def build_dense_reward(spec: str, kwargs: Mapping | None = None) -> DenseReward:
             f"from the working directory or installed), got {spec!r}."
         )
     try:
-        module = importlib.import_module(module_name)
+        module = _import_from_working_directory(module_name)
     except ImportError as error:
         raise ValueError(
             f"dense_reward {spec!r}: cannot import {module_name!r} ({error}). Run from the folder that holds "
@@ -195,8 +197,23 @@ def build_dense_reward(spec: str, kwargs: Mapping | None = None) -> DenseReward:
         reward = factory(**dict(kwargs or {}))
     except TypeError as error:
         raise ValueError(f"dense_reward {spec!r} does not take dense_reward_kwargs {dict(kwargs or {})}: {error}.") from error
-    check_dense_reward(reward, spec)
+    try:
+        check_dense_reward(reward, spec)
+    except TypeError as error:  # named in a recipe: a mistake in the input, reported as one
+        raise ValueError(str(error)) from None
     return reward
+
+
+def _import_from_working_directory(module_name: str):
+    """`import module_name`, with the folder the command runs in on `sys.path` as TRL's scripts put it for
+    `--reward_funcs my_module.fn`: a launched script's `sys.path` starts at its own folder, not the user's."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name.split(".")[0] or os.getcwd() in sys.path:
+            raise
+    sys.path.insert(0, os.getcwd())
+    return importlib.import_module(module_name)
 
 
 def check_dense_reward(reward, where: str = "the reward") -> None:

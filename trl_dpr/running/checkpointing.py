@@ -288,6 +288,11 @@ def _unlock(key: str) -> None:
     lock.release()
 
 
+# Folders `check_output_dir` created (deepest first), with the PID that created them: a run that fails before it
+# writes anything there leaves no empty `runs/x/` behind.
+_CREATED_DIRS: list[tuple[Path, int]] = []
+
+
 @atexit.register  # a run that ends without release_output_dir (an error, the end of a notebook)
 def _release_all() -> None:
     for key in [key for key, (*_, pid) in _HELD_LOCKS.items() if pid == os.getpid()]:
@@ -295,6 +300,14 @@ def _release_all() -> None:
             _unlock(key)
         except OSError:  # the folder went away, or a full disk: the OS releases the lock with the process anyway
             pass
+    _remove_created_dirs()
+
+
+def _remove_created_dirs() -> None:
+    """The folders this process created for a run and left empty (a run that failed before writing), removed."""
+    for folder, pid in _CREATED_DIRS:
+        if pid == os.getpid():
+            _remove_if_empty(folder)
 
 
 def _remove_if_empty(folder: Path) -> None:
@@ -380,7 +393,10 @@ def check_output_dir(output_dir: str | os.PathLike) -> None:
         >>> check_output_dir(tempfile.mkdtemp())  # writable: no error
     """
     try:
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        folder = Path(output_dir).absolute()
+        missing = [f for f in (folder, *folder.parents) if not f.exists()]
+        folder.mkdir(parents=True, exist_ok=True)
+        _CREATED_DIRS.extend((f, os.getpid()) for f in missing)
         with tempfile.NamedTemporaryFile(dir=output_dir, prefix=".write-test-") as probe:
             probe.write(b"ok")
             probe.flush()

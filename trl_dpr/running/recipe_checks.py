@@ -37,6 +37,7 @@ __all__ = [
     "check_value",
     "find_recipe_file",
     "recipes_root",
+    "parse_mapping",
     "type_spec",
     "unknown_flags",
     "unused_field_problem",
@@ -515,7 +516,9 @@ def _type_name(action) -> str | None:
     except Exception:  # the converter refuses "null": not a nullable field
         nullable = False
     name = getattr(converter, "__name__", None)  # TRL's wrapper for "null" keeps the name of the type it wraps
-    if converter in (int, float) or (nullable and name in ("int", "float")):
+    if converter is parse_mapping:
+        kind = "mapping"
+    elif converter in (int, float) or (nullable and name in ("int", "float")):
         kind = name
     elif converter is _string_to_bool or name == "string_to_bool":  # HF's type for booleans
         kind = "bool"
@@ -526,6 +529,36 @@ def _type_name(action) -> str | None:
     if action.choices is not None and kind in (None, "other"):  # a Literal or Enum: HF maps each choice's text to it
         kind = "choice"
     return f"{kind}|null" if nullable and kind else kind
+
+
+def parse_mapping(text: str) -> dict:
+    """A mapping-valued key on the command line: a JSON or YAML flow mapping (`{"clip": 1.0}`, `{clip: 1.0}`), or
+    `key=value` pairs separated by commas (`clip=1.0,scale=2`), each value read as YAML reads it (1.0 a number).
+
+    Example:
+        >>> parse_mapping('{"clip": 1.0}'), parse_mapping("{clip: 1.0}"), parse_mapping("clip=1.0,name=x"), parse_mapping("")
+        ({'clip': 1.0}, {'clip': 1.0}, {'clip': 1.0, 'name': 'x'}, {})
+    """
+    import yaml
+
+    text = text.strip()
+    try:
+        if text.startswith("{"):
+            value = yaml.safe_load(text)
+            if isinstance(value, dict):
+                return value
+        elif all("=" in item for item in text.split(",")) or not text:
+            return {key.strip(): yaml.safe_load(value) for key, value in
+                    (item.split("=", 1) for item in text.split(",") if item.strip())}
+    except yaml.YAMLError:
+        pass
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a mapping: give it as {{key: value, ...}} (YAML or JSON, quoted for the shell) or as "
+        "key=value,key=value"
+    )
+
+
+parse_mapping.__name__ = "mapping"  # argparse's messages name the type
 
 
 def _as_given(text):
@@ -583,7 +616,7 @@ class LightRecipeParser(RecipeChecks, argparse.ArgumentParser):
         super().__init__(prog=description["prog"], usage=description["usage"], description=description["description"],
                          epilog=description["epilog"], allow_abbrev=description["allow_abbrev"],
                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-        converters = {"int": int, "float": float, "bool": _string_to_bool, "other": _as_given}
+        converters = {"int": int, "float": float, "bool": _string_to_bool, "other": _as_given, "mapping": parse_mapping}
         for argument in description["arguments"]:
             hidden = argument["help"] == argparse.SUPPRESS  # argparse tests `help is SUPPRESS`, its own object
             kwargs = {"dest": argument["dest"], "action": argument["action"], "default": argument["default"],

@@ -33,6 +33,7 @@ from .recipe_checks import (
     _plain,
     check_value,
     find_recipe_file,
+    parse_mapping,
     recipes_root,
     type_spec,
 )
@@ -81,6 +82,8 @@ never abbreviated.
         for action in self._actions:  # refused: --help does not offer them
             if action.dest in self._unused:
                 action.help = argparse.SUPPRESS
+            if action.type is dict:  # HfArgumentParser's `dict("{clip: 1.0}")` reads no text: the mapping forms do
+                action.type = parse_mapping
         self._start_checks()
 
     def parse_args_and_config(

@@ -57,7 +57,8 @@ def main(argv=None):
         if sft_training_args.output_dir != sft_path:
             raise ValueError(
                 f"{script_args.sft_config} writes the SFT model to {sft_training_args.output_dir!r} but DPR starts from "
-                f"model_name_or_path={sft_path!r}; make them the same folder."
+                f"model_name_or_path={sft_path!r}. To start from your own SFT output in {sft_path!r}, run without the "
+                f"SFT stage: --sft_config \"\" (or sft_config: null in the recipe); else make them the same folder."
             )
         title = f"SFT of {sft_model_args.model_name_or_path} (reference checkpoint at α={sft_args.reference_fraction})"
         finished = has_sft_output(sft_path)
