@@ -78,14 +78,23 @@ def test_without_a_gpu_or_accelerate_config_the_launch_gets_the_cpu_config_and_n
     cpu = str(recipes_root() / "accelerate_configs" / "cpu.yaml")
     _, warned_before = accelerate_validates([], caplog)
     assert "`--num_processes` was set" in warned_before  # what a bare `accelerate launch` says here
-    accelerates_choice, warned = accelerate_validates(["--config_file", cpu], caplog)
-    assert "`--num_cpu_threads_per_process` was set" in warned or accelerates_choice.num_cpu_threads_per_process == 1
 
     launch_args = _launch_defaults([])
-    assert launch_args == ["--config_file", cpu, "--num_cpu_threads_per_process",
-                           str(accelerates_choice.num_cpu_threads_per_process)]  # accelerate's own thread count
+    assert launch_args == ["--config_file", cpu, "--num_cpu_threads_per_process", "1"]
     args, warned = accelerate_validates(launch_args, caplog)
     assert ACCELERATE_DEFAULTS_WARNING not in warned and args.use_cpu and args.num_processes == 1
+
+
+def test_a_cpu_run_gets_one_torch_thread_per_process_unless_omp_num_threads_is_set(no_accelerate_config, monkeypatch,
+                                                                                   caplog):
+    # accelerate's own choice is every physical core: tiny models crawl with it beside any other job on the machine.
+    monkeypatch.setattr("trl_dpr.running.cli._gpu_count", lambda: 0)
+    monkeypatch.setattr("psutil.cpu_count", lambda logical=True: 16)
+    accelerates_choice, _ = accelerate_validates(["--config_file", str(recipes_root() / "accelerate_configs" / "cpu.yaml")],
+                                                 caplog)
+    assert accelerates_choice.num_cpu_threads_per_process == 16
+    args, _ = accelerate_validates(_launch_defaults([]), caplog)
+    assert args.num_cpu_threads_per_process == 1
 
 
 def test_the_cpu_thread_count_is_omp_num_threads_where_it_is_set(no_accelerate_config, monkeypatch, caplog):
@@ -145,6 +154,49 @@ def test_debug_shows_the_traceback(monkeypatch):
     monkeypatch.setenv("TRL_DPR_DEBUG", "1")
     with pytest.raises(FileNotFoundError):
         run(failing, [])
+
+
+def test_ctrl_c_ends_with_one_line_saying_what_was_saved_and_how_to_resume(tmp_path, monkeypatch, capsys):
+    from trl_dpr.running import checkpointing
+
+    def interrupted_run(argv):
+        checkpointing.claim_output_dir(tmp_path / "dpr")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpointing, "last_complete_checkpoint", lambda folder: f"{folder}/checkpoint-4")
+    try:
+        with pytest.raises(SystemExit) as stop:
+            run(interrupted_run, [])
+    finally:
+        checkpointing.release_output_dir(tmp_path / "dpr")
+    err = capsys.readouterr().err
+    assert stop.value.code == 130 and err.count("\n") == 1, err
+    assert f"Saved: {tmp_path / 'dpr'}: {tmp_path / 'dpr'}/checkpoint-4" in err and "--resume_from_checkpoint true" in err
+
+
+def test_ctrl_c_before_any_checkpoint_says_nothing_was_saved(tmp_path, capsys):
+    from trl_dpr.running import checkpointing
+
+    def interrupted_run(argv):
+        checkpointing.claim_output_dir(tmp_path / "dpr")
+        raise KeyboardInterrupt
+
+    try:
+        with pytest.raises(SystemExit):
+            run(interrupted_run, [])
+    finally:
+        checkpointing.release_output_dir(tmp_path / "dpr")
+    assert capsys.readouterr().err == f"Interrupted. No checkpoint was saved yet in {tmp_path / 'dpr'}: run the same command again to start over.\n"
+
+
+def test_the_launching_process_adds_nothing_to_a_ctrl_c(monkeypatch, capsys):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("trl.cli.accelerate_launcher.launch_training_script", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        run(lambda argv: main(["dpr", "--config", "demo/dpr.yaml", "--accelerate_config", "cpu"]), [])
+    assert stop.value.code == 130 and capsys.readouterr().err == ""
 
 
 def test_a_bug_is_not_dressed_as_a_user_error():

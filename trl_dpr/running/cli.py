@@ -15,8 +15,8 @@ launch`: `--accelerate_config NAME` picks one of the shipped accelerate configs 
 zero3_cpu) or TRL's (multi_gpu, zero3, fsdp2, ...), or a file; any other argument the recipe does not know
 (`--num_processes 8`, ...) goes to `accelerate launch`, as with `trl sft`. Without an accelerate config (neither
 `--accelerate_config` nor one written by `accelerate config`), a machine without a GPU runs under the shipped `cpu`
-config, and a CPU run gets `--num_cpu_threads_per_process` (OMP_NUM_THREADS where set), so accelerate has no default
-of its own to warn about.
+config, and a CPU run gets one torch thread per process (`--num_cpu_threads_per_process`; OMP_NUM_THREADS where set),
+so accelerate has no default of its own to warn about.
 
 A mistake in the input (a bad key, a missing folder, a value out of range) ends with its message and exit code 2,
 without a traceback; `--debug` (or `TRL_DPR_DEBUG=1`) shows the traceback.
@@ -102,6 +102,11 @@ def run(main_function: Callable[[list[str]], object], argv: Sequence[str] | None
     argv = [a for a in argv if a != "--debug"]
     try:
         main_function(argv)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(_interrupted(), file=sys.stderr)
+        raise SystemExit(130) from None  # the shell's code for a command ended by Ctrl-C
     except ImportError as error:
         extra = _missing_optional_dependency(error)
         if debug or extra is None:  # a module the base install has: a broken environment or a bug, with its traceback
@@ -113,6 +118,19 @@ def run(main_function: Callable[[list[str]], object], argv: Sequence[str] | None
         if debug or not isinstance(error, _user_errors()):
             raise
         _exit_with_message(error, str(error))
+
+
+def _interrupted() -> str:
+    """The one line a Ctrl-C ends with: what the run holds on disk, and how to go on from it."""
+    checkpointing = sys.modules.get("trl_dpr.running.checkpointing")  # loaded once a run has claimed its folder
+    held = [folder for folder, _, pid in getattr(checkpointing, "_HELD_LOCKS", {}).values() if pid == os.getpid()]
+    saved = [(folder, checkpointing.last_complete_checkpoint(folder)) for folder in held]
+    if any(checkpoint for _, checkpoint in saved):
+        where = "; ".join(f"{folder}: {checkpoint}" for folder, checkpoint in saved if checkpoint)
+        return (f"Interrupted. Saved: {where}. Resume with the same command and --resume_from_checkpoint true.")
+    folders = ", ".join(str(folder) for folder, _ in saved)
+    return ("Interrupted. " + (f"No checkpoint was saved yet in {folders}: " if folders else "Nothing was saved: ")
+            + "run the same command again to start over.")
 
 
 def _exit_with_message(error: BaseException, message: str):
@@ -155,8 +173,7 @@ def _launch_defaults(launch_args: list[str]) -> list[str]:
 
     - no accelerate config (none passed, none written by `accelerate config`): trl_dpr's `cpu` config on a machine
       without a GPU; on one with GPUs, accelerate's own defaults (every GPU, one machine, no mixed precision, no dynamo);
-    - a run on CPU: `--num_cpu_threads_per_process` = OMP_NUM_THREADS where it is set, else accelerate's own choice
-      (the physical cores shared among the machine's processes).
+    - a run on CPU: `--num_cpu_threads_per_process` = OMP_NUM_THREADS where it is set, else 1 (`_cpu_threads`).
 
     Flags the user passed are kept as they are, and win over the config (accelerate's rule)."""
     from accelerate.commands.config import default_config_file
@@ -184,9 +201,7 @@ def _launch_defaults(launch_args: list[str]) -> list[str]:
     settings = load_config_from_file(config_file or default_config_file) if (
         config_file or os.path.isfile(default_config_file)) else None
     if (given.cpu or getattr(settings, "use_cpu", False)) and given.num_cpu_threads_per_process is None:
-        processes = given.num_processes or getattr(settings, "num_processes", None) or 1
-        machines = given.num_machines or getattr(settings, "num_machines", None) or 1
-        extra += ["--num_cpu_threads_per_process", str(_cpu_threads(max(processes // machines, 1)))]
+        extra += ["--num_cpu_threads_per_process", str(_cpu_threads())]
     return [*extra, *launch_args]
 
 
@@ -197,18 +212,15 @@ def _gpu_count() -> int:
     return torch.cuda.device_count() or int(torch.backends.mps.is_available())
 
 
-def _cpu_threads(local_processes: int) -> int:
-    """Torch threads per process of a CPU run: OMP_NUM_THREADS where it is set (≥ 1), else accelerate's own choice,
-    the physical cores divided among the `local_processes` of this machine (at least 1)."""
+def _cpu_threads() -> int:
+    """Torch threads per process of a CPU run: OMP_NUM_THREADS where it is set (≥ 1), else 1. Not accelerate's
+    choice (every physical core): the small models a CPU trains gain nothing from more threads, and beside any other
+    job on the machine they run many times slower (the demo: 30 s a step instead of 0.4 s)."""
     try:
         threads = int(os.environ.get("OMP_NUM_THREADS", ""))
     except ValueError:
         threads = 0
-    if threads >= 1:
-        return threads
-    import psutil
-
-    return max((psutil.cpu_count(logical=False) or os.cpu_count() or 1) // local_processes, 1)
+    return threads if threads >= 1 else 1
 
 
 def _launch_training(stage: str, argv: list[str], launch_args: list[str]) -> None:
@@ -230,6 +242,9 @@ def _launch_training(stage: str, argv: list[str], launch_args: list[str]) -> Non
         # TRL joins the script name to its own trl/scripts folder; an absolute path stands for itself (pathlib's
         # joinpath), so the package's own script is launched (tests/test_cli.py checks the script accelerate is given).
         launch_training_script(str(SCRIPTS / f"{stage}.py"), launch_args, script_args)
+    except KeyboardInterrupt:
+        # Ctrl-C reaches the launched processes too: theirs is the line that says what was saved (`run`).
+        raise SystemExit(130) from None
     except subprocess.CalledProcessError as error:
         # The recipe's own processes have printed what went wrong (a mistake in the input: its message, exit code 2);
         # accelerate's launcher adding its traceback on top would only hide it.
