@@ -274,6 +274,39 @@ def test_a_recipe_script_names_the_trl_dpr_command_in_its_messages(tmp_path):
         make_parser().parse_args_and_config(["--config", demo_recipe(tmp_path, "demo/sft.yaml", learnig_rate=1.0)])
 
 
+def test_a_stage_help_describes_trl_dprs_own_keys_first_and_names_trls_after_them(cache, capsys):
+    main(["dpr", "--help"])
+    brief = capsys.readouterr().out
+    main(["dpr", "--help-all"])
+    full = capsys.readouterr().out
+    own, inherited = brief.split("Inherited from TRL and transformers")
+    assert "--kl_coef KL_COEF" in own and "--dense_reward_kwargs DENSE_REWARD_KWARGS" in own
+    assert "--gradient_accumulation_steps" not in own and "--gradient_accumulation_steps," in inherited
+    assert "`trl-dpr dpr --help-all` describes each" in inherited
+    assert "--gradient_accumulation_steps GRADIENT_ACCUMULATION_STEPS" in full and "Inherited from TRL" not in full
+    assert len(brief.splitlines()) * 4 < len(full.splitlines())
+
+
+def test_a_mapping_key_takes_json_yaml_flow_or_key_value_on_the_command_line(cache):
+    from trl_dpr.running.cli import _check_before_importing, _stage_parser
+
+    for form in ['{"clip": 0.5, "name": "x"}', "{clip: 0.5, name: x}", "clip=0.5,name=x"]:
+        argv = ["--config", "demo/dpr.yaml", "--dense_reward", "tests.user_rewards.my_rewards:NotAReward",
+                "--dense_reward_kwargs", form]
+        quick, _ = _light_parser_values(argv)
+        assert quick.dense_reward_kwargs == {"clip": 0.5, "name": "x"}, form
+        full, _ = _stage_parser("dpr").parse_known_args(["--dense_reward_kwargs", form])  # the launched script's
+        assert full.dense_reward_kwargs == {"clip": 0.5, "name": "x"}, form
+    with pytest.raises(ValueError, match=r"'clip 0\.5' is not a mapping"):
+        _check_before_importing("dpr", ["--config", "demo/dpr.yaml", "--dense_reward_kwargs", "clip 0.5"])
+
+
+def _light_parser_values(argv):
+    from trl_dpr.running.cli import _light_parser
+
+    return _light_parser("dpr").check_recipe(list(argv))
+
+
 def test_launcher_flags_and_a_valid_recipe_pass_the_check(cache):
     from trl_dpr.running.cli import _check_before_importing
 

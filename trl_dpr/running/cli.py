@@ -273,7 +273,7 @@ def _without(items: list[str], subsequence: list[str]) -> list[str]:
 # torch is imported; only a run that passes them imports it. The first call, or a cache that cannot be read or written,
 # costs what it did before, and runs the same checks on the same description, built on the spot.
 
-CACHE_FORMAT = 1  # raise when the description's layout changes: older cache files are then not read
+CACHE_FORMAT = 2  # raise when the description's layout changes: older cache files are then not read
 CACHE_FILES_KEPT = 4  # a few environments (venvs, versions) sharing one cache each keep theirs
 
 CONFIG_HELP = (
@@ -392,8 +392,8 @@ def _check_before_importing(stage: str, argv: list[str], parser=None) -> list[st
 def _run_stage(stage: str, argv: list[str]) -> None:
     """`trl-dpr <stage>`: its help, or the checks and then the run (imports TRL)."""
     parser = _light_parser(stage)
-    if "-h" in argv or "--help" in argv:
-        parser.print_help()
+    if "-h" in argv or "--help" in argv or "--help-all" in argv:
+        print(parser.format_help(full="--help-all" in argv), end="")
         return
     launch_args = _check_before_importing(stage, argv, parser)
     if stage in TRAINING_STAGES:

@@ -491,6 +491,7 @@ class RecipeChecks:
             "rules": {dest: rule for dest, rule in self._rules.items() if _jsonable(rule) is rule},
             "unused": {name: [list(accepted), reason] for name, (accepted, reason) in self._unused.items()},
             "launcher_flags": getattr(self, "launcher_flags", {}),
+            "inherited": sorted(getattr(self, "inherited_keys", ())),
         }
 
 
@@ -635,7 +636,29 @@ class LightRecipeParser(RecipeChecks, argparse.ArgumentParser):
         self._rules = description["rules"]
         self._unused = {name: (tuple(accepted), reason) for name, (accepted, reason) in description["unused"].items()}
         self.launcher_flags = description["launcher_flags"]
+        self.inherited_keys = set(description["inherited"])
         self._start_checks()
+
+    def format_help(self, full: bool = False) -> str:
+        """argparse's help; unless `full`, trl_dpr's own keys only, described, then the inherited ones (TRL's,
+        transformers') by name, which `--help-all` describes."""
+        if full or not self.inherited_keys:
+            return super().format_help()
+        hidden = [a for a in self._actions if a.dest in self.inherited_keys and a.help != argparse.SUPPRESS]
+        saved = [a.help for a in hidden]
+        try:
+            for action in hidden:
+                action.help = argparse.SUPPRESS
+            own = super().format_help()
+        finally:
+            for action, text in zip(hidden, saved):
+                action.help = text
+        names = ", ".join(a.option_strings[0] for a in hidden)
+        import textwrap
+
+        return own + "\n" + textwrap.fill(
+            f"Inherited from TRL and transformers ({len(hidden)} keys; `{self.prog} --help-all` describes each): {names}",
+            width=120) + "\n"
 
     def check_recipe(self, args: list[str]) -> tuple[argparse.Namespace, list[str]]:
         """Every check `RecipeParser.parse_args_and_config(args)` makes before it builds the dataclasses; returns the

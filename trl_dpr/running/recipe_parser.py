@@ -67,6 +67,11 @@ never abbreviated.
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(dataclass_types, **kwargs)
         self.recipe_subfolder = recipe_subfolder  # where `--config NAME` is looked up first among the shipped recipes
+        # Keys of TRL's / transformers' dataclasses that no trl_dpr class declares (or re-declares with its default):
+        # `--help` names them after trl_dpr's own, `--help-all` describes them.
+        own = {name for dataclass_type in self.dataclass_types for cls in dataclass_type.__mro__
+               if cls.__module__.startswith("trl_dpr") for name in cls.__dict__.get("__annotations__", {})}
+        self.inherited_keys = {f.name for t in self.dataclass_types for f in dataclasses.fields(t)} - own
         # dest → what each value is checked against: its field's type, default and choices (the first dataclass that
         # has the field wins, as HfArgumentParser registers it once).
         self._rules: dict[str, dict] = {}
