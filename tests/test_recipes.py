@@ -153,7 +153,7 @@ def test_sft_then_dpr_recipes_through_accelerate_launch(recipe_run):
 
 
 @pytest.mark.slow
-def test_a_built_wheel_runs_the_stages_outside_the_repository(installed_wheel, recipe_run, tmp_path):
+def test_a_built_wheel_runs_the_stages_outside_the_repository(installed_wheel, recipe_run, first_use_launch, tmp_path):
     """The wheel holds the package and its recipes, not the repository's experiments or tests; installed by pip into a
     folder of its own, `trl-dpr` runs from elsewhere on it: `trl-dpr recipes` lists the shipped ones, and `trl-dpr sft`
     then `trl-dpr dpr` with its evaluation ran from it through `accelerate launch` (tests/conftest.py's `recipe_run`,
@@ -184,14 +184,52 @@ def test_a_built_wheel_runs_the_stages_outside_the_repository(installed_wheel, r
     assert "| DPR |" in recipe_run.dpr_stdout  # the evaluation's table, printed by the launched DPR
     assert (recipe_run.work / "dpr" / "model.safetensors").is_file()
 
-    first_use = {**env, "HF_HOME": str(tmp_path / "hf_home")}  # accelerate's default config lives under it: none there
-    first_use.pop("OMP_NUM_THREADS", None)
-    bad = run_launch([*command, "dpr", "--config", "demo/dpr.yaml", "--model_name_or_path", str(tmp_path / "no_sft"),
-                      "--sft_config", "", "--output_dir", str(tmp_path / "dpr")], cwd=work, env=first_use, timeout=300)
+    bad = first_use_launch.result
     assert bad.returncode == 2, bad.stderr[-2000:]
     assert "no_sft' does not exist" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[-2000:]
     assert "accelerate launch` and had defaults used instead" not in bad.stderr, bad.stderr[-2000:]
     assert "was set to" not in bad.stderr, bad.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def first_use_launch(installed_wheel, tmp_path_factory):
+    """A first `trl-dpr dpr` of the shipped demo recipe from the installed wheel, as on a CPU machine where no
+    `accelerate config` was run and OMP_NUM_THREADS is unset, in a folder that holds the user's `my_rewards.py`, named
+    by the recipe key with its kwargs given on the command line; its SFT model path does not exist, so the launched
+    recipe stops with exit code 2 once the arguments (and the reward) are built. Returns `result` and `tmp`."""
+    from types import SimpleNamespace
+
+    tmp = tmp_path_factory.mktemp("first_use")
+    work = tmp / "work"
+    work.mkdir()
+    (work / "my_rewards.py").write_text(
+        "class ClipOne:\n    model_names = ('sft', 'ref')\n\n    def __init__(self, clip=1.0):\n        self.clip = clip\n\n"
+        "    def __call__(self, scored):\n        r = scored.logps['sft'] - scored.logps['ref']\n"
+        "        return r.clamp(-self.clip, self.clip) * scored.completion_mask\n")
+    env = {**os.environ, "PYTHONPATH": str(installed_wheel.site), "HF_HUB_OFFLINE": "1",
+           "HF_HOME": str(tmp / "hf_home")}  # accelerate's default config lives under it: none there
+    env.pop("OMP_NUM_THREADS", None)
+    command = [sys.executable, "-c", "from trl_dpr.running.cli import main; main()"]  # the trl-dpr entry point's code
+    result = run_launch([*command, "dpr", "--config", "demo/dpr.yaml", "--model_name_or_path", str(tmp / "no_sft"),
+                         "--sft_config", "", "--output_dir", str(tmp / "runs" / "x"), "--dense_reward",
+                         "my_rewards:ClipOne", "--dense_reward_kwargs", "clip=1.0"], cwd=work, env=env, timeout=300)
+    return SimpleNamespace(result=result, tmp=tmp)
+
+
+@pytest.mark.slow
+def test_a_launched_run_imports_the_users_reward_from_the_folder_it_runs_in_with_kwargs_from_the_command_line(
+        first_use_launch):
+    # The launched script's sys.path starts at trl_dpr/scripts, not the user's folder: the reward (and its kwargs, built
+    # with it while the recipe is parsed) must resolve there before the run reaches its missing SFT model.
+    stderr = first_use_launch.result.stderr
+    assert "cannot import" not in stderr and "expected a mapping" not in stderr, stderr[-2000:]
+    assert "no_sft' does not exist" in stderr, stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_launched_run_that_fails_leaves_no_empty_folder_it_created(first_use_launch):
+    assert first_use_launch.result.returncode == 2
+    assert not (first_use_launch.tmp / "runs").exists()  # runs/x/ was created, claimed, then the run failed
 
 
 @pytest.mark.parametrize("backbone", sorted(BACKBONES))
