@@ -249,7 +249,7 @@ LAUNCH_MISMATCHES = [
 @pytest.mark.parametrize(("environment", "changes", "message"), LAUNCH_MISMATCHES,
                          ids=["fp32 recipe, bf16 launch", "CPU recipe, GPU launch", "bf16 and fp16", "GPU recipe, no GPU"])
 def test_a_launched_recipe_on_another_device_or_precision_than_its_launcher_stops_before_loading(
-        world, capsys, monkeypatch, no_model_loading, recipe, environment, changes, message):
+        world, tmp_path, capsys, monkeypatch, no_model_loading, recipe, environment, changes, message):
     import torch
 
     if not environment and torch.cuda.is_available():
@@ -258,12 +258,12 @@ def test_a_launched_recipe_on_another_device_or_precision_than_its_launcher_stop
         monkeypatch.delenv(name, raising=False)
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    argv = case_argv(world, recipe, changes, [])
+    argv = case_argv(world, recipe, {**changes, "output_dir": str(tmp_path / "out")}, [])
     with pytest.raises(SystemExit) as stop:
         run(importlib.import_module(f"trl_dpr.scripts.{recipe}").main, argv)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "Traceback" not in err and re.search(message, err), err
-    assert not (world / f"out_{recipe}").exists()  # stopped before its output folder was claimed
+    assert not (tmp_path / "out").exists()  # stopped before its output folder was claimed
 
 
 def test_a_launched_recipe_that_agrees_with_its_launcher_passes_the_check(monkeypatch):
