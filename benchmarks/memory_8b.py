@@ -3,6 +3,7 @@ adapters (policy, π_SFT, π_ref) against three separate 4-bit models.
 
     python benchmarks/memory_8b.py                       # GPU: 8B shape, random weights (no download), 1024 + 1024 tokens
     python benchmarks/memory_8b.py --tiny --device cpu   # the same code path on a tiny model (checks the script)
+    python benchmarks/memory_8b.py --shape llama-3.2-1b  # a 1B Llama shape: the GPU tier's check (tests/test_gpu.py)
 
 The random bf16 base is written once to `--workdir` (16 GB for the 8B shape), then loaded in 4-bit (NF4, double
 quantisation, bf16 compute) like the QLoRA recipes. π_SFT and π_ref are random LoRA adapters (r=64, all linear layers)
@@ -31,14 +32,21 @@ LLAMA_31_8B = dict(
     hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
     vocab_size=128256, max_position_embeddings=4096, rope_theta=500000.0, tie_word_embeddings=False,
 )
+LLAMA_32_1B = dict(
+    hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+    vocab_size=128256, max_position_embeddings=4096, rope_theta=500000.0, tie_word_embeddings=False,
+)
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             vocab_size=512, max_position_embeddings=512, tie_word_embeddings=False)
+
+SHAPES = {"tiny": TINY, "llama-3.2-1b": LLAMA_32_1B, "llama-3.1-8b": LLAMA_31_8B}
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--tiny", action="store_true", help="a tiny Llama instead of the 8B shape")
+    parser.add_argument("--tiny", action="store_true", help="a tiny Llama instead of the 8B shape (= --shape tiny)")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="llama-3.1-8b")
     parser.add_argument("--prompt-length", type=int, default=1024)
     parser.add_argument("--completion-length", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=2)
@@ -47,7 +55,14 @@ def parse_args(argv=None):
     parser.add_argument("--workdir", default="runs/benchmarks/memory_8b")
     parser.add_argument("--only", choices=LAYOUTS, help=argparse.SUPPRESS)
     parser.add_argument("--output", default="benchmarks/results/memory_8b.jsonl")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.shape = "tiny" if args.tiny else args.shape
+    args.tiny = args.shape == "tiny"
+    return args
+
+
+def shape_folder(args) -> Path:
+    return Path(args.workdir) / ("tiny" if args.tiny else f"{args.shape}-shape")
 
 
 def prepare_checkpoints(args) -> Path:
@@ -59,10 +74,10 @@ def prepare_checkpoints(args) -> Path:
 
     from trl_dpr.reference_manifest import ReferenceManifest, write_manifest
 
-    root = Path(args.workdir) / ("tiny" if args.tiny else "llama-3.1-8b-shape")
+    root = shape_folder(args)
     if (root / "sft" / "dpr_reference.json").is_file():
         return root
-    shape = TINY if args.tiny else LLAMA_31_8B
+    shape = SHAPES[args.shape]
     vocab = {f"t{i}": i for i in range(shape["vocab_size"] - 2)} | {"<pad>": shape["vocab_size"] - 2, "<eos>": shape["vocab_size"] - 1}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -108,7 +123,7 @@ def run_one(args) -> dict:
 
     from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
 
-    root = Path(args.workdir) / ("tiny" if args.tiny else "llama-3.1-8b-shape")
+    root = shape_folder(args)
     tokenizer = AutoTokenizer.from_pretrained(root / "base")
     prompt = " ".join(f"t{i % 500}" for i in range(args.prompt_length))
     dataset = Dataset.from_dict({"prompt": [prompt] * 64})
@@ -195,7 +210,7 @@ def main(argv=None):
         "date": date.today().isoformat(),
         "hardware": (__import__("torch").cuda.get_device_name(0) if args.device == "cuda" else platform.machine()),
         "command": "python benchmarks/memory_8b.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "shape": "tiny" if args.tiny else "Llama-3.1-8B",
+        "shape": {"tiny": "tiny", "llama-3.2-1b": "Llama-3.2-1B", "llama-3.1-8b": "Llama-3.1-8B"}[args.shape],
         "results": results,
         "peak_memory_ratio_shared_over_three": results["shared_base"]["peak_memory_bytes"]
         / results["three_models"]["peak_memory_bytes"],

@@ -49,6 +49,11 @@ LONGEST_FIRST = ("test_sharded.py", "test_recipes.py", "test_real_model.py", "te
 def pytest_collection_modifyitems(config, items):
     rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests stay together, in order
+    if not torch.cuda.is_available():  # the GPU tier (`make test-gpu`, tests/test_gpu.py) needs CUDA
+        skip = pytest.mark.skip(reason="needs CUDA (the GPU tier: make test-gpu)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
 
 
 # ---- subprocesses -----------------------------------------------------------------------------------------------

@@ -367,3 +367,159 @@ def test_a_gguf_file_without_the_gguf_package_is_a_user_error_naming_the_extra(t
         run(lambda argv: convert_gguf(tmp_path / "model.gguf", tmp_path / "out"), [])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and 'pip install "trl_dpr[gguf]"' in err and err.count("pip install") == 1, err
+
+
+# ---- one device and precision for the whole run: the launch, the training arguments, the SFT stage of a pipeline -----
+# (trl_dpr.running.placement). What the launched process runs with is worked out as accelerate and transformers do it:
+# accelerate's reading of the launch flags and the environment its launcher gives the script
+# (`prepare_simple_launcher_cmd_env`), then the stage's own parser building TrainingArguments in that environment,
+# whose `mixed_precision` is what the Trainer's Accelerator gets.
+
+
+@pytest.fixture
+def one_gpu(monkeypatch):
+    """A machine with one bf16-capable GPU, as `trl-dpr` and transformers' checks of bf16 see it."""
+    monkeypatch.setattr("trl_dpr.running.cli._gpu_count", lambda: 1)
+    monkeypatch.setattr("transformers.training_args.is_torch_bf16_gpu_available", lambda: True)
+
+
+@pytest.fixture(scope="module")
+def dpr_description():
+    from trl_dpr.running.cli import _stage_parser
+
+    return _stage_parser("dpr").describe()
+
+
+def launched(argv: list[str], description: dict, monkeypatch):
+    """`trl-dpr dpr ARGV` up to the launch (the real argument building), and what the launched script would run with:
+    (launch_args, accelerate's environment for the script, the script's parsed TrainingArguments)."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_simple_launcher_cmd_env
+
+    from trl_dpr.running.cli import _check_before_importing, _launch_plan
+    from trl_dpr.running.recipe_checks import LightRecipeParser
+    from trl_dpr.scripts.dpr import make_parser
+
+    values, launch_args = _check_before_importing("dpr", list(argv), LightRecipeParser(description))
+    launch_args, script_args = _launch_plan(argv, launch_args, values)
+    args, _, _ = _validate_launch_command(launch_command_parser().parse_args([*launch_args, "script.py"]))
+    _, env = prepare_simple_launcher_cmd_env(args)
+    for name in ("ACCELERATE_USE_CPU", "ACCELERATE_MIXED_PRECISION"):
+        monkeypatch.setenv(name, env[name])
+    training_args = make_parser().parse_args_and_config(script_args)[1]
+    return launch_args, env, training_args
+
+
+# (key, its value in the YAML, the other value): each written in the YAML, and overridden on the command line.
+OVERRIDES = [("use_cpu", False, True), ("use_cpu", True, False), ("bf16", True, False), ("bf16", False, True),
+             ("fp16", True, False), ("fp16", False, True)]
+
+
+@pytest.mark.parametrize(("key", "value", "other"), OVERRIDES, ids=[f"{k}-{v}" for k, v, _ in OVERRIDES])
+def test_a_command_line_override_launches_and_trains_as_the_same_value_in_the_yaml(
+        tmp_path, no_accelerate_config, one_gpu, monkeypatch, dpr_description, key, value, other):
+    base = {"use_cpu": False} if key != "use_cpu" else {}  # bf16/fp16 on the GPU
+    (tmp_path / "written").mkdir(), (tmp_path / "overridden").mkdir()
+    written = demo_recipe(tmp_path / "written", "demo/dpr.yaml", **base, **{key: value})
+    overridden = demo_recipe(tmp_path / "overridden", "demo/dpr.yaml", **base, **{key: other})
+    as_written = launched(["--config", written], dpr_description, monkeypatch)
+    as_overridden = launched(["--config", overridden, f"--{key}", str(value).lower()], dpr_description, monkeypatch)
+    assert as_written[0] == as_overridden[0] and as_written[1]["ACCELERATE_MIXED_PRECISION"] == as_overridden[1][
+        "ACCELERATE_MIXED_PRECISION"] and as_written[1]["ACCELERATE_USE_CPU"] == as_overridden[1]["ACCELERATE_USE_CPU"]
+    for _, env, training_args in (as_written, as_overridden):
+        assert getattr(training_args, key) is value
+        recipe_precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "no"
+        # the launch and the training arguments agree, with each other and with what the recipe says
+        assert env["ACCELERATE_MIXED_PRECISION"] == training_args.mixed_precision == recipe_precision
+        assert (env["ACCELERATE_USE_CPU"] == "True") is training_args.use_cpu
+
+
+def test_the_reported_gpu_run_of_the_cpu_demo_launches_on_the_gpu_in_the_recipes_precision(
+        no_accelerate_config, one_gpu, monkeypatch, dpr_description):
+    """`trl-dpr dpr --config demo/dpr.yaml --accelerate_config single_gpu --use_cpu false` crashed on a GPU; now it is
+    refused for its precision (fp32 recipe, bf16 config), and with --bf16 true it launches on the GPU in bf16."""
+    argv = ["--config", "demo/dpr.yaml", "--accelerate_config", "single_gpu", "--use_cpu", "false"]
+    with pytest.raises(ValueError, match=r"recipe trains in fp32 but single_gpu\.yaml sets mixed_precision: bf16; "
+                       r"change one of them: --bf16 true \(the recipe\), or --mixed_precision no"):
+        launched(argv, dpr_description, monkeypatch)
+    _, env, training_args = launched([*argv, "--bf16", "true"], dpr_description, monkeypatch)
+    assert env["ACCELERATE_USE_CPU"] == "False" and not training_args.use_cpu
+    assert env["ACCELERATE_MIXED_PRECISION"] == training_args.mixed_precision == "bf16"
+    _, env, training_args = launched([*argv, "--mixed_precision", "no"], dpr_description, monkeypatch)
+    assert env["ACCELERATE_MIXED_PRECISION"] == training_args.mixed_precision == "no" and not training_args.use_cpu
+
+
+IMPOSSIBLE = [  # (command line, GPUs on the machine, what the one line says)
+    (["--use_cpu", "false"], 0, r"trains on the GPU \(use_cpu: false\) but no GPU is visible here: set --use_cpu true"),
+    (["--accelerate_config", "cpu", "--use_cpu", "false"], 1, r"trains on the GPU .* but cpu\.yaml runs on the CPU"),
+    (["--accelerate_config", "single_gpu", "--bf16", "true"], 1,
+     r"trains on the CPU \(use_cpu: true\) but single_gpu\.yaml is set up for the GPU"),
+    (["--accelerate_config", "single_gpu"], 1, r"trains on the CPU \(use_cpu: true\) but single_gpu\.yaml"),
+    (["--use_cpu", "false", "--bf16", "true", "--fp16", "true"], 1, r"bf16 and fp16 are both true"),
+    (["--accelerate_config", "zero3_cpu"], 0, r"use_cpu: true but zero3_cpu\.yaml runs DeepSpeed"),
+]
+
+
+@pytest.mark.parametrize(("extra", "gpus", "message"), IMPOSSIBLE, ids=[" ".join(i[0]) for i in IMPOSSIBLE])
+def test_a_device_or_precision_that_cannot_run_is_refused_before_the_launch_in_one_line(
+        no_accelerate_config, monkeypatch, capsys, dpr_description, extra, gpus, message):
+    import re
+
+    from trl_dpr.running.recipe_checks import LightRecipeParser
+
+    monkeypatch.setattr("trl_dpr.running.cli._gpu_count", lambda: gpus)
+    monkeypatch.setattr("trl_dpr.running.cli._light_parser", lambda stage: LightRecipeParser(dpr_description))
+    monkeypatch.setattr("trl.cli.accelerate_launcher.launch_training_script", lambda *a: pytest.fail("launched"))
+    with pytest.raises(SystemExit) as stop:
+        main(["dpr", "--config", "demo/dpr.yaml", *extra])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err and re.search(message, err), err
+    assert len(err.splitlines()) == 2  # the message, and where --debug shows the traceback
+
+
+def test_the_pipelines_sft_stage_runs_on_the_runs_device_and_precision(one_gpu, capsys):
+    from trl_dpr.running.placement import RunPlacement, sft_stage_of_pipeline
+
+    _, training_args, _ = sft_stage_of_pipeline("recipes/demo/sft.yaml", RunPlacement(use_cpu=False, mixed_precision="bf16"))
+    assert (training_args.use_cpu, training_args.bf16, training_args.fp16) == (False, True, False)
+    assert "runs as the rest of this run, on GPU, bf16 mixed precision (its own use_cpu/bf16/fp16 say CPU, fp32)" in (
+        capsys.readouterr().out)
+    _, training_args, _ = sft_stage_of_pipeline("recipes/demo/sft.yaml", RunPlacement(use_cpu=True, mixed_precision="no"))
+    assert (training_args.use_cpu, training_args.bf16, training_args.fp16) == (True, False, False)
+    assert capsys.readouterr().out == ""  # the same as its YAML: nothing to say
+
+
+def accelerate_configs() -> list[str]:
+    """Every accelerate config `--accelerate_config NAME` reaches: trl_dpr's and TRL's."""
+    import importlib.resources
+
+    ours = [p.stem for p in (recipes_root() / "accelerate_configs").glob("*.yaml")]
+    theirs = [p.name.removesuffix(".yaml") for p in importlib.resources.files("trl.accelerate_configs").iterdir()
+              if p.name.endswith(".yaml")]
+    return sorted(set(ours) | set(theirs))
+
+
+@pytest.mark.parametrize("precision", ["no", "bf16", "fp16"])
+@pytest.mark.parametrize("name", accelerate_configs())
+def test_the_recipe_and_the_accelerate_config_agree_on_the_precision_or_the_run_is_refused(name, precision):
+    """The rule for precision: the recipe's bf16/fp16 and the accelerate config's mixed_precision are the same, or
+    the run stops before launching with one line naming both ways out; `--mixed_precision` on the command line is the
+    launcher's value, so it reconciles them. The config's own values are read here from its YAML."""
+    from trl_dpr.running.placement import LaunchPlacement, RunPlacement, check_placement
+
+    launch_args = _resolve_accelerate_config(["--accelerate_config", name])
+    settings = yaml.safe_load(Path(launch_args[1]).read_text())
+    written = str(settings.get("mixed_precision", "no"))
+    deepspeed = settings.get("distributed_type") == "DEEPSPEED"
+    run = RunPlacement(use_cpu=bool(settings.get("use_cpu")) and not deepspeed, mixed_precision=precision)
+    launch = LaunchPlacement.from_launch_args(launch_args)
+    if precision == written:
+        check_placement(run, launch, gpu_available=True)
+    else:
+        with pytest.raises(ValueError) as refused:
+            check_placement(run, launch, gpu_available=True)
+        line = str(refused.value)
+        assert "\n" not in line and f"sets mixed_precision: {written};" in line and f"--mixed_precision {precision} " in line
+        recipe_flag = {"no": "--bf16 false --fp16 false", "bf16": "--bf16 true", "fp16": "--fp16 true"}[written]
+        assert f"{recipe_flag} (the recipe)" in line
+    check_placement(run, LaunchPlacement.from_launch_args([*launch_args, "--mixed_precision", precision]), True)

@@ -230,3 +230,50 @@ def test_the_config_checks_hold_for_python_users_too():
         from trl_dpr.data import check_prompt_dataset
 
         check_prompt_dataset(prompts_dataset().rename_column("prompt", "question"), "train_dataset")
+
+
+# A recipe launched by `accelerate launch` directly (not through `trl-dpr`, which checks this before launching): its
+# device and precision must be what accelerate launched it with (its ACCELERATE_* environment), or it stops before
+# anything loads. (environment accelerate gave the process, YAML changes, the one line)
+LAUNCH_MISMATCHES = [
+    ({"ACCELERATE_MIXED_PRECISION": "bf16", "ACCELERATE_USE_CPU": "True"}, {},
+     r"The recipe trains in fp32 but accelerate launch sets mixed_precision: bf16; change one of them: --bf16 true "
+     r"\(the recipe\), or --mixed_precision no \(accelerate launch\)"),
+    ({"ACCELERATE_MIXED_PRECISION": "no", "ACCELERATE_USE_CPU": "False"}, {},
+     r"trains on the CPU \(use_cpu: true\) but accelerate launch is set up for the GPU"),
+    ({"ACCELERATE_MIXED_PRECISION": "no", "ACCELERATE_USE_CPU": "True"}, {"bf16": True, "fp16": True},
+     r"At most one of fp16 and bf16 can be True"),  # transformers' own check, while parsing
+    ({}, {"use_cpu": False}, r"trains on the GPU \(use_cpu: false\) but no GPU is visible here: set --use_cpu true"),
+]
+
+
+@pytest.mark.parametrize("recipe", ["sft", "dpr"])
+@pytest.mark.parametrize(("environment", "changes", "message"), LAUNCH_MISMATCHES,
+                         ids=["fp32 recipe, bf16 launch", "CPU recipe, GPU launch", "bf16 and fp16", "GPU recipe, no GPU"])
+def test_a_launched_recipe_on_another_device_or_precision_than_its_launcher_stops_before_loading(
+        world, tmp_path, capsys, monkeypatch, no_model_loading, recipe, environment, changes, message):
+    import torch
+
+    if not environment and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    for name in ("ACCELERATE_MIXED_PRECISION", "ACCELERATE_USE_CPU", "ACCELERATE_USE_DEEPSPEED"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    argv = case_argv(world, recipe, {**changes, "output_dir": str(tmp_path / "out")}, [])
+    with pytest.raises(SystemExit) as stop:
+        run(importlib.import_module(f"trl_dpr.scripts.{recipe}").main, argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err and re.search(message, err), err
+    assert not (tmp_path / "out").exists()  # stopped before its output folder was claimed
+
+
+def test_a_launched_recipe_that_agrees_with_its_launcher_passes_the_check(monkeypatch):
+    from trl_dpr.running.placement import LaunchPlacement, check_launched_run
+    from trl_dpr.scripts.dpr import make_parser
+
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")
+    launch = LaunchPlacement.from_environment()
+    training_args = make_parser().parse_args_and_config(["--config", "recipes/demo/dpr.yaml"])[1]
+    assert str(check_launched_run(training_args, launch)) == "CPU, fp32"

@@ -1,6 +1,6 @@
 """A tiny SFT or DPR run of the embedded pipeline, for the kill-and-resume and concurrent-run tests.
 
-    python tests/scripts/tiny_run.py sft OUTPUT_DIR [--resume] [--step-seconds S]
+    python tests/scripts/tiny_run.py sft OUTPUT_DIR [--resume] [--step-seconds S] [--device cuda]
     python tests/scripts/tiny_run.py dpr OUTPUT_DIR --sft-dir SFT_DIR [--resume] [--step-seconds S] [--wait-for FILE]
 
 or `tiny_run(argv)` in a process forked from one that already imported torch and TRL (tests/test_checkpoint_safety.py:
@@ -29,7 +29,7 @@ from trl_dpr.embedded import (
 from trl_dpr.running.cli import run  # noqa: E402
 from trl_dpr.running.pipeline import DPRScriptArguments, SFTScriptArguments, run_dpr, run_sft  # noqa: E402
 
-COMMON = dict(bf16=False, use_cpu=True, report_to="none", gradient_checkpointing=False, seed=0, logging_steps=1,
+COMMON = dict(bf16=False, report_to="none", gradient_checkpointing=False, seed=0, logging_steps=1,
               save_strategy="steps", disable_tqdm=True)
 
 
@@ -60,7 +60,9 @@ def main(argv=None):
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--step-seconds", type=float, default=0.0)
     parser.add_argument("--wait-for")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")  # cuda: the GPU tier (tests/test_gpu.py)
     args = parser.parse_args(argv)
+    common = {**COMMON, "use_cpu": args.device == "cpu"}
     torch.set_num_threads(1)
     callbacks = [SlowSteps(args.step_seconds)] if args.step_seconds else []
     if args.wait_for:
@@ -70,7 +72,7 @@ def main(argv=None):
         run_sft(
             SFTScriptArguments(dataset_name=EMBEDDED_DATASET, num_train_samples=96, reference_fraction=0.5),
             SFTConfig(output_dir=args.output_dir, max_steps=12, save_steps=4, per_device_train_batch_size=8,
-                      learning_rate=1e-3, max_length=128, resume_from_checkpoint=resume, **COMMON),
+                      learning_rate=1e-3, max_length=128, resume_from_checkpoint=resume, **common),
             ModelConfig(model_name_or_path=EMBEDDED_MODEL, dtype="float32"),
             callbacks=callbacks,
         )
@@ -79,7 +81,7 @@ def main(argv=None):
             DPRScriptArguments(dataset_name=EMBEDDED_DATASET, num_train_samples=48),
             DensePathConfig(output_dir=args.output_dir, max_steps=6, save_steps=2, per_device_train_batch_size=4,
                             max_completion_length=8, learning_rate=1e-4, kl_coef=0.1,
-                            resume_from_checkpoint=resume, **COMMON),
+                            resume_from_checkpoint=resume, **common),
             ModelConfig(model_name_or_path=args.sft_dir, dtype="float32"),
             callbacks=callbacks,
         )

@@ -32,6 +32,7 @@ __all__ = [
     "answer_prompts",
     "is_vllm_available",
     "load_answer_generator",
+    "resolve_device",
 ]
 
 GENERATION_BACKENDS = ("auto", "transformers", "vllm")
@@ -98,20 +99,20 @@ class TransformersAnswerGenerator:
         }
 
     @classmethod
-    def from_pretrained(cls, path: str, dtype: str = "auto", **kwargs) -> TransformersAnswerGenerator:
-        """Load a model folder or Hub id (a PEFT adapter folder loads on its base) onto the GPU when there is one.
+    def from_pretrained(cls, path: str, dtype: str = "auto", device: str = "auto", **kwargs) -> TransformersAnswerGenerator:
+        """Load a model folder or Hub id (a PEFT adapter folder loads on its base) onto `device` ("auto": the GPU when
+        there is one).
 
         Example:
             >>> generator = TransformersAnswerGenerator.from_pretrained("runs/demo/dpr", temperature=0.7)  # doctest: +SKIP
         """
-        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(path)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        model.to("cuda" if torch.cuda.is_available() else "cpu")
+        model.to(resolve_device(device))
         return cls(model, tokenizer, model_path=str(path), **kwargs)
 
     def generate(self, conversations: list[list[dict]]) -> list[str]:
@@ -195,6 +196,22 @@ def _previous_answers(cache: JsonlCache, model_name: str, prompt: EvalPrompt, tu
 
 
 # ---- vLLM, when it is installed (optional: `pip install "trl_dpr[vllm]"`, GPU only) ---------------------------------
+def resolve_device(device: str = "auto") -> str:
+    """The torch device of an evaluation's `device` setting: "auto" is the GPU when there is one, else the CPU.
+
+    Example:
+        >>> resolve_device("cpu")
+        'cpu'
+    """
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {device!r}.")
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def is_vllm_available() -> bool:
     """Whether vLLM can be imported (it is an optional dependency).
 
@@ -248,9 +265,10 @@ def load_answer_generator(
     batch_size: int = 16,
     seed: int = 0,
     dtype: str = "auto",
+    device: str = "auto",
 ):
-    """A generator for `model_path`: vLLM with `backend="vllm"`, or with "auto" when vLLM and a GPU are there and the
-    folder is not an adapter; transformers otherwise.
+    """A generator for `model_path`: vLLM with `backend="vllm"`, or with "auto" when vLLM and a GPU are there (and
+    `device` is not "cpu") and the folder is not an adapter; transformers otherwise, on `device`.
 
     Example:
         >>> generator = load_answer_generator("runs/demo/sft", backend="transformers")  # doctest: +SKIP
@@ -261,9 +279,11 @@ def load_answer_generator(
         import torch
 
         is_adapter = (Path(model_path) / "adapter_config.json").is_file()
-        backend = "vllm" if is_vllm_available() and torch.cuda.is_available() and not is_adapter else "transformers"
+        on_gpu = device != "cpu" and torch.cuda.is_available()
+        backend = "vllm" if is_vllm_available() and on_gpu and not is_adapter else "transformers"
     if backend == "vllm":
         return VLLMAnswerGenerator(model_path, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, dtype=dtype)
     return TransformersAnswerGenerator.from_pretrained(
-        model_path, dtype=dtype, temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed
+        model_path, dtype=dtype, device=device, temperature=temperature, max_new_tokens=max_new_tokens,
+        batch_size=batch_size, seed=seed,
     )

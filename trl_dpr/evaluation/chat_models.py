@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ..analysis.sampling import generate_answers
+from .answers import resolve_device
 
 __all__ = ["ChatModel", "ChatRequestError", "LocalChatModel", "Message", "MissingAPIKeyError", "OpenAIChatModel"]
 
@@ -235,20 +236,19 @@ class LocalChatModel:
         self.name = f"local:{name or getattr(model.config, 'name_or_path', '') or type(model).__name__}"
 
     @classmethod
-    def from_pretrained(cls, path: str, dtype: str = "auto", **kwargs) -> LocalChatModel:
-        """Load a judge model and its tokenizer from a folder or Hub id (on GPU when there is one).
+    def from_pretrained(cls, path: str, dtype: str = "auto", device: str = "auto", **kwargs) -> LocalChatModel:
+        """Load a judge model and its tokenizer from a folder or Hub id onto `device` ("auto": the GPU when there is one).
 
         Example:
             >>> judge = LocalChatModel.from_pretrained("Qwen/Qwen2.5-7B-Instruct", dtype="bfloat16")  # doctest: +SKIP
         """
-        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(path)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        model.to("cuda" if torch.cuda.is_available() else "cpu")
+        model.to(resolve_device(device))
         return cls(model, tokenizer, name=path, **kwargs)
 
     def complete_batch(self, conversations: list[list[Message]]) -> list[str]:

@@ -74,6 +74,12 @@ class EvaluationConfig:
         default="auto",
         metadata={"help": "dtype the models are loaded in.", "choices": ["auto", "bfloat16", "float16", "float32"]},
     )
+    device: str = field(
+        default="auto",
+        metadata={"help": "Where the models answer (and a local judge runs): auto (the GPU when there is one), cpu or "
+                  "cuda. A training recipe's evaluation_config runs on the training run's device.",
+                  "choices": ["auto", "cpu", "cuda"]},
+    )
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
 
     judge: str = field(

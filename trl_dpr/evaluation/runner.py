@@ -61,7 +61,8 @@ def _generation_settings(config: EvaluationConfig, model_path: str) -> dict:
         import torch
 
         is_adapter = (Path(model_path) / "adapter_config.json").is_file()
-        backend = "vllm" if is_vllm_available() and torch.cuda.is_available() and not is_adapter else "transformers"
+        on_gpu = config.device != "cpu" and torch.cuda.is_available()
+        backend = "vllm" if is_vllm_available() and on_gpu and not is_adapter else "transformers"
     return {
         "model_path": str(model_path),
         "backend": backend,
@@ -102,6 +103,7 @@ def _generate_all_answers(config, models, prompt_sets, output_dir: Path, show_pr
                 batch_size=config.generation_batch_size,
                 seed=config.seed,
                 dtype=config.dtype,
+                device=config.device,
             )
         for benchmark, prompts in prompt_sets.items():
             answers[benchmark][name] = answer_prompts(
@@ -131,7 +133,8 @@ def chat_model_from_config(config: EvaluationConfig) -> ChatModel | None:
             max_workers=config.judge_max_workers,
         )
     if config.judge == "local":
-        return LocalChatModel.from_pretrained(config.judge_model, dtype=config.dtype, max_new_tokens=config.judge_max_tokens)
+        return LocalChatModel.from_pretrained(config.judge_model, dtype=config.dtype, device=config.device,
+                                              max_new_tokens=config.judge_max_tokens)
     return None
 
 

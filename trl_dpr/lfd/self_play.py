@@ -505,9 +505,10 @@ def run_self_play(
     return SelfPlayRun(output_dir=str(root), method=method, iterations=iterations)
 
 
-def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRun) -> dict:
+def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRun, device: str = "auto") -> dict:
     """Evaluate the last iterate against π_SFT as `trl-dpr evaluate` does (candidate `<method>=<output_dir>`), on the
-    main process; returns the report as a dict (empty on the other processes).
+    main process, on `device` (the recipe's: "cpu" under use_cpu); returns the report as a dict (empty on the other
+    processes).
 
     Example:
         ```python
@@ -520,7 +521,8 @@ def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRu
     state = PartialState()
     results: dict = {}
     if state.is_main_process:
-        config = load_evaluation_config(evaluation_config, baseline=f"SFT={sft_path}", candidates=[f"{run.method}={run.output_dir}"])
+        config = load_evaluation_config(evaluation_config, baseline=f"SFT={sft_path}",
+                                        candidates=[f"{run.method}={run.output_dir}"], device=device)
         results = run_evaluation(config).as_dict()
         print(results["table_markdown"], flush=True)
         print(f"\nWritten to {config.output_dir}/results.md", flush=True)
@@ -554,13 +556,13 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
         recipe_main(SPINConfig, ["--config", "recipes/demo/spin.yaml"])
         ```
     """
-    from ..config import SFTRecipeConfig
     from ..evaluation.config import load_evaluation_config
-    from ..running.memory import MemoryTarget
     from ..running.pipeline import has_sft_output, run_sft
-    from ..running.recipe_parser import RecipeParser
+    from ..running.placement import LaunchPlacement, check_launched_run, sft_stage_of_pipeline
 
+    launch = LaunchPlacement.from_environment()  # before parsing: what accelerate launched this process with
     script_args, training_args, model_args, _ = recipe_parser(config_class).parse_args_and_config(argv)
+    placement = check_launched_run(training_args, launch)  # the recipe's device and precision are the launcher's
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
     if script_args.evaluation_config:  # a bad evaluation YAML fails before the SFT stage and self-play are spent
         load_evaluation_config(script_args.evaluation_config)
@@ -569,9 +571,7 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
     stages = 1 + bool(script_args.sft_config) + bool(script_args.evaluation_config)
     stage = 1
     if script_args.sft_config:
-        sft_args, sft_training_args, sft_model_args, _ = RecipeParser(
-            (SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget), prog="trl-dpr sft"
-        ).parse_args_and_config(["--config", script_args.sft_config])
+        sft_args, sft_training_args, sft_model_args = sft_stage_of_pipeline(script_args.sft_config, placement)
         if sft_training_args.output_dir != sft_path:
             raise ValueError(
                 f"{script_args.sft_config} writes the SFT model to {sft_training_args.output_dir!r} but {method} starts "
@@ -586,5 +586,5 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
     run = run_self_play(script_args, training_args, model_args)
     if script_args.evaluation_config:
         print_stage(stage + 1, stages, f"Evaluation: {method} vs SFT ({script_args.evaluation_config})")
-        evaluate_last_iterate(script_args.evaluation_config, sft_path, run)
+        evaluate_last_iterate(script_args.evaluation_config, sft_path, run, "cpu" if placement.use_cpu else "auto")
     return run

@@ -167,12 +167,14 @@ def _resolve_accelerate_config(launch_args: list[str]) -> list[str]:
         ) from None
 
 
-def _launch_defaults(launch_args: list[str]) -> list[str]:
+def _launch_defaults(launch_args: list[str], run=None) -> list[str]:
     """`launch_args` with what `accelerate launch` would otherwise choose itself, warning that it did ("The following
     values were not passed to `accelerate launch` and had defaults used instead"), passed explicitly:
 
-    - no accelerate config (none passed, none written by `accelerate config`): trl_dpr's `cpu` config on a machine
-      without a GPU; on one with GPUs, accelerate's own defaults (every GPU, one machine, no mixed precision, no dynamo);
+    - no accelerate config (none passed, none written by `accelerate config`): the recipe's device and precision
+      (`run`, a `RunPlacement`): trl_dpr's `cpu` config for use_cpu, else accelerate's own GPU defaults (every GPU,
+      one machine, no dynamo) with the recipe's mixed precision. Without `run`: the `cpu` config on a machine without
+      a GPU, accelerate's defaults (no mixed precision) on one with GPUs;
     - a run on CPU: `--num_cpu_threads_per_process` = OMP_NUM_THREADS where it is set, else 1 (`_cpu_threads`).
 
     Flags the user passed are kept as they are, and win over the config (accelerate's rule)."""
@@ -187,12 +189,13 @@ def _launch_defaults(launch_args: list[str]) -> list[str]:
     config_file = given.config_file
     if config_file is None and (given.cpu or not os.path.isfile(default_config_file)):
         gpus = _gpu_count()
-        if gpus == 0 or given.cpu:
+        if given.cpu or (run.use_cpu if run is not None else gpus == 0):
             config_file = str(recipes_root() / "accelerate_configs" / "cpu.yaml")
             extra += ["--config_file", config_file]
         else:
             processes = given.num_processes or gpus
-            values = {"num_processes": gpus, "num_machines": 1, "mixed_precision": "no", "dynamo_backend": "no"}
+            precision = run.mixed_precision if run is not None else "no"
+            values = {"num_processes": gpus, "num_machines": 1, "mixed_precision": precision, "dynamo_backend": "no"}
             extra += [item for key, value in values.items() if getattr(given, key) is None
                       for item in (f"--{key}", str(value))]
             launchers = (given.multi_gpu, given.use_deepspeed, given.use_fsdp, given.use_megatron_lm, given.tpu)
@@ -223,21 +226,33 @@ def _cpu_threads() -> int:
     return threads if threads >= 1 else 1
 
 
-def _launch_training(stage: str, argv: list[str], launch_args: list[str]) -> None:
-    """TRL's training command (`trl sft ...`, `trl.cli.commands.training`) for a trl_dpr stage, once the arguments
-    passed `_check_before_importing`: `launch_args` (the flags the stage's parser does not know, which it found to be
-    the launcher's) go to `accelerate launch`, the rest to the stage's script (`trl_dpr/scripts/<stage>.py`), launched
-    by TRL's `launch_training_script`. This process imports accelerate (and torch) only, not TRL's trainers: the
-    script parses its arguments again, with TRL's dataclasses, in the launched processes."""
-    from trl.cli.accelerate_launcher import launch_training_script
-
+def _launch_plan(argv: list[str], launch_args: list[str], values) -> tuple[list[str], list[str]]:
+    """The arguments of `accelerate launch` and of the stage's script for `trl-dpr <stage> ARGV`: `launch_args` (the
+    flags the stage's parser does not know, which it found to be the launcher's) completed by `_launch_defaults`,
+    the rest for the script. `values` are the recipe's (YAML, then the command line's overrides): the launch follows
+    their device and precision, and an accelerate config that disagrees with them is refused (`check_placement`)."""
+    from .placement import LaunchPlacement, RunPlacement, check_placement
     from .recipe_checks import find_recipe_file
 
+    argv = list(argv)
     if "--config" in argv:
         index = argv.index("--config") + 1
         argv[index] = find_recipe_file(argv[index])
     script_args = _without(argv, launch_args)
-    launch_args = _launch_defaults(_resolve_accelerate_config(list(launch_args)))
+    run = RunPlacement.of(values)
+    launch_args = _launch_defaults(_resolve_accelerate_config(list(launch_args)), run)
+    check_placement(run, LaunchPlacement.from_launch_args(launch_args), gpu_available=_gpu_count() > 0)
+    return launch_args, script_args
+
+
+def _launch_training(stage: str, argv: list[str], launch_args: list[str], values) -> None:
+    """TRL's training command (`trl sft ...`, `trl.cli.commands.training`) for a trl_dpr stage, once the arguments
+    passed `_check_before_importing`: the script (`trl_dpr/scripts/<stage>.py`) is launched by TRL's
+    `launch_training_script` with the arguments of `_launch_plan`. This process imports accelerate (and torch) only,
+    not TRL's trainers: the script parses its arguments again, with TRL's dataclasses, in the launched processes."""
+    from trl.cli.accelerate_launcher import launch_training_script
+
+    launch_args, script_args = _launch_plan(argv, launch_args, values)
     try:
         # TRL joins the script name to its own trl/scripts folder; an absolute path stands for itself (pathlib's
         # joinpath), so the package's own script is launched (tests/test_cli.py checks the script accelerate is given).
@@ -371,11 +386,12 @@ def _light_parser(stage: str):
     return LightRecipeParser(description)
 
 
-def _check_before_importing(stage: str, argv: list[str], parser=None) -> list[str]:
+def _check_before_importing(stage: str, argv: list[str], parser=None):
     """What can be checked in the arguments of `trl-dpr <stage>` without TRL: a recipe is given, its keys and the
     flags are known, every value fits its field (`LightRecipeParser.check_recipe`), and a GGUF base model has its
-    reader installed. A ValueError (or ModuleNotFoundError) says what is wrong. Returns the arguments that are the
-    launcher's (`accelerate launch` flags and their values), in their order."""
+    reader installed. A ValueError (or ModuleNotFoundError) says what is wrong. Returns the recipe's values (a
+    namespace: YAML, then command line) and the arguments that are the launcher's (`accelerate launch` flags and their
+    values), in their order."""
     from .gguf import check_gguf_reader
 
     if "--config" not in argv:
@@ -386,7 +402,7 @@ def _check_before_importing(stage: str, argv: list[str], parser=None) -> list[st
         )
     values, launch_args = (parser or _light_parser(stage)).check_recipe(argv)
     check_gguf_reader(getattr(values, "model_name_or_path", None))
-    return launch_args
+    return values, launch_args
 
 
 def _run_stage(stage: str, argv: list[str]) -> None:
@@ -395,9 +411,9 @@ def _run_stage(stage: str, argv: list[str]) -> None:
     if "-h" in argv or "--help" in argv or "--help-all" in argv:
         print(parser.format_help(full="--help-all" in argv), end="")
         return
-    launch_args = _check_before_importing(stage, argv, parser)
+    values, launch_args = _check_before_importing(stage, argv, parser)
     if stage in TRAINING_STAGES:
-        _launch_training(stage, argv, launch_args)
+        _launch_training(stage, argv, launch_args, values)
     else:
         importlib.import_module(f"trl_dpr.scripts.{IN_PROCESS[stage]}").main(argv)
 

@@ -460,7 +460,7 @@ def has_sft_output(path: str) -> bool:
     return os.path.isdir(path) and sft_output_problem(path) is None
 
 
-def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str) -> dict:
+def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str, device: str | None = None) -> dict:
     """Evaluate the saved policy against π_SFT as `trl-dpr evaluate` does, on the main process, and write the report
     into `policy_path/eval_results.json` too (the model card's evaluation table).
 
@@ -468,6 +468,8 @@ def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str) -> 
         evaluation_config: a `trl-dpr evaluate` YAML path or an `EvaluationConfig`; its baseline and candidates are
             replaced by `SFT=sft_path` and `DPR=policy_path`, its output_dir by `<policy_path>/../eval` (each run's
             evaluation beside it: runs/demo/dpr → runs/demo/eval).
+        device: where it runs ("cpu" after a use_cpu run, so the evaluation is where training was; "auto", "cuda");
+            None keeps the config's `device`.
 
     Returns:
         The report as a dict (`table_markdown`, `pairwise`, `accuracy`, ...); empty on the other processes.
@@ -485,6 +487,8 @@ def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str) -> 
     if state.is_main_process:
         replaced = {"baseline": f"SFT={sft_path}", "candidates": [f"DPR={policy_path}"],
                     "output_dir": str(Path(policy_path).parent / "eval")}
+        if device is not None:
+            replaced["device"] = device
         if isinstance(evaluation_config, EvaluationConfig):
             config = dataclasses.replace(evaluation_config, **replaced)
         else:

@@ -14,14 +14,12 @@ offline, on CPU:
 from trl import ModelConfig
 
 from trl_dpr import DensePathConfig
-from trl_dpr.config import SFTRecipeConfig
 from trl_dpr.running.checkpointing import last_complete_checkpoint, release_output_dir
 from trl_dpr.running.cli import run
 from trl_dpr.running.hub import defer_push_to_hub, push_trainer_output
 from trl_dpr.running.memory import MemoryTarget
 from trl_dpr.running.pipeline import (
     DPRScriptArguments,
-    SFTScriptArguments,
     check_dpr_inputs,
     check_evaluation_config,
     evaluate_against_sft,
@@ -30,6 +28,7 @@ from trl_dpr.running.pipeline import (
     run_dpr,
     run_sft,
 )
+from trl_dpr.running.placement import LaunchPlacement, check_launched_run, sft_stage_of_pipeline
 from trl_dpr.running.recipe_parser import RecipeParser
 
 
@@ -39,7 +38,9 @@ def make_parser() -> RecipeParser:
 
 
 def main(argv=None):
+    launch = LaunchPlacement.from_environment()  # before parsing: what accelerate launched this process with
     script_args, training_args, model_args, _ = make_parser().parse_args_and_config(argv)
+    placement = check_launched_run(training_args, launch)  # the recipe's device and precision are the launcher's
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
     sft_path = model_args.model_name_or_path
     # The DPR stage's own input is checked before the SFT stage spends anything: its folder (claimed), the push, the
@@ -51,9 +52,7 @@ def main(argv=None):
     stages = 1 + bool(script_args.sft_config) + bool(script_args.evaluation_config)
     stage = 1
     if script_args.sft_config:
-        sft_args, sft_training_args, sft_model_args, _ = RecipeParser((SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget), prog="trl-dpr sft").parse_args_and_config(
-            ["--config", script_args.sft_config]
-        )
+        sft_args, sft_training_args, sft_model_args = sft_stage_of_pipeline(script_args.sft_config, placement)
         if sft_training_args.output_dir != sft_path:
             raise ValueError(
                 f"{script_args.sft_config} writes the SFT model to {sft_training_args.output_dir!r} but DPR starts from "
@@ -73,13 +72,13 @@ def main(argv=None):
             run_sft(sft_args, sft_training_args, sft_model_args)
         stage += 1
 
-    print_stage(stage, stages, f"Dense-Path REINFORCE from {sft_path}")
+    print_stage(stage, stages, f"Dense-Path REINFORCE from {sft_path} ({placement}, dtype {model_args.dtype})")
     trainer = run_dpr(script_args, training_args, model_args, inputs=dpr_inputs)
     stage += 1
 
     if script_args.evaluation_config:
         print_stage(stage, stages, f"Evaluation: DPR vs SFT ({script_args.evaluation_config})")
-        evaluate_against_sft(script_args.evaluation_config, sft_path, training_args.output_dir)
+        evaluate_against_sft(script_args.evaluation_config, sft_path, training_args.output_dir, device="cpu" if placement.use_cpu else "auto")
     if push:
         push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
     release_output_dir(training_args.output_dir)  # after the evaluation's eval_results.json and the push

@@ -14,6 +14,7 @@ from trl_dpr.config import SFTRecipeConfig
 from trl_dpr.running.cli import run
 from trl_dpr.running.memory import MemoryTarget
 from trl_dpr.running.pipeline import SFTScriptArguments, print_stage, run_sft
+from trl_dpr.running.placement import LaunchPlacement, check_launched_run
 from trl_dpr.running.recipe_parser import RecipeParser
 
 
@@ -23,9 +24,12 @@ def make_parser() -> RecipeParser:
 
 
 def main(argv=None):
+    launch = LaunchPlacement.from_environment()  # before parsing: what accelerate launched this process with
     script_args, training_args, model_args, _ = make_parser().parse_args_and_config(argv)
+    placement = check_launched_run(training_args, launch)  # the recipe's device and precision are the launcher's
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
-    print_stage(1, 1, f"SFT of {model_args.model_name_or_path} (reference checkpoint at α={script_args.reference_fraction})")
+    print_stage(1, 1, f"SFT of {model_args.model_name_or_path} (reference checkpoint at α={script_args.reference_fraction}; "
+                f"{placement}, dtype {model_args.dtype})")
     run_sft(script_args, training_args, model_args)
 
 

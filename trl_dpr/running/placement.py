@@ -1,0 +1,194 @@
+"""Where a run trains and in what precision, read once from the recipe (its YAML with the command line's overrides).
+
+    recipe + flags ─► RunPlacement(use_cpu, mixed_precision) ─┬─► `accelerate launch` flags (cli.py)
+                                                              ├─► checked against accelerate's settings (both ends)
+                                                              └─► the pipeline's SFT stage and evaluation
+
+The recipe's `use_cpu`, `bf16` and `fp16` are the run's device and precision. Accelerate has its own copy of both (an
+accelerate config's `use_cpu` and `mixed_precision`, or `--cpu` / `--mixed_precision`), and transformers merges the
+two without a word: a `true` on either side wins (`TrainingArguments.__post_init__` keeps the launcher's
+`ACCELERATE_MIXED_PRECISION` unless the recipe turns bf16/fp16 *on*). So the rule here is: they agree, or the run is
+refused before anything loads, with one line that says which value to change. `trl-dpr` checks it before it launches;
+the launched script checks it again against what accelerate launched it with (`accelerate launch` used directly).
+Without an accelerate config (none given, none written by `accelerate config`), `trl-dpr` launches with the recipe's
+own device and precision, so there is nothing to disagree with.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+__all__ = ["PLACEMENT_KEYS", "LaunchPlacement", "RunPlacement", "check_launched_run", "check_placement", "sft_stage_of_pipeline"]
+
+# The recipe keys that decide the device and the precision: the SFT stage of a pipeline is given the run's values.
+PLACEMENT_KEYS = ("use_cpu", "bf16", "fp16")
+_RECIPE_SETTING = {"no": "--bf16 false --fp16 false", "bf16": "--bf16 true", "fp16": "--fp16 true"}
+_SHOWN = {"no": "fp32", "bf16": "bf16 mixed precision", "fp16": "fp16 mixed precision"}
+
+
+@dataclass(frozen=True)
+class RunPlacement:
+    """The device and precision a recipe asks for: `use_cpu`, and `mixed_precision` in accelerate's words
+    ("no" = fp32, "bf16", "fp16").
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> run = RunPlacement.of(SimpleNamespace(use_cpu=False, bf16=True, fp16=False))
+        >>> run.mixed_precision, run.flags(), str(run)
+        ('bf16', ['--use_cpu', 'false', '--bf16', 'true', '--fp16', 'false'], 'GPU, bf16 mixed precision')
+    """
+
+    use_cpu: bool
+    mixed_precision: str
+
+    @classmethod
+    def of(cls, values) -> RunPlacement:
+        """The placement of parsed recipe values (a namespace or TrainingArguments with use_cpu, bf16, fp16)."""
+        bf16, fp16 = bool(getattr(values, "bf16", False)), bool(getattr(values, "fp16", False))
+        if bf16 and fp16:
+            raise ValueError("bf16 and fp16 are both true: set one of them (or neither, for fp32), e.g. --fp16 false.")
+        return cls(bool(getattr(values, "use_cpu", False)), "bf16" if bf16 else "fp16" if fp16 else "no")
+
+    def flags(self) -> list[str]:
+        """The recipe flags that give another recipe (the pipeline's SFT stage) this placement."""
+        as_text = lambda value: "true" if value else "false"  # noqa: E731
+        return ["--use_cpu", as_text(self.use_cpu), "--bf16", as_text(self.mixed_precision == "bf16"),
+                "--fp16", as_text(self.mixed_precision == "fp16")]
+
+    def __str__(self) -> str:
+        return f"{'CPU' if self.use_cpu else 'GPU'}, {_SHOWN[self.mixed_precision]}"
+
+
+@dataclass(frozen=True)
+class LaunchPlacement:
+    """What `accelerate launch` runs with: `use_cpu` (None: not known, as in the processes of a multi-process
+    launch, whose environment does not say), `mixed_precision`, whether it is DeepSpeed, and where that came from.
+
+    Example:
+        >>> LaunchPlacement.from_environment({"ACCELERATE_MIXED_PRECISION": "bf16", "ACCELERATE_USE_CPU": "False"})
+        LaunchPlacement(use_cpu=False, mixed_precision='bf16', deepspeed=False, source='accelerate launch')
+        >>> LaunchPlacement.from_environment({}) is None   # not launched by accelerate
+        True
+    """
+
+    use_cpu: bool | None
+    mixed_precision: str
+    deepspeed: bool
+    source: str
+
+    @classmethod
+    def from_launch_args(cls, launch_args: list[str]) -> LaunchPlacement:
+        """Accelerate's reading of `accelerate launch LAUNCH_ARGS`: its flags, over its config file's values."""
+        from accelerate.commands.config import default_config_file
+        from accelerate.commands.config.config_args import load_config_from_file
+        from accelerate.commands.launch import launch_command_parser
+
+        given = launch_command_parser().parse_args([*launch_args, "script.py"])
+        path = given.config_file or (default_config_file if os.path.isfile(default_config_file) else None)
+        settings = load_config_from_file(path) if path else None
+        config_precision = str(getattr(settings, "mixed_precision", None) or "no").lower()
+        precision = str(given.mixed_precision or config_precision).lower()
+        where = os.path.basename(path) if path else "accelerate's defaults"
+        source = "--mixed_precision" if given.mixed_precision and given.mixed_precision != config_precision else where
+        distributed = str(getattr(settings, "distributed_type", "") or "")
+        return cls(use_cpu=bool(given.cpu or getattr(settings, "use_cpu", False)), mixed_precision=precision,
+                   deepspeed=bool(given.use_deepspeed) or distributed.endswith("DEEPSPEED"), source=source)
+
+    @classmethod
+    def from_environment(cls, environ=None) -> LaunchPlacement | None:
+        """What accelerate launched this process with (its ACCELERATE_* variables); None outside `accelerate launch`.
+        Read it before the recipe is parsed: DeepSpeed and transformers may set these variables themselves."""
+        environ = os.environ if environ is None else environ
+        if "ACCELERATE_MIXED_PRECISION" not in environ:
+            return None
+        use_cpu = environ.get("ACCELERATE_USE_CPU")
+        return cls(use_cpu=None if use_cpu is None else use_cpu.lower() in ("1", "true", "yes"),
+                   mixed_precision=environ["ACCELERATE_MIXED_PRECISION"].lower(),
+                   deepspeed=environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true",
+                   source="accelerate launch")
+
+
+def check_placement(run: RunPlacement, launch: LaunchPlacement | None, gpu_available: bool) -> None:
+    """A ValueError (one line: what disagrees, and which value to change) when the recipe's device and precision
+    cannot be what runs: a GPU asked for on a machine without one, or accelerate set up for another device or
+    precision. DeepSpeed runs with use_cpu false (on a machine without CUDA, on DeepSpeed's CPU accelerator).
+
+    Example:
+        >>> check_placement(RunPlacement(use_cpu=True, mixed_precision="no"), None, gpu_available=False)
+        >>> check_placement(RunPlacement(use_cpu=False, mixed_precision="no"), None, gpu_available=False)
+        Traceback (most recent call last):
+        ...
+        ValueError: The recipe trains on the GPU (use_cpu: false) but no GPU is visible here: set --use_cpu true, or run on a machine with a GPU.
+    """
+    deepspeed = launch is not None and launch.deepspeed
+    if deepspeed and run.use_cpu:
+        raise ValueError(f"The recipe sets use_cpu: true but {launch.source} runs DeepSpeed, which accelerate switches "
+                         "off under use_cpu: set --use_cpu false (without CUDA, DeepSpeed runs on its CPU accelerator).")
+    if not run.use_cpu and not gpu_available and not deepspeed:
+        raise ValueError("The recipe trains on the GPU (use_cpu: false) but no GPU is visible here: set --use_cpu true, "
+                         "or run on a machine with a GPU.")
+    if launch is None:
+        return
+    if launch.use_cpu is not None and launch.use_cpu != run.use_cpu and not deepspeed:
+        if run.use_cpu:
+            raise ValueError(f"The recipe trains on the CPU (use_cpu: true) but {launch.source} is set up for the GPU "
+                             "(use_cpu: false): set --use_cpu false, or launch on the CPU (--accelerate_config cpu).")
+        raise ValueError(f"The recipe trains on the GPU (use_cpu: false) but {launch.source} runs on the CPU "
+                         "(use_cpu: true): set --use_cpu true, or pick a GPU config (--accelerate_config single_gpu).")
+    if launch.mixed_precision != run.mixed_precision:
+        raise ValueError(
+            f"The recipe trains in {_SHOWN[run.mixed_precision]} but {launch.source} sets mixed_precision: "
+            f"{launch.mixed_precision}; change one of them: {_RECIPE_SETTING.get(launch.mixed_precision, '--bf16/--fp16')} "
+            f"(the recipe), or --mixed_precision {run.mixed_precision} (accelerate launch).")
+
+
+def check_launched_run(training_args, launch: LaunchPlacement | None) -> RunPlacement:
+    """In a launched recipe, before anything loads: the parsed recipe's placement, checked against what accelerate
+    launched this process with (`launch`: `LaunchPlacement.from_environment()`, read before the recipe was parsed)
+    and against the machine. `trl-dpr` checked the same before launching; `accelerate launch recipes/dpr.py` did not.
+
+    Example:
+        ```python
+        launch = LaunchPlacement.from_environment()
+        script_args, training_args, model_args, _ = make_parser().parse_args_and_config(argv)
+        run = check_launched_run(training_args, launch)
+        ```
+    """
+    import torch
+
+    run = RunPlacement.of(training_args)
+    check_placement(run, launch, gpu_available=torch.cuda.is_available() or torch.backends.mps.is_available())
+    return run
+
+
+def sft_stage_of_pipeline(sft_config: str, run: RunPlacement) -> tuple:
+    """(sft_args, training_args, model_args) of the SFT stage a pipeline runs first (`sft_config:` of a DPR, SPIN or
+    GSIL recipe), parsed from its YAML on the pipeline's device and precision: `run`, the pipeline recipe's use_cpu,
+    bf16 and fp16 with their command-line overrides, replaces the YAML's. The stages share one process, which has one device: a CPU SFT stage before a GPU
+    DPR stage left the DPR models on the CPU and its inputs on the GPU. A replaced value is said on the console.
+
+    Example:
+        ```python
+        sft_args, sft_training_args, sft_model_args = sft_stage_of_pipeline("recipes/demo/sft.yaml", run)
+        ```
+    """
+    from types import SimpleNamespace
+
+    import yaml
+    from accelerate import PartialState
+    from trl import ModelConfig
+
+    from ..config import SFTRecipeConfig
+    from .memory import MemoryTarget
+    from .pipeline import SFTScriptArguments
+    from .recipe_parser import RecipeParser, find_recipe_file
+
+    with open(find_recipe_file(sft_config)) as handle:
+        written = yaml.safe_load(handle) or {}
+    own = RunPlacement.of(SimpleNamespace(**{key: written.get(key, False) for key in PLACEMENT_KEYS}))
+    if own != run and PartialState().is_main_process:
+        print(f"{sft_config} runs as the rest of this run, on {run} (its own use_cpu/bf16/fp16 say {own}).", flush=True)
+    parser = RecipeParser((SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget), prog="trl-dpr sft")
+    sft_args, training_args, model_args, _ = parser.parse_args_and_config(["--config", sft_config, *run.flags()])
+    return sft_args, training_args, model_args
