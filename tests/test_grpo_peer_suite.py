@@ -10,7 +10,7 @@ the logged keys present, the refusals with their message); what changes is the s
   seed 1), and the reward is DPR's `CheckpointRewardModel` on them (no `reward_funcs`: DPR's reward is the dense r̂);
 - the `trl-internal-testing/zen` dataset is `zen()`, a local dataset with the same configs and columns
   (`standard_prompt_only`, `conversational_prompt_only`: one `prompt` column; `train` and `test` splits);
-- batches are 2-3 prompts with one completion each (DPR's `num_generations: 1`), 1-2 steps of 4-8 tokens.
+- batches are 2-3 prompts with one completion each (DPR's `num_generations: 1`), 1-4 steps, completions of 4-8 tokens.
 
 GRPO settings DPR refuses by design (`scale_rewards` other than "group", `beta` next to `kl_coef`) are asserted as
 refusals. A failure here after a TRL upgrade names the GRPO behaviour that DPR no longer keeps.
@@ -98,7 +98,8 @@ def logged_keys(trainer):
 
 
 def test_init_minimal(tokenizer, tmp_path):
-    # upstream: test_init_minimal (model, reward and train_dataset only; args only for this CPU machine)
+    # upstream: test_init_minimal (the reward and train_dataset; args for this CPU machine, the tokenizer because
+    # π_SFT is in memory, with no path to load one from)
     reward_model = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, "qwen2"), build_tiny_causal_lm(tokenizer, "qwen2", seed=1))
     args = DensePathConfig(str(tmp_path / "dpr"), use_cpu=True, bf16=False, report_to="none")
     DensePathTrainer(reward_model=reward_model, args=args, processing_class=tokenizer, train_dataset=zen())
@@ -369,6 +370,18 @@ def test_train_beta_non_zero(tokenizer, tmp_path, kl_coef, allow_kl_in_loss):
     trainer.train()
     assert_trained(trainer, previous)
     assert "kl" in logged_keys(trainer)
+
+
+@pytest.mark.xfail(strict=True, raises=OSError, reason=(
+    "GRPOTrainer builds its reference model for beta > 0 by loading the policy's config name again "
+    "(create_model_from_path(get_config_model_id(...))); DPR's policy copied from an in-memory π_SFT has no name, so "
+    "the trainer fails with a Hub id error ('' is not a repo id) instead of training or saying what to do."))
+def test_train_beta_non_zero_with_pi_sft_in_memory(make_trainer):
+    # upstream: test_train_beta_non_zero, with DPR's other documented input: a CheckpointRewardModel built in memory
+    trainer = make_trainer(beta=0.1, kl_coef=0.0)
+    previous = snapshot(trainer)
+    trainer.train()
+    assert_trained(trainer, previous)
 
 
 @pytest.mark.parametrize("scale_rewards", [False, "batch", "none"])
