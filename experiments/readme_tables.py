@@ -1,10 +1,12 @@
-"""The README's result tables, regenerated from the runs that produced them, and a check that they have not drifted.
+"""The documentation's result tables, regenerated from the runs that produced them, and a check that they have not
+drifted.
 
-    python -m experiments.readme_tables --write             # rewrite every README block whose run is present
+    python -m experiments.readme_tables --write             # rewrite every block whose run is present
     python -m experiments.readme_tables --check demo        # exit 1 (with a diff) if the README's demo table differs
                                                             # from what `make demo` printed (CI runs it after make demo)
 
-Each table sits in README.md between `<!-- table:NAME -->` and `<!-- /table:NAME -->`, copied byte for byte from:
+Each table sits between `<!-- table:NAME -->` and `<!-- /table:NAME -->` in whichever of README.md and docs/*.md
+holds it (the demo's in README.md, the others in docs/results.md and docs/real_model.md), copied byte for byte from:
 
     demo        runs/demo/dpr/eval_results.json  `table_markdown`: what `make demo` prints at its end
     seed_spread runs/seed_spread/seed_spread.md  (python -m experiments.seed_spread)
@@ -31,8 +33,8 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["SOURCES", "decoding_markdown", "exact_paired_gain", "main", "regime_markdown", "replace_block",
-           "table1_markdown", "table_text"]
+__all__ = ["SOURCES", "decoding_markdown", "documents", "exact_paired_gain", "find_block", "main", "regime_markdown",
+           "replace_block", "table1_markdown", "table_text"]
 
 SOURCES = {
     "demo": "runs/demo/dpr/eval_results.json",
@@ -172,6 +174,21 @@ def regime_markdown(rows: list[dict]) -> str:
     return "\n".join(lines).replace("-0.", "−0.") + "\n"  # the README's minus sign
 
 
+def documents(readme: Path) -> list[Path]:
+    """The files that may hold a table block: `readme` first, then the `docs/*.md` beside it.
+
+    Example:
+        >>> documents(Path("/nowhere/README.md"))
+        [PosixPath('/nowhere/README.md')]
+    """
+    return [readme, *sorted((readme.parent / "docs").glob("*.md"))]
+
+
+def find_block(files: list[Path], name: str) -> Path | None:
+    """The first of `files` that holds the block of table `name`, or None."""
+    return next((path for path in files if path.is_file() and _block(name).search(path.read_text())), None)
+
+
 def _block(name: str) -> re.Pattern:
     return re.compile(rf"(<!-- table:{name} -->\n)(.*?)(<!-- /table:{name} -->)", re.DOTALL)
 
@@ -185,7 +202,7 @@ def replace_block(readme: str, name: str, text: str) -> str:
     """
     pattern = _block(name)
     if not pattern.search(readme):
-        raise ValueError(f"README.md has no block <!-- table:{name} --> ... <!-- /table:{name} -->.")
+        raise ValueError(f"The text has no block <!-- table:{name} --> ... <!-- /table:{name} -->.")
     return pattern.sub(lambda m: m.group(1) + text + m.group(3), readme, count=1)
 
 
@@ -193,17 +210,20 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="Rewrite the blocks whose runs are present.")
     parser.add_argument("--check", nargs="*", choices=list(SOURCES), help="Tables to compare with their runs.")
-    parser.add_argument("--readme", default="README.md")
+    parser.add_argument("--readme", default="README.md", help="The README; docs/*.md beside it are searched too.")
     args = parser.parse_args(argv)
-    readme_path = Path(args.readme)
-    readme = readme_path.read_text()
+    files = documents(Path(args.readme))
     if args.write:
         for name in SOURCES:
             text = table_text(name)
-            if text is not None:
-                readme = replace_block(readme, name, text)
-                print(f"{name}: written from {SOURCES[name]}")
-        readme_path.write_text(readme)
+            if text is None:
+                continue
+            path = find_block(files, name)
+            if path is None:
+                raise ValueError(f"No block <!-- table:{name} --> ... <!-- /table:{name} --> in "
+                                 f"{', '.join(map(str, files))}.")
+            path.write_text(replace_block(path.read_text(), name, text))
+            print(f"{name}: written from {SOURCES[name]} into {path}")
     status = 0
     for name in args.check or []:
         text = table_text(name)
@@ -211,14 +231,16 @@ def main(argv=None) -> int:
             print(f"{name}: {SOURCES[name]} is missing; run it first (make demo for the demo table).", file=sys.stderr)
             status = 1
             continue
-        shown = _block(name).search(readme)
+        path = find_block(files, name)
+        shown = _block(name).search(path.read_text()) if path else None
         if shown is None or shown.group(2) != text:
             diff = difflib.unified_diff((shown.group(2) if shown else "").splitlines(), text.splitlines(),
-                                        "README.md", SOURCES[name], lineterm="")
-            print(f"{name}: the README's table differs from the run:\n" + "\n".join(diff), file=sys.stderr)
+                                        str(path or args.readme), SOURCES[name], lineterm="")
+            print(f"{name}: the table in {path or args.readme} differs from the run:\n" + "\n".join(diff),
+                  file=sys.stderr)
             status = 1
         else:
-            print(f"{name}: the README's table is the run's, byte for byte")
+            print(f"{name}: the table in {path} is the run's, byte for byte")
     return status
 
 

@@ -640,7 +640,7 @@ def _pct(x: float) -> str:
 
 
 def render_table(rows: list[dict], choice: dict, sft_record: dict | None, continued: dict) -> str:
-    """The README's table: accuracy gains over π_SFT at each decoding (paired, 95% CI), KL and the preview at that KL."""
+    """The table of docs/real_model.md: accuracy gains over π_SFT at each decoding (paired, 95% CI), KL and the preview at that KL."""
     lines = ["| policy | steps | KL to π_SFT, nats per response (per token) | T = 1: accuracy, gain vs π_SFT | "
              "T = 0.7 | greedy | preview's DPR gain at that KL | sharpening (wo/Baseline tilt) at that KL |",
              "|---|---|---|---|---|---|---|---|"]

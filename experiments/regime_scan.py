@@ -1,5 +1,5 @@
-"""Where does DPR help? The DPR preview of π_SFT over a grid of bases and SFT lengths (README, "Will DPR help on my
-data?").
+"""Where does DPR help? The DPR preview of π_SFT over a grid of bases and SFT lengths (docs/results.md, "The regime
+scan").
 
     python -m experiments.regime_scan --config experiments/configs/regime_scan_demo.yaml              # CPU
     python -m experiments.regime_scan --config experiments/configs/regime_scan_demo.yaml --only pretrained_s50_lr1e-4

@@ -5,6 +5,7 @@ preview read at a measured KL, paired gains, the preview's choice of α and λ, 
 import csv
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -132,6 +133,32 @@ def test_the_readme_check_fails_on_a_drifted_table_and_passes_on_the_run(tmp_pat
     assert readme_tables_main(["--check", "demo"]) == 0
     with pytest.raises(ValueError, match="no block"):
         replace_block("no blocks here", "demo", "t\n")
+
+
+def test_a_table_is_written_and_checked_in_whichever_document_holds_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs/seed_spread").mkdir(parents=True)
+    (tmp_path / "runs/seed_spread/seed_spread.md").write_text("| seed |\n| 0 |\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("no tables here\n")
+    (tmp_path / "docs/results.md").write_text("<!-- table:seed_spread -->\nold\n<!-- /table:seed_spread -->\n")
+    assert readme_tables_main(["--check", "seed_spread"]) == 1
+    assert readme_tables_main(["--write", "--check", "seed_spread"]) == 0
+    assert (tmp_path / "docs/results.md").read_text() == (
+        "<!-- table:seed_spread -->\n| seed |\n| 0 |\n<!-- /table:seed_spread -->\n")
+    assert (tmp_path / "README.md").read_text() == "no tables here\n"
+
+
+def test_every_generated_table_has_one_block_in_the_documents_and_the_demos_is_in_the_readme():
+    from experiments.readme_tables import SOURCES, documents
+
+    root = Path(__file__).resolve().parents[1]
+    files = documents(root / "README.md")
+    for name in SOURCES:
+        holders = [path.name for path in files if f"<!-- table:{name} -->" in path.read_text()]
+        assert len(holders) == 1, f"table {name} is in {holders}: expected exactly one of README.md, docs/*.md"
+    assert "<!-- table:demo -->" in (root / "README.md").read_text()  # CI's --check demo reads it there
+    assert "<!-- table:regime_map -->" in (root / "README.md").read_text()  # the real model's, filled in by its run
 
 
 def _gain(mean, gain, low, high):

@@ -4,6 +4,7 @@ and that no secret or machine-local path is ever pushed."""
 import doctest
 import json
 import os
+import re
 import shutil
 from concurrent.futures import Future
 from pathlib import Path
@@ -352,7 +353,7 @@ def dpr_run(sft_full, tmp_path_factory):
     args = DensePathConfig(output_dir=str(root / "dpr"), max_steps=1, per_device_train_batch_size=4,
                            max_completion_length=8, learning_rate=1e-4, kl_coef=0.05, **COMMON)
     trainer = run_dpr(script_args, args, ModelConfig(model_name_or_path=sft_full, dtype="float32"))
-    return script_args, trainer
+    return script_args, trainer, (root / "dpr" / "README.md").read_text()  # the card as run_dpr left it
 
 
 def read_card(path):
@@ -361,8 +362,61 @@ def read_card(path):
     return yaml.safe_load(front_matter), body
 
 
+def headings(body):
+    """[(level, title, the lines up to the next heading)] of a card's markdown (not inside ``` blocks)."""
+    found, fenced = [], False
+    for line in body.splitlines():
+        fenced ^= line.startswith("```")
+        if not fenced and re.match(r"#+ ", line):
+            found.append((len(line.split(" ")[0]), line.split(" ", 1)[1], []))
+        elif found:
+            found[-1][2].append(line)
+    return found
+
+
+def test_the_dpr_pipeline_writes_a_card_at_the_end_of_training_without_checkpoints(dpr_run):
+    _, trainer, card = dpr_run  # save_strategy "no": no checkpoint ever wrote one
+    assert not any(Path(trainer.args.output_dir).glob("checkpoint-*"))
+    body = card.split("---\n", 2)[2]
+    assert "fine-tuned version of `trl_dpr/embedded-tiny-llama` (the tiny model embedded in trl_dpr)" in body
+    assert "on the embedded task `trl_dpr/embedded-demo`" in body and "[None]" not in card and "model=\"None\"" not in card
+
+
+def test_the_card_metadata_is_valid_with_known_license_and_the_dpr_tags(dpr_run):
+    _, trainer, card = dpr_run
+    metadata = yaml.safe_load(card.split("---\n", 2)[1])
+    assert "licence" not in metadata and metadata["license"] == "apache-2.0"  # the embedded base is trl_dpr's own
+    assert {"trl", "dpr", "dense-path-reinforce"} <= set(metadata["tags"])
+    assert "base_model" not in metadata and "datasets" not in metadata  # neither is a Hub repo
+    assert metadata["library_name"] == "transformers" and metadata["pipeline_tag"] == "text-generation"
+
+
+def test_the_card_quick_start_loads_the_output_with_a_prompt_of_its_data(dpr_run):
+    _, trainer, card = dpr_run
+    assert f'pipeline("text-generation", model="{trainer.args.output_dir}"' in card
+    first_prompt = trainer.train_dataset[0]["prompt"]
+    assert json.dumps(first_prompt, ensure_ascii=False) in card
+    assert "time machine" not in card  # not TRL's generic question
+    quick_start = card.split("```python\n", 1)[1].split("```", 1)[0]
+    compile(quick_start, "the card's quick start", "exec")  # valid Python
+
+
+def test_the_card_has_dprs_section_before_the_citations_and_no_empty_section(dpr_run):
+    _, trainer, card = dpr_run
+    titles = [title for _, title, _ in headings(card)]
+    assert titles.index("Dense-Path REINFORCE") < titles.index("Citations")
+    assert "- **Reward**: r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t) (DPR, Eq. 5), from the SFT model of " \
+           "`trl_dpr/embedded-tiny-llama`" in card
+    assert "- **α**: π_ref is the SFT checkpoint at step 2 of 4 (α = 0.5)." in card
+    assert "- **λ** (`kl_coef`, the weight of the KL to π_SFT): 0.05." in card
+    found = headings(card)
+    for i, (level, title, lines) in enumerate(found):
+        has_subsection = i + 1 < len(found) and found[i + 1][0] > level
+        assert any(line.strip() for line in lines) or has_subsection, f"the card's section {title!r} is empty"
+
+
 def test_dpr_model_card_has_the_tags_hyperparameters_and_citation(dpr_run):
-    _, trainer = dpr_run
+    _, trainer, _ = dpr_run
     Path(trainer.args.output_dir, "eval_results.json").unlink(missing_ok=True)
     trainer.create_model_card(model_name="tiny-dpr")
     metadata, body = read_card(Path(trainer.args.output_dir) / "README.md")
@@ -371,21 +425,22 @@ def test_dpr_model_card_has_the_tags_hyperparameters_and_citation(dpr_run):
         assert f"| `{name}` | {getattr(trainer.args, name)} |" in body
     assert "| `kl_coef` | 0.05 |" in body
     assert "@article{li2025beyond" in body and "arXiv:2510.02493" in body
-    assert "(π_ref: step 2/4, α = 0.5)" in body
+    assert "π_ref is the SFT checkpoint at step 2 of 4 (α = 0.5)" in body
     assert "## Evaluation" not in body  # no eval_results.json yet
 
 
 def test_dpr_model_card_carries_the_evaluation_table_when_there_is_one(dpr_run):
-    script_args, trainer = dpr_run
+    script_args, trainer, _ = dpr_run
     results = evaluate_against_sft(script_args.evaluation_config, trainer.reward_model.sft_model_name_or_path, trainer.args.output_dir)
     trainer.create_model_card(model_name="tiny-dpr")
     _, body = read_card(Path(trainer.args.output_dir) / "README.md")
     assert "## Evaluation" in body and results["table_markdown"] in body
+    assert body.index("## Evaluation") < body.index("## Citations")
     assert "| SFT |" in body and "| DPR |" in body
 
 
 def test_push_trainer_output_pushes_the_card_and_the_policy(dpr_run, monkeypatch):
-    _, trainer = dpr_run
+    _, trainer, _ = dpr_run
     api = RecordingApi()
     monkeypatch.setattr(trl_dpr.running.hub, "push_folder", lambda folder, repo_id, **kwargs: api.commits.append(
         {"folder": folder, "repo_id": repo_id, "files": files_to_push(folder), **kwargs}))
@@ -395,8 +450,9 @@ def test_push_trainer_output_pushes_the_card_and_the_policy(dpr_run, monkeypatch
     assert pushed["repo_id"] == "me/tiny-dpr" and pushed["folder"] == trainer.args.output_dir
     assert {"README.md", "model.safetensors", "config.json", "tokenizer.json"} <= set(pushed["files"])
     assert "training_args.bin" not in pushed["files"]
-    metadata, _ = read_card(Path(trainer.args.output_dir) / "README.md")
+    metadata, body = read_card(Path(trainer.args.output_dir) / "README.md")
     assert "dense-path-reinforce" in metadata["tags"]
+    assert 'pipeline("text-generation", model="me/tiny-dpr"' in body  # pushed: the quick start loads the repo
 
 
 def test_push_trainer_output_can_push_an_adapter_policy_merged(sft_lora, tmp_path, monkeypatch):

@@ -1,5 +1,7 @@
 """What a DPR run writes for the Hub: a model card that names its SFT model, and no lock file in the push."""
 
+import json
+
 import pytest
 from transformers import AutoModelForCausalLM
 
@@ -24,7 +26,14 @@ def test_a_policy_started_from_the_sft_model_names_it_in_the_card_not_none(token
     trainer.reward_model.sft_model_name_or_path = str(local)  # a local folder: its name, not the path
     trainer.create_model_card(model_name="tiny-dpr")
     card = (tmp_path / "dpr" / "README.md").read_text()
-    assert "fine-tuned version of the SFT model `sft` (a local folder)" in card and str(tmp_path) not in card
+    assert "fine-tuned version of an SFT model whose output folder (`sft`) records no base model" in card
+    assert str(local) not in card
+
+    (local / "sft_complete.json").write_text(json.dumps({"files": {}, "base_model": "Qwen/Qwen2.5-0.5B"}))
+    trainer.create_model_card(model_name="tiny-dpr")  # the folder records its base: the card names it, not the folder
+    card = (tmp_path / "dpr" / "README.md").read_text()
+    assert "fine-tuned version of [Qwen/Qwen2.5-0.5B](https://huggingface.co/Qwen/Qwen2.5-0.5B)" in card
+    assert "base_model: Qwen/Qwen2.5-0.5B" in card and str(local) not in card
 
 
 def test_the_output_folder_lock_and_its_holder_are_not_pushed(tmp_path):
@@ -46,7 +55,7 @@ def test_the_sft_model_card_written_at_a_checkpoint_names_its_base_model(tmp_pat
     card = (output_dir / "README.md").read_text()  # TRL writes it before each checkpoint
     assert "None" not in card
     assert "fine-tuned version of `trl_dpr/embedded-tiny-llama` (the tiny model embedded in trl_dpr)" in card
-    assert 'pipeline("text-generation", model="sft"' in card  # the output folder: a push names it so on the Hub
+    assert f'pipeline("text-generation", model="{output_dir}"' in card  # the output folder (a push: the repo id)
 
 
 @pytest.mark.parametrize("method", ["SPIN", "GSIL"])
@@ -68,4 +77,4 @@ def test_a_self_play_model_card_names_the_model_it_started_from(method, tmp_path
     trainer.create_model_card(model_name="tiny")
     card = (tmp_path / "run" / "README.md").read_text()
     assert "None" not in card and "fine-tuned version of the model `iteration-0` (a local folder)" in card
-    assert str(tmp_path) not in card
+    assert str(tmp_path / "iteration-0") not in card  # the base's name, not its path

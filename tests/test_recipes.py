@@ -153,6 +153,20 @@ def test_sft_then_dpr_recipes_through_accelerate_launch(recipe_run):
 
 
 @pytest.mark.slow
+def test_the_recipes_write_model_cards_that_name_the_base_and_carry_the_evaluation(recipe_run):
+    """`trl-dpr sft` and `trl-dpr dpr` each leave a card in their output folder; the DPR one is written again after the
+    evaluation, so it holds its table, and it names the model the SFT started from, not the SFT folder."""
+    sft_dir, dpr_dir = recipe_run.work / "sft", recipe_run.work / "dpr"
+    sft_card, dpr_card = (sft_dir / "README.md").read_text(), (dpr_dir / "README.md").read_text()
+    assert json.loads((sft_dir / "sft_complete.json").read_text())["base_model"] == "trl_dpr/embedded-tiny-llama"
+    assert "fine-tuned version of `trl_dpr/embedded-tiny-llama`" in sft_card and "dpr_reference/" in sft_card
+    assert "fine-tuned version of `trl_dpr/embedded-tiny-llama`" in dpr_card
+    table = json.loads((dpr_dir / "eval_results.json").read_text())["table_markdown"]
+    assert table in dpr_card and dpr_card.index("## Evaluation") < dpr_card.index("## Citations")
+    assert f'model="{dpr_dir}"' in dpr_card  # not pushed: the quick start loads the output folder
+
+
+@pytest.mark.slow
 def test_a_built_wheel_runs_the_stages_outside_the_repository(installed_wheel, recipe_run, first_use_launch, tmp_path):
     """The wheel holds the package and its recipes, not the repository's experiments or tests; installed by pip into a
     folder of its own, `trl-dpr` runs from elsewhere on it: `trl-dpr recipes` lists the shipped ones, and `trl-dpr sft`

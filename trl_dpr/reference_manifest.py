@@ -197,8 +197,9 @@ def _model_files(output_dir: Path) -> dict[str, int]:
     return files
 
 
-def mark_sft_complete(output_dir: str | os.PathLike) -> Path:
-    """Write `sft_complete.json` after the SFT stage's final save: what "the SFT is done" means (`sft_output_problem`).
+def mark_sft_complete(output_dir: str | os.PathLike, base_model: str | None = None) -> Path:
+    """Write `sft_complete.json` after the SFT stage's final save: what "the SFT is done" means (`sft_output_problem`),
+    and `base_model`, the name the SFT started from (the DPR policy's model card names it).
 
     Example:
         >>> import tempfile
@@ -209,7 +210,8 @@ def mark_sft_complete(output_dir: str | os.PathLike) -> Path:
     """
     output_dir = Path(output_dir)
     with tempfile.NamedTemporaryFile("w", dir=output_dir, prefix=".sft_complete.", suffix=".tmp", delete=False) as f:
-        json.dump({"format_version": FORMAT_VERSION, "files": _model_files(output_dir)}, f, indent=1)
+        record = {"format_version": FORMAT_VERSION, "files": _model_files(output_dir)}
+        json.dump({**record, "base_model": base_model} if base_model else record, f, indent=1)
         tmp_name = f.name
     os.replace(tmp_name, output_dir / SFT_COMPLETE_NAME)
     return output_dir / SFT_COMPLETE_NAME

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,13 @@ from .policy import initial_policy
 from .reward_model import CheckpointRewardModel, load_reward_model
 from .rollout_logprobs import SampledTokenLogprobs
 from .running.checkpointing import AtomicCheckpointsMixin, check_output_dir, is_claimed
-from .running.hub import BaseModelCardMixin, SafeHubPushMixin, base_model_reference, dpr_model_card_section
+from .running.hub import (
+    BaseModelCardMixin,
+    SafeHubPushMixin,
+    base_model_reference,
+    dpr_model_card_section,
+    recorded_base_model,
+)
 from .token_batches import ends_with_eos
 
 __all__ = ["DensePathTrainer"]
@@ -72,11 +79,12 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
       and `_generate_and_score_completions` takes them from one forward of the policy.
     - `compute_loss`: a batch whose rewards or advantages are not finite contributes no graph (no gradient, no
       optimizer moment update), on every process.
-    - `create_model_card`: TRL's card plus DPR's hyperparameters, the reward's source and the evaluation table.
+    - `_card_base_name` / `_card_sections`: the model card (`BaseModelCardMixin`) names the base the SFT run started
+      from, and holds DPR's reward, α, λ, hyperparameters and evaluation table before the citations.
 
     From the mixins: checkpoints are staged and renamed once complete, resume takes the newest complete one
     (`AtomicCheckpointsMixin`), Hub pushes (`push_to_hub=True`, `trainer.push_to_hub()`) go through the safe push,
-    once, with the model card (`SafeHubPushMixin`), the card names the SFT model (`BaseModelCardMixin`), and the
+    once, with the model card (`SafeHubPushMixin`), the card is written for a Hub visitor (`BaseModelCardMixin`), and the
     console log prints numbers (`ConsoleLogMixin`).
 
     In TRL's completions table (`log_completions=True`), GRPO's scalar `dense_path` and `advantage` columns are NaN and
@@ -310,15 +318,18 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
             return torch.zeros((), device=self.accelerator.device, requires_grad=True)
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
-    def _card_base_model(self) -> str:
-        # The SFT model the policy started from (a policy loaded from a local SFT folder, `model=None`, would be named
-        # by its folder; π_SFT's own name says more).
-        return base_model_reference(self.reward_model.sft_model_name_or_path, kind="SFT model", unknown="an SFT model")
+    def _card_base_name(self) -> str | None:
+        # The model the SFT run started from, as its output records it (a policy loaded from a local SFT folder,
+        # `model=None`, would be named by that folder), else the SFT model itself.
+        source = self.reward_model.sft_model_name_or_path
+        return recorded_base_model(source) or source
 
-    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
-        """TRL's model card (tags `trl`, `dpr`, `dense-path-reinforce`, the paper's citation) naming the SFT model the
-        policy started from (`BaseModelCardMixin`), plus DPR's section (`dpr_model_card_section`)."""
-        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
-        if self.is_world_process_zero():
-            path = Path(self.args.output_dir) / "README.md"
-            path.write_text(path.read_text() + dpr_model_card_section(self.args, self.reward_model))
+    def _card_base_model(self) -> str:
+        source = self.reward_model.sft_model_name_or_path
+        if source and os.path.isdir(source) and not recorded_base_model(source):
+            return f"an SFT model whose output folder (`{Path(source).name}`) records no base model"
+        return base_model_reference(self._card_base_name(), kind="SFT model", unknown="an SFT model")
+
+    def _card_sections(self) -> list[str]:
+        # DPR's reward, α, λ and hyperparameters, and the evaluation table when the run wrote one.
+        return dpr_model_card_section(self.args, self.reward_model).rstrip("\n").split("\n")

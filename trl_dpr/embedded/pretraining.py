@@ -4,7 +4,7 @@ Why a pretrained base: the paper starts from pretrained models, and DPR's reward
 direction SFT moved the model in. From a random init that direction is "towards the demonstrations, away from noise",
 and tilting further along it lowers accuracy (experiments/README.md, regime scan). From a base that already writes
 about the task in several styles and qualities, the direction separates the expert's style from the others, and the
-tilted policy is more accurate than π_SFT when SFT has not yet converged (README, "Will DPR help on my data?").
+tilted policy is more accurate than π_SFT when SFT has not yet converged (docs/results.md, the regime scan).
 
 The corpus, in miniature, is what a web crawl holds about a skill: documents that pose a problem of the embedded task
 (never a held-out one) in a plain-text layout ("Question: ...\\nAnswer: ...", "Q: ... A: ...", ...) and solve it in

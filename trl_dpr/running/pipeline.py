@@ -24,7 +24,7 @@ from ..console_log import ConsoleLogMixin
 from ..data import check_chat_template, load_demonstrations, prompts_for_rl
 from ..embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from ..reference_callback import ReferenceCheckpointCallback, check_reference_fraction
-from ..reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
+from ..reference_manifest import MANIFEST_NAME, check_model_source, mark_sft_complete, sft_output_problem
 from ..reward_model import CheckpointRewardModel, load_reward_model
 from ..trainer import DensePathTrainer
 from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resume_from_checkpoint, release_output_dir
@@ -32,7 +32,6 @@ from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 from .hub import (
     BaseModelCardMixin,
     SafeHubPushMixin,
-    base_model_reference,
     check_hub_push,
     defer_push_to_hub,
     push_trainer_output,
@@ -206,8 +205,19 @@ class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixi
         self._base_model = base_model or (model if isinstance(model, str) else None)
         super().__init__(*args, **kwargs)
 
-    def _card_base_model(self) -> str:
-        return base_model_reference(self._base_model) if self._base_model else super()._card_base_model()
+    def _card_base_name(self) -> str | None:
+        return self._base_model or super()._card_base_name()
+
+    def _card_sections(self) -> list[str]:
+        # An SFT output is DPR's reward model: say where π_ref is and how to load the two as one.
+        manifest = Path(self.args.output_dir) / MANIFEST_NAME
+        if not manifest.is_file():
+            return []
+        recorded = json.loads(manifest.read_text())
+        return ["", f"The reference checkpoint π_ref (step {recorded['step']} of {recorded['total_steps']}, "
+                f"α = {recorded['fraction']}) is saved beside the model in `{recorded['path']}/`: "
+                "`trl_dpr.CheckpointRewardModel.from_pretrained` on this model loads the dense reward "
+                "r̂_t = log π_SFT − log π_ref that Dense-Path REINFORCE trains with."]
 
 
 def run_sft(
@@ -269,8 +279,9 @@ def run_sft(
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
-    if trainer.is_world_process_zero():
-        mark_sft_complete(training_args.output_dir)  # last: what "this SFT output is finished" means
+    trainer.create_model_card(dataset_name=script_args.dataset_name)  # with save_strategy "no", the only one written
+    if trainer.is_world_process_zero():  # last: what "this SFT output is finished" means, and what it started from
+        mark_sft_complete(training_args.output_dir, base_model=model_args.model_name_or_path)
     if push:  # π_SFT with dpr_reference/ and its manifest: loadable as the reward model from the Hub
         push_trainer_output(trainer, dataset_name=script_args.dataset_name)
     release_output_dir(training_args.output_dir)  # finished: the folder holds its outputs only
@@ -439,6 +450,7 @@ def run_dpr(
         trainer.add_callback(TokenHeatmapCallback(trainer, script_args.heatmap_steps, script_args.heatmap_samples))
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    trainer.create_model_card(dataset_name=script_args.dataset_name)  # `trl-dpr dpr` writes it again after evaluating
     if push:
         push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
     return trainer

@@ -79,6 +79,7 @@ def main(argv=None):
     if script_args.evaluation_config:
         print_stage(stage, stages, f"Evaluation: DPR vs SFT ({script_args.evaluation_config})")
         evaluate_against_sft(script_args.evaluation_config, sft_path, training_args.output_dir, device="cpu" if placement.use_cpu else "auto")
+        trainer.create_model_card(dataset_name=script_args.dataset_name)  # now with the evaluation table
     if push:
         push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
     release_output_dir(training_args.output_dir)  # after the evaluation's eval_results.json and the push

@@ -7,7 +7,7 @@
 sampled from π_SFT at temperature 1, scored with each reward variant (DPR's Σ_t r̂_t, other π_ref checkpoints,
 wo/Baseline, w/V, an oracle) and judged; the tilted policies π_λ ∝ π_SFT·exp(R/λ) that DPR converges to are then
 estimated by importance weighting for each λ (= DPR's `kl_coef`). Writes preview.csv / .json / .md / .png into
-`output_dir`; see the README, "Will DPR help on my data?", for how to read them.
+`output_dir`; see docs/preview.md for how to read them.
 """
 
 from trl import ModelConfig
