@@ -11,6 +11,7 @@ holds it (the demo's in README.md, the others in docs/results.md and docs/real_m
     demo        runs/demo/dpr/eval_results.json  `table_markdown`: what `make demo` prints at its end
     seed_spread runs/seed_spread/seed_spread.md  (python -m experiments.seed_spread)
     real_model  runs/real_model_lfd/real_model.md (python -m experiments.real_model --config experiments/configs/real_model_lfd.yaml)
+    regime_map  runs/regime_map/regime_map.md (python -m experiments.regime_map --config experiments/configs/regime_map.yaml)
 
 and two drawn here (`decoding_markdown`, `table1_markdown`) from the evaluations' results.json:
 
@@ -40,6 +41,7 @@ SOURCES = {
     "demo": "runs/demo/dpr/eval_results.json",
     "seed_spread": "runs/seed_spread/seed_spread.md",
     "real_model": "runs/real_model_lfd/real_model.md",
+    "regime_map": "runs/regime_map/regime_map.md",
     "demo_decoding": "runs/demo/eval/results.json runs/demo/eval_t0.7/results.json runs/demo/eval_greedy/results.json",
     "table1": "runs/table1_demo/evaluation/results.json runs/table1_demo/table1.md",
     "regime_scan": "runs/regime_scan/regime_scan.csv",
