@@ -14,6 +14,7 @@ from trl_dpr.algorithm import kl_penalized_rewards
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.lfd import SPINConfig
 from trl_dpr.reference_manifest import mark_sft_complete
+from trl_dpr.rewards import CheckpointDifference, WithSoftValue
 from trl_dpr.running.pipeline import DPRScriptArguments, SFTScriptArguments
 from trl_dpr.running.recipe_parser import RecipeParser
 from trl_dpr.token_batches import ends_with_eos
@@ -121,7 +122,7 @@ def test_a_completion_is_terminal_when_its_last_real_token_is_an_eos_id():
 def test_the_scorer_decides_terminal_completions_as_the_trainer_does(tokenizer):
     # The w/V reward reads is_terminal: the scorer's own default must be the helper's answer, which the trainer passes.
     scorer = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1),
-                                   eliminate_value=False, processing_class=tokenizer)
+                                   WithSoftValue(CheckpointDifference()), processing_class=tokenizer)
     eos = tokenizer.eos_token_id
     prompt_ids, prompt_mask = torch.tensor([[5, 6], [5, 6]]), torch.ones(2, 2, dtype=torch.long)
     completion_ids, completion_mask = torch.tensor([[7, eos], [7, 8]]), torch.ones(2, 2, dtype=torch.long)

@@ -34,6 +34,7 @@ from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..reference_manifest import MANIFEST_NAME
+from ..rewards import reward_label
 from .checkpointing import STAGING_DIRNAME
 
 __all__ = [
@@ -598,8 +599,7 @@ def dpr_model_card_section(args, reward_model) -> str:
         source = Path(source).name if Path(source).is_dir() else source
         reference = f" (π_ref: step {manifest.step}/{manifest.total_steps}, α = {manifest.fraction})" if manifest else ""
         reward = getattr(reward_model, "reward", None)
-        rule = getattr(reward, "label", None) or (
-            f"`{type(reward).__module__}.{type(reward).__name__}`" if reward is not None else "r̂ = log π_SFT − log π_ref")
+        rule = reward_label(reward) if reward is not None else "r̂ = log π_SFT − log π_ref"
         lines += ["", f"Dense reward {rule}, from the SFT model `{source}`{reference}."]
     if getattr(args, "dense_reward", None):
         lines += ["", f"Reward class `{args.dense_reward}` with `{args.dense_reward_kwargs}`"
