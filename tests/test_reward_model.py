@@ -186,6 +186,16 @@ def test_tokenizer_mismatch_is_an_error_at_construction(tokenizer):
         CheckpointRewardModel(sft, ref, processing_class=tokenizer, ref_processing_class=other)
 
 
+def test_scoring_is_one_forward_of_the_model_itself_with_its_forward_left_in_place(tokenizer):
+    model = build_tiny_causal_lm(tokenizer, "llama", seed=0).eval()
+    calls = []
+    model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    _, _, (prompt_ids, prompt_mask, completion_ids, completion_mask) = make_batch(tokenizer)
+    completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, with_values=True,
+                        temperatures=(1.0, 0.7))
+    assert len(calls) == 1 and "forward" not in vars(model) and not model.model._forward_hooks
+
+
 def test_baseline_requires_a_reference_model(tokenizer):
     with pytest.raises(ValueError, match="π_ref"):
         CheckpointRewardModel(build_tiny_causal_lm(tokenizer), None)
