@@ -29,6 +29,10 @@ class FrozenModels:
     """What `load_frozen_models` loaded: the `CheckpointRewardModel` arguments (`scorer_kwargs`) and where π_ref came from.
 
     With an adapter SFT output, `sft_model` and `ref_model` are one PEFT model holding the adapters `sft` and `ref`.
+
+    Example:
+        >>> sorted(FrozenModels(nn.Linear(1, 1), None, processing_class=None).scorer_kwargs())[:3]
+        ['models', 'processing_class', 'ref_adapter']
     """
 
     sft_model: nn.Module
