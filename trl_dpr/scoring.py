@@ -183,8 +183,9 @@ def completion_logprobs(
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1).long()
     # Real tokens are numbered 0, 1, 2, ... whatever padding precedes them (matters for absolute position embeddings).
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-    # Called through the outermost wrapper (not the backbone directly), so the hooks FSDP and DeepSpeed put on the
-    # root module gather its own weights (embeddings, final norm) for this forward, as for any forward.
+    # One forward, called through the outermost wrapper (not the backbone directly) so that the hooks FSDP and
+    # DeepSpeed put on the root module gather its own weights (embeddings, final norm), as for any forward. The model's
+    # own LM head gets no column (`_backbone_output`): the head runs below, on real tokens only, a chunk at a time.
     with _backbone_output(causal_lm) as kept:
         model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
     hidden = kept["hidden"]
