@@ -2,8 +2,8 @@
 right, 0 everywhere else.
 
 If DPR with the oracle reward does not improve the policy either, the optimisation budget (steps, batch, learning
-rate) is the limit, not the dense reward. The oracle keeps π_SFT for the KL term, like DPR (no π_ref: it is built with
-`use_baseline=False`), and knows the exact answers of the embedded task's prompts.
+rate) is the limit, not the dense reward. The oracle keeps π_SFT for the KL term, like DPR (no π_ref: it scores
+`SFTLogProb`, the wo/Baseline reward, underneath), and knows the exact answers of the embedded task's prompts.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import torch
 
 from trl_dpr.embedded.task import is_correct
 from trl_dpr.reward_model import CheckpointRewardModel
+from trl_dpr.rewards import SFTLogProb
 from trl_dpr.token_batches import render_prompts
 
 __all__ = ["CorrectnessOracleRewardModel"]
@@ -29,17 +30,20 @@ class CorrectnessOracleRewardModel(CheckpointRewardModel):
     Example:
         >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
         >>> tok = build_tokenizer(["What is 2+3? The answer is 5."])
-        >>> oracle = CorrectnessOracleRewardModel(build_tiny_causal_lm(tok), use_baseline=False, processing_class=tok)
+        >>> oracle = CorrectnessOracleRewardModel(build_tiny_causal_lm(tok), processing_class=tok)
         >>> oracle.add_answers([[{"role": "user", "content": "What is 2+3?"}]], ["5"])
         >>> [s["total"] for s in oracle.score_text([[{"role": "user", "content": "What is 2+3?"}]] * 2,
         ...                                       ["The answer is 5.", "The answer is 6."])]
         [1.0, 0.0]
     """
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.use_baseline:
-            raise ValueError("The correctness oracle uses no π_ref: build it with use_baseline=False.")
+    def __init__(self, sft_model, ref_model=None, reward=None, **kwargs):
+        super().__init__(sft_model, ref_model, SFTLogProb() if reward is None else reward, **kwargs)
+        if "ref" in self.reward.model_names:
+            raise ValueError(
+                "The correctness oracle uses no π_ref: build it with reward=SFTLogProb() (the default; in the recipes "
+                "use_baseline=False)."
+            )
         if self.processing_class is None:
             raise ValueError("The correctness oracle reads responses as text: pass processing_class= (the tokenizer).")
         self.answers: dict[tuple[int, ...], str] = {}

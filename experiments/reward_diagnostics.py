@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl_dpr import CheckpointRewardModel
 from trl_dpr.analysis.sampling import sample_completions, score_samples
 from trl_dpr.embedded.task import KINDS, held_out_split, is_correct
+from trl_dpr.rewards import CheckpointDifference, SFTLogProb
 from trl_dpr.running.recipe_parser import RecipeParser
 
 from .auroc import auroc, computed_number_rewards, top_token_rewards
@@ -145,7 +146,7 @@ def main(argv=None):
         print(f"Scoring with {label}", flush=True)
         ref_model = AutoModelForCausalLM.from_pretrained(path, dtype=args.dtype).to(device) if use_baseline else None
         reward_model = CheckpointRewardModel(
-            sft_model, ref_model, use_baseline=use_baseline, processing_class=tokenizer,
+            sft_model, ref_model, CheckpointDifference() if use_baseline else SFTLogProb(), processing_class=tokenizer,
             ref_processing_class=AutoTokenizer.from_pretrained(path) if use_baseline else None,
         )
         reward_rows, per_response = diagnose(label, reward_model, samples, correct, kinds, token_strings, args.batch_size)

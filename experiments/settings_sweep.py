@@ -29,6 +29,7 @@ from accelerate import PartialState
 from trl_dpr.data import load_demonstrations
 from trl_dpr.embedded import EMBEDDED_DATASET, held_out_split
 from trl_dpr.evaluation import run_evaluation
+from trl_dpr.rewards import reward_from_settings
 from trl_dpr.running.pipeline import model_init_kwargs_from, print_stage
 from trl_dpr.running.recipe_parser import RecipeParser
 
@@ -69,7 +70,8 @@ def _oracle(script_args, training_args, model_args) -> CorrectnessOracleRewardMo
     """The correctness oracle, knowing the exact answer of every train prompt the variant samples from."""
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     oracle = CorrectnessOracleRewardModel.from_pretrained(
-        model_args.model_name_or_path, use_baseline=False, eliminate_value=training_args.eliminate_value,
+        model_args.model_name_or_path,
+        reward=reward_from_settings({"use_baseline": False, "eliminate_value": training_args.eliminate_value}),
         token_chunk_size=training_args.reward_token_chunk_size, **init_kwargs,
     )
     train = load_demonstrations(script_args.dataset_name, script_args.dataset_config, split=script_args.dataset_train_split,

@@ -225,8 +225,7 @@ def dpr_trainer(
     ref = build_tiny_causal_lm(tokenizer, architecture, seed=1)
     args = dpr_config(tmp_path, **config)
     reward_model = CheckpointRewardModel(
-        sft, ref if args.use_baseline else None, use_baseline=args.use_baseline, eliminate_value=args.eliminate_value,
-        **(reward_kwargs or {}),
+        sft, ref if args.use_baseline else None, args.reward(), **(reward_kwargs or {}),
     )
     trainer = DensePathTrainer(
         model=None, reward_model=reward_model, args=args, processing_class=tokenizer,

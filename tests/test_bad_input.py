@@ -6,6 +6,7 @@ from datasets import Dataset
 
 from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+from trl_dpr.rewards import CheckpointDifference, SFTLogProb, WithSoftValue
 
 from .conftest import dpr_config as make_config
 from .conftest import prompts_dataset
@@ -63,7 +64,7 @@ def test_an_empty_completion_scores_zero_and_does_not_crash(tokenizer):
     completion_ids = torch.tensor([[9, 10], [0, 0]])
     completion_mask = torch.tensor([[1, 1], [0, 0]])  # the second completion is empty
     rewards = CheckpointRewardModel(
-        build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1), eliminate_value=False
+        build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1), WithSoftValue(CheckpointDifference())
     ).token_rewards(prompt_ids, torch.ones_like(prompt_ids), completion_ids, completion_mask)
     assert torch.equal(rewards[1], torch.zeros(2))
     assert torch.isfinite(rewards).all()
@@ -88,4 +89,4 @@ def test_an_adapter_that_does_not_name_its_base_is_a_clear_error(tokenizer, tmp_
     (sft_dir / "adapter_config.json").write_text(json.dumps(config))
     tokenizer.save_pretrained(sft_dir)
     with pytest.raises(ValueError, match="does not name the base model"):
-        CheckpointRewardModel.from_pretrained(str(sft_dir), use_baseline=False)
+        CheckpointRewardModel.from_pretrained(str(sft_dir), reward=SFTLogProb())

@@ -193,3 +193,31 @@ def test_the_paper_reward_is_the_default_and_keeps_its_numbers(tokenizer):
     explicit = CheckpointRewardModel(sft, ref, reward=CheckpointDifference())(*batch()).rewards
     assert torch.equal(default, explicit)
     assert type(build_dense_reward("trl_dpr.rewards:SFTLogProb")).__name__ == "SFTLogProb"
+
+
+def test_rewards_compare_by_class_and_settings_not_by_class_name(tmp_path, tokenizer, user_module):
+    from trl_dpr.rewards import SFTLogProb, WithSoftValue, describe_reward, same_reward
+
+    assert same_reward(user_module.ClippedReward(clip=2.0), user_module.ClippedReward(clip=2.0))
+    assert not same_reward(user_module.ClippedReward(clip=2.0), user_module.ClippedReward(clip=3.0))
+    assert WithSoftValue(SFTLogProb()) == WithSoftValue(SFTLogProb()) != WithSoftValue(CheckpointDifference())
+    assert describe_reward(user_module.ClippedReward(clip=2.0)) == "ClippedReward(clip=2.0)"
+    # A scorer of clip=2 under a config asking for clip=3 is refused: the same class is not the same reward.
+    sft_dir = save_sft_output(tmp_path / "sft", tokenizer)
+    scorer = CheckpointRewardModel.from_pretrained(str(sft_dir), reward=user_module.ClippedReward(clip=2.0))
+    with pytest.raises(ValueError, match=re.escape("asks for the reward ClippedReward(clip=3.0)")):
+        DensePathTrainer(model=None, reward_model=scorer, processing_class=tokenizer, train_dataset=prompts_dataset(8),
+                         args=dpr_config(tmp_path / "c", dense_reward="my_rewards:ClippedReward",
+                                         dense_reward_kwargs={"clip": 3.0}))
+
+
+def test_the_papers_ablations_are_named_rewards_reached_from_their_recipe_keys():
+    from trl_dpr.rewards import PAPER_REWARDS, SFTLogProb, WithSoftValue, reward_from_settings
+
+    assert reward_from_settings({}) == CheckpointDifference()  # DPR
+    assert reward_from_settings({"use_baseline": False}) == SFTLogProb()  # wo/Baseline: R = Σ log π_SFT
+    assert reward_from_settings({"eliminate_value": False}) == WithSoftValue(CheckpointDifference())  # w/V
+    assert set(PAPER_REWARDS) == {(True, True), (False, True), (True, False), (False, False)}
+    # Each declares what it computes (the model card's line) on the class, not in an __init__.
+    assert {type(r).label for r in (CheckpointDifference(), SFTLogProb())} == {CheckpointDifference.label, SFTLogProb.label}
+    assert WithSoftValue(SFTLogProb()).label.startswith(SFTLogProb.label)

@@ -1,7 +1,10 @@
 """Each rule on the input is checked once, in the place that owns it, and its one message says what was wrong, what
 was expected and how to fix it. The recipes reach the same messages (tests/test_user_errors.py)."""
 
+import ast
 import collections
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +17,7 @@ from trl_dpr.algorithm import kl_penalized_rewards
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.lfd import SPINConfig
 from trl_dpr.reference_manifest import mark_sft_complete
+from trl_dpr.rewards import CheckpointDifference, SFTLogProb, WithSoftValue
 from trl_dpr.running.pipeline import DPRScriptArguments, SFTScriptArguments
 from trl_dpr.running.recipe_parser import RecipeParser
 from trl_dpr.token_batches import ends_with_eos
@@ -121,7 +125,7 @@ def test_a_completion_is_terminal_when_its_last_real_token_is_an_eos_id():
 def test_the_scorer_decides_terminal_completions_as_the_trainer_does(tokenizer):
     # The w/V reward reads is_terminal: the scorer's own default must be the helper's answer, which the trainer passes.
     scorer = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1),
-                                   eliminate_value=False, processing_class=tokenizer)
+                                   WithSoftValue(CheckpointDifference()), processing_class=tokenizer)
     eos = tokenizer.eos_token_id
     prompt_ids, prompt_mask = torch.tensor([[5, 6], [5, 6]]), torch.ones(2, 2, dtype=torch.long)
     completion_ids, completion_mask = torch.tensor([[7, eos], [7, 8]]), torch.ones(2, 2, dtype=torch.long)
@@ -171,3 +175,104 @@ def test_the_dpr_recipe_claims_its_folder_checks_its_push_and_loads_its_prompts_
     assert calls == {"claim_output_dir": 1, "dpr_prompts": 1}  # and the trainer did not check the folder again
     assert pushes_checked.count(True) == 1
     assert (tmp_path / "dpr" / "model.safetensors").is_file()
+
+
+# ---- one site per rule: a message raised from two places fails ---------------------------------------------------
+
+PACKAGE = Path(__file__).resolve().parents[1] / "trl_dpr"
+
+# rule → the patterns of its check's message, the current one and the ones it replaced (any of them, anywhere, is a
+# site). Each rule must have exactly one site in the package's source.
+RULE_MESSAGES = {
+    "every model the reward reads was given": [
+        r"every other one must be given \(missing", r"no path was given", r"give their paths",
+        r"every other name must be in `models`",
+    ],
+    "temperature > 0": [r"temperatures? must be (> 0|positive)"],
+    "the LM head's chunk is a positive number of tokens": [
+        r"must be a positive number of tokens \(memory", r"token_chunk_size must be",
+    ],
+    "dense_reward and the paper's switches exclude each other": [r"Remove use_baseline / eliminate_value, or dense_reward"],
+}
+
+
+def raise_sites(pattern: str) -> list[str]:
+    """`path:line` of every `raise` in the package whose message (its string pieces, f-strings included) matches."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                text = "".join(c.value for c in ast.walk(node.exc) if isinstance(c, ast.Constant) and isinstance(c.value, str))
+                if re.search(pattern, text):
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    return found
+
+
+def sites(pattern: str) -> list[str]:
+    """`path:line` of every source line of the package that matches."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(pattern, line):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{number}")
+    return found
+
+
+@pytest.mark.parametrize("rule", list(RULE_MESSAGES))
+def test_each_rule_has_one_message_in_one_place(rule):
+    found = sorted({site for pattern in RULE_MESSAGES[rule] for site in raise_sites(pattern)})
+    assert len(found) == 1, f"{rule!r} is checked at {found}: check it once, where its data first exists"
+
+
+def test_settings_become_a_reward_in_one_place():
+    """Only `rewards.reward_from_settings` turns settings into a reward: the config, the preview and the loader call it."""
+    outside = [site for pattern in (r"build_dense_reward\(", r"PAPER_REWARDS\[", r"paper_reward\(")
+               for site in sites(pattern) if not site.startswith("trl_dpr/rewards.py")]
+    assert outside == []
+    assert sites(r"reward_from_settings\(") and any(s.startswith("trl_dpr/analysis/preview.py") for s in sites(r"reward_from_settings\("))
+
+
+def test_the_causal_lm_is_unwrapped_by_one_helper():
+    assert [site.split(":")[0] for site in sites(r"def _(unwrap_)?causal_lm\(")] == ["trl_dpr/scoring.py"]
+    assert [site.split(":")[0] for site in sites(r"\.get_base_model\(\)")] == ["trl_dpr/scoring.py"]
+
+
+def test_a_temperature_at_or_below_zero_gets_one_message_wherever_it_is_given(tokenizer):
+    from trl_dpr.rollout_logprobs import SampledTokenLogprobs
+    from trl_dpr.scoring import completion_logprobs
+
+    model = build_tiny_causal_lm(tokenizer)
+    ones = torch.ones(1, 1, dtype=torch.long)
+    messages = {
+        message(lambda: config(temperature=0.0)),
+        message(lambda: SampledTokenLogprobs(model, temperature=0.0)),
+        message(lambda: completion_logprobs(model, ones * 5, ones, ones * 6, ones, temperatures=(1.0, 0.0))),
+    }
+    assert messages == {
+        "temperature must be > 0 (the paper samples at 1.0), got 0.0: DPR's reward and its KL term are for sampled "
+        "completions, scored at log softmax(logits / T)."
+    }
+
+
+def test_a_chunk_of_no_tokens_gets_one_message_from_the_config_and_the_scorer(tokenizer):
+    from_config = message(lambda: config(reward_token_chunk_size=0))
+    from_scorer = message(lambda: CheckpointRewardModel(build_tiny_causal_lm(tokenizer), None, SFTLogProb(),
+                                                        token_chunk_size=0))
+    expected = "must be a positive number of tokens (memory ∝ chunk × vocab × 4 bytes), got 0."
+    assert from_config == "reward_token_chunk_size " + expected and from_scorer == "token_chunk_size " + expected
+
+
+def test_a_reward_model_not_given_gets_one_message_from_python_the_loader_and_the_preview(tmp_path, tokenizer):
+    from tests.user_rewards.my_rewards import ThirdCheckpointReward
+    from trl_dpr.analysis.preview import PreviewConfig, run_preview
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    reward = ThirdCheckpointReward()
+    from_python = message(lambda: CheckpointRewardModel(build_tiny_causal_lm(tokenizer), build_tiny_causal_lm(tokenizer),
+                                                        reward))
+    from_loader = message(lambda: CheckpointRewardModel.from_pretrained(str(sft), reward=reward))
+    variant = {"dense_reward": "tests.user_rewards.my_rewards:ThirdCheckpointReward"}
+    preview = PreviewConfig(output_dir=str(tmp_path / "preview"), variants={"third": variant}, plot=False)
+    from_preview = message(lambda: run_preview(preview, str(sft)))
+    assert from_python == from_loader == from_preview
+    assert "missing: ['teacher']" in from_python and "dense_reward_models" in from_python

@@ -31,6 +31,7 @@ from trl_dpr.analysis.sampling import Sample
 from trl_dpr.embedded import EMBEDDED_DATASET, EMBEDDED_MODEL
 from trl_dpr.embedded.task import demo_corpus
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
+from trl_dpr.rewards import CheckpointDifference, SFTLogProb
 from trl_dpr.running.pipeline import SFTScriptArguments, run_sft
 from trl_dpr.running.recipe_parser import RecipeParser
 from trl_dpr.token_batches import pad_batch
@@ -167,7 +168,7 @@ def tokenize_pair(tokenizer, prompt, completion):
 
 def test_the_oracle_rewards_the_last_token_of_an_exact_answer_and_nothing_else(demo_tokenizer):
     model = build_tiny_causal_lm(demo_tokenizer, seed=0)
-    oracle = CorrectnessOracleRewardModel(model, use_baseline=False, processing_class=demo_tokenizer)
+    oracle = CorrectnessOracleRewardModel(model, processing_class=demo_tokenizer)
     add = [{"role": "user", "content": "Mia has 23 apples. She gets 5 more. How many apples does Mia have now?"}]
     sort = [{"role": "user", "content": "Sort these numbers from smallest to largest: 3 1 2."}]
     oracle.add_answers([add, sort], ["28", "1 2 3"])
@@ -184,15 +185,14 @@ def test_the_oracle_rewards_the_last_token_of_an_exact_answer_and_nothing_else(d
     expected[0, lengths[0] - 1] = 1.0
     expected[2, lengths[2] - 1] = 1.0
     assert torch.equal(scored.rewards, expected)
-    plain = CheckpointRewardModel(model, use_baseline=False, processing_class=demo_tokenizer)
+    plain = CheckpointRewardModel(model, reward=SFTLogProb(), processing_class=demo_tokenizer)
     reference = plain(prompt_ids, prompt_mask, completion_ids, completion_mask).sft_logps
     torch.testing.assert_close(scored.sft_logps, reference)  # π_SFT's log-probs, for DPR's KL term
     assert scored.ref_logps is None
 
 
 def test_the_oracle_refuses_a_prompt_it_has_no_answer_for(demo_tokenizer):
-    oracle = CorrectnessOracleRewardModel(build_tiny_causal_lm(demo_tokenizer), use_baseline=False,
-                                          processing_class=demo_tokenizer)
+    oracle = CorrectnessOracleRewardModel(build_tiny_causal_lm(demo_tokenizer), processing_class=demo_tokenizer)
     with pytest.raises(KeyError, match="add_answers"):
         oracle.score_text([[{"role": "user", "content": "What is 2 + 2?"}]], ["The answer is 4."])
 
@@ -200,7 +200,7 @@ def test_the_oracle_refuses_a_prompt_it_has_no_answer_for(demo_tokenizer):
 def test_the_oracle_takes_no_reference_model(demo_tokenizer):
     model = build_tiny_causal_lm(demo_tokenizer)
     with pytest.raises(ValueError, match="use_baseline=False"):
-        CorrectnessOracleRewardModel(model, model, use_baseline=True, processing_class=demo_tokenizer)
+        CorrectnessOracleRewardModel(model, model, CheckpointDifference(), processing_class=demo_tokenizer)
 
 
 # ---- configs and reference checkpoints --------------------------------------------------------------------------

@@ -257,7 +257,7 @@ def test_a_pushed_sft_output_loads_as_the_same_reward_model(layout, sft_full, sf
         got = loaded.score_text([QUESTION], [ANSWER])[0]
     finally:
         shutil.move(hidden, sft_dir)
-    assert loaded.reference_manifest.step == 2 and loaded.use_baseline
+    assert loaded.reference_manifest.step == 2 and "ref" in loaded.reward.model_names
     assert (loaded.ref_adapter == "ref") if layout == "lora" else (loaded.ref_model is not loaded.sft_model)
     assert got["tokens"] == expected["tokens"]
     assert got["rewards"] == pytest.approx(expected["rewards"], abs=1e-6)

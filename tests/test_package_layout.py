@@ -69,7 +69,7 @@ def test_no_import_cycle_between_the_packages_modules():
 CORE = {  # the algorithm, readable in one sitting: what `from trl_dpr import ...` loads
     "trl_dpr", "trl_dpr.algorithm", "trl_dpr.rewards", "trl_dpr.reward_model", "trl_dpr.policy", "trl_dpr.config",
     "trl_dpr.trainer", "trl_dpr.reference_callback", "trl_dpr.reference_manifest", "trl_dpr.console_log",
-    "trl_dpr.rollout_logprobs", "trl_dpr.token_batches", "trl_dpr.data",
+    "trl_dpr.rollout_logprobs", "trl_dpr.token_batches", "trl_dpr.data", "trl_dpr.scoring", "trl_dpr.reward_loading",
 }
 # The trainer inherits the run's safeguards (atomic checkpoints and the output folder's claim, the safe Hub push and
 # the model card), and the configs share the recipes' field checks: the only modules of `running` the core may load.

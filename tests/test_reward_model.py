@@ -9,7 +9,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from trl_dpr import CheckpointRewardModel
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
 from trl_dpr.reference_manifest import MANIFEST_NAME, ReferenceManifest, write_manifest
-from trl_dpr.reward_model import completion_logprobs
+from trl_dpr.rewards import CheckpointDifference, SFTLogProb, WithSoftValue, reward_from_settings
+from trl_dpr.scoring import completion_logprobs
 
 ARCHITECTURES = ["llama", "qwen2", "gpt2"]  # gpt2: absolute positions, so wrong position ids show up
 
@@ -71,7 +72,8 @@ def expected_rewards(sft, ref, prompts, completions, eos, use_baseline, eliminat
 def test_token_rewards_equal_unpadded_log_softmax(tokenizer, architecture, use_baseline, eliminate_value):
     sft = build_tiny_causal_lm(tokenizer, architecture, seed=0).eval()
     ref = build_tiny_causal_lm(tokenizer, architecture, seed=1).eval()
-    reward_model = CheckpointRewardModel(sft, ref, use_baseline=use_baseline, eliminate_value=eliminate_value)
+    reward = reward_from_settings({"use_baseline": use_baseline, "eliminate_value": eliminate_value})  # the ablations by their keys
+    reward_model = CheckpointRewardModel(sft, ref, reward)
     prompts, completions, batch = make_batch(tokenizer)
     rewards = reward_model.token_rewards(*batch)
     expected = expected_rewards(sft, ref, prompts, completions, tokenizer.eos_token_id, use_baseline, eliminate_value)
@@ -110,8 +112,8 @@ def test_chunk_size_and_micro_batching_do_not_change_rewards(tokenizer):
     sft = build_tiny_causal_lm(tokenizer, "qwen2", seed=0)
     ref = build_tiny_causal_lm(tokenizer, "qwen2", seed=1)
     _, _, batch = make_batch(tokenizer)
-    whole = CheckpointRewardModel(sft, ref, eliminate_value=False).token_rewards(*batch)
-    chunked = CheckpointRewardModel(sft, ref, eliminate_value=False, token_chunk_size=2)(*batch, batch_size=1).rewards
+    whole = CheckpointRewardModel(sft, ref, WithSoftValue(CheckpointDifference())).token_rewards(*batch)
+    chunked = CheckpointRewardModel(sft, ref, WithSoftValue(CheckpointDifference()), token_chunk_size=2)(*batch, batch_size=1).rewards
     assert torch.allclose(whole, chunked, atol=1e-6)
 
 
@@ -154,7 +156,7 @@ def test_one_forward_per_model_per_batch(tokenizer):
     sft.model.register_forward_hook(lambda *_: calls.__setitem__("sft", calls["sft"] + 1))
     ref.model.register_forward_hook(lambda *_: calls.__setitem__("ref", calls["ref"] + 1))
     _, _, batch = make_batch(tokenizer)
-    CheckpointRewardModel(sft, ref, eliminate_value=False).token_rewards(*batch)
+    CheckpointRewardModel(sft, ref, WithSoftValue(CheckpointDifference())).token_rewards(*batch)
     assert calls == {"sft": 1, "ref": 1}
 
 
@@ -184,10 +186,20 @@ def test_tokenizer_mismatch_is_an_error_at_construction(tokenizer):
         CheckpointRewardModel(sft, ref, processing_class=tokenizer, ref_processing_class=other)
 
 
+def test_scoring_is_one_forward_of_the_model_itself_with_its_forward_left_in_place(tokenizer):
+    model = build_tiny_causal_lm(tokenizer, "llama", seed=0).eval()
+    calls = []
+    model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    _, _, (prompt_ids, prompt_mask, completion_ids, completion_mask) = make_batch(tokenizer)
+    completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, with_values=True,
+                        temperatures=(1.0, 0.7))
+    assert len(calls) == 1 and "forward" not in vars(model) and not model.model._forward_hooks
+
+
 def test_baseline_requires_a_reference_model(tokenizer):
     with pytest.raises(ValueError, match="π_ref"):
         CheckpointRewardModel(build_tiny_causal_lm(tokenizer), None)
-    CheckpointRewardModel(build_tiny_causal_lm(tokenizer), None, use_baseline=False)  # wo/Baseline needs none
+    CheckpointRewardModel(build_tiny_causal_lm(tokenizer), None, SFTLogProb())  # wo/Baseline needs none
 
 
 def test_right_padded_prompts_are_rejected(tokenizer):
@@ -240,7 +252,7 @@ def test_from_pretrained_without_manifest_names_what_is_missing(tmp_path, tokeni
     sft_dir = save_sft_run(tmp_path, tokenizer, with_manifest=False)
     with pytest.raises(FileNotFoundError, match=MANIFEST_NAME):
         CheckpointRewardModel.from_pretrained(str(sft_dir))
-    CheckpointRewardModel.from_pretrained(str(sft_dir), use_baseline=False)  # wo/Baseline needs no reference
+    CheckpointRewardModel.from_pretrained(str(sft_dir), reward=SFTLogProb())  # wo/Baseline needs no reference
 
 
 def test_from_pretrained_with_a_dangling_manifest_names_the_missing_folder(tmp_path, tokenizer):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig, SFTConfig
 
 from .running.recipe_checks import _plain, unused_field_problem
+from .scoring import check_temperature, check_token_chunk_size
 
 __all__ = [
     "ActivationCheckpointingAlias", "DensePathConfig", "SFTRecipeConfig", "refuse_unused_fields", "unused_parent_fields",
@@ -230,17 +231,16 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
     _UNUSED_FIELDS["scale_rewards"] = (("group", True), _UNUSED_FIELDS["scale_rewards"][1])
 
     def reward(self):
-        """The `DenseReward` this config trains on: `dense_reward` built with its kwargs, else the paper's reward.
+        """The `DenseReward` this config trains on (`trl_dpr.rewards.reward_from_settings`): `dense_reward` built with
+        its kwargs, else the paper's reward its `use_baseline` / `eliminate_value` name.
 
         Example:
-            >>> type(DensePathConfig("runs/dpr", use_baseline=False, bf16=False).reward()).__name__
-            'SFTLogProb'
+            >>> DensePathConfig("runs/dpr", use_baseline=False, bf16=False).reward()
+            SFTLogProb()
         """
-        from .rewards import build_dense_reward, paper_reward
+        from .rewards import reward_from_settings
 
-        if self.dense_reward is not None:
-            return build_dense_reward(self.dense_reward, self.dense_reward_kwargs)
-        return paper_reward(self.use_baseline, self.eliminate_value)
+        return reward_from_settings(vars(self))
 
     def __post_init__(self):
         # Before GRPOConfig's own checks: it divides by num_generations, so 0 would be a ZeroDivisionError.
@@ -266,11 +266,7 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
                 "Dense-Path REINFORCE (the default), 'sentence' the SR baseline of §4.1 (the whole return at the last "
                 "token). Set one of them, or remove the key."
             )
-        if not self.temperature > 0.0:
-            raise ValueError(
-                f"temperature must be > 0 (the paper samples at 1.0), got {self.temperature}: DPR's reward and its KL term "
-                "are for sampled completions."
-            )
+        check_temperature(self.temperature)
         if not 0.0 < self.gamma <= 1.0:
             raise ValueError(
                 f"gamma must be in (0, 1], got {self.gamma}: it discounts the token returns, and the paper uses 1.0 "
@@ -285,16 +281,8 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
                 f"max_completion_length must be a positive number of tokens, got {self.max_completion_length}: DPR "
                 "needs at least one sampled token per completion to score."
             )
-        if self.reward_token_chunk_size < 1:
-            raise ValueError(f"reward_token_chunk_size must be >= 1, got {self.reward_token_chunk_size}.")
-        if self.dense_reward is not None and not (self.use_baseline and self.eliminate_value):
-            raise ValueError(
-                "use_baseline / eliminate_value choose among the paper's rewards; with dense_reward set, that reward "
-                f"({self.dense_reward}) is the whole reward. Remove use_baseline / eliminate_value, or dense_reward."
-            )
-        if self.dense_reward is None and (self.dense_reward_kwargs or self.dense_reward_models):
-            raise ValueError("dense_reward_kwargs / dense_reward_models configure dense_reward, which is not set.")
-        self.reward()  # an unimportable class or wrong kwargs fail here, before any model loads
+        check_token_chunk_size(self.reward_token_chunk_size, "reward_token_chunk_size")
+        self.reward()  # conflicting keys, an unimportable class or wrong kwargs fail here, before any model loads
         on_policy = self.gradient_accumulation_steps % (self.steps_per_generation * self.num_iterations) == 0
         if self.kl_coef != 0.0 and self.use_transformers_continuous_batching and on_policy and not self.use_vllm:
             raise ValueError(

@@ -28,23 +28,27 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
 
 from . import algorithm
 
 __all__ = [
+    "PAPER_REWARDS",
     "CheckpointDifference",
     "DenseReward",
     "SFTLogProb",
     "ScoredCompletions",
     "WithSoftValue",
     "build_dense_reward",
+    "describe_reward",
     "frozen_model_names",
-    "paper_reward",
+    "reward_from_settings",
+    "reward_label",
+    "same_reward",
 ]
 
 
@@ -80,8 +84,10 @@ class DenseReward(Protocol):
 
     `model_names` lists the frozen models it reads: `"sft"` is π_SFT, `"ref"` the reference checkpoint, any other
     name a model given to the scorer (`CheckpointRewardModel(models={name: model})`, or `dense_reward_models: {name:
-    path}` in a recipe), placed and sharded like π_SFT. An optional `value_model_names` asks for V(s_t) of those models.
-    Calling it returns the `[B, T]` float reward, 0 at padding.
+    path}` in a recipe), placed and sharded like π_SFT. An optional `value_model_names` asks for V(s_t) of those models,
+    and an optional `label` says what r̂_t is (the model card shows it; `reward_label`). Calling it returns the `[B, T]`
+    float reward, 0 at padding. Two rewards are the same when their class and settings are (`same_reward`): a
+    dataclass, as the paper's rewards are, says its settings by its fields.
 
     Example:
         >>> isinstance(CheckpointDifference(), DenseReward)
@@ -93,6 +99,12 @@ class DenseReward(Protocol):
     def __call__(self, scored: ScoredCompletions) -> torch.Tensor: ...
 
 
+# Optional members of a DenseReward (not part of the protocol's isinstance check):
+#   value_model_names: tuple[str, ...]  models whose V(s_t) the reward reads (ScoredCompletions.values)
+#   label: str                          what r̂_t is, one line (model cards, `reward_label`)
+
+
+@dataclass(frozen=True)
 class CheckpointDifference:
     r"""DPR's reward (Eq. 5): r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t).
 
@@ -103,13 +115,14 @@ class CheckpointDifference:
         tensor([[1., 0.]])
     """
 
-    model_names = ("sft", "ref")
-    label = "r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t) (DPR, Eq. 5)"
+    model_names: ClassVar[tuple[str, ...]] = ("sft", "ref")
+    label: ClassVar[str] = "r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t) (DPR, Eq. 5)"
 
     def __call__(self, scored: ScoredCompletions) -> torch.Tensor:
         return algorithm.baseline_relative_rewards(scored.logps["sft"], scored.logps["ref"], scored.completion_mask)
 
 
+@dataclass(frozen=True)
 class SFTLogProb:
     r"""The wo/Baseline ablation: r̂_t = log π_SFT(a_t|s_t) (no reference checkpoint).
 
@@ -118,27 +131,32 @@ class SFTLogProb:
         ('sft',)
     """
 
-    model_names = ("sft",)
-    label = "r̂_t = log π_SFT(a_t|s_t) (wo/Baseline ablation: no reference checkpoint)"
+    model_names: ClassVar[tuple[str, ...]] = ("sft",)
+    label: ClassVar[str] = "r̂_t = log π_SFT(a_t|s_t) (wo/Baseline ablation: no reference checkpoint)"
 
     def __call__(self, scored: ScoredCompletions) -> torch.Tensor:
         return algorithm.baseline_relative_rewards(scored.logps["sft"], None, scored.completion_mask)
 
 
+@dataclass(frozen=True)
 class WithSoftValue:
     r"""The w/V ablation: another reward plus the potential term the paper eliminates, V_SFT(s_t) − V_SFT(s_{t+1}).
 
     Example:
-        >>> WithSoftValue(CheckpointDifference()).value_model_names
-        ('sft',)
+        >>> WithSoftValue(CheckpointDifference()).value_model_names, WithSoftValue(SFTLogProb()).model_names
+        (('sft',), ('sft',))
     """
 
-    value_model_names = ("sft",)
+    reward: DenseReward
+    value_model_names: ClassVar[tuple[str, ...]] = ("sft",)
 
-    def __init__(self, reward: DenseReward):
-        self.reward = reward
-        self.model_names = tuple(reward.model_names)
-        self.label = f"{getattr(reward, 'label', type(reward).__name__)} + V_SFT(s_t) − V_SFT(s_(t+1)) (w/V ablation)"
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        return tuple(self.reward.model_names)
+
+    @property
+    def label(self) -> str:
+        return f"{reward_label(self.reward)} + V_SFT(s_t) − V_SFT(s_(t+1)) (w/V ablation)"
 
     def __call__(self, scored: ScoredCompletions) -> torch.Tensor:
         shaping = algorithm.soft_value_shaping(
@@ -159,15 +177,109 @@ def frozen_model_names(reward: DenseReward) -> tuple[str, ...]:
     return ("sft", *(name for name in reward.model_names if name != "sft"))
 
 
-def paper_reward(use_baseline: bool = True, eliminate_value: bool = True) -> DenseReward:
-    """The paper's reward for its two reward-side switches: DPR, wo/Baseline, and either with the V term (w/V).
+def check_models_given(reward: DenseReward, given: Iterable[str]) -> None:
+    """The one check that every model `reward` reads besides π_SFT and π_ref was given (by name: models or paths).
 
     Example:
-        >>> type(paper_reward()).__name__, type(paper_reward(use_baseline=False)).__name__
-        ('CheckpointDifference', 'SFTLogProb')
+        >>> check_models_given(CheckpointDifference(), [])  # π_SFT and π_ref are the scorer's own
     """
-    reward = CheckpointDifference() if use_baseline else SFTLogProb()
-    return reward if eliminate_value else WithSoftValue(reward)
+    if missing := [n for n in reward.model_names if n not in ("sft", "ref") and n not in set(given)]:
+        raise ValueError(
+            f"The reward {describe_reward(reward)} reads the models {list(reward.model_names)}: 'sft' and 'ref' are π_SFT "
+            f"and π_ref, every other one must be given (missing: {missing}). Pass models={{{missing[0]!r}: model}} to "
+            f"CheckpointRewardModel, or model_paths={{{missing[0]!r}: 'path/or/hub-id'}} to from_pretrained (in a recipe "
+            "or a preview variant: dense_reward_models: {name: path})."
+        )
+
+
+# The paper's ablations of the reward, by their recipe keys (use_baseline, eliminate_value): the one place the two
+# switches become a reward. SR is not here: it credits the same r̂ at the last token (`reward_granularity`).
+PAPER_REWARDS: dict[tuple[bool, bool], DenseReward] = {
+    (True, True): CheckpointDifference(),  # DPR
+    (False, True): SFTLogProb(),  # wo/Baseline: R = Σ log π_SFT
+    (True, False): WithSoftValue(CheckpointDifference()),  # w/V
+    (False, False): WithSoftValue(SFTLogProb()),  # wo/Baseline and w/V
+}
+
+
+def reward_from_settings(settings: Mapping) -> DenseReward:
+    """The reward a run's settings name: `dense_reward` built with `dense_reward_kwargs`, else the paper's reward for
+    `use_baseline` / `eliminate_value` (`PAPER_REWARDS`). The one door from settings (a `DensePathConfig`, a preview
+    variant, the command line) to a reward; missing keys take the paper's defaults.
+
+    Example:
+        >>> reward_from_settings({"use_baseline": False})
+        SFTLogProb()
+        >>> reward_from_settings({"eliminate_value": False})
+        WithSoftValue(reward=CheckpointDifference())
+    """
+    spec, kwargs, models = (settings.get(k) for k in ("dense_reward", "dense_reward_kwargs", "dense_reward_models"))
+    use_baseline, eliminate_value = settings.get("use_baseline", True), settings.get("eliminate_value", True)
+    if spec is None and (kwargs or models):
+        raise ValueError("dense_reward_kwargs / dense_reward_models configure dense_reward, which is not set.")
+    if spec is None:
+        return PAPER_REWARDS[bool(use_baseline), bool(eliminate_value)]
+    if not (use_baseline and eliminate_value):
+        raise ValueError(
+            "use_baseline / eliminate_value choose among the paper's rewards; with dense_reward set, that reward "
+            f"({spec}) is the whole reward. Remove use_baseline / eliminate_value, or dense_reward."
+        )
+    return build_dense_reward(spec, kwargs)
+
+
+def reward_label(reward: DenseReward) -> str:
+    """What a reward computes, for model cards and logs: its `label` when it has one, else `describe_reward`.
+
+    Example:
+        >>> reward_label(SFTLogProb())
+        'r̂_t = log π_SFT(a_t|s_t) (wo/Baseline ablation: no reference checkpoint)'
+    """
+    return getattr(reward, "label", None) or describe_reward(reward)
+
+
+def describe_reward(reward: DenseReward) -> str:
+    """A reward by class and settings, e.g. `ClippedReward(clip=2.0)`: what `same_reward` compares.
+
+    Example:
+        >>> describe_reward(WithSoftValue(SFTLogProb()))
+        'WithSoftValue(reward=SFTLogProb)'
+    """
+    settings = _settings(reward)
+    inner = ", ".join(f"{k}={describe_reward(v) if _is_reward(v) else repr(v)}" for k, v in settings.items())
+    return type(reward).__name__ + (f"({inner})" if inner else "")
+
+
+def same_reward(a: DenseReward, b: DenseReward) -> bool:
+    """Whether two rewards are the same rule: the same class with the same settings (its dataclass fields, or the
+    attributes its `__init__` set), compared by value, rewards inside rewards included.
+
+    Example:
+        >>> same_reward(WithSoftValue(SFTLogProb()), WithSoftValue(SFTLogProb())), same_reward(SFTLogProb(), CheckpointDifference())
+        (True, False)
+    """
+    if type(a) is not type(b):
+        return False
+    settings_a, settings_b = _settings(a), _settings(b)
+    if settings_a.keys() != settings_b.keys():
+        return False
+    return all(same_reward(v, settings_b[k]) if _is_reward(v) else _equal(v, settings_b[k]) for k, v in settings_a.items())
+
+
+def _settings(reward) -> dict:
+    """A reward's settings: its dataclass fields, else its instance attributes (what `__init__(**kwargs)` stored)."""
+    if is_dataclass(reward):
+        return {f.name: getattr(reward, f.name) for f in fields(reward)}
+    return {k: v for k, v in vars(reward).items() if not k.startswith("_")} if hasattr(reward, "__dict__") else {}
+
+
+def _is_reward(value) -> bool:
+    return callable(value) and isinstance(getattr(value, "model_names", None), (tuple, list))
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and bool((a == b).all())
+    return bool(a == b)
 
 
 def build_dense_reward(spec: str, kwargs: Mapping | None = None) -> DenseReward:

@@ -23,13 +23,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .scoring import _causal_lm, check_temperature
+
 __all__ = ["SampledTokenLogprobs"]
-
-
-def _causal_lm(model: nn.Module) -> nn.Module:
-    """The transformers model `generate` calls once per step, inside PEFT / DDP / DeepSpeed wrappers."""
-    model = getattr(model, "module", model)
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 class SampledTokenLogprobs:
@@ -54,8 +50,7 @@ class SampledTokenLogprobs:
     """
 
     def __init__(self, model: nn.Module, temperature: float = 1.0):
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}.")
+        check_temperature(temperature)
         self.causal_lm = _causal_lm(model)
         self.temperature = temperature
 

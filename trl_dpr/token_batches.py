@@ -20,6 +20,8 @@ import torch
 from trl.data_utils import is_conversational
 from trl.trainer.utils import pad
 
+from .scoring import _causal_lm
+
 __all__ = ["PaddedBatch", "ends_with_eos", "eos_token_ids", "pad_batch", "pad_prompts", "render_prompts"]
 
 
@@ -63,10 +65,7 @@ def eos_token_ids(model, tokenizer) -> list[int]:
         >>> eos_token_ids(build_tiny_causal_lm(tok), tok) == [tok.eos_token_id]
         True
     """
-    model = getattr(model, "module", model)
-    if hasattr(model, "get_base_model"):
-        model = model.get_base_model()
-    declared = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    declared = getattr(getattr(_causal_lm(model), "generation_config", None), "eos_token_id", None)
     ids = [] if declared is None else [declared] if isinstance(declared, int) else list(declared)
     if tokenizer is not None and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
         ids = [tokenizer.eos_token_id, *ids]

@@ -598,6 +598,7 @@ def run_preview(
     """
     from ..reference_manifest import check_model_source, resolve_reference
     from ..reward_model import CheckpointRewardModel
+    from ..rewards import SFTLogProb, check_models_given, reward_from_settings
     from .sampling import policy_logprobs, sample_completions, score_samples
 
     if config.plot:
@@ -607,8 +608,12 @@ def run_preview(
                               name="matplotlib")
     model_init_kwargs = dict(model_init_kwargs or {})
     check_model_source(sft_model_name_or_path, "The SFT output")
-    if any(not (s or {}).get("ref_model_name_or_path") and (s or {}).get("use_baseline", True) and not (s or {}).get("oracle")
-           for s in config.variants.values()):
+    needs_manifest = False
+    for settings in (dict(s or {}) for s in config.variants.values() if not (s or {}).get("oracle")):
+        reward = reward_from_settings(settings)  # conflicting keys or an unimportable reward fail before any model loads
+        check_models_given(reward, settings.get("dense_reward_models") or {})
+        needs_manifest |= "ref" in reward.model_names and not settings.get("ref_model_name_or_path")
+    if needs_manifest:
         resolve_reference(sft_model_name_or_path)  # a missing manifest is an error that says how to make one
     named_policies = [spec.partition("=")[::2] for spec in config.policies]
     for name, path in named_policies:
@@ -622,7 +627,7 @@ def run_preview(
     else:
         quality_of = _quality_function(config, rows)
 
-    base = CheckpointRewardModel.from_pretrained(sft_model_name_or_path, use_baseline=False, **model_init_kwargs)
+    base = CheckpointRewardModel.from_pretrained(sft_model_name_or_path, reward=SFTLogProb(), **model_init_kwargs)
     tokenizer = base.processing_class
     prompts = list(rows["prompt"])
     n = config.samples_per_prompt
@@ -709,13 +714,10 @@ def _scorer(base, sft_model_name_or_path: str, settings: dict, model_init_kwargs
 
     from ..reference_manifest import resolve_reference
     from ..reward_model import CheckpointRewardModel
-    from ..rewards import SFTLogProb, build_dense_reward, paper_reward
+    from ..rewards import reward_from_settings, same_reward
 
-    if settings.get("dense_reward"):
-        reward = build_dense_reward(settings["dense_reward"], settings.get("dense_reward_kwargs"))
-    else:
-        reward = paper_reward(settings.get("use_baseline", True), settings.get("eliminate_value", True))
-    if type(reward) is SFTLogProb:
+    reward = reward_from_settings(settings)  # the trainer's door from settings to a reward
+    if same_reward(reward, base.reward):
         return base  # R = Σ log π_SFT: the base scorer is exactly that
     model_paths = dict(settings.get("dense_reward_models") or {})
     if base.sft_adapter is not None:  # adapters on one base: load the pair as the recipes do
@@ -729,9 +731,6 @@ def _scorer(base, sft_model_name_or_path: str, settings: dict, model_init_kwargs
         ref_model = create_model_from_path(ref_path, **model_init_kwargs).to(base.device)
         with contextlib.suppress(OSError, ValueError):  # a π_ref saved without its tokenizer is checked by vocabulary
             ref_tokenizer = AutoTokenizer.from_pretrained(ref_path)
-    missing = [n for n in reward.model_names if n not in ("sft", "ref") and n not in model_paths]
-    if missing:
-        raise ValueError(f"The reward {type(reward).__name__} reads {missing}: give their paths in dense_reward_models.")
     return CheckpointRewardModel(
         base.sft_model, ref_model, processing_class=base.processing_class, ref_processing_class=ref_tokenizer,
         token_chunk_size=base.token_chunk_size, reward=reward,

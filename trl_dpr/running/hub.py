@@ -34,6 +34,7 @@ from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..reference_manifest import MANIFEST_NAME
+from ..rewards import reward_label
 from .checkpointing import STAGING_DIRNAME
 
 __all__ = [
@@ -793,8 +794,7 @@ def dpr_model_card_section(args, reward_model) -> str:
     """
     manifest, source = reward_model.reference_manifest, reward_model.sft_model_name_or_path
     reward = getattr(reward_model, "reward", None)
-    rule = getattr(reward, "label", None) or (
-        f"`{type(reward).__module__}.{type(reward).__name__}`" if reward is not None else "r̂ = log π_SFT − log π_ref")
+    rule = reward_label(reward) if reward is not None else "r̂ = log π_SFT − log π_ref"
     if source and Path(source).is_dir():  # a local path means nothing to a reader (and may reveal a home folder)
         base = recorded_base_model(source)
         origin = (f"the SFT model of {base_model_reference(base)} (saved in `{Path(source).name}`)" if base
