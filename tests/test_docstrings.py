@@ -1,10 +1,21 @@
-"""Every example in the package's docstrings runs and prints what it says (examples that need a GPU, the network or
-a trained run are marked `+SKIP` where they stand)."""
+"""The docstring rule, at TRL's density (docs: /work/shared/STYLE.md, "the equation, the contract, the why"):
 
+- the public API is `trl_dpr.__all__` (and the two subpackages that advertise their own entry points,
+  `trl_dpr.lfd.__all__` and `trl_dpr.evaluation.__all__`); each of its names has a docstring with a runnable example:
+  a doctest that runs here, or a snippet whose calls a named test runs (the trainers need a model and minutes). The
+  `trl-dpr` CLI's examples are the README's bash blocks, each mapped to the test that runs it (tests/test_readme*);
+- every other public function and class of the package (importable, not advertised: no `__all__`) has a docstring
+  of a few lines that says what it is and why;
+- the algorithm's functions keep the paper's equation and a hand-computed doctest;
+- every example that exists still runs (examples that need a GPU, the network or a trained run are `+SKIP`);
+- docstrings are at most `DOCSTRING_SHARE_MAX` of the package's lines.
+"""
+
+import ast
 import doctest
 import importlib
+import inspect
 import pkgutil
-import types
 from pathlib import Path
 
 import pytest
@@ -13,6 +24,38 @@ import trl_dpr
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(name for _, name, _ in pkgutil.walk_packages(trl_dpr.__path__, "trl_dpr."))
+ADVERTISED = {"trl_dpr": trl_dpr.__all__}  # filled with the subpackages' own `__all__` by `advertised()`
+SUBPACKAGES_WITH_AN_API = ("trl_dpr.lfd", "trl_dpr.evaluation")  # the only `__all__` below `trl_dpr/__init__.py`
+
+# Names whose example is a snippet (training takes a model and minutes): the test that runs what the snippet does.
+SNIPPET_RUN_BY = {
+    "ReferenceCheckpointCallback": "test_readme_example.py",
+    "DensePathTrainer": "test_readme_example.py",
+    "sequence_reward_func": "test_dense_reward.py",
+    "SPINTrainer": "test_lfd.py",
+    "GSILTrainer": "test_lfd.py",
+    "WinRateCallback": "test_evaluation_callback.py",
+    "run_evaluation": "test_evaluation_end_to_end.py",
+}
+
+# Docstring lines (modules, classes, functions; counted by `ast`) over all lines of trl_dpr/. TRL's grpo_trainer.py is
+# about 6%. The package measured 27.7% before the docstrings were trimmed and 21.0% after the first pass (the
+# algorithm, rewards, analysis, evaluation, embedded, lfd losses/trainer/config and most of running); the trainer,
+# config, data, manifest, console log, pipeline, checkpointing, hub, self-play and scripts are still to trim, and the
+# bound comes down to 15% with them.
+DOCSTRING_SHARE_MAX = 0.29
+
+
+def advertised() -> dict[str, list[str]]:
+    names = dict(ADVERTISED)
+    for package in SUBPACKAGES_WITH_AN_API:
+        names[package] = importlib.import_module(package).__all__
+    return names
+
+
+def runs_a_doctest(doc: str) -> bool:
+    examples = doctest.DocTestParser().get_examples(doc)
+    return any(not example.options.get(doctest.SKIP) and "+SKIP" not in example.source for example in examples)
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -23,17 +66,82 @@ def test_docstring_examples_run(name, monkeypatch):
     assert result.failed == 0, f"{result.failed} docstring example(s) of {name} failed"
 
 
-def test_every_public_name_has_a_docstring_with_an_example():
+def test_every_advertised_name_has_a_runnable_example():
+    missing = []
+    for package, names in advertised().items():
+        module = importlib.import_module(package)
+        for name in names:
+            doc = inspect.getdoc(getattr(module, name)) or ""
+            if runs_a_doctest(doc):
+                continue
+            test_file = ROOT / "tests" / SNIPPET_RUN_BY.get(name, "-")
+            runs = test_file.read_text() if test_file.is_file() else ""
+            if test_file.name == "test_readme_example.py":
+                runs += (ROOT / "README.md").read_text()  # it runs the README's block
+            snippet = "```python" in doc and name in runs
+            if not snippet:
+                missing.append(f"{package}.{name}")
+    assert missing == [], f"advertised names without a doctest or a snippet a test runs: {missing}"
+
+
+def test_only_the_public_api_has_an_all():
+    allowed = {"trl_dpr/__init__.py", *(f"{p.replace('.', '/')}/__init__.py" for p in SUBPACKAGES_WITH_AN_API)}
+    with_all = set()
+    for path in (ROOT / "trl_dpr").rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+                with_all.add(str(path.relative_to(ROOT)))
+    assert with_all <= allowed | NOT_YET_WITHOUT_ALL, f"internal modules advertise names: {with_all - allowed}"
+    assert len(trl_dpr.__all__) <= 16  # a surface a user can hold in their head
+
+
+# Internal modules whose `__all__` is still to go (another change restructures them; remove each entry with it).
+NOT_YET_WITHOUT_ALL = {
+    "trl_dpr/trainer.py", "trl_dpr/config.py", "trl_dpr/data.py", "trl_dpr/reference_manifest.py",
+    "trl_dpr/console_log.py", "trl_dpr/running/pipeline.py", "trl_dpr/running/checkpointing.py",
+    "trl_dpr/running/hub.py", "trl_dpr/lfd/self_play.py",
+}
+
+
+def test_every_public_function_and_class_says_what_it_is():
     missing = []
     for name in MODULES:
         module = importlib.import_module(name)
-        for public in getattr(module, "__all__", []):
-            obj = getattr(module, public)
-            if not callable(obj) or isinstance(obj, types.GenericAlias):  # constants and type aliases
+        for public, obj in vars(module).items():
+            if public.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj)):
                 continue
-            if isinstance(obj, type) and issubclass(obj, BaseException):  # errors say what they are in their message
+            if obj.__module__ != name:  # imported from elsewhere
                 continue
-            doc = obj.__doc__ or ""
-            if "Example" not in doc and ">>>" not in doc:
+            if public in ("main", "make_parser"):  # a command's entry points: its module docstring says what it runs
+                continue
+            if not (obj.__doc__ or "").strip():
                 missing.append(f"{name}.{public}")
     assert missing == []
+
+
+def test_the_algorithms_functions_state_their_equation_with_a_hand_computed_example():
+    from trl_dpr import algorithm
+
+    functions = [f for n, f in vars(algorithm).items() if inspect.isfunction(f) and f.__module__ == algorithm.__name__
+                 and not n.startswith("_")]
+    assert len(functions) >= 8
+    for function in functions:
+        doc = inspect.getdoc(function)
+        assert "=" in doc.split("Example:")[0], f"{function.__name__} states no equation"
+        assert runs_a_doctest(doc), f"{function.__name__} has no hand-computed example"
+
+
+def docstring_lines(path: Path) -> int:
+    count = 0
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                count += first.end_lineno - first.lineno + 1
+    return count
+
+
+def test_docstrings_are_at_most_their_share_of_the_package():
+    paths = list((ROOT / "trl_dpr").rglob("*.py"))
+    share = sum(map(docstring_lines, paths)) / sum(len(p.read_text().splitlines()) for p in paths)
+    assert share <= DOCSTRING_SHARE_MAX, f"docstrings are {share:.1%} of trl_dpr/ (at most {DOCSTRING_SHARE_MAX:.0%})"

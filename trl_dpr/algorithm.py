@@ -12,17 +12,6 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-__all__ = [
-    "baseline_relative_rewards",
-    "soft_value_shaping",
-    "sentence_rewards",
-    "kl_penalized_rewards",
-    "token_returns",
-    "masked_mean_std",
-    "whiten",
-    "dense_path_advantages",
-]
-
 
 def baseline_relative_rewards(
     sft_logps: torch.Tensor, ref_logps: torch.Tensor | None, mask: torch.Tensor

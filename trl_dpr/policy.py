@@ -9,9 +9,6 @@ from torch import nn
 
 from .reward_model import CheckpointRewardModel
 
-__all__ = ["POLICY_ADAPTER", "add_policy_adapter", "initial_policy"]
-
-
 POLICY_ADAPTER = "default"  # PEFT saves the "default" adapter at the root of the output folder, where Trainer looks
 
 

@@ -13,8 +13,6 @@ from transformers import TrainerCallback
 
 from .reference_manifest import MANIFEST_NAME, REFERENCE_DIRNAME, ReferenceManifest, parse_manifest, write_manifest
 
-__all__ = ["ReferenceCheckpointCallback", "check_reference_fraction"]
-
 logger = get_logger(__name__)
 
 

@@ -21,8 +21,6 @@ from .rewards import DenseReward, check_dense_reward, check_models_given
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FrozenModels", "load_frozen_models"]
-
 
 @dataclass
 class FrozenModels:

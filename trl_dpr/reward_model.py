@@ -31,9 +31,6 @@ from .scoring import _causal_lm, check_token_chunk_size, completion_logprobs
 from .token_batches import ends_with_eos, eos_token_ids, pad_batch, render_prompts
 
 # `completion_logprobs` is re-exported: code written before the scorer's split imports it from here.
-__all__ = [
-    "CheckpointRewardModel", "TokenRewardOutput", "completion_logprobs", "load_reward_model", "sequence_reward_func",
-]
 
 
 @dataclass

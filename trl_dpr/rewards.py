@@ -36,21 +36,6 @@ import torch
 
 from . import algorithm
 
-__all__ = [
-    "PAPER_REWARDS",
-    "CheckpointDifference",
-    "DenseReward",
-    "SFTLogProb",
-    "ScoredCompletions",
-    "WithSoftValue",
-    "build_dense_reward",
-    "describe_reward",
-    "frozen_model_names",
-    "reward_from_settings",
-    "reward_label",
-    "same_reward",
-]
-
 
 @dataclass
 class ScoredCompletions:

@@ -25,8 +25,6 @@ from torch import nn
 
 from .scoring import _causal_lm, check_temperature
 
-__all__ = ["SampledTokenLogprobs"]
-
 
 class SampledTokenLogprobs:
     """Context manager that records log π_T(a_t|s_t) of each token a model's `generate` samples.

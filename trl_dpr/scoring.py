@@ -16,8 +16,6 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from trl.trainer.utils import maybe_gather_lm_head_ctx
 
-__all__ = ["check_temperature", "check_token_chunk_size", "completion_logprobs"]
-
 
 def check_temperature(temperature: float) -> None:
     """The one check of a sampling / scoring temperature T (everything divides the logits by it).

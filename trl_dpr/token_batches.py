@@ -22,8 +22,6 @@ from trl.trainer.utils import pad
 
 from .scoring import _causal_lm
 
-__all__ = ["PaddedBatch", "ends_with_eos", "eos_token_ids", "pad_batch", "pad_prompts", "render_prompts"]
-
 
 def render_prompts(tokenizer, prompts: Sequence[Any], **chat_template_kwargs) -> list[list[int]]:
     """Token ids of each prompt, exactly as `GRPOTrainer` builds them before generation.

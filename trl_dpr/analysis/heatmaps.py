@@ -20,8 +20,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["REDS", "heatmap_html", "main", "reward_colour", "save_heatmap_png"]
-
 # Matplotlib's sequential "Reds" colour map (ColorBrewer), light to dark: darker red = higher reward.
 REDS = ("#fff5f0", "#fee0d2", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#a50f15", "#67000d")
 

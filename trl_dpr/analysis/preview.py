@@ -32,21 +32,6 @@ import torch
 
 from ..evaluation.results import bootstrap_mean_ci
 
-__all__ = [
-    "PolicyPoint",
-    "PreviewConfig",
-    "PreviewPoint",
-    "PreviewReport",
-    "TiltedQuality",
-    "bootstrap_mean_ci",
-    "plot_preview",
-    "preview_points",
-    "run_preview",
-    "tilt_weights",
-    "tilted_quality",
-]
-
-
 # ---- the weighting ---------------------------------------------------------------------------------------------------
 
 

@@ -21,8 +21,6 @@ from ..reward_model import CheckpointRewardModel, TokenRewardOutput
 from ..scoring import completion_logprobs
 from ..token_batches import eos_token_ids, pad_batch, pad_prompts, render_prompts
 
-__all__ = ["Sample", "generate_answers", "policy_logprobs", "sample_completions", "score_samples"]
-
 
 @dataclass
 class Sample:

@@ -13,8 +13,6 @@ from transformers import TrainerCallback
 
 from .heatmaps import heatmap_html
 
-__all__ = ["TokenHeatmapCallback", "recent_token_rewards"]
-
 
 def recent_token_rewards(trainer, num_samples: int) -> tuple[list, list[dict]]:
     """The last `num_samples` completions the trainer scored, as token strings with their dense rewards r̂_t.

@@ -12,23 +12,18 @@ Recipes name the task `dataset_name: trl_dpr/embedded-demo` and the base `model_
 trl_dpr/embedded-pretrained-llama` (or `trl_dpr/embedded-tiny-llama`, random init); nothing is downloaded.
 """
 
-from .base_model import EMBEDDED_MODEL, EMBEDDED_PRETRAINED_MODEL, build_embedded_base, resolve_embedded_base
-from .pretraining import PretrainingSettings, build_pretrained_base, pretraining_corpus
-from .task import EMBEDDED_DATASET, KINDS, build_demo_dataset, extract_answer, held_out_split, is_correct, make_example
-
-__all__ = [
-    "EMBEDDED_DATASET",
-    "EMBEDDED_MODEL",
-    "EMBEDDED_PRETRAINED_MODEL",
-    "KINDS",
-    "PretrainingSettings",
-    "build_demo_dataset",
-    "build_embedded_base",
-    "build_pretrained_base",
-    "extract_answer",
-    "held_out_split",
-    "is_correct",
-    "make_example",
-    "pretraining_corpus",
-    "resolve_embedded_base",
-]
+# Re-exported for the recipes, the README and the experiments (importable, not advertised: no `__all__`).
+from .base_model import EMBEDDED_MODEL as EMBEDDED_MODEL
+from .base_model import EMBEDDED_PRETRAINED_MODEL as EMBEDDED_PRETRAINED_MODEL
+from .base_model import build_embedded_base as build_embedded_base
+from .base_model import resolve_embedded_base as resolve_embedded_base
+from .pretraining import PretrainingSettings as PretrainingSettings
+from .pretraining import build_pretrained_base as build_pretrained_base
+from .pretraining import pretraining_corpus as pretraining_corpus
+from .task import EMBEDDED_DATASET as EMBEDDED_DATASET
+from .task import KINDS as KINDS
+from .task import build_demo_dataset as build_demo_dataset
+from .task import extract_answer as extract_answer
+from .task import held_out_split as held_out_split
+from .task import is_correct as is_correct
+from .task import make_example as make_example

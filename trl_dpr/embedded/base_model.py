@@ -21,8 +21,6 @@ from .pretraining import SHIPPED_BASE, build_pretrained_base, shipped_base_probl
 from .task import demo_corpus
 from .tiny_lm import build_tiny_causal_lm, build_tokenizer
 
-__all__ = ["EMBEDDED_MODEL", "EMBEDDED_MODELS", "EMBEDDED_PRETRAINED_MODEL", "build_embedded_base", "resolve_embedded_base"]
-
 EMBEDDED_MODEL = "trl_dpr/embedded-tiny-llama"  # a tiny Llama built from a config, with an offline tokenizer
 EMBEDDED_PRETRAINED_MODEL = "trl_dpr/embedded-pretrained-llama"  # the same, language-modelled on text about the task
 EMBEDDED_MODELS = (EMBEDDED_MODEL, EMBEDDED_PRETRAINED_MODEL)

@@ -50,17 +50,6 @@ from tqdm.auto import tqdm
 from .task import ITEMS, KINDS, NAMES, _pronoun, demo_corpus, held_out_split, make_example
 from .tiny_lm import build_tiny_causal_lm, build_tokenizer
 
-__all__ = [
-    "CORPUS_MIX",
-    "SHIPPED_BASE",
-    "PretrainingSettings",
-    "build_pretrained_base",
-    "held_out_loss",
-    "pretraining_corpus",
-    "ship_pretrained_base",
-    "shipped_base_problem",
-]
-
 SHIPPED_BASE = Path(__file__).parent / "pretrained_base"  # the build every documented number was measured on
 SHIPPED_RECORD = "shipped.json"
 

@@ -20,18 +20,6 @@ from dataclasses import dataclass
 
 from datasets import Dataset, DatasetDict
 
-__all__ = [
-    "EMBEDDED_DATASET",
-    "KINDS",
-    "DemoExample",
-    "build_demo_dataset",
-    "demo_corpus",
-    "extract_answer",
-    "held_out_split",
-    "is_correct",
-    "make_example",
-]
-
 EMBEDDED_DATASET = "trl_dpr/embedded-demo"  # the `dataset_name` of this task in recipes (generated, no download)
 
 KINDS = ("add", "subtract", "multiply", "wages", "sort")

@@ -22,8 +22,6 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-__all__ = ["CHAT_TEMPLATE", "build_tokenizer", "build_tiny_causal_lm"]
-
 SPECIAL_TOKENS = ["<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 
 # `{% generation %}` marks the assistant tokens, so SFTTrainer's `assistant_only_loss` works with this template too.

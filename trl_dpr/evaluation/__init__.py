@@ -13,56 +13,37 @@ ties = 0.5 and a bootstrap CI, MT-Bench 1–10 grades, answer lengths, and the T
 The embedded task's judge is `ExactAnswerJudge` (`judge: exact`): its exact answers decide.
 """
 
-from .answers import TransformersAnswerGenerator, answer_prompts
+# `X as X`: importable (docs/evaluation.md builds judges from these), not advertised; `__all__` is the entry points.
+from .answers import TransformersAnswerGenerator as TransformersAnswerGenerator
+from .answers import answer_prompts as answer_prompts
 from .callback import WinRateCallback
-from .chat_models import ChatModel, ChatRequestError, LocalChatModel, MissingAPIKeyError, OpenAIChatModel
+from .chat_models import ChatModel as ChatModel
+from .chat_models import ChatRequestError as ChatRequestError
+from .chat_models import LocalChatModel as LocalChatModel
+from .chat_models import MissingAPIKeyError as MissingAPIKeyError
+from .chat_models import OpenAIChatModel as OpenAIChatModel
 from .config import EvaluationConfig
-from .judges import (
-    ExactAnswerJudge,
-    LLMPairwiseJudge,
-    MTBenchGrader,
-    MTBenchScore,
-    PairJudgement,
-    PairToJudge,
-    PairwiseJudge,
-    combine_orders,
-    mt_bench_score,
-    parse_rating,
-    parse_verdict,
-)
-from .prompt_sets import EvalPrompt, load_prompt_set
-from .results import AccuracyResult, EvaluationReport, LengthStats, WinRate, length_stats, summarize_pairwise, win_rate
+from .judges import ExactAnswerJudge, LLMPairwiseJudge
+from .judges import MTBenchGrader as MTBenchGrader
+from .judges import MTBenchScore as MTBenchScore
+from .judges import PairJudgement as PairJudgement
+from .judges import PairToJudge as PairToJudge
+from .judges import PairwiseJudge as PairwiseJudge
+from .judges import combine_orders as combine_orders
+from .judges import mt_bench_score as mt_bench_score
+from .judges import parse_rating as parse_rating
+from .judges import parse_verdict as parse_verdict
+from .prompt_sets import EvalPrompt as EvalPrompt
+from .prompt_sets import load_prompt_set as load_prompt_set
+from .results import AccuracyResult as AccuracyResult
+from .results import EvaluationReport as EvaluationReport
+from .results import LengthStats as LengthStats
+from .results import WinRate as WinRate
+from .results import length_stats as length_stats
+from .results import summarize_pairwise as summarize_pairwise
+from .results import win_rate as win_rate
 from .runner import run_evaluation
 
-__all__ = [
-    "AccuracyResult",
-    "ChatModel",
-    "ChatRequestError",
-    "EvalPrompt",
-    "EvaluationConfig",
-    "EvaluationReport",
-    "ExactAnswerJudge",
-    "LLMPairwiseJudge",
-    "LengthStats",
-    "LocalChatModel",
-    "MTBenchGrader",
-    "MTBenchScore",
-    "MissingAPIKeyError",
-    "OpenAIChatModel",
-    "PairJudgement",
-    "PairToJudge",
-    "PairwiseJudge",
-    "TransformersAnswerGenerator",
-    "WinRate",
-    "WinRateCallback",
-    "answer_prompts",
-    "combine_orders",
-    "length_stats",
-    "load_prompt_set",
-    "mt_bench_score",
-    "parse_rating",
-    "parse_verdict",
-    "run_evaluation",
-    "summarize_pairwise",
-    "win_rate",
-]
+# The entry points: `run_evaluation(EvaluationConfig(...))` is `trl-dpr evaluate`; `WinRateCallback` with a judge
+# (`LLMPairwiseJudge`, or `ExactAnswerJudge` on the embedded task) is the win rate during training.
+__all__ = ["EvaluationConfig", "ExactAnswerJudge", "LLMPairwiseJudge", "WinRateCallback", "run_evaluation"]

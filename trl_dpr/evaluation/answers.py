@@ -23,18 +23,6 @@ from ..analysis.sampling import generate_answers
 from .cache import JsonlCache
 from .prompt_sets import EvalPrompt
 
-__all__ = [
-    "GENERATION_BACKENDS",
-    "AnswerGenerator",
-    "TransformersAnswerGenerator",
-    "VLLMAnswerGenerator",
-    "answer_cache",
-    "answer_prompts",
-    "is_vllm_available",
-    "load_answer_generator",
-    "resolve_device",
-]
-
 GENERATION_BACKENDS = ("auto", "transformers", "vllm")
 
 

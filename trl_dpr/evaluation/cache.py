@@ -14,8 +14,6 @@ import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["JsonlCache"]
-
 logger = logging.getLogger(__name__)
 
 

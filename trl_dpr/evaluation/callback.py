@@ -17,8 +17,6 @@ from ..analysis.sampling import generate_answers
 from .judges import PairToJudge, PairwiseJudge
 from .results import summarize_pairwise
 
-__all__ = ["WinRateCallback"]
-
 logger = logging.getLogger(__name__)
 
 

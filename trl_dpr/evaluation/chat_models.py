@@ -18,8 +18,6 @@ from typing import Protocol, runtime_checkable
 from ..analysis.sampling import generate_answers
 from .answers import resolve_device
 
-__all__ = ["ChatModel", "ChatRequestError", "LocalChatModel", "Message", "MissingAPIKeyError", "OpenAIChatModel"]
-
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
 
 

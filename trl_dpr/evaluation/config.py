@@ -11,8 +11,6 @@ from .answers import GENERATION_BACKENDS
 from .judges import POSITION_RULES
 from .prompt_sets import PROMPT_SETS
 
-__all__ = ["JUDGES", "EvaluationConfig", "check_config_has_no_secrets", "load_evaluation_config"]
-
 JUDGES = ("openai", "local", "exact")
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 _SECRET_VALUE = re.compile(r"^(sk-|hf_|Bearer )")

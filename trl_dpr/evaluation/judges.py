@@ -49,33 +49,6 @@ from .cache import JsonlCache
 from .chat_models import ChatModel
 from .prompt_sets import EvalPrompt
 
-__all__ = [
-    "PAIRWISE_LABELS",
-    "ExactAnswerJudge",
-    "PAIRWISE_SYSTEM_PROMPT",
-    "POSITION_RULES",
-    "REFERENCE_CATEGORIES",
-    "LLMPairwiseJudge",
-    "MTBenchGrade",
-    "MTBenchGrader",
-    "MTBenchScore",
-    "PairJudgement",
-    "PairToJudge",
-    "PairwiseJudge",
-    "ParsedRating",
-    "ParsedVerdict",
-    "candidate_outcome",
-    "combine_orders",
-    "grade_mt_bench_cached",
-    "judge_pairs_cached",
-    "mt_bench_score",
-    "pairwise_messages",
-    "parse_rating",
-    "parse_verdict",
-    "single_grade_messages",
-    "text_digest",
-]
-
 logger = logging.getLogger(__name__)
 
 

@@ -25,19 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "PROMPT_SETS",
-    "EvalPrompt",
-    "PromptSetSource",
-    "load_alpaca_eval",
-    "load_arena_hard",
-    "load_demo_prompts",
-    "load_lima",
-    "load_mt_bench",
-    "load_prompt_set",
-    "read_json_rows",
-]
-
 logger = logging.getLogger(__name__)
 
 

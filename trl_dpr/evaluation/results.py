@@ -22,22 +22,6 @@ import torch
 from .judges import MTBenchScore, PairJudgement, candidate_outcome
 from .prompt_sets import PROMPT_SETS
 
-__all__ = [
-    "AccuracyResult",
-    "bootstrap_mean_ci",
-    "exact_accuracy",
-    "unit_means",
-    "EvaluationReport",
-    "LengthStats",
-    "MTBenchResult",
-    "PairwiseResult",
-    "WinRate",
-    "length_stats",
-    "results_markdown",
-    "summarize_pairwise",
-    "win_rate",
-]
-
 OUTCOME_SCORE = {"win": 1.0, "tie": 0.5, "loss": 0.0}
 
 

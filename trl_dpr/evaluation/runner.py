@@ -45,8 +45,6 @@ from .judges import (
 from .prompt_sets import EvalPrompt, load_prompt_set
 from .results import EvaluationReport, MTBenchResult, PairwiseResult, exact_accuracy, length_stats, summarize_pairwise
 
-__all__ = ["chat_model_from_config", "judge_from_config", "run_evaluation"]
-
 logger = logging.getLogger(__name__)
 
 

@@ -9,22 +9,17 @@ Both start from the SFT output of `trl-dpr sft` (π_SFT) on the same demonstrati
 and `trl-dpr gsil` run them, `experiments/table1.py` compares them with SFT, DPR and SR.
 """
 
-from .config import GSILConfig, SelfPlayConfig, SPINConfig
-from .losses import gsil_discriminator, gsil_loss, spin_loss
-from .self_play import SelfPlayRun, SelfPlayScriptArguments, run_self_play
-from .trainer import GSILTrainer, SelfPlayTrainer, SPINTrainer
+from .config import GSILConfig, SPINConfig
+from .config import SelfPlayConfig as SelfPlayConfig
+from .losses import gsil_discriminator as gsil_discriminator
+from .losses import gsil_loss as gsil_loss
+from .losses import spin_loss as spin_loss
+from .self_play import SelfPlayRun as SelfPlayRun
+from .self_play import SelfPlayScriptArguments as SelfPlayScriptArguments
+from .self_play import run_self_play as run_self_play
+from .trainer import GSILTrainer, SPINTrainer
+from .trainer import SelfPlayTrainer as SelfPlayTrainer
 
-__all__ = [
-    "GSILConfig",
-    "GSILTrainer",
-    "SPINConfig",
-    "SPINTrainer",
-    "SelfPlayConfig",
-    "SelfPlayRun",
-    "SelfPlayScriptArguments",
-    "SelfPlayTrainer",
-    "gsil_discriminator",
-    "gsil_loss",
-    "run_self_play",
-    "spin_loss",
-]
+# The baselines' trainers, as a user of TRL builds any trainer (DPR's own names are `trl_dpr.__all__`; these stay here so
+# that `import trl_dpr` never loads DPOTrainer). The rest above is importable, not advertised.
+__all__ = ["GSILConfig", "GSILTrainer", "SPINConfig", "SPINTrainer"]

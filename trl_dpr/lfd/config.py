@@ -16,8 +16,6 @@ from trl import DPOConfig
 from ..config import ActivationCheckpointingAlias, refuse_unused_fields, unused_parent_fields
 from .losses import GSIL_LOSSES, SPIN_LOSSES
 
-__all__ = ["GSILConfig", "SPINConfig", "SelfPlayConfig"]
-
 
 @dataclass
 class SelfPlayConfig(ActivationCheckpointingAlias, DPOConfig):

@@ -26,8 +26,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["GSIL_LOSSES", "SPIN_LOSSES", "gsil_discriminator", "gsil_loss", "spin_loss"]
-
 SPIN_LOSSES = ("sigmoid", "hinge")
 GSIL_LOSSES = ("bernoulli", "brier", "hinge", "kliep", "lsif")
 

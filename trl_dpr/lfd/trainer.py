@@ -23,8 +23,6 @@ from ..running.hub import BaseModelCardMixin
 from .config import GSILConfig, SPINConfig
 from .losses import gsil_discriminator, gsil_loss, spin_loss
 
-__all__ = ["GSILTrainer", "SPINTrainer", "SelfPlayTrainer"]
-
 PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 

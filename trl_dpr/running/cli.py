@@ -36,8 +36,6 @@ import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["OPTIONAL_DEPENDENCIES", "main", "run"]
-
 PACKAGE = Path(__file__).resolve().parents[1]  # trl_dpr/
 SCRIPTS = PACKAGE / "scripts"  # one module per stage, each with make_parser() and main(argv)
 

@@ -27,8 +27,6 @@ import shutil
 import time
 from pathlib import Path
 
-__all__ = ["check_gguf_reader", "convert_gguf", "find_gguf_file", "is_gguf_path", "resolve_gguf_base"]
-
 PROVENANCE_FILE = "gguf_source.json"
 
 

@@ -68,20 +68,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch is imported where a model is built: `trl-dpr memory --help` needs none of it
     from torch import nn
 
-__all__ = [
-    "MemoryTarget",
-    "MemoryTerm",
-    "MemoryPlan",
-    "ModelShape",
-    "SHIPPED_MODEL_CONFIGS",
-    "backbone_config",
-    "kv_cache_bytes_per_token",
-    "model_config_of",
-    "plan",
-    "plan_recipe",
-    "recipe_model_config",
-]
-
 GIB = 2**30
 BF16 = 2
 FP32 = 4

@@ -19,8 +19,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["PLACEMENT_KEYS", "LaunchPlacement", "RunPlacement", "check_launched_run", "check_placement", "sft_stage_of_pipeline"]
-
 # The recipe keys that decide the device and the precision: the SFT stage of a pipeline is given the run's values.
 PLACEMENT_KEYS = ("use_cpu", "bf16", "fp16")
 _RECIPE_SETTING = {"no": "--bf16 false --fp16 false", "bf16": "--bf16 true", "fp16": "--fp16 true"}

@@ -29,20 +29,6 @@ import types
 import typing
 from pathlib import Path
 
-__all__ = [
-    "MAY_BE_NEGATIVE",
-    "CommandParser",
-    "RENAMED_KEYS",
-    "LightRecipeParser",
-    "check_value",
-    "find_recipe_file",
-    "recipes_root",
-    "parse_mapping",
-    "type_spec",
-    "unknown_flags",
-    "unused_field_problem",
-]
-
 # The numeric fields whose negative values mean something. Every other number in the recipe dataclasses is a count, a
 # size, a length, a rate, a coefficient, a probability or a time, and negative is a typo; a negative default is a
 # sentinel (`max_steps: -1` = "train num_train_epochs"), accepted as itself and nothing else.

@@ -26,19 +26,9 @@ from collections.abc import Iterable
 
 from trl import TrlParser
 
-from .recipe_checks import (
-    MAY_BE_NEGATIVE,
-    RENAMED_KEYS,
-    RecipeChecks,
-    _plain,
-    check_value,
-    find_recipe_file,
-    parse_mapping,
-    recipes_root,
-    type_spec,
-)
-
-__all__ = ["MAY_BE_NEGATIVE", "RENAMED_KEYS", "RecipeParser", "check_value", "find_recipe_file", "recipes_root"]
+from .recipe_checks import RecipeChecks, _plain, parse_mapping, type_spec
+from .recipe_checks import find_recipe_file as find_recipe_file  # re-exported: callers find recipes through the parser
+from .recipe_checks import recipes_root as recipes_root
 
 
 class RecipeParser(RecipeChecks, TrlParser):
