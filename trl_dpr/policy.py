@@ -19,12 +19,6 @@ def add_policy_adapter(reward_model: CheckpointRewardModel) -> nn.Module:
     model; the policy becomes a third adapter, `default`, initialised from `sft` and made active and trainable. Every
     `save_pretrained` of that model then writes the policy adapter only (`selected_adapters=["default"]`), so
     checkpoints, the final save and Hub pushes hold the policy, not the frozen scorers.
-
-    Example:
-        >>> rm = CheckpointRewardModel.from_pretrained("runs/sft-qlora")  # doctest: +SKIP
-        >>> policy = add_policy_adapter(rm)  # doctest: +SKIP
-        >>> policy.active_adapter  # doctest: +SKIP
-        'default'
     """
     peft_model, sft_adapter = reward_model.sft_model, reward_model.sft_adapter
     if sft_adapter is None:
@@ -58,11 +52,6 @@ def initial_policy(reward_model: CheckpointRewardModel, model=None, peft_config=
     - `model=None` (or π_SFT itself) with an adapter SFT output: a trainable copy of the π_SFT adapter on the reward
       model's own base (`add_policy_adapter`, one base in memory);
     - any other `model`: used as it is (it must not be the π_SFT object, which must stay frozen).
-
-    Example:
-        >>> policy = initial_policy(CheckpointRewardModel.from_pretrained("runs/sft"))  # doctest: +SKIP
-        >>> policy                                                                       # doctest: +SKIP
-        'runs/sft'
     """
     if reward_model.sft_adapter is not None and (model is None or model is reward_model.sft_model):
         if peft_config is not None:

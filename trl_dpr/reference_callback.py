@@ -45,14 +45,6 @@ def check_reference_fraction(fraction) -> float:
     """α of Algorithm 1 as a float, or a ValueError saying why not: π_ref is the SFT model after ⌊α·N⌋ of its N
     optimizer steps, so α is strictly between 0 and 1. The one check of this rule: `ReferenceCheckpointCallback`, the
     recipes' `reference_fraction` and the sweeps' π_ref at α all go through it.
-
-    Example:
-        >>> check_reference_fraction(0.5)
-        0.5
-        >>> check_reference_fraction(1)
-        Traceback (most recent call last):
-        ...
-        ValueError: reference_fraction α must be strictly between 0 and 1, got 1: ...
     """
     if not isinstance(fraction, (int, float)) or not 0.0 < float(fraction) < 1.0:
         raise ValueError(

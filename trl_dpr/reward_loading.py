@@ -27,10 +27,6 @@ class FrozenModels:
     """What `load_frozen_models` loaded: the `CheckpointRewardModel` arguments (`scorer_kwargs`) and where π_ref came from.
 
     With an adapter SFT output, `sft_model` and `ref_model` are one PEFT model holding the adapters `sft` and `ref`.
-
-    Example:
-        >>> sorted(FrozenModels(nn.Linear(1, 1), None, processing_class=None).scorer_kwargs())[:3]
-        ['models', 'processing_class', 'ref_adapter']
     """
 
     sft_model: nn.Module
@@ -61,9 +57,6 @@ def load_frozen_models(
     (`dpr_reference.json`, written by `ReferenceCheckpointCallback`); local directories and Hub repos both work. PEFT
     adapter outputs (an `adapter_config.json` in the folder) are loaded as adapters `sft` and `ref` on one base model.
     The models the reward names besides `sft` and `ref` come from `model_paths` (name → path or Hub id).
-
-    Example:
-        >>> frozen = load_frozen_models("runs/sft", None, CheckpointDifference(), dtype="bfloat16")  # doctest: +SKIP
     """
     from trl.trainer.utils import create_model_from_path
 

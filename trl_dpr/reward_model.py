@@ -401,9 +401,6 @@ def load_reward_model(
     `args.model_init_kwargs` (or `model_init_kwargs`), scoring the config's reward (`args.reward()`). A
     `CheckpointRewardModel` must score the same reward (same class and settings) as the config names, when the config
     names one (else the scorer's reward is the run's).
-
-    Example:
-        >>> reward_model = load_reward_model("runs/sft", DensePathConfig("runs/dpr"))  # doctest: +SKIP
     """
     if reward_model is None:
         raise ValueError(

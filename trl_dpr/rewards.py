@@ -154,20 +154,12 @@ def frozen_model_names(reward: DenseReward) -> tuple[str, ...]:
     """The frozen models a DPR run holds for `reward`, in scoring order: π_SFT (`"sft"`) always, the reference of DPR's
     KL term even when the reward does not read it, then every other model the reward reads. The scorer scores them
     and the memory plan counts them.
-
-    Example:
-        >>> frozen_model_names(SFTLogProb()), frozen_model_names(CheckpointDifference())
-        (('sft',), ('sft', 'ref'))
     """
     return ("sft", *(name for name in reward.model_names if name != "sft"))
 
 
 def check_models_given(reward: DenseReward, given: Iterable[str]) -> None:
-    """The one check that every model `reward` reads besides π_SFT and π_ref was given (by name: models or paths).
-
-    Example:
-        >>> check_models_given(CheckpointDifference(), [])  # π_SFT and π_ref are the scorer's own
-    """
+    """The one check that every model `reward` reads besides π_SFT and π_ref was given (by name: models or paths)."""
     if missing := [n for n in reward.model_names if n not in ("sft", "ref") and n not in set(given)]:
         raise ValueError(
             f"The reward {describe_reward(reward)} reads the models {list(reward.model_names)}: 'sft' and 'ref' are π_SFT "
@@ -191,12 +183,6 @@ def reward_from_settings(settings: Mapping) -> DenseReward:
     """The reward a run's settings name: `dense_reward` built with `dense_reward_kwargs`, else the paper's reward for
     `use_baseline` / `eliminate_value` (`PAPER_REWARDS`). The one door from settings (a `DensePathConfig`, a preview
     variant, the command line) to a reward; missing keys take the paper's defaults.
-
-    Example:
-        >>> reward_from_settings({"use_baseline": False})
-        SFTLogProb()
-        >>> reward_from_settings({"eliminate_value": False})
-        WithSoftValue(reward=CheckpointDifference())
     """
     spec, kwargs, models = (settings.get(k) for k in ("dense_reward", "dense_reward_kwargs", "dense_reward_models"))
     use_baseline, eliminate_value = settings.get("use_baseline", True), settings.get("eliminate_value", True)
@@ -213,22 +199,12 @@ def reward_from_settings(settings: Mapping) -> DenseReward:
 
 
 def reward_label(reward: DenseReward) -> str:
-    """What a reward computes, for model cards and logs: its `label` when it has one, else `describe_reward`.
-
-    Example:
-        >>> reward_label(SFTLogProb())
-        'r̂_t = log π_SFT(a_t|s_t) (wo/Baseline ablation: no reference checkpoint)'
-    """
+    """What a reward computes, for model cards and logs: its `label` when it has one, else `describe_reward`."""
     return getattr(reward, "label", None) or describe_reward(reward)
 
 
 def describe_reward(reward: DenseReward) -> str:
-    """A reward by class and settings, e.g. `ClippedReward(clip=2.0)`: what `same_reward` compares.
-
-    Example:
-        >>> describe_reward(WithSoftValue(SFTLogProb()))
-        'WithSoftValue(reward=SFTLogProb)'
-    """
+    """A reward by class and settings, e.g. `ClippedReward(clip=2.0)`: what `same_reward` compares."""
     settings = _settings(reward)
     inner = ", ".join(f"{k}={describe_reward(v) if _is_reward(v) else repr(v)}" for k, v in settings.items())
     return type(reward).__name__ + (f"({inner})" if inner else "")
@@ -237,10 +213,6 @@ def describe_reward(reward: DenseReward) -> str:
 def same_reward(a: DenseReward, b: DenseReward) -> bool:
     """Whether two rewards are the same rule: the same class with the same settings (its dataclass fields, or the
     attributes its `__init__` set), compared by value, rewards inside rewards included.
-
-    Example:
-        >>> same_reward(WithSoftValue(SFTLogProb()), WithSoftValue(SFTLogProb())), same_reward(SFTLogProb(), CheckpointDifference())
-        (True, False)
     """
     if type(a) is not type(b):
         return False
@@ -268,12 +240,7 @@ def _equal(a, b) -> bool:
 
 
 def build_dense_reward(spec: str, kwargs: Mapping | None = None) -> DenseReward:
-    """The reward a recipe names: `"package.module:ClassName"` (importable), built with `kwargs`.
-
-    Example:
-        >>> type(build_dense_reward("trl_dpr.rewards:CheckpointDifference")).__name__
-        'CheckpointDifference'
-    """
+    """The reward a recipe names: `"package.module:ClassName"` (importable), built with `kwargs`."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ValueError(
@@ -314,14 +281,7 @@ def _import_from_working_directory(module_name: str):
 
 
 def check_dense_reward(reward, where: str = "the reward") -> None:
-    """A clear error when `reward` is not a `DenseReward` (the one place this rule is checked).
-
-    Example:
-        >>> check_dense_reward(object(), "x")
-        Traceback (most recent call last):
-        ...
-        TypeError: x is not a DenseReward: it needs `model_names` (a tuple of model names such as ('sft', 'ref')) and must be callable on ScoredCompletions, returning [B, T] rewards.
-    """
+    """A clear error when `reward` is not a `DenseReward` (the one place this rule is checked)."""
     names = getattr(reward, "model_names", None)
     if not callable(reward) or not isinstance(names, (tuple, list)) or not all(isinstance(n, str) for n in names):
         raise TypeError(

@@ -32,19 +32,6 @@ class SampledTokenLogprobs:
     Args:
         model: the model whose `generate` runs inside the context (a transformers causal LM, possibly PEFT-wrapped).
         temperature: T of log softmax(logits / T), the rollout temperature.
-
-    Example:
-        >>> import torch
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
-        >>> tok = build_tokenizer(["ab ba"]); model = build_tiny_causal_lm(tok).eval()
-        >>> with SampledTokenLogprobs(model) as recorder:
-        ...     out = model.generate(torch.tensor([[5, 6]]), do_sample=True, max_new_tokens=3, top_k=0)
-        >>> [len(row) for row in recorder.logprobs(out[:, 2:].tolist())]
-        [3]
-        >>> with SampledTokenLogprobs(model) as recorder:  # 2 beams: 2 rows per output, reordered: not recorded
-        ...     out = model.generate(torch.tensor([[5, 6]]), num_beams=2, max_new_tokens=3)
-        >>> recorder.logprobs(out[:, 2:].tolist()) is None
-        True
     """
 
     def __init__(self, model: nn.Module, temperature: float = 1.0):

@@ -18,14 +18,7 @@ from trl.trainer.utils import maybe_gather_lm_head_ctx
 
 
 def check_temperature(temperature: float) -> None:
-    """The one check of a sampling / scoring temperature T (everything divides the logits by it).
-
-    Example:
-        >>> check_temperature(0.0)
-        Traceback (most recent call last):
-        ...
-        ValueError: temperature must be > 0 (the paper samples at 1.0), got 0.0: DPR's reward and its KL term are for sampled completions, scored at log softmax(logits / T).
-    """
+    """The one check of a sampling / scoring temperature T (everything divides the logits by it)."""
     if not temperature > 0.0:
         raise ValueError(
             f"temperature must be > 0 (the paper samples at 1.0), got {temperature}: DPR's reward and its KL term are "
@@ -34,14 +27,7 @@ def check_temperature(temperature: float) -> None:
 
 
 def check_token_chunk_size(token_chunk_size: int, name: str = "token_chunk_size") -> None:
-    """The one check of the LM head's chunk (`name` is the setting as the caller spells it).
-
-    Example:
-        >>> check_token_chunk_size(0, "reward_token_chunk_size")
-        Traceback (most recent call last):
-        ...
-        ValueError: reward_token_chunk_size must be a positive number of tokens (memory ∝ chunk × vocab × 4 bytes), got 0.
-    """
+    """The one check of the LM head's chunk (`name` is the setting as the caller spells it)."""
     if token_chunk_size < 1:
         raise ValueError(
             f"{name} must be a positive number of tokens (memory ∝ chunk × vocab × 4 bytes), got {token_chunk_size}."
@@ -161,15 +147,6 @@ def completion_logprobs(
 
     Returns:
         `(logps, values [B, Tc] or None, final_next_values [B] or None)`, float32, 0 at padding.
-
-    Example:
-        >>> import torch
-        >>> from transformers import LlamaConfig, LlamaForCausalLM
-        >>> lm = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        ...     num_attention_heads=2, num_key_value_heads=2)).eval()
-        >>> logps, _, _ = completion_logprobs(lm, torch.tensor([[5, 6]]), torch.ones(1, 2), torch.tensor([[7]]), torch.ones(1, 1))
-        >>> logps.shape
-        torch.Size([1, 1])
     """
     _check_padding(prompt_mask, completion_mask)
     if not temperatures:

@@ -29,13 +29,6 @@ def render_prompts(tokenizer, prompts: Sequence[Any], **chat_template_kwargs) ->
     Conversations (lists of `{"role", "content"}` messages) go through the chat template with the generation prompt
     (`apply_chat_template(..., add_generation_prompt=True, tokenize=True)`); plain strings through the tokenizer with
     its special tokens (`tokenizer(text=...)`).
-
-    Example:
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
-        >>> tok = build_tokenizer(["hi there"])
-        >>> ids = render_prompts(tok, [[{"role": "user", "content": "hi"}]])
-        >>> tok.decode(ids[0])
-        '<|user|>hi<|end|><|assistant|>'
     """
     prompts = list(prompts)
     if not prompts:
@@ -56,12 +49,6 @@ def eos_token_ids(model, tokenizer) -> list[int]:
     """Every token id that ends a completion: the tokenizer's EOS first, then the model's `generation_config` ones.
 
     This is GRPOTrainer's rule (an end-of-turn token such as Llama-3's `<|eot_id|>` ends a completion too).
-
-    Example:
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
-        >>> tok = build_tokenizer(["abc"])
-        >>> eos_token_ids(build_tiny_causal_lm(tok), tok) == [tok.eos_token_id]
-        True
     """
     declared = getattr(getattr(_causal_lm(model), "generation_config", None), "eos_token_id", None)
     ids = [] if declared is None else [declared] if isinstance(declared, int) else list(declared)
@@ -75,11 +62,6 @@ def ends_with_eos(completion_ids: torch.Tensor, completion_mask: torch.Tensor, e
 
     A completion cut at the length limit ends without EOS, and an empty one has no last token: neither is terminal (the
     w/V reward bootstraps V after a cut). The trainer and `CheckpointRewardModel` both decide it here.
-
-    Example:
-        >>> ids, mask = torch.tensor([[5, 2, 0], [5, 6, 7], [0, 0, 0]]), torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0]])
-        >>> ends_with_eos(ids, mask, eos_ids=[2, 0])  # ended, cut at the limit, empty
-        tensor([ True, False, False])
     """
     lengths = completion_mask.long().sum(dim=1)
     last_token = completion_ids.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
@@ -89,13 +71,7 @@ def ends_with_eos(completion_ids: torch.Tensor, completion_mask: torch.Tensor, e
 
 @dataclass
 class PaddedBatch:
-    """Prompts left-padded and completions right-padded, with their masks (1 on real tokens), as GRPO lays them out.
-
-    Example:
-        >>> batch = pad_batch([[5]], [[6, 7]], pad_token_id=0)
-        >>> [t.shape[1] for t in batch.as_tuple()]
-        [1, 1, 2, 2]
-    """
+    """Prompts left-padded and completions right-padded, with their masks (1 on real tokens), as GRPO lays them out."""
 
     prompt_ids: torch.Tensor
     prompt_mask: torch.Tensor
@@ -116,13 +92,7 @@ def _padded(rows: Sequence[Sequence[int]], value: int, side: str, pad_to_multipl
 def pad_prompts(
     prompt_rows: Sequence[Sequence[int]], pad_token_id: int, pad_to_multiple_of: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad prompt rows for generation: `(input_ids, attention_mask)`, as GRPOTrainer pads them.
-
-    Example:
-        >>> ids, mask = pad_prompts([[5, 6], [7]], pad_token_id=0)
-        >>> ids.tolist(), mask.tolist()
-        ([[5, 6], [0, 7]], [[1, 1], [0, 1]])
-    """
+    """Left-pad prompt rows for generation: `(input_ids, attention_mask)`, as GRPOTrainer pads them."""
     if pad_token_id is None:
         raise ValueError("The tokenizer has no pad token: set tokenizer.pad_token (e.g. to its EOS token).")
     ids = _padded(prompt_rows, pad_token_id, "left", pad_to_multiple_of)
@@ -135,13 +105,7 @@ def pad_batch(
     pad_token_id: int,
     pad_to_multiple_of: int | None = None,
 ) -> PaddedBatch:
-    """Pad token-id rows into the `[B, P]` / `[B, Tc]` tensors the reward model and GRPO's loss take.
-
-    Example:
-        >>> batch = pad_batch([[5, 6], [7]], [[8], [9, 10, 11]], pad_token_id=0)
-        >>> batch.prompt_ids.tolist(), batch.completion_mask.tolist()
-        ([[5, 6], [0, 7]], [[1, 0, 0], [1, 1, 1]])
-    """
+    """Pad token-id rows into the `[B, P]` / `[B, Tc]` tensors the reward model and GRPO's loss take."""
     if len(prompt_rows) != len(completion_rows):
         raise ValueError(f"Got {len(prompt_rows)} prompts but {len(completion_rows)} completions; pass one of each.")
 

@@ -29,12 +29,7 @@ def _rgb(hex_colour: str) -> tuple[int, int, int]:
 
 
 def reward_colour(reward: float, vmin: float, vmax: float) -> str:
-    """The `#rrggbb` colour of `reward` on the Reds scale from `vmin` (lightest) to `vmax` (darkest), clipped.
-
-    Example:
-        >>> reward_colour(-1.0, -1.0, 1.0), reward_colour(1.0, -1.0, 1.0), reward_colour(5.0, -1.0, 1.0)
-        ('#fff5f0', '#67000d', '#67000d')
-    """
+    """The `#rrggbb` colour of `reward` on the Reds scale from `vmin` (lightest) to `vmax` (darkest), clipped."""
     span = vmax - vmin
     position = 0.5 if span <= 0 else min(max((reward - vmin) / span, 0.0), 1.0)
     scaled = position * (len(REDS) - 1)
@@ -92,11 +87,6 @@ def heatmap_html(
         scored: `CheckpointRewardModel.score_text(...)` output.
         prompts: the prompts, shown above their responses (strings or chat messages); optional.
         vmin, vmax: the reward range of the colour scale (default: the range of all rewards shown).
-
-    Example:
-        >>> page = heatmap_html([{"tokens": ["4", "<|end|>"], "token_ids": [7, 1], "rewards": [0.5, -0.25], "total": 0.25}])
-        >>> 'data-reward="0.5"' in page, "&lt;|end|&gt;" in page
-        (True, True)
     """
     if prompts is not None and len(prompts) != len(scored):
         raise ValueError(f"Got {len(prompts)} prompts for {len(scored)} scored responses.")
@@ -162,14 +152,7 @@ def save_heatmap_png(
     chars_per_line: int = 80,
     dpi: int = 150,
 ) -> Path:
-    """Draw the heatmaps (one block per response, shared scale, colour bar) to a PNG with matplotlib.
-
-    Example:
-        >>> import tempfile, os
-        >>> scored = [{"tokens": ["4", " apples"], "rewards": [0.5, -0.25], "total": 0.25}]
-        >>> save_heatmap_png(scored, os.path.join(tempfile.mkdtemp(), "h.png")).stat().st_size > 1000
-        True
-    """
+    """Draw the heatmaps (one block per response, shared scale, colour bar) to a PNG with matplotlib."""
     try:
         import matplotlib
 
@@ -240,13 +223,7 @@ def _read_pairs(path: str) -> tuple[list, list[str]]:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m trl_dpr.analysis.heatmaps") -> list[Path]:
-    """The command-line interface (see the module docstring); returns the files written.
-
-    Example:
-        ```bash
-        python -m trl_dpr.analysis.heatmaps --sft runs/demo/sft --prompt "What is 2+3?" --response "2 + 3 = 5. The answer is 5."
-        ```
-    """
+    """The command-line interface (see the module docstring); returns the files written."""
     from ..running.recipe_checks import CommandParser
 
     parser = CommandParser(prog=prog, description=__doc__.split("\n\n")[0])

@@ -51,13 +51,6 @@ def tilt_weights(rewards: torch.Tensor, lam: float) -> torch.Tensor:
 
     Returns:
         `[P, N]` float64 weights; each row sums to 1.
-
-    Example:
-        >>> import math, torch
-        >>> tilt_weights(torch.tensor([[0.0, math.log(3.0)]]), 1.0)
-        tensor([[0.2500, 0.7500]], dtype=torch.float64)
-        >>> tilt_weights(torch.tensor([[1.0, 2.0, 2.0]]), 0.0)
-        tensor([[0.0000, 0.5000, 0.5000]], dtype=torch.float64)
     """
     rewards = rewards.double()
     if lam < 0 or math.isnan(lam):
@@ -80,10 +73,6 @@ class TiltedQuality:
         kl: `[L, P]` Σ_i w_i log(N w_i), the KL(π_λ ‖ π_SFT) estimate at each prompt (0 at λ = ∞).
         ess: `[L, P]` 1 / Σ_i w_i², the effective number of samples behind each estimate (N at λ = ∞, 1 at λ = 0
             with a unique best sample).
-
-    Example:
-        >>> tilted_quality(torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0, 1.0]]), [math.inf]).mean_quality
-        tensor([0.5000], dtype=torch.float64)
     """
 
     lambdas: list[float]
@@ -118,14 +107,6 @@ def tilted_quality(rewards: torch.Tensor, quality: torch.Tensor, lambdas: Sequen
         rewards: `[P, N]` R(y) of each sample (e.g. Σ_t r̂_t).
         quality: `[P, N]` q(y) of each sample (e.g. 1.0 for a correct answer, 0.0 otherwise; a win rate in [0, 1]).
         lambdas: the λ grid (`math.inf` and 0 allowed).
-
-    Example:
-        >>> import math, torch
-        >>> out = tilted_quality(torch.tensor([[0.0, math.log(3.0)]]), torch.tensor([[0.0, 1.0]]), [math.inf, 1.0, 0.0])
-        >>> [round(v, 4) for v in out.mean_quality.tolist()]
-        [0.5, 0.75, 1.0]
-        >>> [round(v, 4) for v in out.ess.squeeze(1).tolist()]  # 1 / (0.25² + 0.75²) = 1.6
-        [2.0, 1.6, 1.0]
     """
     if rewards.dim() != 2 or rewards.shape != quality.shape:
         raise ValueError(
@@ -170,11 +151,6 @@ class PreviewPoint:
         ess: mean effective sample size per prompt (of N).
         trusted: whether `ess` ≥ the preview's `min_ess`. A point below reads as a best-of-few of π_SFT's samples
             more than as π_λ (best-of-N itself, λ = 0, is always reported as what it is).
-
-    Example:
-        >>> point = preview_points({"R": torch.tensor([[0.0, 1.0]])}, torch.tensor([[0.0, 1.0]]), [])[0]
-        >>> point.lam, point.quality, point.kl
-        (inf, 0.5, 0.0)
     """
 
     variant: str
@@ -209,12 +185,6 @@ def preview_points(
         rewards: `{variant: [P, N] sequence rewards}` of the same samples.
         quality: `[P, N]` quality of each sample.
         lambdas: the λ grid; π_SFT (∞) and best-of-N (0) are added when missing.
-
-    Example:
-        >>> import math, torch
-        >>> points = preview_points({"R": torch.tensor([[0.0, 1.0]] * 3)}, torch.tensor([[0.0, 1.0]] * 3), [1.0])
-        >>> [(p.lam, round(p.quality, 3), round(p.kl, 3)) for p in points]
-        [(inf, 0.5, 0.0), (1.0, 0.731, 0.111), (0.0, 1.0, 0.693)]
     """
     grid = [math.inf] + sorted({float(lam) for lam in lambdas if not math.isinf(lam) and lam > 0}, reverse=True) + [0.0]
     points = []
@@ -250,10 +220,6 @@ class PolicyPoint:
     `kl` = mean over its samples of Σ_t log π_θ(a_t|s_t) − log π_SFT(a_t|s_t) (an unbiased estimate of KL(π_θ ‖ π_SFT)
     at temperature 1); `quality` and its gain over π_SFT's samples of the same prompts (`delta`), with bootstrap
     intervals over prompts.
-
-    Example:
-        >>> PolicyPoint("DPR", "runs/dpr", 0.5, 0.4, 0.6, 0.05, 0.01, 0.09, 0.3, 0.2, 0.4).delta
-        0.05
     """
 
     name: str
@@ -279,12 +245,6 @@ class PreviewReport:
         sft_quality: the quality of π_SFT (= every variant's λ = ∞ point).
         pass_at_n: mean over prompts of the best quality among the N samples: no reweighting of these samples can do
             better.
-
-    Example:
-        >>> points = preview_points({"R": torch.tensor([[0.0, 2.0]] * 4)}, torch.tensor([[0.0, 1.0]] * 4), [1.0], min_ess=1.0)
-        >>> report = PreviewReport("exact", 4, 2, points, sft_quality=0.5, pass_at_n=1.0)
-        >>> report.best("R").lam, round(report.best("R").quality, 3)
-        (0.0, 1.0)
     """
 
     quality_name: str
@@ -355,12 +315,7 @@ class PreviewReport:
 
     @classmethod
     def read(cls, path: str | Path) -> PreviewReport:
-        """The report a preview wrote (`preview.json`), e.g. to plot it again or compare two runs.
-
-        Example:
-            >>> report = PreviewReport.read("runs/demo/preview/preview.json")  # doctest: +SKIP
-            >>> plot_preview(report, "preview.png")  # doctest: +SKIP
-        """
+        """The report a preview wrote (`preview.json`), e.g. to plot it again or compare two runs."""
         payload = json.loads(Path(path).read_text())
         return cls(
             payload["quality_name"], payload["num_prompts"], payload["samples_per_prompt"],
@@ -394,9 +349,6 @@ def plot_preview(report: PreviewReport, path: str | Path) -> Path:
     """Gain in quality of π_λ over π_SFT against KL(π_λ ‖ π_SFT), one curve per reward variant with its paired 95%
     band; π_SFT at 0, the pass@N ceiling dotted; points below `min_ess` hollow; trained policies as labelled crosses
     with their own intervals. Needs matplotlib (`pip install "trl_dpr[plots]"`).
-
-    Example:
-        >>> plot_preview(report, "runs/preview/preview.png")  # doctest: +SKIP
     """
     try:
         import matplotlib
@@ -448,11 +400,6 @@ QUALITIES = ("exact", "demonstration", "pairwise")
 class PreviewConfig:
     """Settings of a preview (`trl-dpr preview`): which SFT output, prompts, reward variants, λ
     grid and quality. The SFT output itself is `model_name_or_path` of TRL's `ModelConfig`, as in the other recipes.
-
-    Example:
-        >>> config = PreviewConfig(quality="exact", samples_per_prompt=8)
-        >>> list(config.variants), config.lambdas[0]
-        (['DPR', 'wo/Baseline'], inf)
     """
 
     output_dir: str = field(default="runs/preview", metadata={"help": "Where preview.csv, .json, .md and .png go."})
@@ -576,10 +523,6 @@ def run_preview(
     Everything that can be checked cheaply is checked before a model is loaded: the configuration, the SFT output
     (its manifest unless every variant names its π_ref or needs none), the prompts and their columns, the policies'
     folders, matplotlib for the plot, the judge's key. Writes the report into `config.output_dir` and returns it.
-
-    Example:
-        >>> report = run_preview(PreviewConfig(num_prompts=50, samples_per_prompt=8), "runs/demo/sft")  # doctest: +SKIP
-        >>> print(report.markdown())  # doctest: +SKIP
     """
     from ..reference_manifest import check_model_source, resolve_reference
     from ..reward_model import CheckpointRewardModel

@@ -28,10 +28,6 @@ class Sample:
     including the first EOS; all of them when the length limit cut the response) and the decoded text.
 
     `prompt_index` is the position of the prompt in the list given to `sample_completions`.
-
-    Example:
-        >>> Sample(prompt_index=0, prompt="2+3=", prompt_ids=[5, 6], completion_ids=[7, 1], text="5").length
-        2
     """
 
     prompt_index: int
@@ -72,13 +68,6 @@ def sample_completions(
     `top_p < 1` samples from the nucleus instead (SPIN's self-generated answers use 0.95).
     A completion ends at the first of the model's EOS ids (GRPO's set). Sampling is seeded once per call and leaves the
     caller's random streams (CPU and this GPU) as they were, e.g. mid-training.
-
-    Example:
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
-        >>> tok = build_tokenizer(["hello there"])
-        >>> samples = sample_completions(build_tiny_causal_lm(tok), tok, ["hello", "hello"], max_new_tokens=3)
-        >>> len(samples), 1 <= samples[0].length <= 3
-        (2, True)
     """
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}.")
@@ -140,15 +129,7 @@ def generate_answers(
     desc: str = "Generating",
     show_progress: bool = True,
 ) -> list[str]:
-    """The text of one sampled answer per prompt (`sample_completions`); the paper's evaluation samples at 0.7.
-
-    Example:
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
-        >>> tok = build_tokenizer(["hello there"])
-        >>> answers = generate_answers(build_tiny_causal_lm(tok), tok, ["hello"], max_new_tokens=3, show_progress=False)
-        >>> len(answers)
-        1
-    """
+    """The text of one sampled answer per prompt (`sample_completions`); the paper's evaluation samples at 0.7."""
     samples = sample_completions(
         model, tokenizer, prompts, temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size,
         seed=seed, desc=desc, show_progress=show_progress,
@@ -159,16 +140,7 @@ def generate_answers(
 def score_samples(
     reward_model: CheckpointRewardModel, samples: list[Sample], batch_size: int = 32
 ) -> tuple[TokenRewardOutput, torch.Tensor]:
-    """The reward model's output on the sampled ids (`[N, T]` on CPU) and the completion mask.
-
-    Example:
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
-        >>> tok = build_tokenizer(["hello there"])
-        >>> rm = CheckpointRewardModel(build_tiny_causal_lm(tok, seed=0), build_tiny_causal_lm(tok, seed=1), processing_class=tok)
-        >>> scored, mask = score_samples(rm, [Sample(0, "hi", [5, 6], [7, 8], "..")])
-        >>> scored.rewards.shape, mask.tolist()
-        (torch.Size([1, 2]), [[1, 1]])
-    """
+    """The reward model's output on the sampled ids (`[N, T]` on CPU) and the completion mask."""
     batch = pad_batch([s.prompt_ids for s in samples], [s.completion_ids for s in samples], _pad_id(reward_model.processing_class))
     out = reward_model(*batch.as_tuple(), batch_size=batch_size)
     cpu = TokenRewardOutput(
@@ -181,15 +153,7 @@ def score_samples(
 
 @torch.no_grad()
 def policy_logprobs(policy, tokenizer, samples: list[Sample], batch_size: int = 32) -> torch.Tensor:
-    """log π_θ(a_t|s_t) of every sampled token, `[N, T]` on CPU, 0 at padding.
-
-    Example:
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
-        >>> tok = build_tokenizer(["hello there"])
-        >>> logps = policy_logprobs(build_tiny_causal_lm(tok), tok, [Sample(0, "hi", [5, 6], [7, 8], ".."), Sample(1, "yo", [5], [7], ".")])
-        >>> logps.shape, float(logps[1, 1])
-        (torch.Size([2, 2]), 0.0)
-    """
+    """log π_θ(a_t|s_t) of every sampled token, `[N, T]` on CPU, 0 at padding."""
     was_training = policy.training
     policy.eval()
     device = next(policy.parameters()).device

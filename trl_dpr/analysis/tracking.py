@@ -24,13 +24,6 @@ def recent_token_rewards(trainer, num_samples: int) -> tuple[list, list[dict]]:
     Returns:
         `(prompts, scored)`, with `scored` in `CheckpointRewardModel.score_text`'s format (`tokens`, `token_ids`,
         `rewards`, `total`), ready for `trl_dpr.analysis.heatmaps.heatmap_html`.
-
-    Example:
-        ```python
-        trainer.train()
-        prompts, scored = recent_token_rewards(trainer, 4)
-        IPython.display.HTML(heatmap_html(scored, prompts))
-        ```
     """
     logs = trainer._logs
     ids_column = list(logs["extra"].get("completion_token_ids", ()))
@@ -66,16 +59,6 @@ class TokenHeatmapCallback(TrainerCallback):
         num_samples: completions per heatmap page.
         folder: sub-folder of `output_dir` for the pages.
         log_key: the key under which W&B and trackio show the page.
-
-    Example:
-        ```python
-        from trl_dpr.analysis.tracking import TokenHeatmapCallback
-
-        trainer = DensePathTrainer(model=None, reward_model="runs/sft",
-                                   args=DensePathConfig(output_dir="runs/dpr", report_to=["wandb"]), train_dataset=prompts)
-        trainer.add_callback(TokenHeatmapCallback(trainer, every_n_steps=50, num_samples=4))
-        trainer.train()   # runs/dpr/heatmaps/step-00050.html, ... and a "heatmaps/token_rewards" panel in W&B
-        ```
     """
 
     def __init__(

@@ -27,15 +27,7 @@ EMBEDDED_MODELS = (EMBEDDED_MODEL, EMBEDDED_PRETRAINED_MODEL)
 
 
 def build_embedded_base(path: str | os.PathLike, seed: int = 0) -> str:
-    """Write the embedded tiny Llama (hidden 128, 4 layers) and its tokenizer to `path` once; return the path.
-
-    Example:
-        >>> import contextlib, io, tempfile
-        >>> with contextlib.redirect_stdout(io.StringIO()):  # accelerate's device notice
-        ...     folder = build_embedded_base(tempfile.mkdtemp() + "/base")
-        >>> sorted(p.name for p in Path(folder).iterdir())[:2]
-        ['chat_template.jinja', 'config.json']
-    """
+    """Write the embedded tiny Llama (hidden 128, 4 layers) and its tokenizer to `path` once; return the path."""
     path = Path(path)
     if not (path / "config.json").is_file():
         if PartialState().is_main_process:
@@ -50,10 +42,6 @@ def build_embedded_base(path: str | os.PathLike, seed: int = 0) -> str:
 def resolve_embedded_base(model_name_or_path: str, output_dir: str | os.PathLike, seed: int = 0) -> str:
     """The folder for `model_name_or_path`: an embedded name is built beside `output_dir` (once); any other name is
     returned unchanged (a Hub id or a local folder, loaded by transformers).
-
-    Example:
-        >>> resolve_embedded_base("Qwen/Qwen2.5-0.5B", "runs/sft")
-        'Qwen/Qwen2.5-0.5B'
     """
     if model_name_or_path == EMBEDDED_MODEL:
         return build_embedded_base(Path(output_dir).parent / "embedded-base", seed=seed)

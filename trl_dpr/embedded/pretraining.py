@@ -61,12 +61,7 @@ LAYOUTS = ["Question: {p}\nAnswer: {r}", "Q: {p}\nA: {r}", "{p} {r}", "Problem: 
 
 @dataclass
 class PretrainingSettings:
-    """The embedded pretrained base's recipe; the defaults are the base every documented number was measured on.
-
-    Example:
-        >>> PretrainingSettings(max_steps=10).max_steps, PretrainingSettings().num_documents
-        (10, 150000)
-    """
+    """The embedded pretrained base's recipe; the defaults are the base every documented number was measured on."""
 
     num_documents: int = 150_000
     max_steps: int = 1200
@@ -184,16 +179,7 @@ def _document(style: str, rng: random.Random, held_out: set[str]) -> str:
 
 
 def pretraining_corpus(num_documents: int, seed: int = 0, mix: dict[str, float] | None = None) -> list[str]:
-    """`num_documents` plain-text documents drawn with the style weights `mix` (default `CORPUS_MIX`).
-
-    Example:
-        >>> documents = pretraining_corpus(200)
-        >>> held_out = {row[0]["content"] for row in held_out_split()["prompt"]}
-        >>> any(problem in document for document in documents for problem in held_out)
-        False
-        >>> sum(document.startswith("Q: ") for document in documents) > 0
-        True
-    """
+    """`num_documents` plain-text documents drawn with the style weights `mix` (default `CORPUS_MIX`)."""
     mix = CORPUS_MIX if mix is None else mix
     styles, weights = list(mix), list(mix.values())
     held_out = {row[0]["content"] for row in held_out_split(seed=0)["prompt"]}
@@ -268,14 +254,6 @@ def build_pretrained_base(path: str | os.PathLike, settings: PretrainingSettings
 
     Takes about 20 minutes on one CPU thread with the default settings (1200 steps of 32×256 tokens); an existing
     complete build is reused, an interrupted one is rebuilt (the build is written to `<path>.partial` and renamed).
-
-    Example:
-        >>> import contextlib, io, tempfile
-        >>> with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        ...     folder = build_pretrained_base(tempfile.mkdtemp() + "/base", PretrainingSettings(
-        ...         num_documents=300, max_steps=2, batch_size=2, block_size=32, vocab_size=400))
-        >>> json.loads((Path(folder) / "pretraining.json").read_text())["settings"]["max_steps"]
-        2
     """
     path = Path(path)
     settings = settings or PretrainingSettings()
@@ -305,10 +283,6 @@ def build_pretrained_base(path: str | os.PathLike, settings: PretrainingSettings
 def held_out_loss(path: str | os.PathLike, num_documents: int = 400, seed: int = 1) -> float:
     """Mean next-token loss of the base in `path` on `num_documents` corpus documents drawn with another seed than its
     training corpus (one document per row, float32, no padding): what tells a trained base from an untrained one.
-
-    Example:
-        >>> round(held_out_loss(SHIPPED_BASE, num_documents=20), 2) < 1.0   # an untrained base: about 7
-        True
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -329,11 +303,6 @@ def _sha256(path: Path) -> str:
 def ship_pretrained_base(built: str | os.PathLike, target: str | os.PathLike = SHIPPED_BASE, command: str = "") -> Path:
     """Copy a complete build into `target` (the package's shipped base) with `shipped.json`: its settings, held-out
     loss, the SHA-256 of each file, and how it was built.
-
-    Example:
-        ```python
-        ship_pretrained_base("runs/rebuilt-base")   # after python -m trl_dpr.embedded.pretraining --output runs/rebuilt-base
-        ```
     """
     built, target = Path(built), Path(target)
     if not (built / "pretraining.json").is_file():
@@ -355,12 +324,7 @@ def ship_pretrained_base(built: str | os.PathLike, target: str | os.PathLike = S
 
 
 def shipped_base_problem(path: str | os.PathLike = SHIPPED_BASE) -> str | None:
-    """What is wrong with the shipped base in `path` (missing, or a file whose SHA-256 differs), or None.
-
-    Example:
-        >>> shipped_base_problem() is None
-        True
-    """
+    """What is wrong with the shipped base in `path` (missing, or a file whose SHA-256 differs), or None."""
     path = Path(path)
     record_path = path / SHIPPED_RECORD
     if not record_path.is_file():

@@ -30,12 +30,7 @@ ANSWER_PATTERN = re.compile(r"The answer is ([0-9][0-9 ]*)\.?")
 
 @dataclass
 class DemoExample:
-    """One demonstration: the instruction, the expert's step-by-step response, its exact answer, and its kind.
-
-    Example:
-        >>> DemoExample("add", "Mia has 2 apples. She gets 3 more. How many?", "2 + 3 = 5. The answer is 5.", "5").answer
-        '5'
-    """
+    """One demonstration: the instruction, the expert's step-by-step response, its exact answer, and its kind."""
 
     kind: str
     prompt: str
@@ -52,11 +47,6 @@ def make_example(kind: str, rng: random.Random, error_rate: float = 0.0) -> Demo
 
     With `error_rate > 0` the writer is a non-expert: each computed number is off by 1-3 with that probability, and
     the rest of the solution follows from the slip (a sort swaps two neighbours). `answer` stays the correct one.
-
-    Example:
-        >>> ex = make_example("add", random.Random(0))
-        >>> ex.response.endswith(f"The answer is {ex.answer}.")
-        True
     """
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
 
@@ -124,11 +114,6 @@ def build_demo_dataset(num_train: int = 6000, num_test: int = 500, seed: int = 0
     demonstrations do).
 
     Columns: `prompt` ([user message]), `completion` ([assistant message]), `kind`, `answer`.
-
-    Example:
-        >>> splits = build_demo_dataset(num_train=10, num_test=5, seed=1)
-        >>> splits["train"][0]["prompt"][0]["role"], splits["test"].num_rows
-        ('user', 5)
     """
     rng = random.Random(seed)
     held_out: set[str] = set()
@@ -159,10 +144,6 @@ def held_out_split(num_prompts: int = 500, seed: int = 0) -> Dataset:
     """The first `num_prompts` rows of the held-out split: what every evaluation of the embedded task answers.
 
     The same rows for any `num_prompts` ≥ n (rows are drawn in order), and never in the train split.
-
-    Example:
-        >>> held_out_split(3)["answer"] == build_demo_dataset(num_test=5)["test"]["answer"][:3]
-        True
     """
     if num_prompts < 1:
         raise ValueError(f"num_prompts must be >= 1, got {num_prompts}.")
@@ -170,36 +151,18 @@ def held_out_split(num_prompts: int = 500, seed: int = 0) -> Dataset:
 
 
 def extract_answer(response: str) -> str | None:
-    """The `X` of the last `The answer is X.` in a response, whitespace-normalised; None when there is none.
-
-    Example:
-        >>> extract_answer("4 + 5 = 9. The answer is 9.")
-        '9'
-        >>> extract_answer("no final line") is None
-        True
-    """
+    """The `X` of the last `The answer is X.` in a response, whitespace-normalised; None when there is none."""
     matches = ANSWER_PATTERN.findall(response)
     return " ".join(matches[-1].split()) if matches else None
 
 
 def is_correct(response: str, answer: str) -> bool:
-    """Whether `response` ends with the exact expected answer.
-
-    Example:
-        >>> is_correct("The answer is 1 3 7.", "1 3 7"), is_correct("The answer is 12.", "13")
-        (True, False)
-    """
+    """Whether `response` ends with the exact expected answer."""
     return extract_answer(response) == " ".join(str(answer).split())
 
 
 def demo_corpus(seed: int = 0, size: int = 2000) -> list[str]:
-    """Texts to train the embedded tokenizer on: prompts and responses of every kind.
-
-    Example:
-        >>> corpus = demo_corpus(size=5)
-        >>> len(corpus), corpus[1].endswith(".")
-        (10, True)
-    """
+    """Texts to train the embedded tokenizer on: prompts and responses of every kind."""
     rng = random.Random(seed + 1_000_003)
     texts = []
     for i in range(size):

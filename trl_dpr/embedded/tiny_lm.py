@@ -43,13 +43,6 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 384) -> PreTrainedT
 
     Digits are always single tokens. Special tokens: `<|pad|>` (padding), `<|end|>` (EOS, ends every turn) and the
     role markers `<|system|>`, `<|user|>`, `<|assistant|>`. `padding_side` is left, as GRPO wants for prompts.
-
-    Example:
-        >>> tok = build_tokenizer(["What is 12+7? 12+7=19"])
-        >>> tok.decode(tok("12+7=19")["input_ids"])
-        '12+7=19'
-        >>> tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
-        '<|user|>hi<|end|><|assistant|>'
     """
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.Sequence(
@@ -87,12 +80,6 @@ def build_tiny_causal_lm(
 
     GPT-2 uses learned absolute position embeddings, so it catches wrong position ids under left padding that
     rotary models (Llama, Qwen2) would hide.
-
-    Example:
-        >>> tok = build_tokenizer(["abc"])
-        >>> model = build_tiny_causal_lm(tok, "qwen2", seed=1)
-        >>> model.config.vocab_size == len(tok)
-        True
     """
     special = {
         "vocab_size": len(tokenizer),

@@ -27,16 +27,7 @@ GENERATION_BACKENDS = ("auto", "transformers", "vllm")
 
 
 class AnswerGenerator(Protocol):
-    """Samples one answer per conversation. `settings` identifies what produced the answers (for the cache).
-
-    Example:
-        >>> class Echo:
-        ...     settings = {"model_path": "echo"}
-        ...     def generate(self, conversations):
-        ...         return [c[-1]["content"] for c in conversations]
-        >>> Echo().generate([[{"role": "user", "content": "hi"}]])
-        ['hi']
-    """
+    """Samples one answer per conversation. `settings` identifies what produced the answers (for the cache)."""
 
     settings: dict
 
@@ -53,13 +44,6 @@ class TransformersAnswerGenerator:
         batch_size: conversations per `generate` call.
         seed: sampling seed (every `generate` call starts from it, leaving the caller's random state untouched).
         model_path: recorded in the cache settings, so answers of another model are never mixed in.
-
-    Example:
-        >>> from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
-        >>> tok = build_tokenizer(["hello"])
-        >>> generator = TransformersAnswerGenerator(build_tiny_causal_lm(tok), tok, max_new_tokens=3, model_path="tiny")
-        >>> len(generator.generate([[{"role": "user", "content": "hello"}]]))
-        1
     """
 
     def __init__(
@@ -90,9 +74,6 @@ class TransformersAnswerGenerator:
     def from_pretrained(cls, path: str, dtype: str = "auto", device: str = "auto", **kwargs) -> TransformersAnswerGenerator:
         """Load a model folder or Hub id (a PEFT adapter folder loads on its base) onto `device` ("auto": the GPU when
         there is one).
-
-        Example:
-            >>> generator = TransformersAnswerGenerator.from_pretrained("runs/demo/dpr", temperature=0.7)  # doctest: +SKIP
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -117,16 +98,7 @@ class TransformersAnswerGenerator:
 
 
 def answer_cache(path: str | Path, generator: AnswerGenerator) -> JsonlCache:
-    """The answer file of one model on one prompt set: lines keyed by (model, prompt_id, turn).
-
-    Example:
-        >>> import tempfile, os
-        >>> class Echo:
-        ...     settings = {"model_path": "echo"}
-        >>> cache = answer_cache(os.path.join(tempfile.mkdtemp(), "echo.jsonl"), Echo())
-        >>> cache.key_fields, len(cache)
-        (('model', 'prompt_id', 'turn'), 0)
-    """
+    """The answer file of one model on one prompt set: lines keyed by (model, prompt_id, turn)."""
     return JsonlCache(path, ("model", "prompt_id", "turn"), settings=generator.settings)
 
 
@@ -145,16 +117,6 @@ def answer_prompts(
 
     Returns:
         `{(prompt_id, turn): answer}` for every prompt and turn (turns 0-based).
-
-    Example:
-        >>> import tempfile, os
-        >>> class Shout:
-        ...     settings = {"model_path": "shout"}
-        ...     def generate(self, conversations):
-        ...         return [c[-1]["content"].upper() for c in conversations]
-        >>> cache = answer_cache(os.path.join(tempfile.mkdtemp(), "a.jsonl"), Shout())
-        >>> answer_prompts(Shout(), "shout", [EvalPrompt("1", ("hi", "bye"))], cache, show_progress=False)
-        {('1', 0): 'HI', ('1', 1): 'BYE'}
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
@@ -185,12 +147,7 @@ def _previous_answers(cache: JsonlCache, model_name: str, prompt: EvalPrompt, tu
 
 # ---- vLLM, when it is installed (optional: `pip install "trl_dpr[vllm]"`, GPU only) ---------------------------------
 def resolve_device(device: str = "auto") -> str:
-    """The torch device of an evaluation's `device` setting: "auto" is the GPU when there is one, else the CPU.
-
-    Example:
-        >>> resolve_device("cpu")
-        'cpu'
-    """
+    """The torch device of an evaluation's `device` setting: "auto" is the GPU when there is one, else the CPU."""
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be auto, cpu or cuda, got {device!r}.")
     if device != "auto":
@@ -201,12 +158,7 @@ def resolve_device(device: str = "auto") -> str:
 
 
 def is_vllm_available() -> bool:
-    """Whether vLLM can be imported (it is an optional dependency).
-
-    Example:
-        >>> isinstance(is_vllm_available(), bool)
-        True
-    """
+    """Whether vLLM can be imported (it is an optional dependency)."""
     return importlib.util.find_spec("vllm") is not None
 
 
@@ -215,9 +167,6 @@ class VLLMAnswerGenerator:
 
     PEFT adapter folders are not loaded here: merge the adapter into its base first (`model.merge_and_unload()`), or
     use the transformers backend.
-
-    Example:
-        >>> generator = VLLMAnswerGenerator("runs/llama-3.1-8b/dpr-full", temperature=0.7, max_new_tokens=1024)  # doctest: +SKIP
     """
 
     def __init__(self, model_path: str, temperature: float = 0.7, max_new_tokens: int = 1024, seed: int = 0, dtype: str = "auto", **llm_kwargs):
@@ -257,9 +206,6 @@ def load_answer_generator(
 ):
     """A generator for `model_path`: vLLM with `backend="vllm"`, or with "auto" when vLLM and a GPU are there (and
     `device` is not "cpu") and the folder is not an adapter; transformers otherwise, on `device`.
-
-    Example:
-        >>> generator = load_answer_generator("runs/demo/sft", backend="transformers")  # doctest: +SKIP
     """
     if backend not in GENERATION_BACKENDS:
         raise ValueError(f"generation_backend must be one of {GENERATION_BACKENDS}, got {backend!r}.")

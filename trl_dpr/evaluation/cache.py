@@ -24,14 +24,6 @@ class JsonlCache:
         path: the file (created with its folder on the first `add`).
         key_fields: the record fields that identify it, e.g. `("model", "prompt_id", "turn")`.
         settings: what produced the records (written into each one); a file made with other settings is an error.
-
-    Example:
-        >>> import tempfile, os
-        >>> path = os.path.join(tempfile.mkdtemp(), "answers.jsonl")
-        >>> cache = JsonlCache(path, ("prompt_id", "turn"), settings={"temperature": 0.7})
-        >>> cache.add({"prompt_id": "1", "turn": 0, "answer": "Hi"})
-        >>> ("1", 0) in JsonlCache(path, ("prompt_id", "turn"), settings={"temperature": 0.7})
-        True
     """
 
     def __init__(self, path: str | Path, key_fields: Sequence[str], settings: dict | None = None):

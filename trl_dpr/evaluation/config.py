@@ -153,12 +153,6 @@ class EvaluationConfig:
 def check_config_has_no_secrets(config: dict, source: str) -> None:
     """Refuse a config that carries a secret: an `env:` entry setting a key / token variable, or a value that looks
     like a key. Keys belong in the environment of the shell that runs the recipe, never in a file.
-
-    Example:
-        >>> check_config_has_no_secrets({"env": {"OPENAI_API_KEY": "sk-..."}}, "eval.yaml")
-        Traceback (most recent call last):
-        ...
-        ValueError: eval.yaml sets OPENAI_API_KEY ...
     """
     env = config.get("env") or {}
     for name in env if isinstance(env, dict) else []:
@@ -178,11 +172,6 @@ def check_config_has_no_secrets(config: dict, source: str) -> None:
 def load_evaluation_config(path: str, **replaced) -> EvaluationConfig:
     """The `EvaluationConfig` of a `trl-dpr evaluate` YAML, checked as the recipe checks it (unknown keys and secrets
     are errors), with some fields replaced (`baseline=`, `candidates=`, `output_dir=`, `temperature=`, ...).
-
-    Example:
-        >>> config = load_evaluation_config("recipes/evaluate/demo.yaml", candidates=["G=runs/g"])
-        >>> config.models(), config.judge
-        ({'SFT': 'runs/demo/sft', 'G': 'runs/g'}, 'exact')
     """
     import dataclasses
 

@@ -93,13 +93,7 @@ _SECOND_TURN_FOCUS = " Your evaluation should focus on the assistant's answer to
 
 
 def pairwise_messages(question: str, answer_a: str, answer_b: str, reference: str | None = None) -> list[dict]:
-    """Chat messages asking a judge to compare answers A and B to `question` (with an optional reference answer).
-
-    Example:
-        >>> messages = pairwise_messages("Name a prime.", "7", "8")
-        >>> [m["role"] for m in messages], "[[A>B]]" in messages[0]["content"]
-        (['system', 'user'], True)
-    """
+    """Chat messages asking a judge to compare answers A and B to `question` (with an optional reference answer)."""
     reference_block = (
         f"[The Start of Reference Answer]\n{reference}\n[The End of Reference Answer]\n\n" if reference else ""
     )
@@ -115,11 +109,6 @@ def single_grade_messages(
     With one question this grades turn 1; with two, the whole conversation is shown and the grader is told to focus
     on the second answer. `references` (one per turn) switch to the correctness-first instruction MT-Bench uses for
     math, reasoning and coding.
-
-    Example:
-        >>> messages = single_grade_messages(["What is 2+2?"], ["4"], references=["4"])
-        >>> "reference answer" in messages[1]["content"], "Rating: [[5]]" in messages[1]["content"]
-        (True, True)
     """
     if not questions or len(questions) != len(answers):
         raise ValueError(f"Need one answer per question (got {len(questions)} questions, {len(answers)} answers).")
@@ -159,12 +148,7 @@ _RATING = re.compile(r"\[\[(-?\d+(?:\.\d+)?)\]\]")
 
 @dataclass(frozen=True)
 class ParsedVerdict:
-    """A pairwise verdict: `label` is one of `PAIRWISE_LABELS`, or None with the reason in `problem`.
-
-    Example:
-        >>> parse_verdict("[[B>A]]").label, parse_verdict("B>A").ok
-        ('B>A', False)
-    """
+    """A pairwise verdict: `label` is one of `PAIRWISE_LABELS`, or None with the reason in `problem`."""
 
     label: str | None
     problem: str | None = None
@@ -176,12 +160,7 @@ class ParsedVerdict:
 
 @dataclass(frozen=True)
 class ParsedRating:
-    """A single-answer rating: `value` in [low, high], or None with the reason in `problem`.
-
-    Example:
-        >>> parse_rating("Rating: [[7]]").ok, parse_rating("Rating: 7").ok
-        (True, False)
-    """
+    """A single-answer rating: `value` in [low, high], or None with the reason in `problem`."""
 
     value: float | None
     problem: str | None = None
@@ -196,14 +175,6 @@ def parse_verdict(text: str) -> ParsedVerdict:
 
     Rules: every well-formed `[[label]]` in the text is collected; exactly one distinct label (repeating it is fine)
     parses. No well-formed label, or two different ones, is unparseable (as in Arena-Hard's own parser).
-
-    Example:
-        >>> parse_verdict("Both are correct, but A explains the steps. My final verdict is: [[A>B]]").label
-        'A>B'
-        >>> parse_verdict("A is better [[A>B]").problem
-        "no well-formed verdict; found malformed '[[A>B]'"
-        >>> parse_verdict("[[A>B]] ... on reflection [[B>A]]").problem
-        "conflicting verdicts: ['A>B', 'B>A']"
     """
     found = _VERDICT.findall(text or "")
     distinct = list(dict.fromkeys(found))
@@ -218,16 +189,7 @@ def parse_verdict(text: str) -> ParsedVerdict:
 
 
 def parse_rating(text: str, low: float = 1.0, high: float = 10.0) -> ParsedRating:
-    """The one `[[rating]]` in a grader's output, e.g. `"... Rating: [[7]]"` → 7.0; unparseable outside [low, high].
-
-    Example:
-        >>> parse_rating("The answer is accurate and well organised. Rating: [[8]]").value
-        8.0
-        >>> parse_rating("Rating: [[11]]").problem
-        'rating 11.0 outside [1, 10]'
-        >>> parse_rating("Rating: 7").problem
-        'no rating in [[n]] format'
-    """
+    """The one `[[rating]]` in a grader's output, e.g. `"... Rating: [[7]]"` → 7.0; unparseable outside [low, high]."""
     found = [float(v) for v in _RATING.findall(text or "")]
     distinct = list(dict.fromkeys(found))
     if not distinct:
@@ -244,10 +206,6 @@ def candidate_outcome(label: str | None, candidate_position: str) -> str | None:
     """"win" / "tie" / "loss" of the candidate from a verdict label, given whether it was shown as "A" or "B".
 
     Strength (`>>` vs `>`) does not change the outcome; None (unparseable) stays None.
-
-    Example:
-        >>> candidate_outcome("A>>B", "A"), candidate_outcome("A>B", "B"), candidate_outcome("A=B", "B")
-        ('win', 'loss', 'tie')
     """
     if candidate_position not in ("A", "B"):
         raise ValueError(f"candidate_position must be 'A' or 'B', got {candidate_position!r}.")
@@ -268,14 +226,7 @@ _SCORE = {"win": 1.0, "tie": 0.5, "loss": 0.0}
 
 
 def combine_orders(candidate_as_a: str | None, candidate_as_b: str | None, rule: str = "consistent") -> str | None:
-    """The pair's outcome for the candidate from its outcomes in the two orders (see the module's tables).
-
-    Example:
-        >>> combine_orders("win", "win"), combine_orders("win", "tie"), combine_orders("win", "tie", rule="lenient")
-        ('win', 'tie', 'win')
-        >>> combine_orders("win", None) is None
-        True
-    """
+    """The pair's outcome for the candidate from its outcomes in the two orders (see the module's tables)."""
     if rule not in POSITION_RULES:
         raise ValueError(f"Unknown position rule {rule!r}; expected one of {POSITION_RULES}.")
     for outcome in (candidate_as_a, candidate_as_b):
@@ -296,10 +247,6 @@ class PairToJudge:
     """One comparison: `candidate` (the method being evaluated) against `baseline` (SFT) on `question`.
 
     `reference` is a reference answer when the benchmark has one (the embedded task's exact answer).
-
-    Example:
-        >>> ExactAnswerJudge().judge_pairs([PairToJudge("2+2?", "The answer is 4.", "The answer is 5.", "4")])[0].outcome
-        'win'
     """
 
     question: str
@@ -317,10 +264,6 @@ class PairJudgement:
         verdicts: the parsed label of each order, candidate shown as A first, then as B (None where unparseable).
         judge_outputs: the judge's raw replies, same order (empty for judges that do not write text).
         problem: why the outcome is None.
-
-    Example:
-        >>> PairJudgement("tie", verdicts=("A>B", "A>B")).as_dict()["verdicts"]
-        ('A>B', 'A>B')
     """
 
     outcome: str | None
@@ -333,16 +276,7 @@ class PairJudgement:
 
 
 class PairwiseJudge(ABC):
-    """What `run_evaluation` and `WinRateCallback` need from a judge.
-
-    Example:
-        >>> class LongerWins(PairwiseJudge):
-        ...     name = "longer-wins"
-        ...     def judge_pairs(self, pairs):
-        ...         return [PairJudgement("win" if len(p.candidate) > len(p.baseline) else "loss") for p in pairs]
-        >>> LongerWins().judge_pairs([PairToJudge("q", "a long answer", "short")])[0].outcome
-        'win'
-    """
+    """What `run_evaluation` and `WinRateCallback` need from a judge."""
 
     name: str = "judge"
 
@@ -439,12 +373,7 @@ REFERENCE_CATEGORIES = ("math", "reasoning", "coding")
 
 @dataclass(frozen=True)
 class MTBenchGrade:
-    """The grade of one answer: `rating` in [1, 10], or None with the reason in `problem`.
-
-    Example:
-        >>> MTBenchGrade("81", 0, "writing", 8.0).as_dict()["rating"]
-        8.0
-    """
+    """The grade of one answer: `rating` in [1, 10], or None with the reason in `problem`."""
 
     prompt_id: str
     turn: int
@@ -460,12 +389,7 @@ class MTBenchGrade:
 
 @dataclass(frozen=True)
 class MTBenchScore:
-    """Mean rating overall, per turn (1, 2) and per category, over the parseable grades.
-
-    Example:
-        >>> mt_bench_score([MTBenchGrade("81", 0, "writing", 8.0), MTBenchGrade("81", 1, "writing", 6.0)]).turn_scores
-        {1: 8.0, 2: 6.0}
-    """
+    """Mean rating overall, per turn (1, 2) and per category, over the parseable grades."""
 
     score: float | None
     turn_scores: dict[int, float]
@@ -483,16 +407,6 @@ class MTBenchGrader:
     Args:
         chat: the judge backend (`OpenAIChatModel`, `LocalChatModel`, ...).
         reference_categories: categories graded against the question's reference answers.
-
-    Example:
-        >>> class Grader:
-        ...     name = "fixed"
-        ...     def complete_batch(self, conversations):
-        ...         return ["Helpful and correct. Rating: [[8]]" for _ in conversations]
-        >>> prompt = EvalPrompt("111", ("Area of a 2x3 rectangle?", "And its perimeter?"), "math", ("6", "10"))
-        >>> grades = MTBenchGrader(Grader()).grade([prompt], {("111", 0): "6", ("111", 1): "10"})
-        >>> [(g.turn, g.rating, g.used_reference) for g in grades]
-        [(0, 8.0, True), (1, 8.0, True)]
     """
 
     def __init__(self, chat: ChatModel, reference_categories: Sequence[str] = REFERENCE_CATEGORIES):
@@ -532,15 +446,7 @@ class MTBenchGrader:
 
 
 def mt_bench_score(grades: Sequence[MTBenchGrade]) -> MTBenchScore:
-    """Aggregate grades: the MT-Bench score is the mean of all parseable ratings (both turns).
-
-    Example:
-        >>> grades = [MTBenchGrade("1", 0, "writing", 8.0), MTBenchGrade("1", 1, "writing", 6.0),
-        ...           MTBenchGrade("2", 0, "math", None, "no rating in [[n]] format")]
-        >>> result = mt_bench_score(grades)
-        >>> result.score, result.turn_scores, result.unparseable
-        (7.0, {1: 8.0, 2: 6.0}, 1)
-    """
+    """Aggregate grades: the MT-Bench score is the mean of all parseable ratings (both turns)."""
     parsed = [g for g in grades if g.rating is not None]
     by_turn, by_category = defaultdict(list), defaultdict(list)
     for grade in parsed:
@@ -558,12 +464,7 @@ def mt_bench_score(grades: Sequence[MTBenchGrade]) -> MTBenchScore:
 # ---- judging with a cache ---------------------------------------------------------------------------------------
 
 def text_digest(*texts: str) -> str:
-    """A short, stable fingerprint of some texts (to key cached verdicts by the exact answers judged).
-
-    Example:
-        >>> text_digest("a", "b") == text_digest("a", "b") != text_digest("ab", "")
-        True
-    """
+    """A short, stable fingerprint of some texts (to key cached verdicts by the exact answers judged)."""
     digest = hashlib.sha256()
     for text in texts:
         digest.update(hashlib.sha256(text.encode("utf-8")).digest())
@@ -579,15 +480,7 @@ def judge_pairs_cached(
     chunk_size: int = 64,
     show_progress: bool = True,
 ) -> list[PairJudgement]:
-    """`judge.judge_pairs(pairs)`, reading cached judgements back and saving new ones chunk by chunk.
-
-    Example:
-        >>> import tempfile, os
-        >>> path = os.path.join(tempfile.mkdtemp(), "judgements.jsonl")
-        >>> pair = PairToJudge("2+2?", "The answer is 4.", "The answer is 5.", reference="4")
-        >>> judge_pairs_cached(ExactAnswerJudge(), ["0"], [pair], path, show_progress=False)[0].outcome
-        'win'
-    """
+    """`judge.judge_pairs(pairs)`, reading cached judgements back and saving new ones chunk by chunk."""
     if len(prompt_ids) != len(pairs):
         raise ValueError(f"Got {len(prompt_ids)} prompt ids for {len(pairs)} pairs.")
     cache = JsonlCache(cache_path, ("prompt_id", "answers"), settings=settings or {"judge": judge.name})
@@ -622,17 +515,6 @@ def grade_mt_bench_cached(
     """`grader.grade(prompts, answers)` for every turn, reading cached grades back and saving new ones as they come.
 
     Grades are keyed by (prompt, turn, the conversation's answers up to that turn).
-
-    Example:
-        >>> import tempfile, os
-        >>> class Grader:
-        ...     name = "fixed"
-        ...     def complete_batch(self, conversations):
-        ...         return ["Rating: [[9]]" for _ in conversations]
-        >>> prompt = EvalPrompt("1", ("Say hi.",), "writing")
-        >>> path = os.path.join(tempfile.mkdtemp(), "grades.jsonl")
-        >>> [g.rating for g in grade_mt_bench_cached(MTBenchGrader(Grader()), [prompt], {("1", 0): "hi"}, path, show_progress=False)]
-        [9.0]
     """
     cache = JsonlCache(cache_path, ("prompt_id", "turn", "answers"), settings={"grader": grader.name})
 

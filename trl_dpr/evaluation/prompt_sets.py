@@ -30,13 +30,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class EvalPrompt:
-    """One evaluation prompt: its user turns (1, or 2 for MT-Bench), category and reference answers (one per turn).
-
-    Example:
-        >>> prompt = EvalPrompt("81", ("Write a haiku.", "Now in French."), category="writing")
-        >>> prompt.conversation(["Leaves fall..."])[-1]
-        {'role': 'user', 'content': 'Now in French.'}
-    """
+    """One evaluation prompt: its user turns (1, or 2 for MT-Bench), category and reference answers (one per turn)."""
 
     prompt_id: str
     turns: tuple[str, ...]
@@ -55,12 +49,7 @@ class EvalPrompt:
 
 @dataclass(frozen=True)
 class PromptSetSource:
-    """Where a benchmark's prompts come from, and how many the paper used (a different count is warned about).
-
-    Example:
-        >>> PROMPT_SETS["mt_bench"].expected_rows, PROMPT_SETS["demo"].display_name
-        (80, 'Embedded task')
-    """
+    """Where a benchmark's prompts come from, and how many the paper used (a different count is warned about)."""
 
     name: str
     display_name: str
@@ -71,15 +60,7 @@ class PromptSetSource:
 
 
 def read_json_rows(path: str | Path) -> list[dict]:
-    """Rows of a local `.jsonl` (one object per line) or `.json` (a list of objects) file.
-
-    Example:
-        >>> import tempfile, os
-        >>> path = os.path.join(tempfile.mkdtemp(), "rows.jsonl")
-        >>> _ = open(path, "w").write('{"instruction": "Hi"}\\n\\n{"instruction": "Bye"}\\n')
-        >>> [row["instruction"] for row in read_json_rows(path)]
-        ['Hi', 'Bye']
-    """
+    """Rows of a local `.jsonl` (one object per line) or `.json` (a list of objects) file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Prompt file {path} does not exist. Download it first (see trl_dpr.evaluation.prompt_sets).")
@@ -146,11 +127,7 @@ def _hub_failure(name: str, what: str, error: Exception) -> str:
 
 
 def load_alpaca_eval(path: str | None = None) -> list[EvalPrompt]:
-    """AlpacaEval's 805 instructions (single turn); ids are row numbers, categories the source sets.
-
-    Example:
-        >>> prompts = load_alpaca_eval("alpaca_eval.json")  # doctest: +SKIP
-    """
+    """AlpacaEval's 805 instructions (single turn); ids are row numbers, categories the source sets."""
     source = path or "tatsu-lab/alpaca_eval"
     rows = read_json_rows(path) if path else _hub_json_file("tatsu-lab/alpaca_eval", "alpaca_eval.json", "alpaca_eval")
     prompts = []
@@ -161,11 +138,7 @@ def load_alpaca_eval(path: str | None = None) -> list[EvalPrompt]:
 
 
 def load_arena_hard(path: str | None = None) -> list[EvalPrompt]:
-    """Arena-Hard v0.1's 500 questions (first user turn); categories are the topic clusters.
-
-    Example:
-        >>> prompts = load_arena_hard("question.jsonl")  # doctest: +SKIP
-    """
+    """Arena-Hard v0.1's 500 questions (first user turn); categories are the topic clusters."""
     source = path or "lmarena-ai/arena-hard-auto-v0.1"
     rows = read_json_rows(path) if path else _hub_split("lmarena-ai/arena-hard-auto-v0.1", "train", "arena_hard")
     prompts = []
@@ -177,11 +150,7 @@ def load_arena_hard(path: str | None = None) -> list[EvalPrompt]:
 
 
 def load_lima(path: str | None = None) -> list[EvalPrompt]:
-    """LIMA's 300 test prompts (the first element of `conversations`); categories are the sources.
-
-    Example:
-        >>> prompts = load_lima("test.jsonl")  # doctest: +SKIP
-    """
+    """LIMA's 300 test prompts (the first element of `conversations`); categories are the sources."""
     source = path or "GAIR/lima"
     rows = read_json_rows(path) if path else _hub_json_file("GAIR/lima", "test.jsonl", "lima")
     prompts = []
@@ -196,9 +165,6 @@ def load_mt_bench(path: str | None = None) -> list[EvalPrompt]:
     """MT-Bench's 80 two-turn questions with their categories and, for math / reasoning / coding, reference answers.
 
     Accepts FastChat's `question.jsonl` (`question_id`, `turns`) and HuggingFaceH4's copy (`prompt_id`, `prompt`).
-
-    Example:
-        >>> prompts = load_mt_bench("question.jsonl")  # doctest: +SKIP
     """
     source = path or "HuggingFaceH4/mt_bench_prompts"
     rows = read_json_rows(path) if path else _hub_split("HuggingFaceH4/mt_bench_prompts", "train", "mt_bench")
@@ -215,13 +181,7 @@ def load_mt_bench(path: str | None = None) -> list[EvalPrompt]:
 
 
 def load_demo_prompts(num_prompts: int = 100, seed: int = 0) -> list[EvalPrompt]:
-    """Held-out prompts of the embedded task, with the exact answer as reference (for `ExactAnswerJudge`).
-
-    Example:
-        >>> prompts = load_demo_prompts(3)
-        >>> len(prompts), prompts[0].category, prompts[0].references[0].isdigit()
-        (3, 'add', True)
-    """
+    """Held-out prompts of the embedded task, with the exact answer as reference (for `ExactAnswerJudge`)."""
     from ..embedded.task import held_out_split
 
     held_out = held_out_split(num_prompts, seed)
@@ -244,12 +204,7 @@ PROMPT_SETS: dict[str, PromptSetSource] = {
 
 
 def load_prompt_set(name: str, path: str | None = None, limit: int | None = None, **kwargs) -> list[EvalPrompt]:
-    """The prompts of benchmark `name` (from `path` when given, else the Hub), optionally only the first `limit`.
-
-    Example:
-        >>> [p.prompt_id for p in load_prompt_set("demo", num_prompts=5, limit=2)]
-        ['0', '1']
-    """
+    """The prompts of benchmark `name` (from `path` when given, else the Hub), optionally only the first `limit`."""
     if name not in PROMPT_SETS:
         raise ValueError(f"Unknown benchmark {name!r}; expected one of {sorted(PROMPT_SETS)}.")
     source = PROMPT_SETS[name]

@@ -34,11 +34,6 @@ class WinRate:
         ci_low, ci_high: percentile bootstrap confidence interval of `value` (resampling prompts).
         wins, ties, losses: counts.
         confidence: the interval's level (0.95 by default).
-
-    Example:
-        >>> rate = win_rate(["win", "tie", "tie", "loss"])
-        >>> rate.value, rate.n
-        (0.5, 4)
     """
 
     value: float
@@ -76,11 +71,6 @@ def bootstrap_mean_ci(
 
     Returns:
         `(low, high)`, each `[L]` float64.
-
-    Example:
-        >>> low, high = bootstrap_mean_ci(torch.tensor([[0.0, 1.0] * 50]))
-        >>> bool(low[0] < 0.5 < high[0])
-        True
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}.")
@@ -100,10 +90,6 @@ def bootstrap_mean_ci(
 def unit_means(scores: Sequence[float], groups: Sequence | None) -> torch.Tensor:
     """The mean score of each group (e.g. the answers sampled for one prompt), in order of first appearance; the scores
     themselves when `groups` is None. Bootstrapping these resamples prompts, not correlated answers of one prompt.
-
-    Example:
-        >>> unit_means([1.0, 0.0, 1.0], ["p0", "p0", "p1"]).tolist()
-        [0.5, 1.0]
     """
     scores = torch.as_tensor(list(scores), dtype=torch.float64)
     if groups is None:
@@ -127,11 +113,6 @@ def win_rate(
 
     `groups` (one label per outcome, e.g. the prompt id when several answers per prompt were judged) makes the
     bootstrap resample prompts, whose answers are correlated, instead of single outcomes.
-
-    Example:
-        >>> result = win_rate(["win", "win", "tie", "loss"])
-        >>> result.value  # (2 + 0.5) / 4
-        0.625
     """
     unknown = set(outcomes) - set(OUTCOME_SCORE)
     if unknown:
@@ -155,10 +136,6 @@ def win_rate(
 class AccuracyResult:
     """Share of one model's answers that give the exact expected answer, on a benchmark that has exact answers (the
     embedded task), with a bootstrap CI over prompts and the accuracy per category (the task's kinds).
-
-    Example:
-        >>> AccuracyResult("demo", "SFT", 0.5, 0.3, 0.7, 10, 20, {"add": 0.5}).as_dict()["accuracy"]
-        0.5
     """
 
     benchmark: str
@@ -184,13 +161,7 @@ def exact_accuracy(
     num_resamples: int = 2000,
     seed: int = 0,
 ) -> AccuracyResult:
-    """Accuracy of answers already checked against their exact answers (`correct`), bootstrapped over `groups`.
-
-    Example:
-        >>> result = exact_accuracy("demo", "SFT", [True, False, True, True], ["0", "0", "1", "1"], ["add", "add", "sort", "sort"])
-        >>> result.accuracy, result.by_category
-        (0.75, {'add': 0.5, 'sort': 1.0})
-    """
+    """Accuracy of answers already checked against their exact answers (`correct`), bootstrapped over `groups`."""
     if not correct:
         raise ValueError(f"No answers of {method} on {benchmark} to score.")
     scores = [float(c) for c in correct]
@@ -213,12 +184,7 @@ def exact_accuracy(
 # ---- answer lengths: LLM judges favour longer answers, so a win rate is read next to the lengths behind it -------
 @dataclass(frozen=True)
 class LengthStats:
-    """Mean and median answer length in words (whitespace-separated) and, with a tokenizer, in tokens.
-
-    Example:
-        >>> length_stats(["a b", "c"]).mean_words
-        1.5
-    """
+    """Mean and median answer length in words (whitespace-separated) and, with a tokenizer, in tokens."""
 
     n: int
     mean_words: float
@@ -231,13 +197,7 @@ class LengthStats:
 
 
 def length_stats(answers: Sequence[str], tokenizer=None) -> LengthStats:
-    """Length statistics of `answers` (tokens counted without special tokens).
-
-    Example:
-        >>> stats = length_stats(["one two three", "four", "five six"])
-        >>> stats.mean_words, stats.median_words
-        (2.0, 2)
-    """
+    """Length statistics of `answers` (tokens counted without special tokens)."""
     if not answers:
         raise ValueError("No answers to measure.")
     words = [len(answer.split()) for answer in answers]
@@ -263,12 +223,6 @@ class PairwiseResult:
         unparseable: pairs left out because a verdict could not be parsed (reported, never hidden).
         position_disagreements: pairs whose two orders gave different outcomes (a measure of position bias); None
             for judges that do not judge in two orders (the exact-answer judge).
-
-    Example:
-        >>> result = PairwiseResult("demo", "DPR", "SFT", "exact-answer", win_rate(["win", "loss"]), 2, 0, None,
-        ...                         length_stats(["a"]), length_stats(["b"]))
-        >>> result.as_dict()["win_rate"]["win_rate"]
-        0.5
     """
 
     benchmark: str
@@ -299,13 +253,7 @@ class PairwiseResult:
 
 @dataclass(frozen=True)
 class MTBenchResult:
-    """One model's MT-Bench grades, aggregated, with the lengths of its answers (both turns).
-
-    Example:
-        >>> score = MTBenchScore(7.0, {1: 7.0}, {"writing": 7.0}, graded=1, unparseable=0)
-        >>> MTBenchResult("DPR", "mt-bench:gpt-4o", score, length_stats(["an answer"])).as_dict()["score"]
-        7.0
-    """
+    """One model's MT-Bench grades, aggregated, with the lengths of its answers (both turns)."""
 
     method: str
     judge: str
@@ -327,12 +275,6 @@ def summarize_pairwise(
 
     Disagreements are pairs whose two orders were both parsed and gave different outcomes; None when no judgement
     has two orders. `groups` (one label per judgement) is passed to `win_rate` for the parseable ones.
-
-    Example:
-        >>> rate, unparseable, disagreements = summarize_pairwise(
-        ...     [PairJudgement("win"), PairJudgement("tie", verdicts=("A>B", "A>B")), PairJudgement(None)])
-        >>> rate.value, unparseable, disagreements
-        (0.75, 1, 1)
     """
     parsed = [i for i, j in enumerate(judgements) if j.outcome is not None]
     outcomes = [judgements[i].outcome for i in parsed]
@@ -351,13 +293,7 @@ def summarize_pairwise(
 
 @dataclass
 class EvaluationReport:
-    """Everything one evaluation run measured, in the order the table shows it.
-
-    Example:
-        >>> report = EvaluationReport("SFT", ["DPR"], ["demo"], accuracy=[AccuracyResult("demo", "DPR", 0.6, 0.5, 0.7, 6, 10)])
-        >>> report.accuracy_result("demo", "DPR").accuracy
-        0.6
-    """
+    """Everything one evaluation run measured, in the order the table shows it."""
 
     baseline: str
     methods: list[str]
@@ -420,12 +356,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def results_markdown(report: EvaluationReport) -> str:
-    """Markdown of a report: Table 1 (win rate vs the baseline, MT-Bench), lengths, unparseable verdicts.
-
-    Example:
-        >>> print(results_markdown(EvaluationReport("SFT", ["DPR"], ["alpaca_eval"])).splitlines()[0])
-        | Method | AlpacaEval win rate vs SFT % (95% CI) |
-    """
+    """Markdown of a report: Table 1 (win rate vs the baseline, MT-Bench), lengths, unparseable verdicts."""
     pairwise_benchmarks = [b for b in report.benchmarks if b != "mt_bench"]
     has_mt_bench = "mt_bench" in report.benchmarks
     models = [report.baseline, *report.methods]

@@ -113,12 +113,7 @@ def _generate_all_answers(config, models, prompt_sets, output_dir: Path, show_pr
 
 
 def chat_model_from_config(config: EvaluationConfig) -> ChatModel | None:
-    """The judge's chat backend of an evaluation config (`openai` or `local`; None for the exact judge).
-
-    Example:
-        >>> chat_model_from_config(EvaluationConfig(benchmarks=["demo"], judge="exact")) is None
-        True
-    """
+    """The judge's chat backend of an evaluation config (`openai` or `local`; None for the exact judge)."""
     if config.judge == "openai":
         return OpenAIChatModel(
             model=config.judge_model,
@@ -137,12 +132,7 @@ def chat_model_from_config(config: EvaluationConfig) -> ChatModel | None:
 
 
 def judge_from_config(config: EvaluationConfig, chat: ChatModel | None = None) -> PairwiseJudge:
-    """The pairwise judge of an evaluation config: exact answers, or an LLM asked in both orders (`position_rule`).
-
-    Example:
-        >>> judge_from_config(EvaluationConfig(benchmarks=["demo"], judge="exact")).name
-        'exact-answer'
-    """
+    """The pairwise judge of an evaluation config: exact answers, or an LLM asked in both orders (`position_rule`)."""
     if config.judge == "exact":
         return ExactAnswerJudge()
     return LLMPairwiseJudge(chat or chat_model_from_config(config), config.position_rule)

@@ -33,12 +33,6 @@ class SelfPlayConfig(ActivationCheckpointingAlias, DPOConfig):
         generation_batch_size (`int`): prompts per `generate` call while π_t answers.
         previous_iteration_pairs (`bool`): also train iteration t on iteration t−1's pairs.
         overwrite_output_dir (`bool`, defaults to `False`): start over in an output_dir that holds a self-play run.
-
-    Example:
-        >>> from trl_dpr.lfd import GSILConfig, SelfPlayConfig
-        >>> args = GSILConfig(output_dir="runs/gsil", use_cpu=True, bf16=False, num_iterations=2)
-        >>> isinstance(args, SelfPlayConfig), args.num_iterations, args.generation_temperature
-        (True, 2, 0.0)
     """
 
     num_iterations: int = field(default=1, metadata={"help": "Self-play iterations: π_t answers, then π_{t+1} is trained."})

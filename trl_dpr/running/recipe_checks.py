@@ -58,12 +58,7 @@ RENAMED_KEYS = {
 
 
 def recipes_root() -> Path:
-    """The folder of the recipes shipped with the package (`trl_dpr/recipes` in a wheel, `recipes/` in a clone).
-
-    Example:
-        >>> (recipes_root() / "demo" / "dpr.yaml").is_file()
-        True
-    """
+    """The folder of the recipes shipped with the package (`trl_dpr/recipes` in a wheel, `recipes/` in a clone)."""
     package = Path(__file__).resolve().parents[1]
     shipped = package / "recipes"  # a wheel: the YAMLs as package data (pyproject.toml, setup.py)
     return shipped if shipped.is_dir() else package.parent / "recipes"  # a clone (or an editable install)
@@ -72,12 +67,6 @@ def recipes_root() -> Path:
 def find_recipe_file(path: str, subfolder: str | None = None) -> str:
     """`path` itself when it exists; else the shipped recipe of that name (`demo/dpr.yaml`,
     `qwen2.5-7b/dpr/config_qlora.yaml`, `recipes/...` too), looked up in `subfolder` of the recipes first.
-
-    Example:
-        >>> Path(find_recipe_file("demo/dpr.yaml")).relative_to(recipes_root()).as_posix()
-        'demo/dpr.yaml'
-        >>> Path(find_recipe_file("demo.yaml", subfolder="evaluate")).relative_to(recipes_root()).as_posix()
-        'evaluate/demo.yaml'
     """
     if Path(path).is_file():
         return str(path)
@@ -120,12 +109,7 @@ def _check_yaml_syntax(path: str) -> None:
 
 
 def type_spec(annotation):
-    """The type `annotation` of a dataclass field as JSON, for the checks (`check_value`).
-
-    Example:
-        >>> type_spec(int | None), type_spec(list[float]), type_spec(typing.Literal["a", "b"])
-        ({'any_of': ['int', 'null']}, {'list_of': 'float'}, {'one_of': ['a', 'b']})
-    """
+    """The type `annotation` of a dataclass field as JSON, for the checks (`check_value`)."""
     if annotation in (typing.Any, object):
         return "any"
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
@@ -202,16 +186,6 @@ def check_value(name: str, value, spec, default=dataclasses.MISSING, choices=Non
     Checked: the type (`spec`, the field's `type_spec`: `null` only where it allows None, an integer where it says
     `int`), `choices` (the field's `metadata["choices"]`, its `Literal` or `Enum`), a number that is not NaN, and the
     sign: negative only for `MAY_BE_NEGATIVE` fields, or the field's negative `default` given as itself.
-
-    Example:
-        >>> check_value("max_steps", -1, "int", default=-1) is None   # the default sentinel
-        True
-        >>> check_value("max_steps", -5, "int", default=-1)
-        'max_steps: -5 is negative; expected >= 0 (or -1, its default)'
-        >>> check_value("learning_rate", None, "float", default=1e-5)
-        'learning_rate: null is not allowed; expected a number'
-        >>> check_value("dtype", "float33", "str", default="auto", choices=["auto", "float32"])
-        "dtype: 'float33' is not one of ['auto', 'float32']"
     """
     value = value.value if isinstance(value, enum.Enum) else value
     shown = "null" if value is None else repr(value)
@@ -242,12 +216,6 @@ def unused_field_problem(name: str, value, accepted, reason: str) -> str | None:
     recipe sets, and by a config's `__post_init__` for the fields it declares itself (`trl_dpr.config.
     refuse_unused_fields`). This is the one rule and message of refused fields. A scalar stands for the one-item list
     TRL would make of it (`loss_type: sigmoid`).
-
-    Example:
-        >>> unused_field_problem("dataset_streaming", True, (False,), "streaming is not supported")
-        'dataset_streaming: True is not used: streaming is not supported. Remove it or set it to False'
-        >>> unused_field_problem("loss_type", "sigmoid", (["sigmoid"],), "the loss is SPIN's own") is None
-        True
     """
     value, accepted = _plain(value), [_plain(a) for a in accepted]
     if value in accepted or (not isinstance(value, list) and [value] in accepted):
@@ -277,12 +245,6 @@ def _is_number(token: str) -> bool:
 def unknown_flags(remaining: list[str], accepted: list[str], passed_on: dict[str, bool] | None = None) -> str | None:
     """What is wrong with the arguments argparse did not take (`remaining`), each unknown flag with the closest of
     `accepted` (difflib), or None when they are all flags of `passed_on` (the launcher's) with their values.
-
-    Example:
-        >>> unknown_flags(["--learnig_rate", "1e-5"], ["--learning_rate", "--max_steps"])
-        'Unknown flag --learnig_rate (did you mean --learning_rate?)'
-        >>> unknown_flags(["--num_processes", "2"], ["--learning_rate"], {"--num_processes": True}) is None
-        True
     """
     passed_on = passed_on or {}
     candidates = sorted({flag for flag in [*accepted, *passed_on] if flag.startswith("--")})
@@ -304,15 +266,6 @@ class CommandParser(argparse.ArgumentParser):
     """argparse for the commands that are not recipes (`trl-dpr heatmap`, `trl-dpr memory`, and their `python -m`):
     a mistake in the arguments ends as argparse ends it, exit code 2, but in one line that names the closest flag to a
     misspelled one, without the usage before it. Flags are never abbreviated, so a typo is not taken for another flag.
-
-    Example:
-        >>> import contextlib, io
-        >>> parser = CommandParser(prog="trl-dpr demo")
-        >>> _ = parser.add_argument("--details", action="store_true")
-        >>> with contextlib.redirect_stderr(io.StringIO()) as err, contextlib.suppress(SystemExit):
-        ...     parser.parse_args(["--detail"])
-        >>> print(err.getvalue().strip())
-        trl-dpr demo: error: Unknown flag --detail (did you mean --details?). `trl-dpr demo --help` lists every accepted flag.
     """
 
     def __init__(self, **kwargs):
@@ -521,10 +474,6 @@ def _type_name(action) -> str | None:
 def parse_mapping(text: str) -> dict:
     """A mapping-valued key on the command line: a JSON or YAML flow mapping (`{"clip": 1.0}`, `{clip: 1.0}`), or
     `key=value` pairs separated by commas (`clip=1.0,scale=2`), each value read as YAML reads it (1.0 a number).
-
-    Example:
-        >>> parse_mapping('{"clip": 1.0}'), parse_mapping("{clip: 1.0}"), parse_mapping("clip=1.0,name=x"), parse_mapping("")
-        ({'clip': 1.0}, {'clip': 1.0}, {'clip': 1.0, 'name': 'x'}, {})
     """
     import yaml
 
@@ -585,18 +534,6 @@ def _choice_type(choices):
 class LightRecipeParser(RecipeChecks, argparse.ArgumentParser):
     """A stage's `RecipeParser` rebuilt from its `describe()` data with argparse alone: the same flags, types, choices,
     defaults and help, and the same checks, without importing TRL. It checks; it builds no dataclass.
-
-    Example:
-        >>> from dataclasses import dataclass
-        >>> from trl_dpr.running.recipe_parser import RecipeParser
-        >>> @dataclass
-        ... class Args:
-        ...     max_steps: int = -1
-        >>> light = LightRecipeParser(RecipeParser([Args], prog="trl-dpr demo").describe())
-        >>> light.check_recipe(["--max_steps", "2.5"])
-        Traceback (most recent call last):
-        ...
-        ValueError: argument --max_steps/--max-steps: invalid int value: '2.5' (command line). `trl-dpr demo --help` ...
     """
 
     def __init__(self, description: dict):

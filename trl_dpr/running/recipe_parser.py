@@ -36,19 +36,6 @@ class RecipeParser(RecipeChecks, TrlParser):
     dataclass has stops the run (TrlParser detects it; this parser says what it was renamed to, or what is close), and
     every value is checked against its field. `prog` names the command in the messages (`trl-dpr sft`); flags are
 never abbreviated.
-
-    Example:
-        >>> from dataclasses import dataclass
-        >>> @dataclass
-        ... class Args:
-        ...     learning_rate: float = 1e-5
-        >>> import tempfile, os
-        >>> path = os.path.join(tempfile.mkdtemp(), "c.yaml")
-        >>> _ = open(path, "w").write("learning_rate: 3.0e-6\\ntorch_dtype: bfloat16\\n")
-        >>> RecipeParser([Args], prog="trl-dpr sft").parse_args_and_config(["--config", path])
-        Traceback (most recent call last):
-        ...
-        ValueError: ...torch_dtype (renamed: use `dtype`)...`trl-dpr sft --help` lists every accepted key.
     """
 
     def __init__(self, dataclass_types=None, recipe_subfolder: str | None = None, **kwargs):
