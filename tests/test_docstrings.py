@@ -38,12 +38,11 @@ SNIPPET_RUN_BY = {
     "run_evaluation": "test_evaluation_end_to_end.py",
 }
 
-# Docstring lines (modules, classes, functions; counted by `ast`) over all lines of trl_dpr/. TRL's grpo_trainer.py is
-# about 6%. The package measured 27.7% before the docstrings were trimmed and 21.0% after the first pass (the
-# algorithm, rewards, analysis, evaluation, embedded, lfd losses/trainer/config and most of running); the trainer,
-# config, data, manifest, console log, pipeline, checkpointing, hub, self-play and scripts are still to trim, and the
-# bound comes down to 15% with them.
-DOCSTRING_SHARE_MAX = 0.29
+# Docstring lines (modules, classes, functions; counted by `ast`) over all lines of trl_dpr/; TRL's grpo_trainer.py is
+# about 6%. The target is 15%. Measured: 27.7% before the surface was cut, 22.9% after the first pass (internal
+# helpers' examples moved to tests/test_helper_examples.py); the trainer, config, data, manifest, console log,
+# pipeline, checkpointing, hub, self-play and scripts (28%) are still to trim: lower the bound as they are.
+DOCSTRING_SHARE_MAX = 0.23
 
 
 def advertised() -> dict[str, list[str]]:

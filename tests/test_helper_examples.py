@@ -485,28 +485,6 @@ CASES = {
     >>> isinstance(args, SelfPlayConfig), args.num_iterations, args.generation_temperature
     (True, 2, 0.0)
 ''',
-    "trl_dpr.lfd.losses:gsil_discriminator": r'''
-    >>> import torch
-    >>> gsil_discriminator(torch.tensor([-1.0, -4.0]), torch.tensor([-2.0, -2.0]), beta=0.5, shift=0.25)
-    tensor([ 0.7500, -0.7500])
-''',
-    "trl_dpr.lfd.losses:gsil_loss": r'''
-    f(y) = 1·(−1 − (−2)) = 1 and f(y') = 1·(−3 − (−2)) = −1. Bernoulli: 2·log(1 + e^{−1}) = 0.6265; hinge:
-    max(0, 0) + max(0, 0) = 0; KLIEP: −1 + e^{−1} = −0.6321:
-
-    >>> import torch
-    >>> args = (torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-2.0]))
-    >>> [round(gsil_loss(*args, beta=1.0, loss_type=t)[0].item(), 4) for t in ("bernoulli", "hinge", "kliep")]
-    [0.6265, 0.0, -0.6321]
-''',
-    "trl_dpr.lfd.losses:spin_loss": r'''
-    Δ = (−1 − (−2)) − (−3 − (−2)) = 2; with β = 0.5, t = 1 and log(1 + e^{−1}) = 0.3133, max(0, 1 − 1) = 0:
-
-    >>> import torch
-    >>> args = (torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-2.0]))
-    >>> round(spin_loss(*args, beta=0.5).item(), 4), spin_loss(*args, beta=0.5, loss_type="hinge").item()
-    (0.3133, 0.0)
-''',
     "trl_dpr.reference_callback:check_reference_fraction": r'''
     >>> check_reference_fraction(0.5)
     0.5

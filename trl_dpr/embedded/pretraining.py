@@ -1,14 +1,9 @@
 """The embedded *pretrained* base: a tiny Llama language-modelled on plain text about the task before any SFT.
 
-Why a pretrained base: the paper starts from pretrained models, and DPR's reward r̂ = log π_SFT − log π_ref is the
-direction SFT moved the model in. From a random init that direction is "towards the demonstrations, away from noise",
-and tilting further along it lowers accuracy (experiments/README.md, regime scan). From a base that already writes
-about the task in several styles and qualities, the direction separates the expert's style from the others, and the
-tilted policy is more accurate than π_SFT when SFT has not yet converged (docs/results.md, the regime scan).
-
-The corpus, in miniature, is what a web crawl holds about a skill: documents that pose a problem of the embedded task
-(never a held-out one) in a plain-text layout ("Question: ...\\nAnswer: ...", "Q: ... A: ...", ...) and solve it in
-one of several styles, plus unrelated text:
+Why: DPR's reward r̂ = log π_SFT − log π_ref is the direction SFT moved the model in; only from a base that already
+writes about the task in several styles does that direction separate the expert's style from the others (the paper
+starts from pretrained models too). The corpus is a web crawl in miniature: task problems (never held-out ones) solved
+in one of several styles, plus unrelated text:
 
     expert     the expert's step-by-step response, as in the SFT demonstrations              20 %
     nonexpert  the same template, each computed number slipping by 1-3 with probability 0.3 25 %
@@ -16,15 +11,10 @@ one of several styles, plus unrelated text:
     alternative another writer's phrasing, numbers slipping with probability 0.15            25 %
     other      arithmetic drills, sorted lists, short stories with the task's names          15 %
 
-`build_pretrained_base` trains the tokenizer on the corpus, language-models the tiny Llama on it with a plain
-PyTorch loop (packed 256-token blocks, AdamW, cosine schedule), and writes model, tokenizer and `pretraining.json`.
-It runs outside any Trainer on purpose: it is called before the user's trainer exists, and a second Accelerator
-would fix the process-wide accelerate state (device, precision) before the user's own trainer sets it.
-
-The build takes about 20 minutes on one CPU thread and is not bitwise reproducible across machines (thread count and
-BLAS change the float sums), so the package ships one build, `trl_dpr/embedded/pretrained_base/` (2.9 MB), with its
-settings, its held-out loss and the SHA-256 of every file in `shipped.json`. Every documented number was measured on
-it. Rebuild it (and ship the rebuild) with:
+`build_pretrained_base` uses a plain PyTorch loop, not a Trainer: a second Accelerator would fix the process-wide
+accelerate state before the user's own trainer sets it. The build (~20 min on one thread) is not bitwise reproducible
+across machines, so the package ships one, `pretrained_base/`, with its settings, held-out loss and SHA-256 sums in
+`shipped.json`; every documented number was measured on it. Rebuild (and ship) it with:
 
     python -m trl_dpr.embedded.pretraining --output runs/rebuilt-base [--ship]
 """

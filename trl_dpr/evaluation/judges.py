@@ -4,13 +4,8 @@
     single_grade_messages ─► ChatModel ─► parse_rating ([[7]]) ─► mt_bench_score
     judge_pairs_cached / grade_mt_bench_cached: the same, with every verdict saved to JSONL as it comes back
 
-**Prompts** follow MT-Bench's judge prompts (Zheng et al., 2023, "Judging LLM-as-a-Judge"): a system instruction that
-fixes the output format, then the question and the answers between explicit start/end markers; the OpenAI-compatible
-and the local judge are asked the same thing.
-
-**Parsers are strict**: a verdict that is missing, malformed (`[[A>B]`, `A>B` without brackets) or contradicted by a
-different one in the same output is *unparseable*, never guessed. Unparseable outcomes are counted and reported
-(`PairJudgement.outcome is None`), never silently dropped.
+Prompts are MT-Bench's judge prompts (Zheng et al., 2023). Parsers are strict: a missing, malformed or contradicted
+verdict is unparseable (`PairJudgement.outcome is None`), counted and reported, never guessed.
 
 **Position bias.** Every pair is judged twice, candidate shown as assistant A, then as B, and the two outcomes combine
 by a rule. `consistent` (default; MT-Bench's convention): a verdict counts only when both orders agree, any
@@ -25,9 +20,8 @@ win+tie), exactly 1 a tie (tie+tie, win+loss), below 1 a loss.
 
 If either order is unparseable the pair is unparseable (None): left out of the win rate, counted in the report.
 
-**Caching.** Judge calls cost money and time (805 AlpacaEval pairs × 2 orders × each method): every chunk of verdicts
-is saved at once and a rerun asks only about what is missing. Records are keyed by the prompt and a hash of the
-answers judged, so regenerated answers are judged afresh, never matched with an old verdict.
+Caching: judge calls cost money, so every chunk of verdicts is saved at once, keyed by the prompt and a hash of the
+answers (regenerated answers are judged afresh), and a rerun asks only about what is missing.
 """
 
 from __future__ import annotations

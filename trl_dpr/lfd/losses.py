@@ -59,6 +59,14 @@ def spin_loss(
 
     Returns:
         `[B]` float losses.
+
+    Example:
+        Δ = (−1 − (−2)) − (−3 − (−2)) = 2; with β = 0.5, t = 1 and log(1 + e^{−1}) = 0.3133, max(0, 1 − 1) = 0:
+
+        >>> import torch
+        >>> args = (torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-2.0]))
+        >>> round(spin_loss(*args, beta=0.5).item(), 4), spin_loss(*args, beta=0.5, loss_type="hinge").item()
+        (0.3133, 0.0)
     """
     if loss_type not in SPIN_LOSSES:
         raise ValueError(f"SPIN loss_type must be one of {SPIN_LOSSES} (the paper's logistic loss is 'sigmoid'), got {loss_type!r}.")
@@ -75,6 +83,11 @@ def gsil_discriminator(policy_logps: torch.Tensor, ref_logps: torch.Tensor, beta
 
     f estimates the log density ratio log π_data(y|x)/π_t(y|x) (demonstrations vs. the model's own answers); the paper
     has b = 0, the authors' code an optional shift b.
+
+    Example:
+        >>> import torch
+        >>> gsil_discriminator(torch.tensor([-1.0, -4.0]), torch.tensor([-2.0, -2.0]), beta=0.5, shift=0.25)
+        tensor([ 0.7500, -0.7500])
     """
     return beta * (policy_logps - ref_logps) + shift
 
@@ -106,6 +119,15 @@ def gsil_loss(
 
     Returns:
         `(losses, real_losses, generated_losses)`, each `[B]`: ℓ₁(f(y)) + ℓ₋₁(f(y')), ℓ₁(f(y)), ℓ₋₁(f(y')).
+
+    Example:
+        f(y) = 1·(−1 − (−2)) = 1 and f(y') = 1·(−3 − (−2)) = −1. Bernoulli: 2·log(1 + e^{−1}) = 0.6265; hinge:
+        max(0, 0) + max(0, 0) = 0; KLIEP: −1 + e^{−1} = −0.6321:
+
+        >>> import torch
+        >>> args = (torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-2.0]))
+        >>> [round(gsil_loss(*args, beta=1.0, loss_type=t)[0].item(), 4) for t in ("bernoulli", "hinge", "kliep")]
+        [0.6265, 0.0, -0.6321]
     """
     if loss_type not in GSIL_LOSSES:
         raise ValueError(

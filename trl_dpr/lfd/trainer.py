@@ -30,16 +30,9 @@ _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 class SelfPlayTrainer(AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, DPOTrainer):
     r"""What SPIN and GSIL change in [`~trl.DPOTrainer`]; use `SPINTrainer` or `GSILTrainer`.
 
-    Overrides (everything else — the collator, the reference model or "ref" adapter, PEFT and quantisation, the
-    optimiser, logging, checkpointing — is DPOTrainer's; the mixins stage checkpoints, name π_t in the model card
-    and print the console log as numbers):
-
-    - `_prepare_dataset`: pairs that already hold token ids (`prompt_ids`, `chosen_ids`, `rejected_ids`, as
-      `self_play.demonstration_pairs` builds them) are kept as they are, so the own answers are scored on the ids π_t
-      sampled, not on their decoded text tokenized again. Text pairs (`prompt`, `chosen`, `rejected`) go through
-      DPOTrainer's tokenization.
-    - `compute_loss`: one policy forward on the batch [demonstrations; own answers] and the reference log-probs, both
-      computed as DPOTrainer computes them, then the method's `pair_loss`; logs `rewards/*` and `logps/*`.
+    Overrides (everything else is DPOTrainer's): `_prepare_dataset` keeps pairs that already hold token ids, so own
+    answers are scored on the ids π_t sampled, not on re-tokenized text; `compute_loss` runs DPOTrainer's policy and
+    reference forwards, then the method's `pair_loss`.
 
     Example (a new self-play method is its `pair_loss`):
         ```python

@@ -9,14 +9,10 @@
     trl-dpr memory   --config llama-3.1-8b/dpr/config_qlora.yaml
     trl-dpr recipes                                            (list the shipped YAMLs)
 
-`--config` takes a path, or the name of a shipped recipe (`trl-dpr recipes`); `trl-dpr <command> --help` lists the keys
-a recipe may set, each of which is also a flag (`--learning_rate 1e-5`). Training stages run under `accelerate
-launch`: `--accelerate_config NAME` picks one of the shipped accelerate configs (cpu, cpu_ddp, single_gpu, fsdp_cpu,
-zero3_cpu) or TRL's (multi_gpu, zero3, fsdp2, ...), or a file; any other argument the recipe does not know
-(`--num_processes 8`, ...) goes to `accelerate launch`, as with `trl sft`. Without an accelerate config (neither
-`--accelerate_config` nor one written by `accelerate config`), a machine without a GPU runs under the shipped `cpu`
-config, and a CPU run gets one torch thread per process (`--num_cpu_threads_per_process`; OMP_NUM_THREADS where set),
-so accelerate has no default of its own to warn about.
+`--config` takes a path or a shipped recipe's name; every recipe key is also a flag. Training stages run under
+`accelerate launch` (`--accelerate_config` names a shipped or TRL config, or a file; unknown arguments go to
+`accelerate launch`, as with `trl sft`). Without an accelerate config, a machine without a GPU uses the shipped `cpu`
+config with one torch thread per process, so accelerate has no default of its own to warn about.
 
 A mistake in the input (a bad key, a missing folder, a value out of range) ends with its message and exit code 2,
 without a traceback; `--debug` (or `TRL_DPR_DEBUG=1`) shows the traceback.
