@@ -239,6 +239,11 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
         logged = {name: len(self._metrics[mode][name]) for name in ("reward", "reward_std")}
         output = super()._generate_and_score_completions(inputs)  # generation, padding, rewards, log π_old if off-policy
         all_outcome_rewards, self._outcome_rewards = self._outcome_rewards, None
+        if all_outcome_rewards is None:
+            raise RuntimeError(
+                "GRPOTrainer._generate_and_score_completions no longer calls _calculate_rewards, where DensePathTrainer "
+                "takes the reward_funcs' scores: this TRL version is not supported (see docs/upgrading_trl.md)."
+            )
         mask = output["completion_mask"] * output.get("tool_mask", 1)
         completion_ids = output["completion_ids"]
         # A completion is terminal when it ended with EOS; one cut at max_completion_length is not (matters for w/V).
