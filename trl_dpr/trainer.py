@@ -128,8 +128,8 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
         Dense + outcome: r̂ plus a verifier reading the dataset's `answer` column, weights [r̂, verifier]:
 
         ```python
-        def exact(prompts, completions, answer, **kwargs):
-            return [float(is_correct(c, a)) for c, a in zip(completions, answer)]
+        def exact(prompts, completions, answer, **kwargs):  # conversational completions: [{"role", "content"}]
+            return [float(is_correct(c[-1]["content"], a)) for c, a in zip(completions, answer)]
 
         DensePathTrainer(reward_model="runs/sft", reward_funcs=[exact], train_dataset=prompts,
                          args=DensePathConfig(output_dir="runs/both", reward_weights=[1.0, 1.0]))
