@@ -10,14 +10,18 @@ recipe's `model_name_or_path`, built first by its `sft_config` when missing). Al
 π_SFT with the demo's evaluation (exact judge, shared prompts and sampling seeds) at each `DECODINGS` temperature into
 `<output_dir>/evaluation_<decoding>/` (answer caches: a rerun only does what is missing).
 
+Then both against the verifier alone, seed by seed, on the same answers (copied into
+`evaluation_<decoding>/both_vs_verifier_s<seed>/`, judged again with the verifier arm as the baseline).
+
 Writes `dense_plus_outcome.md` / `.json`: per arm and decoding, the accuracy gain over π_SFT of each seed, paired over
 the same prompts and samples with its 95% bootstrap interval, and the mean over seeds with its 95% t-interval; then
-the both − verifier difference per seed and its t-interval.
+the same for both − verifier.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +76,22 @@ def _gains(report, arms_by_name: dict) -> dict:
     return {name: exact_paired_gain(report.pairwise_result("demo", name).as_dict()) for name in arms_by_name}
 
 
+def _both_vs_verifier(evaluation_yaml: str, runs: dict, seed: int, folder: Path, replaced: dict) -> tuple:
+    """Paired gain of `both_s<seed>` over `verifier_s<seed>`: their cached answers, judged with the verifier as baseline."""
+    pair_dir = folder / f"both_vs_verifier_s{seed}"
+    for name in (f"verifier_s{seed}", f"both_s{seed}"):  # the answers of the main evaluation (same settings, same seeds)
+        source, target = folder / "answers" / "demo" / f"{name}.jsonl", pair_dir / "answers" / "demo" / f"{name}.jsonl"
+        if not source.is_file():
+            raise FileNotFoundError(f"{source} is missing: the main evaluation in {folder} must run first.")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    config = evaluation_config(evaluation_yaml, baseline=f"verifier_s{seed}={runs[f'verifier_s{seed}'].output_dir}",
+                               candidates=[f"both_s{seed}={runs[f'both_s{seed}'].output_dir}"], output_dir=str(pair_dir),
+                               **replaced)
+    report = run_evaluation(config, show_progress=False)
+    return exact_paired_gain(report.pairwise_result("demo", f"both_s{seed}").as_dict())
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     types = (DensePlusOutcomeArguments, *DPR_ARGUMENTS)
@@ -117,6 +137,12 @@ def main(argv=None):
             "accuracy": {r.method: r.accuracy for r in report.accuracy},
             "gain": _gains(report, runs),
         }
+        if {"both", "verifier"} <= set(args.arms):
+            results[decoding]["both_vs_verifier"] = {
+                f"s{seed}": _both_vs_verifier(script_args.evaluation_config, runs, seed,
+                                              output_dir / f"evaluation_{decoding}", replaced)
+                for seed in args.seeds
+            }
     text = summary_markdown(results, args.seeds, args.arms)
     (output_dir / "dense_plus_outcome.json").write_text(json.dumps(results, indent=2))
     (output_dir / "dense_plus_outcome.md").write_text(text)
@@ -151,13 +177,14 @@ def summary_markdown(results: dict, seeds: list[int], arms: list[str]) -> str:
             cells = [signed(*gain[n]) for n in names]
             lines.append(f"| {decoding} | {arm} | {100 * mean_accuracy:.1f} | {' | '.join(cells)} | "
                          f"{signed(*mean_t_interval([gain[n][0] for n in names]))} |")
-    if {"both", "verifier"} <= set(arms):
-        lines += ["", "both − verifier, accuracy points per seed (same seeds, same evaluation prompts), mean (95% t-interval):", ""]
+    if {"both", "verifier"} <= set(arms) and all("both_vs_verifier" in results[d] for d in decodings):
+        lines += ["", "both − verifier, accuracy points, paired over the same answers' prompts (95% bootstrap CI) per "
+                  "seed; mean over seeds (95% t-interval):", ""]
         for decoding in decodings:
-            accuracy = results[decoding]["accuracy"]
-            differences = [accuracy[f"both_s{s}"] - accuracy[f"verifier_s{s}"] for s in seeds]
-            per_seed = ", ".join(f"{100 * d:+.1f}" for d in differences)
-            lines.append(f"- {decoding}: {per_seed}; mean {signed(*mean_t_interval(differences))}.")
+            paired = results[decoding]["both_vs_verifier"]
+            per_seed = ", ".join(f"seed {s}: {signed(*paired[f's{s}'])}" for s in seeds)
+            mean = mean_t_interval([paired[f"s{s}"][0] for s in seeds])
+            lines.append(f"- {decoding}: {per_seed}; mean {signed(*mean)}.")
     return "\n".join(lines) + "\n"
 
 

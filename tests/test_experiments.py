@@ -472,6 +472,10 @@ def test_dense_plus_outcome_trains_each_arm_per_seed_with_its_rewards_and_report
             accuracy = results[decoding]["accuracy"]
             assert gain == pytest.approx(accuracy[f"{arm}_s0"] - accuracy["SFT"], abs=1e-9) and low <= gain <= high
     assert results["greedy"]["settings"]["temperature"] == 0.0 and results["T=0.7"]["settings"]["temperature"] == 0.7
+    for decoding in ("T=0.7", "greedy"):
+        accuracy = results[decoding]["accuracy"]
+        gain, low, high = results[decoding]["both_vs_verifier"]["s0"]  # the same answers, judged against each other
+        assert gain == pytest.approx(accuracy["both_s0"] - accuracy["verifier_s0"], abs=1e-9) and low <= gain <= high
     assert "both − verifier" in (output_dir / "dense_plus_outcome.md").read_text()
 
 
