@@ -146,13 +146,15 @@ def _final_metrics(log_history: list[dict]) -> dict:
 
 
 def train_variant(
-    name: str, script_args, training_args, model_args, settings: dict, reward_model: CheckpointRewardModel | None = None
+    name: str, script_args, training_args, model_args, settings: dict, reward_model: CheckpointRewardModel | None = None,
+    reward_funcs: list | None = None,
 ) -> VariantRun:
     """Train variant `name` into `training_args.output_dir`, or reuse the run already there.
 
     A folder whose `analysis_run.json` records the same `settings` is reused as it is; other settings are an error
     (delete the folder or use another output_dir). Trains with recipes/dpr.py's `run_dpr`; `reward_model` (e.g. the oracle) replaces the
-    one loaded from the SFT output. The Hub push of a DPR recipe is never done for a variant.
+    one loaded from the SFT output; `reward_funcs` are
+    TRL's outcome rewards added to r̂ (`DensePathTrainer`). The Hub push of a DPR recipe is never done for a variant.
 
     Example:
         ```python
@@ -176,7 +178,7 @@ def train_variant(
         return VariantRun(**recorded)
     training_args.push_to_hub = False
     start = time.perf_counter()
-    trainer = run_dpr(script_args, training_args, model_args, reward_model=reward_model)
+    trainer = run_dpr(script_args, training_args, model_args, reward_model=reward_model, reward_funcs=reward_funcs)
     final = _final_metrics(trainer.state.log_history)
     run = VariantRun(
         name=name,

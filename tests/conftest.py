@@ -212,9 +212,11 @@ def dpr_config(tmp_path, **overrides):
 
 
 def dpr_trainer(
-    tokenizer, tmp_path, architecture="llama", reward_kwargs=None, train_dataset=None, eval_dataset=None, **config
+    tokenizer, tmp_path, architecture="llama", reward_kwargs=None, train_dataset=None, eval_dataset=None,
+    reward_funcs=None, **config
 ):
-    """A DensePathTrainer on tiny models (π_SFT seed 0, π_ref seed 1), recording the inputs of every loss call.
+    """A DensePathTrainer on tiny models (π_SFT seed 0, π_ref seed 1), recording the inputs of every loss call;
+    `reward_funcs` are TRL's outcome rewards, passed to the trainer.
 
     Returns `(trainer, used, sft, ref)`: `used` collects, per `_compute_loss` call, the batch tensors the loss saw.
     """
@@ -230,6 +232,7 @@ def dpr_trainer(
     trainer = DensePathTrainer(
         model=None, reward_model=reward_model, args=args, processing_class=tokenizer,
         train_dataset=prompts_dataset() if train_dataset is None else train_dataset, eval_dataset=eval_dataset,
+        reward_funcs=reward_funcs,
     )
     used = []
     compute_loss = trainer._compute_loss

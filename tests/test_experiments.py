@@ -15,6 +15,7 @@ import yaml
 from trl import ModelConfig, SFTConfig
 
 import experiments.auroc
+import experiments.dense_plus_outcome
 import experiments.figures
 import experiments.lengths
 import experiments.oracle
@@ -236,6 +237,7 @@ def test_values_become_command_line_words():
         ("gamma_sweep", ("GammaSweepArguments", *DPR_ARGUMENTS), "gamma_sweep_demo.yaml"),
         ("reference_sweep", ("ReferenceSweepArguments", *DPR_ARGUMENTS), "reference_sweep_demo.yaml"),
         ("settings_sweep", ("SettingsSweepArguments", *DPR_ARGUMENTS), "settings_sweep_demo.yaml"),
+        ("dense_plus_outcome", ("DensePlusOutcomeArguments", *DPR_ARGUMENTS), "dense_plus_outcome_demo.yaml"),
         ("length_analysis", ("LengthAnalysisArguments",), "length_analysis_demo.yaml"),
         ("reward_diagnostics", ("RewardDiagnosticsArguments",), "reward_diagnostics_demo.yaml"),
         ("regime_scan", ("RegimeScanArguments",), "regime_scan_demo.yaml"),
@@ -282,7 +284,7 @@ def test_a_reference_step_that_was_not_saved_is_an_error_naming_the_saved_steps(
 def test_docstring_examples_run(monkeypatch):
     monkeypatch.chdir(ROOT)  # examples read recipes/evaluate/demo.yaml
     for module in (experiments.overrides, experiments.figures, experiments.oracle, experiments.auroc,
-                   experiments.lengths, experiments.sweeps, experiments.win_rates):
+                   experiments.lengths, experiments.sweeps, experiments.win_rates, experiments.dense_plus_outcome):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.failed == 0 and result.attempted > 0, module.__name__
 
@@ -450,6 +452,31 @@ def test_the_settings_sweep_trains_and_compares_each_variant_including_the_oracl
     # every variant is compared with the same SFT answers (one evaluation, one cache)
     assert len({(r["sft_accuracy_sampled"], r["sft_accuracy_greedy"]) for r in rows}) == 1
     assert_valid_png(root / "settings_sweep" / "settings_sweep.png")
+
+
+@pytest.mark.slow
+def test_dense_plus_outcome_trains_each_arm_per_seed_with_its_rewards_and_reports_paired_gains(tiny_sft):
+    root = tiny_sft.parent
+    config = write_yaml(root / "dense_plus_outcome.yaml", {
+        "seeds": [0], "evaluation_config": evaluation_yaml(root / "eval_dpo.yaml"),
+        **dpr_settings(tiny_sft, root / "dense_plus_outcome"), "max_steps": 1})
+    load_script("dense_plus_outcome").main(["--config", config])
+    output_dir = root / "dense_plus_outcome"
+    results = json.loads((output_dir / "dense_plus_outcome.json").read_text())
+    for arm, weights in (("DPR", None), ("verifier", [0.0, 1.0]), ("both", [1.0, 1.0])):
+        settings = json.loads((output_dir / f"{arm}_s0" / "analysis_run.json").read_text())["settings"]
+        assert settings["reward_weights"] == (weights if weights is None else str(weights))  # settings keep plain values
+        assert settings["reward_funcs"] == ("[]" if arm == "DPR" else "['exact']")
+        for decoding in ("T=0.7", "greedy"):
+            gain, low, high = results[decoding]["gain"][f"{arm}_s0"]
+            accuracy = results[decoding]["accuracy"]
+            assert gain == pytest.approx(accuracy[f"{arm}_s0"] - accuracy["SFT"], abs=1e-9) and low <= gain <= high
+    assert results["greedy"]["settings"]["temperature"] == 0.0 and results["T=0.7"]["settings"]["temperature"] == 0.7
+    for decoding in ("T=0.7", "greedy"):
+        accuracy = results[decoding]["accuracy"]
+        gain, low, high = results[decoding]["both_vs_verifier"]["s0"]  # the same answers, judged against each other
+        assert gain == pytest.approx(accuracy["both_s0"] - accuracy["verifier_s0"], abs=1e-9) and low <= gain <= high
+    assert "both − verifier" in (output_dir / "dense_plus_outcome.md").read_text()
 
 
 @pytest.mark.slow

@@ -117,7 +117,6 @@ def test_model_card_has_the_dpr_tags_citation_and_hyperparameters(make_trainer, 
     "overrides, match",
     [
         ({"scale_rewards": "batch"}, "scale_rewards: 'batch' is not used: DPR whitens"),
-        ({"reward_weights": [2.0]}, r"reward_weights: \[2.0\] is not used: DPR has one reward"),
         ({"multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation: 'normalize_then_sum' is not used"),
         ({"beta": 0.04, "kl_coef": 0.1}, "stack two KL penalties"),
         ({"num_generations": 0}, "num_generations must be >= 1"),

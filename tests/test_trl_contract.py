@@ -21,6 +21,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl_dpr import DensePathConfig
 from trl_dpr.reward_model import completion_logprobs
 from trl_dpr.token_batches import render_prompts
+from trl_dpr.trainer import dense_path
 
 from .conftest import dpr_trainer
 
@@ -155,6 +156,25 @@ def test_grpo_log_leaves_nan_metric_entries_out_of_its_averages(trainer):
     trainer.log({})
     contract(trainer.state.log_history[-1]["reward"] == 2.0, "GRPOTrainer.log averages NaN entries in", "DensePathTrainer._calculate_rewards")
 
+
+
+def test_grpo_calculate_rewards_calls_the_reward_funcs_with_the_dataset_columns(trainer, monkeypatch):
+    # DensePathTrainer lets GRPO call its reward_funcs (dense_path's column: None → NaN) from inside GRPO's
+    # `_generate_and_score_completions`, and adds the [N, 1 + K] scores at each completion's last token.
+    def answer_plus_length(prompts, completions, completion_ids, answer, **kwargs):
+        return [float(a + len(ids)) for ids, a in zip(completion_ids, answer)]
+
+    monkeypatch.setattr(trainer, "reward_funcs", [dense_path, answer_plus_length])
+    monkeypatch.setattr(trainer, "reward_func_names", ["dense_path", "answer_plus_length"])
+    monkeypatch.setattr(trainer, "reward_processing_classes", [None, None])
+    inputs = [{"prompt": "p", "answer": 1}, {"prompt": "q", "answer": 5}]
+    rewards = GRPOTrainer._calculate_rewards(trainer, inputs, ["p", "q"], ["a", "b"], [[7, 8], [9]])
+    used_by = "DensePathTrainer._calculate_rewards (outcome rewards)"
+    contract(tuple(rewards.shape) == (2, 2), f"_calculate_rewards returned shape {tuple(rewards.shape)}, not [N, funcs]", used_by)
+    contract(bool(rewards[:, 0].isnan().all()), "a reward function's None is no longer NaN", used_by)
+    contract(rewards[:, 1].tolist() == [3.0, 6.0], "the dataset's columns no longer reach the reward functions", used_by)
+    contract("self._calculate_rewards(" in inspect.getsource(GRPOTrainer._generate_and_score_completions),
+             "GRPOTrainer._generate_and_score_completions no longer calls self._calculate_rewards", used_by)
 
 def test_grpo_renders_prompts_like_trl_dpr_tokens(trainer, tokenizer):
     prompts = [[{"role": "user", "content": "What is 1+2?"}], [{"role": "user", "content": "Sort 3 1 2"}]]

@@ -116,7 +116,7 @@ CASES = [
     ("unknown granularity", "dpr", {"reward_granularity": "episode"}, [], r"reward_granularity", True),
     ("two KL penalties", "dpr", {"beta": 0.04}, [], r"stack two KL penalties", True),
     ("scale_rewards is a no-op", "dpr", {"scale_rewards": "batch"}, [], r"scale_rewards: 'batch' is not used: DPR whitens", True),
-    ("reward_weights is a no-op", "dpr", {"reward_weights": [2.0]}, [], r"reward_weights: \[2\.0\] is not used: DPR has one reward", True),
+    ("reward_weights for functions a recipe has not", "dpr", {"reward_weights": [1.0, 1.0]}, [], r"reward_weights has 2 entries but DensePathTrainer needs 1", True),
     ("zero train samples (DPR)", "dpr", {"num_train_samples": 0}, [], r"num_train_samples must be a positive number", True),
     ("zero train samples (SFT)", "sft", {"num_train_samples": 0}, [], r"num_train_samples must be a positive number", True),
     ("heatmaps of no rollouts", "dpr", {"heatmap_steps": 10, "heatmap_samples": 0}, [], r"heatmap_samples must be at least 1", True),

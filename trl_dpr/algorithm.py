@@ -1,6 +1,7 @@
 """The Dense-Path REINFORCE math, in the order the data flows.
 
-    token log-probs ─► dense reward r̂_t ─► (SR: move to EOS) ─► KL to π_SFT ─► returns G_t ─► whitened advantages
+    token log-probs ─► dense reward r̂_t ─► (SR: move to EOS) ─► + outcome rewards at EOS ─► KL to π_SFT ─► returns G_t
+                    ─► whitened advantages
 
 Every function is pure (tensors in, tensors out, no model, no trainer), works on `[B, T]` tensors laid out like TRL's
 completions (right-padded, `mask` = 1 on real tokens), and states the equation it implements. Equation numbers refer
@@ -97,6 +98,42 @@ def sentence_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     sparse = torch.zeros_like(rewards).scatter_(1, last, total)
     # A completion with no real token (all padding) keeps no reward at all.
     return torch.where(mask, sparse, torch.zeros_like(sparse))
+
+
+def add_outcome_rewards(
+    rewards: torch.Tensor, outcome_rewards: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    r"""Scalar outcome rewards R_j (TRL's `reward_funcs`: a verifier, a length penalty) added at each completion's last
+    valid token, weighted by w_j, on top of the token rewards r_t (PRIME's implicit PRM + verifier, with r̂ as the PRM):
+
+        r_t ← r_t + 1[t = T_i − 1] · Σ_j w_j R_j(x_i, y_i)
+
+    so every token's return G_t = Σ_{k≥t} r_k carries the whole Σ_j w_j R_j (γ^{T_i−1−t} of it when γ < 1). A NaN R_j
+    (a function that returned None for that completion) adds nothing, as in TRL's `nansum`; a row with no valid token
+    gets nothing.
+
+    Args:
+        rewards: `[B, T]` token rewards (e.g. w_0 · r̂), 0 at padding.
+        outcome_rewards: `[B, K]`, R_j of each completion, one column per function.
+        mask: `[B, T]` right-padded completion mask.
+        weights: `[K]` w_j, default all 1.
+
+    Example:
+        >>> import torch
+        >>> m = torch.tensor([[1, 1, 0]])
+        >>> r = add_outcome_rewards(torch.tensor([[1.0, 2.0, 0.0]]), torch.tensor([[1.0, -0.5]]), m, torch.tensor([2.0, 1.0]))
+        >>> r  # 2 + (2·1 − 0.5) at the last real token
+        tensor([[1.0000, 3.5000, 0.0000]])
+        >>> token_returns(r, m)
+        tensor([[4.5000, 3.5000, 0.0000]])
+    """
+    mask = mask.bool()
+    outcome_rewards = outcome_rewards.float()
+    weights = torch.ones(outcome_rewards.size(1)) if weights is None else weights
+    total = (outcome_rewards * weights.to(outcome_rewards).unsqueeze(0)).nansum(dim=1, keepdim=True)
+    last = mask.long().sum(dim=1, keepdim=True).clamp(min=1) - 1
+    outcome = torch.zeros_like(rewards, dtype=torch.float32).scatter_(1, last, total)
+    return rewards.float() + torch.where(mask, outcome, torch.zeros_like(outcome))
 
 
 def kl_penalized_rewards(
@@ -216,10 +253,14 @@ def dense_path_advantages(
     gamma: float = 1.0,
     reward_granularity: str = "token",
     whiten_advantages: bool = True,
+    dense_weight: float = 1.0,
+    outcome_rewards: torch.Tensor | None = None,
+    outcome_weights: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     r"""Everything between the dense reward and the loss, as DPR (Algorithm 1 + REINFORCE++) does it.
 
-        r  = r̂                               (token, DPR)    or  sentence_rewards(r̂)   (sentence, SR)
+        r  = w_0 r̂                           (token, DPR)    or  w_0 sentence_rewards(r̂)   (sentence, SR)
+        r  = add_outcome_rewards(r, R, w)      (only with `outcome_rewards` [B, K]: Σ_j w_j R_j at the last token)
         r  = r − λ_KL (log π_old − log π_SFT)                  (dense KL to π_SFT, both variants)
         G  = token_returns(r, γ)
         A  = whiten(G)                         (or G itself when `whiten_advantages=False`)
@@ -235,6 +276,9 @@ def dense_path_advantages(
         tensor([[ 0., -1.]])
     """
     rewards = sentence_rewards(dense_rewards, mask) if reward_granularity == "sentence" else dense_rewards.float()
+    rewards = dense_weight * rewards  # w_0 = 0: the outcome rewards alone (r̂ stays out, the KL term stays in)
+    if outcome_rewards is not None:
+        rewards = add_outcome_rewards(rewards, outcome_rewards, mask, outcome_weights)
     rewards = kl_penalized_rewards(rewards, policy_logps, sft_logps, mask, kl_coef)
     returns = token_returns(rewards, mask, gamma)
     advantages = whiten(returns, mask) if whiten_advantages else returns

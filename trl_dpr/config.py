@@ -121,9 +121,12 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
         allow_kl_in_loss (`bool`, defaults to `False`): allow `beta` > 0 together with `kl_coef` > 0.
         overwrite_output_dir (`bool`, defaults to `False`): allow a fresh run in a folder that holds a run.
 
-    GRPO fields that DPR replaces (`scale_rewards`, `reward_weights`, `multi_objective_aggregation`: its
-    `_UNUSED_FIELDS`) are refused when set to anything but their default (`scale_rewards: true` is GRPO's name for it),
-    rather than silently ignored.
+    `reward_weights` (GRPO's field, defaults to `None` = all 1) are [w_0 for r̂, then one per `reward_funcs` entry of
+    the trainer]: r_t = w_0 r̂_t + 1[t = last] Σ_j w_j R_j; `[0.0, 1.0]` trains on the outcome reward alone.
+
+    GRPO fields that DPR replaces (`scale_rewards`, `multi_objective_aggregation`: its `_UNUSED_FIELDS`) are refused
+    when set to anything but their default (`scale_rewards: true` is GRPO's name for it), rather than silently
+    ignored.
 
     Example:
         >>> from trl_dpr import DensePathConfig
@@ -224,8 +227,8 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
     # accepted and ignored, so it is refused with the DPR field that does that job (`refuse_unused_fields`).
     _UNUSED_FIELDS = unused_parent_fields(GRPOConfig, {
         "scale_rewards": "DPR whitens its per-token returns over the whole batch (`whiten_advantages`)",
-        "reward_weights": "DPR has one reward, the dense r̂ of its CheckpointRewardModel",
-        "multi_objective_aggregation": "DPR has one reward, the dense r̂ of its CheckpointRewardModel",
+        "multi_objective_aggregation": "DPR adds its weighted rewards token by token and whitens the returns (no "
+        "per-reward normalisation)",
     })
     # GRPOConfig reads `scale_rewards: true` as its default, "group" (and maps it so): the same setting, accepted.
     _UNUSED_FIELDS["scale_rewards"] = (("group", True), _UNUSED_FIELDS["scale_rewards"][1])

@@ -49,8 +49,26 @@ CITATION = textwrap.dedent("""\
 
 
 def dense_path(prompts, completions, **kwargs):
-    """The name of DPR's reward in TRL's logs. DPR's reward is per token, so it is never called as a scalar function."""
-    raise RuntimeError("DensePathTrainer scores completions with its CheckpointRewardModel, not through dense_path.")
+    """DPR's reward in TRL's reward list (its name in the logs, its weight `reward_weights[0]`). It is per token, so
+    its scalar column is None (NaN: TRL's "no scalar reward"); the trainer adds it token by token."""
+    return [None] * len(prompts)
+
+
+def check_reward_weights(reward_weights, num_outcome_funcs: int) -> None:
+    """`reward_weights` are [w_0 for r̂, w_1..w_K for the K `reward_funcs`]; w_0 = 0 with no function trains on nothing."""
+    if reward_weights is None:
+        return
+    if len(reward_weights) != 1 + num_outcome_funcs:
+        raise ValueError(
+            f"reward_weights has {len(reward_weights)} entries but DensePathTrainer needs {1 + num_outcome_funcs}: the "
+            f"dense reward r̂ first, then one per reward function ({num_outcome_funcs} given), e.g. "
+            f"{[1.0] * (1 + num_outcome_funcs)}. A weight 0 for r̂ trains on the reward functions alone."
+        )
+    if reward_weights[0] == 0 and not any(reward_weights[1:]):
+        raise ValueError(
+            f"reward_weights={list(reward_weights)} switches every reward off (r̂ and all reward_funcs): nothing would "
+            "be trained but the KL to π_SFT. Give r̂ (the first weight) or a reward function a non-zero weight."
+        )
 
 
 class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, GRPOTrainer):
@@ -67,12 +85,14 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
     - `__init__`: the reward is a `CheckpointRewardModel` (or an SFT path), and the policy starts from π_SFT (Algorithm
       1, line 2; `policy.initial_policy`): `model=None` loads the SFT model again, or, for an adapter SFT output,
       adds a trainable copy of the SFT adapter on the reward model's own base. Prompts over `max_prompt_length` are
-      dropped and counted.
+      dropped and counted. `reward_funcs` are TRL's scalar outcome rewards (a verifier, a length penalty), after r̂.
     - `_generate_and_score_completions`: the whole DPR batch, after GRPO has generated and padded it: dense rewards on
-      those exact ids, `algorithm.dense_path_advantages` (KL to π_SFT at the rollout temperature, returns, whitening),
-      per-token `(B, T)` advantages into the batch (GRPO's loss broadcasts them), then the metrics and table columns.
-    - `_calculate_rewards`: GRPO's scalar reward channel gets NaN, TRL's "no scalar reward" (left out of its metric
-      averages); DPR logs its own `reward` (Σ_t r̂_t) once the batch is scored.
+      those exact ids, `algorithm.dense_path_advantages` (w_0 r̂, the outcome rewards Σ_j w_j R_j at the last token, KL
+      to π_SFT at the rollout temperature, returns, whitening), per-token `(B, T)` advantages into the batch (GRPO's
+      loss broadcasts them), then the metrics and table columns.
+    - `_calculate_rewards`: TRL calls the `reward_funcs` as GRPO does (their `rewards/<name>/mean|std` metrics and
+      table columns are TRL's); r̂'s scalar column is NaN, TRL's "no scalar reward". DPR logs `rewards/dense_path/*`
+      (Σ_t r̂_t) and `reward` (w_0 Σ_t r̂_t + Σ_j w_j R_j) once the batch is scored.
     - `_generate_single_turn`: with the transformers backend, returns the log-probs of the sampled tokens, taken
       during generation (as vLLM returns them), so the KL term needs no extra policy forward. Where decoding is not
       one sampled token per returned row per forward (beam search, prompt-lookup / assisted decoding) it returns none,
@@ -96,7 +116,11 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
             from π_SFT.
         reward_model: a [`CheckpointRewardModel`], or the path / Hub id of an SFT output whose reference checkpoint was
             recorded by `ReferenceCheckpointCallback` (loaded with `args.model_init_kwargs`).
-        args: a [`DensePathConfig`].
+        args: a [`DensePathConfig`]. Its `reward_weights` are [w_0 for r̂, then one per `reward_funcs` entry]; w_0 = 0
+            trains on the outcome rewards alone (π_SFT still starts the policy and anchors the KL).
+        reward_funcs: TRL's scalar rewards, added at each completion's last token (`algorithm.add_outcome_rewards`):
+            a function `f(prompts, completions, **columns) -> list[float]`, a model id, or a list of them, as
+            GRPOTrainer takes them. `reward_processing_classes` (in `kwargs`) has one entry per function.
         train_dataset, eval_dataset, processing_class, callbacks, optimizers, peft_config: as in GRPOTrainer. The
             datasets need a `prompt` column.
 
@@ -111,6 +135,16 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
             train_dataset=prompts,         # a `prompt` column
         )
         trainer.train()
+        ```
+
+        Dense + outcome: r̂ plus a verifier reading the dataset's `answer` column, weights [r̂, verifier]:
+
+        ```python
+        def exact(prompts, completions, answer, **kwargs):  # conversational completions: [{"role", "content"}]
+            return [float(is_correct(c[-1]["content"], a)) for c, a in zip(completions, answer)]
+
+        DensePathTrainer(reward_model="runs/sft", reward_funcs=[exact], train_dataset=prompts,
+                         args=DensePathConfig(output_dir="runs/both", reward_weights=[1.0, 1.0]))
         ```
     """
 
@@ -133,13 +167,17 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
         callbacks: list[TrainerCallback] | None = None,
         optimizers: tuple[torch.optim.Optimizer | None, torch.optim.lr_scheduler.LambdaLR | None] = (None, None),
         peft_config: PeftConfig | None = None,
+        reward_funcs: Any = None,
         **kwargs: Any,
     ):
         args = DensePathConfig("dpr-output") if args is None else args
         if not isinstance(args, DensePathConfig):
             raise TypeError(f"args must be a DensePathConfig, got {type(args).__name__}.")
-        if "reward_funcs" in kwargs:
-            raise TypeError("DensePathTrainer scores with `reward_model`; it takes no `reward_funcs`.")
+        outcome_funcs = [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, list) else [reward_funcs]
+        check_reward_weights(args.reward_weights, len(outcome_funcs))
+        if kwargs.get("reward_processing_classes") is not None:
+            classes = kwargs["reward_processing_classes"]
+            kwargs["reward_processing_classes"] = [None, *(classes if isinstance(classes, list) else [classes])]
         eval_datasets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
         for name, dataset in {"train_dataset": train_dataset, **{f"eval_dataset{k and f'[{k!r}]'}": v for k, v in eval_datasets.items()}}.items():
             check_prompt_dataset(dataset, name)
@@ -154,7 +192,7 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
         model = initial_policy(reward_model, model, peft_config, use_vllm=args.use_vllm)
         super().__init__(
             model=model,
-            reward_funcs=dense_path,
+            reward_funcs=[dense_path, *outcome_funcs],  # r̂ first: reward_weights[0] is its weight
             args=args,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
@@ -172,6 +210,7 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
             )
         self.reward_model = reward_model.prepare_for(self.accelerator, self.is_deepspeed_enabled, self.is_fsdp_enabled)
         self.skipped_nonfinite_batches = 0
+        self._outcome_rewards = None  # set by _calculate_rewards, taken by _generate_and_score_completions
         if args.max_prompt_length is not None:
             self._drop_long_prompts(args.max_prompt_length)
 
@@ -195,13 +234,28 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
     # ---- the DPR batch -----------------------------------------------------------------------------------------
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        # DPR's reward is per token and is computed in `_generate_and_score_completions`, on the ids TRL has padded
-        # there. GRPO's scalar channel gets NaN: "no scalar reward", which TRL leaves out of its metric averages.
-        return torch.full((len(prompts) * self.accelerator.num_processes, 1), torch.nan, device=self.accelerator.device)
+        # r̂ is per token and is computed in `_generate_and_score_completions`, on the ids TRL has padded there; its
+        # scalar column is NaN, "no scalar reward", which TRL leaves out of its metric averages.
+        if len(self.reward_funcs) == 1:  # r̂ alone (TRL would warn that every function returned None)
+            rewards_per_func = torch.full((len(prompts) * self.accelerator.num_processes, 1), torch.nan, device=self.accelerator.device)
+        else:  # TRL calls the outcome functions, with the dataset's columns, and gathers them over processes
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        # GRPO's `_generate_and_score_completions`, our caller, keeps the per-function rewards to itself: hand ours
+        # the outcome columns directly (taken, and reset, right after GRPO returns the batch).
+        self._outcome_rewards = rewards_per_func[:, 1:]
+        return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)  # generation, padding, log π_old when off-policy
         mode = "train" if self.model.training else "eval"
+        # GRPO logs `reward` / `reward_std` of the scalar functions only (it cannot see r̂): DPR's replace them below.
+        logged = {name: len(self._metrics[mode][name]) for name in ("reward", "reward_std")}
+        output = super()._generate_and_score_completions(inputs)  # generation, padding, rewards, log π_old if off-policy
+        all_outcome_rewards, self._outcome_rewards = self._outcome_rewards, None
+        if all_outcome_rewards is None:
+            raise RuntimeError(
+                "GRPOTrainer._generate_and_score_completions no longer calls _calculate_rewards, where DensePathTrainer "
+                "takes the reward_funcs' scores: this TRL version is not supported (see docs/upgrading_trl.md)."
+            )
         mask = output["completion_mask"] * output.get("tool_mask", 1)
         completion_ids = output["completion_ids"]
         # A completion is terminal when it ended with EOS; one cut at max_completion_length is not (matters for w/V).
@@ -219,6 +273,9 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
         policy_logps = output.get("old_per_token_logps", output.get("sampling_per_token_logps"))
         if policy_logps is None and self.args.kl_coef != 0.0 and not self.use_vllm:
             policy_logps = output["sampling_per_token_logps"] = self._sampled_token_logps(output, batch_size)
+        # This process's rows of the gathered [N, K] outcome rewards (GRPO's process slice), and their weights.
+        local = slice(self.accelerator.process_index * len(completion_ids), (self.accelerator.process_index + 1) * len(completion_ids))
+        outcome_rewards = all_outcome_rewards[local] if all_outcome_rewards.size(1) else None
         dpr = algorithm.dense_path_advantages(
             scored.rewards,
             scored.kl_reference_logps,
@@ -228,6 +285,9 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
             gamma=self.args.gamma,
             reward_granularity=self.args.reward_granularity,
             whiten_advantages=self.args.whiten_advantages,
+            dense_weight=self.reward_weights[0].item(),
+            outcome_rewards=outcome_rewards,
+            outcome_weights=self.reward_weights[1:],
         )
 
         # A non-finite reward (a NaN/inf log-prob, an fp16 overflow) would poison the weights: the whole generation
@@ -244,7 +304,10 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
                 f"skipped (no gradient). Skipped so far: {self.skipped_nonfinite_batches}."
             )
 
-        self._log_batch(mode, scored.rewards, dpr, output["advantages"], mask, completion_ids, kl_measured=policy_logps is not None, finite=finite)
+        for name, count in logged.items():
+            del self._metrics[mode][name][count:]
+        self._log_batch(mode, scored.rewards, all_outcome_rewards, dpr, output["advantages"], mask, completion_ids,
+                        kl_measured=policy_logps is not None, finite=finite)
         return output
 
     def _sampled_token_logps(self, output, batch_size: int) -> torch.Tensor:
@@ -257,7 +320,7 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
             )
         return logps
 
-    def _log_batch(self, mode, rewards, dpr, advantages, mask, completion_ids, kl_measured: bool, finite: bool) -> None:
+    def _log_batch(self, mode, rewards, all_outcome_rewards, dpr, advantages, mask, completion_ids, kl_measured: bool, finite: bool) -> None:
         """DPR's metrics and completion-table columns for this batch (TRL averages the metrics at each log)."""
         metrics = self._metrics[mode]
         # One sample per prompt: GRPO's share of tied groups is always 1 and would read as "no learning signal".
@@ -265,12 +328,15 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
         metrics["skipped_nonfinite_batches"].append(float(self.skipped_nonfinite_batches))
         valid = mask.bool()
         if finite:
-            sequence_rewards = rewards.sum(dim=1)
-            all_sequence_rewards = self.accelerator.gather(sequence_rewards)
-            for name in ("reward", "rewards/dense_path/mean"):  # TRL's usual reward metrics carry Σ_t r̂_t
-                metrics[name].append(all_sequence_rewards.mean().item())
-            for name in ("reward_std", "rewards/dense_path/std"):
-                metrics[name].append(all_sequence_rewards.std().item() if all_sequence_rewards.numel() > 1 else 0.0)
+            all_sequence_rewards = self.accelerator.gather(rewards.sum(dim=1))
+            # TRL's per-function metrics, unweighted, for r̂: Σ_t r̂_t (the outcome functions' are TRL's own).
+            metrics["rewards/dense_path/mean"].append(all_sequence_rewards.mean().item())
+            metrics["rewards/dense_path/std"].append(all_sequence_rewards.std().item() if all_sequence_rewards.numel() > 1 else 0.0)
+            # TRL's `reward`: the weighted sum of every reward, w_0 Σ_t r̂_t + Σ_j w_j R_j (nansum, as TRL).
+            weights = self.reward_weights.to(all_sequence_rewards.device)
+            total = weights[0] * all_sequence_rewards + (all_outcome_rewards * weights[1:]).nansum(dim=1)
+            metrics["reward"].append(total.mean().item())
+            metrics["reward_std"].append(total.std().item() if total.numel() > 1 else 0.0)
             # Token-level statistics over every process's valid tokens.
             reward_mean, reward_std = algorithm.masked_mean_std(rewards, valid)
             advantage_mean, advantage_std = algorithm.masked_mean_std(dpr["advantages"], valid)

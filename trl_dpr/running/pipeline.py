@@ -26,7 +26,7 @@ from ..embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from ..reference_callback import ReferenceCheckpointCallback, check_reference_fraction
 from ..reference_manifest import MANIFEST_NAME, check_model_source, mark_sft_complete, sft_output_problem
 from ..reward_model import CheckpointRewardModel, load_reward_model
-from ..trainer import DensePathTrainer
+from ..trainer import DensePathTrainer, check_reward_weights
 from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resume_from_checkpoint, release_output_dir
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 from .hub import (
@@ -355,9 +355,9 @@ class DPRInputs:
     prompts: Dataset
 
 
-def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathConfig) -> DPRInputs:
-    """What the DPR stage can check without the SFT output, each once: its folder (claimed for this run), the Hub push
-    and the prompts (loaded). `trl-dpr dpr` runs this before its SFT stage, so a mistake in the DPR part of a pipeline
+def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathConfig, num_reward_funcs: int = 0) -> DPRInputs:
+    """What the DPR stage can check without the SFT output, each once: `reward_weights` against r̂ plus
+    `num_reward_funcs` functions, its folder (claimed for this run), the Hub push and the prompts (loaded). `trl-dpr dpr` runs this before its SFT stage, so a mistake in the DPR part of a pipeline
     is found before the SFT is spent, and hands the result to `run_dpr`.
 
     Example:
@@ -366,6 +366,7 @@ def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathCo
         inputs.prompts.num_rows
         ```
     """
+    check_reward_weights(training_args.reward_weights, num_reward_funcs)
     claim_output_dir(
         training_args.output_dir,
         resuming=parse_resume_from_checkpoint(training_args.resume_from_checkpoint) is not None,
@@ -397,11 +398,13 @@ def run_dpr(
     callbacks: list | None = None,
     reward_model: CheckpointRewardModel | None = None,
     inputs: DPRInputs | None = None,
+    reward_funcs: list | None = None,
 ) -> DensePathTrainer:
     """DPR from the SFT output `model_args.model_name_or_path` (policy initialised from π_SFT); returns the trainer.
 
     `reward_model` replaces the one loaded from the SFT output (π_SFT and π_ref), e.g. a control reward such as
-    the correctness oracle of `experiments/oracle.py`. `inputs` is what `check_dpr_inputs` returned when the caller
+    the correctness oracle of `experiments/oracle.py`. `reward_funcs` are TRL's scalar outcome rewards added to r̂
+    (`DensePathTrainer`'s, weighted by `reward_weights`). `inputs` is what `check_dpr_inputs` returned when the caller
     ran it first (`trl-dpr dpr`, before its SFT stage): the folder claimed, the push checked, the prompts loaded; by
     default run_dpr runs it itself. With `push_to_hub: true` the policy (adapter, or merged with `merge_adapter`) and
     its model card are pushed once, at the end; `trl-dpr dpr` turns that off (`defer_push_to_hub`) and pushes after
@@ -417,7 +420,7 @@ def run_dpr(
     """
     # Everything that can be checked before a model loads: the folder, the push and the prompts (check_dpr_inputs,
     # unless the caller did it), then the SFT output, its adapter and its chat template.
-    inputs = inputs or check_dpr_inputs(script_args, training_args)
+    inputs = inputs or check_dpr_inputs(script_args, training_args, len(reward_funcs or []))
     sft_path = model_args.model_name_or_path
     if os.path.isdir(sft_path) and (problem := sft_output_problem(sft_path)):
         raise ValueError(f"{sft_path!r} is not a finished SFT output: {problem}. {UNFINISHED_SFT_HELP}")
@@ -443,6 +446,7 @@ def run_dpr(
         quantization_config=None if shares_base else quantization_config,
         peft_config=None if shares_base else get_peft_config(model_args),
         callbacks=callbacks,
+        reward_funcs=reward_funcs,
     )
     if script_args.heatmap_steps:
         from ..analysis.tracking import TokenHeatmapCallback

@@ -34,7 +34,7 @@ from pathlib import Path
 # sentinel (`max_steps: -1` = "train num_train_epochs"), accepted as itself and nothing else.
 MAY_BE_NEGATIVE = frozenset({
     "gsil_shift",  # b in GSIL's f = β log π_θ/π_t + b
-    "reward_weights",  # weights of several rewards (refused by DPR anyway)
+    "reward_weights",  # weights of several rewards (a negative one is a penalty)
     "loss_weights",  # weights of several DPO losses
 })
 
