@@ -1,6 +1,7 @@
 """The embedded default: an LfD task, a tiny pretrained model and an exact judge that run offline on CPU.
 
-    task         generated instructions with expert step-by-step answers that can be checked exactly
+    task         generated instructions with expert step-by-step answers that can be checked exactly, and the
+                 demonstrations loader that knows its name (`load_demonstrations`)
     tiny_lm      tiny causal LMs and byte-level BPE tokenizers built from a config and a corpus (no download)
     pretraining  a plain-text corpus about the task and the tiny Llama language-modelled on it (the demo's base)
     base_model   the names recipes use for the embedded bases, each built once per folder
@@ -14,7 +15,16 @@ trl_dpr/embedded-pretrained-llama` (or `trl_dpr/embedded-tiny-llama`, random ini
 
 from .base_model import EMBEDDED_MODEL, EMBEDDED_PRETRAINED_MODEL, build_embedded_base, resolve_embedded_base
 from .pretraining import PretrainingSettings, build_pretrained_base, pretraining_corpus
-from .task import EMBEDDED_DATASET, KINDS, build_demo_dataset, extract_answer, held_out_split, is_correct, make_example
+from .task import (
+    EMBEDDED_DATASET,
+    KINDS,
+    build_demo_dataset,
+    extract_answer,
+    held_out_split,
+    is_correct,
+    load_demonstrations,
+    make_example,
+)
 
 __all__ = [
     "EMBEDDED_DATASET",
@@ -28,6 +38,7 @@ __all__ = [
     "extract_answer",
     "held_out_split",
     "is_correct",
+    "load_demonstrations",
     "make_example",
     "pretraining_corpus",
     "resolve_embedded_base",

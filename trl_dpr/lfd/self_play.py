@@ -37,7 +37,7 @@ from trl import ModelConfig, get_peft_config
 from trl.data_utils import is_conversational
 
 from ..analysis.sampling import sample_completions
-from ..data import load_demonstrations
+from ..embedded.task import load_demonstrations
 from ..evaluation.cache import JsonlCache
 from ..reference_manifest import check_model_source
 from ..running.checkpointing import (

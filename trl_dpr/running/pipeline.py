@@ -21,8 +21,9 @@ from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_co
 
 from ..config import DensePathConfig
 from ..console_log import ConsoleLogMixin
-from ..data import check_chat_template, load_demonstrations, prompts_for_rl
+from ..data import check_chat_template, prompts_for_rl
 from ..embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
+from ..embedded.task import load_demonstrations
 from ..reference_callback import ReferenceCheckpointCallback, check_reference_fraction
 from ..reference_manifest import MANIFEST_NAME, check_model_source, mark_sft_complete, sft_output_problem
 from ..reward_model import CheckpointRewardModel, load_reward_model
