@@ -19,7 +19,6 @@ commands (`trl-dpr heatmap`, `trl-dpr memory`) the same way: one line, the close
 from __future__ import annotations
 
 import argparse
-import collections.abc
 import dataclasses
 import difflib
 import enum
