@@ -1,6 +1,7 @@
 """Running DPR: the pieces around the algorithm that take a recipe to a trained, saved and pushed model.
 
     pipeline       the LfD stages as functions: SFT (+ π_ref) → DPR → evaluation against SFT
+    stages         the one stage flow of `trl-dpr dpr|spin|gsil`: sft_config → train → evaluation_config
     cli            the `trl-dpr` command: checks a recipe before importing torch, launches the stage's script
     recipe_checks  the checks of a recipe's keys and values that need no TRL (run before torch is imported)
     recipe_parser  RecipeParser: TRL's TrlParser that rejects unknown keys; the shipped recipes by name
