@@ -215,13 +215,15 @@ def dpr_trainer(
     tokenizer, tmp_path, architecture="llama", reward_kwargs=None, train_dataset=None, eval_dataset=None,
     reward_funcs=None, **config
 ):
-    """A DensePathTrainer on tiny models (π_SFT seed 0, π_ref seed 1), recording the inputs of every loss call;
-    `reward_funcs` are TRL's outcome rewards, passed to the trainer.
+    """A DensePathTrainer on tiny models (π_SFT seed 0, π_ref seed 1), recording the inputs of every loss call; built
+    as the recipes build it, with the run's services (`trl_dpr.running.trainers.DPRRunTrainer`); `reward_funcs` are
+    TRL's outcome rewards, passed to the trainer.
 
     Returns `(trainer, used, sft, ref)`: `used` collects, per `_compute_loss` call, the batch tensors the loss saw.
     """
-    from trl_dpr import CheckpointRewardModel, DensePathTrainer
+    from trl_dpr import CheckpointRewardModel
     from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+    from trl_dpr.running.trainers import DPRRunTrainer
 
     sft = build_tiny_causal_lm(tokenizer, architecture, seed=0)
     ref = build_tiny_causal_lm(tokenizer, architecture, seed=1)
@@ -229,7 +231,7 @@ def dpr_trainer(
     reward_model = CheckpointRewardModel(
         sft, ref if args.use_baseline else None, args.reward(), **(reward_kwargs or {}),
     )
-    trainer = DensePathTrainer(
+    trainer = DPRRunTrainer(
         model=None, reward_model=reward_model, args=args, processing_class=tokenizer,
         train_dataset=prompts_dataset() if train_dataset is None else train_dataset, eval_dataset=eval_dataset,
         reward_funcs=reward_funcs,

@@ -141,8 +141,8 @@ def test_the_scorer_decides_terminal_completions_as_the_trainer_does(tokenizer):
 
 def test_the_dpr_recipe_claims_its_folder_checks_its_push_and_loads_its_prompts_once(tmp_path, tokenizer, monkeypatch):
     """check_dpr_inputs does them before the SFT stage could spend anything; run_dpr and the trainer take its result."""
-    from trl_dpr import trainer as trainer_module
     from trl_dpr.running import hub, pipeline
+    from trl_dpr.running import trainers as trainer_module
     from trl_dpr.scripts import dpr as recipe
 
     calls = collections.Counter()

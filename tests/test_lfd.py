@@ -15,7 +15,7 @@ from trl import DPOConfig, DPOTrainer, ModelConfig
 import trl_dpr.lfd.config
 import trl_dpr.lfd.self_play
 from trl_dpr.analysis.sampling import sample_completions
-from trl_dpr.data import load_demonstrations
+from trl_dpr.embedded import load_demonstrations
 from trl_dpr.embedded.task import demo_corpus
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
 from trl_dpr.lfd import GSILConfig, GSILTrainer, SelfPlayScriptArguments, SPINConfig, SPINTrainer, run_self_play

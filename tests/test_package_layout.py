@@ -68,14 +68,9 @@ def test_no_import_cycle_between_the_packages_modules():
 
 CORE = {  # the algorithm, readable in one sitting: what `from trl_dpr import ...` loads
     "trl_dpr", "trl_dpr.algorithm", "trl_dpr.rewards", "trl_dpr.reward_model", "trl_dpr.policy", "trl_dpr.config",
-    "trl_dpr.trainer", "trl_dpr.reference_callback", "trl_dpr.reference_manifest", "trl_dpr.console_log",
+    "trl_dpr.trainer", "trl_dpr.reference_callback", "trl_dpr.reference_manifest", "trl_dpr.field_checks",
     "trl_dpr.rollout_logprobs", "trl_dpr.token_batches", "trl_dpr.data", "trl_dpr.scoring", "trl_dpr.reward_loading",
 }
-# The trainer inherits the run's safeguards (atomic checkpoints and the output folder's claim, the safe Hub push and
-# the model card), and the configs share the recipes' field checks: the only modules of `running` the core may load.
-# Never the pipeline, the CLI, GGUF, the memory plan, the scripts or anything of `analysis`.
-SERVICES_OF_THE_CORE = {"trl_dpr.running", "trl_dpr.running.checkpointing", "trl_dpr.running.hub",
-                        "trl_dpr.running.recipe_checks"}
 
 
 def test_the_top_of_the_package_is_the_algorithm_core():
@@ -86,7 +81,9 @@ def test_the_top_of_the_package_is_the_algorithm_core():
     assert packages == {"running", "analysis", "scripts", "embedded", "evaluation", "lfd"}
 
 
-def test_the_core_reaches_no_running_code_but_its_services_and_no_analysis():
+def test_the_core_reaches_only_the_core():
+    """No exception: the run's services (checkpoints, Hub, model card, console log) mix into the core's trainer in
+    `running/trainers.py`, the embedded task calls into `data`, and the config's field checks are the core's own."""
     graph = module_imports()
     reached, todo = set(), list(CORE)
     while todo:
@@ -94,9 +91,30 @@ def test_the_core_reaches_no_running_code_but_its_services_and_no_analysis():
         if module not in reached:
             reached.add(module)
             todo += graph[module]
-    assert "trl_dpr.running.hub" in reached and "trl_dpr.embedded.task" in reached  # the walk follows imports
-    outside = {m for m in reached - CORE - SERVICES_OF_THE_CORE if not m.startswith("trl_dpr.embedded")}
-    assert outside == set()
+    assert "trl_dpr.field_checks" in reached and "trl_dpr.scoring" in reached  # the walk follows imports
+    assert reached - CORE == set()
+
+
+def test_the_trainer_imports_only_the_core_and_its_libraries():
+    import sys
+
+    graph = module_imports()
+    assert graph["trl_dpr.trainer"] <= CORE and graph["trl_dpr.trainer"]
+    tree = ast.parse((ROOT / "trl_dpr" / "trainer.py").read_text())
+    roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level}
+    libraries = {"__future__", "torch", "transformers", "trl", "accelerate", "datasets", "peft"}
+    assert {r for r in roots if r not in sys.stdlib_module_names} - libraries == set()
+
+
+def test_the_run_services_compose_in_running():
+    from trl import GRPOTrainer
+
+    from trl_dpr import DensePathTrainer
+    from trl_dpr.running.trainers import DPRRunTrainer
+
+    assert DensePathTrainer.__bases__ == (GRPOTrainer,)  # its overrides, and TRL's own save, push and card
+    assert issubclass(DPRRunTrainer, DensePathTrainer)
 
 
 def test_no_module_imports_a_stage_script():

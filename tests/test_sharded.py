@@ -220,7 +220,7 @@ def test_spin_under_zero3_on_two_processes_answers_with_each_full_iterate(models
     and the second iteration must get a fresh DeepSpeed accelerator (the `spin` layout of the ZeRO-3 launch)."""
     from transformers import AutoTokenizer
 
-    from trl_dpr.data import load_demonstrations
+    from trl_dpr.embedded import load_demonstrations
     from trl_dpr.lfd.self_play import answer_prompts, load_policy, prompts_and_demonstrations
 
     out, sft = launched("zero3")["spin"] / "spin", models / "spin_sft"

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig, SFTConfig
 
-from .running.recipe_checks import _plain, unused_field_problem
+from .field_checks import _plain, unused_field_problem
 from .scoring import check_temperature, check_token_chunk_size
 
 __all__ = [
@@ -30,7 +30,7 @@ def unused_parent_fields(parent, reasons: dict[str, str]) -> dict[str, tuple[tup
 
 def refuse_unused_fields(config) -> None:
     """A config's `__post_init__` refuses its own `_UNUSED_FIELDS` when they hold a value they do not accept: the
-    recipes' rule (`trl_dpr.running.recipe_checks.unused_field_problem`, which the recipe parsers apply while parsing) for a
+    recipes' rule (`trl_dpr.field_checks.unused_field_problem`, which the recipe parsers apply while parsing) for a
     config built from Python.
 
     Example:

@@ -11,8 +11,6 @@ import os
 
 from datasets import Dataset, DatasetDict, load_dataset
 
-from .embedded.task import EMBEDDED_DATASET, build_demo_dataset
-
 __all__ = [
     "openorca_to_conversation",
     "load_demonstrations",
@@ -183,11 +181,12 @@ def load_demonstrations(
     seed: int = 0,
     dataset_format: str = "auto",
     stage: str = "sft",
+    rows: Dataset | None = None,
 ) -> Dataset:
-    """Load a demonstration split: a Hub dataset, a local JSON/JSONL file, or `trl_dpr/embedded-demo`.
+    """Load a demonstration split: a Hub dataset, a local JSON/JSONL file, or `rows` already built.
 
     Args:
-        dataset_name: Hub id (e.g. `Open-Orca/OpenOrca`), a `.json`/`.jsonl` path, or `trl_dpr/embedded-demo`.
+        dataset_name: Hub id (e.g. `Open-Orca/OpenOrca`) or a `.json`/`.jsonl` path; with `rows`, the name of those.
         dataset_config: the dataset's configuration name, if any.
         split: split to load.
         num_samples: keep a random subsample of this many rows (shuffled with `seed`), e.g. the paper's 100k.
@@ -195,10 +194,13 @@ def load_demonstrations(
         dataset_format: `auto` (detect), `openorca`, `messages` or `prompt_completion`.
         stage: what the rows are for: `sft` needs demonstrations (`messages`, or `prompt` + `completion`); `rl` needs
             prompts (`prompt`, or demonstrations to take them from, see `prompts_for_rl`).
+        rows: the split itself, built rather than loaded (the embedded task: `trl_dpr.embedded.load_demonstrations`
+            resolves its name `trl_dpr/embedded-demo` to these).
 
     Example:
-        >>> load_demonstrations("trl_dpr/embedded-demo", split="test", num_samples=3).num_rows
-        3
+        >>> rows = Dataset.from_dict({"prompt": ["1+1?", "2+2?"], "completion": ["2", "4"]})
+        >>> load_demonstrations("my-rows", num_samples=1, rows=rows).num_rows
+        1
     """
     if dataset_format not in ("auto", "openorca", "messages", "prompt_completion"):
         raise ValueError(
@@ -208,13 +210,13 @@ def load_demonstrations(
         raise ValueError(f"stage must be 'sft' or 'rl', got {stage!r}.")
     if num_samples is not None and num_samples < 1:
         raise ValueError(f"num_train_samples / num_samples must be a positive number of rows or unset (all), got {num_samples}.")
-    if dataset_name == EMBEDDED_DATASET:
-        dataset = build_demo_dataset(seed=seed)[split]
+    if rows is not None:
+        dataset = rows
     elif dataset_name.endswith((".json", ".jsonl")) or os.path.isabs(dataset_name) or dataset_name.startswith("."):
         if not os.path.isfile(dataset_name):
             raise FileNotFoundError(
                 f"Dataset file {dataset_name!r} does not exist. Give a .json / .jsonl file that exists, a Hub dataset "
-                f"id, or {EMBEDDED_DATASET} (the embedded task)."
+                "id, or trl_dpr/embedded-demo (the embedded task)."
             )
         if os.path.getsize(dataset_name) == 0 or not open(dataset_name, "rb").read(4096).strip():
             raise ValueError(f"Dataset file {dataset_name!r} is empty: it needs one JSON object per line (or a JSON list).")

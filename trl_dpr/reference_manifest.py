@@ -25,6 +25,7 @@ __all__ = [
     "MANIFEST_NAME",
     "REFERENCE_DIRNAME",
     "check_model_source",
+    "files_problem",
     "SFT_COMPLETE_NAME",
     "ReferenceManifest",
     "mark_sft_complete",
@@ -238,8 +239,6 @@ def sft_output_problem(path: str | os.PathLike) -> str | None:
             files = json.loads(marker.read_text())["files"]
         except (ValueError, KeyError, TypeError):
             return f"{SFT_COMPLETE_NAME} is unreadable"
-        from .running.checkpointing import files_problem
-
         return files_problem(path, files)
     if not any((path / name).is_file() for name in _WEIGHTS):
         return "no final model (model.safetensors or adapter_model.safetensors): the SFT stage did not finish its final save"
@@ -247,6 +246,24 @@ def sft_output_problem(path: str | os.PathLike) -> str | None:
         return "no config.json or adapter_config.json next to the weights"
     if not any((path / name).is_file() for name in _TOKENIZER):
         return "no tokenizer files (tokenizer.json / tokenizer_config.json): save the tokenizer with the model"
+    return None
+
+
+def files_problem(folder: str | os.PathLike, files: dict[str, int]) -> str | None:
+    """The first of `files` (relative path → size written) that is missing from `folder` or has another size.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp()); _ = (folder / "a.bin").write_bytes(b"12")
+        >>> files_problem(folder, {"a.bin": 4})
+        'a.bin has 2 bytes, 4 were written'
+    """
+    for name, size in files.items():
+        file = Path(folder) / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if file.stat().st_size != size:
+            return f"{name} has {file.stat().st_size} bytes, {size} were written"
     return None
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,19 +18,10 @@ from trl.models.utils import disable_gradient_checkpointing
 
 from . import algorithm
 from .config import DensePathConfig
-from .console_log import ConsoleLogMixin
 from .data import check_prompt_dataset, drop_long_prompts
 from .policy import initial_policy
 from .reward_model import CheckpointRewardModel, load_reward_model
 from .rollout_logprobs import SampledTokenLogprobs
-from .running.checkpointing import AtomicCheckpointsMixin, check_output_dir, is_claimed
-from .running.hub import (
-    BaseModelCardMixin,
-    SafeHubPushMixin,
-    base_model_reference,
-    dpr_model_card_section,
-    recorded_base_model,
-)
 from .token_batches import ends_with_eos
 
 __all__ = ["DensePathTrainer"]
@@ -71,7 +60,7 @@ def check_reward_weights(reward_weights, num_outcome_funcs: int) -> None:
         )
 
 
-class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, GRPOTrainer):
+class DensePathTrainer(GRPOTrainer):
     r"""Trainer for Dense-Path REINFORCE (DPR), from [Beyond Imitation: Recovering Dense Rewards from
     Demonstrations](https://huggingface.co/papers/2510.02493).
 
@@ -79,8 +68,8 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
     checkpoint at a fraction α of training, and improves π_SFT with token-level REINFORCE++: undiscounted per-token
     returns of r̂ minus a small KL to π_SFT, whitened over the whole batch, through GRPO's clipped surrogate.
 
-    What differs from [`~trl.GRPOTrainer`], override by override; everything else (generation with transformers or
-    vLLM, PEFT and quantisation, the clipped loss, logging, checkpointing) is inherited unchanged:
+    The only changes w.r.t. [`~trl.GRPOTrainer`] are these overrides; everything else (generation with transformers or
+    vLLM, PEFT and quantisation, the clipped loss, logging, checkpointing, the model card) is inherited unchanged:
 
     - `__init__`: the reward is a `CheckpointRewardModel` (or an SFT path), and the policy starts from π_SFT (Algorithm
       1, line 2; `policy.initial_policy`): `model=None` loads the SFT model again, or, for an adapter SFT output,
@@ -99,13 +88,10 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
       and `_generate_and_score_completions` takes them from one forward of the policy.
     - `compute_loss`: a batch whose rewards or advantages are not finite contributes no graph (no gradient, no
       optimizer moment update), on every process.
-    - `_card_base_name` / `_card_sections`: the model card (`BaseModelCardMixin`) names the base the SFT run started
-      from, and holds DPR's reward, α, λ, hyperparameters and evaluation table before the citations.
 
-    From the mixins: checkpoints are staged and renamed once complete, resume takes the newest complete one
-    (`AtomicCheckpointsMixin`), Hub pushes (`push_to_hub=True`, `trainer.push_to_hub()`) go through the safe push,
-    once, with the model card (`SafeHubPushMixin`), the card is written for a Hub visitor (`BaseModelCardMixin`), and the
-    console log prints numbers (`ConsoleLogMixin`).
+    The recipes run it as `trl_dpr.running.trainers.DPRRunTrainer`, which adds the run's services: atomic
+    checkpoints and the output folder's claim, the safe Hub push, a model card with DPR's hyperparameters, a numeric
+    console log.
 
     In TRL's completions table (`log_completions=True`), GRPO's scalar `dense_path` and `advantage` columns are NaN and
     0 (DPR has no scalar reward, and one sample per prompt has no group advantage); DPR's are `sequence_reward`
@@ -181,11 +167,6 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
         eval_datasets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
         for name, dataset in {"train_dataset": train_dataset, **{f"eval_dataset{k and f'[{k!r}]'}": v for k, v in eval_datasets.items()}}.items():
             check_prompt_dataset(dataset, name)
-        # Before any model loads. A pipeline (run_dpr) has claimed the folder and checked and deferred the push by now;
-        # from Python, the folder is checked here and claimed by train(), and the push is checked and taken over.
-        if not is_claimed(args.output_dir):
-            check_output_dir(args.output_dir)
-        self._take_over_hub_push(args)
         reward_model = load_reward_model(reward_model, args)
 
         # Algorithm 1, line 2: the actor starts from π_SFT; π_SFT itself stays frozen as the reward and KL reference.
@@ -383,19 +364,3 @@ class DensePathTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMi
             # without a gradient, momentum and weight decay included) cannot change the weights.
             return torch.zeros((), device=self.accelerator.device, requires_grad=True)
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
-
-    def _card_base_name(self) -> str | None:
-        # The model the SFT run started from, as its output records it (a policy loaded from a local SFT folder,
-        # `model=None`, would be named by that folder), else the SFT model itself.
-        source = self.reward_model.sft_model_name_or_path
-        return recorded_base_model(source) or source
-
-    def _card_base_model(self) -> str:
-        source = self.reward_model.sft_model_name_or_path
-        if source and os.path.isdir(source) and not recorded_base_model(source):
-            return f"an SFT model whose output folder (`{Path(source).name}`) records no base model"
-        return base_model_reference(self._card_base_name(), kind="SFT model", unknown="an SFT model")
-
-    def _card_sections(self) -> list[str]:
-        # DPR's reward, α, λ and hyperparameters, and the evaluation table when the run wrote one.
-        return dpr_model_card_section(self.args, self.reward_model).rstrip("\n").split("\n")

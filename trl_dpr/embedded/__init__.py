@@ -1,6 +1,7 @@
 """The embedded default: an LfD task, a tiny pretrained model and an exact judge that run offline on CPU.
 
-    task         generated instructions with expert step-by-step answers that can be checked exactly
+    task         generated instructions with expert step-by-step answers that can be checked exactly, and the
+                 demonstrations loader that knows its name (`load_demonstrations`)
     tiny_lm      tiny causal LMs and byte-level BPE tokenizers built from a config and a corpus (no download)
     pretraining  a plain-text corpus about the task and the tiny Llama language-modelled on it (the demo's base)
     base_model   the names recipes use for the embedded bases, each built once per folder
@@ -26,4 +27,5 @@ from .task import build_demo_dataset as build_demo_dataset
 from .task import extract_answer as extract_answer
 from .task import held_out_split as held_out_split
 from .task import is_correct as is_correct
+from .task import load_demonstrations as load_demonstrations
 from .task import make_example as make_example

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from datasets import Dataset, DatasetDict
 
+from ..data import load_demonstrations as _load_demonstrations
+
 EMBEDDED_DATASET = "trl_dpr/embedded-demo"  # the `dataset_name` of this task in recipes (generated, no download)
 
 KINDS = ("add", "subtract", "multiply", "wages", "sort")
@@ -148,6 +150,18 @@ def held_out_split(num_prompts: int = 500, seed: int = 0) -> Dataset:
     if num_prompts < 1:
         raise ValueError(f"num_prompts must be >= 1, got {num_prompts}.")
     return build_demo_dataset(num_train=0, num_test=num_prompts, seed=seed)["test"]
+
+
+def load_demonstrations(dataset_name: str, dataset_config: str | None = None, split: str = "train", **kwargs) -> Dataset:
+    """`trl_dpr.data.load_demonstrations` for every `dataset_name` a recipe may give, this task's included: `trl_dpr/
+    embedded-demo` is built (`build_demo_dataset` with the same `seed`), anything else loaded.
+
+    Example:
+        >>> load_demonstrations("trl_dpr/embedded-demo", split="test", num_samples=3).num_rows
+        3
+    """
+    rows = build_demo_dataset(seed=kwargs.get("seed", 0))[split] if dataset_name == EMBEDDED_DATASET else None
+    return _load_demonstrations(dataset_name, dataset_config, split=split, rows=rows, **kwargs)
 
 
 def extract_answer(response: str) -> str | None:

@@ -37,7 +37,7 @@ from trl import ModelConfig, get_peft_config
 from trl.data_utils import is_conversational
 
 from ..analysis.sampling import sample_completions
-from ..data import load_demonstrations
+from ..embedded.task import load_demonstrations
 from ..evaluation.cache import JsonlCache
 from ..reference_manifest import check_model_source
 from ..running.checkpointing import (
@@ -47,7 +47,7 @@ from ..running.checkpointing import (
     last_complete_checkpoint,
     release_output_dir,
 )
-from ..running.pipeline import SFTScriptArguments, model_init_kwargs_from, print_stage
+from ..running.pipeline import SFTScriptArguments, model_init_kwargs_from
 from .config import GSILConfig, SelfPlayConfig, SPINConfig
 from .trainer import GSILTrainer, SelfPlayTrainer, SPINTrainer
 
@@ -547,44 +547,27 @@ def recipe_parser(config_class: type[SelfPlayConfig]):
 
 
 def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None = None) -> SelfPlayRun:
-    """`trl-dpr spin` / `trl-dpr gsil`: parse the recipe (unknown keys are errors), run the SFT stage first when
-    `sft_config` is set and its output is missing, then self-play, then the evaluation against SFT when
-    `evaluation_config` is set.
+    """`trl-dpr spin` / `trl-dpr gsil`: parse the recipe (unknown keys are errors), then the stages of every pipeline
+    recipe (`trl_dpr.running.stages.run_stages`): the SFT stage of `sft_config` (skipped when done, resumed when
+    unfinished), self-play, and the evaluation against SFT of `evaluation_config`.
 
     Example:
         ```python
         recipe_main(SPINConfig, ["--config", "recipes/demo/spin.yaml"])
         ```
     """
-    from ..evaluation.config import load_evaluation_config
-    from ..running.pipeline import has_sft_output, run_sft
-    from ..running.placement import LaunchPlacement, check_launched_run, sft_stage_of_pipeline
+    from ..running.placement import LaunchPlacement, check_launched_run
+    from ..running.stages import run_stages
 
     launch = LaunchPlacement.from_environment()  # before parsing: what accelerate launched this process with
     script_args, training_args, model_args, _ = recipe_parser(config_class).parse_args_and_config(argv)
     placement = check_launched_run(training_args, launch)  # the recipe's device and precision are the launcher's
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
-    if script_args.evaluation_config:  # a bad evaluation YAML fails before the SFT stage and self-play are spent
-        load_evaluation_config(script_args.evaluation_config)
     method = trainer_class(training_args)._name
     sft_path = model_args.model_name_or_path
-    stages = 1 + bool(script_args.sft_config) + bool(script_args.evaluation_config)
-    stage = 1
-    if script_args.sft_config:
-        sft_args, sft_training_args, sft_model_args = sft_stage_of_pipeline(script_args.sft_config, placement)
-        if sft_training_args.output_dir != sft_path:
-            raise ValueError(
-                f"{script_args.sft_config} writes the SFT model to {sft_training_args.output_dir!r} but {method} starts "
-                f"from model_name_or_path={sft_path!r}; make them the same folder."
-            )
-        found = has_sft_output(sft_path)
-        print_stage(stage, stages, f"SFT of {sft_model_args.model_name_or_path}" + (f": found in {sft_path}, skipped" if found else ""))
-        if not found:
-            run_sft(sft_args, sft_training_args, sft_model_args)
-        stage += 1
-    print_stage(stage, stages, f"{method} from {sft_path}: {training_args.num_iterations} iteration(s)")
-    run = run_self_play(script_args, training_args, model_args)
-    if script_args.evaluation_config:
-        print_stage(stage + 1, stages, f"Evaluation: {method} vs SFT ({script_args.evaluation_config})")
-        evaluate_last_iterate(script_args.evaluation_config, sft_path, run, "cpu" if placement.use_cpu else "auto")
-    return run
+    return run_stages(
+        method, sft_path, placement, script_args.sft_config, script_args.evaluation_config,
+        train=lambda: run_self_play(script_args, training_args, model_args),
+        train_title=f"{method} from {sft_path}: {training_args.num_iterations} iteration(s)",
+        evaluate=lambda run, device: evaluate_last_iterate(script_args.evaluation_config, sft_path, run, device),
+    )

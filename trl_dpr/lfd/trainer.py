@@ -17,8 +17,8 @@ import torch
 from datasets import Dataset
 from trl import DPOTrainer
 
-from ..console_log import ConsoleLogMixin
 from ..running.checkpointing import AtomicCheckpointsMixin
+from ..running.console_log import ConsoleLogMixin
 from ..running.hub import BaseModelCardMixin
 from .config import GSILConfig, SPINConfig
 from .losses import gsil_discriminator, gsil_loss, spin_loss

@@ -34,13 +34,14 @@ import torch
 from filelock import FileLock, Timeout
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from ..reference_manifest import files_problem
+
 __all__ = [
     "AtomicCheckpointsMixin",
     "OutputDirInUse",
     "check_output_dir",
     "checkpoint_problem",
     "claim_output_dir",
-    "files_problem",
     "is_claimed",
     "is_complete_checkpoint",
     "last_complete_checkpoint",
@@ -108,24 +109,6 @@ def checkpoint_problem(path: str | os.PathLike) -> str | None:
     if "trainer_state.json" not in files:
         return "its manifest lists no trainer_state.json"
     return files_problem(path, files)
-
-
-def files_problem(folder: str | os.PathLike, files: dict[str, int]) -> str | None:
-    """The first of `files` (relative path → size written) that is missing from `folder` or has another size.
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> folder = pathlib.Path(tempfile.mkdtemp()); _ = (folder / "a.bin").write_bytes(b"12")
-        >>> files_problem(folder, {"a.bin": 4})
-        'a.bin has 2 bytes, 4 were written'
-    """
-    for name, size in files.items():
-        file = Path(folder) / name
-        if not file.is_file():
-            return f"{name} is missing"
-        if file.stat().st_size != size:
-            return f"{name} has {file.stat().st_size} bytes, {size} were written"
-    return None
 
 
 def is_complete_checkpoint(path: str | os.PathLike) -> bool:

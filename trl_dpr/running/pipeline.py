@@ -17,25 +17,20 @@ import torch
 from accelerate import PartialState
 from datasets import Dataset
 from transformers import AutoTokenizer
-from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, get_peft_config, get_quantization_config
+from trl import ModelConfig, ScriptArguments, SFTConfig, get_peft_config, get_quantization_config
 
 from ..config import DensePathConfig
-from ..console_log import ConsoleLogMixin
-from ..data import check_chat_template, load_demonstrations, prompts_for_rl
+from ..data import check_chat_template, prompts_for_rl
 from ..embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
+from ..embedded.task import load_demonstrations
 from ..reference_callback import ReferenceCheckpointCallback, check_reference_fraction
-from ..reference_manifest import MANIFEST_NAME, check_model_source, mark_sft_complete, sft_output_problem
+from ..reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
 from ..reward_model import CheckpointRewardModel, load_reward_model
-from ..trainer import DensePathTrainer, check_reward_weights
-from .checkpointing import AtomicCheckpointsMixin, claim_output_dir, parse_resume_from_checkpoint, release_output_dir
+from ..trainer import check_reward_weights
+from .checkpointing import claim_output_dir, parse_resume_from_checkpoint, release_output_dir
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
-from .hub import (
-    BaseModelCardMixin,
-    SafeHubPushMixin,
-    check_hub_push,
-    defer_push_to_hub,
-    push_trainer_output,
-)
+from .hub import check_hub_push, defer_push_to_hub, push_trainer_output
+from .trainers import DPRRunTrainer, SafeSFTTrainer
 
 __all__ = [
     "SFTScriptArguments",
@@ -183,41 +178,6 @@ def model_init_kwargs_from(model_args: ModelConfig, trust_remote_code: bool = Fa
         kwargs["quantization_config"] = quantization_config
         kwargs["device_map"] = {"": PartialState().local_process_index} if torch.cuda.is_available() else None
     return {k: v for k, v in kwargs.items() if v is not None}
-
-
-class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, SFTTrainer):
-    """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.running.checkpointing`), safe Hub pushes
-    (`trl_dpr.running.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once), a model card that
-    names the base model (`base_model`: the name the run was given, which `model` may have been resolved from; by
-    default `model` itself, `trl_dpr.running.hub.BaseModelCardMixin`) and a console log of numbers
-    (`trl_dpr.console_log.ConsoleLogMixin`).
-
-    Example:
-        ```python
-        trainer = SafeSFTTrainer(model="Qwen/Qwen2.5-0.5B", args=SFTConfig("runs/sft"), train_dataset=demonstrations,
-                                 callbacks=[ReferenceCheckpointCallback(0.5)])
-        ```
-    """
-
-    def __init__(self, *args, base_model: str | None = None, **kwargs):
-        self._take_over_hub_push(kwargs["args"])
-        model = kwargs.get("model", args[0] if args else None)
-        self._base_model = base_model or (model if isinstance(model, str) else None)
-        super().__init__(*args, **kwargs)
-
-    def _card_base_name(self) -> str | None:
-        return self._base_model or super()._card_base_name()
-
-    def _card_sections(self) -> list[str]:
-        # An SFT output is DPR's reward model: say where π_ref is and how to load the two as one.
-        manifest = Path(self.args.output_dir) / MANIFEST_NAME
-        if not manifest.is_file():
-            return []
-        recorded = json.loads(manifest.read_text())
-        return ["", f"The reference checkpoint π_ref (step {recorded['step']} of {recorded['total_steps']}, "
-                f"α = {recorded['fraction']}) is saved beside the model in `{recorded['path']}/`: "
-                "`trl_dpr.CheckpointRewardModel.from_pretrained` on this model loads the dense reward "
-                "r̂_t = log π_SFT − log π_ref that Dense-Path REINFORCE trains with."]
 
 
 def run_sft(
@@ -399,7 +359,7 @@ def run_dpr(
     reward_model: CheckpointRewardModel | None = None,
     inputs: DPRInputs | None = None,
     reward_funcs: list | None = None,
-) -> DensePathTrainer:
+) -> DPRRunTrainer:
     """DPR from the SFT output `model_args.model_name_or_path` (policy initialised from π_SFT); returns the trainer.
 
     `reward_model` replaces the one loaded from the SFT output (π_SFT and π_ref), e.g. a control reward such as
@@ -437,7 +397,7 @@ def run_dpr(
     # An adapter SFT output (LoRA/QLoRA) gives one base with adapters sft and ref; the policy is then a trainable copy
     # of the sft adapter on that same base (model=None). A full SFT model is loaded again as the policy.
     shares_base = reward_model.sft_adapter is not None
-    trainer = DensePathTrainer(
+    trainer = DPRRunTrainer(
         model=None if shares_base else sft_path,
         reward_model=reward_model,
         args=training_args,

@@ -19,7 +19,6 @@ commands (`trl-dpr heatmap`, `trl-dpr memory`) the same way: one line, the close
 from __future__ import annotations
 
 import argparse
-import collections.abc
 import dataclasses
 import difflib
 import enum
@@ -28,6 +27,8 @@ import math
 import types
 import typing
 from pathlib import Path
+
+from ..field_checks import _plain, unused_field_problem
 
 # The numeric fields whose negative values mean something. Every other number in the recipe dataclasses is a count, a
 # size, a length, a rate, a coefficient, a probability or a time, and negative is a typo; a negative default is a
@@ -205,33 +206,6 @@ def check_value(name: str, value, spec, default=dataclasses.MISSING, choices=Non
         sentinel = f" (or {default}, its default)" if isinstance(default, int | float) and default < 0 else ""
         return f"{name}: {shown} is negative; expected >= 0{sentinel}"
     return None
-
-
-def unused_field_problem(name: str, value, accepted, reason: str) -> str | None:
-    """Why `value` of a field its dataclass declares unused is refused, or None when it is one of the `accepted` values.
-
-    A dataclass declares such fields in `_UNUSED_FIELDS` (field → (accepted values, why the field is not used)): a
-    field of TRL's that the recipes have no use for, or one whose job a trl_dpr config does itself. Set, it would be
-    accepted and silently ignored (or fail once models are built), so it is refused: by the recipe parsers for what a
-    recipe sets, and by a config's `__post_init__` for the fields it declares itself (`trl_dpr.config.
-    refuse_unused_fields`). This is the one rule and message of refused fields. A scalar stands for the one-item list
-    TRL would make of it (`loss_type: sigmoid`).
-    """
-    value, accepted = _plain(value), [_plain(a) for a in accepted]
-    if value in accepted or (not isinstance(value, list) and [value] in accepted):
-        return None
-    off = f" or set it to {accepted[0]!r}" if accepted and accepted[0] is not None else ""
-    return f"{name}: {value!r} is not used: {reason}. Remove it{off}"
-
-
-def _plain(value):
-    """`value` as YAML and JSON hold it: an Enum member as its value, a tuple or a set (dict keys: argparse keeps
-    choices as they were given) as a list."""
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, tuple | list | collections.abc.Set):
-        return [_plain(item) for item in value]
-    return value
 
 
 def _is_number(token: str) -> bool:

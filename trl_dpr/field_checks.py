@@ -1,0 +1,42 @@
+"""The rule of a config's unused fields, with no TRL import: `DensePathConfig.__post_init__` (the core) and the
+recipe parsers (`trl_dpr.running.recipe_checks`, before torch is imported) refuse a field with the same message."""
+
+from __future__ import annotations
+
+import collections.abc
+import enum
+
+__all__ = ["unused_field_problem"]
+
+
+def unused_field_problem(name: str, value, accepted, reason: str) -> str | None:
+    """Why `value` of a field its dataclass declares unused is refused, or None when it is one of the `accepted` values.
+
+    A dataclass declares such fields in `_UNUSED_FIELDS` (field → (accepted values, why the field is not used)): a
+    field of TRL's that the recipes have no use for, or one whose job a trl_dpr config does itself. Set, it would be
+    accepted and silently ignored (or fail once models are built), so it is refused: by the recipe parsers for what a
+    recipe sets, and by a config's `__post_init__` for the fields it declares itself (`trl_dpr.config.
+    refuse_unused_fields`). This is the one rule and message of refused fields. A scalar stands for the one-item list
+    TRL would make of it (`loss_type: sigmoid`).
+
+    Example:
+        >>> unused_field_problem("dataset_streaming", True, (False,), "streaming is not supported")
+        'dataset_streaming: True is not used: streaming is not supported. Remove it or set it to False'
+        >>> unused_field_problem("loss_type", "sigmoid", (["sigmoid"],), "the loss is SPIN's own") is None
+        True
+    """
+    value, accepted = _plain(value), [_plain(a) for a in accepted]
+    if value in accepted or (not isinstance(value, list) and [value] in accepted):
+        return None
+    off = f" or set it to {accepted[0]!r}" if accepted and accepted[0] is not None else ""
+    return f"{name}: {value!r} is not used: {reason}. Remove it{off}"
+
+
+def _plain(value):
+    """`value` as YAML and JSON hold it: an Enum member as its value, a tuple or a set (dict keys: argparse keeps
+    choices as they were given) as a list."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple | list | collections.abc.Set):
+        return [_plain(item) for item in value]
+    return value

@@ -1,0 +1,77 @@
+"""The stages of `trl-dpr dpr`, `trl-dpr spin` and `trl-dpr gsil`, written once:
+
+    sft_config (skipped when done, resumed when unfinished) ──► train ──► evaluation_config (against SFT)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from .checkpointing import last_complete_checkpoint
+from .pipeline import check_evaluation_config, has_sft_output, print_stage, run_sft
+from .placement import RunPlacement, sft_stage_of_pipeline
+
+__all__ = ["run_stages"]
+
+Trained = TypeVar("Trained")
+
+
+def run_stages(
+    method: str,
+    sft_path: str,
+    placement: RunPlacement,
+    sft_config: str | None,
+    evaluation_config: str | None,
+    train: Callable[[], Trained],
+    train_title: str,
+    evaluate: Callable[[Trained, str], object],
+) -> Trained:
+    """Run a pipeline recipe's stages: the SFT stage of `sft_config` (when set) writing `sft_path`, then `train()`,
+    then `evaluate(trained, device)` against SFT (when `evaluation_config` is set); returns what `train()` returned.
+
+    The evaluation YAML is checked before anything trains. The SFT stage must write the folder `method` starts from;
+    it is skipped when that folder holds a finished SFT output, and resumed from its newest complete checkpoint when it
+    holds an unfinished one. It runs on the pipeline's device and precision (`placement`).
+
+    Example:
+        ```python
+        run_stages("DPR", "runs/demo/sft", placement, "demo/sft.yaml", "demo/evaluate.yaml",
+                   train=lambda: run_dpr(...), train_title="Dense-Path REINFORCE from runs/demo/sft",
+                   evaluate=lambda trainer, device: evaluate_against_sft(..., device=device))
+        ```
+    """
+    if evaluation_config:  # a bad evaluation YAML fails before the SFT stage and the training are spent
+        check_evaluation_config(evaluation_config)
+    stages = 1 + bool(sft_config) + bool(evaluation_config)
+    stage = 1
+    if sft_config:
+        _sft_stage(method, sft_path, placement, sft_config, stage, stages)
+        stage += 1
+    print_stage(stage, stages, train_title)
+    trained = train()
+    if evaluation_config:
+        print_stage(stage + 1, stages, f"Evaluation: {method} vs SFT ({evaluation_config})")
+        evaluate(trained, "cpu" if placement.use_cpu else "auto")
+    return trained
+
+
+def _sft_stage(method: str, sft_path: str, placement: RunPlacement, sft_config: str, stage: int, stages: int) -> None:
+    sft_args, sft_training_args, sft_model_args = sft_stage_of_pipeline(sft_config, placement)
+    if sft_training_args.output_dir != sft_path:
+        raise ValueError(
+            f"{sft_config} writes the SFT model to {sft_training_args.output_dir!r} but {method} starts from "
+            f"model_name_or_path={sft_path!r}. To start from your own SFT output in {sft_path!r}, run without the "
+            f"SFT stage: --sft_config \"\" (or sft_config: null in the recipe); else make them the same folder."
+        )
+    title = f"SFT of {sft_model_args.model_name_or_path} (reference checkpoint at α={sft_args.reference_fraction})"
+    finished = has_sft_output(sft_path)
+    unfinished_checkpoint = None if finished else last_complete_checkpoint(sft_path)
+    if finished:
+        title += f": found in {sft_path}, skipped"
+    elif unfinished_checkpoint:
+        title += f": resuming the unfinished run in {sft_path} from {unfinished_checkpoint}"
+        sft_training_args.resume_from_checkpoint = unfinished_checkpoint
+    print_stage(stage, stages, title)
+    if not finished:
+        run_sft(sft_args, sft_training_args, sft_model_args)

@@ -1,0 +1,112 @@
+"""The trainers a run uses: TRL's SFTTrainer and trl_dpr's DensePathTrainer with the run's services mixed in.
+
+    atomic checkpoints and the output folder's claim   checkpointing.AtomicCheckpointsMixin
+    the safe Hub push, once, with the model card        hub.SafeHubPushMixin
+    a model card written for a Hub visitor              hub.BaseModelCardMixin
+    a console log of numbers                            console_log.ConsoleLogMixin
+
+The algorithm does not need them: `trl_dpr.DensePathTrainer` alone is a GRPOTrainer with TRL's own saving and card.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from trl import SFTTrainer
+
+from ..config import DensePathConfig
+from ..reference_manifest import MANIFEST_NAME
+from ..trainer import DensePathTrainer
+from .checkpointing import AtomicCheckpointsMixin, check_output_dir, is_claimed
+from .console_log import ConsoleLogMixin
+from .hub import (
+    BaseModelCardMixin,
+    SafeHubPushMixin,
+    base_model_reference,
+    dpr_model_card_section,
+    recorded_base_model,
+)
+
+__all__ = ["DPRRunTrainer", "SafeSFTTrainer"]
+
+
+class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, SFTTrainer):
+    """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.running.checkpointing`), safe Hub pushes
+    (`trl_dpr.running.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once), a model card that
+    names the base model (`base_model`: the name the run was given, which `model` may have been resolved from; by
+    default `model` itself, `trl_dpr.running.hub.BaseModelCardMixin`) and a console log of numbers
+    (`trl_dpr.running.console_log.ConsoleLogMixin`).
+
+    Example:
+        ```python
+        trainer = SafeSFTTrainer(model="Qwen/Qwen2.5-0.5B", args=SFTConfig("runs/sft"), train_dataset=demonstrations,
+                                 callbacks=[ReferenceCheckpointCallback(0.5)])
+        ```
+    """
+
+    def __init__(self, *args, base_model: str | None = None, **kwargs):
+        self._take_over_hub_push(kwargs["args"])
+        model = kwargs.get("model", args[0] if args else None)
+        self._base_model = base_model or (model if isinstance(model, str) else None)
+        super().__init__(*args, **kwargs)
+
+    def _card_base_name(self) -> str | None:
+        return self._base_model or super()._card_base_name()
+
+    def _card_sections(self) -> list[str]:
+        # An SFT output is DPR's reward model: say where π_ref is and how to load the two as one.
+        manifest = Path(self.args.output_dir) / MANIFEST_NAME
+        if not manifest.is_file():
+            return []
+        recorded = json.loads(manifest.read_text())
+        return ["", f"The reference checkpoint π_ref (step {recorded['step']} of {recorded['total_steps']}, "
+                f"α = {recorded['fraction']}) is saved beside the model in `{recorded['path']}/`: "
+                "`trl_dpr.CheckpointRewardModel.from_pretrained` on this model loads the dense reward "
+                "r̂_t = log π_SFT − log π_ref that Dense-Path REINFORCE trains with."]
+
+
+class DPRRunTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, DensePathTrainer):
+    """`DensePathTrainer` as `trl-dpr dpr`, the pipeline and the notebooks run it: checkpoints are staged and renamed
+    once complete, resume takes the newest complete one, and the output folder is claimed (`AtomicCheckpointsMixin`);
+    Hub pushes (`push_to_hub=True`, `trainer.push_to_hub()`) go through the safe push, once, with the model card
+    (`SafeHubPushMixin`); the card names the base the SFT run started from and holds DPR's reward, α, λ,
+    hyperparameters and evaluation table (`BaseModelCardMixin`); the console log prints numbers (`ConsoleLogMixin`).
+
+    Takes the arguments of `DensePathTrainer`.
+
+    Example:
+        ```python
+        trainer = DPRRunTrainer(model=None, reward_model="runs/sft", args=DensePathConfig("runs/dpr"),
+                                train_dataset=prompts)
+        trainer.train()
+        trainer.create_model_card(dataset_name="trl_dpr/embedded-demo")
+        ```
+    """
+
+    def __init__(self, model=None, reward_model=None, args: DensePathConfig | None = None, **kwargs):
+        args = DensePathConfig("dpr-output") if args is None else args
+        if isinstance(args, DensePathConfig):  # else DensePathTrainer says what it takes
+            # Before any model loads. A pipeline (run_dpr) has claimed the folder and checked and deferred the push by
+            # now; from Python, the folder is checked here and claimed by train(), and the push is checked and taken over.
+            if not is_claimed(args.output_dir):
+                check_output_dir(args.output_dir)
+            self._take_over_hub_push(args)
+        super().__init__(model, reward_model, args, **kwargs)
+
+    def _card_base_name(self) -> str | None:
+        # The model the SFT run started from, as its output records it (a policy loaded from a local SFT folder,
+        # `model=None`, would be named by that folder), else the SFT model itself.
+        source = self.reward_model.sft_model_name_or_path
+        return recorded_base_model(source) or source
+
+    def _card_base_model(self) -> str:
+        source = self.reward_model.sft_model_name_or_path
+        if source and os.path.isdir(source) and not recorded_base_model(source):
+            return f"an SFT model whose output folder (`{Path(source).name}`) records no base model"
+        return base_model_reference(self._card_base_name(), kind="SFT model", unknown="an SFT model")
+
+    def _card_sections(self) -> list[str]:
+        # DPR's reward, α, λ and hyperparameters, and the evaluation table when the run wrote one.
+        return dpr_model_card_section(self.args, self.reward_model).rstrip("\n").split("\n")
