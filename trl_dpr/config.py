@@ -10,18 +10,10 @@ from trl import GRPOConfig, SFTConfig
 from .field_checks import _plain, unused_field_problem
 from .scoring import check_temperature, check_token_chunk_size
 
-__all__ = [
-    "ActivationCheckpointingAlias", "DensePathConfig", "SFTRecipeConfig", "refuse_unused_fields", "unused_parent_fields",
-]
-
 
 def unused_parent_fields(parent, reasons: dict[str, str]) -> dict[str, tuple[tuple, str]]:
     """`_UNUSED_FIELDS` for fields of `parent` whose job a subclass does itself: each keeps its default, and `reasons`
     says which field of the subclass does the job (field → why).
-
-    Example:
-        >>> unused_parent_fields(GRPOConfig, {"scale_rewards": "DPR whitens its returns"})
-        {'scale_rewards': (('group',), 'DPR whitens its returns')}
     """
     fields = parent.__dataclass_fields__
     default = lambda f: f.default_factory() if callable(f.default_factory) else f.default  # noqa: E731
@@ -32,9 +24,6 @@ def refuse_unused_fields(config) -> None:
     """A config's `__post_init__` refuses its own `_UNUSED_FIELDS` when they hold a value they do not accept: the
     recipes' rule (`trl_dpr.field_checks.unused_field_problem`, which the recipe parsers apply while parsing) for a
     config built from Python.
-
-    Example:
-        >>> refuse_unused_fields(DensePathConfig("runs/dpr", bf16=False))  # every one at its default
     """
     for name, (accepted, reason) in type(config)._UNUSED_FIELDS.items():
         if problem := unused_field_problem(name, getattr(config, name), accepted, reason):
@@ -49,13 +38,6 @@ class ActivationCheckpointingAlias:
     warns, whether a recipe sets the key or not, and each `trl-dpr` run parses its recipe twice (before launching, and
     in the launched script). The value moves to the new name before transformers looks; with a transformers that has
     no new name (< 5.23) nothing changes, and the recipes' `gradient_checkpointing` key works with both.
-
-    Example:
-        >>> import warnings
-        >>> with warnings.catch_warnings():
-        ...     warnings.simplefilter("error", FutureWarning)
-        ...     SFTRecipeConfig("runs/sft", gradient_checkpointing=False, use_cpu=True).gradient_checkpointing
-        False
     """
 
     def __post_init__(self):
@@ -68,10 +50,6 @@ class ActivationCheckpointingAlias:
 class SFTRecipeConfig(ActivationCheckpointingAlias, SFTConfig):
     """TRL's `SFTConfig`, as `trl-dpr sft` (and the SFT stage the other recipes run first) parses it: the same fields
     and defaults; `gradient_checkpointing` is read without a deprecation warning (`ActivationCheckpointingAlias`).
-
-    Example:
-        >>> SFTRecipeConfig("runs/sft", max_length=160, use_cpu=True).gradient_checkpointing  # TRL's default
-        True
     """
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import collections.abc
 import enum
 
-__all__ = ["unused_field_problem"]
-
 
 def unused_field_problem(name: str, value, accepted, reason: str) -> str | None:
     """Why `value` of a field its dataclass declares unused is refused, or None when it is one of the `accepted` values.
@@ -18,12 +16,6 @@ def unused_field_problem(name: str, value, accepted, reason: str) -> str | None:
     recipe sets, and by a config's `__post_init__` for the fields it declares itself (`trl_dpr.config.
     refuse_unused_fields`). This is the one rule and message of refused fields. A scalar stands for the one-item list
     TRL would make of it (`loss_type: sigmoid`).
-
-    Example:
-        >>> unused_field_problem("dataset_streaming", True, (False,), "streaming is not supported")
-        'dataset_streaming: True is not used: streaming is not supported. Remove it or set it to False'
-        >>> unused_field_problem("loss_type", "sigmoid", (["sigmoid"],), "the loss is SPIN's own") is None
-        True
     """
     value, accepted = _plain(value), [_plain(a) for a in accepted]
     if value in accepted or (not isinstance(value, list) and [value] in accepted):

@@ -24,8 +24,6 @@ from .reward_model import CheckpointRewardModel, load_reward_model
 from .rollout_logprobs import SampledTokenLogprobs
 from .token_batches import ends_with_eos
 
-__all__ = ["DensePathTrainer"]
-
 logger = get_logger(__name__)
 
 CITATION = textwrap.dedent("""\

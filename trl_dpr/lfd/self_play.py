@@ -51,22 +51,6 @@ from ..running.pipeline import SFTScriptArguments, model_init_kwargs_from
 from .config import GSILConfig, SelfPlayConfig, SPINConfig
 from .trainer import GSILTrainer, SelfPlayTrainer, SPINTrainer
 
-__all__ = [
-    "RUN_RECORD",
-    "SelfPlayRun",
-    "SelfPlayScriptArguments",
-    "answer_prompts",
-    "demonstration_ids",
-    "demonstration_pairs",
-    "evaluate_last_iterate",
-    "load_policy",
-    "prompts_and_demonstrations",
-    "recipe_main",
-    "recipe_parser",
-    "run_self_play",
-    "trainer_class",
-]
-
 RUN_RECORD = "self_play.json"
 ITERATION_RECORD = "self_play_iteration.json"
 # Settings that decide what a self-play run trains (num_iterations is not one: raising it continues a finished run).
@@ -85,10 +69,6 @@ class SelfPlayScriptArguments(SFTScriptArguments):
 
     `model_name_or_path` (ModelConfig) is the SFT output π_0; the demonstrations are loaded as for SFT and DPR (same
     name, sample count and seed: the same prompts).
-
-    Example:
-        >>> SelfPlayScriptArguments(dataset_name="trl_dpr/embedded-demo").evaluation_config is None
-        True
     """
 
     sft_config: str | None = field(
@@ -106,12 +86,7 @@ class SelfPlayScriptArguments(SFTScriptArguments):
 
 @dataclass
 class SelfPlayRun:
-    """A finished self-play run: its folder (the last iterate), the method, and per iteration what training logged.
-
-    Example:
-        >>> SelfPlayRun("runs/demo/spin", "SPIN", [{"iteration": 0, "train_runtime_s": 40.1}]).iterations[0]["iteration"]
-        0
-    """
+    """A finished self-play run: its folder (the last iterate), the method, and per iteration what training logged."""
 
     output_dir: str
     method: str
@@ -119,12 +94,7 @@ class SelfPlayRun:
 
 
 def trainer_class(args: SelfPlayConfig) -> type[SelfPlayTrainer]:
-    """The trainer of a config: `SPINTrainer` for `SPINConfig`, `GSILTrainer` for `GSILConfig`.
-
-    Example:
-        >>> trainer_class(GSILConfig(output_dir="runs/g", use_cpu=True, bf16=False)).__name__
-        'GSILTrainer'
-    """
+    """The trainer of a config: `SPINTrainer` for `SPINConfig`, `GSILTrainer` for `GSILConfig`."""
     if isinstance(args, SPINConfig):
         return SPINTrainer
     if isinstance(args, GSILConfig):
@@ -138,11 +108,6 @@ def trainer_class(args: SelfPlayConfig) -> type[SelfPlayTrainer]:
 def prompts_and_demonstrations(dataset: Dataset, name: str) -> tuple[list, list]:
     """`(prompts, completions)` of a demonstration dataset: `prompt`/`completion` columns as they are, `messages` split
     before the final assistant turn.
-
-    Example:
-        >>> ds = Dataset.from_list([{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}])
-        >>> prompts_and_demonstrations(ds, "toy")[1]
-        [[{'role': 'assistant', 'content': 'yo'}]]
     """
     columns = set(dataset.column_names)
     if {"prompt", "completion"} <= columns:
@@ -164,15 +129,6 @@ def prompts_and_demonstrations(dataset: Dataset, name: str) -> tuple[list, list]
 def demonstration_ids(tokenizer, prompt, completion, prompt_ids: Sequence[int]) -> list[int]:
     """The token ids of a demonstration after its prompt: the chat template renders prompt + completion, and the
     rendered prompt (`render_prompts`, what π_t answered) must be its prefix.
-
-    Example:
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
-        >>> from trl_dpr.token_batches import render_prompts
-        >>> tok = build_tokenizer(["hi yo"])
-        >>> prompt = [{"role": "user", "content": "hi"}]
-        >>> ids = demonstration_ids(tok, prompt, [{"role": "assistant", "content": "yo"}], render_prompts(tok, [prompt])[0])
-        >>> tok.decode(ids)
-        'yo<|end|>'
     """
     if is_conversational({"prompt": prompt}):
         full = tokenizer.apply_chat_template(conversation=list(prompt) + list(completion), tokenize=True, return_dict=True)
@@ -194,16 +150,6 @@ def demonstration_ids(tokenizer, prompt, completion, prompt_ids: Sequence[int]) 
 def demonstration_pairs(tokenizer, prompts: Sequence, completions: Sequence, answers: Sequence[dict]) -> Dataset:
     """One pair per prompt, as token ids: `prompt_ids` (what π_t answered), `chosen_ids` (the demonstration),
     `rejected_ids` (π_t's sampled answer, ids as sampled), plus `prompt_index`.
-
-    Example:
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
-        >>> from trl_dpr.token_batches import render_prompts
-        >>> tok = build_tokenizer(["hi yo no"])
-        >>> prompt = [{"role": "user", "content": "hi"}]
-        >>> answer = {"prompt_index": 0, "prompt_ids": render_prompts(tok, [prompt])[0], "completion_ids": [tok.eos_token_id]}
-        >>> pairs = demonstration_pairs(tok, [prompt], [[{"role": "assistant", "content": "yo"}]], [answer])
-        >>> tok.decode(pairs[0]["chosen_ids"]), pairs[0]["rejected_ids"] == [tok.eos_token_id]
-        ('yo<|end|>', True)
     """
     if not len(prompts) == len(completions) == len(answers):
         raise ValueError(f"Got {len(prompts)} prompts, {len(completions)} demonstrations and {len(answers)} answers.")
@@ -259,16 +205,6 @@ def answer_prompts(
     `sample_completions` (seed `seed + <first prompt index of the batch>`), so the same model, prompts, settings and
     seed give the same answers; with several processes each answers its share of every round and the main process
     writes the cache. `settings` (what made the answers: model, iteration, sampling) are checked against the file's.
-
-    Example:
-        >>> import tempfile, os
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
-        >>> tok = build_tokenizer(["hello there"])
-        >>> path = os.path.join(tempfile.mkdtemp(), "answers.jsonl")
-        >>> answers = answer_prompts(build_tiny_causal_lm(tok), tok, ["hello", "there"], path, temperature=1.0,
-        ...                          max_new_tokens=3, batch_size=2, seed=0, show_progress=False)
-        >>> [a["prompt_index"] for a in answers], len(open(path).readlines())
-        ([0, 1], 2)
     """
     state = PartialState()
     settings = {**(settings or {}), "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
@@ -305,9 +241,6 @@ def load_policy(path: str, model_init_kwargs: dict):
 
     DPOTrainer then keeps a frozen copy of it as the reference: the model loaded again from `path`, or, for an adapter,
     a copy of the adapter named "ref".
-
-    Example:
-        >>> policy = load_policy("runs/demo/spin/iteration-0", {"dtype": "float32"})  # doctest: +SKIP
     """
     from trl.trainer.utils import create_model_from_path
 
@@ -531,13 +464,7 @@ def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRu
 
 
 def recipe_parser(config_class: type[SelfPlayConfig]):
-    """The parser of `trl-dpr spin` / `trl-dpr gsil`: unknown YAML keys are errors.
-
-    Example:
-        >>> argv = ["--output_dir", "runs/spin", "--use_cpu", "true", "--bf16", "false", "--num_iterations", "2"]
-        >>> recipe_parser(SPINConfig).parse_args_and_config(argv)[1].num_iterations
-        2
-    """
+    """The parser of `trl-dpr spin` / `trl-dpr gsil`: unknown YAML keys are errors."""
     from ..running.memory import MemoryTarget
     from ..running.recipe_parser import RecipeParser
 

@@ -36,20 +36,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from ..reference_manifest import files_problem
 
-__all__ = [
-    "AtomicCheckpointsMixin",
-    "OutputDirInUse",
-    "check_output_dir",
-    "checkpoint_problem",
-    "claim_output_dir",
-    "is_claimed",
-    "is_complete_checkpoint",
-    "last_complete_checkpoint",
-    "parse_resume_from_checkpoint",
-    "release_output_dir",
-    "write_checkpoint_manifest",
-]
-
 # The standard logger, not accelerate's: these functions also run before any trainer has set up accelerate's state
 # (`trl-dpr dpr` looking for an unfinished SFT's checkpoint), where accelerate's logger raises.
 logger = logging.getLogger(__name__)
@@ -67,15 +53,7 @@ _RUN_OUTPUTS = ("trainer_state.json", "model.safetensors", "model.safetensors.in
 
 
 def write_checkpoint_manifest(path: str | os.PathLike) -> None:
-    """Record every file of the checkpoint folder `path` with its size, in `checkpoint_manifest.json` (written last).
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> folder = pathlib.Path(tempfile.mkdtemp())
-        >>> for name in ("model.safetensors", "trainer_state.json"): _ = (folder / name).write_text("{}")
-        >>> write_checkpoint_manifest(folder); checkpoint_problem(folder) is None
-        True
-    """
+    """Record every file of the checkpoint folder `path` with its size, in `checkpoint_manifest.json` (written last)."""
     path = Path(path)
     files = {
         str(file.relative_to(path)): file.stat().st_size
@@ -92,11 +70,6 @@ def checkpoint_problem(path: str | os.PathLike) -> str | None:
 
     Truncation (a killed save, a full disk) and missing files are caught by the sizes; a checkpoint without a manifest
     was interrupted before it was finished (or written by trl_dpr 0.1).
-
-    Example:
-        >>> import tempfile
-        >>> checkpoint_problem(tempfile.mkdtemp())
-        'no checkpoint_manifest.json (the save did not finish)'
     """
     path = Path(path)
     try:
@@ -112,13 +85,7 @@ def checkpoint_problem(path: str | os.PathLike) -> str | None:
 
 
 def is_complete_checkpoint(path: str | os.PathLike) -> bool:
-    """A checkpoint is complete when every file its manifest lists is there with the size that was written.
-
-    Example:
-        >>> import tempfile
-        >>> is_complete_checkpoint(tempfile.mkdtemp())
-        False
-    """
+    """A checkpoint is complete when every file its manifest lists is there with the size that was written."""
     return checkpoint_problem(path) is None
 
 
@@ -135,11 +102,6 @@ def _checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, str]]:
 def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     """The newest complete `checkpoint-N` in `output_dir` (None if there is none); newer broken ones are skipped, and
     what is wrong with each is logged.
-
-    Example:
-        >>> import tempfile
-        >>> last_complete_checkpoint(tempfile.mkdtemp()) is None
-        True
     """
     for _, path in reversed(_checkpoints(output_dir)):
         problem = checkpoint_problem(path)
@@ -151,12 +113,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
 
 
 def parse_resume_from_checkpoint(value) -> bool | str | None:
-    """`resume_from_checkpoint` as the command line, a YAML file or Python give it: True / a path / None.
-
-    Example:
-        >>> [parse_resume_from_checkpoint(v) for v in ("true", "True", "1", True, "false", None, "runs/x/checkpoint-4")]
-        [True, True, True, True, None, None, 'runs/x/checkpoint-4']
-    """
+    """`resume_from_checkpoint` as the command line, a YAML file or Python give it: True / a path / None."""
     if value is None or value is False:
         return None
     if value is True:
@@ -304,12 +261,6 @@ def release_output_dir(output_dir: str | os.PathLike) -> None:
     """End this run's claim on `output_dir`: its lock file, the holder's record and an empty `.partial/` are removed,
     and another run may claim the folder. Call it on every process once nothing more is written there; a folder still
     claimed when the process ends is released then.
-
-    Example:
-        >>> import os, tempfile
-        >>> folder = tempfile.mkdtemp()
-        >>> claim_output_dir(folder); release_output_dir(folder); os.listdir(folder)
-        []
     """
     _barrier()  # every process has written its last file
     key = os.path.realpath(output_dir)
@@ -319,14 +270,7 @@ def release_output_dir(output_dir: str | os.PathLike) -> None:
 
 
 def is_claimed(output_dir: str | os.PathLike) -> bool:
-    """Whether this process holds `output_dir`, claimed (`claim_output_dir`) and not released: it was checked then.
-
-    Example:
-        >>> import tempfile
-        >>> folder = tempfile.mkdtemp()
-        >>> is_claimed(folder), claim_output_dir(folder), is_claimed(folder)
-        (False, None, True)
-    """
+    """Whether this process holds `output_dir`, claimed (`claim_output_dir`) and not released: it was checked then."""
     held = _HELD_LOCKS.get(os.path.realpath(output_dir))
     return held is not None and held[2] == os.getpid()
 
@@ -346,10 +290,6 @@ def claim_output_dir(output_dir: str | os.PathLike, *, resuming: bool = False, o
 
     The lock is held until `release_output_dir(output_dir)` or the end of the process. All processes of a distributed
     run get the same verdict.
-
-    Example:
-        >>> import tempfile
-        >>> claim_output_dir(tempfile.mkdtemp())  # a fresh folder: claimed
     """
     output_dir = Path(output_dir)
     check_output_dir(output_dir)
@@ -369,12 +309,7 @@ def claim_output_dir(output_dir: str | os.PathLike, *, resuming: bool = False, o
 
 
 def check_output_dir(output_dir: str | os.PathLike) -> None:
-    """Fail before any compute when `output_dir` cannot be created or written to, saying which and why.
-
-    Example:
-        >>> import tempfile
-        >>> check_output_dir(tempfile.mkdtemp())  # writable: no error
-    """
+    """Fail before any compute when `output_dir` cannot be created or written to, saying which and why."""
     try:
         folder = Path(output_dir).absolute()
         missing = [f for f in (folder, *folder.parents) if not f.exists()]

@@ -6,16 +6,9 @@ import warnings
 
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-__all__ = ["ConsoleLogMixin", "NumericPrinterCallback", "NumericProgressCallback"]
-
 
 def _rounded(logs: dict) -> dict:
-    """`logs` with each float kept to 4 significant digits, as a number (transformers prints `f"{v:.4g}"`, a string).
-
-    Example:
-        >>> _rounded({"loss": 1.66666e-09, "grad_norm": 1.5714, "epoch": 0.25, "note": "x"})
-        {'loss': 1.667e-09, 'grad_norm': 1.571, 'epoch': 0.25, 'note': 'x'}
-    """
+    """`logs` with each float kept to 4 significant digits, as a number (transformers prints `f"{v:.4g}"`, a string)."""
     return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in logs.items() if k != "total_flos"}
 
 

@@ -37,29 +37,6 @@ from ..reference_manifest import MANIFEST_NAME
 from ..rewards import reward_label
 from .checkpointing import STAGING_DIRNAME
 
-__all__ = [
-    "SAFETY_IGNORE_PATTERNS",
-    "SECRET_ENV_VARS",
-    "TRANSFORMERS_IGNORE_PATTERNS",
-    "BaseModelCardMixin",
-    "SafeHubPushMixin",
-    "SecretFinding",
-    "base_model_reference",
-    "recorded_base_model",
-    "check_hub_push",
-    "copy_files_to_push",
-    "defer_push_to_hub",
-    "dpr_model_card_section",
-    "files_to_push",
-    "ignore_patterns",
-    "merge_adapter_folder",
-    "portability_problems",
-    "push_folder",
-    "push_trainer_output",
-    "scan_for_secrets",
-    "secrets_from_environment",
-]
-
 # What `Trainer.push_to_hub` and `Trainer._push_from_checkpoint` pass to `upload_folder` (transformers 5).
 TRANSFORMERS_IGNORE_PATTERNS = ["_*", f"{PREFIX_CHECKPOINT_DIR}-*"]
 # trl_dpr's own rules. huggingface_hub matches with fnmatch, where `*` also matches `/`.
@@ -86,12 +63,7 @@ MIN_SECRET_LENGTH = 8  # shorter values ("1", "true") would match everywhere
 
 
 def ignore_patterns() -> list[str]:
-    """The `ignore_patterns` trl_dpr uploads with: transformers' own plus `SAFETY_IGNORE_PATTERNS`.
-
-    Example:
-        >>> "training_args.bin" in ignore_patterns(), "checkpoint-*" in ignore_patterns()
-        (True, True)
-    """
+    """The `ignore_patterns` trl_dpr uploads with: transformers' own plus `SAFETY_IGNORE_PATTERNS`."""
     return TRANSFORMERS_IGNORE_PATTERNS + SAFETY_IGNORE_PATTERNS
 
 
@@ -101,17 +73,6 @@ def files_to_push(folder: str | os.PathLike, *, safety_rules: bool = True) -> li
     The selection is huggingface_hub's `upload_folder` (every file under `folder`, hidden ones included) filtered by
     transformers' patterns and huggingface_hub's defaults; with `safety_rules` (default) also by
     `SAFETY_IGNORE_PATTERNS`. `safety_rules=False` is what `Trainer.push_to_hub` alone would upload.
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> for name in ("model.safetensors", "training_args.bin", "checkpoint-2/optimizer.pt", ".partial/checkpoint-4/optimizer.pt"):
-        ...     (d / name).parent.mkdir(parents=True, exist_ok=True)
-        ...     _ = (d / name).write_text("x")
-        >>> files_to_push(d)
-        ['model.safetensors']
-        >>> files_to_push(d, safety_rules=False)
-        ['.partial/checkpoint-4/optimizer.pt', 'model.safetensors', 'training_args.bin']
     """
     root = Path(folder).expanduser().resolve()
     if not root.is_dir():
@@ -122,15 +83,7 @@ def files_to_push(folder: str | os.PathLike, *, safety_rules: bool = True) -> li
 
 
 def copy_files_to_push(folder: str | os.PathLike, destination: str | os.PathLike) -> list[str]:
-    """Copy exactly `files_to_push(folder)` into `destination` (a dry run of the push: what the Hub repo will hold).
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (d / "config.json").write_text("{}"), (d / "training_args.bin").write_text("x")
-        >>> copy_files_to_push(d, d.parent / (d.name + "-pushed"))
-        ['config.json']
-    """
+    """Copy exactly `files_to_push(folder)` into `destination` (a dry run of the push: what the Hub repo will hold)."""
     destination = Path(destination)
     if destination.exists() and any(destination.iterdir()):
         raise FileExistsError(f"{str(destination)!r} is not empty; copy the push selection into a new folder.")
@@ -147,12 +100,7 @@ def copy_files_to_push(folder: str | os.PathLike, destination: str | os.PathLike
 
 @dataclass(frozen=True)
 class SecretFinding:
-    """A file that contains the value of a secret. Only the secret's *name* is kept, never its value.
-
-    Example:
-        >>> str(SecretFinding(path="run/trainer_state.json", secret_name="HF_TOKEN"))
-        'run/trainer_state.json contains the value of HF_TOKEN'
-    """
+    """A file that contains the value of a secret. Only the secret's *name* is kept, never its value."""
 
     path: str
     secret_name: str
@@ -165,10 +113,6 @@ def secrets_from_environment(environ: Mapping[str, str] | None = None) -> dict[s
     """Credentials visible to this process, by name: `SECRET_ENV_VARS`, any other variable named like a credential
     (`*_TOKEN`, `*_API_KEY`, `*_SECRET`, `*_PASSWORD`, `*_ACCESS_KEY`), and the Hugging Face token saved by
     `hf auth login`. Values shorter than 8 characters are left out (they would match everywhere).
-
-    Example:
-        >>> secrets_from_environment({"HF_TOKEN": "hf_abcdefghijkl", "TOKENIZERS_PARALLELISM": "false", "MY_API_KEY": "x"})
-        {'HF_TOKEN': 'hf_abcdefghijkl'}
     """
     use_os = environ is None
     environ = os.environ if environ is None else environ
@@ -211,15 +155,6 @@ def scan_for_secrets(
 
     Returns:
         The findings, naming the secret, never showing its value; empty when the files are clean.
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (d / "log.txt").write_text("key=sk-test-1234567890")
-        >>> [str(f).split("/")[-1] for f in scan_for_secrets([d], {"OPENAI_API_KEY": "sk-test-1234567890"})]
-        ['log.txt contains the value of OPENAI_API_KEY']
-        >>> scan_for_secrets([d], {"HF_TOKEN": "hf_not_there_at_all"})
-        []
     """
     named = dict(secrets) if isinstance(secrets, Mapping) else {f"secret #{i}": v for i, v in enumerate(secrets)}
     needles = {}
@@ -267,13 +202,6 @@ def portability_problems(folder: str | os.PathLike) -> list[str]:
 
     Checks that a PEFT adapter (the model, and its `dpr_reference/` in an SFT output) names its base model by a Hub id,
     not by a local path, and that an SFT output's manifest points to a reference folder that is pushed with it.
-
-    Example:
-        >>> import tempfile, pathlib, json
-        >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (d / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/home/me/base"}))
-        >>> portability_problems(d)[0].startswith("adapter_config.json names its base model by the local path")
-        True
     """
     folder = Path(folder)
     pushed = set(files_to_push(folder))
@@ -370,12 +298,6 @@ def defer_push_to_hub(args) -> bool:
     With `push_to_hub=True` a Trainer uploads `output_dir` with its own patterns at every checkpoint save (while the
     staged checkpoint sits in `.partial/`), at every `save_model()` call and at `push_to_hub()`; each upload includes
     `training_args.bin`. Call this before building the trainer, then push once with `push_trainer_output`.
-
-    Example:
-        >>> from transformers import TrainingArguments
-        >>> args = TrainingArguments("out", push_to_hub=True, hub_model_id="me/model", report_to="none", use_cpu=True)
-        >>> defer_push_to_hub(args), args.push_to_hub
-        (True, False)
     """
     wanted = bool(args.push_to_hub)
     args.push_to_hub = False
@@ -388,14 +310,6 @@ def check_hub_push(args) -> None:
     the `hub_strategy` is one trl_dpr keeps: it pushes once, at the end, through `push_trainer_output` (`every_save`,
     transformers' default, and `end` both mean that). `checkpoint` / `all_checkpoints` would upload checkpoint folders
     (optimizer state, `training_args.bin` with `hub_token`) and are refused.
-
-    Example:
-        >>> from types import SimpleNamespace
-        >>> check_hub_push(SimpleNamespace(push_to_hub=False))  # nothing to check
-        >>> check_hub_push(SimpleNamespace(push_to_hub=True, hub_strategy="all_checkpoints", hub_token="hf_x"))  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: hub_strategy='all_checkpoints' uploads checkpoint folders ...
     """
     if not getattr(args, "push_to_hub", False):
         return
@@ -527,15 +441,6 @@ def recorded_base_model(folder: str | os.PathLike | None) -> str | None:
     """The model a local SFT output was trained from, as its own files record it: `sft_complete.json` (the name the
     SFT recipe was given), its model card's `base_model`, `adapter_config.json` (an adapter's base), `dpr_reference.json`
     (where the reference callback saw the model load from). None for a Hub id or a folder that records none.
-
-    Example:
-        >>> import json, pathlib, tempfile
-        >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> recorded_base_model(d), recorded_base_model("me/tiny-sft")
-        (None, None)
-        >>> _ = (d / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-0.5B"}))
-        >>> recorded_base_model(d)
-        'Qwen/Qwen2.5-0.5B'
     """
     from ..reference_manifest import SFT_COMPLETE_NAME
 
@@ -576,16 +481,6 @@ def _is_hub_id(name: str | None) -> bool:
 def base_model_reference(name_or_path: str | None, kind: str = "model", unknown: str = "an unnamed model") -> str:
     """How a model card names the model a run started from: a Hub link, an embedded model's name, a local folder's
     name (its path means nothing to a reader, and may reveal a home folder), or `unknown`.
-
-    Example:
-        >>> base_model_reference("Qwen/Qwen2.5-0.5B")
-        '[Qwen/Qwen2.5-0.5B](https://huggingface.co/Qwen/Qwen2.5-0.5B)'
-        >>> base_model_reference("trl_dpr/embedded-tiny-llama")
-        '`trl_dpr/embedded-tiny-llama` (the tiny model embedded in trl_dpr)'
-        >>> import pathlib, tempfile
-        >>> folder = pathlib.Path(tempfile.mkdtemp(), "sft"); folder.mkdir()
-        >>> base_model_reference(str(folder), kind="SFT model"), base_model_reference(None)
-        ('the SFT model `sft` (a local folder)', 'an unnamed model')
     """
     from ..embedded.base_model import EMBEDDED_MODELS
 
@@ -784,13 +679,6 @@ def dpr_model_card_section(args, reward_model) -> str:
 
     `args` is the run's `DensePathConfig`; `reward_model` its `CheckpointRewardModel`. The evaluation table is read from
     `<output_dir>/eval_results.json` when a run wrote one.
-
-    Example:
-        >>> from types import SimpleNamespace as NS
-        >>> args = NS(output_dir="/nonexistent", max_steps=10, **{name: 0 for name in CARD_HYPERPARAMETERS})
-        >>> section = dpr_model_card_section(args, NS(reference_manifest=None, sft_model_name_or_path=None))
-        >>> "| `kl_coef` | 0 |" in section, "- **λ** (`kl_coef`, the weight of the KL to π_SFT): 0." in section
-        (True, True)
     """
     manifest, source = reward_model.reference_manifest, reward_model.sft_model_name_or_path
     reward = getattr(reward_model, "reward", None)

@@ -32,31 +32,10 @@ from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 from .hub import check_hub_push, defer_push_to_hub, push_trainer_output
 from .trainers import DPRRunTrainer, SafeSFTTrainer
 
-__all__ = [
-    "SFTScriptArguments",
-    "DPRScriptArguments",
-    "model_init_kwargs_from",
-    "run_sft",
-    "run_dpr",
-    "DPRInputs",
-    "check_adapter_settings",
-    "check_dpr_inputs",
-    "check_evaluation_config",
-    "dpr_prompts",
-    "has_sft_output",
-    "evaluate_against_sft",
-    "print_stage",
-]
-
 
 @dataclass
 class SFTScriptArguments(ScriptArguments):
-    """Script arguments of `trl-dpr sft` (on top of TRL's `ScriptArguments`: dataset_name, splits, ...).
-
-    Example:
-        >>> SFTScriptArguments(dataset_name="trl_dpr/embedded-demo").reference_fraction
-        0.5
-    """
+    """Script arguments of `trl-dpr sft` (on top of TRL's `ScriptArguments`: dataset_name, splits, ...)."""
 
     reference_fraction: float = field(
         default=0.5,
@@ -96,12 +75,7 @@ class SFTScriptArguments(ScriptArguments):
 
 @dataclass
 class DPRScriptArguments(SFTScriptArguments):
-    """Script arguments of `trl-dpr dpr`. `model_name_or_path` (ModelConfig) is the SFT output: π_SFT + π_ref.
-
-    Example:
-        >>> DPRScriptArguments(dataset_name="trl_dpr/embedded-demo", evaluation_config="recipes/evaluate/demo.yaml").sft_config is None
-        True
-    """
+    """Script arguments of `trl-dpr dpr`. `model_name_or_path` (ModelConfig) is the SFT output: π_SFT + π_ref."""
 
     ref_model_name_or_path: str | None = field(
         default=None,
@@ -160,13 +134,7 @@ def print_stage(index: int, total: int, title: str) -> None:
 
 
 def model_init_kwargs_from(model_args: ModelConfig, trust_remote_code: bool = False) -> dict:
-    """`from_pretrained` kwargs from TRL's ModelConfig (dtype, attention, revision, 4/8-bit quantisation).
-
-    Example:
-        >>> from trl import ModelConfig
-        >>> model_init_kwargs_from(ModelConfig(model_name_or_path="runs/sft", dtype="float32"))
-        {'revision': 'main', 'trust_remote_code': False, 'dtype': 'float32'}
-    """
+    """`from_pretrained` kwargs from TRL's ModelConfig (dtype, attention, revision, 4/8-bit quantisation)."""
     kwargs = {
         "revision": model_args.model_revision,
         "trust_remote_code": trust_remote_code,
@@ -260,10 +228,6 @@ def check_adapter_settings(sft_path: str, model_args: ModelConfig) -> None:
     """An adapter SFT output (LoRA / QLoRA) is continued as it is: the policy is a trainable copy of the SFT adapter.
     `use_peft` / `lora_*` keys then describe that adapter (the memory plan reads them) and must agree with its
     `adapter_config.json`; different values would be silently ignored, so they are an error, before anything loads.
-
-    Example:
-        >>> from trl import ModelConfig
-        >>> check_adapter_settings("runs/not-an-adapter", ModelConfig(use_peft=True, lora_r=8))  # a full model: LoRA is new
     """
     config_path = Path(sft_path) / "adapter_config.json"
     if not model_args.use_peft or not config_path.is_file():
@@ -285,12 +249,7 @@ def check_adapter_settings(sft_path: str, model_args: ModelConfig) -> None:
 
 
 def dpr_prompts(script_args: DPRScriptArguments, seed: int):
-    """The prompts DPR samples from: the recipe's dataset, subsampled as the SFT stage did (same count and seed).
-
-    Example:
-        >>> dpr_prompts(DPRScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=4), seed=0).num_rows
-        4
-    """
+    """The prompts DPR samples from: the recipe's dataset, subsampled as the SFT stage did (same count and seed)."""
     return prompts_for_rl(
         load_demonstrations(
             script_args.dataset_name, script_args.dataset_config, split=script_args.dataset_train_split,
@@ -339,9 +298,6 @@ def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathCo
 def check_evaluation_config(evaluation_config: str) -> None:
     """The evaluation a pipeline runs after training (`evaluation_config`), checked before it trains: the YAML loads,
     and the judge's API key is set when the judge is OpenAI's.
-
-    Example:
-        >>> check_evaluation_config("recipes/evaluate/demo.yaml")  # the exact-match judge: no key needed
     """
     from ..evaluation import OpenAIChatModel
     from ..evaluation.config import load_evaluation_config
@@ -427,12 +383,7 @@ UNFINISHED_SFT_HELP = (
 
 
 def has_sft_output(path: str) -> bool:
-    """Whether `path` holds a finished SFT output (`sft_output_problem` finds nothing wrong with it).
-
-    Example:
-        >>> has_sft_output("runs/nowhere")
-        False
-    """
+    """Whether `path` holds a finished SFT output (`sft_output_problem` finds nothing wrong with it)."""
     return os.path.isdir(path) and sft_output_problem(path) is None
 
 

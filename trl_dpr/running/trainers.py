@@ -29,8 +29,6 @@ from .hub import (
     recorded_base_model,
 )
 
-__all__ = ["DPRRunTrainer", "SafeSFTTrainer"]
-
 
 class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, SFTTrainer):
     """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.running.checkpointing`), safe Hub pushes
