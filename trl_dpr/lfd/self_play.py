@@ -7,11 +7,9 @@
         π_{t+1} = train π_t against itself, frozen   SPINTrainer / GSILTrainer   <output_dir>/iteration-<t>/
     <output_dir> gets π_T (the files of iteration-<T−1>/)
 
-Resuming: the answers are cached line by line (one JSONL record per prompt, with the exact sampled ids), so an
-interrupted generation continues where it stopped; a finished iteration (`iteration-<t>/self_play_iteration.json`) is
-not trained again; `resume_from_checkpoint: true` resumes an interrupted iteration from its last complete checkpoint.
-`<output_dir>/self_play.json` records the settings: a rerun with other settings is refused (naming them) unless
-`overwrite_output_dir: true`; raising `num_iterations` continues a finished run.
+Resuming: answers are cached per prompt, finished iterations are not trained again, an interrupted one resumes from
+its last complete checkpoint. `<output_dir>/self_play.json` records the settings: a rerun with others is refused
+unless `overwrite_output_dir: true`; raising `num_iterations` continues a finished run.
 """
 
 from __future__ import annotations
@@ -65,10 +63,8 @@ _SETTINGS = (
 
 @dataclass
 class SelfPlayScriptArguments(SFTScriptArguments):
-    """Script arguments of `trl-dpr spin` and `trl-dpr gsil` (on top of TRL's `ScriptArguments`).
-
-    `model_name_or_path` (ModelConfig) is the SFT output π_0; the demonstrations are loaded as for SFT and DPR (same
-    name, sample count and seed: the same prompts).
+    """Script arguments of `trl-dpr spin` / `trl-dpr gsil`: `model_name_or_path` is π_0, and the demonstrations are
+    loaded as for SFT and DPR (same name, count and seed: the same prompts).
     """
 
     sft_config: str | None = field(
@@ -198,13 +194,10 @@ def answer_prompts(
     settings: dict | None = None,
     show_progress: bool = True,
 ) -> list[dict]:
-    """One answer of `model` per prompt, cached in `cache_path` (JSONL, one record per prompt, flushed per batch):
-    `{"prompt_index", "prompt_ids", "completion_ids", "text"}`, in prompt order.
+    """One answer of `model` per prompt, cached in `cache_path` (JSONL, flushed per batch), in prompt order.
 
-    Prompts already in the cache are not answered again. Batches of `batch_size` prompts are sampled with
-    `sample_completions` (seed `seed + <first prompt index of the batch>`), so the same model, prompts, settings and
-    seed give the same answers; with several processes each answers its share of every round and the main process
-    writes the cache. `settings` (what made the answers: model, iteration, sampling) are checked against the file's.
+    Cached prompts are not answered again; batch seeds are `seed + <first prompt index>`, so the answers are reproducible;
+    `settings` (model, iteration, sampling) must match the file's.
     """
     state = PartialState()
     settings = {**(settings or {}), "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
@@ -237,11 +230,7 @@ def answer_prompts(
 
 
 def load_policy(path: str, model_init_kwargs: dict):
-    """π_t, trainable: a full model (folder or Hub id), or a PEFT adapter folder loaded on its base model.
-
-    DPOTrainer then keeps a frozen copy of it as the reference: the model loaded again from `path`, or, for an adapter,
-    a copy of the adapter named "ref".
-    """
+    """π_t, trainable: a full model, or a PEFT adapter folder on its base (DPOTrainer keeps the frozen reference)."""
     from trl.trainer.utils import create_model_from_path
 
     config = Path(path) / "adapter_config.json"
@@ -334,21 +323,8 @@ def run_self_play(
     model_args: ModelConfig,
     callbacks: list | None = None,
 ) -> SelfPlayRun:
-    """SPIN or GSIL (by the type of `training_args`) from the SFT output `model_args.model_name_or_path`.
-
-    Each iteration t: π_t answers every demonstration prompt (`answer_prompts`, cached), the pairs (demonstration,
-    answer) are built (`demonstration_pairs`, with iteration t−1's when `previous_iteration_pairs`), and the method's
-    trainer trains π_t into `iteration-<t>/` with π_t as its frozen reference. The last iterate ends up in
-    `output_dir`. See the module docstring for resuming.
-
-    Example:
-        ```python
-        script_args, training_args, model_args, _ = RecipeParser(
-            (SelfPlayScriptArguments, SPINConfig, ModelConfig, MemoryTarget)
-        ).parse_args_and_config(["--config", "recipes/demo/spin.yaml"])
-        run = run_self_play(script_args, training_args, model_args)
-        run.output_dir, [it["rewards/margins"] for it in run.iterations]
-        ```
+    """SPIN or GSIL (by the type of `training_args`) from the SFT output `model_args.model_name_or_path`: each
+    iteration answers, pairs and trains π_t into `iteration-<t>/` against itself (module docstring); π_T lands in `output_dir`.
     """
     trainer_cls = trainer_class(training_args)  # before any loading
     method = trainer_cls._name
@@ -439,14 +415,8 @@ def run_self_play(
 
 
 def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRun, device: str = "auto") -> dict:
-    """Evaluate the last iterate against π_SFT as `trl-dpr evaluate` does (candidate `<method>=<output_dir>`), on the
-    main process, on `device` (the recipe's: "cpu" under use_cpu); returns the report as a dict (empty on the other
-    processes).
-
-    Example:
-        ```python
-        evaluate_last_iterate("recipes/evaluate/demo.yaml", "runs/demo/sft", run)["table_markdown"]
-        ```
+    """Evaluate the last iterate against π_SFT as `trl-dpr evaluate` does, on the main process and `device`; returns the
+    report as a dict (empty on the other processes).
     """
     from ..evaluation import run_evaluation
     from ..evaluation.config import load_evaluation_config
@@ -474,15 +444,7 @@ def recipe_parser(config_class: type[SelfPlayConfig]):
 
 
 def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None = None) -> SelfPlayRun:
-    """`trl-dpr spin` / `trl-dpr gsil`: parse the recipe (unknown keys are errors), then the stages of every pipeline
-    recipe (`trl_dpr.running.stages.run_stages`): the SFT stage of `sft_config` (skipped when done, resumed when
-    unfinished), self-play, and the evaluation against SFT of `evaluation_config`.
-
-    Example:
-        ```python
-        recipe_main(SPINConfig, ["--config", "recipes/demo/spin.yaml"])
-        ```
-    """
+    """`trl-dpr spin` / `trl-dpr gsil`: parse the recipe, then `run_stages`: SFT (skipped when done), self-play, evaluation."""
     from ..running.placement import LaunchPlacement, check_launched_run
     from ..running.stages import run_stages
 
