@@ -1,15 +1,11 @@
 """Where an SFT run keeps its reference checkpoint π_ref, and the small manifest that records it.
 
-Layout of an SFT output directory (local or pushed to the Hub)::
+    my-sft/                      # π_SFT: the final model (or PEFT adapter) and tokenizer
+    my-sft/dpr_reference/        # π_ref: the model at optimizer step ⌊α·N⌋ (ReferenceCheckpointCallback)
+    my-sft/dpr_reference.json    # this manifest: how `CheckpointRewardModel.from_pretrained("my-sft")` finds π_ref
+    my-sft/sft_complete.json     # written last by the SFT stage: the model files and their sizes
 
-    my-sft/                      # π_SFT: the final model (or PEFT adapter) and tokenizer, as SFTTrainer saves them
-    my-sft/dpr_reference/        # π_ref: the model (or adapter) at optimizer step ⌊α·N⌋, saved by ReferenceCheckpointCallback
-    my-sft/dpr_reference.json    # this manifest
-    my-sft/sft_complete.json     # written last by the SFT stage: the output's model files and their sizes
-
-The manifest is what `CheckpointRewardModel.from_pretrained("my-sft")` reads to find π_ref without being told. An SFT
-killed after π_ref was saved but before the final save leaves the manifest without a final model: `sft_output_problem`
-says so, and that folder is never taken for a finished SFT.
+An SFT killed between π_ref and the final save is never taken for a finished one (`sft_output_problem`).
 """
 
 from __future__ import annotations
@@ -31,16 +27,8 @@ FORMAT_VERSION = 1
 
 @dataclass
 class ReferenceManifest:
-    """Record of the reference checkpoint π_ref written next to an SFT model.
-
-    Attributes:
-        path: folder of π_ref, relative to the SFT output directory (default `dpr_reference`).
-        fraction: α of Algorithm 1; π_ref is the model after ⌊α·N⌋ of the N optimizer steps.
-        step: the optimizer step π_ref was saved at (⌊α·N⌋).
-        total_steps: N, the number of optimizer steps of the SFT run.
-        is_adapter: True when π_ref (and π_SFT) are PEFT adapters on a shared base model.
-        base_model: the base model the SFT run started from (adapters load onto it).
-        format_version: manifest schema version.
+    """Record of π_ref next to an SFT model: its folder (relative), α (`fraction`), the step ⌊α·N⌋ it was saved at, N
+    (`total_steps`), whether both are PEFT adapters on `base_model`, and the schema version.
     """
 
     path: str
@@ -93,13 +81,8 @@ def parse_manifest(text: str, source: str) -> ReferenceManifest:
 def resolve_reference(
     sft_model_name_or_path: str, revision: str | None = None, token: str | bool | None = None
 ) -> tuple[ReferenceManifest, str]:
-    """Find π_ref for an SFT output: returns the manifest and a local directory holding π_ref.
-
-    `sft_model_name_or_path` is a local SFT output directory or a Hub repo id of one (then only the manifest and the
-    reference folder are downloaded).
-
-    Raises:
-        FileNotFoundError: when there is no manifest, or the folder it names is missing, with how to fix it.
+    """The manifest and a local folder holding π_ref, for a local SFT output or a Hub id of one (then only those are
+    downloaded); `FileNotFoundError` saying how to fix a missing manifest or folder.
     """
     how_to_fix = (
         "Train the SFT model with `trl_dpr.ReferenceCheckpointCallback` (`trl-dpr sft` adds it) so the reference "
@@ -174,10 +157,8 @@ def mark_sft_complete(output_dir: str | os.PathLike, base_model: str | None = No
 
 
 def sft_output_problem(path: str | os.PathLike) -> str | None:
-    """What keeps the local folder `path` from being a finished SFT output, or None.
-
-    With `sft_complete.json` (the SFT recipe writes it last), every file it lists must be there with its size. Without
-    it (an SFT run from Python), the folder must hold a final model: weights, a config and a tokenizer.
+    """What keeps `path` from being a finished SFT output, or None: every file `sft_complete.json` lists, full size, or
+    without it (an SFT run from Python) weights, a config and a tokenizer.
     """
     path = Path(path)
     if not path.is_dir():
@@ -210,11 +191,8 @@ def files_problem(folder: str | os.PathLike, files: dict[str, int]) -> str | Non
 
 
 def check_model_source(path: str, what: str = "Model") -> None:
-    """Fail early, and clearly, when `path` is meant as a local model folder that is missing or holds no model.
-
-    A folder that exists must hold `config.json` or `adapter_config.json`. A path that does not exist is an error
-    unless it can be a Hub id (`org/name`, its first part not a local folder); with the Hub switched off
-    (`HF_HUB_OFFLINE=1`) the id must be in the local cache.
+    """Fail early when `path` is meant as a local model folder that is missing or holds no model; a path that can be a
+    Hub id passes (offline: it must be cached).
     """
     folder = Path(path).expanduser()
     if folder.is_dir():

@@ -1,19 +1,10 @@
 """A run owns its output folder, and its checkpoints are complete or invisible.
 
-`transformers.Trainer` writes `checkpoint-N/` in place, and `resume_from_checkpoint=True` picks the highest-numbered
-folder: a crash mid-save leaves a `checkpoint-N/` that is picked anyway (without `optimizer.pt` the optimizer silently
-restarts), and two runs on one folder mix their files. Here:
-
-- **one run per folder**: `claim_output_dir` takes an exclusive lock (`flock` on Unix, `msvcrt` through
-  `filelock.FileLock` on Windows; released by the OS even on SIGKILL) on `<output_dir>/.trl_dpr.lock` until the run
-  ends (`release_output_dir`, or the end of the process), and says who holds it (PID, host, start time, from
-  `.trl_dpr.lock.json`) when another run does; a fresh run refuses a folder that holds a finished or checkpointed run
-  unless told to overwrite. A run that ends removes both files: a finished folder holds only its outputs;
-- **staged checkpoints**: a checkpoint is written under `.partial/checkpoint-N/`, gets a manifest of every file and
-  its size (`checkpoint_manifest.json`, written last), and is renamed into place once every process has written
-  (`.partial/` goes once it is empty);
-- **verified resume**: `last_complete_checkpoint` returns the newest checkpoint whose files all match its manifest,
-  and names what is wrong with each newer one it skips (a truncated `model.safetensors`, a missing `optimizer.pt`).
+`transformers.Trainer` writes `checkpoint-N/` in place and resumes from the highest number, so a crash mid-save is
+resumed from anyway (without `optimizer.pt` the optimizer silently restarts), and two runs on one folder mix files.
+Here one run holds a folder (`claim_output_dir`: an OS lock, released even on SIGKILL, naming its holder); checkpoints
+are staged in `.partial/`, get a manifest of file sizes written last, and are renamed into place; resume takes the
+newest checkpoint whose files match its manifest (`last_complete_checkpoint`) and names what is wrong with the others.
 """
 
 from __future__ import annotations
@@ -66,11 +57,7 @@ def write_checkpoint_manifest(path: str | os.PathLike) -> None:
 
 
 def checkpoint_problem(path: str | os.PathLike) -> str | None:
-    """What is wrong with checkpoint folder `path`, or None when every file its manifest lists is there, full size.
-
-    Truncation (a killed save, a full disk) and missing files are caught by the sizes; a checkpoint without a manifest
-    was interrupted before it was finished (or written by trl_dpr 0.1).
-    """
+    """What is wrong with checkpoint `path` (a file missing or truncated, or no manifest: an interrupted save), or None."""
     path = Path(path)
     try:
         manifest = json.loads((path / CHECKPOINT_MANIFEST).read_text())
@@ -258,9 +245,8 @@ def _remove_if_empty(folder: Path) -> None:
 
 
 def release_output_dir(output_dir: str | os.PathLike) -> None:
-    """End this run's claim on `output_dir`: its lock file, the holder's record and an empty `.partial/` are removed,
-    and another run may claim the folder. Call it on every process once nothing more is written there; a folder still
-    claimed when the process ends is released then.
+    """End this run's claim on `output_dir` (lock, holder record, empty `.partial/` removed); every process calls it,
+    and the end of the process does it too.
     """
     _barrier()  # every process has written its last file
     key = os.path.realpath(output_dir)
@@ -282,14 +268,8 @@ def _previous_run(output_dir: Path) -> str | None:
 
 
 def claim_output_dir(output_dir: str | os.PathLike, *, resuming: bool = False, overwrite: bool = False) -> None:
-    """Make `output_dir` this run's, before any compute: writable, not used by a live run, not a finished run's.
-
-    - not writable: `OSError` saying why;
-    - another live run holds its lock: `OutputDirInUse` naming the holder (PID, host, start time);
-    - it holds a finished or checkpointed run and this one is neither resuming nor told to overwrite: `ValueError`.
-
-    The lock is held until `release_output_dir(output_dir)` or the end of the process. All processes of a distributed
-    run get the same verdict.
+    """Make `output_dir` this run's before any compute: `OSError` when not writable, `OutputDirInUse` naming a live
+    holder, `ValueError` for a finished run's folder unless resuming or overwriting. Every process gets the same verdict.
     """
     output_dir = Path(output_dir)
     check_output_dir(output_dir)
@@ -331,20 +311,8 @@ def _barrier() -> None:
 
 
 class AtomicCheckpointsMixin:
-    """Mix into a `transformers.Trainer` subclass: the run claims its folder, checkpoints are staged, verified, renamed.
-
-    `train(resume_from_checkpoint=True)` (or `"true"` from a command line) resumes from the newest checkpoint whose
-    files match its manifest (`last_complete_checkpoint`) and prints `Resuming from <output_dir>/checkpoint-N`; a fresh
-    `train()` into a folder that holds another run is refused unless `args.overwrite_output_dir` is set.
-
-    Example:
-        ```python
-        from trl import SFTTrainer
-        from trl_dpr.running.checkpointing import AtomicCheckpointsMixin
-
-        class SafeSFTTrainer(AtomicCheckpointsMixin, SFTTrainer):
-            pass
-        ```
+    """Mix into a `transformers.Trainer`: the run claims its folder, checkpoints are staged, verified and renamed, and
+    `train(resume_from_checkpoint=True)` resumes from the newest complete one.
     """
 
     def _save_checkpoint(self, model, trial):
