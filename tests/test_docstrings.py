@@ -39,10 +39,11 @@ SNIPPET_RUN_BY = {
 }
 
 # Docstring lines (modules, classes, functions; counted by `ast`) over all lines of trl_dpr/; TRL's grpo_trainer.py is
-# about 6%. The target is 15%. Measured: 27.7% before the surface was cut, 22.9% after the first pass (internal
-# helpers' examples moved to tests/test_helper_examples.py); the trainer, config, data, manifest, console log,
-# pipeline, checkpointing, hub, self-play and scripts (28%) are still to trim: lower the bound as they are.
-DOCSTRING_SHARE_MAX = 0.23
+# about 6%. The target is 15%. Measured: 27.7% before the surface was cut, 22.9% after the first pass, 19.2% once the
+# last internal modules lost their `__all__` and their prose was trimmed (hub, pipeline, self-play, config, manifest,
+# data, checkpointing, run trainers, scripts). Still to trim toward 15%: algorithm.py's Args/Returns prose,
+# reward_model, rewards, memory, preview, judges, lfd.
+DOCSTRING_SHARE_MAX = 0.20
 
 
 def advertised() -> dict[str, list[str]]:
