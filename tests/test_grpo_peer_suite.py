@@ -372,16 +372,14 @@ def test_train_beta_non_zero(tokenizer, tmp_path, kl_coef, allow_kl_in_loss):
     assert "kl" in logged_keys(trainer)
 
 
-@pytest.mark.xfail(strict=True, raises=OSError, reason=(
-    "GRPOTrainer builds its reference model for beta > 0 by loading the policy's config name again "
-    "(create_model_from_path(get_config_model_id(...))); DPR's policy copied from an in-memory π_SFT has no name, so "
-    "the trainer fails with a Hub id error ('' is not a repo id) instead of training or saying what to do."))
-def test_train_beta_non_zero_with_pi_sft_in_memory(make_trainer):
-    # upstream: test_train_beta_non_zero, with DPR's other documented input: a CheckpointRewardModel built in memory
-    trainer = make_trainer(beta=0.1, kl_coef=0.0)
-    previous = snapshot(trainer)
-    trainer.train()
-    assert_trained(trainer, previous)
+def test_train_beta_non_zero_with_pi_sft_in_memory_is_refused(make_trainer):
+    # upstream: test_train_beta_non_zero, with DPR's other documented input: a CheckpointRewardModel built in memory.
+    # GRPOTrainer loads its β reference by the policy's config name, which a copy of an in-memory π_SFT lacks (it
+    # failed with a Hub id error, '' is not a repo id): DPR refuses it before building anything and says what to do.
+    with pytest.raises(ValueError, match=r"beta=0.1 needs a reference model .* π_SFT was given in memory: give it as a "
+                                         r"folder \(reward_model=path or CheckpointRewardModel.from_pretrained\(path\)\), "
+                                         r"or set beta=0 and use kl_coef"):
+        make_trainer(beta=0.1, kl_coef=0.0)
 
 
 @pytest.mark.parametrize("scale_rewards", [False, "batch", "none"])

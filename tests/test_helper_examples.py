@@ -105,6 +105,66 @@ CASES = {
     >>> scored.rewards.shape, mask.tolist()
     (torch.Size([1, 2]), [[1, 1]])
 ''',
+    "trl_dpr.config:ActivationCheckpointingAlias": r'''
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("error", FutureWarning)
+    ...     SFTRecipeConfig("runs/sft", gradient_checkpointing=False, use_cpu=True).gradient_checkpointing
+    False
+''',
+    "trl_dpr.config:SFTRecipeConfig": r'''
+    >>> SFTRecipeConfig("runs/sft", max_length=160, use_cpu=True).gradient_checkpointing  # TRL's default
+    True
+''',
+    "trl_dpr.config:refuse_unused_fields": r'''
+    >>> refuse_unused_fields(DensePathConfig("runs/dpr", bf16=False))  # every one at its default
+''',
+    "trl_dpr.config:unused_parent_fields": r'''
+    >>> unused_parent_fields(GRPOConfig, {"scale_rewards": "DPR whitens its returns"})
+    {'scale_rewards': (('group',), 'DPR whitens its returns')}
+''',
+    "trl_dpr.data:check_chat_template": r'''
+    >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
+    >>> tok = build_tokenizer(["hi"]); tok.chat_template = None
+    >>> check_chat_template(tok, Dataset.from_dict({"prompt": [[{"role": "user", "content": "hi"}]]}), "chats")
+    Traceback (most recent call last):
+    ...
+    ValueError: chats holds chat messages but the tokenizer ... has no chat template. ...
+''',
+    "trl_dpr.data:check_prompt_dataset": r'''
+    >>> check_prompt_dataset(Dataset.from_dict({"question": ["2+2?"]}), "train_dataset")
+    Traceback (most recent call last):
+    ...
+    ValueError: train_dataset has no `prompt` column (columns: ['question']). ...
+''',
+    "trl_dpr.data:check_sft_dataset": r'''
+    >>> check_sft_dataset(Dataset.from_dict({"text": ["hi"]}), "my-data")
+    Traceback (most recent call last):
+    ...
+    ValueError: Dataset 'my-data' has columns ['text']; SFT needs a `messages` column ...
+''',
+    "trl_dpr.data:drop_long_prompts": r'''
+    >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
+    >>> tok = build_tokenizer(["short long prompt"])
+    >>> kept, dropped = drop_long_prompts(Dataset.from_dict({"prompt": ["short", "long " * 50]}), tok, 10)
+    >>> kept.num_rows, dropped
+    (1, 1)
+''',
+    "trl_dpr.data:load_demonstrations": r'''
+    >>> rows = Dataset.from_dict({"prompt": ["1+1?", "2+2?"], "completion": ["2", "4"]})
+    >>> load_demonstrations("my-rows", num_samples=1, rows=rows).num_rows
+    1
+''',
+    "trl_dpr.data:openorca_to_conversation": r'''
+    >>> row = {"system_prompt": "You are helpful.", "question": "2+2?", "response": "4"}
+    >>> openorca_to_conversation(row)["prompt"]
+    [{'role': 'system', 'content': 'You are helpful.'}, {'role': 'user', 'content': '2+2?'}]
+''',
+    "trl_dpr.data:prompts_for_rl": r'''
+    >>> ds = Dataset.from_list([{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}])
+    >>> prompts_for_rl(ds, "toy")[0]["prompt"] == [{"role": "user", "content": "hi"}]
+    True
+''',
     "trl_dpr.embedded.base_model:build_embedded_base": r'''
     >>> import contextlib, io, tempfile
     >>> with contextlib.redirect_stdout(io.StringIO()):  # accelerate's device notice
@@ -479,11 +539,68 @@ CASES = {
     >>> judge_from_config(EvaluationConfig(benchmarks=["demo"], judge="exact")).name
     'exact-answer'
 ''',
+    "trl_dpr.field_checks:unused_field_problem": r'''
+    >>> unused_field_problem("dataset_streaming", True, (False,), "streaming is not supported")
+    'dataset_streaming: True is not used: streaming is not supported. Remove it or set it to False'
+    >>> unused_field_problem("loss_type", "sigmoid", (["sigmoid"],), "the loss is SPIN's own") is None
+    True
+''',
     "trl_dpr.lfd.config:SelfPlayConfig": r'''
     >>> from trl_dpr.lfd import GSILConfig, SelfPlayConfig
     >>> args = GSILConfig(output_dir="runs/gsil", use_cpu=True, bf16=False, num_iterations=2)
     >>> isinstance(args, SelfPlayConfig), args.num_iterations, args.generation_temperature
     (True, 2, 0.0)
+''',
+    "trl_dpr.lfd.self_play:SelfPlayRun": r'''
+    >>> SelfPlayRun("runs/demo/spin", "SPIN", [{"iteration": 0, "train_runtime_s": 40.1}]).iterations[0]["iteration"]
+    0
+''',
+    "trl_dpr.lfd.self_play:SelfPlayScriptArguments": r'''
+    >>> SelfPlayScriptArguments(dataset_name="trl_dpr/embedded-demo").evaluation_config is None
+    True
+''',
+    "trl_dpr.lfd.self_play:answer_prompts": r'''
+    >>> import tempfile, os
+    >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
+    >>> tok = build_tokenizer(["hello there"])
+    >>> path = os.path.join(tempfile.mkdtemp(), "answers.jsonl")
+    >>> answers = answer_prompts(build_tiny_causal_lm(tok), tok, ["hello", "there"], path, temperature=1.0,
+    ...                          max_new_tokens=3, batch_size=2, seed=0, show_progress=False)
+    >>> [a["prompt_index"] for a in answers], len(open(path).readlines())
+    ([0, 1], 2)
+''',
+    "trl_dpr.lfd.self_play:demonstration_ids": r'''
+    >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
+    >>> from trl_dpr.token_batches import render_prompts
+    >>> tok = build_tokenizer(["hi yo"])
+    >>> prompt = [{"role": "user", "content": "hi"}]
+    >>> ids = demonstration_ids(tok, prompt, [{"role": "assistant", "content": "yo"}], render_prompts(tok, [prompt])[0])
+    >>> tok.decode(ids)
+    'yo<|end|>'
+''',
+    "trl_dpr.lfd.self_play:demonstration_pairs": r'''
+    >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
+    >>> from trl_dpr.token_batches import render_prompts
+    >>> tok = build_tokenizer(["hi yo no"])
+    >>> prompt = [{"role": "user", "content": "hi"}]
+    >>> answer = {"prompt_index": 0, "prompt_ids": render_prompts(tok, [prompt])[0], "completion_ids": [tok.eos_token_id]}
+    >>> pairs = demonstration_pairs(tok, [prompt], [[{"role": "assistant", "content": "yo"}]], [answer])
+    >>> tok.decode(pairs[0]["chosen_ids"]), pairs[0]["rejected_ids"] == [tok.eos_token_id]
+    ('yo<|end|>', True)
+''',
+    "trl_dpr.lfd.self_play:prompts_and_demonstrations": r'''
+    >>> ds = Dataset.from_list([{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}])
+    >>> prompts_and_demonstrations(ds, "toy")[1]
+    [[{'role': 'assistant', 'content': 'yo'}]]
+''',
+    "trl_dpr.lfd.self_play:recipe_parser": r'''
+    >>> argv = ["--output_dir", "runs/spin", "--use_cpu", "true", "--bf16", "false", "--num_iterations", "2"]
+    >>> recipe_parser(SPINConfig).parse_args_and_config(argv)[1].num_iterations
+    2
+''',
+    "trl_dpr.lfd.self_play:trainer_class": r'''
+    >>> trainer_class(GSILConfig(output_dir="runs/g", use_cpu=True, bf16=False)).__name__
+    'GSILTrainer'
 ''',
     "trl_dpr.reference_callback:check_reference_fraction": r'''
     >>> check_reference_fraction(0.5)
@@ -492,6 +609,53 @@ CASES = {
     Traceback (most recent call last):
     ...
     ValueError: reference_fraction α must be strictly between 0 and 1, got 1: ...
+''',
+    "trl_dpr.reference_manifest:ReferenceManifest": r'''
+    >>> m = ReferenceManifest(path="dpr_reference", fraction=0.5, step=50, total_steps=100)
+    >>> m.step / m.total_steps
+    0.5
+''',
+    "trl_dpr.reference_manifest:check_model_source": r'''
+    >>> check_model_source("runs/nowhere/sft", "Model SFT")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: Model SFT: the folder 'runs/nowhere/sft' does not exist. ...
+''',
+    "trl_dpr.reference_manifest:files_problem": r'''
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp()); _ = (folder / "a.bin").write_bytes(b"12")
+    >>> files_problem(folder, {"a.bin": 4})
+    'a.bin has 2 bytes, 4 were written'
+''',
+    "trl_dpr.reference_manifest:mark_sft_complete": r'''
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> for name in ("config.json", "model.safetensors", "tokenizer.json"): _ = (d / name).write_text("{}")
+    >>> mark_sft_complete(d).name, sft_output_problem(d) is None
+    ('sft_complete.json', True)
+''',
+    "trl_dpr.reference_manifest:parse_manifest": r'''
+    >>> parse_manifest('{"path": "dpr_reference", "fraction": 0.5, "step": 5, "total_steps": 10}', "x.json").step
+    5
+''',
+    "trl_dpr.reference_manifest:resolve_reference": r'''
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp(); _ = write_manifest(d, ReferenceManifest("dpr_reference", 0.5, 5, 10))
+    >>> os.makedirs(os.path.join(d, "dpr_reference"))
+    >>> resolve_reference(d)[1].endswith("dpr_reference")
+    True
+''',
+    "trl_dpr.reference_manifest:sft_output_problem": r'''
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()); _ = (d / "dpr_reference.json").write_text("{}")
+    >>> sft_output_problem(d)
+    'no final model (model.safetensors or adapter_model.safetensors): the SFT stage did not finish its final save'
+''',
+    "trl_dpr.reference_manifest:write_manifest": r'''
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> write_manifest(d, ReferenceManifest("dpr_reference", 0.5, 5, 10)).name
+    'dpr_reference.json'
 ''',
     "trl_dpr.reward_loading:FrozenModels": r'''
     >>> sorted(FrozenModels(nn.Linear(1, 1), None, processing_class=None).scorer_kwargs())[:3]
@@ -545,6 +709,56 @@ CASES = {
     >>> recorder.logprobs(out[:, 2:].tolist()) is None
     True
 ''',
+    "trl_dpr.running.checkpointing:check_output_dir": r'''
+    >>> import tempfile
+    >>> check_output_dir(tempfile.mkdtemp())  # writable: no error
+''',
+    "trl_dpr.running.checkpointing:checkpoint_problem": r'''
+    >>> import tempfile
+    >>> checkpoint_problem(tempfile.mkdtemp())
+    'no checkpoint_manifest.json (the save did not finish)'
+''',
+    "trl_dpr.running.checkpointing:claim_output_dir": r'''
+    >>> import tempfile
+    >>> claim_output_dir(tempfile.mkdtemp())  # a fresh folder: claimed
+''',
+    "trl_dpr.running.checkpointing:is_claimed": r'''
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> is_claimed(folder), claim_output_dir(folder), is_claimed(folder)
+    (False, None, True)
+''',
+    "trl_dpr.running.checkpointing:is_complete_checkpoint": r'''
+    >>> import tempfile
+    >>> is_complete_checkpoint(tempfile.mkdtemp())
+    False
+''',
+    "trl_dpr.running.checkpointing:last_complete_checkpoint": r'''
+    >>> import tempfile
+    >>> last_complete_checkpoint(tempfile.mkdtemp()) is None
+    True
+''',
+    "trl_dpr.running.checkpointing:parse_resume_from_checkpoint": r'''
+    >>> [parse_resume_from_checkpoint(v) for v in ("true", "True", "1", True, "false", None, "runs/x/checkpoint-4")]
+    [True, True, True, True, None, None, 'runs/x/checkpoint-4']
+''',
+    "trl_dpr.running.checkpointing:release_output_dir": r'''
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> claim_output_dir(folder); release_output_dir(folder); os.listdir(folder)
+    []
+''',
+    "trl_dpr.running.checkpointing:write_checkpoint_manifest": r'''
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> for name in ("model.safetensors", "trainer_state.json"): _ = (folder / name).write_text("{}")
+    >>> write_checkpoint_manifest(folder); checkpoint_problem(folder) is None
+    True
+''',
+    "trl_dpr.running.console_log:_rounded": r'''
+    >>> _rounded({"loss": 1.66666e-09, "grad_norm": 1.5714, "epoch": 0.25, "note": "x"})
+    {'loss': 1.667e-09, 'grad_norm': 1.571, 'epoch': 0.25, 'note': 'x'}
+''',
     "trl_dpr.running.gguf:check_gguf_reader": r'''
     >>> check_gguf_reader("Qwen/Qwen2.5-0.5B")   # not a GGUF file: nothing to check
 ''',
@@ -561,6 +775,92 @@ CASES = {
     "trl_dpr.running.gguf:resolve_gguf_base": r'''
     >>> resolve_gguf_base("Qwen/Qwen2.5-0.5B", "runs/sft")
     'Qwen/Qwen2.5-0.5B'
+''',
+    "trl_dpr.running.hub:SecretFinding": r'''
+    >>> str(SecretFinding(path="run/trainer_state.json", secret_name="HF_TOKEN"))
+    'run/trainer_state.json contains the value of HF_TOKEN'
+''',
+    "trl_dpr.running.hub:base_model_reference": r'''
+    >>> base_model_reference("Qwen/Qwen2.5-0.5B")
+    '[Qwen/Qwen2.5-0.5B](https://huggingface.co/Qwen/Qwen2.5-0.5B)'
+    >>> base_model_reference("trl_dpr/embedded-tiny-llama")
+    '`trl_dpr/embedded-tiny-llama` (the tiny model embedded in trl_dpr)'
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp(), "sft"); folder.mkdir()
+    >>> base_model_reference(str(folder), kind="SFT model"), base_model_reference(None)
+    ('the SFT model `sft` (a local folder)', 'an unnamed model')
+''',
+    "trl_dpr.running.hub:check_hub_push": r'''
+    >>> from types import SimpleNamespace
+    >>> check_hub_push(SimpleNamespace(push_to_hub=False))  # nothing to check
+    >>> check_hub_push(SimpleNamespace(push_to_hub=True, hub_strategy="all_checkpoints", hub_token="hf_x"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: hub_strategy='all_checkpoints' uploads checkpoint folders ...
+''',
+    "trl_dpr.running.hub:copy_files_to_push": r'''
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "config.json").write_text("{}"), (d / "training_args.bin").write_text("x")
+    >>> copy_files_to_push(d, d.parent / (d.name + "-pushed"))
+    ['config.json']
+''',
+    "trl_dpr.running.hub:defer_push_to_hub": r'''
+    >>> from transformers import TrainingArguments
+    >>> args = TrainingArguments("out", push_to_hub=True, hub_model_id="me/model", report_to="none", use_cpu=True)
+    >>> defer_push_to_hub(args), args.push_to_hub
+    (True, False)
+''',
+    "trl_dpr.running.hub:dpr_model_card_section": r'''
+    >>> from types import SimpleNamespace as NS
+    >>> args = NS(output_dir="/nonexistent", max_steps=10, **{name: 0 for name in CARD_HYPERPARAMETERS})
+    >>> section = dpr_model_card_section(args, NS(reference_manifest=None, sft_model_name_or_path=None))
+    >>> "| `kl_coef` | 0 |" in section, "- **λ** (`kl_coef`, the weight of the KL to π_SFT): 0." in section
+    (True, True)
+''',
+    "trl_dpr.running.hub:files_to_push": r'''
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> for name in ("model.safetensors", "training_args.bin", "checkpoint-2/optimizer.pt", ".partial/checkpoint-4/optimizer.pt"):
+    ...     (d / name).parent.mkdir(parents=True, exist_ok=True)
+    ...     _ = (d / name).write_text("x")
+    >>> files_to_push(d)
+    ['model.safetensors']
+    >>> files_to_push(d, safety_rules=False)
+    ['.partial/checkpoint-4/optimizer.pt', 'model.safetensors', 'training_args.bin']
+''',
+    "trl_dpr.running.hub:ignore_patterns": r'''
+    >>> "training_args.bin" in ignore_patterns(), "checkpoint-*" in ignore_patterns()
+    (True, True)
+''',
+    "trl_dpr.running.hub:portability_problems": r'''
+    >>> import tempfile, pathlib, json
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/home/me/base"}))
+    >>> portability_problems(d)[0].startswith("adapter_config.json names its base model by the local path")
+    True
+''',
+    "trl_dpr.running.hub:recorded_base_model": r'''
+    >>> import json, pathlib, tempfile
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> recorded_base_model(d), recorded_base_model("me/tiny-sft")
+    (None, None)
+    >>> _ = (d / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-0.5B"}))
+    >>> recorded_base_model(d)
+    'Qwen/Qwen2.5-0.5B'
+''',
+    "trl_dpr.running.hub:scan_for_secrets": r'''
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "log.txt").write_text("key=sk-test-1234567890")
+    >>> [str(f).split("/")[-1] for f in scan_for_secrets([d], {"OPENAI_API_KEY": "sk-test-1234567890"})]
+    ['log.txt contains the value of OPENAI_API_KEY']
+    >>> scan_for_secrets([d], {"HF_TOKEN": "hf_not_there_at_all"})
+    []
+''',
+    "trl_dpr.running.hub:secrets_from_environment": r'''
+    >>> secrets_from_environment({"HF_TOKEN": "hf_abcdefghijkl", "TOKENIZERS_PARALLELISM": "false", "MY_API_KEY": "x"})
+    {'HF_TOKEN': 'hf_abcdefghijkl'}
 ''',
     "trl_dpr.running.memory:MemoryPlan": r'''
     >>> plan = MemoryPlan("toy", [MemoryTerm("weights", 2**30, "")], {"generation": [MemoryTerm("KV cache", 2**30, "")]},
@@ -616,6 +916,34 @@ CASES = {
     "trl_dpr.running.memory:recipe_model_config": r'''
     >>> recipe_model_config("demo/dpr.yaml").num_hidden_layers   # runs/demo/sft or, before the SFT, its base
     4
+''',
+    "trl_dpr.running.pipeline:DPRScriptArguments": r'''
+    >>> DPRScriptArguments(dataset_name="trl_dpr/embedded-demo", evaluation_config="recipes/evaluate/demo.yaml").sft_config is None
+    True
+''',
+    "trl_dpr.running.pipeline:SFTScriptArguments": r'''
+    >>> SFTScriptArguments(dataset_name="trl_dpr/embedded-demo").reference_fraction
+    0.5
+''',
+    "trl_dpr.running.pipeline:check_adapter_settings": r'''
+    >>> from trl import ModelConfig
+    >>> check_adapter_settings("runs/not-an-adapter", ModelConfig(use_peft=True, lora_r=8))  # a full model: LoRA is new
+''',
+    "trl_dpr.running.pipeline:check_evaluation_config": r'''
+    >>> check_evaluation_config("recipes/evaluate/demo.yaml")  # the exact-match judge: no key needed
+''',
+    "trl_dpr.running.pipeline:dpr_prompts": r'''
+    >>> dpr_prompts(DPRScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=4), seed=0).num_rows
+    4
+''',
+    "trl_dpr.running.pipeline:has_sft_output": r'''
+    >>> has_sft_output("runs/nowhere")
+    False
+''',
+    "trl_dpr.running.pipeline:model_init_kwargs_from": r'''
+    >>> from trl import ModelConfig
+    >>> model_init_kwargs_from(ModelConfig(model_name_or_path="runs/sft", dtype="float32"))
+    {'revision': 'main', 'trust_remote_code': False, 'dtype': 'float32'}
 ''',
     "trl_dpr.running.placement:LaunchPlacement": r'''
     >>> LaunchPlacement.from_environment({"ACCELERATE_MIXED_PRECISION": "bf16", "ACCELERATE_USE_CPU": "False"})

@@ -10,18 +10,10 @@ from trl import GRPOConfig, SFTConfig
 from .field_checks import _plain, unused_field_problem
 from .scoring import check_temperature, check_token_chunk_size
 
-__all__ = [
-    "ActivationCheckpointingAlias", "DensePathConfig", "SFTRecipeConfig", "refuse_unused_fields", "unused_parent_fields",
-]
-
 
 def unused_parent_fields(parent, reasons: dict[str, str]) -> dict[str, tuple[tuple, str]]:
     """`_UNUSED_FIELDS` for fields of `parent` whose job a subclass does itself: each keeps its default, and `reasons`
     says which field of the subclass does the job (field → why).
-
-    Example:
-        >>> unused_parent_fields(GRPOConfig, {"scale_rewards": "DPR whitens its returns"})
-        {'scale_rewards': (('group',), 'DPR whitens its returns')}
     """
     fields = parent.__dataclass_fields__
     default = lambda f: f.default_factory() if callable(f.default_factory) else f.default  # noqa: E731
@@ -29,12 +21,8 @@ def unused_parent_fields(parent, reasons: dict[str, str]) -> dict[str, tuple[tup
 
 
 def refuse_unused_fields(config) -> None:
-    """A config's `__post_init__` refuses its own `_UNUSED_FIELDS` when they hold a value they do not accept: the
-    recipes' rule (`trl_dpr.field_checks.unused_field_problem`, which the recipe parsers apply while parsing) for a
-    config built from Python.
-
-    Example:
-        >>> refuse_unused_fields(DensePathConfig("runs/dpr", bf16=False))  # every one at its default
+    """`__post_init__`'s check of a config's `_UNUSED_FIELDS`: the recipes' rule (`unused_field_problem`) for a config
+    built from Python.
     """
     for name, (accepted, reason) in type(config)._UNUSED_FIELDS.items():
         if problem := unused_field_problem(name, getattr(config, name), accepted, reason):
@@ -42,20 +30,8 @@ def refuse_unused_fields(config) -> None:
 
 
 class ActivationCheckpointingAlias:
-    """Mix into a TRL config: `gradient_checkpointing` is read under its new name, without a FutureWarning.
-
-    transformers 5.23 renamed `gradient_checkpointing` to `activation_checkpointing` and warns whenever a config
-    carries a value under the old name. TRL 1.16's configs give the old name a default (True), so every TRL config
-    warns, whether a recipe sets the key or not, and each `trl-dpr` run parses its recipe twice (before launching, and
-    in the launched script). The value moves to the new name before transformers looks; with a transformers that has
-    no new name (< 5.23) nothing changes, and the recipes' `gradient_checkpointing` key works with both.
-
-    Example:
-        >>> import warnings
-        >>> with warnings.catch_warnings():
-        ...     warnings.simplefilter("error", FutureWarning)
-        ...     SFTRecipeConfig("runs/sft", gradient_checkpointing=False, use_cpu=True).gradient_checkpointing
-        False
+    """Mix into a TRL config: `gradient_checkpointing` moves to transformers ≥ 5.23's `activation_checkpointing` before
+    transformers looks, so TRL's default for the old name does not warn at every parse (older transformers: no change).
     """
 
     def __post_init__(self):
@@ -68,19 +44,12 @@ class ActivationCheckpointingAlias:
 class SFTRecipeConfig(ActivationCheckpointingAlias, SFTConfig):
     """TRL's `SFTConfig`, as `trl-dpr sft` (and the SFT stage the other recipes run first) parses it: the same fields
     and defaults; `gradient_checkpointing` is read without a deprecation warning (`ActivationCheckpointingAlias`).
-
-    Example:
-        >>> SFTRecipeConfig("runs/sft", max_length=160, use_cpu=True).gradient_checkpointing  # TRL's default
-        True
     """
 
 
 class _NoGroupBaseline(int):
-    """The int 1 that passes GRPOConfig's `num_generations >= 2` check during `__post_init__` only.
-
-    GRPO needs ≥ 2 samples per prompt because its baseline is the group mean; DPR has no group baseline (its
-    advantages are whitened over the whole batch), so the paper samples 1 completion per prompt. Every other use of
-    the value (divisibility of batch sizes, samplers) must see a plain 1, which an int subclass gives.
+    """The int 1 that passes GRPOConfig's `num_generations >= 2` check during `__post_init__` only: DPR has no group
+    baseline (it whitens over the batch), and every other use (batch divisibility, samplers) must see a plain 1.
     """
 
     def __lt__(self, other):

@@ -1,8 +1,7 @@
-"""Demonstration data for the recipes: loading, OpenOrca → TRL conversational format, prompt extraction for RL.
+"""Demonstration data for the recipes: loading, OpenOrca → TRL conversational format, prompts for RL.
 
-SFT needs demonstrations (`messages`, or `prompt` + `completion`); DPR needs the same prompts without answers (the
-paper uses the same 100k OpenOrca prompts for SFT and RL, §4.1). Both stages load through `load_demonstrations` with
-the same name, sample count and seed, so they see the same prompts.
+SFT and DPR load through `load_demonstrations` with the same name, count and seed, so DPR samples from the SFT's
+prompts (the paper uses the same 100k OpenOrca prompts for both, §4.1).
 """
 
 from __future__ import annotations
@@ -11,29 +10,9 @@ import os
 
 from datasets import Dataset, DatasetDict, load_dataset
 
-__all__ = [
-    "openorca_to_conversation",
-    "load_demonstrations",
-    "check_chat_template",
-    "check_sft_dataset",
-    "check_prompt_dataset",
-    "drop_long_prompts",
-    "prompts_for_rl",
-]
-
-
 
 def openorca_to_conversation(example: dict) -> dict:
-    """Map an OpenOrca row (`system_prompt`, `question`, `response`) to TRL's conversational prompt/completion.
-
-    The system prompt becomes a system message when it is not empty; the question is the user turn and the response
-    the assistant turn.
-
-    Example:
-        >>> row = {"system_prompt": "You are helpful.", "question": "2+2?", "response": "4"}
-        >>> openorca_to_conversation(row)["prompt"]
-        [{'role': 'system', 'content': 'You are helpful.'}, {'role': 'user', 'content': '2+2?'}]
-    """
+    """An OpenOrca row as TRL's conversational prompt/completion (a non-empty system prompt becomes a system message)."""
     prompt = []
     if (example.get("system_prompt") or "").strip():
         prompt.append({"role": "system", "content": example["system_prompt"]})
@@ -46,14 +25,7 @@ def _columns(dataset) -> set[str]:
 
 
 def check_sft_dataset(dataset: Dataset, name: str) -> None:
-    """SFT needs `messages` or `prompt` + `completion`; anything else is an error that says what to map it to.
-
-    Example:
-        >>> check_sft_dataset(Dataset.from_dict({"text": ["hi"]}), "my-data")
-        Traceback (most recent call last):
-        ...
-        ValueError: Dataset 'my-data' has columns ['text']; SFT needs a `messages` column ...
-    """
+    """SFT needs `messages` or `prompt` + `completion`; anything else is an error that says what to map it to."""
     columns = _columns(dataset)
     if "messages" in columns or {"prompt", "completion"} <= columns:
         return
@@ -65,14 +37,7 @@ def check_sft_dataset(dataset: Dataset, name: str) -> None:
 
 
 def check_prompt_dataset(dataset, name: str) -> None:
-    """DPR samples a completion for each row's `prompt`: say so before any model is loaded when there is none.
-
-    Example:
-        >>> check_prompt_dataset(Dataset.from_dict({"question": ["2+2?"]}), "train_dataset")
-        Traceback (most recent call last):
-        ...
-        ValueError: train_dataset has no `prompt` column (columns: ['question']). ...
-    """
+    """DPR samples a completion for each row's `prompt`: say so before any model is loaded when there is none."""
     if isinstance(dataset, Dataset) and dataset.num_rows == 0:
         raise ValueError(f"{name} is empty: DPR needs prompts to sample completions for (a run on none would save π_SFT).")
     columns = getattr(dataset, "column_names", None)
@@ -87,14 +52,6 @@ def check_prompt_dataset(dataset, name: str) -> None:
 def check_chat_template(tokenizer, dataset, name: str) -> None:
     """Conversational rows (chat messages) are rendered with the tokenizer's chat template: without one, say so before
     a model is loaded, not at the first training step.
-
-    Example:
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
-        >>> tok = build_tokenizer(["hi"]); tok.chat_template = None
-        >>> check_chat_template(tok, Dataset.from_dict({"prompt": [[{"role": "user", "content": "hi"}]]}), "chats")
-        Traceback (most recent call last):
-        ...
-        ValueError: chats holds chat messages but the tokenizer ... has no chat template. ...
     """
     from trl.data_utils import is_conversational
 
@@ -109,20 +66,8 @@ def check_chat_template(tokenizer, dataset, name: str) -> None:
 
 
 def drop_long_prompts(dataset, tokenizer, max_prompt_length: int, name: str = "train", **chat_template_kwargs):
-    """Drop the rows whose prompt renders to more than `max_prompt_length` tokens (as GRPOTrainer renders it).
-
-    Dropping, not truncating: a truncated prompt loses its instruction or its context and would be another prompt.
-    Streaming datasets and datasets without a `prompt` column are returned unchanged.
-
-    Returns:
-        `(dataset, number_dropped)`.
-
-    Example:
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
-        >>> tok = build_tokenizer(["short long prompt"])
-        >>> kept, dropped = drop_long_prompts(Dataset.from_dict({"prompt": ["short", "long " * 50]}), tok, 10)
-        >>> kept.num_rows, dropped
-        (1, 1)
+    """`(dataset, number_dropped)`: rows whose prompt renders (as GRPOTrainer renders it) to more than
+    `max_prompt_length` tokens are dropped, not truncated: a truncated prompt is another prompt.
     """
     from .token_batches import render_prompts
 
@@ -144,15 +89,7 @@ def drop_long_prompts(dataset, tokenizer, max_prompt_length: int, name: str = "t
 
 
 def prompts_for_rl(dataset: Dataset, name: str) -> Dataset:
-    """The prompts of a demonstration dataset, as the `prompt` column GRPO/DPR samples from.
-
-    `prompt`/`completion` rows keep their prompt; `messages` rows become everything before the final assistant turn.
-
-    Example:
-        >>> ds = Dataset.from_list([{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}])
-        >>> prompts_for_rl(ds, "toy")[0]["prompt"] == [{"role": "user", "content": "hi"}]
-        True
-    """
+    """The `prompt` column DPR samples from: a `prompt` row's prompt, or a `messages` row up to its final assistant turn."""
     columns = _columns(dataset)
     if "prompt" in columns:
         return dataset
@@ -183,24 +120,10 @@ def load_demonstrations(
     stage: str = "sft",
     rows: Dataset | None = None,
 ) -> Dataset:
-    """Load a demonstration split: a Hub dataset, a local JSON/JSONL file, or `rows` already built.
+    """A demonstration split: a Hub dataset, a `.json`/`.jsonl` file, or `rows` already built (named `dataset_name`).
 
-    Args:
-        dataset_name: Hub id (e.g. `Open-Orca/OpenOrca`) or a `.json`/`.jsonl` path; with `rows`, the name of those.
-        dataset_config: the dataset's configuration name, if any.
-        split: split to load.
-        num_samples: keep a random subsample of this many rows (shuffled with `seed`), e.g. the paper's 100k.
-        seed: subsample seed; SFT and DPR use the same so they see the same prompts.
-        dataset_format: `auto` (detect), `openorca`, `messages` or `prompt_completion`.
-        stage: what the rows are for: `sft` needs demonstrations (`messages`, or `prompt` + `completion`); `rl` needs
-            prompts (`prompt`, or demonstrations to take them from, see `prompts_for_rl`).
-        rows: the split itself, built rather than loaded (the embedded task: `trl_dpr.embedded.load_demonstrations`
-            resolves its name `trl_dpr/embedded-demo` to these).
-
-    Example:
-        >>> rows = Dataset.from_dict({"prompt": ["1+1?", "2+2?"], "completion": ["2", "4"]})
-        >>> load_demonstrations("my-rows", num_samples=1, rows=rows).num_rows
-        1
+    `num_samples` keeps a `seed`-shuffled subsample; `dataset_format` is `auto`, `openorca`, `messages` or
+    `prompt_completion`; `stage` `sft` needs demonstrations, `rl` prompts (or demonstrations to take them from).
     """
     if dataset_format not in ("auto", "openorca", "messages", "prompt_completion"):
         raise ValueError(

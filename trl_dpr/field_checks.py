@@ -6,24 +6,11 @@ from __future__ import annotations
 import collections.abc
 import enum
 
-__all__ = ["unused_field_problem"]
-
 
 def unused_field_problem(name: str, value, accepted, reason: str) -> str | None:
-    """Why `value` of a field its dataclass declares unused is refused, or None when it is one of the `accepted` values.
-
-    A dataclass declares such fields in `_UNUSED_FIELDS` (field → (accepted values, why the field is not used)): a
-    field of TRL's that the recipes have no use for, or one whose job a trl_dpr config does itself. Set, it would be
-    accepted and silently ignored (or fail once models are built), so it is refused: by the recipe parsers for what a
-    recipe sets, and by a config's `__post_init__` for the fields it declares itself (`trl_dpr.config.
-    refuse_unused_fields`). This is the one rule and message of refused fields. A scalar stands for the one-item list
-    TRL would make of it (`loss_type: sigmoid`).
-
-    Example:
-        >>> unused_field_problem("dataset_streaming", True, (False,), "streaming is not supported")
-        'dataset_streaming: True is not used: streaming is not supported. Remove it or set it to False'
-        >>> unused_field_problem("loss_type", "sigmoid", (["sigmoid"],), "the loss is SPIN's own") is None
-        True
+    """Why `value` of a field in `_UNUSED_FIELDS` (field → (accepted values, why unused)) is refused, or None when it
+    is accepted: set, it would be silently ignored. The one rule and message, used by the recipe parsers and by configs'
+    `__post_init__`; a scalar stands for TRL's one-item list.
     """
     value, accepted = _plain(value), [_plain(a) for a in accepted]
     if value in accepted or (not isinstance(value, list) and [value] in accepted):

@@ -1,15 +1,11 @@
 """Where an SFT run keeps its reference checkpoint π_ref, and the small manifest that records it.
 
-Layout of an SFT output directory (local or pushed to the Hub)::
+    my-sft/                      # π_SFT: the final model (or PEFT adapter) and tokenizer
+    my-sft/dpr_reference/        # π_ref: the model at optimizer step ⌊α·N⌋ (ReferenceCheckpointCallback)
+    my-sft/dpr_reference.json    # this manifest: how `CheckpointRewardModel.from_pretrained("my-sft")` finds π_ref
+    my-sft/sft_complete.json     # written last by the SFT stage: the model files and their sizes
 
-    my-sft/                      # π_SFT: the final model (or PEFT adapter) and tokenizer, as SFTTrainer saves them
-    my-sft/dpr_reference/        # π_ref: the model (or adapter) at optimizer step ⌊α·N⌋, saved by ReferenceCheckpointCallback
-    my-sft/dpr_reference.json    # this manifest
-    my-sft/sft_complete.json     # written last by the SFT stage: the output's model files and their sizes
-
-The manifest is what `CheckpointRewardModel.from_pretrained("my-sft")` reads to find π_ref without being told. An SFT
-killed after π_ref was saved but before the final save leaves the manifest without a final model: `sft_output_problem`
-says so, and that folder is never taken for a finished SFT.
+An SFT killed between π_ref and the final save is never taken for a finished one (`sft_output_problem`).
 """
 
 from __future__ import annotations
@@ -21,20 +17,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "MANIFEST_NAME",
-    "REFERENCE_DIRNAME",
-    "check_model_source",
-    "files_problem",
-    "SFT_COMPLETE_NAME",
-    "ReferenceManifest",
-    "mark_sft_complete",
-    "parse_manifest",
-    "resolve_reference",
-    "sft_output_problem",
-    "write_manifest",
-]
-
 MANIFEST_NAME = "dpr_reference.json"
 REFERENCE_DIRNAME = "dpr_reference"
 SFT_COMPLETE_NAME = "sft_complete.json"
@@ -45,21 +27,8 @@ FORMAT_VERSION = 1
 
 @dataclass
 class ReferenceManifest:
-    """Record of the reference checkpoint π_ref written next to an SFT model.
-
-    Attributes:
-        path: folder of π_ref, relative to the SFT output directory (default `dpr_reference`).
-        fraction: α of Algorithm 1; π_ref is the model after ⌊α·N⌋ of the N optimizer steps.
-        step: the optimizer step π_ref was saved at (⌊α·N⌋).
-        total_steps: N, the number of optimizer steps of the SFT run.
-        is_adapter: True when π_ref (and π_SFT) are PEFT adapters on a shared base model.
-        base_model: the base model the SFT run started from (adapters load onto it).
-        format_version: manifest schema version.
-
-    Example:
-        >>> m = ReferenceManifest(path="dpr_reference", fraction=0.5, step=50, total_steps=100)
-        >>> m.step / m.total_steps
-        0.5
+    """Record of π_ref next to an SFT model: its folder (relative), α (`fraction`), the step ⌊α·N⌋ it was saved at, N
+    (`total_steps`), whether both are PEFT adapters on `base_model`, and the schema version.
     """
 
     path: str
@@ -72,14 +41,7 @@ class ReferenceManifest:
 
 
 def write_manifest(output_dir: str | os.PathLike, manifest: ReferenceManifest) -> Path:
-    """Write `dpr_reference.json` into `output_dir` atomically (a crash never leaves a half-written manifest).
-
-    Example:
-        >>> import tempfile
-        >>> d = tempfile.mkdtemp()
-        >>> write_manifest(d, ReferenceManifest("dpr_reference", 0.5, 5, 10)).name
-        'dpr_reference.json'
-    """
+    """Write `dpr_reference.json` into `output_dir` atomically (a crash never leaves a half-written manifest)."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     target = output_dir / MANIFEST_NAME
@@ -94,12 +56,7 @@ def write_manifest(output_dir: str | os.PathLike, manifest: ReferenceManifest) -
 
 
 def parse_manifest(text: str, source: str) -> ReferenceManifest:
-    """Parse a manifest, with an error that names `source` when it is not one.
-
-    Example:
-        >>> parse_manifest('{"path": "dpr_reference", "fraction": 0.5, "step": 5, "total_steps": 10}', "x.json").step
-        5
-    """
+    """Parse a manifest, with an error that names `source` when it is not one."""
     try:
         data = json.loads(text)
         known = {f.name for f in dataclasses.fields(ReferenceManifest)}
@@ -124,20 +81,8 @@ def parse_manifest(text: str, source: str) -> ReferenceManifest:
 def resolve_reference(
     sft_model_name_or_path: str, revision: str | None = None, token: str | bool | None = None
 ) -> tuple[ReferenceManifest, str]:
-    """Find π_ref for an SFT output: returns the manifest and a local directory holding π_ref.
-
-    `sft_model_name_or_path` is a local SFT output directory or a Hub repo id of one (then only the manifest and the
-    reference folder are downloaded).
-
-    Raises:
-        FileNotFoundError: when there is no manifest, or the folder it names is missing, with how to fix it.
-
-    Example:
-        >>> import tempfile, os
-        >>> d = tempfile.mkdtemp(); _ = write_manifest(d, ReferenceManifest("dpr_reference", 0.5, 5, 10))
-        >>> os.makedirs(os.path.join(d, "dpr_reference"))
-        >>> resolve_reference(d)[1].endswith("dpr_reference")
-        True
+    """The manifest and a local folder holding π_ref, for a local SFT output or a Hub id of one (then only those are
+    downloaded); `FileNotFoundError` saying how to fix a missing manifest or folder.
     """
     how_to_fix = (
         "Train the SFT model with `trl_dpr.ReferenceCheckpointCallback` (`trl-dpr sft` adds it) so the reference "
@@ -201,13 +146,6 @@ def _model_files(output_dir: Path) -> dict[str, int]:
 def mark_sft_complete(output_dir: str | os.PathLike, base_model: str | None = None) -> Path:
     """Write `sft_complete.json` after the SFT stage's final save: what "the SFT is done" means (`sft_output_problem`),
     and `base_model`, the name the SFT started from (the DPR policy's model card names it).
-
-    Example:
-        >>> import tempfile
-        >>> d = Path(tempfile.mkdtemp())
-        >>> for name in ("config.json", "model.safetensors", "tokenizer.json"): _ = (d / name).write_text("{}")
-        >>> mark_sft_complete(d).name, sft_output_problem(d) is None
-        ('sft_complete.json', True)
     """
     output_dir = Path(output_dir)
     with tempfile.NamedTemporaryFile("w", dir=output_dir, prefix=".sft_complete.", suffix=".tmp", delete=False) as f:
@@ -219,16 +157,8 @@ def mark_sft_complete(output_dir: str | os.PathLike, base_model: str | None = No
 
 
 def sft_output_problem(path: str | os.PathLike) -> str | None:
-    """What keeps the local folder `path` from being a finished SFT output, or None.
-
-    With `sft_complete.json` (the SFT recipe writes it last), every file it lists must be there with its size. Without
-    it (an SFT run from Python), the folder must hold a final model: weights, a config and a tokenizer.
-
-    Example:
-        >>> import tempfile
-        >>> d = Path(tempfile.mkdtemp()); _ = (d / "dpr_reference.json").write_text("{}")
-        >>> sft_output_problem(d)
-        'no final model (model.safetensors or adapter_model.safetensors): the SFT stage did not finish its final save'
+    """What keeps `path` from being a finished SFT output, or None: every file `sft_complete.json` lists, full size, or
+    without it (an SFT run from Python) weights, a config and a tokenizer.
     """
     path = Path(path)
     if not path.is_dir():
@@ -250,14 +180,7 @@ def sft_output_problem(path: str | os.PathLike) -> str | None:
 
 
 def files_problem(folder: str | os.PathLike, files: dict[str, int]) -> str | None:
-    """The first of `files` (relative path → size written) that is missing from `folder` or has another size.
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> folder = pathlib.Path(tempfile.mkdtemp()); _ = (folder / "a.bin").write_bytes(b"12")
-        >>> files_problem(folder, {"a.bin": 4})
-        'a.bin has 2 bytes, 4 were written'
-    """
+    """The first of `files` (relative path → size written) that is missing from `folder` or has another size."""
     for name, size in files.items():
         file = Path(folder) / name
         if not file.is_file():
@@ -268,17 +191,8 @@ def files_problem(folder: str | os.PathLike, files: dict[str, int]) -> str | Non
 
 
 def check_model_source(path: str, what: str = "Model") -> None:
-    """Fail early, and clearly, when `path` is meant as a local model folder that is missing or holds no model.
-
-    A folder that exists must hold `config.json` or `adapter_config.json`. A path that does not exist is an error
-    unless it can be a Hub id (`org/name`, its first part not a local folder); with the Hub switched off
-    (`HF_HUB_OFFLINE=1`) the id must be in the local cache.
-
-    Example:
-        >>> check_model_source("runs/nowhere/sft", "Model SFT")
-        Traceback (most recent call last):
-        ...
-        FileNotFoundError: Model SFT: the folder 'runs/nowhere/sft' does not exist. ...
+    """Fail early when `path` is meant as a local model folder that is missing or holds no model; a path that can be a
+    Hub id passes (offline: it must be cached).
     """
     folder = Path(path).expanduser()
     if folder.is_dir():

@@ -24,8 +24,6 @@ from .reward_model import CheckpointRewardModel, load_reward_model
 from .rollout_logprobs import SampledTokenLogprobs
 from .token_batches import ends_with_eos
 
-__all__ = ["DensePathTrainer"]
-
 logger = get_logger(__name__)
 
 CITATION = textwrap.dedent("""\
@@ -167,6 +165,14 @@ class DensePathTrainer(GRPOTrainer):
         eval_datasets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
         for name, dataset in {"train_dataset": train_dataset, **{f"eval_dataset{k and f'[{k!r}]'}": v for k, v in eval_datasets.items()}}.items():
             check_prompt_dataset(dataset, name)
+        if (args.beta != 0.0 and model is None and isinstance(reward_model, CheckpointRewardModel)
+                and reward_model.sft_adapter is None and reward_model.sft_model_name_or_path is None):
+            # GRPOTrainer loads its β reference by the policy's config name, and a copy of an in-memory π_SFT has none
+            raise ValueError(
+                f"beta={args.beta} needs a reference model that GRPOTrainer loads from π_SFT's path, but π_SFT was given "
+                "in memory: give it as a folder (reward_model=path or CheckpointRewardModel.from_pretrained(path)), or "
+                "set beta=0 and use kl_coef, DPR's KL to π_SFT."
+            )
         reward_model = load_reward_model(reward_model, args)
 
         # Algorithm 1, line 2: the actor starts from π_SFT; π_SFT itself stays frozen as the reward and KL reference.

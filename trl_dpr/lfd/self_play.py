@@ -7,11 +7,9 @@
         π_{t+1} = train π_t against itself, frozen   SPINTrainer / GSILTrainer   <output_dir>/iteration-<t>/
     <output_dir> gets π_T (the files of iteration-<T−1>/)
 
-Resuming: the answers are cached line by line (one JSONL record per prompt, with the exact sampled ids), so an
-interrupted generation continues where it stopped; a finished iteration (`iteration-<t>/self_play_iteration.json`) is
-not trained again; `resume_from_checkpoint: true` resumes an interrupted iteration from its last complete checkpoint.
-`<output_dir>/self_play.json` records the settings: a rerun with other settings is refused (naming them) unless
-`overwrite_output_dir: true`; raising `num_iterations` continues a finished run.
+Resuming: answers are cached per prompt, finished iterations are not trained again, an interrupted one resumes from
+its last complete checkpoint. `<output_dir>/self_play.json` records the settings: a rerun with others is refused
+unless `overwrite_output_dir: true`; raising `num_iterations` continues a finished run.
 """
 
 from __future__ import annotations
@@ -51,22 +49,6 @@ from ..running.pipeline import SFTScriptArguments, model_init_kwargs_from
 from .config import GSILConfig, SelfPlayConfig, SPINConfig
 from .trainer import GSILTrainer, SelfPlayTrainer, SPINTrainer
 
-__all__ = [
-    "RUN_RECORD",
-    "SelfPlayRun",
-    "SelfPlayScriptArguments",
-    "answer_prompts",
-    "demonstration_ids",
-    "demonstration_pairs",
-    "evaluate_last_iterate",
-    "load_policy",
-    "prompts_and_demonstrations",
-    "recipe_main",
-    "recipe_parser",
-    "run_self_play",
-    "trainer_class",
-]
-
 RUN_RECORD = "self_play.json"
 ITERATION_RECORD = "self_play_iteration.json"
 # Settings that decide what a self-play run trains (num_iterations is not one: raising it continues a finished run).
@@ -81,14 +63,8 @@ _SETTINGS = (
 
 @dataclass
 class SelfPlayScriptArguments(SFTScriptArguments):
-    """Script arguments of `trl-dpr spin` and `trl-dpr gsil` (on top of TRL's `ScriptArguments`).
-
-    `model_name_or_path` (ModelConfig) is the SFT output π_0; the demonstrations are loaded as for SFT and DPR (same
-    name, sample count and seed: the same prompts).
-
-    Example:
-        >>> SelfPlayScriptArguments(dataset_name="trl_dpr/embedded-demo").evaluation_config is None
-        True
+    """Script arguments of `trl-dpr spin` / `trl-dpr gsil`: `model_name_or_path` is π_0, and the demonstrations are
+    loaded as for SFT and DPR (same name, count and seed: the same prompts).
     """
 
     sft_config: str | None = field(
@@ -106,12 +82,7 @@ class SelfPlayScriptArguments(SFTScriptArguments):
 
 @dataclass
 class SelfPlayRun:
-    """A finished self-play run: its folder (the last iterate), the method, and per iteration what training logged.
-
-    Example:
-        >>> SelfPlayRun("runs/demo/spin", "SPIN", [{"iteration": 0, "train_runtime_s": 40.1}]).iterations[0]["iteration"]
-        0
-    """
+    """A finished self-play run: its folder (the last iterate), the method, and per iteration what training logged."""
 
     output_dir: str
     method: str
@@ -119,12 +90,7 @@ class SelfPlayRun:
 
 
 def trainer_class(args: SelfPlayConfig) -> type[SelfPlayTrainer]:
-    """The trainer of a config: `SPINTrainer` for `SPINConfig`, `GSILTrainer` for `GSILConfig`.
-
-    Example:
-        >>> trainer_class(GSILConfig(output_dir="runs/g", use_cpu=True, bf16=False)).__name__
-        'GSILTrainer'
-    """
+    """The trainer of a config: `SPINTrainer` for `SPINConfig`, `GSILTrainer` for `GSILConfig`."""
     if isinstance(args, SPINConfig):
         return SPINTrainer
     if isinstance(args, GSILConfig):
@@ -138,11 +104,6 @@ def trainer_class(args: SelfPlayConfig) -> type[SelfPlayTrainer]:
 def prompts_and_demonstrations(dataset: Dataset, name: str) -> tuple[list, list]:
     """`(prompts, completions)` of a demonstration dataset: `prompt`/`completion` columns as they are, `messages` split
     before the final assistant turn.
-
-    Example:
-        >>> ds = Dataset.from_list([{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}])
-        >>> prompts_and_demonstrations(ds, "toy")[1]
-        [[{'role': 'assistant', 'content': 'yo'}]]
     """
     columns = set(dataset.column_names)
     if {"prompt", "completion"} <= columns:
@@ -164,15 +125,6 @@ def prompts_and_demonstrations(dataset: Dataset, name: str) -> tuple[list, list]
 def demonstration_ids(tokenizer, prompt, completion, prompt_ids: Sequence[int]) -> list[int]:
     """The token ids of a demonstration after its prompt: the chat template renders prompt + completion, and the
     rendered prompt (`render_prompts`, what π_t answered) must be its prefix.
-
-    Example:
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
-        >>> from trl_dpr.token_batches import render_prompts
-        >>> tok = build_tokenizer(["hi yo"])
-        >>> prompt = [{"role": "user", "content": "hi"}]
-        >>> ids = demonstration_ids(tok, prompt, [{"role": "assistant", "content": "yo"}], render_prompts(tok, [prompt])[0])
-        >>> tok.decode(ids)
-        'yo<|end|>'
     """
     if is_conversational({"prompt": prompt}):
         full = tokenizer.apply_chat_template(conversation=list(prompt) + list(completion), tokenize=True, return_dict=True)
@@ -194,16 +146,6 @@ def demonstration_ids(tokenizer, prompt, completion, prompt_ids: Sequence[int]) 
 def demonstration_pairs(tokenizer, prompts: Sequence, completions: Sequence, answers: Sequence[dict]) -> Dataset:
     """One pair per prompt, as token ids: `prompt_ids` (what π_t answered), `chosen_ids` (the demonstration),
     `rejected_ids` (π_t's sampled answer, ids as sampled), plus `prompt_index`.
-
-    Example:
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer
-        >>> from trl_dpr.token_batches import render_prompts
-        >>> tok = build_tokenizer(["hi yo no"])
-        >>> prompt = [{"role": "user", "content": "hi"}]
-        >>> answer = {"prompt_index": 0, "prompt_ids": render_prompts(tok, [prompt])[0], "completion_ids": [tok.eos_token_id]}
-        >>> pairs = demonstration_pairs(tok, [prompt], [[{"role": "assistant", "content": "yo"}]], [answer])
-        >>> tok.decode(pairs[0]["chosen_ids"]), pairs[0]["rejected_ids"] == [tok.eos_token_id]
-        ('yo<|end|>', True)
     """
     if not len(prompts) == len(completions) == len(answers):
         raise ValueError(f"Got {len(prompts)} prompts, {len(completions)} demonstrations and {len(answers)} answers.")
@@ -252,23 +194,10 @@ def answer_prompts(
     settings: dict | None = None,
     show_progress: bool = True,
 ) -> list[dict]:
-    """One answer of `model` per prompt, cached in `cache_path` (JSONL, one record per prompt, flushed per batch):
-    `{"prompt_index", "prompt_ids", "completion_ids", "text"}`, in prompt order.
+    """One answer of `model` per prompt, cached in `cache_path` (JSONL, flushed per batch), in prompt order.
 
-    Prompts already in the cache are not answered again. Batches of `batch_size` prompts are sampled with
-    `sample_completions` (seed `seed + <first prompt index of the batch>`), so the same model, prompts, settings and
-    seed give the same answers; with several processes each answers its share of every round and the main process
-    writes the cache. `settings` (what made the answers: model, iteration, sampling) are checked against the file's.
-
-    Example:
-        >>> import tempfile, os
-        >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
-        >>> tok = build_tokenizer(["hello there"])
-        >>> path = os.path.join(tempfile.mkdtemp(), "answers.jsonl")
-        >>> answers = answer_prompts(build_tiny_causal_lm(tok), tok, ["hello", "there"], path, temperature=1.0,
-        ...                          max_new_tokens=3, batch_size=2, seed=0, show_progress=False)
-        >>> [a["prompt_index"] for a in answers], len(open(path).readlines())
-        ([0, 1], 2)
+    Cached prompts are not answered again; batch seeds are `seed + <first prompt index>`, so the answers are reproducible;
+    `settings` (model, iteration, sampling) must match the file's.
     """
     state = PartialState()
     settings = {**(settings or {}), "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
@@ -301,14 +230,7 @@ def answer_prompts(
 
 
 def load_policy(path: str, model_init_kwargs: dict):
-    """π_t, trainable: a full model (folder or Hub id), or a PEFT adapter folder loaded on its base model.
-
-    DPOTrainer then keeps a frozen copy of it as the reference: the model loaded again from `path`, or, for an adapter,
-    a copy of the adapter named "ref".
-
-    Example:
-        >>> policy = load_policy("runs/demo/spin/iteration-0", {"dtype": "float32"})  # doctest: +SKIP
-    """
+    """π_t, trainable: a full model, or a PEFT adapter folder on its base (DPOTrainer keeps the frozen reference)."""
     from trl.trainer.utils import create_model_from_path
 
     config = Path(path) / "adapter_config.json"
@@ -401,21 +323,8 @@ def run_self_play(
     model_args: ModelConfig,
     callbacks: list | None = None,
 ) -> SelfPlayRun:
-    """SPIN or GSIL (by the type of `training_args`) from the SFT output `model_args.model_name_or_path`.
-
-    Each iteration t: π_t answers every demonstration prompt (`answer_prompts`, cached), the pairs (demonstration,
-    answer) are built (`demonstration_pairs`, with iteration t−1's when `previous_iteration_pairs`), and the method's
-    trainer trains π_t into `iteration-<t>/` with π_t as its frozen reference. The last iterate ends up in
-    `output_dir`. See the module docstring for resuming.
-
-    Example:
-        ```python
-        script_args, training_args, model_args, _ = RecipeParser(
-            (SelfPlayScriptArguments, SPINConfig, ModelConfig, MemoryTarget)
-        ).parse_args_and_config(["--config", "recipes/demo/spin.yaml"])
-        run = run_self_play(script_args, training_args, model_args)
-        run.output_dir, [it["rewards/margins"] for it in run.iterations]
-        ```
+    """SPIN or GSIL (by the type of `training_args`) from the SFT output `model_args.model_name_or_path`: each
+    iteration answers, pairs and trains π_t into `iteration-<t>/` against itself (module docstring); π_T lands in `output_dir`.
     """
     trainer_cls = trainer_class(training_args)  # before any loading
     method = trainer_cls._name
@@ -506,14 +415,8 @@ def run_self_play(
 
 
 def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRun, device: str = "auto") -> dict:
-    """Evaluate the last iterate against π_SFT as `trl-dpr evaluate` does (candidate `<method>=<output_dir>`), on the
-    main process, on `device` (the recipe's: "cpu" under use_cpu); returns the report as a dict (empty on the other
-    processes).
-
-    Example:
-        ```python
-        evaluate_last_iterate("recipes/evaluate/demo.yaml", "runs/demo/sft", run)["table_markdown"]
-        ```
+    """Evaluate the last iterate against π_SFT as `trl-dpr evaluate` does, on the main process and `device`; returns the
+    report as a dict (empty on the other processes).
     """
     from ..evaluation import run_evaluation
     from ..evaluation.config import load_evaluation_config
@@ -531,13 +434,7 @@ def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRu
 
 
 def recipe_parser(config_class: type[SelfPlayConfig]):
-    """The parser of `trl-dpr spin` / `trl-dpr gsil`: unknown YAML keys are errors.
-
-    Example:
-        >>> argv = ["--output_dir", "runs/spin", "--use_cpu", "true", "--bf16", "false", "--num_iterations", "2"]
-        >>> recipe_parser(SPINConfig).parse_args_and_config(argv)[1].num_iterations
-        2
-    """
+    """The parser of `trl-dpr spin` / `trl-dpr gsil`: unknown YAML keys are errors."""
     from ..running.memory import MemoryTarget
     from ..running.recipe_parser import RecipeParser
 
@@ -547,15 +444,7 @@ def recipe_parser(config_class: type[SelfPlayConfig]):
 
 
 def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None = None) -> SelfPlayRun:
-    """`trl-dpr spin` / `trl-dpr gsil`: parse the recipe (unknown keys are errors), then the stages of every pipeline
-    recipe (`trl_dpr.running.stages.run_stages`): the SFT stage of `sft_config` (skipped when done, resumed when
-    unfinished), self-play, and the evaluation against SFT of `evaluation_config`.
-
-    Example:
-        ```python
-        recipe_main(SPINConfig, ["--config", "recipes/demo/spin.yaml"])
-        ```
-    """
+    """`trl-dpr spin` / `trl-dpr gsil`: parse the recipe, then `run_stages`: SFT (skipped when done), self-play, evaluation."""
     from ..running.placement import LaunchPlacement, check_launched_run
     from ..running.stages import run_stages
 

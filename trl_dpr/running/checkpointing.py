@@ -1,19 +1,10 @@
 """A run owns its output folder, and its checkpoints are complete or invisible.
 
-`transformers.Trainer` writes `checkpoint-N/` in place, and `resume_from_checkpoint=True` picks the highest-numbered
-folder: a crash mid-save leaves a `checkpoint-N/` that is picked anyway (without `optimizer.pt` the optimizer silently
-restarts), and two runs on one folder mix their files. Here:
-
-- **one run per folder**: `claim_output_dir` takes an exclusive lock (`flock` on Unix, `msvcrt` through
-  `filelock.FileLock` on Windows; released by the OS even on SIGKILL) on `<output_dir>/.trl_dpr.lock` until the run
-  ends (`release_output_dir`, or the end of the process), and says who holds it (PID, host, start time, from
-  `.trl_dpr.lock.json`) when another run does; a fresh run refuses a folder that holds a finished or checkpointed run
-  unless told to overwrite. A run that ends removes both files: a finished folder holds only its outputs;
-- **staged checkpoints**: a checkpoint is written under `.partial/checkpoint-N/`, gets a manifest of every file and
-  its size (`checkpoint_manifest.json`, written last), and is renamed into place once every process has written
-  (`.partial/` goes once it is empty);
-- **verified resume**: `last_complete_checkpoint` returns the newest checkpoint whose files all match its manifest,
-  and names what is wrong with each newer one it skips (a truncated `model.safetensors`, a missing `optimizer.pt`).
+`transformers.Trainer` writes `checkpoint-N/` in place and resumes from the highest number, so a crash mid-save is
+resumed from anyway (without `optimizer.pt` the optimizer silently restarts), and two runs on one folder mix files.
+Here one run holds a folder (`claim_output_dir`: an OS lock, released even on SIGKILL, naming its holder); checkpoints
+are staged in `.partial/`, get a manifest of file sizes written last, and are renamed into place; resume takes the
+newest checkpoint whose files match its manifest (`last_complete_checkpoint`) and names what is wrong with the others.
 """
 
 from __future__ import annotations
@@ -36,20 +27,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from ..reference_manifest import files_problem
 
-__all__ = [
-    "AtomicCheckpointsMixin",
-    "OutputDirInUse",
-    "check_output_dir",
-    "checkpoint_problem",
-    "claim_output_dir",
-    "is_claimed",
-    "is_complete_checkpoint",
-    "last_complete_checkpoint",
-    "parse_resume_from_checkpoint",
-    "release_output_dir",
-    "write_checkpoint_manifest",
-]
-
 # The standard logger, not accelerate's: these functions also run before any trainer has set up accelerate's state
 # (`trl-dpr dpr` looking for an unfinished SFT's checkpoint), where accelerate's logger raises.
 logger = logging.getLogger(__name__)
@@ -67,15 +44,7 @@ _RUN_OUTPUTS = ("trainer_state.json", "model.safetensors", "model.safetensors.in
 
 
 def write_checkpoint_manifest(path: str | os.PathLike) -> None:
-    """Record every file of the checkpoint folder `path` with its size, in `checkpoint_manifest.json` (written last).
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> folder = pathlib.Path(tempfile.mkdtemp())
-        >>> for name in ("model.safetensors", "trainer_state.json"): _ = (folder / name).write_text("{}")
-        >>> write_checkpoint_manifest(folder); checkpoint_problem(folder) is None
-        True
-    """
+    """Record every file of the checkpoint folder `path` with its size, in `checkpoint_manifest.json` (written last)."""
     path = Path(path)
     files = {
         str(file.relative_to(path)): file.stat().st_size
@@ -88,16 +57,7 @@ def write_checkpoint_manifest(path: str | os.PathLike) -> None:
 
 
 def checkpoint_problem(path: str | os.PathLike) -> str | None:
-    """What is wrong with checkpoint folder `path`, or None when every file its manifest lists is there, full size.
-
-    Truncation (a killed save, a full disk) and missing files are caught by the sizes; a checkpoint without a manifest
-    was interrupted before it was finished (or written by trl_dpr 0.1).
-
-    Example:
-        >>> import tempfile
-        >>> checkpoint_problem(tempfile.mkdtemp())
-        'no checkpoint_manifest.json (the save did not finish)'
-    """
+    """What is wrong with checkpoint `path` (a file missing or truncated, or no manifest: an interrupted save), or None."""
     path = Path(path)
     try:
         manifest = json.loads((path / CHECKPOINT_MANIFEST).read_text())
@@ -112,13 +72,7 @@ def checkpoint_problem(path: str | os.PathLike) -> str | None:
 
 
 def is_complete_checkpoint(path: str | os.PathLike) -> bool:
-    """A checkpoint is complete when every file its manifest lists is there with the size that was written.
-
-    Example:
-        >>> import tempfile
-        >>> is_complete_checkpoint(tempfile.mkdtemp())
-        False
-    """
+    """A checkpoint is complete when every file its manifest lists is there with the size that was written."""
     return checkpoint_problem(path) is None
 
 
@@ -135,11 +89,6 @@ def _checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, str]]:
 def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     """The newest complete `checkpoint-N` in `output_dir` (None if there is none); newer broken ones are skipped, and
     what is wrong with each is logged.
-
-    Example:
-        >>> import tempfile
-        >>> last_complete_checkpoint(tempfile.mkdtemp()) is None
-        True
     """
     for _, path in reversed(_checkpoints(output_dir)):
         problem = checkpoint_problem(path)
@@ -151,12 +100,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
 
 
 def parse_resume_from_checkpoint(value) -> bool | str | None:
-    """`resume_from_checkpoint` as the command line, a YAML file or Python give it: True / a path / None.
-
-    Example:
-        >>> [parse_resume_from_checkpoint(v) for v in ("true", "True", "1", True, "false", None, "runs/x/checkpoint-4")]
-        [True, True, True, True, None, None, 'runs/x/checkpoint-4']
-    """
+    """`resume_from_checkpoint` as the command line, a YAML file or Python give it: True / a path / None."""
     if value is None or value is False:
         return None
     if value is True:
@@ -301,15 +245,8 @@ def _remove_if_empty(folder: Path) -> None:
 
 
 def release_output_dir(output_dir: str | os.PathLike) -> None:
-    """End this run's claim on `output_dir`: its lock file, the holder's record and an empty `.partial/` are removed,
-    and another run may claim the folder. Call it on every process once nothing more is written there; a folder still
-    claimed when the process ends is released then.
-
-    Example:
-        >>> import os, tempfile
-        >>> folder = tempfile.mkdtemp()
-        >>> claim_output_dir(folder); release_output_dir(folder); os.listdir(folder)
-        []
+    """End this run's claim on `output_dir` (lock, holder record, empty `.partial/` removed); every process calls it,
+    and the end of the process does it too.
     """
     _barrier()  # every process has written its last file
     key = os.path.realpath(output_dir)
@@ -319,14 +256,7 @@ def release_output_dir(output_dir: str | os.PathLike) -> None:
 
 
 def is_claimed(output_dir: str | os.PathLike) -> bool:
-    """Whether this process holds `output_dir`, claimed (`claim_output_dir`) and not released: it was checked then.
-
-    Example:
-        >>> import tempfile
-        >>> folder = tempfile.mkdtemp()
-        >>> is_claimed(folder), claim_output_dir(folder), is_claimed(folder)
-        (False, None, True)
-    """
+    """Whether this process holds `output_dir`, claimed (`claim_output_dir`) and not released: it was checked then."""
     held = _HELD_LOCKS.get(os.path.realpath(output_dir))
     return held is not None and held[2] == os.getpid()
 
@@ -338,18 +268,8 @@ def _previous_run(output_dir: Path) -> str | None:
 
 
 def claim_output_dir(output_dir: str | os.PathLike, *, resuming: bool = False, overwrite: bool = False) -> None:
-    """Make `output_dir` this run's, before any compute: writable, not used by a live run, not a finished run's.
-
-    - not writable: `OSError` saying why;
-    - another live run holds its lock: `OutputDirInUse` naming the holder (PID, host, start time);
-    - it holds a finished or checkpointed run and this one is neither resuming nor told to overwrite: `ValueError`.
-
-    The lock is held until `release_output_dir(output_dir)` or the end of the process. All processes of a distributed
-    run get the same verdict.
-
-    Example:
-        >>> import tempfile
-        >>> claim_output_dir(tempfile.mkdtemp())  # a fresh folder: claimed
+    """Make `output_dir` this run's before any compute: `OSError` when not writable, `OutputDirInUse` naming a live
+    holder, `ValueError` for a finished run's folder unless resuming or overwriting. Every process gets the same verdict.
     """
     output_dir = Path(output_dir)
     check_output_dir(output_dir)
@@ -369,12 +289,7 @@ def claim_output_dir(output_dir: str | os.PathLike, *, resuming: bool = False, o
 
 
 def check_output_dir(output_dir: str | os.PathLike) -> None:
-    """Fail before any compute when `output_dir` cannot be created or written to, saying which and why.
-
-    Example:
-        >>> import tempfile
-        >>> check_output_dir(tempfile.mkdtemp())  # writable: no error
-    """
+    """Fail before any compute when `output_dir` cannot be created or written to, saying which and why."""
     try:
         folder = Path(output_dir).absolute()
         missing = [f for f in (folder, *folder.parents) if not f.exists()]
@@ -396,20 +311,8 @@ def _barrier() -> None:
 
 
 class AtomicCheckpointsMixin:
-    """Mix into a `transformers.Trainer` subclass: the run claims its folder, checkpoints are staged, verified, renamed.
-
-    `train(resume_from_checkpoint=True)` (or `"true"` from a command line) resumes from the newest checkpoint whose
-    files match its manifest (`last_complete_checkpoint`) and prints `Resuming from <output_dir>/checkpoint-N`; a fresh
-    `train()` into a folder that holds another run is refused unless `args.overwrite_output_dir` is set.
-
-    Example:
-        ```python
-        from trl import SFTTrainer
-        from trl_dpr.running.checkpointing import AtomicCheckpointsMixin
-
-        class SafeSFTTrainer(AtomicCheckpointsMixin, SFTTrainer):
-            pass
-        ```
+    """Mix into a `transformers.Trainer`: the run claims its folder, checkpoints are staged, verified and renamed, and
+    `train(resume_from_checkpoint=True)` resumes from the newest complete one.
     """
 
     def _save_checkpoint(self, model, trial):

@@ -6,28 +6,14 @@ import warnings
 
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-__all__ = ["ConsoleLogMixin", "NumericPrinterCallback", "NumericProgressCallback"]
-
 
 def _rounded(logs: dict) -> dict:
-    """`logs` with each float kept to 4 significant digits, as a number (transformers prints `f"{v:.4g}"`, a string).
-
-    Example:
-        >>> _rounded({"loss": 1.66666e-09, "grad_norm": 1.5714, "epoch": 0.25, "note": "x"})
-        {'loss': 1.667e-09, 'grad_norm': 1.571, 'epoch': 0.25, 'note': 'x'}
-    """
+    """`logs` with each float kept to 4 significant digits, as a number (transformers prints `f"{v:.4g}"`, a string)."""
     return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in logs.items() if k != "total_flos"}
 
 
 class NumericProgressCallback(ProgressCallback):
-    """transformers' progress bar, whose log lines print numbers (`'loss': 1.667e-09`), not strings of them.
-
-    Example:
-        ```python
-        trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(NumericProgressCallback)   # what ConsoleLogMixin does
-        ```
-    """
+    """transformers' progress bar, whose log lines print numbers (`'loss': 1.667e-09`), not strings of them."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and self.training_bar is not None:
@@ -35,14 +21,7 @@ class NumericProgressCallback(ProgressCallback):
 
 
 class NumericPrinterCallback(PrinterCallback):
-    """transformers' log printer (used with `disable_tqdm`), printing numbers, not strings of them.
-
-    Example:
-        ```python
-        trainer.remove_callback(PrinterCallback)
-        trainer.add_callback(NumericPrinterCallback)   # what ConsoleLogMixin does with disable_tqdm
-        ```
-    """
+    """transformers' log printer (used with `disable_tqdm`), printing numbers, not strings of them."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_local_process_zero and logs is not None:
@@ -56,14 +35,8 @@ _TRL_INTERNAL_DEPRECATIONS = r"`(is_gradient_checkpointing|gradient_checkpointin
 
 
 class ConsoleLogMixin:
-    """Mix into a `transformers.Trainer` subclass: its console log prints metrics as numbers, and TRL's calls of model
-    methods transformers has renamed do not warn at every generation.
-
-    Example:
-        ```python
-        class SafeSFTTrainer(ConsoleLogMixin, SFTTrainer):
-            pass
-        ```
+    """Mix into a `transformers.Trainer`: the console log prints numbers, and TRL's calls of renamed model methods do
+    not warn at every generation.
     """
 
     def __init__(self, *args, **kwargs):

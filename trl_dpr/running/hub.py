@@ -1,23 +1,9 @@
 """What a push of a run's output folder uploads to the Hugging Face Hub, and pushing exactly that, with no secret.
 
-`Trainer.push_to_hub` uploads `output_dir` with `upload_folder(ignore_patterns=["_*", "checkpoint-*"])`, and
-huggingface_hub adds its own (`.git/`, `.cache/huggingface/`). On top of those, trl_dpr never uploads:
-
-- the staging folders of unfinished checkpoints (`.partial/`, `.dpr_reference.partial/`, see `trl_dpr.running.checkpointing`).
-  Transformers pushes at every save while the staged checkpoint still sits in `.partial/checkpoint-N/`, so without this
-  rule each push uploads that checkpoint's optimizer state as well;
-- `training_args.bin`: a pickle of the training arguments, `hub_token` and `model_init_kwargs` included, which runs
-  arbitrary code when loaded. The model card and the experiment tracker hold the hyperparameters;
-- half-written temporary files (`.dpr_reference.*.tmp`, `.write-test-*`).
-
-An SFT output keeps its reference checkpoint: `dpr_reference/` and `dpr_reference.json` are pushed with the model, so
-`CheckpointRewardModel.from_pretrained("user/model")` finds π_ref for anyone. Transformers' own pushes are turned off
-(`defer_push_to_hub`) and the run pushes once, at the end (`push_trainer_output`).
-
-    from trl_dpr.running.hub import files_to_push, push_folder
-
-    files_to_push("runs/sft")                      # what a push would upload, relative paths
-    push_folder("runs/sft", "me/qwen2.5-0.5b-sft")  # refuses when a file holds a token or key of the environment
+On top of `Trainer.push_to_hub`'s patterns and huggingface_hub's own, trl_dpr never uploads unfinished checkpoints'
+staging folders (`.partial/`: transformers pushes while a staged checkpoint, optimizer state included, sits there),
+`training_args.bin` (a pickle holding `hub_token`) or half-written temporary files. An SFT output keeps `dpr_reference/`
+so that `CheckpointRewardModel.from_pretrained("user/model")` finds π_ref anywhere. The run pushes once, at the end.
 """
 
 from __future__ import annotations
@@ -36,29 +22,6 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from ..reference_manifest import MANIFEST_NAME
 from ..rewards import reward_label
 from .checkpointing import STAGING_DIRNAME
-
-__all__ = [
-    "SAFETY_IGNORE_PATTERNS",
-    "SECRET_ENV_VARS",
-    "TRANSFORMERS_IGNORE_PATTERNS",
-    "BaseModelCardMixin",
-    "SafeHubPushMixin",
-    "SecretFinding",
-    "base_model_reference",
-    "recorded_base_model",
-    "check_hub_push",
-    "copy_files_to_push",
-    "defer_push_to_hub",
-    "dpr_model_card_section",
-    "files_to_push",
-    "ignore_patterns",
-    "merge_adapter_folder",
-    "portability_problems",
-    "push_folder",
-    "push_trainer_output",
-    "scan_for_secrets",
-    "secrets_from_environment",
-]
 
 # What `Trainer.push_to_hub` and `Trainer._push_from_checkpoint` pass to `upload_folder` (transformers 5).
 TRANSFORMERS_IGNORE_PATTERNS = ["_*", f"{PREFIX_CHECKPOINT_DIR}-*"]
@@ -86,32 +49,13 @@ MIN_SECRET_LENGTH = 8  # shorter values ("1", "true") would match everywhere
 
 
 def ignore_patterns() -> list[str]:
-    """The `ignore_patterns` trl_dpr uploads with: transformers' own plus `SAFETY_IGNORE_PATTERNS`.
-
-    Example:
-        >>> "training_args.bin" in ignore_patterns(), "checkpoint-*" in ignore_patterns()
-        (True, True)
-    """
+    """The `ignore_patterns` trl_dpr uploads with: transformers' own plus `SAFETY_IGNORE_PATTERNS`."""
     return TRANSFORMERS_IGNORE_PATTERNS + SAFETY_IGNORE_PATTERNS
 
 
 def files_to_push(folder: str | os.PathLike, *, safety_rules: bool = True) -> list[str]:
-    """The files a push of `folder` uploads: paths relative to it, `/`-separated, in huggingface_hub's order.
-
-    The selection is huggingface_hub's `upload_folder` (every file under `folder`, hidden ones included) filtered by
-    transformers' patterns and huggingface_hub's defaults; with `safety_rules` (default) also by
-    `SAFETY_IGNORE_PATTERNS`. `safety_rules=False` is what `Trainer.push_to_hub` alone would upload.
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> for name in ("model.safetensors", "training_args.bin", "checkpoint-2/optimizer.pt", ".partial/checkpoint-4/optimizer.pt"):
-        ...     (d / name).parent.mkdir(parents=True, exist_ok=True)
-        ...     _ = (d / name).write_text("x")
-        >>> files_to_push(d)
-        ['model.safetensors']
-        >>> files_to_push(d, safety_rules=False)
-        ['.partial/checkpoint-4/optimizer.pt', 'model.safetensors', 'training_args.bin']
+    """The files a push of `folder` uploads (relative, `/`-separated, in huggingface_hub's order): `upload_folder`'s
+    walk filtered by transformers' and huggingface_hub's patterns, plus `SAFETY_IGNORE_PATTERNS` unless `safety_rules=False`.
     """
     root = Path(folder).expanduser().resolve()
     if not root.is_dir():
@@ -122,15 +66,7 @@ def files_to_push(folder: str | os.PathLike, *, safety_rules: bool = True) -> li
 
 
 def copy_files_to_push(folder: str | os.PathLike, destination: str | os.PathLike) -> list[str]:
-    """Copy exactly `files_to_push(folder)` into `destination` (a dry run of the push: what the Hub repo will hold).
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (d / "config.json").write_text("{}"), (d / "training_args.bin").write_text("x")
-        >>> copy_files_to_push(d, d.parent / (d.name + "-pushed"))
-        ['config.json']
-    """
+    """Copy exactly `files_to_push(folder)` into `destination` (a dry run of the push: what the Hub repo will hold)."""
     destination = Path(destination)
     if destination.exists() and any(destination.iterdir()):
         raise FileExistsError(f"{str(destination)!r} is not empty; copy the push selection into a new folder.")
@@ -147,12 +83,7 @@ def copy_files_to_push(folder: str | os.PathLike, destination: str | os.PathLike
 
 @dataclass(frozen=True)
 class SecretFinding:
-    """A file that contains the value of a secret. Only the secret's *name* is kept, never its value.
-
-    Example:
-        >>> str(SecretFinding(path="run/trainer_state.json", secret_name="HF_TOKEN"))
-        'run/trainer_state.json contains the value of HF_TOKEN'
-    """
+    """A file that contains the value of a secret. Only the secret's *name* is kept, never its value."""
 
     path: str
     secret_name: str
@@ -165,10 +96,6 @@ def secrets_from_environment(environ: Mapping[str, str] | None = None) -> dict[s
     """Credentials visible to this process, by name: `SECRET_ENV_VARS`, any other variable named like a credential
     (`*_TOKEN`, `*_API_KEY`, `*_SECRET`, `*_PASSWORD`, `*_ACCESS_KEY`), and the Hugging Face token saved by
     `hf auth login`. Values shorter than 8 characters are left out (they would match everywhere).
-
-    Example:
-        >>> secrets_from_environment({"HF_TOKEN": "hf_abcdefghijkl", "TOKENIZERS_PARALLELISM": "false", "MY_API_KEY": "x"})
-        {'HF_TOKEN': 'hf_abcdefghijkl'}
     """
     use_os = environ is None
     environ = os.environ if environ is None else environ
@@ -202,24 +129,8 @@ def _files_under(paths: Iterable[str | os.PathLike]) -> list[Path]:
 def scan_for_secrets(
     paths: Iterable[str | os.PathLike], secrets: Mapping[str, str] | Iterable[str], chunk_size: int = 1 << 20
 ) -> list[SecretFinding]:
-    """Every (file, secret) pair where a file under `paths` (files, or folders scanned recursively, hidden files
-    included) contains a secret's value as UTF-8 bytes. Large files are read in chunks.
-
-    Args:
-        paths: files and folders to scan.
-        secrets: `{name: value}` (e.g. `secrets_from_environment()`) or bare values (named `secret #i`).
-
-    Returns:
-        The findings, naming the secret, never showing its value; empty when the files are clean.
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (d / "log.txt").write_text("key=sk-test-1234567890")
-        >>> [str(f).split("/")[-1] for f in scan_for_secrets([d], {"OPENAI_API_KEY": "sk-test-1234567890"})]
-        ['log.txt contains the value of OPENAI_API_KEY']
-        >>> scan_for_secrets([d], {"HF_TOKEN": "hf_not_there_at_all"})
-        []
+    """Every (file, secret) pair where a file under `paths` (recursively, hidden files included) contains a secret's
+    value; `secrets` is `{name: value}` or bare values. Findings name the secret, never show its value.
     """
     named = dict(secrets) if isinstance(secrets, Mapping) else {f"secret #{i}": v for i, v in enumerate(secrets)}
     needles = {}
@@ -263,17 +174,8 @@ def _looks_local(name_or_path: str) -> bool:
 
 
 def portability_problems(folder: str | os.PathLike) -> list[str]:
-    """Why a pushed copy of `folder` could not be loaded on another machine; empty when it can.
-
-    Checks that a PEFT adapter (the model, and its `dpr_reference/` in an SFT output) names its base model by a Hub id,
-    not by a local path, and that an SFT output's manifest points to a reference folder that is pushed with it.
-
-    Example:
-        >>> import tempfile, pathlib, json
-        >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (d / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/home/me/base"}))
-        >>> portability_problems(d)[0].startswith("adapter_config.json names its base model by the local path")
-        True
+    """Why a pushed copy of `folder` could not load elsewhere (an adapter naming its base by a local path, a manifest
+    pointing at a reference folder that is not pushed); empty when it can.
     """
     folder = Path(folder)
     pushed = set(files_to_push(folder))
@@ -310,31 +212,11 @@ def push_folder(
     secrets: Mapping[str, str] | None = None,
     api=None,
 ):
-    """Push exactly `files_to_push(folder)` to the model repo `repo_id` (created if needed), in one commit.
+    """Push exactly `files_to_push(folder)` to `repo_id` (created if needed) in one commit; returns its `CommitInfo`.
 
-    Before anything is sent it checks that the files are loadable elsewhere (`portability_problems`) and that none
-    contains a secret (`secrets`, by default `secrets_from_environment()`, plus `token`); either finding is an error
-    that names the files and the secrets, never their values.
-
-    The selection is huggingface_hub's own (`files_to_push`: its `filter_repo_objects` and `DEFAULT_IGNORE_PATTERNS`,
-    the walk of `upload_folder`, pinned by tests/test_hub.py), but the upload is one `create_commit` of exactly the
-    files that were scanned, not `upload_folder`: `upload_folder` walks the folder again when it uploads, so a file
-    written in between (a late checkpoint, a log) would be pushed without the secret scan.
-
-    Args:
-        folder: the output folder (an SFT output with `dpr_reference/`, or a DPR policy).
-        repo_id: `name` or `org/name`.
-        token, private, revision: as `HfApi.create_repo` / `create_commit` take them.
-        api: an `HfApi` (default: a new one).
-
-    Returns:
-        The `CommitInfo` of the upload.
-
-    Example:
-        ```python
-        push_folder("runs/quickstart/sft", "me/qwen2.5-0.5b-sft")
-        CheckpointRewardModel.from_pretrained("me/qwen2.5-0.5b-sft")  # π_SFT and π_ref, on any machine
-        ```
+    Refuses first when the files are not portable or hold a secret (`secrets`, default `secrets_from_environment()`, plus
+    `token`). One `create_commit` of the scanned files, not `upload_folder`: that walks the folder again, so a file written
+    in between would be pushed unscanned.
     """
     from huggingface_hub import CommitOperationAdd, HfApi
 
@@ -365,17 +247,8 @@ def push_folder(
 
 
 def defer_push_to_hub(args) -> bool:
-    """Keep transformers from pushing by itself, and return whether the run asked to push (`args.push_to_hub`).
-
-    With `push_to_hub=True` a Trainer uploads `output_dir` with its own patterns at every checkpoint save (while the
-    staged checkpoint sits in `.partial/`), at every `save_model()` call and at `push_to_hub()`; each upload includes
-    `training_args.bin`. Call this before building the trainer, then push once with `push_trainer_output`.
-
-    Example:
-        >>> from transformers import TrainingArguments
-        >>> args = TrainingArguments("out", push_to_hub=True, hub_model_id="me/model", report_to="none", use_cpu=True)
-        >>> defer_push_to_hub(args), args.push_to_hub
-        (True, False)
+    """Turn `args.push_to_hub` off and return whether it was on: transformers would push `output_dir`
+    (`training_args.bin` included) at every save; the run pushes once with `push_trainer_output` instead.
     """
     wanted = bool(args.push_to_hub)
     args.push_to_hub = False
@@ -383,19 +256,9 @@ def defer_push_to_hub(args) -> bool:
 
 
 def check_hub_push(args) -> None:
-    """With `push_to_hub`, what would only fail after training is checked before it starts: the Hub is reachable in
-    principle (not switched off by `HF_HUB_OFFLINE`), a token is there (`hub_token`, `HF_TOKEN` or `hf auth login`), and
-    the `hub_strategy` is one trl_dpr keeps: it pushes once, at the end, through `push_trainer_output` (`every_save`,
-    transformers' default, and `end` both mean that). `checkpoint` / `all_checkpoints` would upload checkpoint folders
-    (optimizer state, `training_args.bin` with `hub_token`) and are refused.
-
-    Example:
-        >>> from types import SimpleNamespace
-        >>> check_hub_push(SimpleNamespace(push_to_hub=False))  # nothing to check
-        >>> check_hub_push(SimpleNamespace(push_to_hub=True, hub_strategy="all_checkpoints", hub_token="hf_x"))  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: hub_strategy='all_checkpoints' uploads checkpoint folders ...
+    """With `push_to_hub`, check before training what would fail after it: the Hub is not switched off, a token is
+    there, and `hub_strategy` pushes once at the end (`checkpoint` / `all_checkpoints` would upload optimizer state and
+    `training_args.bin`, and are refused).
     """
     if not getattr(args, "push_to_hub", False):
         return
@@ -421,19 +284,8 @@ def check_hub_push(args) -> None:
 
 
 class SafeHubPushMixin:
-    """Hub pushes of a Trainer through trl_dpr's safe push (`push_trainer_output`): the model, its card and, for an SFT
-    output, its reference checkpoint, scanned for secrets, uploaded once.
-
-    `trainer.push_to_hub()` saves the model and pushes it that way. A trainer built with `push_to_hub=True` checks the
-    push before training (`check_hub_push`), keeps transformers from pushing at each save, and pushes once when
-    `train()` ends. (The recipes push after their evaluation instead, so the card carries its table.)
-
-    Example:
-        ```python
-        class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, SFTTrainer):
-            ...
-        trainer.push_to_hub()   # push_trainer_output(trainer), not transformers' upload of output_dir
-        ```
+    """Hub pushes of a Trainer through `push_trainer_output`: checked before training, never at each save, once at the end
+    of `train()`, scanned for secrets; `trainer.push_to_hub()` goes the same way.
     """
 
     def _take_over_hub_push(self, args) -> None:
@@ -474,17 +326,8 @@ def push_trainer_output(
 ):
     """Write the trainer's model card and `push_folder` its `output_dir` to `args.hub_model_id` (main process only).
 
-    Use it instead of `trainer.push_to_hub()` (see `defer_push_to_hub`), after `trainer.save_model()` and after the
-    evaluation that writes `eval_results.json`. For a `DensePathTrainer` the card holds the DPR tags, hyperparameters,
-    the reward source, the evaluation table and the citation. With `merge_adapter=True` an adapter output is pushed merged into its base model (`merge_adapter_folder`,
-    written to `<output_dir>-merged`, in `args.model_init_kwargs["dtype"]`); a full model is pushed as it is.
-
-    Example:
-        ```python
-        trainer.train()
-        trainer.save_model()
-        push_trainer_output(trainer, dataset_name="Open-Orca/OpenOrca", merge_adapter=True)
-        ```
+    Call it after `save_model()` and the evaluation (the card carries its table). `merge_adapter=True` pushes an adapter
+    merged into its base (`merge_adapter_folder`, into `<output_dir>-merged`).
     """
     args = trainer.args
     if not trainer.is_world_process_zero():
@@ -524,18 +367,8 @@ def _front_matter(readme: Path) -> dict:
 
 
 def recorded_base_model(folder: str | os.PathLike | None) -> str | None:
-    """The model a local SFT output was trained from, as its own files record it: `sft_complete.json` (the name the
-    SFT recipe was given), its model card's `base_model`, `adapter_config.json` (an adapter's base), `dpr_reference.json`
-    (where the reference callback saw the model load from). None for a Hub id or a folder that records none.
-
-    Example:
-        >>> import json, pathlib, tempfile
-        >>> d = pathlib.Path(tempfile.mkdtemp())
-        >>> recorded_base_model(d), recorded_base_model("me/tiny-sft")
-        (None, None)
-        >>> _ = (d / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-0.5B"}))
-        >>> recorded_base_model(d)
-        'Qwen/Qwen2.5-0.5B'
+    """The model a local SFT output was trained from, as its files record it (`sft_complete.json`, the card's
+    `base_model`, `adapter_config.json`, `dpr_reference.json`); None for a Hub id or a folder that records none.
     """
     from ..reference_manifest import SFT_COMPLETE_NAME
 
@@ -576,16 +409,6 @@ def _is_hub_id(name: str | None) -> bool:
 def base_model_reference(name_or_path: str | None, kind: str = "model", unknown: str = "an unnamed model") -> str:
     """How a model card names the model a run started from: a Hub link, an embedded model's name, a local folder's
     name (its path means nothing to a reader, and may reveal a home folder), or `unknown`.
-
-    Example:
-        >>> base_model_reference("Qwen/Qwen2.5-0.5B")
-        '[Qwen/Qwen2.5-0.5B](https://huggingface.co/Qwen/Qwen2.5-0.5B)'
-        >>> base_model_reference("trl_dpr/embedded-tiny-llama")
-        '`trl_dpr/embedded-tiny-llama` (the tiny model embedded in trl_dpr)'
-        >>> import pathlib, tempfile
-        >>> folder = pathlib.Path(tempfile.mkdtemp(), "sft"); folder.mkdir()
-        >>> base_model_reference(str(folder), kind="SFT model"), base_model_reference(None)
-        ('the SFT model `sft` (a local folder)', 'an unnamed model')
     """
     from ..embedded.base_model import EMBEDDED_MODELS
 
@@ -684,21 +507,9 @@ TRL_CITATION = """@software{vonwerra2020trl,
 
 
 class BaseModelCardMixin:
-    """Mix into a TRL trainer: its model card (`README.md` in `output_dir`) is written by trl_dpr, for a Hub visitor.
-
-    TRL's card names the base model from the model's config, and only when that is a Hub id; its quick start loads
-    `hub_model_id` (unset until a push) with a generic question; its metadata says `licence: license`; its "Training
-    procedure" is empty without a tracker. Here the card names the model the run started from (`_card_base_model`), its
-    metadata holds `base_model` (a Hub id only), `license` (only when known) and the trainer's tags, its quick start
-    loads the pushed repo (or else the output folder) with a prompt of the run's own data, and the trainer's own section
-    (`_card_sections`, DPR's hyperparameters and evaluation) comes before the citations.
-
-    Example:
-        ```python
-        class SafeSFTTrainer(BaseModelCardMixin, SFTTrainer):
-            pass
-        trainer.create_model_card(dataset_name="trl_dpr/embedded-demo")   # "fine-tuned version of [Qwen/...](...)"
-        ```
+    """Mix into a TRL trainer: its model card names the model the run started from, holds `base_model` (Hub ids only),
+    `license` when known and the trainer's tags, a quick start that loads the pushed repo with a prompt of the run's data,
+    and the trainer's own section (`_card_sections`). TRL's card names only Hub ids and loads an unset `hub_model_id`.
     """
 
     def _card_base_name(self) -> str | None:
@@ -780,17 +591,8 @@ CARD_HYPERPARAMETERS = (
 
 
 def dpr_model_card_section(args, reward_model) -> str:
-    """The DPR part of a policy's model card: hyperparameters, where the dense reward came from, the evaluation.
-
-    `args` is the run's `DensePathConfig`; `reward_model` its `CheckpointRewardModel`. The evaluation table is read from
-    `<output_dir>/eval_results.json` when a run wrote one.
-
-    Example:
-        >>> from types import SimpleNamespace as NS
-        >>> args = NS(output_dir="/nonexistent", max_steps=10, **{name: 0 for name in CARD_HYPERPARAMETERS})
-        >>> section = dpr_model_card_section(args, NS(reference_manifest=None, sft_model_name_or_path=None))
-        >>> "| `kl_coef` | 0 |" in section, "- **λ** (`kl_coef`, the weight of the KL to π_SFT): 0." in section
-        (True, True)
+    """The DPR part of a policy's model card (`args` a `DensePathConfig`): hyperparameters, the dense reward's source,
+    and the evaluation table from `<output_dir>/eval_results.json` when there is one.
     """
     manifest, source = reward_model.reference_manifest, reward_model.sft_model_name_or_path
     reward = getattr(reward_model, "reward", None)
@@ -827,17 +629,8 @@ def dpr_model_card_section(args, reward_model) -> str:
 def merge_adapter_folder(
     adapter_dir: str | os.PathLike, output_dir: str | os.PathLike, dtype: str = "auto", overwrite: bool = False
 ) -> str:
-    """Merge a saved LoRA adapter into a full-precision copy of its base model and save the result, with the tokenizer
-    and the model card (`README.md`, `eval_results.json`) of `adapter_dir`. Returns `output_dir`.
-
-    The base is loaded again without quantisation (merging into 4-bit weights would round the update away). A
-    non-empty `output_dir` is an error unless `overwrite=True`, which empties it first (no stale weight shard stays).
-
-    Example:
-        ```python
-        merge_adapter_folder("runs/dpr", "runs/dpr-merged", dtype="bfloat16")
-        push_folder("runs/dpr-merged", "me/qwen2.5-0.5b-dpr")
-        ```
+    """Merge a saved LoRA adapter into a full-precision copy of its base (4-bit weights would round the update away)
+    and save it with the adapter's tokenizer and card; a non-empty `output_dir` needs `overwrite=True`. Returns `output_dir`.
     """
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer

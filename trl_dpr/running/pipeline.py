@@ -32,31 +32,10 @@ from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 from .hub import check_hub_push, defer_push_to_hub, push_trainer_output
 from .trainers import DPRRunTrainer, SafeSFTTrainer
 
-__all__ = [
-    "SFTScriptArguments",
-    "DPRScriptArguments",
-    "model_init_kwargs_from",
-    "run_sft",
-    "run_dpr",
-    "DPRInputs",
-    "check_adapter_settings",
-    "check_dpr_inputs",
-    "check_evaluation_config",
-    "dpr_prompts",
-    "has_sft_output",
-    "evaluate_against_sft",
-    "print_stage",
-]
-
 
 @dataclass
 class SFTScriptArguments(ScriptArguments):
-    """Script arguments of `trl-dpr sft` (on top of TRL's `ScriptArguments`: dataset_name, splits, ...).
-
-    Example:
-        >>> SFTScriptArguments(dataset_name="trl_dpr/embedded-demo").reference_fraction
-        0.5
-    """
+    """Script arguments of `trl-dpr sft` (on top of TRL's `ScriptArguments`: dataset_name, splits, ...)."""
 
     reference_fraction: float = field(
         default=0.5,
@@ -96,12 +75,7 @@ class SFTScriptArguments(ScriptArguments):
 
 @dataclass
 class DPRScriptArguments(SFTScriptArguments):
-    """Script arguments of `trl-dpr dpr`. `model_name_or_path` (ModelConfig) is the SFT output: π_SFT + π_ref.
-
-    Example:
-        >>> DPRScriptArguments(dataset_name="trl_dpr/embedded-demo", evaluation_config="recipes/evaluate/demo.yaml").sft_config is None
-        True
-    """
+    """Script arguments of `trl-dpr dpr`. `model_name_or_path` (ModelConfig) is the SFT output: π_SFT + π_ref."""
 
     ref_model_name_or_path: str | None = field(
         default=None,
@@ -146,13 +120,7 @@ class DPRScriptArguments(SFTScriptArguments):
 
 
 def print_stage(index: int, total: int, title: str) -> None:
-    """A clear header between pipeline stages (main process only).
-
-    Example:
-        ```python
-        print_stage(1, 3, "SFT")   # a header line between the pipeline's stages
-        ```
-    """
+    """A header line between pipeline stages (main process only)."""
     state = PartialState()
     if state.is_main_process:
         bar = "=" * 100
@@ -160,13 +128,7 @@ def print_stage(index: int, total: int, title: str) -> None:
 
 
 def model_init_kwargs_from(model_args: ModelConfig, trust_remote_code: bool = False) -> dict:
-    """`from_pretrained` kwargs from TRL's ModelConfig (dtype, attention, revision, 4/8-bit quantisation).
-
-    Example:
-        >>> from trl import ModelConfig
-        >>> model_init_kwargs_from(ModelConfig(model_name_or_path="runs/sft", dtype="float32"))
-        {'revision': 'main', 'trust_remote_code': False, 'dtype': 'float32'}
-    """
+    """`from_pretrained` kwargs from TRL's ModelConfig (dtype, attention, revision, 4/8-bit quantisation)."""
     kwargs = {
         "revision": model_args.model_revision,
         "trust_remote_code": trust_remote_code,
@@ -185,17 +147,8 @@ def run_sft(
 ) -> str:
     """SFT on demonstrations, saving π_ref at ⌊α·N⌋ steps next to the final π_SFT; returns the output directory.
 
-    `resume_from_checkpoint: true` resumes from the newest complete checkpoint; π_ref is not written twice. With
-    `push_to_hub: true` the output is pushed once, at the end, with its reference checkpoint (`trl_dpr.running.hub`). The
-    output folder is claimed for this run until it returns (`trl_dpr.running.checkpointing.claim_output_dir`).
-
-    Example:
-        ```python
-        from trl import ModelConfig, SFTConfig
-        run_sft(SFTScriptArguments(dataset_name="trl_dpr/embedded-demo"),
-                SFTConfig(output_dir="runs/demo/sft", max_steps=600, use_cpu=True),
-                ModelConfig(model_name_or_path="trl_dpr/embedded-tiny-llama", dtype="float32"))
-        ```
+    The folder is claimed for the run; `resume_from_checkpoint: true` resumes (π_ref is not written twice); `push_to_hub`
+    pushes once, at the end, with the reference checkpoint.
     """
     # Everything that can be checked before a model loads: the folder, the push, α, the data, the tokenizer.
     claim_output_dir(
@@ -257,13 +210,8 @@ def _free_memory() -> None:
 
 
 def check_adapter_settings(sft_path: str, model_args: ModelConfig) -> None:
-    """An adapter SFT output (LoRA / QLoRA) is continued as it is: the policy is a trainable copy of the SFT adapter.
-    `use_peft` / `lora_*` keys then describe that adapter (the memory plan reads them) and must agree with its
-    `adapter_config.json`; different values would be silently ignored, so they are an error, before anything loads.
-
-    Example:
-        >>> from trl import ModelConfig
-        >>> check_adapter_settings("runs/not-an-adapter", ModelConfig(use_peft=True, lora_r=8))  # a full model: LoRA is new
+    """An adapter SFT output is continued as it is, so `use_peft` / `lora_*` must agree with its `adapter_config.json`
+    (the memory plan reads them; a different value would be silently ignored): an error before anything loads.
     """
     config_path = Path(sft_path) / "adapter_config.json"
     if not model_args.use_peft or not config_path.is_file():
@@ -285,12 +233,7 @@ def check_adapter_settings(sft_path: str, model_args: ModelConfig) -> None:
 
 
 def dpr_prompts(script_args: DPRScriptArguments, seed: int):
-    """The prompts DPR samples from: the recipe's dataset, subsampled as the SFT stage did (same count and seed).
-
-    Example:
-        >>> dpr_prompts(DPRScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=4), seed=0).num_rows
-        4
-    """
+    """The prompts DPR samples from: the recipe's dataset, subsampled as the SFT stage did (same count and seed)."""
     return prompts_for_rl(
         load_demonstrations(
             script_args.dataset_name, script_args.dataset_config, split=script_args.dataset_train_split,
@@ -302,29 +245,16 @@ def dpr_prompts(script_args: DPRScriptArguments, seed: int):
 
 @dataclass(frozen=True)
 class DPRInputs:
-    """What `check_dpr_inputs` has done before any model loads, for `run_dpr` to use rather than do again: the output
-    folder is claimed for this run, the Hub push is checked, and `prompts` are the prompts DPR samples from.
-
-    Example:
-        ```python
-        inputs = check_dpr_inputs(script_args, training_args)   # before the SFT stage
-        run_dpr(script_args, training_args, model_args, inputs=inputs)
-        ```
+    """What `check_dpr_inputs` did before any model loaded (folder claimed, push checked, `prompts` loaded), for
+    `run_dpr` to use rather than do again.
     """
 
     prompts: Dataset
 
 
 def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathConfig, num_reward_funcs: int = 0) -> DPRInputs:
-    """What the DPR stage can check without the SFT output, each once: `reward_weights` against r̂ plus
-    `num_reward_funcs` functions, its folder (claimed for this run), the Hub push and the prompts (loaded). `trl-dpr dpr` runs this before its SFT stage, so a mistake in the DPR part of a pipeline
-    is found before the SFT is spent, and hands the result to `run_dpr`.
-
-    Example:
-        ```python
-        inputs = check_dpr_inputs(DPRScriptArguments(dataset_name="trl_dpr/embedded-demo"), DensePathConfig("runs/demo/dpr"))
-        inputs.prompts.num_rows
-        ```
+    """What the DPR stage can check without the SFT output, each once: `reward_weights`, its folder (claimed), the Hub
+    push and the prompts. `trl-dpr dpr` runs it before its SFT stage, so a mistake is found before the SFT is spent.
     """
     check_reward_weights(training_args.reward_weights, num_reward_funcs)
     claim_output_dir(
@@ -339,9 +269,6 @@ def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathCo
 def check_evaluation_config(evaluation_config: str) -> None:
     """The evaluation a pipeline runs after training (`evaluation_config`), checked before it trains: the YAML loads,
     and the judge's API key is set when the judge is OpenAI's.
-
-    Example:
-        >>> check_evaluation_config("recipes/evaluate/demo.yaml")  # the exact-match judge: no key needed
     """
     from ..evaluation import OpenAIChatModel
     from ..evaluation.config import load_evaluation_config
@@ -360,23 +287,10 @@ def run_dpr(
     inputs: DPRInputs | None = None,
     reward_funcs: list | None = None,
 ) -> DPRRunTrainer:
-    """DPR from the SFT output `model_args.model_name_or_path` (policy initialised from π_SFT); returns the trainer.
+    """DPR from the SFT output `model_args.model_name_or_path` (the policy starts from π_SFT); returns the trainer.
 
-    `reward_model` replaces the one loaded from the SFT output (π_SFT and π_ref), e.g. a control reward such as
-    the correctness oracle of `experiments/oracle.py`. `reward_funcs` are TRL's scalar outcome rewards added to r̂
-    (`DensePathTrainer`'s, weighted by `reward_weights`). `inputs` is what `check_dpr_inputs` returned when the caller
-    ran it first (`trl-dpr dpr`, before its SFT stage): the folder claimed, the push checked, the prompts loaded; by
-    default run_dpr runs it itself. With `push_to_hub: true` the policy (adapter, or merged with `merge_adapter`) and
-    its model card are pushed once, at the end; `trl-dpr dpr` turns that off (`defer_push_to_hub`) and pushes after
-    the evaluation instead.
-
-    Example:
-        ```python
-        from trl import ModelConfig
-        trainer = run_dpr(DPRScriptArguments(dataset_name="trl_dpr/embedded-demo"),
-                          DensePathConfig(output_dir="runs/demo/dpr", max_steps=100, kl_coef=5.0, use_cpu=True),
-                          ModelConfig(model_name_or_path="runs/demo/sft", dtype="float32"))
-        ```
+    `reward_model` replaces the one loaded from the SFT output (e.g. `experiments/oracle.py`); `reward_funcs` are TRL's
+    outcome rewards added to r̂; `inputs` is `check_dpr_inputs`' result when the caller ran it first.
     """
     # Everything that can be checked before a model loads: the folder, the push and the prompts (check_dpr_inputs,
     # unless the caller did it), then the SFT output, its adapter and its chat template.
@@ -427,33 +341,14 @@ UNFINISHED_SFT_HELP = (
 
 
 def has_sft_output(path: str) -> bool:
-    """Whether `path` holds a finished SFT output (`sft_output_problem` finds nothing wrong with it).
-
-    Example:
-        >>> has_sft_output("runs/nowhere")
-        False
-    """
+    """Whether `path` holds a finished SFT output (`sft_output_problem` finds nothing wrong with it)."""
     return os.path.isdir(path) and sft_output_problem(path) is None
 
 
 def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str, device: str | None = None) -> dict:
-    """Evaluate the saved policy against π_SFT as `trl-dpr evaluate` does, on the main process, and write the report
-    into `policy_path/eval_results.json` too (the model card's evaluation table).
-
-    Args:
-        evaluation_config: a `trl-dpr evaluate` YAML path or an `EvaluationConfig`; its baseline and candidates are
-            replaced by `SFT=sft_path` and `DPR=policy_path`, its output_dir by `<policy_path>/../eval` (each run's
-            evaluation beside it: runs/demo/dpr → runs/demo/eval).
-        device: where it runs ("cpu" after a use_cpu run, so the evaluation is where training was; "auto", "cuda");
-            None keeps the config's `device`.
-
-    Returns:
-        The report as a dict (`table_markdown`, `pairwise`, `accuracy`, ...); empty on the other processes.
-
-    Example:
-        ```python
-        evaluate_against_sft("recipes/evaluate/demo.yaml", "runs/demo/sft", "runs/demo/dpr")
-        ```
+    """Evaluate the saved policy against π_SFT as `trl-dpr evaluate` does (main process; the config's baseline and
+    candidates become `SFT=sft_path`, `DPR=policy_path`, its output `<policy_path>/../eval`), and write the report into
+    `policy_path/eval_results.json` for the model card. `device` None keeps the config's. Empty dict on other processes.
     """
     from ..evaluation import EvaluationConfig, run_evaluation
     from ..evaluation.config import load_evaluation_config

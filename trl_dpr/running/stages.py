@@ -12,8 +12,6 @@ from .checkpointing import last_complete_checkpoint
 from .pipeline import check_evaluation_config, has_sft_output, print_stage, run_sft
 from .placement import RunPlacement, sft_stage_of_pipeline
 
-__all__ = ["run_stages"]
-
 Trained = TypeVar("Trained")
 
 

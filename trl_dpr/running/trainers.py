@@ -29,21 +29,10 @@ from .hub import (
     recorded_base_model,
 )
 
-__all__ = ["DPRRunTrainer", "SafeSFTTrainer"]
-
 
 class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, SFTTrainer):
-    """TRL's SFTTrainer with staged-then-renamed checkpoints (`trl_dpr.running.checkpointing`), safe Hub pushes
-    (`trl_dpr.running.hub.SafeHubPushMixin`: the reference checkpoint goes with the model, no secret, once), a model card that
-    names the base model (`base_model`: the name the run was given, which `model` may have been resolved from; by
-    default `model` itself, `trl_dpr.running.hub.BaseModelCardMixin`) and a console log of numbers
-    (`trl_dpr.running.console_log.ConsoleLogMixin`).
-
-    Example:
-        ```python
-        trainer = SafeSFTTrainer(model="Qwen/Qwen2.5-0.5B", args=SFTConfig("runs/sft"), train_dataset=demonstrations,
-                                 callbacks=[ReferenceCheckpointCallback(0.5)])
-        ```
+    """TRL's SFTTrainer with the run's services: staged checkpoints, the safe Hub push (the reference checkpoint goes
+    with the model), a card naming `base_model` (default: `model`) and a console log of numbers.
     """
 
     def __init__(self, *args, base_model: str | None = None, **kwargs):
@@ -68,21 +57,8 @@ class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixi
 
 
 class DPRRunTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, DensePathTrainer):
-    """`DensePathTrainer` as `trl-dpr dpr`, the pipeline and the notebooks run it: checkpoints are staged and renamed
-    once complete, resume takes the newest complete one, and the output folder is claimed (`AtomicCheckpointsMixin`);
-    Hub pushes (`push_to_hub=True`, `trainer.push_to_hub()`) go through the safe push, once, with the model card
-    (`SafeHubPushMixin`); the card names the base the SFT run started from and holds DPR's reward, α, λ,
-    hyperparameters and evaluation table (`BaseModelCardMixin`); the console log prints numbers (`ConsoleLogMixin`).
-
-    Takes the arguments of `DensePathTrainer`.
-
-    Example:
-        ```python
-        trainer = DPRRunTrainer(model=None, reward_model="runs/sft", args=DensePathConfig("runs/dpr"),
-                                train_dataset=prompts)
-        trainer.train()
-        trainer.create_model_card(dataset_name="trl_dpr/embedded-demo")
-        ```
+    """`DensePathTrainer` as `trl-dpr dpr` and the pipeline run it, with the same services as `SafeSFTTrainer`; its card
+    also holds DPR's reward, α, λ, hyperparameters and evaluation. Takes `DensePathTrainer`'s arguments.
     """
 
     def __init__(self, model=None, reward_model=None, args: DensePathConfig | None = None, **kwargs):

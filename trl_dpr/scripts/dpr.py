@@ -1,14 +1,9 @@
 """Dense-Path REINFORCE from an SFT output (π_SFT + its reference checkpoint π_ref).
 
-    accelerate launch --config_file recipes/accelerate_configs/single_gpu.yaml \
-        recipes/dpr.py --config recipes/llama-3.1-8b/dpr/config_qlora.yaml
+    trl-dpr dpr --config demo/dpr.yaml       # the embedded demo, offline on CPU
 
-`model_name_or_path` is the SFT output of `trl-dpr sft` (a local folder or a Hub repo). With `sft_config:` set and no
-SFT output there yet, the SFT stage runs first; with `evaluation_config:` (a `trl-dpr evaluate` YAML) the trained policy
-is then evaluated against SFT as `trl-dpr evaluate` would. The embedded demo (`make demo`) does all three stages,
-offline, on CPU:
-
-    accelerate launch --config_file recipes/accelerate_configs/cpu.yaml recipes/dpr.py --config recipes/demo/dpr.yaml
+`model_name_or_path` is the SFT output of `trl-dpr sft`; `sft_config:` runs that SFT first when it is missing, and
+`evaluation_config:` evaluates the policy against SFT afterwards.
 """
 
 from trl import ModelConfig

@@ -1,16 +1,10 @@
-"""Evaluate like the paper: win rate of each method against SFT (pairwise judge, both orders, ties 0.5, bootstrap 95%
-CI) on AlpacaEval, Arena-Hard and LIMA, the MT-Bench 1–10 score, and answer lengths, as Table 1 (markdown + JSON).
+"""Evaluate like the paper (Table 1): win rate against SFT (pairwise judge, both orders, ties 0.5, bootstrap 95%
+CI) on AlpacaEval, Arena-Hard and LIMA, the MT-Bench score, and answer lengths.
 
-    export OPENAI_API_KEY=...      # the judge's key lives in the environment, never in a file
-    trl-dpr evaluate --config evaluate/llama-3.1-8b.yaml
+    OPENAI_API_KEY=... trl-dpr evaluate --config evaluate/llama-3.1-8b.yaml   # the key only in the environment
+    trl-dpr evaluate --config evaluate/demo.yaml                             # embedded demo, exact-answer judge
 
-The embedded demo (after `make demo`), offline on CPU with the exact-answer judge:
-
-    trl-dpr evaluate --config evaluate/demo.yaml
-
-Answers, verdicts and grades are cached under `output_dir` line by line: rerunning an interrupted evaluation
-continues where it stopped. Any YAML key can be overridden on the command line (`--max_prompts 20`); unknown keys
-are an error. See docs/evaluation.md for the benchmark files and the judges.
+Answers, verdicts and grades are cached line by line, so an interrupted evaluation continues (docs/evaluation.md).
 """
 
 import sys

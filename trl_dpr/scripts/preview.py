@@ -1,13 +1,9 @@
 """The DPR preview: will DPR help on this data? Estimated from π_SFT's own samples, before any RL.
 
-    trl-dpr preview --config preview/demo.yaml                     # embedded default, CPU, minutes
-    trl-dpr preview --config preview/demo.yaml --policies DPR=runs/demo/dpr   # + a trained policy
+    trl-dpr preview --config preview/demo.yaml [--policies DPR=runs/demo/dpr]
 
-`model_name_or_path` is an SFT output of `trl-dpr sft` (π_SFT with its recorded π_ref). N completions per prompt are
-sampled from π_SFT at temperature 1, scored with each reward variant (DPR's Σ_t r̂_t, other π_ref checkpoints,
-wo/Baseline, w/V, an oracle) and judged; the tilted policies π_λ ∝ π_SFT·exp(R/λ) that DPR converges to are then
-estimated by importance weighting for each λ (= DPR's `kl_coef`). Writes preview.csv / .json / .md / .png into
-`output_dir`; see docs/preview.md for how to read them.
+N samples per prompt are scored with each reward variant and judged; the tilted policies π_λ ∝ π_SFT·exp(R/λ) that
+DPR converges to are estimated by importance weighting per λ (= `kl_coef`). Reading the output: docs/preview.md.
 """
 
 from trl import ModelConfig

@@ -1,15 +1,9 @@
-"""SPIN (self-play fine-tuning, Chen et al., 2024) from an SFT output, on the same demonstrations: a baseline of Table 1.
+"""SPIN (Chen et al., 2024) from an SFT output, on the same demonstrations: a baseline of Table 1.
 
-    accelerate launch --config_file recipes/accelerate_configs/single_gpu.yaml \
-        recipes/spin.py --config recipes/llama-3.1-8b/spin/config_qlora.yaml
+    trl-dpr spin --config demo/spin.yaml     # the embedded default, offline on CPU
 
-`model_name_or_path` is the SFT output of `trl-dpr sft` (π_0; its dpr_reference/ is not used). Each iteration t, π_t
-answers every demonstration prompt (cached in `<output_dir>/generations/`), then π_{t+1} is trained with SPIN's loss on
-(demonstration, own answer) pairs against π_t (`<output_dir>/iteration-<t>/`); the last iterate ends in `output_dir`.
-With `sft_config:` set and no SFT output there yet, the SFT stage runs first; with `evaluation_config:` (a
-`trl-dpr evaluate` YAML) the last iterate is then evaluated against SFT. The embedded default, offline on CPU:
-
-    trl-dpr spin --config demo/spin.yaml
+Each iteration π_{t+1} is trained with SPIN's loss on (demonstration, π_t's own answer) pairs against π_t; see
+`trl_dpr.lfd.self_play`. `sft_config:` and `evaluation_config:` work as in `trl-dpr dpr`.
 """
 
 from trl_dpr.lfd import SPINConfig
