@@ -326,16 +326,18 @@ def _train(args, output_dir: Path, data: Path, sft: dict, name: str, progress: f
 
 def _continued(args, output_dir: Path, sft: dict, records: list[dict], progress: float) -> tuple[str, dict] | None:
     """SFT's own continuation from π_SFT (its optimizer and schedule, the same run) for DPR's mean FLOPs: the snapshot
-    of the SFT run nearest past that budget, or None when the pass ends first."""
+    of the SFT run nearest past that budget; when the pass ends first, its last snapshot, with the share of DPR's
+    FLOPs it spent (`flops_share` < 1). None when π_SFT is the pass's last snapshot."""
     parameters = _parameters(_sft_path(sft, progress))
     dpr_flops = sum(dpr_step_flops(parameters, r["tokens"], r["frozen_scorers"]) for r in records) / len(records)
     sft_step_flops = 6 * parameters * sft["tokens"] / sft["steps"]
     start = sft["share_steps"][str(progress)]
     wanted = start + math.ceil(dpr_flops / sft_step_flops)
-    later = sorted(int(s) for s in sft["snapshots"] if int(s) >= wanted)
-    if not later:
+    later = sorted(int(s) for s in sft["snapshots"] if int(s) >= wanted) or [sft["steps"]]
+    if later[0] <= start:
         return None
-    info = {"from_step": start, "to_step": later[0], "dpr_mean_flops": dpr_flops, "sft_flops": (later[0] - start) * sft_step_flops}
+    info = {"from_step": start, "to_step": later[0], "dpr_mean_flops": dpr_flops,
+            "sft_flops": (later[0] - start) * sft_step_flops, "flops_share": (later[0] - start) * sft_step_flops / dpr_flops}
     return sft["snapshots"][str(later[0])], info
 
 
@@ -490,7 +492,8 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
         if base and r and info:
             gains = {d: paired_gain(r[d]["correct"], base[d]["correct"]) for d in DECODINGS if d in r and d in base}
             kl = sum(r["T=1"]["kl_per_response"].values()) / len(r["T=1"]["kl_per_response"])
-            lines.append(f"| SFT continued (its own optimizer, steps {info['from_step']} → {info['to_step']}: DPR's FLOPs) "
+            lines.append(f"| SFT continued (its own optimizer, steps {info['from_step']} → {info['to_step']}: "
+                         f"{100 * info['flops_share']:.0f}% of DPR's FLOPs) "
                          f"| — | {kl:.3f} | — | " + " | ".join(_gain_text(gains[d]) if d in gains else "not run"
                                                         for d in DECODINGS) + " |")
             trained_rows.append({"name": "SFT-continued", "kl": kl, **gains})

@@ -339,5 +339,10 @@ def test_sft_continued_is_the_sft_runs_own_snapshot_past_dprs_flops(monkeypatch)
     # DPR: (2 + 2·2 + 6)·100·5000 = 6e6 FLOPs; an SFT step: 6·100·1000 = 6e5 → 10 steps, 15 → 25, next snapshot 30
     path, info = regime_map._continued(None, None, sft, [{"tokens": 5000, "frozen_scorers": 2}], 0.25)
     assert (path, info["from_step"], info["to_step"]) == ("s30", 15, 30)
-    # past the end of the pass there is no snapshot of SFT's own run to read
-    assert regime_map._continued(None, None, sft, [{"tokens": 50_000, "frozen_scorers": 2}], 0.25) is None
+    assert info["flops_share"] == pytest.approx(15 * 6e5 / 6e6)
+    # past the end of the pass: the pass's last snapshot, with the share of DPR's FLOPs it spent (45 steps of 100)
+    path, info = regime_map._continued(None, None, sft, [{"tokens": 50_000, "frozen_scorers": 2}], 0.25)
+    assert (path, info["to_step"]) == ("s60", 60) and info["flops_share"] == pytest.approx(0.45)
+    # π_SFT at the end of the pass has no continuation of its own to compare with
+    sft["share_steps"]["1.0"] = 60
+    assert regime_map._continued(None, None, sft, [{"tokens": 5000, "frozen_scorers": 2}], 1.0) is None
