@@ -323,7 +323,7 @@ def _preview(args: RealModelArguments, sft_path: str, output_dir: Path):
 
 def choose(args: RealModelArguments, report) -> dict:
     """α, λ and the target KL per response from the preview: the DPR point (over α and finite λ > 0, trusted ESS) with
-    the largest gain, unless `alpha` / `kl_coef` are given."""
+    the largest gain, unless `alpha` / `kl_coef` are given; `train` is False when that gain is not above 0."""
     candidates = []
     for alpha in args.alphas:
         if args.alpha is not None and alpha != args.alpha:
@@ -335,8 +335,10 @@ def choose(args: RealModelArguments, report) -> dict:
     if not candidates:
         raise ValueError("The preview has no trusted finite λ for the asked α / kl_coef: widen the λ grid.")
     _, alpha, point = max(candidates, key=lambda c: c[0])
+    # A procedure that picks a setting must be able to answer "none": the least-bad loss is no reason to train.
     return {"alpha": alpha, "lambda": point.lam, "target_kl": point.kl, "preview_gain": point.delta,
-            "preview_gain_ci": [point.delta_ci_low, point.delta_ci_high]}
+            "preview_gain_ci": [point.delta_ci_low, point.delta_ci_high], "train": point.delta > 0,
+            "verdict": "train DPR" if point.delta > 0 else "do not train DPR: no λ is predicted to beat π_SFT"}
 
 
 def _dpr_recipe(args: RealModelArguments, data: Path, overrides: dict):
@@ -529,6 +531,9 @@ def main(argv=None):
     if args.stage == "preview":
         return
 
+    if (every or args.stage == "train") and not choice["train"] and args.kl_coef is None:
+        raise SystemExit(f"The preview says: {choice['verdict']} (best predicted gain {100 * choice['preview_gain']:+.1f} "
+                         "points). Pass --kl_coef to train at a λ of your choice anyway.")
     if every or args.stage == "train":
         print_stage(4, 6, f"RL on D's prompts at α = {choice['alpha']}, λ = {choice['lambda']}, until KL ≥ {choice['target_kl']:.3f}")
         wanted = args.only or [*(f"DPR-seed{s}" for s in args.dpr_seeds), *(f"DPR-λ{lam:g}" for lam in args.probe_lambdas),

@@ -312,3 +312,64 @@ def test_the_regime_table_has_one_row_per_point_from_its_dpr_and_wo_baseline_row
         "| pretrained | 50 × 1e-4, SFT seed 1 | 0.780 | +0.040 (+0.030 to +0.050) | 0.5: +0.060 (+0.056 to +0.064) "
         "| +0.220 | **yes** |",
     ]
+
+
+def test_a_preview_where_every_gain_is_negative_says_do_not_train():
+    losing = [_point("DPR α=0.5", 8.0, -0.011, 0.02), _point("DPR α=0.5", 1.0, -0.12, 0.8)]
+    report = SimpleNamespace(variant_points=lambda v: [p for p in losing if p.variant == v])
+    choice = choose(RealModelArguments(alphas=[0.5]), report)
+    assert choice["train"] is False and choice["verdict"].startswith("do not train")
+    winning = losing + [_point("DPR α=0.5", 2.0, 0.004, 0.3)]
+    report = SimpleNamespace(variant_points=lambda v: [p for p in winning if p.variant == v])
+    assert choose(RealModelArguments(alphas=[0.5]), report)["train"] is True
+
+
+# ---- experiments/regime_map.py ---------------------------------------------------------------------------------------
+
+
+def test_snapshots_are_placed_at_shares_of_the_learning_rate_sum_not_of_the_steps():
+    from experiments.regime_map import steps_at_shares
+
+    # Warm-up 1, 2, then constant 4 for 8 steps: Σ = 35, running sums 1, 3, 7, 11, 15, 19, ... A share is the first
+    # step whose running sum reaches it: 5% (1.75) → step 2, 25% (8.75) → 4, 50% (17.5) → 6 (not step 5, half the steps).
+    rates = [1.0, 2.0] + [4.0] * 8
+    running = [sum(rates[:k]) for k in range(1, 11)]
+    expected = {s: next(k for k, r in enumerate(running, start=1) if r >= s * 35) for s in (0.05, 0.25, 0.5, 1.0)}
+    assert steps_at_shares(rates, [0.05, 0.25, 0.5, 1.0]) == expected == {0.05: 2, 0.25: 4, 0.5: 6, 1.0: 10}
+
+
+def test_the_regime_map_trains_where_the_gain_is_largest_or_says_do_not_train():
+    from experiments.regime_map import RegimeMapArguments, _runs
+    from experiments.regime_map import choose as choose_point
+
+    early = [_point("DPR", 2.0, 0.03, 0.4), _point("DPR", 0.25, 0.2, 3.0, trusted=False), _point("DPR", math.inf, 0, 0)]
+    late = [_point("DPR", 2.0, 0.05, 0.2), _point("DPR", 0.0, 0.3, 2.0)]  # best-of-N (λ = 0) is never a choice
+    choice = choose_point({0.1: early, 1.0: late})
+    assert (choice["progress"], choice["lambda"], choice["target_kl"], choice["train"]) == (1.0, 2.0, 0.2, True)
+    args = RegimeMapArguments(map_progress=[0.1, 0.25, 1.0], dpr_seeds=[0, 1], ablations=["SR"])
+    assert list(_runs(args, choice)) == ["DPR-seed0", "DPR-seed1", "SR"]
+    # every gain ≤ 0: "do not train", and the runs that test that answer go to the best point and the earliest one
+    losing = choose_point({0.25: [_point("DPR", 4.0, -0.01, 0.1)], 1.0: [_point("DPR", 8.0, -0.02, 0.05)]})
+    assert (losing["progress"], losing["train"]) == (0.25, False)
+    runs = _runs(args, losing)
+    assert runs["DPR-seed0"][0] == 0.25 and runs["DPR-seed0 @10%"][0] == 0.1 and runs["SR @10%"][1]["reward_granularity"] == "sentence"
+    with pytest.raises(ValueError, match="no trusted finite"):
+        choose_point({1.0: [_point("DPR", math.inf, 0.0, 0.0), _point("DPR", 0.0, 0.2, 1.0)]})
+
+
+def test_sft_continued_is_the_sft_runs_own_snapshot_past_dprs_flops(monkeypatch):
+    from experiments import regime_map
+
+    monkeypatch.setattr(regime_map, "_parameters", lambda path: 100)
+    sft = {"steps": 60, "tokens": 60_000.0, "share_steps": {"0.25": 15}, "snapshots": {str(s): f"s{s}" for s in range(10, 61, 10)}}
+    sft["snapshots"]["15"] = "s15"
+    # DPR: (2 + 2·2 + 6)·100·5000 = 6e6 FLOPs; an SFT step: 6·100·1000 = 6e5 → 10 steps, 15 → 25, next snapshot 30
+    path, info = regime_map._continued(None, None, sft, [{"tokens": 5000, "frozen_scorers": 2}], 0.25)
+    assert (path, info["from_step"], info["to_step"]) == ("s30", 15, 30)
+    assert info["flops_share"] == pytest.approx(15 * 6e5 / 6e6)
+    # past the end of the pass: the pass's last snapshot, with the share of DPR's FLOPs it spent (45 steps of 100)
+    path, info = regime_map._continued(None, None, sft, [{"tokens": 50_000, "frozen_scorers": 2}], 0.25)
+    assert (path, info["to_step"]) == ("s60", 60) and info["flops_share"] == pytest.approx(0.45)
+    # π_SFT at the end of the pass has no continuation of its own to compare with
+    sft["share_steps"]["1.0"] = 60
+    assert regime_map._continued(None, None, sft, [{"tokens": 5000, "frozen_scorers": 2}], 1.0) is None
