@@ -454,7 +454,8 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
                          f"λ = {best.lam:g}: {100 * best.delta:+.1f} ({100 * best.delta_ci_low:+.1f} to "
                          f"{100 * best.delta_ci_high:+.1f})" + (f", KL {best.kl:.2f}" if variant == "DPR" else ""))
         sft_quality = next(p.quality for p in report.variant_points("DPR") if math.isinf(p.lam))
-        verdict = "train" if row["DPR"] and row["DPR"]["gain"] > 0 else "do not train"
+        verdict = ("do not train" if not row["DPR"] or row["DPR"]["gain"] <= 0 else
+                   "train (interval includes 0)" if row["DPR"]["ci"][0] <= 0 else "train")
         lines.append(f"| {_sft_name(progress)} | {100 * sft_quality:.1f}% | " + " | ".join(cells) + f" | {verdict} |")
         map_rows.append(row)
     lines += ["", f"Choice: {choice['verdict']} — π_SFT at {round(100 * choice['progress'])}% of SFT's Σ lr, "
@@ -465,6 +466,12 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
               "| policy | rollouts (steps) | KL to π_SFT per response | preview's DPR gain at that KL | T = 1 | T = 0.7 | greedy |",
               "|---|---|---|---|---|---|---|"]
     trained_rows = []
+    for progress in sorted({p for p, _ in runs.values()}):  # sharpening by decoding alone, the control DPR must beat
+        base = result(_sft_name(progress))
+        if base and all(d in base for d in DECODINGS):
+            gains = {d: paired_gain(base[d]["correct"], base["T=1"]["correct"]) for d in ("T=0.7", "greedy")}
+            lines.append(f"| {_sft_name(progress)} decoded at T = 0.7 / greedily, vs itself at T = 1 (no training) | 0 | — | — | "
+                         f"— | {_gain_text(gains['T=0.7'])} | {_gain_text(gains['greedy'])} |")
     for name, (progress, _) in runs.items():
         base = result(_sft_name(progress))
         record = _read(_folder(output_dir, name) / "rl_record.json")
