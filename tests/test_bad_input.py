@@ -23,11 +23,19 @@ def test_a_dpr_dataset_without_prompts_fails_before_loading_anything(tokenizer, 
 
 
 def test_an_unwritable_output_dir_fails_before_training(tokenizer, tmp_path):
+    from trl_dpr.running.trainers import DPRRunTrainer  # the output folder's claim is a run service
+
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     args = make_config(tmp_path, output_dir=str(blocker / "run"))
     with pytest.raises(OSError, match="not writable"):
-        DensePathTrainer(reward_model=reward_model(tokenizer), args=args, train_dataset=prompts_dataset())
+        DPRRunTrainer(reward_model=reward_model(tokenizer), args=args, train_dataset=prompts_dataset(),
+                      processing_class=tokenizer)
+
+
+def test_an_in_memory_sft_model_without_its_tokenizer_is_a_clear_error(tokenizer, tmp_path):
+    with pytest.raises(ValueError, match="π_SFT was given in memory.*processing_class"):
+        DensePathTrainer(reward_model=reward_model(tokenizer), args=make_config(tmp_path), train_dataset=prompts_dataset())
 
 
 def test_a_reference_from_another_base_is_rejected(tokenizer):

@@ -164,6 +164,7 @@ def test_ctrl_c_ends_with_one_line_saying_what_was_saved_and_how_to_resume(tmp_p
         raise KeyboardInterrupt
 
     monkeypatch.setattr(checkpointing, "last_complete_checkpoint", lambda folder: f"{folder}/checkpoint-4")
+    monkeypatch.setattr(checkpointing, "_HELD_LOCKS", {})  # only this run's folder: another test's trainer may hold one
     try:
         with pytest.raises(SystemExit) as stop:
             run(interrupted_run, [])
@@ -174,8 +175,10 @@ def test_ctrl_c_ends_with_one_line_saying_what_was_saved_and_how_to_resume(tmp_p
     assert f"Saved: {tmp_path / 'dpr'}: {tmp_path / 'dpr'}/checkpoint-4" in err and "--resume_from_checkpoint true" in err
 
 
-def test_ctrl_c_before_any_checkpoint_says_nothing_was_saved(tmp_path, capsys):
+def test_ctrl_c_before_any_checkpoint_says_nothing_was_saved(tmp_path, monkeypatch, capsys):
     from trl_dpr.running import checkpointing
+
+    monkeypatch.setattr(checkpointing, "_HELD_LOCKS", {})  # only this run's folder: another test's trainer may hold one
 
     def interrupted_run(argv):
         checkpointing.claim_output_dir(tmp_path / "dpr")

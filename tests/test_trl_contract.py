@@ -263,14 +263,3 @@ def test_logit_scale_and_softcap_match_trls_fused_head(family):
         f"{family}: completion_logprobs and TRL's fused head disagree (max {(ours - fused).abs().max():.2e})",
         "reward_model._logit_transform",
     )
-
-
-def test_trls_model_card_template_still_writes_none_for_an_unknown_base_model_and_repository():
-    from trl.trainer.utils import generate_model_card
-
-    from trl_dpr.running.hub import BaseModelCardMixin
-
-    card = str(generate_model_card(base_model=None, model_name="m", hub_model_id=None, dataset_name=None, tags=[],
-                                   wandb_url=None, trackio_url=None, trainer_name="SFT"))
-    for text in (BaseModelCardMixin._UNKNOWN_BASE, BaseModelCardMixin._UNKNOWN_REPO):
-        contract(text in card, f"TRL's model card template no longer writes {text!r}", "trl_dpr.running.hub.BaseModelCardMixin")

@@ -177,6 +177,12 @@ class DensePathTrainer(GRPOTrainer):
 
         # Algorithm 1, line 2: the actor starts from π_SFT; π_SFT itself stays frozen as the reward and KL reference.
         model = initial_policy(reward_model, model, peft_config, use_vllm=args.use_vllm)
+        if processing_class is None and not getattr(getattr(model, "config", None), "_name_or_path", ""):
+            # GRPOTrainer would load the tokenizer by the policy's name, which a model built in memory does not have
+            raise ValueError(
+                "π_SFT was given in memory, so there is no tokenizer to load with it: pass processing_class=<its "
+                "tokenizer>, or give π_SFT as a folder (reward_model=path)."
+            )
         super().__init__(
             model=model,
             reward_funcs=[dense_path, *outcome_funcs],  # r̂ first: reward_weights[0] is its weight
