@@ -463,7 +463,7 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
               f"({100 * choice['preview_gain_ci'][0]:+.1f} to {100 * choice['preview_gain_ci'][1]:+.1f}) at a KL of "
               f"{choice['target_kl']:.3f} nats per response."]
     lines += ["", "### Trained: gains over π_SFT at the same decoding (paired over prompts, shared sampling seed)", "",
-              "| policy | rollouts (steps) | KL to π_SFT per response | preview's DPR gain at that KL | T = 1 | T = 0.7 | greedy |",
+              "| policy | rollouts (steps) | KL to π_SFT per response | preview's gain at that KL (its own tilt) | T = 1 | T = 0.7 | greedy |",
               "|---|---|---|---|---|---|---|"]
     trained_rows = []
     for progress in sorted({p for p, _ in runs.values()}):  # sharpening by decoding alone, the control DPR must beat
