@@ -506,6 +506,10 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
             trained_rows.append({"name": "SFT-continued", "kl": kl, **gains})
     text = "\n".join(lines) + "\n"
     (output_dir / "regime_map.md").write_text(text)
+    # the README shows the map and the trained policies; the learning curve sits in experiments/README.md, section 11
+    curve_end = lines.index("### The regime map: the preview at each π_SFT (π_ref at half of its own Σ lr), gains at T = 1")
+    (output_dir / "regime_map_curve.md").write_text("\n".join(lines[2:curve_end]).strip() + "\n")
+    (output_dir / "regime_map_readme.md").write_text("\n".join(lines[curve_end:]).strip() + "\n")
     _write(output_dir / "regime_map.json", {"settings": asdict(args), "choice": choice, "curve": curve_rows,
                                             "map": map_rows, "trained": trained_rows,
                                             "sft": {k: v for k, v in sft.items() if k not in ("learning_rates", "schedule")}})
