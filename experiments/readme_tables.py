@@ -5,13 +5,14 @@ drifted.
     python -m experiments.readme_tables --check demo        # exit 1 (with a diff) if the README's demo table differs
                                                             # from what `make demo` printed (CI runs it after make demo)
 
-Each table sits between `<!-- table:NAME -->` and `<!-- /table:NAME -->` in whichever of README.md and docs/*.md
-holds it (the demo's in README.md, the others in docs/results.md and docs/real_model.md), copied byte for byte from:
+Each table sits between `<!-- table:NAME -->` and `<!-- /table:NAME -->` in whichever of README.md, docs/*.md and
+experiments/README.md holds it (the demo's in README.md, the others in docs/results.md and docs/real_model.md), copied byte for byte from:
 
     demo        runs/demo/dpr/eval_results.json  `table_markdown`: what `make demo` prints at its end
     seed_spread runs/seed_spread/seed_spread.md  (python -m experiments.seed_spread)
     real_model  runs/real_model_lfd/real_model.md (python -m experiments.real_model --config experiments/configs/real_model_lfd.yaml)
-    regime_map  runs/regime_map/regime_map.md (python -m experiments.regime_map --config experiments/configs/regime_map.yaml)
+    regime_map  runs/regime_map/regime_map_readme.md and regime_map_curve.md (experiments/README.md, section 11):
+                python -m experiments.regime_map --config experiments/configs/regime_map.yaml
 
 and two drawn here (`decoding_markdown`, `table1_markdown`) from the evaluations' results.json:
 
@@ -41,7 +42,8 @@ SOURCES = {
     "demo": "runs/demo/dpr/eval_results.json",
     "seed_spread": "runs/seed_spread/seed_spread.md",
     "real_model": "runs/real_model_lfd/real_model.md",
-    "regime_map": "runs/regime_map/regime_map.md",
+    "regime_map": "runs/regime_map/regime_map_readme.md",
+    "regime_map_curve": "runs/regime_map/regime_map_curve.md",
     "demo_decoding": "runs/demo/eval/results.json runs/demo/eval_t0.7/results.json runs/demo/eval_greedy/results.json",
     "table1": "runs/table1_demo/evaluation/results.json runs/table1_demo/table1.md",
     "regime_scan": "runs/regime_scan/regime_scan.csv",
@@ -183,7 +185,8 @@ def documents(readme: Path) -> list[Path]:
         >>> documents(Path("/nowhere/README.md"))
         [PosixPath('/nowhere/README.md')]
     """
-    return [readme, *sorted((readme.parent / "docs").glob("*.md"))]
+    return [readme, *sorted((readme.parent / "docs").glob("*.md")),
+            *[p for p in [readme.parent / "experiments" / "README.md"] if p.is_file()]]
 
 
 def find_block(files: list[Path], name: str) -> Path | None:
