@@ -28,8 +28,8 @@ from transformers import AutoModelForCausalLM
 
 from trl_dpr import CheckpointRewardModel
 from trl_dpr.analysis.sampling import sample_completions
-from trl_dpr.data import load_demonstrations, prompts_for_rl
-from trl_dpr.embedded import EMBEDDED_DATASET
+from trl_dpr.data import prompts_for_rl
+from trl_dpr.embedded import EMBEDDED_DATASET, load_demonstrations
 from trl_dpr.running.recipe_parser import RecipeParser
 
 from .figures import plot_series, write_csv

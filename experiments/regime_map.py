@@ -416,7 +416,7 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
 
     losses = _read(output_dir / "held_out_loss.json") or {}
     lines = ["### SFT's learning curve", "",
-             f"| π_SFT (share of SFT's Σ lr) | step | demonstrations seen | held-out loss per token | T = 1 | T = 0.7 | greedy |",
+             "| π_SFT (share of SFT's Σ lr) | step | demonstrations seen | held-out loss per token | T = 1 | T = 0.7 | greedy |",
              "|---|---|---|---|---|---|---|"]
     first = result(_sft_name(args.progress[0]))
     curve_rows = []

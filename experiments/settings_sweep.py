@@ -26,8 +26,7 @@ from pathlib import Path
 
 from accelerate import PartialState
 
-from trl_dpr.data import load_demonstrations
-from trl_dpr.embedded import EMBEDDED_DATASET, held_out_split
+from trl_dpr.embedded import EMBEDDED_DATASET, held_out_split, load_demonstrations
 from trl_dpr.evaluation import run_evaluation
 from trl_dpr.rewards import reward_from_settings
 from trl_dpr.running.pipeline import model_init_kwargs_from, print_stage

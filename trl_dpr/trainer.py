@@ -177,7 +177,7 @@ class DensePathTrainer(GRPOTrainer):
 
         # Algorithm 1, line 2: the actor starts from π_SFT; π_SFT itself stays frozen as the reward and KL reference.
         model = initial_policy(reward_model, model, peft_config, use_vllm=args.use_vllm)
-        if processing_class is None and not getattr(getattr(model, "config", None), "_name_or_path", ""):
+        if processing_class is None and not isinstance(model, str) and not getattr(model.config, "_name_or_path", ""):
             # GRPOTrainer would load the tokenizer by the policy's name, which a model built in memory does not have
             raise ValueError(
                 "π_SFT was given in memory, so there is no tokenizer to load with it: pass processing_class=<its "
