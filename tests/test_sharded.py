@@ -204,7 +204,8 @@ def test_two_processes_whiten_globally_and_only_the_main_process_writes(launched
     assert not torch.allclose(ranks[0]["advantages"], whiten(ranks[0]["returns"], ranks[0]["mask"], distributed=False))
 
     writers = (tmp_path / "writers.log").read_text().split("\n")
-    assert sorted(w for w in writers if w) == ["manifest 0", "model_card 0"]
+    writers = [w for w in writers if w]  # "<what> <rank>": the model card is written at each final save of SFT and DPR
+    assert set(writers) == {"manifest 0", "model_card 0"} and writers.count("manifest 0") == 1
     assert json.loads((tmp_path / "sft" / "dpr_reference.json").read_text())["step"] == 2
 
 
