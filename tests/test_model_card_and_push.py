@@ -78,3 +78,13 @@ def test_a_self_play_model_card_names_the_model_it_started_from(method, tmp_path
     card = (tmp_path / "run" / "README.md").read_text()
     assert "None" not in card and "fine-tuned version of the model `iteration-0` (a local folder)" in card
     assert str(tmp_path / "iteration-0") not in card  # the base's name, not its path
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_the_card_states_the_device_and_precision_the_run_used(bf16, tokenizer, tmp_path):
+    trainer, *_ = dpr_trainer(tokenizer, tmp_path)
+    trainer.args.bf16 = bf16  # the recipe's value, as the run read it
+    trainer.create_model_card(model_name="tiny-dpr")
+    card = (tmp_path / "dpr" / "README.md").read_text()
+    precision = "bf16 mixed precision" if bf16 else "fp32"
+    assert f"on the CPU in {precision} (weights in float32)." in card

@@ -552,12 +552,13 @@ class BaseModelCardMixin:
         method = self._name + (f", a method introduced in [{paper['title']}](https://huggingface.co/papers/{paper['id']})"
                                if paper.get("id") else "")
         max_new_tokens = getattr(args, "max_completion_length", None) or 128
+        precision = _precision_phrase(args, self.accelerator.device, self.accelerator.unwrap_model(self.model))
         lines = [
             f"# {model_name}", "",
             f"This model is a fine-tuned version of {self._card_base_model()}{_dataset_phrase(dataset_name)}. "
             "It has been trained using [TRL](https://github.com/huggingface/trl) and trl_dpr.", "",
             *_quick_start(repo, _card_prompt(self.train_dataset), max_new_tokens), "",
-            "## Training procedure", "", f"This model was trained with {method}.",
+            "## Training procedure", "", f"This model was trained with {method}, {precision}.",
             *(["", *_tracker_links()] if _tracker_links() else []),
             *self._card_sections(), "",
             "### Framework versions", "",
@@ -571,6 +572,14 @@ class BaseModelCardMixin:
         lines += ["Cite TRL as:", "", "```bibtex", TRL_CITATION, "```", ""]
         card = ModelCard(f"---\n{metadata.to_yaml()}\n---\n\n" + "\n".join(lines))
         card.save(Path(args.output_dir) / "README.md")
+
+
+def _precision_phrase(args, device, model) -> str:
+    """Where and in what precision the run computed: the device it ran on, the recipe's bf16/fp16, the weights."""
+    from .placement import RunPlacement
+
+    weights = "4-bit" if getattr(model, "is_loaded_in_4bit", False) else str(model.dtype).removeprefix("torch.")
+    return f"on {'the CPU' if device.type == 'cpu' else device.type.upper()} in {RunPlacement.of(args).precision_name} (weights in {weights})"
 
 
 def _version(package: str) -> str:

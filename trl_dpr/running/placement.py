@@ -49,7 +49,11 @@ class RunPlacement:
                 "--fp16", as_text(self.mixed_precision == "fp16")]
 
     def __str__(self) -> str:
-        return f"{'CPU' if self.use_cpu else 'GPU'}, {_SHOWN[self.mixed_precision]}"
+        return f"{'CPU' if self.use_cpu else 'GPU'}, {self.precision_name}"
+
+    @property
+    def precision_name(self) -> str:
+        return _SHOWN[self.mixed_precision]
 
 
 @dataclass(frozen=True)
