@@ -407,6 +407,18 @@ def _gain_text(gain: dict) -> str:
     return f"{100 * gain['gain']:+.1f} ({100 * gain['gain_ci'][0]:+.1f} to {100 * gain['gain_ci'][1]:+.1f})"
 
 
+def pooled_over_seeds(correct: list[dict[str, float]]) -> dict[str, float]:
+    """Per prompt id, the mean correctness over the seeds' runs (the prompts every run answered): the seeds pooled
+    before pairing with π_SFT, so the interval is over prompts with the seeds' sampling averaged in.
+
+    Example:
+        >>> pooled_over_seeds([{"0": 1.0, "1": 0.0, "2": 1.0}, {"0": 0.0, "1": 0.0}, {"0": 1.0, "1": 1.0}])
+        {'0': 0.6666666666666666, '1': 0.3333333333333333}
+    """
+    ids = sorted(set.intersection(*(set(c) for c in correct)), key=int)
+    return {i: sum(c[i] for c in correct) / len(correct) for i in ids}
+
+
 def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict, runs: dict) -> None:
     """`regime_map.md` / `.json` (the curve, the map, the trained runs) and `regime_map.png`."""
     evaluation = {p.stem: _read(p) for p in (output_dir / "evaluation").glob("*.json")}
@@ -465,13 +477,13 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
     lines += ["", "### Trained: gains over π_SFT at the same decoding (paired over prompts, shared sampling seed)", "",
               "| policy | rollouts (steps) | KL to π_SFT per response | preview's gain at that KL (its own tilt) | T = 1 | T = 0.7 | greedy |",
               "|---|---|---|---|---|---|---|"]
-    trained_rows = []
+    trained_rows, per_run_lines, readme_lines = [], [], []  # the README: seeds pooled, ablations at the full budget
     for progress in sorted({p for p, _ in runs.values()}):  # sharpening by decoding alone, the control DPR must beat
         base = result(_sft_name(progress))
         if base and all(d in base for d in DECODINGS):
             gains = {d: paired_gain(base[d]["correct"], base["T=1"]["correct"]) for d in ("T=0.7", "greedy")}
-            lines.append(f"| {_sft_name(progress)} decoded at T = 0.7 / greedily, vs itself at T = 1 (no training) | 0 | — | — | "
-                         f"— | {_gain_text(gains['T=0.7'])} | {_gain_text(gains['greedy'])} |")
+            readme_lines.append(f"| {_sft_name(progress)} decoded at T = 0.7 / greedily, vs itself at T = 1 (no training) | "
+                                f"0 | — | — | — | {_gain_text(gains['T=0.7'])} | {_gain_text(gains['greedy'])} |")
     for name, (progress, _) in runs.items():
         base = result(_sft_name(progress))
         record = _read(_folder(output_dir, name) / "rl_record.json")
@@ -487,11 +499,32 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
             predicted = interpolate_at_kl(curve, kl) if not name.startswith("SR") else None
             gains = {d: paired_gain(r[d]["correct"], base[d]["correct"]) for d in DECODINGS if d in r and d in base}
             rollouts = round(fraction * record["rollouts"])
-            lines.append(f"| {name} at {round(100 * fraction)}% | {rollouts} ({round(fraction * record['steps'])}) | "
-                         f"{kl:.3f} | {'—' if predicted is None else f'{100 * predicted:+.1f}'} | "
-                         + " | ".join(_gain_text(gains[d]) if d in gains else "not run" for d in DECODINGS) + " |")
+            row = (f"| {name} at {round(100 * fraction)}% | {rollouts} ({round(fraction * record['steps'])}) | "
+                   f"{kl:.3f} | {'—' if predicted is None else f'{100 * predicted:+.1f}'} | "
+                   + " | ".join(_gain_text(gains[d]) if d in gains else "not run" for d in DECODINGS) + " |")
+            per_run_lines.append(row)
+            if fraction == 1.0 and not name.startswith("DPR-seed"):
+                readme_lines.append(row)
             trained_rows.append({"name": name, "fraction": fraction, "kl": kl, "predicted": predicted,
                                  **{d: g for d, g in gains.items()}})
+    for progress in sorted({p for p, _ in runs.values()}):  # DPR's seeds pooled: per prompt, the mean over the seeds
+        seeds = [n for n, (p, _) in runs.items() if p == progress and n.startswith("DPR-seed")]
+        for position, fraction in enumerate(args.eval_fractions):
+            found = [r for n in seeds if (r := result(f"{n} at {round(100 * fraction)}%")) and "T=1" in r]
+            if len(found) < 2 or not (base := result(_sft_name(progress))):
+                continue
+            kl = sum(sum(r["T=1"]["kl_per_response"].values()) / len(r["T=1"]["kl_per_response"]) for r in found) / len(found)
+            curve = [(p.kl, p.delta) for p in reports[progress].variant_points("DPR") if p.lam > 0]
+            gains = {}
+            for d in DECODINGS:
+                if d in base and all(d in r for r in found):
+                    gains[d] = paired_gain(pooled_over_seeds([r[d]["correct"] for r in found]), base[d]["correct"])
+            record = _read(_folder(output_dir, seeds[0]) / "rl_record.json")
+            rollouts = round(fraction * record["rollouts"])
+            readme_lines.insert(1 + position, f"| DPR, {len(found)} seeds pooled, at {round(100 * fraction)}% | {rollouts} "
+                                f"({round(fraction * record['steps'])}) | {kl:.3f} | {100 * interpolate_at_kl(curve, kl):+.1f} | "
+                                + " | ".join(_gain_text(gains[d]) if d in gains else "not run" for d in DECODINGS) + " |")
+            trained_rows.append({"name": f"DPR, {len(found)} seeds pooled", "fraction": fraction, "kl": kl, **gains})
     for progress in sorted({p for p, _ in runs.values()}):
         base = result(_sft_name(progress))
         r = result(f"SFT-continued @{round(100 * progress)}%")
@@ -499,17 +532,20 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
         if base and r and info:
             gains = {d: paired_gain(r[d]["correct"], base[d]["correct"]) for d in DECODINGS if d in r and d in base}
             kl = sum(r["T=1"]["kl_per_response"].values()) / len(r["T=1"]["kl_per_response"])
-            lines.append(f"| SFT continued (its own optimizer, steps {info['from_step']} → {info['to_step']}: "
-                         f"{100 * info['flops_share']:.0f}% of DPR's FLOPs) "
-                         f"| — | {kl:.3f} | — | " + " | ".join(_gain_text(gains[d]) if d in gains else "not run"
-                                                        for d in DECODINGS) + " |")
+            readme_lines.append(f"| SFT continued (its own optimizer, steps {info['from_step']} → {info['to_step']}: "
+                                f"{100 * info['flops_share']:.0f}% of DPR's FLOPs) | — | {kl:.3f} | — | "
+                                + " | ".join(_gain_text(gains[d]) if d in gains else "not run" for d in DECODINGS) + " |")
             trained_rows.append({"name": "SFT-continued", "kl": kl, **gains})
-    text = "\n".join(lines) + "\n"
+    header = lines[-2:]
+    per_run = ["", "### Each trained run (DPR per seed; every run at 25, 50 and 100% of its rollouts)", "", *header,
+               *per_run_lines]
+    text = "\n".join(lines + readme_lines + per_run) + "\n"
     (output_dir / "regime_map.md").write_text(text)
-    # the README shows the map and the trained policies; the learning curve sits in experiments/README.md, section 11
+    # the README shows the map and the trained policies (seeds pooled); the learning curve and each run's rows sit in
+    # experiments/README.md, section 11
     curve_end = lines.index("### The regime map: the preview at each π_SFT (π_ref at half of its own Σ lr), gains at T = 1")
-    (output_dir / "regime_map_curve.md").write_text("\n".join(lines[2:curve_end]).strip() + "\n")
-    (output_dir / "regime_map_readme.md").write_text("\n".join(lines[curve_end:]).strip() + "\n")
+    (output_dir / "regime_map_curve.md").write_text("\n".join(lines[2:curve_end] + per_run).strip() + "\n")
+    (output_dir / "regime_map_readme.md").write_text("\n".join(lines[curve_end:] + readme_lines).strip() + "\n")
     _write(output_dir / "regime_map.json", {"settings": asdict(args), "choice": choice, "curve": curve_rows,
                                             "map": map_rows, "trained": trained_rows,
                                             "sft": {k: v for k, v in sft.items() if k not in ("learning_rates", "schedule")}})
