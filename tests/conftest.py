@@ -1,7 +1,7 @@
 """Shared fixtures: everything is built offline (no Hub access: HF_HUB_OFFLINE=1), in-process except the slow tier's
 runs that several tests check, each made once per session: SmolLM2's conversion, the recipes' SFT → DPR. Runs that
 need a process of their own but not a new interpreter are forked from the test process (`Run`, `run_forked`); the
-longest test files start first (`LONGEST_FIRST`)."""
+files marked `slow` start first (`pytest_collection_modifyitems`)."""
 
 import multiprocessing
 import os
@@ -38,18 +38,22 @@ def tokenizer():
 
 # ---- the order files run in --------------------------------------------------------------------------------------
 
-# The files that take longest (`make test` prints its slowest tests), run first. pytest-xdist hands each worker whole
-# files (`--dist loadfile`) in collection order (`--no-loadscope-reorder`: by default it would put the files with the
-# most tests first, and these long files, with few tests each, last), so a long file started at the end would finish
-# the run alone while the other worker idles. The other files keep pytest's order.
-LONGEST_FIRST = ("test_sharded.py", "test_recipes.py", "test_real_model.py", "test_experiments.py", "test_notebooks.py",
-                 "test_checkpoint_safety.py", "test_shipped_base.py", "test_lfd_table1.py", "test_convergence.py")
+# The files marked `slow` (a module `pytestmark` or a mark on any of their tests: the subprocess runs, notebooks, the
+# experiments end to end) run first. pytest-xdist hands each worker whole files (`--dist loadfile`) in collection order
+# (`--no-loadscope-reorder`: by default it would put the files with the most tests first, and these long files, with
+# few tests each, last), so a long file started at the end would finish the run alone while the other worker idles.
+# The hook sees every collected item (tests/ and experiments/tests/ alike); the other files keep pytest's order.
+
+
+def starts_first(items) -> set:
+    """The files holding at least one test marked `slow`."""
+    return {item.path for item in items if item.get_closest_marker("slow") is not None}
 
 
 def pytest_collection_modifyitems(config, items):
-    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests stay together, in order
-    if not torch.cuda.is_available():  # the GPU tier (`make test-gpu`, tests/test_gpu.py) needs CUDA
+    slow_files = starts_first(items)
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: a file's tests stay together, in order
+    if not torch.cuda.is_available():  # the GPU tier (`make test-gpu`, tests/end_to_end/test_gpu.py) needs CUDA
         skip = pytest.mark.skip(reason="needs CUDA (the GPU tier: make test-gpu)")
         for item in items:
             if "gpu" in item.keywords:
