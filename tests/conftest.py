@@ -333,7 +333,7 @@ def cli_cache(tmp_path_factory):
     """`trl-dpr` reads the description of each stage's arguments from its cache (~/.cache/trl_dpr, or TRL_DPR_CACHE),
     and a first call with none builds it by importing TRL (~9 s in that process). The suite's processes share one
     cache in a folder of the session, built once here (this process imports TRL anyway), so no launched run pays
-    for it and the tests write nothing under ~/.cache. The first call's own path is tests/test_cli_process.py's
+    for it and the tests write nothing under ~/.cache. The first call's own path is tests/running/test_cli_process.py's
     `test_without_a_cache_the_same_mistake_gets_the_same_message`."""
     def build(folder):
         from trl_dpr.running.cli import _build_descriptions
@@ -375,9 +375,9 @@ def recipe_run(tmp_path_factory, installed_wheel):
     reporting to W&B (offline), TensorBoard and trackio with FAKE_SECRETS in the environment and every place a process
     may write (home, caches, temporary files, trackers) inside one folder; DPR logs every step and writes token
     heatmaps of 2 rollouts at each (`heatmap_steps: 1`); then the evaluation recipe's main (forked, in the same
-    environment) with the same evaluation YAML into a fresh folder. One run, checked by tests/test_recipes.py (what
-    the stages write, and print), tests/test_tracking.py (what the trackers hold), tests/test_secrets.py (no file
-    holds a secret) and tests/test_cli.py (the pip user's path).
+    environment) with the same evaluation YAML into a fresh folder. One run, checked by tests/end_to_end/test_recipes_from_wheel.py (what
+    the stages write, and print), tests/analysis/test_tracking.py (what the trackers hold), tests/end_to_end/test_secrets.py (no file
+    holds a secret) and tests/running/test_cli.py (the pip user's path).
 
     Made once per session, also across pytest-xdist workers (`once_per_session`). Returns a namespace: `root` (every
     file the run wrote), `work` (sft/, dpr/, eval/, eval_again/), `env`, `sft_stdout`, `dpr_stdout`.

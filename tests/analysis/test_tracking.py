@@ -188,7 +188,7 @@ def test_tensorboard_logs_the_dpr_metrics(tracked_run):
 @pytest.mark.slow
 def test_trackio_local_run_logs_the_dpr_metrics_and_the_heatmaps(tracked_run):
     out, log_history = tracked_run
-    # Read as an immutable file: no journal or shared-memory file written into the run's folder (tests/test_secrets.py
+    # Read as an immutable file: no journal or shared-memory file written into the run's folder (tests/end_to_end/test_secrets.py
     # scans every file there), and the connection closed at once.
     with contextlib.closing(sqlite3.connect(f"file:{out / 'trackio' / 'trl-dpr-secrets.db'}?immutable=1", uri=True)) as db:
         rows = [json.loads(metrics) for (metrics,) in db.execute("SELECT metrics FROM metrics ORDER BY id")]

@@ -109,7 +109,7 @@ def test_fraction_outside_the_open_unit_interval_is_rejected(fraction):
 
 def test_a_fresh_run_replaces_a_reference_left_by_an_earlier_run(tokenizer, tmp_path):
     """An SFT killed after π_ref was saved, then run again from scratch: the new run's π_ref is its own.
-    (A resumed run keeps its π_ref: tests/test_checkpoint_safety.py kills and resumes real runs.)"""
+    (A resumed run keeps its π_ref: tests/running/test_checkpoint_safety.py kills and resumes real runs.)"""
     run_sft(tokenizer, tmp_path, max_steps=4)
     weights = tmp_path / "dpr_reference" / "model.safetensors"
     first_write = weights.stat().st_mtime_ns

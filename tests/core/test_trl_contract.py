@@ -3,7 +3,7 @@
 `DensePathTrainer` is a thin subclass of `GRPOTrainer`, and TRL offers no public hook for per-token advantages, for
 log-probs of transformers-generated tokens, or for one sample per prompt. So a handful of private names are part of
 trl_dpr's contract with TRL. This file names every one of them and what trl_dpr does with it. When TRL is upgraded,
-run it first (`pytest tests/test_trl_contract.py`, see docs/upgrading_trl.md): a failure says which internal moved
+run it first (`pytest tests/core/test_trl_contract.py`, see docs/upgrading_trl.md): a failure says which internal moved
 and where trl_dpr uses it, instead of a traceback deep inside a training step.
 """
 

@@ -88,7 +88,7 @@ def test_the_base_is_built_once_and_an_interrupted_build_is_redone(tmp_path):
 
 
 def test_pretraining_taught_the_shipped_base_the_task_format():
-    """On the shipped base, the output of this pretraining whose build tests/test_shipped_base.py pins (its recorded
+    """On the shipped base, the output of this pretraining whose build tests/embedded/test_shipped_base.py pins (its recorded
     losses, reproduced from the seeded init; its held-out loss, recomputed): a random-init model of this size writes no
     "The answer is" at all, the pretrained one continues most held-out problems with a solution ending in the task's
     answer sentence. (Training a small base here to show it took 150 steps, most of a minute.)"""

@@ -63,13 +63,13 @@ README_COMMANDS = {
     "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu":
         "not run by a test (it needs PyTorch's index); `make test` installs the same torch==2.13.0 with uv",
     "pip install .": "tests/conftest.py's installed_wheel (pip wheel + pip install of this checkout)",
-    'pip install ".[plots]"': "not run by a test (network); tests/test_cli_process.py checks the message that names it",
-    "trl-dpr recipes": "tests/test_cli_process.py::test_help_and_recipes_load_no_torch",
+    'pip install ".[plots]"': "not run by a test (network); tests/running/test_cli_process.py checks the message that names it",
+    "trl-dpr recipes": "tests/running/test_cli_process.py::test_help_and_recipes_load_no_torch",
     "make demo": ".ci/run (then experiments.readme_tables --check demo)",
     "make test": ".ci/run",
-    "trl-dpr preview --config demo.yaml": "tests/test_preview.py::test_the_recipe_runs_from_the_command_line",
+    "trl-dpr preview --config demo.yaml": "tests/analysis/test_preview.py::test_the_recipe_runs_from_the_command_line",
     "trl-dpr preview --config demo.yaml --policies DPR=runs/demo/dpr":
-        "tests/test_preview.py::test_a_trained_policy_is_placed_with_its_own_quality_and_kl (in-process)",
+        "tests/analysis/test_preview.py::test_a_trained_policy_is_placed_with_its_own_quality_and_kl (in-process)",
 }
 
 

@@ -133,7 +133,7 @@ def test_datasets_without_demonstrations_or_prompts_are_rejected(tmp_path):
 @pytest.mark.slow
 def test_sft_then_dpr_recipes_through_accelerate_launch(recipe_run):
     """`trl-dpr sft` then `trl-dpr dpr` (with its evaluation) as real launched processes from the installed wheel, on
-    the embedded tiny model (the run of tests/conftest.py's `recipe_run`, which tests/test_secrets.py scans)."""
+    the embedded tiny model (the run of tests/conftest.py's `recipe_run`, which tests/end_to_end/test_secrets.py scans)."""
     sft_dir, dpr_dir = recipe_run.work / "sft", recipe_run.work / "dpr"
     assert json.loads((sft_dir / "dpr_reference.json").read_text())["step"] == 2
     assert "Stage 2/2: Evaluation: DPR vs SFT" in recipe_run.dpr_stdout
@@ -171,7 +171,7 @@ def test_a_built_wheel_runs_the_stages_outside_the_repository(installed_wheel, r
     """The wheel holds the package and its recipes, not the repository's experiments or tests; installed by pip into a
     folder of its own, `trl-dpr` runs from elsewhere on it: `trl-dpr recipes` lists the shipped ones, and `trl-dpr sft`
     then `trl-dpr dpr` with its evaluation ran from it through `accelerate launch` (tests/conftest.py's `recipe_run`,
-    checked here for what a user sees and in tests/test_recipes.py for what it wrote).
+    checked here for what a user sees and in tests/end_to_end/test_recipes_from_wheel.py for what it wrote).
 
     A mistake found inside the launched recipe ends as its message alone. It is made as a first `trl-dpr dpr` of the
     shipped demo recipe on a CPU machine would: no `accelerate config` was run, OMP_NUM_THREADS unset, no

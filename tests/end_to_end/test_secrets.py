@@ -1,7 +1,7 @@
 """No token or key set in the environment ends up in any file a run writes: the stages (SFT → DPR → evaluation)
 through `accelerate launch`, reporting to W&B (offline), TensorBoard and trackio, with every place a process may write
 (home, caches, temporary files, tracker folders) inside the run's folder, and every file there scanned. The run is
-tests/conftest.py's `recipe_run`, which tests/test_recipes.py checks for what the recipes write."""
+tests/conftest.py's `recipe_run`, which tests/end_to_end/test_recipes_from_wheel.py checks for what the recipes write."""
 
 import pytest
 

@@ -3,7 +3,7 @@
 - the public API is `trl_dpr.__all__` (and the two subpackages that advertise their own entry points,
   `trl_dpr.lfd.__all__` and `trl_dpr.evaluation.__all__`); each of its names has a docstring with a runnable example:
   a doctest that runs here, or a snippet whose calls a named test runs (the trainers need a model and minutes). The
-  `trl-dpr` CLI's examples are the README's bash blocks, each mapped to the test that runs it (tests/test_readme*);
+  `trl-dpr` CLI's examples are the README's bash blocks, each mapped to the test that runs it (tests/end_to_end/test_readme_example.py);
 - every other public function and class of the package (importable, not advertised: no `__all__`) has a docstring
   of a few lines that says what it is and why;
 - the algorithm's functions keep the paper's equation and a hand-computed doctest;
@@ -29,13 +29,13 @@ SUBPACKAGES_WITH_AN_API = ("trl_dpr.lfd", "trl_dpr.evaluation")  # the only `__a
 
 # Names whose example is a snippet (training takes a model and minutes): the test that runs what the snippet does.
 SNIPPET_RUN_BY = {
-    "ReferenceCheckpointCallback": "test_readme_example.py",
-    "DensePathTrainer": "test_readme_example.py",
-    "sequence_reward_func": "test_dense_reward.py",
-    "SPINTrainer": "test_lfd.py",
-    "GSILTrainer": "test_lfd.py",
-    "WinRateCallback": "test_evaluation_callback.py",
-    "run_evaluation": "test_evaluation_end_to_end.py",
+    "ReferenceCheckpointCallback": "end_to_end/test_readme_example.py",
+    "DensePathTrainer": "end_to_end/test_readme_example.py",
+    "sequence_reward_func": "core/test_reward_interface.py",
+    "SPINTrainer": "lfd/test_spin_gsil.py",
+    "GSILTrainer": "lfd/test_spin_gsil.py",
+    "WinRateCallback": "evaluation/test_win_rate_callback.py",
+    "run_evaluation": "evaluation/test_evaluation_run.py",
 }
 
 # Docstring lines (modules, classes, functions; counted by `ast`) over all lines of trl_dpr/; TRL's grpo_trainer.py is

@@ -1,5 +1,5 @@
 """Each rule on the input is checked once, in the place that owns it, and its one message says what was wrong, what
-was expected and how to fix it. The recipes reach the same messages (tests/test_user_errors.py)."""
+was expected and how to fix it. The recipes reach the same messages (tests/running/test_bad_input.py)."""
 
 import ast
 import collections

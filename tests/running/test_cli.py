@@ -1,5 +1,5 @@
 """The `trl-dpr` command: shipped recipes found by name, accelerate configs by name, user errors without a traceback
-(the path from a built wheel installed outside the repository: tests/test_recipes.py)."""
+(the path from a built wheel installed outside the repository: tests/end_to_end/test_recipes_from_wheel.py)."""
 
 import json
 import sys

@@ -1,6 +1,6 @@
 """A GGUF file as a base model: how its name is found (a path, or a file inside an installed package, found without
 importing it), the errors for a name that finds nothing, and the conversion's shared tensor-name maps. The real
-conversion (SmolLM2-135M's GGUF against the gguf package's own dequantization) is in tests/test_real_model.py."""
+conversion (SmolLM2-135M's GGUF against the gguf package's own dequantization) is in tests/end_to_end/test_real_model.py."""
 
 import sys
 
