@@ -131,23 +131,6 @@ def test_the_recipe_runs_from_the_command_line(sft_output, tmp_path):
     assert (tmp_path / "out" / "preview.png").is_file()
 
 
-@pytest.mark.parametrize(
-    "overrides, match",
-    [
-        ({"samples_per_prompt": 1}, "samples_per_prompt must be >= 2"),
-        ({"lambdas": [1.0, -0.5]}, "λ must be >= 0"),
-        ({"variants": {"DPR": {"kl_coef": 1.0}}}, "unknown setting"),
-        ({"quality": "pairwise"}, "needs evaluation_config"),
-        ({"quality": "fluency"}, "quality must be one of"),
-        ({"policies": ["runs/x"]}, "NAME=PATH"),
-        ({"variants": {}}, "at least one reward variant"),
-    ],
-)
-def test_bad_settings_are_refused_with_what_to_do(overrides, match):
-    with pytest.raises(ValueError, match=match):
-        PreviewConfig(**overrides)
-
-
 def test_a_folder_without_a_recorded_reference_is_refused_before_sampling(tmp_path, tokenizer):
     bare = tmp_path / "bare"
     build_tiny_causal_lm(tokenizer).save_pretrained(bare)

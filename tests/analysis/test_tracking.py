@@ -89,16 +89,6 @@ def test_an_id_that_decodes_to_merged_text_keeps_its_own_reward(tokenizer, tmp_p
                        "rewards": [0.3, -0.2, 0.1], "total": pytest.approx(0.2)}]
 
 
-def test_the_callback_needs_a_dense_path_trainer_and_positive_settings(tokenizer, tmp_path):
-    trainer = make_trainer(tokenizer, tmp_path)
-    with pytest.raises(TypeError, match="DensePathTrainer"):
-        TokenHeatmapCallback(object())
-    with pytest.raises(ValueError, match="every_n_steps"):
-        TokenHeatmapCallback(trainer, every_n_steps=0)
-    with pytest.raises(ValueError, match="num_samples"):
-        TokenHeatmapCallback(trainer, num_samples=0)
-
-
 # ---- the trackers, read back from what they wrote ----------------------------------------------------------------
 
 

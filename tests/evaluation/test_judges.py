@@ -53,12 +53,6 @@ def test_a_local_model_judges_through_the_same_prompts_and_its_junk_is_counted_u
     assert chat.name == "local:tiny"
 
 
-def test_a_local_judge_without_a_chat_template_is_refused(tokenizer):
-    copy = type(tokenizer)(tokenizer_object=tokenizer.backend_tokenizer, pad_token="<|pad|>", eos_token="<|end|>")
-    with pytest.raises(ValueError, match="no chat template"):
-        LocalChatModel(build_tiny_causal_lm(tokenizer), copy)
-
-
 def test_mt_bench_grades_both_turns_with_references_for_math_only():
     chat = ScriptedChat(lambda messages: "Accurate and clear.\nRating: [[9]]" if "reference" in messages[1]["content"]
                         else "Fine.\nRating: [[6]]")

@@ -6,7 +6,7 @@ import pytest
 
 from trl_dpr.embedded.task import build_demo_dataset
 from trl_dpr.evaluation import EvalPrompt, load_prompt_set
-from trl_dpr.evaluation.prompt_sets import load_demo_prompts, read_json_rows
+from trl_dpr.evaluation.prompt_sets import load_demo_prompts
 
 
 def write_jsonl(path, rows):
@@ -81,28 +81,6 @@ def test_mt_bench_loads_two_turns_categories_and_references(tmp_path, rows):
     assert all(len(p.turns) == 2 for p in prompts)
     assert prompts[0].references == () and len(prompts[1].references) == 2
     assert prompts[1].category in ("math", "coding") and prompts[0].prompt_id == str(rows[0].get("question_id", rows[0].get("prompt_id")))
-
-
-def test_a_file_without_the_expected_fields_says_which_are_missing(tmp_path):
-    path = write_jsonl(tmp_path / "wrong.jsonl", [{"question": "What is 2+2?"}])
-    with pytest.raises(ValueError, match=r"Row 0 of .*wrong.jsonl lacks \['instruction'\]; it has \['question'\]"):
-        load_prompt_set("alpaca_eval", path)
-    with pytest.raises(ValueError, match=r"lacks \['question_id', 'turns'\]"):
-        load_prompt_set("arena_hard", path)
-
-
-def test_a_missing_file_and_an_unknown_benchmark_are_clear_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        load_prompt_set("lima", str(tmp_path / "nowhere.jsonl"))
-    with pytest.raises(ValueError, match="Unknown benchmark 'alpacaeval'"):
-        load_prompt_set("alpacaeval")
-
-
-def test_a_broken_jsonl_line_is_reported_with_its_number(tmp_path):
-    path = tmp_path / "broken.jsonl"
-    path.write_text(json.dumps(LIMA_ROWS[0]) + "\n{not json\n")
-    with pytest.raises(ValueError, match="broken.jsonl:2"):
-        read_json_rows(path)
 
 
 def test_the_hub_path_offline_fails_with_the_file_to_download(monkeypatch):

@@ -146,8 +146,13 @@ def imports_of_experiments(folder: Path) -> list[str]:
     offenders = []
     for path in sorted(folder.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in getattr(node, "names", [])]
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and any(n.split(".")[0] == "experiments" for n in names):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            if any(name.split(".")[0] == "experiments" for name in names):
                 offenders.append(str(path.relative_to(folder)))
     return offenders
 

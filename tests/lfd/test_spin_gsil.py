@@ -70,30 +70,6 @@ def test_gsil_config_defaults_are_gsils():
     assert (args.learning_rate, args.optim.value, args.num_train_epochs) == (5e-7, "rmsprop", 1)
 
 
-@pytest.mark.parametrize(
-    ("config_class", "overrides", "match"),
-    [
-        (SPINConfig, {"loss_type": ["ipo"]}, r"loss_type: \['ipo'\] is not used: .*spin_loss_type"),
-        (GSILConfig, {"sync_ref_model": True}, "reference is π_t"),
-        (GSILConfig, {"ld_alpha": 0.5}, "whole-sequence"),
-        (SPINConfig, {"spin_loss_type": "logistic"}, r"one of \('sigmoid', 'hinge'\)"),
-        (GSILConfig, {"gsil_loss_type": "sigmoid"}, "'bernoulli' is the logistic loss"),
-        (SPINConfig, {"num_iterations": 0}, "num_iterations must be >= 1"),
-        (GSILConfig, {"generation_top_p": 0.0}, r"generation_top_p must be in \(0, 1\]"),
-        (SPINConfig, {"beta": 0.0}, "beta must be > 0"),
-    ],
-)
-def test_configs_refuse_what_the_methods_would_ignore_or_break(config_class, overrides, match):
-    with pytest.raises(ValueError, match=match):
-        config_class(output_dir="out", use_cpu=True, bf16=False, **overrides)
-
-
-def test_each_trainer_refuses_the_other_methods_config(tmp_path):
-    tok = build_tokenizer(demo_corpus(size=50))
-    with pytest.raises(TypeError, match="SPINTrainer needs a SPINConfig"):
-        SPINTrainer(model=build_tiny_causal_lm(tok), args=run_args(GSILConfig, tmp_path), train_dataset=Dataset.from_list([{}]))
-
-
 # ---- the trainers' losses -------------------------------------------------------------------------------------------
 
 
