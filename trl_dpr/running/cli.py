@@ -243,7 +243,7 @@ def _launch_training(stage: str, argv: list[str], launch_args: list[str], values
     launch_args, script_args = _launch_plan(argv, launch_args, values)
     try:
         # TRL joins the script name to its own trl/scripts folder; an absolute path stands for itself (pathlib's
-        # joinpath), so the package's own script is launched (tests/test_cli.py checks the script accelerate is given).
+        # joinpath), so the package's own script is launched (tests/running/test_cli.py checks the script accelerate is given).
         launch_training_script(str(SCRIPTS / f"{stage}.py"), launch_args, script_args)
     except KeyboardInterrupt:
         # Ctrl-C reaches the launched processes too: theirs is the line that says what was saved (`run`).

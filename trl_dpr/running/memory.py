@@ -403,7 +403,7 @@ def plan(
     if is_dpr and sharded:
         notes.append(
             f"Assumes ZeRO-3 (--accelerate_config zero3). Under FSDP (fsdp2) TRL's prepare_fsdp makes each scorer ONE FSDP unit "
-            f"(tests/test_sharded.py), so scoring gathers a whole scorer: + {_gib(shape.parameters * BF16)}."
+            f"(tests/end_to_end/test_sharded.py), so scoring gathers a whole scorer: + {_gib(shape.parameters * BF16)}."
         )
         if not training_args.use_vllm:
             notes.append(

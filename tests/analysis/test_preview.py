@@ -1,0 +1,175 @@
+"""The DPR preview end to end on a tiny SFT output: its numbers against an independent recomputation (float64 unpadded
+forwards, exact answers, a hand-written importance-weighting loop), its files, and its refusals of bad input."""
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from trl_dpr.analysis.preview import PreviewConfig, PreviewReport, run_preview
+from trl_dpr.analysis.sampling import sample_completions
+from trl_dpr.embedded.task import held_out_split, is_correct
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+
+from ..conftest import run_forked, save_sft_output
+from ..reference import unpadded_logprobs
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def small_config(tmp_path, **overrides):
+    values = dict(output_dir=str(tmp_path / "preview"), num_prompts=5, samples_per_prompt=4, max_new_tokens=6,
+                  batch_size=8, lambdas=[math.inf, 2.0, 0.5, 0.0], bootstrap_resamples=200,
+                  variants={"DPR": {}, "wo/Baseline": {"use_baseline": False}, "oracle": {"oracle": True}})
+    values.update(overrides)
+    return PreviewConfig(**values)
+
+
+@pytest.fixture(scope="module")
+def sft_output(tmp_path_factory, tokenizer):
+    return save_sft_output(tmp_path_factory.mktemp("preview") / "sft", tokenizer)
+
+
+def test_the_preview_equals_an_independent_recomputation_from_the_same_samples(sft_output, tokenizer, tmp_path):
+    config = small_config(tmp_path)
+    report = run_preview(config, str(sft_output), show_progress=False)
+
+    # Independently: the same samples (same seed, prompts, batches), each scored by plain float64 forwards.
+    sft, ref = build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1)
+    rows = held_out_split(5)
+    prompts = [p for p in rows["prompt"] for _ in range(4)]
+    samples = sample_completions(sft, tokenizer, prompts, temperature=1.0, max_new_tokens=6, batch_size=8, seed=0)
+    dpr, wo_baseline = [], []
+    for s in samples:
+        sft_lp = unpadded_logprobs(sft, s.prompt_ids, s.completion_ids)
+        ref_lp = unpadded_logprobs(ref, s.prompt_ids, s.completion_ids)
+        dpr.append(sum(sft_lp) - sum(ref_lp))
+        wo_baseline.append(sum(sft_lp))
+    answers = [a for a in rows["answer"] for _ in range(4)]
+    quality = torch.tensor([float(is_correct(s.text, a)) for s, a in zip(samples, answers)])
+    by_key = {(p.variant, p.lam): p for p in report.points}
+    for variant, rewards in (("DPR", dpr), ("wo/Baseline", wo_baseline), ("oracle", quality.tolist())):
+        for lam in (math.inf, 2.0, 0.5, 0.0):
+            q, kl = hand_tilt(rewards, quality.tolist(), lam, samples_per_prompt=4)
+            point = by_key[(variant, lam)]
+            assert point.quality == pytest.approx(q, abs=1e-6), (variant, lam)
+            assert point.kl == pytest.approx(kl, abs=1e-6), (variant, lam)
+    assert report.sft_quality == pytest.approx(quality.mean().item())
+    assert report.pass_at_n == pytest.approx(quality.view(5, 4).max(dim=1).values.mean().item())
+
+
+def hand_tilt(rewards, quality, lam, samples_per_prompt):
+    """Mean over prompts of Σ_i w_i q_i and Σ_i w_i log(N w_i), w ∝ exp(R/λ) within a prompt, in plain floats."""
+    qualities, kls = [], []
+    for start in range(0, len(rewards), samples_per_prompt):
+        r, q = rewards[start : start + samples_per_prompt], quality[start : start + samples_per_prompt]
+        if math.isinf(lam):
+            w = [1 / len(r)] * len(r)
+        elif lam == 0:
+            best = max(r)
+            hits = [float(x == best) for x in r]
+            w = [h / sum(hits) for h in hits]
+        else:
+            top = max(r)
+            e = [math.exp((x - top) / lam) for x in r]
+            w = [x / sum(e) for x in e]
+        qualities.append(sum(a * b for a, b in zip(w, q)))
+        kls.append(sum(a * math.log(len(r) * a) for a in w if a > 0))
+    return sum(qualities) / len(qualities), sum(kls) / len(kls)
+
+
+def test_the_preview_writes_its_table_plot_and_json(sft_output, tmp_path):
+    report = run_preview(small_config(tmp_path), str(sft_output), show_progress=False)
+    folder = tmp_path / "preview"
+    with open(folder / "preview.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 3 * 4 and {r["variant"] for r in rows} == {"DPR", "wo/Baseline", "oracle"}
+    assert (folder / "preview.png").read_bytes()[:8] == PNG_SIGNATURE
+    saved = json.loads((folder / "preview.json").read_text())
+    assert [row["variant"] for row in saved["summary"]] == ["DPR", "wo/Baseline", "oracle"]
+    assert saved["sft_quality"] == pytest.approx(report.sft_quality)
+    assert "| DPR | ∞ (π_SFT) |" in (folder / "preview.md").read_text()
+    again = PreviewReport.read(folder / "preview.json")  # read back: the same report, to plot or compare later
+    assert again.points == report.points and again.markdown() == report.markdown()
+
+
+def test_a_trained_policy_is_placed_with_its_own_quality_and_kl(sft_output, tokenizer, tmp_path):
+    same = tmp_path / "same_as_sft"
+    build_tiny_causal_lm(tokenizer, seed=0).save_pretrained(same)  # a "policy" equal to π_SFT
+    other = tmp_path / "other"
+    build_tiny_causal_lm(tokenizer, seed=7).save_pretrained(other)
+    report = run_preview(small_config(tmp_path, policies=[f"same={same}", f"other={other}"]), str(sft_output),
+                         show_progress=False)
+    by_name = {p.name: p for p in report.policies}
+    assert by_name["same"].kl == pytest.approx(0.0, abs=1e-5)  # KL(π_SFT ‖ π_SFT) estimated from its own samples
+
+    # "other": its own samples (policy_samples_per_prompt = 4, seed + 2), Σ log π_other − log π_SFT by plain forwards.
+    policy, sft = build_tiny_causal_lm(tokenizer, seed=7), build_tiny_causal_lm(tokenizer, seed=0)
+    prompts = [p for p in held_out_split(5)["prompt"] for _ in range(4)]
+    samples = sample_completions(policy, tokenizer, prompts, temperature=1.0, max_new_tokens=6, batch_size=8, seed=2)
+    kl = [sum(unpadded_logprobs(policy, s.prompt_ids, s.completion_ids)) - sum(unpadded_logprobs(sft, s.prompt_ids, s.completion_ids))
+          for s in samples]
+    assert by_name["other"].kl == pytest.approx(sum(kl) / len(kl), abs=1e-5)
+    assert by_name["other"].kl_ci_low <= by_name["other"].kl <= by_name["other"].kl_ci_high
+
+
+def test_the_recipe_runs_from_the_command_line(sft_output, tmp_path):
+    from trl_dpr.running.cli import run as run_recipe
+    from trl_dpr.scripts.preview import main
+
+    # what recipes/preview.py runs, in a process of its own (forked from this one: no new imports)
+    run = run_forked(lambda argv: run_recipe(main, argv), [
+        "--config", str(ROOT / "recipes" / "preview" / "demo.yaml"), "--model_name_or_path", str(sft_output),
+        "--output_dir", str(tmp_path / "out"), "--num_prompts", "4", "--samples_per_prompt", "3", "--max_new_tokens", "5",
+        "--bootstrap_resamples", "100"], folder=tmp_path, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "| reward | gain per nat near λ = ∞ |" in run.stdout
+    assert (tmp_path / "out" / "preview.png").is_file()
+
+
+def test_a_folder_without_a_recorded_reference_is_refused_before_sampling(tmp_path, tokenizer):
+    bare = tmp_path / "bare"
+    build_tiny_causal_lm(tokenizer).save_pretrained(bare)
+    tokenizer.save_pretrained(bare)
+    with pytest.raises(FileNotFoundError, match="dpr_reference.json"):
+        run_preview(small_config(tmp_path), str(bare), show_progress=False)
+    # wo/Baseline alone needs no π_ref
+    report = run_preview(small_config(tmp_path, variants={"wo/Baseline": {"use_baseline": False}}), str(bare),
+                         show_progress=False)
+    assert {p.variant for p in report.points} == {"wo/Baseline"}
+
+
+def test_demonstration_quality_needs_the_demonstrations(sft_output, tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(json.dumps({"prompt": [{"role": "user", "content": "hi"}], "completion": [{"role": "assistant", "content": "yo"}]}) + "\n")
+    with pytest.raises(ValueError, match="exact needs an `answer` column"):
+        run_preview(small_config(tmp_path, dataset_name=str(path), num_prompts=1), str(sft_output), show_progress=False)
+
+
+def test_pairwise_quality_asks_the_judge_once_per_pair_and_caches_it(sft_output, tmp_path, monkeypatch):
+    """Quality = a win rate against an independent π_SFT answer, judged by an OpenAI-compatible server on 127.0.0.1."""
+    import yaml
+
+    from ..evaluation.test_openai_judge import FakeChatCompletions
+
+    server = FakeChatCompletions()
+    server.default = lambda messages: "A is better. [[A>B]]"  # a judge with a pure position bias: every pair ties
+    monkeypatch.setenv("PREVIEW_JUDGE_KEY", "test-key-0123456789")
+    judge_yaml = tmp_path / "judge.yaml"
+    judge_yaml.write_text(yaml.safe_dump({"benchmarks": ["alpaca_eval"], "judge": "openai", "judge_model": "fake",
+                                          "judge_base_url": server.base_url, "judge_api_key_env": "PREVIEW_JUDGE_KEY",
+                                          "judge_max_retries": 0, "judge_max_workers": 2}))
+    try:
+        config = small_config(tmp_path, quality="pairwise", evaluation_config=str(judge_yaml),
+                              variants={"DPR": {}, "wo/Baseline": {"use_baseline": False}})
+        report = run_preview(config, str(sft_output), show_progress=False)
+        assert len(server.requests) == 5 * 4 * 2  # every sample against π_SFT's answer, in both orders
+        assert report.sft_quality == pytest.approx(0.5) and all(p.quality == pytest.approx(0.5) for p in report.points)
+        run_preview(config, str(sft_output), show_progress=False)
+        assert len(server.requests) == 5 * 4 * 2  # a rerun reads the cached verdicts
+    finally:
+        server.close()

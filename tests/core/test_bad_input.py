@@ -1,0 +1,100 @@
+"""Bad input is a clear error before any training compute: what was wrong, what was expected, how to fix it."""
+
+import pytest
+import torch
+from datasets import Dataset
+
+from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
+from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+from trl_dpr.rewards import CheckpointDifference, SFTLogProb, WithSoftValue
+
+from ..conftest import dpr_config as make_config
+from ..conftest import prompts_dataset
+
+
+def reward_model(tokenizer):
+    return CheckpointRewardModel(build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1))
+
+
+def test_a_dpr_dataset_without_prompts_fails_before_loading_anything(tokenizer, tmp_path):
+    no_prompts = Dataset.from_list([{"messages": [{"role": "user", "content": "hi"}]}])
+    with pytest.raises(ValueError, match="no `prompt` column.*prompts_for_rl"):
+        DensePathTrainer(reward_model=reward_model(tokenizer), args=make_config(tmp_path), train_dataset=no_prompts)
+
+
+def test_an_unwritable_output_dir_fails_before_training(tokenizer, tmp_path):
+    from trl_dpr.running.trainers import DPRRunTrainer  # the output folder's claim is a run service
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    args = make_config(tmp_path, output_dir=str(blocker / "run"))
+    with pytest.raises(OSError, match="not writable"):
+        DPRRunTrainer(reward_model=reward_model(tokenizer), args=args, train_dataset=prompts_dataset(),
+                      processing_class=tokenizer)
+
+
+def test_an_in_memory_sft_model_without_its_tokenizer_is_a_clear_error(tokenizer, tmp_path):
+    with pytest.raises(ValueError, match="π_SFT was given in memory.*processing_class"):
+        DensePathTrainer(reward_model=reward_model(tokenizer), args=make_config(tmp_path), train_dataset=prompts_dataset())
+
+
+def test_a_reference_from_another_base_is_rejected(tokenizer):
+    sft = build_tiny_causal_lm(tokenizer, hidden_size=32, seed=0)
+    other = build_tiny_causal_lm(tokenizer, hidden_size=48, seed=1)  # same vocabulary, another model
+    with pytest.raises(ValueError, match="hidden_size.*another base"):
+        CheckpointRewardModel(sft, other)
+
+
+def test_prompts_longer_than_the_limit_are_dropped_and_counted(tokenizer, tmp_path):
+    long_prompt = [{"role": "user", "content": "What is 12+7? " * 30}]
+    short_prompt = [{"role": "user", "content": "What is 1+2?"}]
+    dataset = Dataset.from_dict({"prompt": [long_prompt, short_prompt, short_prompt, long_prompt]})
+    trainer = DensePathTrainer(
+        reward_model=reward_model(tokenizer), processing_class=tokenizer, train_dataset=dataset,
+        args=make_config(tmp_path, max_prompt_length=32),
+    )
+    assert trainer.train_dataset.num_rows == 2
+    assert trainer.num_dropped_prompts == {"train": 2}
+    with pytest.raises(ValueError, match="Every train prompt is longer"):
+        DensePathTrainer(
+            reward_model=reward_model(tokenizer), processing_class=tokenizer, args=make_config(tmp_path, max_prompt_length=3),
+            train_dataset=dataset,
+        )
+
+
+def test_max_prompt_length_must_be_positive():
+    with pytest.raises(ValueError, match="max_prompt_length"):
+        DensePathConfig(output_dir="unused", report_to="none", bf16=False, max_prompt_length=0)
+
+
+def test_an_empty_completion_scores_zero_and_does_not_crash(tokenizer):
+    prompt_ids = torch.tensor([[5, 6], [7, 8]])
+    completion_ids = torch.tensor([[9, 10], [0, 0]])
+    completion_mask = torch.tensor([[1, 1], [0, 0]])  # the second completion is empty
+    rewards = CheckpointRewardModel(
+        build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1), WithSoftValue(CheckpointDifference())
+    ).token_rewards(prompt_ids, torch.ones_like(prompt_ids), completion_ids, completion_mask)
+    assert torch.equal(rewards[1], torch.zeros(2))
+    assert torch.isfinite(rewards).all()
+
+
+def test_score_text_rejects_an_empty_completion_without_eos(tokenizer):
+    model = reward_model(tokenizer)
+    model.processing_class = tokenizer
+    with pytest.raises(ValueError, match="empty"):
+        model.score_text(["What is 1+2?"], [""], append_eos=False)
+
+
+def test_an_adapter_that_does_not_name_its_base_is_a_clear_error(tokenizer, tmp_path):
+    import json
+
+    from peft import LoraConfig, get_peft_model
+
+    sft_dir = tmp_path / "sft"
+    get_peft_model(build_tiny_causal_lm(tokenizer), LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(sft_dir)
+    config = json.loads((sft_dir / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = None
+    (sft_dir / "adapter_config.json").write_text(json.dumps(config))
+    tokenizer.save_pretrained(sft_dir)
+    with pytest.raises(ValueError, match="does not name the base model"):
+        CheckpointRewardModel.from_pretrained(str(sft_dir), reward=SFTLogProb())

@@ -1,0 +1,90 @@
+"""recipes/spin.py and recipes/gsil.py: strict parsing, the papers' values in every backbone config, the same
+demonstrations as SFT and DPR, and the embedded default end to end."""
+
+import importlib
+from pathlib import Path
+
+import pytest
+import yaml
+from trl import ModelConfig
+
+from trl_dpr.lfd import GSILConfig, SelfPlayScriptArguments, SPINConfig
+from trl_dpr.running.memory import MemoryTarget
+from trl_dpr.running.recipe_parser import RecipeParser
+
+from ..conftest import demo_evaluation_yaml, run_forked
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "recipes"
+BACKBONES = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.1", "gemma-3-4b"]
+CONFIGS = {"spin": SPINConfig, "gsil": GSILConfig}
+PROCESSES = {"qlora": 1, "full": 8}
+GLOBAL_BATCH = {"spin": 64, "gsil": 128}  # uclaml/SPIN configs/config.yaml; tengxiao1/GSIL scripts/finetune.sh
+
+
+def parse(method, path, *extra):
+    parser = RecipeParser((SelfPlayScriptArguments, CONFIGS[method], ModelConfig, MemoryTarget))
+    return parser.parse_args_and_config(["--config", str(path), "--use_cpu", "true", *extra])
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+@pytest.mark.parametrize("layout", ["qlora", "full"])
+@pytest.mark.parametrize("method", ["spin", "gsil"])
+def test_backbone_config_parses_and_carries_the_papers_values(method, backbone, layout):
+    script, args, model, target = parse(method, RECIPES / backbone / method / f"config_{layout}.yaml")
+    assert model.model_name_or_path == f"runs/{backbone}/sft-{layout}"
+    assert args.output_dir == f"runs/{backbone}/{method}-{layout}"
+    assert args.per_device_train_batch_size * PROCESSES[layout] * args.gradient_accumulation_steps == GLOBAL_BATCH[method]
+    assert target.num_gpus == PROCESSES[layout] and target.gpu_memory_gib == 79
+    assert args.learning_rate == (5e-6 if layout == "qlora" else 5e-7)  # LoRA at 10x, as the SFT and DPR recipes
+    assert (args.beta, args.optim.value, args.lr_scheduler_type.value, args.warmup_steps) == (0.1, "rmsprop", "linear", 0.1)
+    assert (args.max_new_tokens, args.max_length) == (256, 1024)
+    defaults = CONFIGS[method](output_dir="x", use_cpu=True, bf16=False)
+    for key in ("num_iterations", "generation_temperature", "generation_top_p", "previous_iteration_pairs", "num_train_epochs"):
+        assert getattr(args, key) == getattr(defaults, key), key  # the recipe runs the paper's defaults
+    assert (model.load_in_4bit and model.use_peft) == (layout == "qlora")
+
+
+@pytest.mark.parametrize("method", ["spin", "gsil"])
+def test_backbone_configs_use_the_sft_and_dpr_demonstrations(method):
+    for backbone in BACKBONES:
+        for layout in ("qlora", "full"):
+            sft = yaml.safe_load((RECIPES / backbone / "sft" / f"config_{layout}.yaml").read_text())
+            lfd = yaml.safe_load((RECIPES / backbone / method / f"config_{layout}.yaml").read_text())
+            for key in ("dataset_name", "dataset_format", "num_train_samples", "seed"):
+                assert sft[key] == lfd[key], (backbone, layout, key)
+            assert lfd["model_name_or_path"] == sft["output_dir"]
+
+
+@pytest.mark.parametrize("method", ["spin", "gsil"])
+def test_demo_config_starts_from_the_demo_sft_on_its_demonstrations(method):
+    script, args, model, _ = parse(method, RECIPES / "demo" / f"{method}.yaml")
+    sft = yaml.safe_load((RECIPES / "demo" / "sft.yaml").read_text())
+    dpr = yaml.safe_load((RECIPES / "demo" / "dpr.yaml").read_text())
+    assert model.model_name_or_path == sft["output_dir"] == dpr["model_name_or_path"]
+    assert script.sft_config == dpr["sft_config"] and script.dataset_name == sft["dataset_name"] == dpr["dataset_name"]
+    assert script.evaluation_config == "recipes/evaluate/demo.yaml" and args.seed == sft["seed"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["spin", "gsil"])
+def test_the_recipe_runs_self_play_then_the_evaluation_against_sft(method, tmp_path, tokenizer):
+    from ..conftest import save_sft_output
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    evaluation = demo_evaluation_yaml(tmp_path / "evaluate.yaml", demo_num_prompts=4, samples_per_prompt=1)
+    from trl_dpr.running.cli import run
+
+    recipe = importlib.import_module(f"trl_dpr.scripts.{method}")  # what recipes/<method>.py runs, as it runs it
+    argv = [
+        "--config", str(RECIPES / "demo" / f"{method}.yaml"),
+        "--model_name_or_path", str(sft), "--sft_config", "", "--evaluation_config", evaluation,
+        "--output_dir", str(tmp_path / method), "--num_train_samples", "6", "--num_iterations", "1",
+        "--max_new_tokens", "6", "--per_device_train_batch_size", "3", "--generation_batch_size", "3",
+    ]
+    result = run_forked(lambda args: run(recipe.main, args), argv, folder=tmp_path, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    name = method.upper()
+    assert f"| {name} |" in result.stdout and "accuracy % (95% CI)" in result.stdout
+    assert (tmp_path / method / "model.safetensors").is_file()
+    assert (tmp_path / method / "generations" / "iteration-0.jsonl").read_text().count("\n") == 6

@@ -1,0 +1,354 @@
+"""Checkpoints are complete or invisible; a killed run resumes to the same weights; π_ref is written exactly once.
+
+The runs that are killed, resumed or refused are real processes, SIGKILLed as a preempted job is: each is forked from
+this test process (tests/conftest.py's `Run`), which has imported torch and TRL already, so a run starts in a fraction
+of a second instead of the ~13 s a new interpreter spends importing them here.
+"""
+
+import errno
+import importlib.util
+import itertools
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from trl_dpr.reference_manifest import MANIFEST_NAME
+from trl_dpr.running.checkpointing import (
+    OutputDirInUse,
+    checkpoint_problem,
+    claim_output_dir,
+    last_complete_checkpoint,
+    release_output_dir,
+    write_checkpoint_manifest,
+)
+
+from ..conftest import Run
+from ..conftest import dpr_trainer as make_trainer
+from ..core.test_reference_checkpoint import run_sft
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("tiny_run", ROOT / "tests" / "scripts" / "tiny_run.py")
+tiny_run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tiny_run)
+
+
+def test_a_crash_while_saving_leaves_no_checkpoint_that_looks_complete(tokenizer, tmp_path, monkeypatch):
+    trainer, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=4, save_strategy="steps", save_steps=2)
+
+    def crash_after_the_weights(self, output_dir):
+        raise OSError(errno.ENOSPC, "No space left on device (simulated mid-save)")
+
+    # The weights are written, then saving the optimizer fails, as a full disk or a kill would interrupt it.
+    monkeypatch.setattr(type(trainer), "_save_optimizer_and_scheduler", crash_after_the_weights)
+    with pytest.raises(OSError, match="No space left"):
+        trainer.train()
+    output_dir = tmp_path / "dpr"
+    assert not (output_dir / "checkpoint-2").exists()  # the half-written checkpoint stays out of sight
+    assert (output_dir / ".partial" / "checkpoint-2" / "model.safetensors").exists()
+    assert last_complete_checkpoint(output_dir) is None
+
+
+def _checkpoint(folder, step):
+    folder.mkdir()
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (folder / "model.safetensors").write_bytes(b"w" * 1000)
+    (folder / "optimizer.pt").write_bytes(b"o" * 2000)
+    write_checkpoint_manifest(folder)
+
+
+def test_resume_skips_a_half_written_checkpoint(tmp_path):
+    complete, unfinished = tmp_path / "checkpoint-4", tmp_path / "checkpoint-8"
+    _checkpoint(complete, 4)
+    unfinished.mkdir()
+    (unfinished / "trainer_state.json").write_text(json.dumps({"global_step": 8}))  # no manifest: the save never ended
+    assert last_complete_checkpoint(tmp_path) == str(complete)
+
+
+@pytest.mark.parametrize("damage", ["truncate model", "truncate optimizer", "delete optimizer", "only rng and state"])
+def test_resume_skips_a_damaged_newest_checkpoint_and_says_why(tmp_path, damage, caplog, monkeypatch):
+    from accelerate.state import PartialState
+
+    # As `trl-dpr dpr` on an unfinished SFT folder runs it: before any trainer has set up accelerate's state.
+    monkeypatch.setattr(PartialState, "_shared_state", {})
+    complete, damaged = tmp_path / "checkpoint-4", tmp_path / "checkpoint-8"
+    _checkpoint(complete, 4)
+    _checkpoint(damaged, 8)
+    if damage == "truncate model":
+        (damaged / "model.safetensors").write_bytes(b"w" * 10)
+    elif damage == "truncate optimizer":
+        (damaged / "optimizer.pt").write_bytes(b"")
+    elif damage == "delete optimizer":
+        (damaged / "optimizer.pt").unlink()
+    else:  # what two runs on one folder used to leave: a folder that looked complete
+        for name in ("model.safetensors", "optimizer.pt", "checkpoint_manifest.json"):
+            (damaged / name).unlink()
+        (damaged / "rng_state.pth").write_bytes(b"r")
+    problem = checkpoint_problem(damaged)
+    assert problem is not None and ("optimizer.pt" in problem or "model.safetensors" in problem or "manifest" in problem)
+    with caplog.at_level("WARNING"):
+        assert last_complete_checkpoint(tmp_path) == str(complete)
+    assert f"Skipping {damaged} for resuming" in caplog.text
+
+
+def test_a_full_disk_while_saving_the_reference_fails_loudly_and_publishes_nothing(tokenizer, tmp_path, monkeypatch):
+    # A real full disk cannot be arranged here (no permission to mount a small filesystem): the model save raises
+    # ENOSPC as it would, and we check the error surfaces and no manifest points at a partial reference.
+    from transformers import PreTrainedModel
+
+    def full_disk(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        run_sft(tokenizer, tmp_path, max_steps=4)
+    assert not (tmp_path / MANIFEST_NAME).exists()
+    assert not (tmp_path / "dpr_reference").exists()
+
+
+RUN_NUMBERS = itertools.count()
+
+
+def start(stage, output_dir, *extra, step_seconds=0.0):
+    argv = [stage, str(output_dir), *extra, *(["--step-seconds", str(step_seconds)] if step_seconds else [])]
+    return Run(tiny_run.tiny_run, argv, log=f"{output_dir}.{next(RUN_NUMBERS)}.log")
+
+
+def run_to_completion(stage, output_dir, *extra):
+    run = start(stage, output_dir, *extra)
+    assert run.wait() == 0, run.stderr()[-3000:]
+
+
+def kill_after_checkpoint(stage, output_dir, step, *extra):
+    """Start a run, SIGKILL it as soon as checkpoint-`step` is in place (mid-training), like a preempted job."""
+    run = start(stage, output_dir, *extra, step_seconds=0.5)
+    deadline = time.time() + 300
+    while not (Path(output_dir) / f"checkpoint-{step}").is_dir():
+        assert run.alive(), f"run ended before checkpoint-{step}: {run.stderr()[-3000:]}"
+        assert time.time() < deadline, "no checkpoint appeared in time"
+        time.sleep(0.05)
+    assert run.kill() == -signal.SIGKILL
+    assert not (Path(output_dir) / "model.safetensors").exists()  # it really stopped mid-run
+
+
+def final_weights(output_dir):
+    return load_file(str(Path(output_dir) / "model.safetensors"))
+
+
+def assert_same_weights(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        # Same seed, same data order, restored optimizer / scheduler / RNG: bitwise equal on CPU with one thread.
+        assert torch.equal(a[name], b[name]), name
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_sft(tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("runs") / "sft-uninterrupted"
+    run_to_completion("sft", output_dir)
+    return output_dir
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_dpr(uninterrupted_sft):
+    """The DPR run every killed, resumed or shared DPR run below must end like (one run, compared by several tests)."""
+    output_dir = uninterrupted_sft.parent / "dpr-uninterrupted"
+    run_to_completion("dpr", output_dir, "--sft-dir", str(uninterrupted_sft))
+    return output_dir
+
+
+@pytest.mark.slow
+def test_killed_sft_resumes_to_the_same_weights_and_writes_the_reference_once(uninterrupted_sft):
+    """Killed before the reference step ⌊0.5·12⌋ = 6 (at checkpoint-4), resumed and killed again after it (at
+    checkpoint-8), resumed to the end: the reference is written by the first resumed run, never again, and both end as
+    the uninterrupted run (one chain of runs checks both kills)."""
+    output_dir = uninterrupted_sft.parent / "sft-killed"
+    reference_weights = output_dir / "dpr_reference" / "model.safetensors"
+    kill_after_checkpoint("sft", output_dir, 4)
+    assert not reference_weights.exists()  # killed before the reference step: not written yet
+
+    kill_after_checkpoint("sft", output_dir, 8, "--resume")
+    assert reference_weights.exists()  # the resumed run passed the reference step and wrote it
+    written_before_resume = reference_weights.stat().st_mtime_ns
+
+    run_to_completion("sft", output_dir, "--resume")
+    assert_same_weights(final_weights(output_dir), final_weights(uninterrupted_sft))
+    assert_same_weights(final_weights(output_dir / "dpr_reference"), final_weights(uninterrupted_sft / "dpr_reference"))
+    manifest = json.loads((output_dir / MANIFEST_NAME).read_text())
+    assert (manifest["step"], manifest["total_steps"]) == (6, 12)
+    assert reference_weights.stat().st_mtime_ns == written_before_resume  # not written a second time
+
+
+@pytest.mark.slow
+def test_killed_dpr_resumes_to_the_same_weights(uninterrupted_sft, uninterrupted_dpr):
+    killed = uninterrupted_sft.parent / "dpr-killed"
+    kill_after_checkpoint("dpr", killed, 2, "--sft-dir", str(uninterrupted_sft))
+    run_to_completion("dpr", killed, "--sft-dir", str(uninterrupted_sft), "--resume")
+    assert_same_weights(final_weights(killed), final_weights(uninterrupted_dpr))
+
+
+@pytest.mark.slow
+def test_a_second_run_on_the_same_folder_is_refused_at_once_and_the_first_ends_as_a_solo_run(uninterrupted_sft,
+                                                                                              uninterrupted_dpr):
+    solo = uninterrupted_dpr  # the same DPR run, alone on its folder
+    shared = uninterrupted_sft.parent / "dpr-shared"
+    argv = ["dpr", str(shared), "--sft-dir", str(uninterrupted_sft)]
+    go = uninterrupted_sft.parent / "dpr-shared-go"  # the first run waits after its first step until this exists
+    first = Run(tiny_run.tiny_run, [*argv, "--wait-for", str(go)], log=f"{shared}.first.log")
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # the first run has claimed the folder: its lock names it
+            lock = shared / ".trl_dpr.lock.json"  # who holds the lock
+            if lock.is_file() and f'"pid": {first.pid}' in lock.read_text():
+                break
+            assert first.alive(), f"the first run ended before claiming its folder: {first.stderr()[-3000:]}"
+            time.sleep(0.2)
+        else:
+            pytest.fail("the first run never claimed its folder")
+        started = time.monotonic()
+        second = Run(tiny_run.tiny_run, argv, log=f"{shared}.second.log")
+        assert second.wait(300) == 2 and f"PID {first.pid} on host" in second.stderr(), second.stderr()[-2000:]
+        refused_after = time.monotonic() - started
+        assert "Traceback" not in second.stderr()
+        assert first.alive(), "the first run should still be training when the second is refused"
+        go.touch()
+        assert first.wait() == 0, first.stderr()[-3000:]
+    finally:
+        if first.alive():
+            first.kill()
+    assert refused_after < 60  # before loading anything: the lock is taken before the models
+    assert_same_weights(final_weights(shared), final_weights(solo))
+
+
+def hold_the_folder(folder, claimed):
+    claim_output_dir(folder)
+    Path(claimed).touch()
+    time.sleep(600)
+
+
+@pytest.mark.slow
+def test_a_folder_held_by_a_live_run_is_refused_naming_the_holder_and_freed_when_it_dies(tmp_path):
+    folder, claimed = tmp_path / "run", tmp_path / "claimed"
+    folder.mkdir()
+    holder = Run(hold_the_folder, folder, claimed, log=tmp_path / "holder.log")
+    try:
+        deadline = time.monotonic() + 120
+        while not claimed.exists():
+            assert holder.alive() and time.monotonic() < deadline, holder.stderr()
+            time.sleep(0.05)
+        with pytest.raises(OutputDirInUse, match=f"PID {holder.pid} on host"):
+            claim_output_dir(folder)
+    finally:
+        holder.kill()  # a killed run cannot release anything itself: the OS does
+    claim_output_dir(folder)  # the lock died with its holder
+
+
+def test_a_fresh_run_refuses_a_folder_holding_a_finished_run(tmp_path):
+    (tmp_path / "trainer_state.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    with pytest.raises(ValueError, match="already holds a run.*model.safetensors.*overwrite_output_dir"):
+        claim_output_dir(tmp_path)
+    claim_output_dir(tmp_path, resuming=True)
+    claim_output_dir(tmp_path, overwrite=True)
+
+
+def test_a_run_that_fails_before_writing_leaves_no_empty_folder_it_created(tmp_path):
+    from trl_dpr.running.checkpointing import _release_all
+
+    (tmp_path / "runs" / "kept").mkdir(parents=True)
+    claim_output_dir(tmp_path / "runs" / "x" / "dpr")  # runs/ existed, runs/x and runs/x/dpr are the run's
+    _release_all()  # what the process's exit does after an error
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["kept"]
+
+
+def test_trainer_refuses_to_train_over_a_finished_run_and_resumes_from_a_command_line_true(tokenizer, tmp_path):
+    first, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=2, save_strategy="steps", save_steps=2)
+    first.train()
+    second, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=2, save_strategy="steps", save_steps=2)
+    with pytest.raises(ValueError, match="already holds a run"):
+        second.train()
+    assert second.state.global_step == 0
+    third, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=4, save_strategy="steps", save_steps=2)
+    third.train(resume_from_checkpoint="true")  # what `--resume_from_checkpoint true` delivers
+    assert third.state.global_step == 4
+
+
+# ---- a finished run leaves only its outputs -------------------------------------------------------------------------
+
+
+def test_a_finished_sft_run_leaves_no_lock_and_no_staging_folder(tmp_path):
+    from trl import ModelConfig, SFTConfig
+
+    from trl_dpr.running.pipeline import SFTScriptArguments, run_sft
+
+    output_dir = tmp_path / "sft"
+    run_sft(SFTScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=8),
+            SFTConfig(output_dir=str(output_dir), max_steps=2, save_strategy="steps", save_steps=1,
+                      per_device_train_batch_size=4, max_length=64, bf16=False, use_cpu=True, report_to="none", seed=0),
+            ModelConfig(model_name_or_path="trl_dpr/embedded-tiny-llama", dtype="float32"))
+    assert (output_dir / "checkpoint-2").is_dir() and (output_dir / "model.safetensors").is_file()
+    assert sorted(p.name for p in output_dir.iterdir() if p.name.startswith(".")) == []
+    claim_output_dir(output_dir, resuming=True)  # the folder is free for the next run
+
+
+def hold_lock(folder) -> int:
+    """Lock `folder`'s lock file through a descriptor of its own, as another process would; returns it."""
+    import fcntl
+
+    fd = os.open(Path(folder) / ".trl_dpr.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def is_locked(folder) -> bool:
+    import fcntl
+
+    probe = os.open(Path(folder) / ".trl_dpr.lock", os.O_RDWR)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(probe)
+    return False
+
+
+def test_a_folder_whose_lock_file_is_held_is_refused_and_claimed_once_it_is_not(tmp_path):
+    holder = hold_lock(tmp_path)
+    try:
+        with pytest.raises(OutputDirInUse, match="Another run is using"):
+            claim_output_dir(tmp_path)
+    finally:
+        os.close(holder)
+    claim_output_dir(tmp_path)
+    assert is_locked(tmp_path)
+    release_output_dir(tmp_path)
+    assert not (tmp_path / ".trl_dpr.lock").exists()
+
+
+def test_a_run_that_opened_the_lock_file_of_a_run_just_ending_locks_the_file_that_replaces_it(tmp_path, monkeypatch):
+    """A run that ends deletes its lock file while holding it. A run starting that opened the file just before would
+    lock a file no longer in the folder, and a third run could lock a new one beside it: it must lock the new one."""
+    lock_path = tmp_path / ".trl_dpr.lock"
+    holder, real_open, opened = hold_lock(tmp_path), os.open, []
+
+    def open_as_the_holder_ends(path, *args, **kwargs):
+        fd = real_open(path, *args, **kwargs)
+        if Path(path) == lock_path:
+            if not opened:  # the holder ends between this open and the flock: it deletes its file, then releases it
+                lock_path.unlink()
+                os.close(holder)
+            opened.append(fd)
+        return fd
+
+    monkeypatch.setattr(os, "open", open_as_the_holder_ends)
+    claim_output_dir(tmp_path)
+    monkeypatch.undo()
+    assert len(opened) == 2  # the deleted file, then the one now at the path
+    assert is_locked(tmp_path)  # the folder's lock file is held: the next run is refused
+    release_output_dir(tmp_path)

@@ -1,0 +1,347 @@
+"""`trl-dpr` as a user's shell runs it: a real process each time, its exit code, its stderr (no traceback), and what it
+imports before it knows it needs it. A command that imports torch and TRL anyway runs in a process forked from this
+one (`trl_dpr_forked`), which has imported them: the same process behaviour, without ~13 s of imports per call."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ..conftest import run_forked
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+CLI = "from trl_dpr.running.cli import main; main()"  # what the `trl-dpr` entry point runs
+# Printed at exit, whatever the exit code: the heavy packages the command imported.
+REPORT_IMPORTS = ("import atexit, sys\natexit.register(lambda: print('heavy imports:', sorted({'torch', 'transformers', "
+                  "'trl'} & set(sys.modules)), file=sys.stderr))\n")
+NO_HEAVY_IMPORTS = "heavy imports: []"
+
+
+def trl_dpr(*args, prelude: str = "", cwd=None, timeout=120, **kwargs) -> subprocess.CompletedProcess:
+    """`trl-dpr ARGS` in a fresh interpreter; `prelude` runs first (to simulate a missing module)."""
+    return subprocess.run([sys.executable, "-c", prelude + CLI, *args], cwd=cwd or ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=timeout, **kwargs)
+
+
+def trl_dpr_forked(*args, tmp_path, cwd=None, env=None, before=None) -> subprocess.CompletedProcess:
+    """`trl-dpr ARGS` in a process forked from this one (tests/conftest.py's `run_forked`), for a command that imports
+    torch and TRL anyway; `before()` runs first in that process (to simulate a missing module)."""
+    from trl_dpr.running.cli import main
+
+    return run_forked(main, args, folder=tmp_path, cwd=cwd or ROOT, env={**ENV, **(env or {})}, before=before)
+
+
+def without_matplotlib():
+    """A base install without the `plots` extra, in a process that may have imported matplotlib already."""
+    for name in [name for name in sys.modules if name == "matplotlib" or name.startswith("matplotlib.")]:
+        del sys.modules[name]
+    sys.modules["matplotlib"] = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cli_cache(tmp_path_factory):
+    """The description of every stage's arguments, built once here (this process has imported TRL anyway) in a cache
+    of its own, which the `trl-dpr` processes below read: what a user's second call finds in ~/.cache/trl_dpr."""
+    from trl_dpr.running.cli import _build_descriptions
+
+    ENV["TRL_DPR_CACHE"] = str(tmp_path_factory.mktemp("trl_dpr_cache"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRL_DPR_CACHE", ENV["TRL_DPR_CACHE"])
+        _build_descriptions()
+    yield
+    del ENV["TRL_DPR_CACHE"]
+
+
+# Simulates a base install without the `plots` extra: `import matplotlib` raises ModuleNotFoundError as it would if the
+# package were not installed (a None entry in sys.modules is Python's documented way to block an import), and
+# importlib.util.find_spec answers None, as for an absent package.
+WITHOUT_MATPLOTLIB = "import sys; sys.modules['matplotlib'] = None\n"
+
+
+def test_importing_the_cli_imports_neither_torch_nor_transformers_nor_trl():
+    loaded = subprocess.run([sys.executable, "-c", "import sys, trl_dpr.running.cli; print(sorted(sys.modules))"], env=ENV,
+                            capture_output=True, text=True, timeout=60)
+    modules = set(eval(loaded.stdout))
+    assert not modules & {"torch", "transformers", "trl", "accelerate", "peft", "datasets"}
+
+
+def test_help_and_recipes_load_no_torch():
+    for args in (["--help"], ["recipes"]):
+        loaded = subprocess.run([sys.executable, "-c", CLI + "; import sys; print('torch' in sys.modules, "
+                                 "'transformers' in sys.modules, file=sys.stderr)", *args], env=ENV,
+                                capture_output=True, text=True, timeout=60)
+        assert loaded.returncode == 0 and loaded.stderr.strip().splitlines()[-1] == "False False", loaded.stderr
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly():
+    read, write = os.pipe()
+    os.close(read)  # `trl-dpr recipes | head -0`: the reader is gone before the first line is written
+    try:
+        listing = subprocess.run([sys.executable, "-c", CLI, "recipes"], cwd=ROOT, env=ENV, stdout=write,
+                                 stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert listing.returncode == 1 and listing.stderr == ""
+
+
+def test_heatmap_png_without_matplotlib_exits_2_naming_the_extra_before_loading_a_model(tmp_path):
+    result = trl_dpr("heatmap", "--sft", str(tmp_path / "no_model"), "--prompt", "2+2?", "--response", "4",
+                     prelude=WITHOUT_MATPLOTLIB)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert 'pip install "trl_dpr[plots]"' in result.stderr and "--formats html" in result.stderr
+
+
+def test_preview_without_matplotlib_exits_2_naming_the_extra(tmp_path):
+    result = trl_dpr_forked("preview", "--config", "demo.yaml", "--model_name_or_path", str(tmp_path / "no_sft"),
+                            "--output_dir", str(tmp_path / "out"), tmp_path=tmp_path, before=without_matplotlib)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and "plot: false" in result.stderr and "trl_dpr[plots]" in result.stderr
+
+
+def test_a_missing_base_dependency_is_still_a_traceback():
+    # Only the optional extras are install advice; anything else missing is a broken environment, shown as it is. PyYAML
+    # (which transformers and datasets require) is the first dependency a stage's check imports: no torch, under a second.
+    result = trl_dpr("sft", "--config", "demo/sft.yaml", prelude="import sys; sys.modules['yaml'] = None\n")
+    assert result.returncode == 1 and "Traceback" in result.stderr and "yaml" in result.stderr, result.stderr[-2000:]
+
+
+@pytest.mark.slow  # a process that imports torch and TRL: seconds
+def test_a_yaml_syntax_error_names_its_line_and_exits_2(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("learning_rate: 1.0e-6\nmax_steps: 10\n  output_dir: runs/x\n")
+    result = trl_dpr("dpr", "--config", str(broken))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "line 3" in result.stderr and "output_dir: runs/x" in result.stderr
+
+
+@pytest.mark.slow  # a process that imports torch and TRL: seconds
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"dtype": "float33"}, r"dtype: 'float33' is not one of \['auto', 'bfloat16', 'float16', 'float32'\]"),
+        ({"max_steps": -5}, r"max_steps: -5 is negative; expected >= 0 \(or -1, its default\)"),
+        ({"learning_rate": None}, r"learning_rate: null is not allowed; expected a number"),
+    ],
+)
+def test_an_invalid_value_in_a_shipped_recipe_exits_2_before_anything_is_launched(tmp_path, changes, message):
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    recipe.update(changes)
+    path = tmp_path / "dpr.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    result = trl_dpr("dpr", "--config", str(path), "--output_dir", str(tmp_path / "out"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert re.search(message, result.stderr), result.stderr[-2000:]
+    assert not (tmp_path / "out").exists()  # nothing launched: no output folder claimed
+
+
+def test_memory_plans_a_shipped_recipe_without_the_hub_from_outside_the_repository(tmp_path):
+    result = trl_dpr_forked("memory", "--config", "llama-3.1-8b/dpr/config_qlora.yaml", cwd=tmp_path, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "**total per GPU**" in result.stdout
+
+
+def test_memory_for_an_unknown_backbone_offline_says_how_to_plan_it(tmp_path):
+    recipe = tmp_path / "mine.yaml"
+    lines = (ROOT / "recipes" / "qwen2.5-7b" / "dpr" / "config_qlora.yaml").read_text().splitlines()
+    recipe.write_text("\n".join(["# someone/NoSuchModel-1B: my recipe", *lines[1:]]) + "\n")
+    result = trl_dpr_forked("memory", "--config", str(recipe), cwd=tmp_path, tmp_path=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "HF_HUB_OFFLINE=1" in result.stderr and "--model-config FOLDER" in result.stderr
+
+
+def test_trls_launcher_launches_the_packages_stage_script():
+    """`_launch_training` hands TRL's `launch_training_script` the absolute path of trl_dpr/scripts/<stage>.py; TRL
+    joins it to its own trl/scripts folder, where an absolute path stands for itself. If TRL changed that, this fails."""
+    from trl.cli.accelerate_launcher import launch_training_script
+
+    from trl_dpr.running.cli import SCRIPTS
+
+    launched = []
+    script = SCRIPTS / "dpr.py"
+    assert script.is_file()
+    launch_training_script(str(script), ["--num_processes", "1"], ["--config", "demo/dpr.yaml"],
+                           launch_command_fn=launched.append)
+    assert launched[0].training_script == str(script)
+    assert launched[0].training_script_args == ["--config", "demo/dpr.yaml"] and launched[0].num_processes == 1
+
+
+def test_a_training_stage_is_launched_without_importing_trls_trainers_in_the_launching_process(tmp_path):
+    """`trl-dpr dpr` splits its arguments into the launcher's and the script's with the cached description, so the
+    process that runs `accelerate launch` imports accelerate (and torch), not TRL's trainers or transformers' Trainer
+    (~7 s more here, paid again by the launched processes). The split is the recipe parser's: the script gets the
+    recipe and its keys, accelerate its own flags, each in order."""
+    record = tmp_path / "launched.txt"
+    prelude = (  # TRL's launcher replaced by one that writes what it was given, then the imports at that point
+        "import sys, trl.cli.accelerate_launcher as launcher\n"
+        f"def record(script, launch_args, script_args): open({str(record)!r}, 'w').write(repr((script, launch_args, "
+        "script_args, sorted(m for m in ('trl.trainer', 'transformers.trainer', 'trl_dpr.running.pipeline') "
+        "if m in sys.modules))))\n"
+        "launcher.launch_training_script = record\n")
+    result = trl_dpr("dpr", "--config", "demo/dpr.yaml", "--num_processes", "1", "--max_steps", "3",
+                     "--main_process_port=29555", "--kl_coef", "0.5", prelude=prelude, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    script, launch_args, script_args, imported = eval(record.read_text())
+    assert imported == [] and script.endswith("trl_dpr/scripts/dpr.py")
+    recipe = str(ROOT / "recipes" / "demo" / "dpr.yaml")
+    assert script_args == ["--config", recipe, "--max_steps", "3", "--kl_coef", "0.5"]
+    assert launch_args[-3:] == ["--num_processes", "1", "--main_process_port=29555"]  # after the defaults trl_dpr adds
+
+
+def test_the_package_imports_no_torch_until_a_public_name_is_used_and_its_lock_imports_without_fcntl():
+    # Lazy exports: `import trl_dpr` loads no torch; a public name loads its module when first used. And Windows, which
+    # has no fcntl: the output-folder lock is filelock's, which picks msvcrt there and imports without fcntl (no module
+    # of the package imports fcntl at import time: test_every_public_name_is_exported_from_the_module_that_defines_it_
+    # and_none_imports_fcntl).
+    result = subprocess.run([sys.executable, "-c", "import sys; sys.modules['fcntl'] = None\n"
+                             "import trl_dpr; assert 'torch' not in sys.modules\n"
+                             "print(trl_dpr.whiten.__module__, 'torch' in sys.modules)\n"
+                             "from filelock import FileLock"], env=ENV, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[0].split() == ["trl_dpr.algorithm", "True"], result.stdout[-2000:]
+
+
+def test_every_public_name_is_exported_from_the_module_that_defines_it_and_none_imports_fcntl():
+    import ast
+    import importlib
+
+    import trl_dpr
+
+    for name in trl_dpr.__all__:
+        value = getattr(trl_dpr, name)
+        assert value.__module__.startswith("trl_dpr.") and getattr(importlib.import_module(value.__module__), name) is value
+    assert sorted(trl_dpr.__all__) == sorted(trl_dpr._LAZY)
+    at_import_time = []  # `import fcntl` outside any function (a function imports it when it runs, on POSIX only)
+    for path in (ROOT / "trl_dpr").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        inside_functions = {id(node) for function in ast.walk(tree) if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+                            for node in ast.walk(function)}
+        at_import_time += [f"{path.relative_to(ROOT)}:{node.lineno}" for node in ast.walk(tree)
+                           if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in inside_functions
+                           and "fcntl" in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module])]
+    assert not at_import_time, at_import_time
+
+
+def test_the_vllm_extra_is_trls_own_within_the_pinned_trl():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    trl_pin = next(d for d in project["dependencies"] if d.startswith("trl"))
+    assert project["optional-dependencies"]["vllm"] == [trl_pin.replace("trl", "trl[vllm]", 1)]
+
+
+# ---- answered at once: from the cached description of the arguments, before torch, transformers or TRL ---------------
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpr", "spin", "gsil", "evaluate", "preview"])
+def test_a_stage_help_lists_its_flags_without_importing_torch(stage):
+    result = trl_dpr(stage, "--help", prelude=REPORT_IMPORTS)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith(f"usage: trl-dpr {stage} --config RECIPE")
+    assert "--output_dir" in result.stdout and "`trl-dpr recipes`" in result.stdout
+    assert NO_HEAVY_IMPORTS in result.stderr
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpr", "spin", "gsil"])
+def test_a_training_stage_help_hides_the_keys_the_recipes_refuse_and_names_the_launcher(stage):
+    result = trl_dpr(stage, "--help")
+    assert "--learning_rate" in result.stdout and "--accelerate_config" in result.stdout
+    for refused in ("--dataset_test_split", "--eval_strategy", "--dataset_streaming"):
+        assert refused not in result.stdout
+
+
+@pytest.mark.parametrize(("command", "usage"), [("heatmap", "usage: trl-dpr heatmap [-h] --sft SFT"),
+                                                ("memory", "usage: trl-dpr memory [-h] --config CONFIG")])
+def test_heatmap_and_memory_help_show_their_own_usage_without_importing_torch(command, usage):
+    result = trl_dpr(command, "--help", prelude=REPORT_IMPORTS)
+    assert result.returncode == 0 and result.stdout.startswith(usage), result.stdout[:500]
+    assert NO_HEAVY_IMPORTS in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["sft", "--config", "demo/sft.yaml", "--learnig_rate", "1e-5"], "--learnig_rate (did you mean --learning_rate?)"),
+        (["dpr", "--config", "demo/dpr.yaml", "--num_generation", "2"], "--num_generation (did you mean --num_generations?)"),
+        (["evaluate", "--config", "demo.yaml", "--max_prompt", "3"], "--max_prompt (did you mean --max_prompts?)"),
+        (["heatmap", "--sft", "x", "--promt", "a", "--response", "b"], "--promt (did you mean --prompt?)"),
+        (["memory", "--config", "demo/dpr.yaml", "--detail"], "--detail (did you mean --details?)"),
+    ],
+)
+def test_a_misspelled_flag_gets_a_suggestion_and_no_usage_dump(args, message):
+    result = trl_dpr(*args, prelude=REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and f"`trl-dpr {args[0]} --help`" in result.stderr
+    assert "usage:" not in result.stderr and "Traceback" not in result.stderr
+    assert NO_HEAVY_IMPORTS in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max_steps", "2.5", "argument --max_steps/--max-steps: invalid int value: '2.5'"),
+        ("--dtype", "float33", "argument --dtype: invalid choice: 'float33'"),
+        ("--learning_rate", "null", "argument --learning_rate/--learning-rate: invalid float value: 'null'"),
+        ("--max_steps", "-3", "max_steps: -3 is negative; expected >= 0 (or -1, its default) (command line)"),
+    ],
+)
+def test_a_bad_value_on_the_command_line_is_one_message_before_torch(tmp_path, flag, value, message):
+    result = trl_dpr("sft", "--config", "demo/sft.yaml", flag, value, "--output_dir", str(tmp_path / "out"),
+                     prelude=REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and "`trl-dpr sft --help`" in result.stderr
+    assert "usage:" not in result.stderr and "Traceback" not in result.stderr
+    assert NO_HEAVY_IMPORTS in result.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"max_steps": 2.5}, "max_steps: 2.5 is float; expected an integer"),
+        ({"learning_rate": None}, "learning_rate: null is not allowed; expected a number"),
+        ({"learnig_rate": 1e-5}, "learnig_rate (did you mean learning_rate?)"),
+        ({"dataset_streaming": True}, "dataset_streaming: True is not used"),
+    ],
+)
+def test_a_bad_key_or_value_in_the_yaml_is_found_before_torch(tmp_path, changes, message):
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    path = tmp_path / "sft.yaml"
+    path.write_text(yaml.safe_dump({**recipe, **changes}))
+    result = trl_dpr("sft", "--config", str(path), prelude=REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and "`trl-dpr sft --help`" in result.stderr and "python recipes/" not in result.stderr
+    assert NO_HEAVY_IMPORTS in result.stderr
+
+
+@pytest.mark.parametrize("args", [["sft"], ["sft", "--max_steps", "3"], ["dpr"], ["evaluate"], ["preview"]])
+def test_a_stage_without_a_config_says_to_pass_one(args):
+    stage = args[0]
+    result = trl_dpr(*args, prelude=REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"trl-dpr {stage} --config <recipe>" in result.stderr and "`trl-dpr recipes`" in result.stderr
+    assert "bf16/gpu" not in result.stderr and "Traceback" not in result.stderr
+    assert NO_HEAVY_IMPORTS in result.stderr
+
+
+def test_a_gguf_recipe_without_the_gguf_extra_exits_2_with_the_install_line(tmp_path):
+    # num_train_samples 0 stops the recipe's own parser: were the GGUF check not made first, nothing is launched either
+    result = trl_dpr("sft", "--config", "smollm2-135m/sft/config_full.yaml", "--output_dir", str(tmp_path / "out"),
+                     "--num_train_samples", "0", prelude="import sys; sys.modules['gguf'] = None\n" + REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert 'pip install "trl_dpr[gguf]"' in result.stderr and "Traceback" not in result.stderr
+    assert NO_HEAVY_IMPORTS in result.stderr and not (tmp_path / "out").exists()
+
+
+def test_without_a_cache_the_same_mistake_gets_the_same_message(tmp_path):
+    """An unwritable or empty cache only makes the answer slower: the arguments are described from TRL's dataclasses
+    on the spot, and checked by the same code."""
+    args = ["sft", "--config", "demo/sft.yaml", "--learnig_rate", "1e-5"]
+    cold = trl_dpr_forked(*args, tmp_path=tmp_path, env={"TRL_DPR_CACHE": str(tmp_path / "empty")})
+    warm = trl_dpr(*args)
+    assert cold.returncode == warm.returncode == 2 and cold.stderr == warm.stderr, cold.stderr[-2000:]
+    assert list((tmp_path / "empty").glob("cli-*.json"))  # written for the next call

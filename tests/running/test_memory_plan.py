@@ -1,0 +1,337 @@
+"""The memory plan (`trl_dpr.running.memory`): each term against hand arithmetic, and every shipped recipe against its GPU."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from transformers import AutoConfig, LlamaConfig
+from trl import ModelConfig, SFTConfig
+
+from trl_dpr import DensePathConfig
+from trl_dpr.running.memory import (
+    GIB,
+    MemoryPlan,
+    MemoryTarget,
+    MemoryTerm,
+    ModelShape,
+    kv_cache_bytes_per_token,
+    main,
+    plan,
+    plan_recipe,
+)
+from trl_dpr.running.pipeline import SFTScriptArguments
+from trl_dpr.running.recipe_parser import RecipeParser
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "recipes" / "model_configs"
+BACKBONES = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.1", "gemma-3-4b"]  # the paper's
+COLAB = "qwen2.5-0.5b"  # the notebooks' GPU preset, on a free Colab T4
+# the planned stages: SFT and DPR on a GPU (the SPIN / GSIL baselines' recipes are not planned, nor the CPU recipes of
+# the real model the tests run, recipes/smollm2-135m, which name no GPU)
+RECIPES = sorted(p for p in (ROOT / "recipes").glob("*/*/config_*.yaml")
+                 if p.parts[-2] in ("sft", "dpr") and "use_cpu: true" not in p.read_text())
+KIB = 1024
+
+
+@pytest.fixture(scope="module")
+def shapes():
+    return {name: ModelShape.from_config(AutoConfig.from_pretrained(CONFIGS / name)) for name in [*BACKBONES, COLAB]}
+
+
+def llama_dpr_args(**overrides):
+    values = dict(output_dir="out", per_device_train_batch_size=8, gradient_accumulation_steps=16, generation_batch_size=1024,
+                  max_prompt_length=1024, max_completion_length=1024, gradient_checkpointing=True, use_cpu=True, bf16=False)
+    return DensePathConfig(**{**values, **overrides})
+
+
+def qlora_args():
+    return ModelConfig(load_in_4bit=True, use_bnb_nested_quant=True, use_peft=True, lora_r=64,
+                       lora_target_modules=["all-linear"])
+
+
+def term(plan_, name):
+    terms = plan_.static + [t for phase in plan_.phases.values() for t in phase]
+    return next(t for t in terms if t.name == name)
+
+
+# ---- the model's shape ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backbone", "kib"),
+    [("llama-3.1-8b", 128), ("qwen2.5-7b", 56), ("mistral-7b-v0.1", 128), ("gemma-3-4b", 136)],
+)
+def test_kv_cache_per_token_is_layers_times_kv_heads_times_head_dim_times_k_and_v_times_bf16(backbone, kib):
+    # Llama 32 × 8 × 128 × 2 × 2 B; Qwen 28 × 4 × 128 × 2 × 2; Mistral as Llama; Gemma-3-4B 34 × 4 × 256 × 2 × 2.
+    assert kv_cache_bytes_per_token(AutoConfig.from_pretrained(CONFIGS / backbone)) == kib * KIB
+
+
+def test_sliding_window_layers_hold_only_their_window():
+    gemma = AutoConfig.from_pretrained(CONFIGS / "gemma-3-4b")
+    per_layer = 4 * 256 * 2 * 2  # 4 KV heads × head_dim 256 × (K, V) × bf16
+    # 5 global layers keep all 2048 tokens; the 29 local ones keep 1024 of them (window 1024).
+    assert kv_cache_bytes_per_token(gemma, tokens=2048) == 5 * per_layer + 29 * per_layer // 2
+
+
+@pytest.mark.parametrize(
+    ("backbone", "parameters"),
+    # The published parameter counts of the four checkpoints.
+    [("llama-3.1-8b", 8_030_261_248), ("qwen2.5-7b", 7_615_616_512), ("mistral-7b-v0.1", 7_241_732_096),
+     ("gemma-3-4b", 4_300_079_472)],
+)
+def test_parameters_counted_from_the_config_alone_match_the_published_counts(shapes, backbone, parameters):
+    assert shapes[backbone].parameters == parameters
+
+
+def test_lora_all_linear_counts_rank_times_in_plus_out_of_every_linear_but_the_lm_head(shapes):
+    # Llama-3.1-8B, r = 64: q 4096→4096, k and v 4096→1024, o 4096→4096, gate and up 4096→14336, down 14336→4096.
+    per_layer = 64 * ((4096 + 4096) + 2 * (4096 + 1024) + (4096 + 4096) + 3 * (4096 + 14336))
+    assert shapes["llama-3.1-8b"].lora_parameters(64, "all-linear") == 32 * per_layer == 167_772_160
+    assert shapes["llama-3.1-8b"].lora_parameters(64, ["q_proj", "v_proj"]) == 32 * 64 * ((4096 + 4096) + (4096 + 1024))
+
+
+# ---- each term --------------------------------------------------------------------------------------------------
+
+
+def test_one_generate_call_on_the_papers_rollout_needs_a_256_gib_kv_cache(shapes):
+    # The finding behind the recipes: 1024 sequences × 2048 tokens × 128 KiB = 2^10 · 2^11 · 2^17 B = 256 GiB.
+    result = plan(llama_dpr_args(), shapes["llama-3.1-8b"], qlora_args(), gpu_memory_gib=79)
+    assert term(result, "KV cache").bytes == 1024 * 2048 * 128 * KIB == 256 * GIB
+    assert result.peak_phase == "generation (one generate call)" and result.fits is False
+
+
+def test_continuous_batching_kv_cache_is_num_blocks_times_page_size_whatever_the_rollout(shapes):
+    cb = {"num_blocks": 1024, "max_batch_tokens": 4096}
+    small = plan(llama_dpr_args(use_transformers_continuous_batching=True, transformers_continuous_batching_config=cb),
+                 shapes["llama-3.1-8b"], qlora_args())
+    assert term(small, "paged KV cache").bytes == 1024 * 256 * 128 * KIB == 32 * GIB
+    # SDPA reads K and V back repeated to all 32 query heads, plus V: (2·32 + 8) × 128 × 2 B per cached token.
+    assert term(small, "K/V read back").bytes == 1024 * 256 * (2 * 32 + 8) * 128 * 2
+    assert term(small, "attention masks (SDPA)").bytes == 4096 * (1024 * 256 + 4096) * 2
+
+
+def test_qlora_base_is_half_a_byte_per_linear_weight_plus_constants_and_bf16_for_the_rest(shapes):
+    shape = shapes["llama-3.1-8b"]
+    result = plan(llama_dpr_args(), shape, qlora_args())
+    linear = shape.parameters - 2 * 128256 * 4096 - (32 * 2 + 1) * 4096  # all but embeddings, LM head and norms
+    assert shape.linear_parameters == linear
+    assert term(result, "base weights (NF4)").bytes == pytest.approx(linear * (0.5 + 0.0159) + (shape.parameters - linear) * 2)
+    # The three DPR models share that one base: two frozen fp32 adapters and the trainable bf16 one with its state.
+    assert term(result, "frozen adapters π_SFT, π_ref (fp32)").bytes == 2 * 167_772_160 * 4
+    assert term(result, "trainable adapter + grad + AdamW m, v").bytes == 167_772_160 * 4 * 2
+
+
+def test_three_separately_loaded_qlora_models_hold_three_bases(shapes):
+    shape = shapes["llama-3.1-8b"]
+    shared = term(plan(llama_dpr_args(), shape, qlora_args()), "base weights (NF4)").bytes
+    assert term(plan(llama_dpr_args(), shape, qlora_args(), shared_base=False), "base weights (NF4)").bytes == 3 * shared
+
+
+def test_full_fine_tuning_is_sharded_over_the_gpus_with_three_models_for_dpr(shapes):
+    shape = shapes["llama-3.1-8b"]
+    result = plan(llama_dpr_args(use_vllm=True, vllm_mode="server"), shape, None, num_gpus=8)
+    assert term(result, "weights (bf16)").bytes == 3 * shape.parameters * 2 / 8
+    assert term(result, "grad + fp32 master + AdamW m, v").bytes == shape.parameters * 14 / 8
+    # Scoring inside the root module's forward gathers its embeddings and LM head: 2 × 128256 × 4096 × 2 B.
+    assert term(result, "root params gathered").bytes == 2 * 128256 * 4096 * 2
+
+
+def test_wo_baseline_plans_one_frozen_model_fewer_than_dpr(shapes):
+    shape, server = shapes["llama-3.1-8b"], {"use_vllm": True, "vllm_mode": "server"}
+    dpr = plan(llama_dpr_args(**server), shape, None)
+    wo_baseline = plan(llama_dpr_args(use_baseline=False, **server), shape, None)
+    assert term(dpr, "weights (bf16)").bytes == 3 * shape.parameters * 2  # policy, π_SFT, π_ref
+    assert term(wo_baseline, "weights (bf16)").bytes == 2 * shape.parameters * 2  # policy, π_SFT (the KL's reference)
+    assert "(policy, π_SFT)" in term(wo_baseline, "weights (bf16)").formula and "scoring π_SFT" in wo_baseline.phases
+    # On one QLoRA base: one frozen adapter fewer.
+    qlora = plan(llama_dpr_args(use_baseline=False), shape, qlora_args())
+    assert term(qlora, "frozen adapter π_SFT (fp32)").bytes == 167_772_160 * 4
+
+
+def test_a_recipe_whose_reward_reads_three_models_plans_them_all_beside_the_policy(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "user_rewards"))  # the user's reward file, importable by name
+    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)
+    recipe = tmp_path / "dpr.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "model_name_or_path": "runs/sft", "dataset_name": "trl_dpr/embedded-demo", "output_dir": "runs/dpr",
+        "per_device_train_batch_size": 2, "max_prompt_length": 16, "max_completion_length": 16, "gpu_memory_gib": 24,
+        "dense_reward": "my_rewards:TeacherBonusReward", "dense_reward_models": {"teacher": "runs/teacher"},
+    }))
+    tiny = ModelShape.from_config(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                              num_attention_heads=4, num_key_value_heads=2, vocab_size=100))
+    result = plan_recipe(str(recipe), tiny)
+    weights = term(result, "weights (bf16)")
+    assert weights.bytes == 4 * tiny.parameters * 2  # the policy and π_SFT, π_ref, teacher
+    assert weights.formula.endswith("(policy, π_SFT, π_ref, teacher)")
+    assert "scoring π_SFT, π_ref, teacher" in result.phases
+
+
+def test_scoring_holds_one_lm_head_chunk_not_the_whole_batch_of_logits(shapes):
+    result = plan(llama_dpr_args(reward_token_chunk_size=512), shapes["llama-3.1-8b"], qlora_args())
+    assert term(result, "LM-head chunk").bytes == 512 * 128256 * 4 * 3
+
+
+def test_training_step_with_checkpointing_keeps_one_hidden_state_per_layer(shapes):
+    result = plan(llama_dpr_args(), shapes["llama-3.1-8b"], qlora_args())
+    assert term(result, "checkpoints").bytes == 32 * 8 * 2048 * 4096 * 2
+    assert term(result, "loss logits").bytes == 8 * 1024 * 128256 * 8
+
+
+def test_total_is_static_plus_the_largest_phase_plus_the_margin():
+    result = MemoryPlan(
+        "hand", static=[MemoryTerm("a", 10 * GIB, ""), MemoryTerm("b", 2 * GIB, "")],
+        phases={"x": [MemoryTerm("x1", 3 * GIB, "")], "y": [MemoryTerm("y1", 4 * GIB, ""), MemoryTerm("y2", 1 * GIB, "")]},
+        gpu_memory_gib=19.8,
+    )
+    assert result.peak_phase == "y"
+    assert result.total_gib == pytest.approx(12 + 5 + 1 + 0.1 * 17)  # margin: 1 GiB + 10 % of 17 GiB
+    assert result.fits is True
+    result.gpu_memory_gib = 19.6
+    assert result.fits is False
+
+
+# ---- bad input --------------------------------------------------------------------------------------------------
+
+
+def test_a_continuous_batching_plan_without_a_cache_size_is_an_error():
+    args = llama_dpr_args(use_transformers_continuous_batching=True, transformers_continuous_batching_config={})
+    tiny = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=100)
+    with pytest.raises(ValueError, match="num_blocks and max_batch_tokens"):
+        plan(args, tiny)
+
+
+def test_a_vllm_pool_too_small_for_the_weights_and_one_sequence_is_an_error(shapes):
+    args = llama_dpr_args(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.2)
+    with pytest.raises(ValueError, match="Raise vllm_gpu_memory_utilization or set vllm_max_model_length"):
+        plan(args, shapes["llama-3.1-8b"], None, gpu_memory_gib=79, num_gpus=8)  # 15.8 GiB pool < 15 GiB + 16 GiB
+
+
+# ---- the shipped recipes ----------------------------------------------------------------------------------------
+
+
+def test_every_backbone_has_its_recipes():
+    by_backbone = {b: sorted("/".join(p.parts[-2:]) for p in RECIPES if p.parts[-3] == b) for b in [*BACKBONES, COLAB]}
+    assert len(RECIPES) == 4 * len(BACKBONES) + 2
+    assert all(len(recipes) == 4 for backbone, recipes in by_backbone.items() if backbone != COLAB)
+    assert by_backbone[COLAB] == ["dpr/config_qlora_t4.yaml", "sft/config_qlora_t4.yaml"]
+
+
+def test_the_colab_preset_fits_a_t4_and_its_sft_batch_is_what_makes_it_fit(shapes):
+    for stage in ("sft", "dpr"):
+        result = plan_recipe(str(ROOT / "recipes" / COLAB / stage / "config_qlora_t4.yaml"), shapes[COLAB])
+        assert result.gpu_memory_gib == 15 and result.fits, result.table()
+    # the SFT's loss logits grow with the batch: 8 sequences of 1024 tokens would not fit (13.9 GiB of logits alone)
+    path = ROOT / "recipes" / COLAB / "sft" / "config_qlora_t4.yaml"
+    _, args, model_args, target = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget)).parse_args_and_config(
+        ["--config", str(path), "--per_device_train_batch_size", "8", "--use_cpu", "true"])
+    assert not plan(args, shapes[COLAB], model_args, gpu_memory_gib=target.gpu_memory_gib).fits
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: "/".join(p.parts[-3:]))
+def test_every_shipped_recipe_fits_the_gpu_it_names(recipe, shapes):
+    result = plan_recipe(str(recipe), shapes[recipe.parts[-3]])
+    assert result.gpu_memory_gib is not None, f"{recipe} names no gpu_memory_gib"
+    assert result.fits, result.table()
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_qlora_dpr_recipes_bound_generation_with_continuous_batching(backbone, shapes):
+    result = plan_recipe(str(ROOT / "recipes" / backbone / "dpr" / "config_qlora.yaml"), shapes[backbone])
+    assert "generation (continuous batching)" in result.phases
+    generation = result.phase_bytes("generation (continuous batching)")
+    # transformers refuses a paged cache larger than max_memory_percent (0.8) of the memory free at generation time.
+    assert generation <= 0.8 * (result.gpu_memory_gib * GIB - result.static_bytes)
+
+
+def test_the_command_line_prints_the_table(capsys):
+    main(["--config", str(ROOT / "recipes/llama-3.1-8b/dpr/config_qlora.yaml"), "--model-config", str(CONFIGS / "llama-3.1-8b")])
+    out = capsys.readouterr().out
+    assert "paged KV cache | 32.00 |" in out and "of 79 GiB: fits" in out
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: "/".join(p.parts[-3:]))
+def test_the_recipes_readme_shows_each_recipes_current_plan(recipe, shapes, monkeypatch):
+    monkeypatch.chdir(ROOT)  # tables are titled with the path relative to the repository
+    table = plan_recipe(str(recipe.relative_to(ROOT)), shapes[recipe.parts[-3]]).table()
+    assert table in (ROOT / "recipes" / "README.md").read_text(), "regenerate the plan tables at the end of recipes/README.md"
+
+
+def test_a_cpu_recipe_is_planned_per_process_not_per_gpu():
+    tiny = ModelShape.from_config(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                              num_attention_heads=4, num_key_value_heads=2, vocab_size=100))
+    table = plan_recipe(str(ROOT / "recipes" / "demo" / "sft.yaml"), tiny).table()
+    assert "**total per process**" in table and "GPU" not in table and "CUDA" not in table
+    gpu = plan_recipe(str(ROOT / "recipes" / "llama-3.1-8b" / "sft" / "config_qlora.yaml"), tiny).table()
+    assert "**total per GPU**" in gpu and "CUDA context" in gpu
+
+
+# ---- a user's own recipe: the model it names --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_model_folder(tmp_path_factory, tokenizer):
+    """A local model folder as a user has one: a tiny Llama's config.json (3 layers, hidden 64), no Hub id anywhere."""
+    from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+
+    folder = tmp_path_factory.mktemp("my-model")
+    build_tiny_causal_lm(tokenizer, hidden_size=64, num_layers=3).config.save_pretrained(folder)
+    return folder
+
+
+def users_recipe(path, shipped: str, header: str | None = None, **changes):
+    """A shipped recipe's keys, with `changes`, written to `path` without the shipped header line (or with `header`)."""
+    import yaml
+
+    values = yaml.safe_load((ROOT / "recipes" / shipped).read_text())
+    values.update(changes)
+    values = {k: v for k, v in values.items() if v is not None}
+    path.write_text((f"{header}\n" if header else "") + yaml.safe_dump(values))
+    return str(path)
+
+
+@pytest.mark.parametrize("shipped", ["demo/sft.yaml", "llama-3.1-8b/dpr/config_qlora.yaml"])
+def test_a_users_recipe_is_planned_from_the_config_of_its_model_name_or_path(tmp_path, tiny_model_folder, shipped):
+    recipe = users_recipe(tmp_path / "my.yaml", shipped, model_name_or_path=str(tiny_model_folder), sft_config=None)
+    expected = plan_recipe(recipe, AutoConfig.from_pretrained(tiny_model_folder)).table()
+    assert plan_recipe(recipe).table() == expected
+    assert plan_recipe(recipe, AutoConfig.from_pretrained(CONFIGS / "llama-3.1-8b")).table() != expected
+
+
+def test_the_command_line_plans_a_users_recipe_without_a_header_line(tmp_path, tiny_model_folder, capsys):
+    recipe = users_recipe(tmp_path / "my.yaml", "demo/sft.yaml", model_name_or_path=str(tiny_model_folder))
+    main(["--config", recipe])
+    assert "**total per process**" in capsys.readouterr().out
+
+
+def test_a_header_line_naming_a_backbone_overrides_model_name_or_path(tmp_path, tiny_model_folder):
+    own = plan_recipe(users_recipe(tmp_path / "own.yaml", "demo/sft.yaml", model_name_or_path=str(tiny_model_folder)))
+    recipe = users_recipe(tmp_path / "header.yaml", "demo/sft.yaml", header="# Qwen/Qwen2.5-0.5B: planned as Qwen",
+                          model_name_or_path=str(tiny_model_folder))
+    qwen = plan_recipe(recipe, AutoConfig.from_pretrained(CONFIGS / COLAB))
+    assert plan_recipe(recipe).table() == qwen.table() != own.table()
+
+
+def test_a_dpr_recipe_before_its_sft_is_planned_from_its_sft_recipes_base(tmp_path, tiny_model_folder, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # runs/my/sft does not exist here: the SFT has not run
+    sft = users_recipe(tmp_path / "sft.yaml", "demo/sft.yaml", model_name_or_path=str(tiny_model_folder))
+    recipe = users_recipe(tmp_path / "dpr.yaml", "llama-3.1-8b/dpr/config_qlora.yaml", model_name_or_path="runs/my/sft",
+                          sft_config=sft)
+    assert plan_recipe(recipe).table() == plan_recipe(recipe, AutoConfig.from_pretrained(tiny_model_folder)).table()
+
+
+def test_a_dpr_recipe_from_an_adapter_sft_output_is_planned_from_its_base_model(tmp_path, tiny_model_folder):
+    import json
+
+    adapter = tmp_path / "sft-qlora"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tiny_model_folder), "r": 64}))
+    recipe = users_recipe(tmp_path / "my.yaml", "llama-3.1-8b/dpr/config_qlora.yaml", model_name_or_path=str(adapter))
+    assert plan_recipe(recipe).table() == plan_recipe(recipe, AutoConfig.from_pretrained(tiny_model_folder)).table()
+
+
+def test_a_missing_sft_output_says_how_to_plan_anyway(tmp_path):
+    recipe = users_recipe(tmp_path / "my.yaml", "demo/dpr.yaml", model_name_or_path=str(tmp_path / "runs" / "sft"),
+                          sft_config=None)
+    with pytest.raises(ValueError, match=r"not a folder here.*sft_config.*--model-config FOLDER"):
+        plan_recipe(recipe)
