@@ -66,7 +66,8 @@ QLORA = {"load_in_4bit": True, "use_bnb_nested_quant": True, "use_peft": True, "
 def test_the_gpu_tiers_recipes_pass_the_recipe_checks(tmp_path, layout):
     """On CPU, every run: the shortened recipes the GPU tests launch parse (their keys and values are valid), and the
     SFT stage of the pipeline gets the run's device and precision and the recipe's quantisation."""
-    from trl_dpr.running.placement import RunPlacement, sft_stage_of_pipeline
+    from trl_dpr.running.placement import RunPlacement
+    from trl_dpr.running.stages import sft_stage_of_pipeline
     from trl_dpr.scripts.dpr import make_parser
 
     changes = {**QLORA, "sft": dict(QLORA), "evaluation_config": None} if layout == "qlora" else {}

@@ -182,3 +182,40 @@ def test_the_files_marked_slow_start_first_and_keep_their_order():
              item("c.py", "c1", slow=True), item("d.py", "d1")]
     pytest_collection_modifyitems(None, items)
     assert [i.name for i in items] == ["b1", "b2", "c1", "a1", "a2", "d1"]
+
+
+FLOORS_IN_README = ("scripts", "running analysis evaluation lfd", "embedded", "core")  # top to bottom
+
+
+def readme_map() -> list[list[str]]:
+    """The README's map of the package ("How it is built"): its floors, top first, each the names it lists."""
+    section = (ROOT / "README.md").read_text().split("## How it is built", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```\n", 1)[1].split("```", 1)[0]
+    floors, names = [], []
+    for line in block.splitlines():
+        if line.startswith("─"):
+            floors.append(names)
+            names = []
+        elif line.startswith("trl_dpr/*.py"):
+            names.append("core")
+        elif line.strip() and not line.startswith(" "):
+            names.append(line.split("/")[0])
+    floors.append(names)
+    core_text = block.split("trl_dpr/*.py", 1)[1]
+    return floors, {word.strip("(),") for word in core_text.split()}
+
+
+def test_the_readme_map_lists_every_floor_and_module_and_its_floors_hold():
+    floors, core_words = readme_map()
+    assert [" ".join(names) for names in floors] == list(FLOORS_IN_README)
+    subpackages = {p.parent.name for p in (ROOT / "trl_dpr").glob("*/__init__.py")}
+    assert {name for names in floors for name in names} - {"core"} == subpackages
+    assert {module.removeprefix("trl_dpr.") for module in CORE - {"trl_dpr"}} <= core_words  # every core module named
+
+    def floor_of(module: str) -> int:
+        name = "core" if module in CORE else module.split(".")[1]
+        return next(i for i, names in enumerate(floors) if name in names)
+
+    upward = sorted(f"{module} → {target}" for module, targets in module_imports().items() for target in targets
+                    if floor_of(target) < floor_of(module))  # a lower index is a higher floor
+    assert upward == []

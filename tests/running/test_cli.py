@@ -481,7 +481,8 @@ def test_a_device_or_precision_that_cannot_run_is_refused_before_the_launch_in_o
 
 
 def test_the_pipelines_sft_stage_runs_on_the_runs_device_and_precision(one_gpu, capsys):
-    from trl_dpr.running.placement import RunPlacement, sft_stage_of_pipeline
+    from trl_dpr.running.placement import RunPlacement
+    from trl_dpr.running.stages import sft_stage_of_pipeline
 
     _, training_args, _ = sft_stage_of_pipeline("recipes/demo/sft.yaml", RunPlacement(use_cpu=False, mixed_precision="bf16"))
     assert (training_args.use_cpu, training_args.bf16, training_args.fp16) == (False, True, False)

@@ -136,30 +136,3 @@ def check_launched_run(training_args, launch: LaunchPlacement | None) -> RunPlac
     run = RunPlacement.of(training_args)
     check_placement(run, launch, gpu_available=torch.cuda.is_available() or torch.backends.mps.is_available())
     return run
-
-
-def sft_stage_of_pipeline(sft_config: str, run: RunPlacement) -> tuple:
-    """(sft_args, training_args, model_args) of the SFT stage a pipeline runs first (`sft_config:` of a DPR, SPIN or
-    GSIL recipe), parsed from its YAML on the pipeline's device and precision: `run`, the pipeline recipe's use_cpu,
-    bf16 and fp16 with their command-line overrides, replaces the YAML's. The stages share one process, which has one device: a CPU SFT stage before a GPU
-    DPR stage left the DPR models on the CPU and its inputs on the GPU. A replaced value is said on the console.
-    """
-    from types import SimpleNamespace
-
-    import yaml
-    from accelerate import PartialState
-    from trl import ModelConfig
-
-    from ..config import SFTRecipeConfig
-    from .memory import MemoryTarget
-    from .pipeline import SFTScriptArguments
-    from .recipe_parser import RecipeParser, find_recipe_file
-
-    with open(find_recipe_file(sft_config)) as handle:
-        written = yaml.safe_load(handle) or {}
-    own = RunPlacement.of(SimpleNamespace(**{key: written.get(key, False) for key in PLACEMENT_KEYS}))
-    if own != run and PartialState().is_main_process:
-        print(f"{sft_config} runs as the rest of this run, on {run} (its own use_cpu/bf16/fp16 say {own}).", flush=True)
-    parser = RecipeParser((SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget), prog="trl-dpr sft")
-    sft_args, training_args, model_args, _ = parser.parse_args_and_config(["--config", sft_config, *run.flags()])
-    return sft_args, training_args, model_args
