@@ -194,8 +194,7 @@ def answer_prompts(
 ) -> list[dict]:
     """One answer of `model` per prompt, cached in `cache_path` (JSONL, flushed per batch), in prompt order.
 
-    Cached prompts are not answered again; batch seeds are `seed + <first prompt index>`, so the answers are reproducible;
-    `settings` (model, iteration, sampling) must match the file's.
+    Batch seeds are `seed + <first prompt index>` (reproducible); `settings` must match the file's.
     """
     state = PartialState()
     settings = {**(settings or {}), "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,

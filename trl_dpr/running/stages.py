@@ -28,16 +28,8 @@ def run_stages(
     """Run a pipeline recipe's stages: the SFT stage of `sft_config` (when set) writing `sft_path`, then `train()`,
     then `evaluate(trained, device)` against SFT (when `evaluation_config` is set); returns what `train()` returned.
 
-    The evaluation YAML is checked before anything trains. The SFT stage must write the folder `method` starts from;
-    it is skipped when that folder holds a finished SFT output, and resumed from its newest complete checkpoint when it
-    holds an unfinished one. It runs on the pipeline's device and precision (`placement`).
-
-    Example:
-        ```python
-        run_stages("DPR", "runs/demo/sft", placement, "demo/sft.yaml", "demo/evaluate.yaml",
-                   train=lambda: run_dpr(...), train_title="Dense-Path REINFORCE from runs/demo/sft",
-                   evaluate=lambda trainer, device: evaluate_against_sft(..., device=device))
-        ```
+    The evaluation YAML is checked before anything trains; a finished SFT output is not trained again, an unfinished
+    one resumes.
     """
     if evaluation_config:  # a bad evaluation YAML fails before the SFT stage and the training are spent
         check_evaluation_config(evaluation_config)
