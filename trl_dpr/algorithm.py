@@ -85,7 +85,7 @@ def add_outcome_rewards(
     r"""Scalar outcome rewards R_j (TRL's `reward_funcs`: a verifier, a length penalty) added at each completion's last
     valid token, weighted by w_j (default 1), on top of the token rewards (PRIME: verifier + implicit PRM r̂):
 
-        r_t ← r_t + 1[t = T_i − 1] · Σ_j w_j R_j(x_i, y_i)          (`outcome_rewards` `[B, K]`; a NaN R_j adds nothing)
+        r_t ← r_t + 1[t = T_i − 1] · Σ_j w_j R_j(x_i, y_i)    (`outcome_rewards` `[B, K]`; a NaN R_j adds nothing)
 
     Example:
         >>> import torch
@@ -116,7 +116,7 @@ def kl_penalized_rewards(
 
     r_t = r̂_t − λ_KL · (log π_old(a_t|s_t) − log π_SFT(a_t|s_t))        (k1 estimator of KL(π_old ‖ π_SFT))
 
-    `policy_logps` may be None only when `kl_coef` is 0 (the check a config cannot make: a `rollout_func` without them).
+    `policy_logps` may be None only when `kl_coef` is 0 (what a config cannot check: a `rollout_func` without them).
 
     Example:
         >>> import torch

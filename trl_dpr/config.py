@@ -42,7 +42,7 @@ class ActivationCheckpointingAlias:
 
 @dataclass
 class SFTRecipeConfig(ActivationCheckpointingAlias, SFTConfig):
-    """TRL's `SFTConfig` as `trl-dpr sft` parses it: same fields and defaults, `ActivationCheckpointingAlias` mixed in."""
+    """TRL's `SFTConfig` as `trl-dpr sft` parses it: same fields and defaults, plus `ActivationCheckpointingAlias`."""
 
 
 class _NoGroupBaseline(int):

@@ -62,8 +62,8 @@ class CheckpointRewardModel(nn.Module):
 
     The scorer of any `DenseReward` (default DPR's, `CheckpointDifference()`; the ablations `SFTLogProb()` and
     `WithSoftValue(...)` are rewards too): it holds the frozen models the reward names (`sft`, `ref`, others in
-    `models`), which must share one tokenizer. `ref_model` may be None when the reward does not read `"ref"`; with PEFT,
-    π_SFT and π_ref can be two adapters of one base (`sft_adapter` / `ref_adapter`).
+    `models`), which must share one tokenizer. `ref_model` may be None when the reward does not read `"ref"`; with
+    PEFT, π_SFT and π_ref can be two adapters of one base (`sft_adapter` / `ref_adapter`).
 
     Example:
         >>> from trl_dpr import CheckpointRewardModel
@@ -358,8 +358,8 @@ def load_reward_model(
 ) -> CheckpointRewardModel:
     """The one loader of the scorer: from an SFT path with `args` (a `DensePathConfig`), or checked against it.
 
-    A path loads the models the config's reward reads; a given `CheckpointRewardModel` must score the same reward (class
-    and settings) as the config names, when it names one.
+    A path loads the models the config's reward reads; a given `CheckpointRewardModel` must score the same reward
+    (class and settings) as the config names, when it names one.
     """
     if reward_model is None:
         raise ValueError(

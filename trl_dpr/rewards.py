@@ -23,7 +23,7 @@ class ScoredCompletions:
     """What a `DenseReward` reads: the sampled tokens and each named model's log-probs of them, `[B, T]`, 0 at padding.
 
     `logps` (name → log π(a_t|s_t)) are at temperature 1; `values` (name → V(s_t), the logsumexp of the logits) and
-    `final_next_values` (`[B]`) only for `value_model_names`; `is_terminal` (`[B]`) where the completion ended with EOS.
+    `final_next_values` (`[B]`) only for `value_model_names`; `is_terminal` (`[B]`) where it ended with EOS.
 
     Example:
         >>> s = ScoredCompletions({"sft": torch.tensor([[-1.0, 0.0]])}, torch.tensor([[1, 0]]), torch.tensor([[5, 0]]))

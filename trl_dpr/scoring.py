@@ -131,7 +131,7 @@ def completion_logprobs(
 
         log π_T(a_t|s_t) = z(s_t, a_t)/T − log Σ_a' exp(z(s_t, a')/T),    z = the model's (scaled, soft-capped) logits
 
-    Prompts `[B, P]` left-padded and non-empty, completions `[B, Tc]` right-padded; position ids count real tokens only,
+    Prompts `[B, P]` left-padded and non-empty, completions `[B, Tc]` right-padded; position ids count real tokens,
     so padding changes nothing. Several `temperatures` give `logps` `[len(temperatures), B, Tc]`; `with_values` adds
     V(s_t) (logsumexp at temperature 1) and V after the last token. Float32, 0 at padding.
     """

@@ -71,7 +71,7 @@ class DensePathTrainer(GRPOTrainer):
       over `max_prompt_length` are dropped and counted. `reward_funcs` are TRL's scalar outcome rewards.
     - `_generate_and_score_completions`: the whole DPR batch on the ids GRPO generated: dense rewards,
       `algorithm.dense_path_advantages`, per-token `(B, T)` advantages (GRPO's loss broadcasts them), metrics.
-    - `_calculate_rewards`: the `reward_funcs` as GRPO calls them; r̂'s scalar column is NaN (TRL's "no scalar reward").
+    - `_calculate_rewards`: the `reward_funcs` as GRPO calls them; r̂'s scalar column is NaN ("no scalar reward").
     - `_generate_single_turn`: the transformers backend returns the sampled tokens' log-probs (as vLLM does), so the KL
       needs no extra forward; decoding that is not one sampled token per row per forward returns none.
     - `compute_loss`: a batch with non-finite rewards or advantages contributes no graph, on every process.

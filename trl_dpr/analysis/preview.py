@@ -473,8 +473,8 @@ def run_preview(
 ) -> PreviewReport:
     """Sample π_SFT, score every sample with every reward variant, judge it, and estimate π_λ along the λ grid.
 
-    What can be checked cheaply (config, SFT output, prompts, policies, matplotlib, the judge's key) is checked before a
-    model loads. Writes the report into `config.output_dir`.
+    What can be checked cheaply (config, SFT output, prompts, policies, matplotlib, the judge's key) is checked before
+    a model loads. Writes the report into `config.output_dir`.
     """
     from ..reference_manifest import check_model_source, resolve_reference
     from ..reward_model import CheckpointRewardModel

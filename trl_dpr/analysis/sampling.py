@@ -3,8 +3,8 @@
     prompts ─► render_prompts ─► generate (seeded, plain sampling or greedy) ─► Sample(prompt_ids, completion_ids, text)
     samples ─► pad_batch ─► CheckpointRewardModel / completion_logprobs ─► per-token r̂_t, log π_SFT, log π_θ
 
-Re-tokenizing decoded text can give other tokens ("4", "6" → "46"), so a sample is scored on its sampled ids. Everything
-samples through `sample_completions`: the same seed, prompts and batch size give the same responses everywhere.
+Re-tokenizing decoded text can give other tokens ("4", "6" → "46"), so a sample is scored on its sampled ids. All
+sampling goes through `sample_completions`: the same seed, prompts and batch size give the same responses everywhere.
 """
 
 from __future__ import annotations

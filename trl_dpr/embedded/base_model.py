@@ -1,6 +1,6 @@
 """The embedded base models, built offline into a folder once and loaded from there like any checkpoint.
 
-`trl_dpr/embedded-pretrained-llama` (the demo's base) is the shipped build, checked against its SHA-256 sums and rebuilt
+`trl_dpr/embedded-pretrained-llama` (the demo's base) is the shipped build, checked against its SHA-256 sums, rebuilt
 into `<output_dir>/../embedded-pretrained-base` only if missing or altered; `trl_dpr/embedded-tiny-llama` is the same
 architecture at random init, built into `<output_dir>/../embedded-base` in a second.
 """

@@ -198,7 +198,7 @@ def _pretrain(
 ) -> list[tuple[int, float]]:
     """Next-token loss on random packed blocks: AdamW (β2 0.95, wd 0.01), 3 % warm-up then cosine, grad-norm 1.
 
-    Not transformers' cosine schedule, whose warm-up starts at lr 0: the shipped base was built with (step + 1) / warmup.
+    Not transformers' cosine schedule, whose warm-up starts at lr 0: the shipped base used (step + 1) / warmup.
     """
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.01, betas=(0.9, 0.95))
     warmup = max(1, int(0.03 * settings.max_steps))

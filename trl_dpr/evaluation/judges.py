@@ -5,8 +5,8 @@
     judge_pairs_cached / grade_mt_bench_cached: the same, with every verdict saved to JSONL as it comes back
 
 Prompts are MT-Bench's (Zheng et al., 2023). A missing, malformed or contradicted verdict, in either order, is
-unparseable (None): counted and reported, never guessed. The position rules' table: docs/evaluation.md. Judge calls cost
-money, so each chunk of verdicts is saved at once, keyed by the prompt and a hash of the answers.
+unparseable (None): counted and reported, never guessed. The position rules' table: docs/evaluation.md. Judge calls
+cost money, so each chunk of verdicts is saved at once, keyed by the prompt and a hash of the answers.
 """
 
 from __future__ import annotations

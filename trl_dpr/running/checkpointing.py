@@ -1,8 +1,8 @@
 """A run owns its output folder, and its checkpoints are complete or invisible.
 
 Why: `transformers.Trainer` resumes from a checkpoint a crash cut mid-save (the optimizer then silently restarts), and
-two runs on one folder mix files. Here one run holds the folder (an OS lock), and checkpoints are staged in `.partial/`,
-get a manifest of file sizes written last, and are renamed into place.
+two runs on one folder mix files. Here one run holds the folder (an OS lock), and checkpoints are staged in
+`.partial/`, get a manifest of file sizes written last, and are renamed into place.
 """
 
 from __future__ import annotations

@@ -200,8 +200,8 @@ def _cpu_threads() -> int:
 
 
 def _launch_plan(argv: list[str], launch_args: list[str], values) -> tuple[list[str], list[str]]:
-    """The arguments of `accelerate launch` and of the stage's script; the launch follows the recipe's `values` (device,
-    precision), and an accelerate config that disagrees with them is refused (`check_placement`)."""
+    """The arguments of `accelerate launch` and of the stage's script; the launch follows the recipe's `values`
+    (device, precision), and an accelerate config that disagrees with them is refused (`check_placement`)."""
     from .placement import LaunchPlacement, RunPlacement, check_placement
     from .recipe_checks import find_recipe_file
 

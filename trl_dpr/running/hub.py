@@ -212,8 +212,8 @@ def push_folder(
 ):
     """Push exactly `files_to_push(folder)` to `repo_id` (created if needed) in one commit; returns its `CommitInfo`.
 
-    Refuses files that are not portable or hold a secret. One `create_commit` of the scanned files, not `upload_folder`,
-    which walks again and would push a file written in between unscanned.
+    Refuses files that are not portable or hold a secret. One `create_commit` of the scanned files, not
+    `upload_folder`, which walks again and would push a file written in between unscanned.
     """
     from huggingface_hub import CommitOperationAdd, HfApi
 

@@ -4,8 +4,8 @@ r"""Memory plan of a recipe: GPU memory per process, term by term, from the mode
 
     total = static + max(phase) + margin,      margin = 1 GiB (CUDA context) + 10 % (allocator fragmentation)
 
-Static terms (weights, adapters, optimizer) are held all run; the phases (generation, scoring, log π_old, training step)
-one at a time. Every term is an estimate of the dominant tensors; the formulas: docs/memory.md.
+Static terms (weights, adapters, optimizer) are held all run; the phases (generation, scoring, log π_old, training
+step) one at a time. Every term is an estimate of the dominant tensors; the formulas: docs/memory.md.
 
 Example:
     >>> from transformers import LlamaConfig
@@ -247,8 +247,8 @@ def plan(
     """The memory plan of one training process (the formulas: docs/memory.md).
 
     `training_args` is a `DensePathConfig` or TRL's `SFTConfig`; `model_args` None is full fine-tuning, sharded over
-    `num_gpus` (QLoRA is not). `shared_base`: π_SFT, π_ref and the policy are adapters on one base. `on_cpu` is not read
-    from `training_args.use_cpu`: a GPU plan is often made on a machine without one.
+    `num_gpus` (QLoRA is not). `shared_base`: π_SFT, π_ref and the policy are adapters on one base. `on_cpu` is not
+    read from `training_args.use_cpu`: a GPU plan is often made on a machine without one.
     """
     shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
     text = shape.text
