@@ -7,9 +7,7 @@ The algorithm is the modules at the top of the package (algorithm, rewards, rewa
 looks at it (preview, heatmaps, tracking), `trl_dpr.scripts` holds one module per stage, and `embedded`,
 `evaluation` and `lfd` are the demo task, the paper's evaluation and the SPIN/GSIL baselines.
 
-The public names are imported on first use (PEP 562 `__getattr__`), as `trl` and `transformers` do with their
-`_LazyModule`: `import trl_dpr.running.cli` (every `trl-dpr` call, `--help` included) must not pay for torch, transformers
-and TRL's trainers before it knows it needs them.
+The public names are imported on first use (PEP 562, as `trl`'s `_LazyModule`): `trl-dpr --help` must not load torch.
 
 Example:
     >>> import trl_dpr

@@ -3,9 +3,8 @@
     token log-probs ─► dense reward r̂_t ─► (SR: move to EOS) ─► + outcome rewards at EOS ─► KL to π_SFT ─► returns G_t
                     ─► whitened advantages
 
-Every function is pure (tensors in, tensors out, no model, no trainer), works on `[B, T]` tensors laid out like TRL's
-completions (right-padded, `mask` = 1 on real tokens), and states the equation it implements. Equation numbers refer
-to "Beyond Imitation: Recovering Dense Rewards from Demonstrations" (Li et al., 2025, arXiv:2510.02493).
+Pure functions on `[B, T]` tensors laid out like TRL's completions (right-padded, `mask` = 1 on real tokens). Equation
+numbers: Li et al., 2025, arXiv:2510.02493.
 """
 
 from __future__ import annotations
@@ -19,15 +18,7 @@ def baseline_relative_rewards(
 ) -> torch.Tensor:
     r"""Dense token reward of Eq. (5): r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t).
 
-    With `ref_logps=None` this is the "wo/Baseline" ablation, r̂_t = log π_SFT(a_t|s_t).
-
-    Args:
-        sft_logps: `[B, T]` log π_SFT of the sampled tokens.
-        ref_logps: `[B, T]` log π_ref of the same tokens, or `None` to drop the baseline.
-        mask: `[B, T]`, 1 on real completion tokens, 0 on padding.
-
-    Returns:
-        `[B, T]` float32 rewards, exactly 0 at padding.
+    `ref_logps=None` is the "wo/Baseline" ablation, r̂_t = log π_SFT(a_t|s_t). Float32, exactly 0 at padding.
 
     Example:
         >>> import torch
@@ -46,20 +37,8 @@ def soft_value_shaping(
 ) -> torch.Tensor:
     r"""The potential term the paper eliminates, V(s_t) − V(s_{t+1}) ("w/V" ablation, Table 2).
 
-    From Eq. (4), log π_SFT(a_t|s_t) = r(s_t, a_t) + V(s_{t+1}) − V(s_t) with V(s) = log Σ_a exp Q(s, a), the
-    logsumexp of the SFT logits at s. Adding V(s_t) − V(s_{t+1}) to the dense reward restores r(s_t, a_t) = Q(s_t,
-    a_t) − V(s_{t+1}), i.e. logit − V(next state). The next state of the last token is terminal (V = 0) when the
-    completion ended with EOS; a completion cut at the length limit is not terminal, and its last next-state value is
-    `final_next_values`.
-
-    Args:
-        state_values: `[B, T]` V(s_t) of the state each token was sampled in.
-        mask: `[B, T]` right-padded completion mask.
-        is_terminal: `[B]` bool, True when the completion ended with EOS.
-        final_next_values: `[B]` V of the state after the last token (used only when not terminal).
-
-    Returns:
-        `[B, T]` float32 V(s_t) − V(s_{t+1}), 0 at padding.
+    Eq. (4): log π_SFT(a_t|s_t) = r(s_t, a_t) + V(s_{t+1}) − V(s_t), V(s) = logsumexp of the SFT logits at s. After
+    the last token V = 0 if the completion ended with EOS (`is_terminal`, `[B]`), else `final_next_values` (`[B]`).
 
     Example:
         >>> import torch
@@ -104,19 +83,9 @@ def add_outcome_rewards(
     rewards: torch.Tensor, outcome_rewards: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None
 ) -> torch.Tensor:
     r"""Scalar outcome rewards R_j (TRL's `reward_funcs`: a verifier, a length penalty) added at each completion's last
-    valid token, weighted by w_j, on top of the token rewards r_t (PRIME's implicit PRM + verifier, with r̂ as the PRM):
+    valid token, weighted by w_j (default 1), on top of the token rewards (PRIME: verifier + implicit PRM r̂):
 
-        r_t ← r_t + 1[t = T_i − 1] · Σ_j w_j R_j(x_i, y_i)
-
-    so every token's return G_t = Σ_{k≥t} r_k carries the whole Σ_j w_j R_j (γ^{T_i−1−t} of it when γ < 1). A NaN R_j
-    (a function that returned None for that completion) adds nothing, as in TRL's `nansum`; a row with no valid token
-    gets nothing.
-
-    Args:
-        rewards: `[B, T]` token rewards (e.g. w_0 · r̂), 0 at padding.
-        outcome_rewards: `[B, K]`, R_j of each completion, one column per function.
-        mask: `[B, T]` right-padded completion mask.
-        weights: `[K]` w_j, default all 1.
+        r_t ← r_t + 1[t = T_i − 1] · Σ_j w_j R_j(x_i, y_i)    (`outcome_rewards` `[B, K]`; a NaN R_j adds nothing)
 
     Example:
         >>> import torch
@@ -147,8 +116,7 @@ def kl_penalized_rewards(
 
     r_t = r̂_t − λ_KL · (log π_old(a_t|s_t) − log π_SFT(a_t|s_t))        (k1 estimator of KL(π_old ‖ π_SFT))
 
-    `policy_logps` may be None only when `kl_coef` is 0. (`DensePathConfig` refuses the generation settings that give
-    no log π_old; this check is for what a config cannot see: a direct call, a `rollout_func` that returns none.)
+    `policy_logps` may be None only when `kl_coef` is 0 (what a config cannot check: a `rollout_func` without them).
 
     Example:
         >>> import torch
@@ -176,9 +144,7 @@ def kl_penalized_rewards(
 def token_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
     r"""Per-token return G_t = Σ_{k ≥ t} γ^{k−t} r_k over the completion's own valid tokens (Algorithm 1, line 8).
 
-    Positions are relative to each completion: the exponent k − t counts valid tokens only, so a row's returns do not
-    depend on how much padding precedes, follows or interrupts it. Padding gets G = 0 and contributes nothing. The
-    discount is γ ∈ (0, 1], the range `DensePathConfig` accepts (its one check).
+    k − t counts valid tokens only, so padding anywhere in a row changes nothing; padding gets G = 0. γ ∈ (0, 1].
 
     Example:
         >>> import torch
@@ -203,8 +169,7 @@ def masked_mean_std(
 
         μ = Σ v / n,   σ² = Σ (v − μ)² / n          (two passes, float64: exact where E[v²] − μ² would cancel)
 
-    When `torch.distributed` is initialised (and `distributed=True`), the sums are all-reduced over every process, so
-    each process gets the statistics of the whole global batch. An empty mask gives μ = σ = 0.
+    The sums are all-reduced over the processes when `torch.distributed` is initialised. An empty mask gives μ = σ = 0.
 
     Example:
         >>> import torch
@@ -228,9 +193,7 @@ def masked_mean_std(
 def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, distributed: bool = True) -> torch.Tensor:
     r"""REINFORCE++ global advantage normalisation: A = (v − μ) / sqrt(σ² + ε), 0 at padding.
 
-    μ and the population variance σ² are taken over the valid tokens of the whole batch (`masked_mean_std`): all
-    processes when `torch.distributed` is initialised, so each process whitens with the same global statistics as a
-    single process holding the whole batch.
+    μ and σ² are over the valid tokens of the whole global batch (`masked_mean_std`), so N processes whiten as one.
 
     Example:
         >>> import torch
@@ -265,9 +228,8 @@ def dense_path_advantages(
         G  = token_returns(r, γ)
         A  = whiten(G)                         (or G itself when `whiten_advantages=False`)
 
-    `reward_granularity` is `"token"` or `"sentence"` and `gamma` in (0, 1], as `DensePathConfig` (their one check)
-    accepts them. Returns a dict with `advantages`, `returns`, `rewards` (the shaped per-token signal) and `kl`
-    (log π_old − log π_SFT, zeros when `policy_logps` is None), all `[B, T]` float32 and 0 at padding.
+    Returns `advantages`, `returns`, `rewards` (shaped) and `kl` (log π_old − log π_SFT, zeros without `policy_logps`),
+    all `[B, T]` float32, 0 at padding.
 
     Example:
         >>> import torch

@@ -42,9 +42,7 @@ class ActivationCheckpointingAlias:
 
 @dataclass
 class SFTRecipeConfig(ActivationCheckpointingAlias, SFTConfig):
-    """TRL's `SFTConfig`, as `trl-dpr sft` (and the SFT stage the other recipes run first) parses it: the same fields
-    and defaults; `gradient_checkpointing` is read without a deprecation warning (`ActivationCheckpointingAlias`).
-    """
+    """TRL's `SFTConfig` as `trl-dpr sft` parses it: same fields and defaults, plus `ActivationCheckpointingAlias`."""
 
 
 class _NoGroupBaseline(int):
@@ -60,42 +58,18 @@ class _NoGroupBaseline(int):
 class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
     r"""Configuration for [`DensePathTrainer`]: every [`trl.GRPOConfig`] field, plus DPR's.
 
-    Defaults follow the paper (Li et al., 2025, Table 5, "Hyperparameters used across all backbones for DPR"). Batch
-    sizes depend on the number of processes, so set them in the recipe: the paper's global batch 128 is
-    `per_device_train_batch_size × num_processes × gradient_accumulation_steps`, and its rollout batch 1024 is
-    `generation_batch_size`.
+    Defaults are the paper's (Table 5). Batch sizes depend on the processes, so the recipes set them (global batch 128,
+    rollout batch 1024 = `generation_batch_size`). GRPO fields DPR replaces (`scale_rewards`, ...) are refused.
 
     Parameters:
-        learning_rate (`float`, defaults to `5e-7`): Table 5.
-        num_generations (`int`, defaults to `1`): samples per prompt (Table 5). DPR needs no group: 1 is allowed.
-        temperature (`float`, defaults to `1.0`): rollout temperature (Table 5).
-        epsilon (`float`, defaults to `0.2`): PPO-style clip of the token ratio π_θ/π_old (Table 5, "clip 0.2").
-        beta (`float`, defaults to `0.0`): GRPO's KL-in-loss; off, DPR puts its KL in the reward (`kl_coef`).
-        kl_coef (`float`, defaults to `1e-5`): λ_KL of r_t = r̂_t − λ_KL (log π_old − log π_SFT) (Table 5, "KL weight").
-        gamma (`float`, defaults to `1.0`): discount of the token returns (Table 5; §4.4 sweeps γ < 1).
-        reward_granularity (`str`, defaults to `"token"`): `"token"` = DPR; `"sentence"` = the SR baseline (§4.1),
-            the whole return at the last token.
-        use_baseline (`bool`, defaults to `True`): subtract log π_ref (Eq. 5); False = "wo/Baseline" (§4.3).
-        eliminate_value (`bool`, defaults to `True`): drop V via shaping (§3.3 B); False = "w/V" (§4.3).
-        dense_reward (`str` or `None`, defaults to `None`): `"module:ClassName"` of a `DenseReward` that replaces the
-            paper's reward (`use_baseline` / `eliminate_value` then stay at their defaults); built with
-            `dense_reward_kwargs`, its models beyond `sft` / `ref` loaded from `dense_reward_models` (name → path).
-        whiten_advantages (`bool`, defaults to `True`): REINFORCE++ global whitening of the returns.
-        reward_token_chunk_size (`int`, defaults to `1024`): tokens per LM-head chunk when scoring.
-        max_prompt_length (`int` or `None`, defaults to `None`): prompts longer than this many tokens (after the chat
-            template) are dropped from the datasets before training, and counted in the log (paper: 1024). Dropping,
-            not truncating: a truncated prompt loses its instruction or its context, and would be scored as a
-            different prompt.
-        warmup_steps (`float`, defaults to `0.03`): a ratio of the total steps (Table 5, "Warmup ratio").
-        allow_kl_in_loss (`bool`, defaults to `False`): allow `beta` > 0 together with `kl_coef` > 0.
-        overwrite_output_dir (`bool`, defaults to `False`): allow a fresh run in a folder that holds a run.
-
-    `reward_weights` (GRPO's field, defaults to `None` = all 1) are [w_0 for r̂, then one per `reward_funcs` entry of
-    the trainer]: r_t = w_0 r̂_t + 1[t = last] Σ_j w_j R_j; `[0.0, 1.0]` trains on the outcome reward alone.
-
-    GRPO fields that DPR replaces (`scale_rewards`, `multi_objective_aggregation`: its `_UNUSED_FIELDS`) are refused
-    when set to anything but their default (`scale_rewards: true` is GRPO's name for it), rather than silently
-    ignored.
+        learning_rate `5e-7`, num_generations `1` (no group needed), temperature `1.0`, epsilon `0.2`, warmup_steps
+            `0.03` (a ratio): Table 5. beta (`float`, defaults to `0.0`): GRPO's KL-in-loss, off.
+        kl_coef (`float`, defaults to `1e-5`): λ_KL of r_t = r̂_t − λ_KL (log π_old − log π_SFT). gamma `1.0`.
+        reward_granularity (`str`, defaults to `"token"`): or `"sentence"`, the SR baseline.
+        use_baseline, eliminate_value (`bool`, defaults to `True`): False = the "wo/Baseline", "w/V" ablations.
+        dense_reward (`str`, defaults to `None`): `"module:ClassName"` of a `DenseReward` replacing the paper's.
+        max_prompt_length (`int`, defaults to `None`): longer prompts are dropped (not truncated) and counted.
+        reward_weights: [w_0 for r̂, then one per `reward_funcs` entry]; `[0.0, 1.0]` trains on the outcome alone.
 
     Example:
         >>> from trl_dpr import DensePathConfig
@@ -203,8 +177,7 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
     _UNUSED_FIELDS["scale_rewards"] = (("group", True), _UNUSED_FIELDS["scale_rewards"][1])
 
     def reward(self):
-        """The `DenseReward` this config trains on (`trl_dpr.rewards.reward_from_settings`): `dense_reward` built with
-        its kwargs, else the paper's reward its `use_baseline` / `eliminate_value` name.
+        """The `DenseReward` this config trains on (`rewards.reward_from_settings`).
 
         Example:
             >>> DensePathConfig("runs/dpr", use_baseline=False, bf16=False).reward()

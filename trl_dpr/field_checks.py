@@ -8,10 +8,8 @@ import enum
 
 
 def unused_field_problem(name: str, value, accepted, reason: str) -> str | None:
-    """Why `value` of a field in `_UNUSED_FIELDS` (field → (accepted values, why unused)) is refused, or None when it
-    is accepted: set, it would be silently ignored. The one rule and message, used by the recipe parsers and by configs'
-    `__post_init__`; a scalar stands for TRL's one-item list.
-    """
+    """Why `value` of a field in `_UNUSED_FIELDS` is refused (set, it would be silently ignored), or None; a scalar
+    stands for TRL's one-item list. The one rule of the recipe parsers and the configs' `__post_init__`."""
     value, accepted = _plain(value), [_plain(a) for a in accepted]
     if value in accepted or (not isinstance(value, list) and [value] in accepted):
         return None

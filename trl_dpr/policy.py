@@ -15,10 +15,8 @@ POLICY_ADAPTER = "default"  # PEFT saves the "default" adapter at the root of th
 def add_policy_adapter(reward_model: CheckpointRewardModel) -> nn.Module:
     """The DPR policy as a trainable copy of the π_SFT adapter on the reward model's own base (one base in memory).
 
-    With an adapter SFT output (LoRA / QLoRA), π_SFT and π_ref are the frozen adapters `sft` and `ref` of one base
-    model; the policy becomes a third adapter, `default`, initialised from `sft` and made active and trainable. Every
-    `save_pretrained` of that model then writes the policy adapter only (`selected_adapters=["default"]`), so
-    checkpoints, the final save and Hub pushes hold the policy, not the frozen scorers.
+    The policy is a third adapter, `default`, initialised from `sft` and trainable; `save_pretrained` then writes it
+    only, so checkpoints and pushes hold the policy, not the frozen scorers.
     """
     peft_model, sft_adapter = reward_model.sft_model, reward_model.sft_adapter
     if sft_adapter is None:
@@ -47,11 +45,8 @@ def add_policy_adapter(reward_model: CheckpointRewardModel) -> nn.Module:
 def initial_policy(reward_model: CheckpointRewardModel, model=None, peft_config=None, use_vllm: bool = False):
     """The policy DPR starts from (Algorithm 1, line 2: π_θ ← π_SFT), as `GRPOTrainer` takes its `model`.
 
-    - `model=None` with a full SFT model: the SFT path again (loaded by the trainer with `model_init_kwargs`), or a
-      trainable copy when π_SFT was given in memory;
-    - `model=None` (or π_SFT itself) with an adapter SFT output: a trainable copy of the π_SFT adapter on the reward
-      model's own base (`add_policy_adapter`, one base in memory);
-    - any other `model`: used as it is (it must not be the π_SFT object, which must stay frozen).
+    `model=None` is the SFT path again (a trainable copy when π_SFT is in memory); with an adapter output, `None` or
+    π_SFT itself is a trainable copy of its adapter (`add_policy_adapter`). Any other `model` is used as it is.
     """
     if reward_model.sft_adapter is not None and (model is None or model is reward_model.sft_model):
         if peft_config is not None:

@@ -42,10 +42,7 @@ def _full_state_dict(model) -> dict | None:
 
 
 def check_reference_fraction(fraction) -> float:
-    """α of Algorithm 1 as a float, or a ValueError saying why not: π_ref is the SFT model after ⌊α·N⌋ of its N
-    optimizer steps, so α is strictly between 0 and 1. The one check of this rule: `ReferenceCheckpointCallback`, the
-    recipes' `reference_fraction` and the sweeps' π_ref at α all go through it.
-    """
+    """α of Algorithm 1 as a float in (0, 1) (π_ref is the SFT model after ⌊α·N⌋ of N steps), else a ValueError."""
     if not isinstance(fraction, (int, float)) or not 0.0 < float(fraction) < 1.0:
         raise ValueError(
             f"reference_fraction α must be strictly between 0 and 1, got {fraction!r}: π_ref is the SFT model after "
@@ -59,16 +56,9 @@ def check_reference_fraction(fraction) -> float:
 class ReferenceCheckpointCallback(TrainerCallback):
     r"""Save the SFT reference checkpoint π_ref at optimizer step ⌊α·N⌋ (Algorithm 1, line 1 of Li et al., 2025).
 
-    N is the run's total number of optimizer steps (`state.max_steps`, which already accounts for gradient
-    accumulation, epochs and `max_steps`). At step ⌊α·N⌋ the model (with PEFT: the adapter) and tokenizer are written
-    to `<output_dir>/dpr_reference/`, then the manifest `<output_dir>/dpr_reference.json` that
-    `CheckpointRewardModel.from_pretrained(output_dir)` reads. Only the main process writes (ZeRO-3 / FSDP weights
-    are gathered collectively first). The folder is written under a temporary name and renamed, and the manifest is
-    written last: a crash mid-save never leaves a reference that looks complete. A resumed run that already has the
-    reference for this α and N does not write it again.
-
-    Args:
-        fraction: α ∈ (0, 1), the paper's default 0.5 ("half of the training samples").
+    N is `state.max_steps`. The model (with PEFT: the adapter) and tokenizer go to `<output_dir>/dpr_reference/`
+    (written under a temporary name, renamed), then the manifest `dpr_reference.json` that `from_pretrained` reads,
+    last: a crash never leaves a reference that looks complete. `fraction` α ∈ (0, 1), the paper's 0.5.
 
     Example:
         ```python

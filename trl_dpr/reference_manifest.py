@@ -27,9 +27,7 @@ FORMAT_VERSION = 1
 
 @dataclass
 class ReferenceManifest:
-    """Record of π_ref next to an SFT model: its folder (relative), α (`fraction`), the step ⌊α·N⌋ it was saved at, N
-    (`total_steps`), whether both are PEFT adapters on `base_model`, and the schema version.
-    """
+    """Record of π_ref next to an SFT model: its relative folder, α, the step ⌊α·N⌋, N, and if it is an adapter."""
 
     path: str
     fraction: float
@@ -144,9 +142,7 @@ def _model_files(output_dir: Path) -> dict[str, int]:
 
 
 def mark_sft_complete(output_dir: str | os.PathLike, base_model: str | None = None) -> Path:
-    """Write `sft_complete.json` after the SFT stage's final save: what "the SFT is done" means (`sft_output_problem`),
-    and `base_model`, the name the SFT started from (the DPR policy's model card names it).
-    """
+    """Write `sft_complete.json` after the final save: what "the SFT is done" means, and its `base_model`."""
     output_dir = Path(output_dir)
     with tempfile.NamedTemporaryFile("w", dir=output_dir, prefix=".sft_complete.", suffix=".tmp", delete=False) as f:
         record = {"format_version": FORMAT_VERSION, "files": _model_files(output_dir)}

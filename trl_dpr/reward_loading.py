@@ -1,8 +1,6 @@
 """Loading a scorer's frozen models from SFT outputs: folders or Hub ids, full models or PEFT adapters.
 
-`load_frozen_models` checks every source before loading anything (the SFT output is finished, π_ref is found through
-the SFT's manifest, the reward's other models have paths), then loads π_SFT, π_ref and the reward's other models with
-the same `model_init_kwargs`. `CheckpointRewardModel.from_pretrained` builds the scorer from what it returns.
+Every source is checked before anything loads (a finished SFT output, π_ref's manifest, the other models' paths).
 """
 
 from __future__ import annotations
@@ -50,13 +48,10 @@ def load_frozen_models(
     model_paths: dict[str, str] | None = None,
     **model_init_kwargs,
 ) -> FrozenModels:
-    """The frozen models `reward` reads, loaded with the same `model_init_kwargs` (dtype, quantization_config,
-    device_map, ...).
+    """The frozen models `reward` reads, loaded with the same `model_init_kwargs`.
 
-    With `ref_model_name_or_path=None`, π_ref is the reference checkpoint the SFT stage recorded next to the SFT model
-    (`dpr_reference.json`, written by `ReferenceCheckpointCallback`); local directories and Hub repos both work. PEFT
-    adapter outputs (an `adapter_config.json` in the folder) are loaded as adapters `sft` and `ref` on one base model.
-    The models the reward names besides `sft` and `ref` come from `model_paths` (name → path or Hub id).
+    π_ref defaults to the one the SFT recorded (`dpr_reference.json`); adapter outputs load as adapters `sft` and `ref`
+    on one base; other models come from `model_paths` (name → path or Hub id).
     """
     from trl.trainer.utils import create_model_from_path
 

@@ -1,9 +1,7 @@
 """`CheckpointRewardModel`: the scorer of a dense reward, the paper's (Eq. 5) by default, read off frozen causal LMs.
 
-π_SFT is the final SFT model and π_ref the SFT checkpoint at a fraction α of training. DPR's reward of completion
-token a_t in state s_t is r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t); any `DenseReward` (`trl_dpr.rewards`) names
-the models it reads instead. The scorer holds them, runs one forward of each per micro-batch (`trl_dpr.scoring`) and
-hands the log-probs to the reward. Loading the models from folders and Hub ids is `trl_dpr.reward_loading`.
+π_SFT is the final SFT model, π_ref its checkpoint at a fraction α of training; a `DenseReward` names the models it
+reads, the scorer runs one forward of each per micro-batch (`trl_dpr.scoring`). Loading: `trl_dpr.reward_loading`.
 """
 
 from __future__ import annotations
@@ -37,13 +35,8 @@ from .token_batches import ends_with_eos, eos_token_ids, pad_batch, render_promp
 class TokenRewardOutput:
     """What one scoring pass computes. All tensors are `[B, Tc]` float32 on the input device, 0 at padding.
 
-    Attributes:
-        rewards: the dense token reward r̂_t of the configured variant (at temperature 1, as the paper defines it).
-        sft_logps: log π_SFT(a_t|s_t) at temperature 1.
-        ref_logps: log π_ref(a_t|s_t) at temperature 1, or None without a baseline.
-        kl_reference_logps: log π_SFT(a_t|s_t) at the rollout temperature T, i.e. log softmax(logits / T): the
-            reference of DPR's KL term, on the same footing as TRL's log π_old (also taken at T). Equal to `sft_logps`
-            when T = 1. Computed from the same forward as `sft_logps` (no extra pass).
+    `rewards`, `sft_logps` and `ref_logps` (None without a baseline) are at temperature 1, as the paper defines r̂;
+    `kl_reference_logps` is log π_SFT at the rollout temperature T (as TRL's log π_old), from the same forward.
 
     Example:
         >>> out = TokenRewardOutput(rewards=torch.zeros(1, 2), sft_logps=torch.full((1, 2), -1.0), ref_logps=None)
@@ -67,23 +60,10 @@ class CheckpointRewardModel(nn.Module):
 
     r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t)
 
-    The scorer of any `DenseReward` (`trl_dpr.rewards`): it holds the frozen models the reward names (π_SFT as `sft`,
-    π_ref as `ref`, others given in `models`), runs one forward of each per micro-batch, and returns the reward with
-    log π_SFT at the rollout temperature for DPR's KL term. `reward=None` is DPR's reward (`CheckpointDifference`);
-    the paper's ablations are rewards too: `SFTLogProb()` (wo/Baseline, no π_ref needed) and `WithSoftValue(...)` (w/V).
-
-    The models are frozen (`eval()`, no gradients). They must share one tokenizer. With PEFT, π_SFT and π_ref can be
-    two adapters of one base model (`sft_adapter` / `ref_adapter`), scored by switching the active adapter.
-
-    Args:
-        sft_model: π_SFT, a causal LM (`PreTrainedModel` or `PeftModel`).
-        ref_model: π_ref, same vocabulary; may be None when the reward does not read `"ref"`.
-        reward: the `DenseReward` to score (default: DPR's, `CheckpointDifference()`).
-        processing_class: the tokenizer of π_SFT, used by `score_text` and to check π_ref's tokenizer.
-        ref_processing_class: the tokenizer π_ref was saved with; checked against `processing_class`.
-        sft_adapter, ref_adapter: adapter names when the models are PEFT models holding several adapters.
-        token_chunk_size: tokens sent through the LM head at once.
-        models: the reward's other frozen models, by the names in its `model_names`.
+    The scorer of any `DenseReward` (default DPR's, `CheckpointDifference()`; the ablations `SFTLogProb()` and
+    `WithSoftValue(...)` are rewards too): it holds the frozen models the reward names (`sft`, `ref`, others in
+    `models`), which must share one tokenizer. `ref_model` may be None when the reward does not read `"ref"`; with
+    PEFT, π_SFT and π_ref can be two adapters of one base (`sft_adapter` / `ref_adapter`).
 
     Example:
         >>> from trl_dpr import CheckpointRewardModel
@@ -162,11 +142,8 @@ class CheckpointRewardModel(nn.Module):
     def prepare_for(self, accelerator, is_deepspeed_enabled: bool = False, is_fsdp_enabled: bool = False):
         """Place or shard the frozen scorers the way GRPOTrainer prepares its reference model; returns `self`.
 
-        ZeRO-3 shards them (`trl.models.prepare_deepspeed`; other ZeRO stages hold a whole copy per process), FSDP
-        shards them (`trl.models.prepare_fsdp`), and otherwise each process holds them on its device
-        (`accelerator.prepare_model(..., evaluation_mode=True)`, which leaves `device_map`-dispatched and quantized
-        models where they are). Adapters on a shared base (`sft_adapter`) live on the policy's model, which the
-        trainer prepares itself.
+        ZeRO-3 and FSDP shard them (`trl.models.prepare_deepspeed` / `prepare_fsdp`); otherwise each process holds
+        them on its device. Adapters on a shared base live on the policy's model, which the trainer prepares.
 
         Example:
             >>> reward_model = reward_model.prepare_for(trainer.accelerator)  # doctest: +SKIP
@@ -229,20 +206,9 @@ class CheckpointRewardModel(nn.Module):
     ) -> TokenRewardOutput:
         """Score completions: one forward of π_SFT (and of π_ref) per micro-batch of `batch_size` rows.
 
-        The dense reward r̂ is always at temperature 1 (Eq. 5 of the paper). `temperature` is the rollout temperature
-        T, at which `kl_reference_logps` = log softmax(logits_SFT / T) is returned for the KL term, from the same
-        forward.
-
-        Args:
-            prompt_ids, prompt_mask: `[B, P]` left-padded prompts.
-            completion_ids, completion_mask: `[B, Tc]` right-padded completions.
-            is_terminal: `[B]` bool, True where the completion ended with EOS (read by w/V, `WithSoftValue`);
-                by default, whether its last real token is one of the SFT model's EOS ids.
-            batch_size: rows per forward (default: all at once).
-            temperature: the rollout temperature T of `kl_reference_logps`.
-
-        Returns:
-            `TokenRewardOutput` with `rewards`, `sft_logps`, `ref_logps`, `kl_reference_logps`.
+        Prompts `[B, P]` left-padded, completions `[B, Tc]` right-padded. r̂ is at temperature 1 (Eq. 5);
+        `kl_reference_logps` at the rollout `temperature`. `is_terminal` (`[B]`, read by w/V) defaults to whether the
+        last real token is one of the SFT model's EOS ids.
         """
         device = self.device
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
@@ -321,12 +287,8 @@ class CheckpointRewardModel(nn.Module):
     ) -> list[dict[str, Any]]:
         """Per-token rewards of (prompt, completion) pairs, with the token strings, for inspection and heatmaps.
 
-        Prompts are strings or conversations (lists of `{"role", "content"}` messages, rendered with the chat template
-        and its generation prompt, as GRPOTrainer does). Completions are plain strings; `append_eos` adds the EOS token
-        the model would end with.
-
-        Returns:
-            One dict per pair: `tokens` (decoded strings), `token_ids`, `rewards` (floats), `total` (Σ r̂).
+        Prompts are strings or conversations (rendered as GRPOTrainer does); `append_eos` adds the EOS the model would
+        end with. One dict per pair: `tokens`, `token_ids`, `rewards`, `total` (Σ r̂).
 
         Example:
             >>> from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
@@ -376,9 +338,8 @@ class CheckpointRewardModel(nn.Module):
         model_paths: dict[str, str] | None = None,
         **model_init_kwargs,
     ) -> CheckpointRewardModel:
-        """The scorer of `reward` (default DPR's) with its frozen models loaded from SFT outputs: π_SFT, π_ref
-        (`ref_model_name_or_path`, else the one the SFT recorded) and the reward's other models (`model_paths`: name →
-        path or Hub id), all with the same `model_init_kwargs` (`trl_dpr.reward_loading.load_frozen_models`).
+        """The scorer of `reward` (default DPR's) with π_SFT, π_ref (else the one the SFT recorded) and the reward's
+        other models (`model_paths`: name → path or Hub id) loaded with the same `model_init_kwargs`.
 
         Example:
             >>> rm = CheckpointRewardModel.from_pretrained("runs/sft", dtype="bfloat16")  # doctest: +SKIP
@@ -397,10 +358,8 @@ def load_reward_model(
 ) -> CheckpointRewardModel:
     """The one loader of the scorer: from an SFT path with `args` (a `DensePathConfig`), or checked against it.
 
-    A path loads π_SFT, π_ref (`ref_model_name_or_path`, or the one the SFT recorded) and the reward's other models with
-    `args.model_init_kwargs` (or `model_init_kwargs`), scoring the config's reward (`args.reward()`). A
-    `CheckpointRewardModel` must score the same reward (same class and settings) as the config names, when the config
-    names one (else the scorer's reward is the run's).
+    A path loads the models the config's reward reads; a given `CheckpointRewardModel` must score the same reward
+    (class and settings) as the config names, when it names one.
     """
     if reward_model is None:
         raise ValueError(
@@ -438,8 +397,7 @@ def sequence_reward_func(reward_model: CheckpointRewardModel, batch_size: int | 
     """The dense reward reduced to one number per completion, Σ_t r̂_t, as a `reward_funcs` entry of TRL's own
     `GRPOTrainer` / `RLOOTrainer`: try the checkpoint reward in a TRL pipeline you already have.
 
-    Prompts are tokenized as GRPOTrainer tokenizes them (chat template with the generation prompt); the completion ids
-    are the ones TRL sampled. A sequence reward gives up DPR's per-token credit: use `DensePathTrainer` for that.
+    Prompts are tokenized as GRPOTrainer does. A sequence reward gives up DPR's per-token credit (`DensePathTrainer`).
 
     Example:
         ```python

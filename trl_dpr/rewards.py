@@ -1,26 +1,7 @@
 r"""The dense reward as a rule: `DenseReward`, the paper's variants, and the one loader recipes use.
 
-A dense reward reads the log-probs that frozen causal LMs give the sampled tokens and returns one reward per token.
-It names the models it reads; `CheckpointRewardModel` (the scorer) holds those models, runs one forward of each per
-batch, and also keeps log π_SFT at the rollout temperature for DPR's KL term, so a reward need not be π_SFT's.
-
-Where a variant belongs: *what r̂_t is* lives here (DPR's checkpoint difference, wo/Baseline, w/V, a user's reward);
-*how r̂ is credited to tokens* lives with the RL settings of `DensePathConfig` (γ, `reward_granularity` = SR, the KL
-weight, whitening), because it changes returns, not rewards: SR is the same r̂ paid at the last token.
-
-Example, a per-token clipped r̂ in a user's own file (`my_rewards.py`):
-
-    class ClippedReward:
-        model_names = ("sft", "ref")
-
-        def __init__(self, clip: float = 2.0):
-            self.clip = clip
-
-        def __call__(self, scored):
-            r = scored.logps["sft"] - scored.logps["ref"]
-            return r.clamp(-self.clip, self.clip) * scored.completion_mask
-
-and in a recipe: `dense_reward: my_rewards:ClippedReward` with `dense_reward_kwargs: {clip: 2.0}`.
+*What r̂_t is* lives here (DPR's, wo/Baseline, w/V, a user's reward: the README's `ClippedReward`); *how r̂ is credited
+to tokens* (γ, SR, the KL, whitening) lives with `DensePathConfig`, because it changes returns, not rewards.
 """
 
 from __future__ import annotations
@@ -41,13 +22,8 @@ from . import algorithm
 class ScoredCompletions:
     """What a `DenseReward` reads: the sampled tokens and each named model's log-probs of them, `[B, T]`, 0 at padding.
 
-    Attributes:
-        logps: name → log π(a_t|s_t) at temperature 1 (float32).
-        completion_mask: 1 on real completion tokens.
-        completion_ids: the sampled token ids.
-        is_terminal: `[B]` True where the completion ended with EOS (False when cut at the length limit).
-        values: name → V(s_t) = logsumexp of that model's logits at s_t, for the models in `value_model_names`.
-        final_next_values: name → `[B]` V of the state after the last token.
+    `logps` (name → log π(a_t|s_t)) are at temperature 1; `values` (name → V(s_t), the logsumexp of the logits) and
+    `final_next_values` (`[B]`) only for `value_model_names`; `is_terminal` (`[B]`) where it ended with EOS.
 
     Example:
         >>> s = ScoredCompletions({"sft": torch.tensor([[-1.0, 0.0]])}, torch.tensor([[1, 0]]), torch.tensor([[5, 0]]))
@@ -67,12 +43,9 @@ class ScoredCompletions:
 class DenseReward(Protocol):
     """A per-token reward read off frozen causal LMs. Any object with these two members is one (no base class).
 
-    `model_names` lists the frozen models it reads: `"sft"` is π_SFT, `"ref"` the reference checkpoint, any other
-    name a model given to the scorer (`CheckpointRewardModel(models={name: model})`, or `dense_reward_models: {name:
-    path}` in a recipe), placed and sharded like π_SFT. An optional `value_model_names` asks for V(s_t) of those models,
-    and an optional `label` says what r̂_t is (the model card shows it; `reward_label`). Calling it returns the `[B, T]`
-    float reward, 0 at padding. Two rewards are the same when their class and settings are (`same_reward`): a
-    dataclass, as the paper's rewards are, says its settings by its fields.
+    `model_names`: the frozen models it reads (`"sft"`, `"ref"`, or any name given to the scorer's `models` /
+    `dense_reward_models`); optional `value_model_names` (asks for V(s_t)) and `label` (for the model card). Calling it
+    returns the `[B, T]` float reward, 0 at padding. Two rewards are the same when class and settings are.
 
     Example:
         >>> isinstance(CheckpointDifference(), DenseReward)
@@ -151,10 +124,8 @@ class WithSoftValue:
 
 
 def frozen_model_names(reward: DenseReward) -> tuple[str, ...]:
-    """The frozen models a DPR run holds for `reward`, in scoring order: π_SFT (`"sft"`) always, the reference of DPR's
-    KL term even when the reward does not read it, then every other model the reward reads. The scorer scores them
-    and the memory plan counts them.
-    """
+    """The frozen models a DPR run holds for `reward`, in scoring order: `"sft"` always (the KL's reference), then
+    every other model the reward reads."""
     return ("sft", *(name for name in reward.model_names if name != "sft"))
 
 
@@ -180,10 +151,8 @@ PAPER_REWARDS: dict[tuple[bool, bool], DenseReward] = {
 
 
 def reward_from_settings(settings: Mapping) -> DenseReward:
-    """The reward a run's settings name: `dense_reward` built with `dense_reward_kwargs`, else the paper's reward for
-    `use_baseline` / `eliminate_value` (`PAPER_REWARDS`). The one door from settings (a `DensePathConfig`, a preview
-    variant, the command line) to a reward; missing keys take the paper's defaults.
-    """
+    """The reward a run's settings name (config, preview variant, command line): `dense_reward` with its kwargs, else
+    the paper's for `use_baseline` / `eliminate_value`."""
     spec, kwargs, models = (settings.get(k) for k in ("dense_reward", "dense_reward_kwargs", "dense_reward_models"))
     use_baseline, eliminate_value = settings.get("use_baseline", True), settings.get("eliminate_value", True)
     if spec is None and (kwargs or models):
@@ -211,9 +180,7 @@ def describe_reward(reward: DenseReward) -> str:
 
 
 def same_reward(a: DenseReward, b: DenseReward) -> bool:
-    """Whether two rewards are the same rule: the same class with the same settings (its dataclass fields, or the
-    attributes its `__init__` set), compared by value, rewards inside rewards included.
-    """
+    """Whether two rewards are the same rule: same class, same settings by value (nested rewards included)."""
     if type(a) is not type(b):
         return False
     settings_a, settings_b = _settings(a), _settings(b)

@@ -1,21 +1,15 @@
 """log π(a_t|s_t) of the tokens `generate` samples, recorded while it samples them: no second forward pass.
 
-vLLM returns the log-probs of the tokens it samples; transformers' `generate` does not, and GRPOTrainer's
-transformers path returns none. DPR's KL term needs log π_old of every sampled token, which would otherwise cost
-one more no-grad forward of the policy. Each decoding step already computes the next-token logits, and the token sampled
-from them is the input of the next step:
+vLLM returns them; transformers' `generate` does not, and DPR's KL needs log π_old of every sampled token, which would
+cost one more forward. Each decoding step already computes the logits, and the sampled token is the next step's input:
 
     step k:   logits z_k (for token k) ─► keep z_k and log Σ exp(z_k / T)
     step k+1: input token a_k          ─► log π_T(a_k | s_k) = z_k[a_k] / T − log Σ exp(z_k / T)
     after the last step: the last token of each row, from the logits kept
 
-Only the last step's logits are held (a view of what the model returned, no copy) and one `[B]` logsumexp per step,
-never a `[B, T, V]` tensor. This reading holds only when each forward is one decoding step of the returned rows: as many
-rows as outputs, one new token each. Beam search (B × beams rows, reordered between steps), assisted and prompt-lookup
-decoding (several candidate tokens per forward, some rejected), or a `generate` that never calls the model's forward
-break it; the recorder notices (the same rows, each one position further per forward) and `logprobs` then
-returns None, for the caller to take log π_old from a forward pass instead. The temperature is applied like TRL's log-probs (logits / T, no top-k / top-p), so the
-result equals GRPOTrainer's forward `_get_per_token_logps_and_entropies` on the same tokens.
+Never a `[B, T, V]` tensor. Valid only when each forward is one decoding step of the returned rows; beam search,
+assisted or prompt-lookup decoding break that, the recorder notices and `logprobs` is None (the caller then runs a
+forward). Logits / T with no top-k / top-p, as GRPOTrainer's `_get_per_token_logps_and_entropies`.
 """
 
 from __future__ import annotations
@@ -27,12 +21,7 @@ from .scoring import _causal_lm, check_temperature
 
 
 class SampledTokenLogprobs:
-    """Context manager that records log π_T(a_t|s_t) of each token a model's `generate` samples.
-
-    Args:
-        model: the model whose `generate` runs inside the context (a transformers causal LM, possibly PEFT-wrapped).
-        temperature: T of log softmax(logits / T), the rollout temperature.
-    """
+    """Context manager that records log π_T(a_t|s_t) of each token a model's `generate` samples, T = `temperature`."""
 
     def __init__(self, model: nn.Module, temperature: float = 1.0):
         check_temperature(temperature)
@@ -74,9 +63,7 @@ class SampledTokenLogprobs:
 
     def logprobs(self, completion_ids: list[list[int]]) -> list[list[float]] | None:
         """Per row, log π_T of each of its completion tokens (rows as `generate` produced them, cut after EOS); None
-        when the forwards seen were not one sampling step of these rows each (see the module docstring), or none ran.
-
-        The last step's token has no following forward: its log-prob comes from the logits kept from that step.
+        when the forwards seen were not one sampling step of these rows each, or none ran.
         """
         if self._last_logits is None or not self._one_token_per_step or self._end is None or self._end.size(0) != len(
             completion_ids

@@ -129,24 +129,11 @@ def completion_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     r"""log π(a_t|s_t) of each completion token, from one forward and a chunked LM head.
 
-    The sequence is `prompt ‖ completion` (prompts left-padded, completions right-padded, as TRL holds them), with
-    position ids counted over real tokens only, so a left-padded row is scored exactly like the same row unpadded. The
-    hidden state at column P + t − 1 (the last token of s_t) scores completion token t.
-
         log π_T(a_t|s_t) = z(s_t, a_t)/T − log Σ_a' exp(z(s_t, a')/T),    z = the model's (scaled, soft-capped) logits
 
-    Args:
-        model: a causal LM (transformers, PEFT-wrapped or accelerate-wrapped). PEFT's active adapter is used.
-        prompt_ids, prompt_mask: `[B, P]`, left-padded, every prompt non-empty.
-        completion_ids, completion_mask: `[B, Tc]`, right-padded.
-        with_values: also return the soft values V(s_t) = logsumexp of the logits at s_t (temperature 1), and V of the
-            state after the last real token.
-        token_chunk_size: tokens projected through the LM head at once (memory ∝ chunk × vocab × 4 bytes).
-        temperatures: the temperatures T to return log-probs at, all from the same forward. With one temperature
-            (default 1) `logps` is `[B, Tc]`; with several it is `[len(temperatures), B, Tc]`.
-
-    Returns:
-        `(logps, values [B, Tc] or None, final_next_values [B] or None)`, float32, 0 at padding.
+    Prompts `[B, P]` left-padded and non-empty, completions `[B, Tc]` right-padded; position ids count real tokens,
+    so padding changes nothing. Several `temperatures` give `logps` `[len(temperatures), B, Tc]`; `with_values` adds
+    V(s_t) (logsumexp at temperature 1) and V after the last token. Float32, 0 at padding.
     """
     _check_padding(prompt_mask, completion_mask)
     if not temperatures:

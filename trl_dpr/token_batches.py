@@ -5,9 +5,8 @@
     model + tokenizer ─► eos_token_ids (every id that ends a completion, as GRPOTrainer collects them)
     completions + EOS ids ─► ends_with_eos (which completions ended, which were cut at the length limit)
 
-A prompt rendered another way (another chat-template call, special tokens added twice) is another prompt: its
-rewards and log-probs belong to a different state. Everything in this package that turns prompts into ids goes
-through `render_prompts`, so the dense reward, the preview, the evaluation and the trainer see the same tokens.
+A prompt rendered another way is another state; every prompt goes through `render_prompts`, so the reward, the
+preview, the evaluation and the trainer see the same tokens.
 """
 
 from __future__ import annotations
@@ -26,9 +25,7 @@ from .scoring import _causal_lm
 def render_prompts(tokenizer, prompts: Sequence[Any], **chat_template_kwargs) -> list[list[int]]:
     """Token ids of each prompt, exactly as `GRPOTrainer` builds them before generation.
 
-    Conversations (lists of `{"role", "content"}` messages) go through the chat template with the generation prompt
-    (`apply_chat_template(..., add_generation_prompt=True, tokenize=True)`); plain strings through the tokenizer with
-    its special tokens (`tokenizer(text=...)`).
+    Conversations through the chat template with the generation prompt; plain strings with their special tokens.
     """
     prompts = list(prompts)
     if not prompts:
@@ -60,8 +57,7 @@ def eos_token_ids(model, tokenizer) -> list[int]:
 def ends_with_eos(completion_ids: torch.Tensor, completion_mask: torch.Tensor, eos_ids: Sequence[int]) -> torch.Tensor:
     """`[B]` bool: True where a right-padded completion's last real token is one of `eos_ids` (it is terminal).
 
-    A completion cut at the length limit ends without EOS, and an empty one has no last token: neither is terminal (the
-    w/V reward bootstraps V after a cut). The trainer and `CheckpointRewardModel` both decide it here.
+    A completion cut at the length limit, or empty, is not terminal (w/V bootstraps V after a cut).
     """
     lengths = completion_mask.long().sum(dim=1)
     last_token = completion_ids.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)

@@ -62,51 +62,22 @@ class DensePathTrainer(GRPOTrainer):
     r"""Trainer for Dense-Path REINFORCE (DPR), from [Beyond Imitation: Recovering Dense Rewards from
     Demonstrations](https://huggingface.co/papers/2510.02493).
 
-    DPR reads a dense token reward off an SFT run, r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t) with π_ref the SFT
-    checkpoint at a fraction α of training, and improves π_SFT with token-level REINFORCE++: undiscounted per-token
-    returns of r̂ minus a small KL to π_SFT, whitened over the whole batch, through GRPO's clipped surrogate.
+    DPR reads r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t) off an SFT run and improves π_SFT with token-level
+    REINFORCE++: undiscounted returns of r̂ minus a small KL to π_SFT, whitened over the batch, through GRPO's clipped
+    surrogate. The only changes w.r.t. [`~trl.GRPOTrainer`] are these overrides; everything else is inherited:
 
-    The only changes w.r.t. [`~trl.GRPOTrainer`] are these overrides; everything else (generation with transformers or
-    vLLM, PEFT and quantisation, the clipped loss, logging, checkpointing, the model card) is inherited unchanged:
+    - `__init__`: `reward_model` is a `CheckpointRewardModel` or an SFT path; `model=None` starts the policy from π_SFT
+      (Algorithm 1, line 2; an adapter SFT output gets a trainable copy of its adapter on the scorer's base). Prompts
+      over `max_prompt_length` are dropped and counted. `reward_funcs` are TRL's scalar outcome rewards.
+    - `_generate_and_score_completions`: the whole DPR batch on the ids GRPO generated: dense rewards,
+      `algorithm.dense_path_advantages`, per-token `(B, T)` advantages (GRPO's loss broadcasts them), metrics.
+    - `_calculate_rewards`: the `reward_funcs` as GRPO calls them; r̂'s scalar column is NaN ("no scalar reward").
+    - `_generate_single_turn`: the transformers backend returns the sampled tokens' log-probs (as vLLM does), so the KL
+      needs no extra forward; decoding that is not one sampled token per row per forward returns none.
+    - `compute_loss`: a batch with non-finite rewards or advantages contributes no graph, on every process.
 
-    - `__init__`: the reward is a `CheckpointRewardModel` (or an SFT path), and the policy starts from π_SFT (Algorithm
-      1, line 2; `policy.initial_policy`): `model=None` loads the SFT model again, or, for an adapter SFT output,
-      adds a trainable copy of the SFT adapter on the reward model's own base. Prompts over `max_prompt_length` are
-      dropped and counted. `reward_funcs` are TRL's scalar outcome rewards (a verifier, a length penalty), after r̂.
-    - `_generate_and_score_completions`: the whole DPR batch, after GRPO has generated and padded it: dense rewards on
-      those exact ids, `algorithm.dense_path_advantages` (w_0 r̂, the outcome rewards Σ_j w_j R_j at the last token, KL
-      to π_SFT at the rollout temperature, returns, whitening), per-token `(B, T)` advantages into the batch (GRPO's
-      loss broadcasts them), then the metrics and table columns.
-    - `_calculate_rewards`: TRL calls the `reward_funcs` as GRPO does (their `rewards/<name>/mean|std` metrics and
-      table columns are TRL's); r̂'s scalar column is NaN, TRL's "no scalar reward". DPR logs `rewards/dense_path/*`
-      (Σ_t r̂_t) and `reward` (w_0 Σ_t r̂_t + Σ_j w_j R_j) once the batch is scored.
-    - `_generate_single_turn`: with the transformers backend, returns the log-probs of the sampled tokens, taken
-      during generation (as vLLM returns them), so the KL term needs no extra policy forward. Where decoding is not
-      one sampled token per returned row per forward (beam search, prompt-lookup / assisted decoding) it returns none,
-      and `_generate_and_score_completions` takes them from one forward of the policy.
-    - `compute_loss`: a batch whose rewards or advantages are not finite contributes no graph (no gradient, no
-      optimizer moment update), on every process.
-
-    The recipes run it as `trl_dpr.running.trainers.DPRRunTrainer`, which adds the run's services: atomic
-    checkpoints and the output folder's claim, the safe Hub push, a model card with DPR's hyperparameters, a numeric
-    console log.
-
-    In TRL's completions table (`log_completions=True`), GRPO's scalar `dense_path` and `advantage` columns are NaN and
-    0 (DPR has no scalar reward, and one sample per prompt has no group advantage); DPR's are `sequence_reward`
-    (Σ_t r̂_t), `token_rewards`, `token_advantages` and `completion_token_ids`.
-
-    Args:
-        model: the policy, as GRPOTrainer takes it (model id / path, `PreTrainedModel` or `PeftModel`). `None` starts
-            from π_SFT.
-        reward_model: a [`CheckpointRewardModel`], or the path / Hub id of an SFT output whose reference checkpoint was
-            recorded by `ReferenceCheckpointCallback` (loaded with `args.model_init_kwargs`).
-        args: a [`DensePathConfig`]. Its `reward_weights` are [w_0 for r̂, then one per `reward_funcs` entry]; w_0 = 0
-            trains on the outcome rewards alone (π_SFT still starts the policy and anchors the KL).
-        reward_funcs: TRL's scalar rewards, added at each completion's last token (`algorithm.add_outcome_rewards`):
-            a function `f(prompts, completions, **columns) -> list[float]`, a model id, or a list of them, as
-            GRPOTrainer takes them. `reward_processing_classes` (in `kwargs`) has one entry per function.
-        train_dataset, eval_dataset, processing_class, callbacks, optimizers, peft_config: as in GRPOTrainer. The
-            datasets need a `prompt` column.
+    `args.reward_weights` are [w_0 for r̂, then one per `reward_funcs` entry]; w_0 = 0 trains on the outcome rewards
+    alone. The recipes run it as `running.trainers.DPRRunTrainer` (atomic checkpoints, safe Hub push, model card).
 
     Example:
         ```python
@@ -121,15 +92,7 @@ class DensePathTrainer(GRPOTrainer):
         trainer.train()
         ```
 
-        Dense + outcome: r̂ plus a verifier reading the dataset's `answer` column, weights [r̂, verifier]:
-
-        ```python
-        def exact(prompts, completions, answer, **kwargs):  # conversational completions: [{"role", "content"}]
-            return [float(is_correct(c[-1]["content"], a)) for c, a in zip(completions, answer)]
-
-        DensePathTrainer(reward_model="runs/sft", reward_funcs=[exact], train_dataset=prompts,
-                         args=DensePathConfig(output_dir="runs/both", reward_weights=[1.0, 1.0]))
-        ```
+        Dense + outcome (r̂ plus a verifier): docs/dense_plus_outcome.md.
     """
 
     _tag_names = ["trl", "dpr", "dense-path-reinforce"]

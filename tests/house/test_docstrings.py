@@ -39,11 +39,10 @@ SNIPPET_RUN_BY = {
 }
 
 # Docstring lines (modules, classes, functions; counted by `ast`) over all lines of trl_dpr/; TRL's grpo_trainer.py is
-# about 6%. The target is 15%. Measured: 27.7% before the surface was cut, 22.9% after the first pass, 19.2% once the
-# last internal modules lost their `__all__` and their prose was trimmed (hub, pipeline, self-play, config, manifest,
-# data, checkpointing, run trainers, scripts). Still to trim toward 15%: algorithm.py's Args/Returns prose,
-# reward_model, rewards, memory, preview, judges, lfd.
-DOCSTRING_SHARE_MAX = 0.20
+# about 6%. Measured: 27.7% before the surface was cut, 19.2% after the first trims, 14.3% once the docstrings kept
+# only the equation, the contract and the why (Args that repeat the signature, history and how-tos went; the memory
+# formulas moved to docs/memory.md). A new docstring fits under the bound by saying what a reader cannot see.
+DOCSTRING_SHARE_MAX = 0.15
 
 
 def advertised() -> dict[str, list[str]]:

@@ -1,15 +1,11 @@
 """Token-reward heatmaps like the paper's Figure 1: each response token on a background whose red deepens with its
 dense reward r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t).
 
-`heatmap_html` and `save_heatmap_png` take what `CheckpointRewardModel.score_text` returns (one dict per pair with
-`tokens`, `token_ids`, `rewards`, `total`). The HTML is standalone (inline CSS), wraps like text, and carries every
-token's reward in its `title` tooltip and `data-reward` attribute. The PNG needs matplotlib (`pip install
-trl_dpr[plots]`). From the command line:
+Both take what `CheckpointRewardModel.score_text` returns; the HTML is standalone, each token's reward in its tooltip;
+the PNG needs matplotlib. From the command line (`pairs.jsonl`: one `{"prompt", "response"}` per line):
 
     python -m trl_dpr.analysis.heatmaps --sft runs/demo/sft --prompt "Mia has 23 apples. ..." --response "23 + 5 = 28. ..."
     python -m trl_dpr.analysis.heatmaps --sft runs/demo/sft --pairs pairs.jsonl --output figures/rewards
-
-`pairs.jsonl` holds one `{"prompt": ..., "response": ...}` object per line (a prompt may be a list of chat messages).
 """
 
 from __future__ import annotations
@@ -81,13 +77,8 @@ def heatmap_html(
     vmin: float | None = None,
     vmax: float | None = None,
 ) -> str:
-    """A standalone HTML page: one heatmap per scored response, a shared colour scale and its colour bar.
-
-    Args:
-        scored: `CheckpointRewardModel.score_text(...)` output.
-        prompts: the prompts, shown above their responses (strings or chat messages); optional.
-        vmin, vmax: the reward range of the colour scale (default: the range of all rewards shown).
-    """
+    """A standalone HTML page: one heatmap per scored response (its prompt above, if given), one colour scale
+    (`vmin`, `vmax`: default the range of the rewards shown)."""
     if prompts is not None and len(prompts) != len(scored):
         raise ValueError(f"Got {len(prompts)} prompts for {len(scored)} scored responses.")
     low, high = _value_range(scored, vmin, vmax)

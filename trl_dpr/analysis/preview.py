@@ -1,21 +1,14 @@
 """The DPR preview: what Dense-Path REINFORCE can reach on your data, estimated from π_SFT's own samples before any RL.
 
-With γ = 1 and λ = `kl_coef` > 0, DPR maximises E_π[R(y)] − λ·KL(π ‖ π_SFT) with R(y) = Σ_t r̂_t, whose optimum is the
-tilted policy
+With γ = 1 and λ = `kl_coef`, DPR maximises E_π[R(y)] − λ·KL(π ‖ π_SFT), R(y) = Σ_t r̂_t, whose optimum is
 
     π_λ(y | x) = π_SFT(y | x) · exp(R(y) / λ) / Z_λ(x)
 
-A DPR run moves along this family as λ or the training budget changes (a short run stays near π_SFT = π_∞, a long one
-with a small λ approaches argmax R = π_0). So whether DPR can help is decided by the family, and its quality can be
-read off N samples y_1..N ~ π_SFT(·|x) per prompt by self-normalised importance weighting:
+and a run moves along this family; its quality is read off N samples of π_SFT per prompt (docs/preview.md):
 
     samples ─► R(y_i) ─► w_i ∝ exp(R(y_i)/λ) within the prompt ─► Σ_i w_i q(y_i)   (quality of π_λ)
                                                                ─► Σ_i w_i log(N w_i)   (KL(π_λ ‖ π_SFT))
                                                                ─► 1 / Σ_i w_i²      (effective sample size)
-
-`tilted_quality` is that arithmetic, pure and on tensors; `preview_points` adds bootstrap intervals over prompts;
-`run_preview` samples, scores and judges (the `trl-dpr preview` command, `trl_dpr.scripts.preview`), and `plot_preview`
-draws quality against KL, one curve per reward variant.
 """
 
 from __future__ import annotations
@@ -42,15 +35,8 @@ def tilt_weights(rewards: torch.Tensor, lam: float) -> torch.Tensor:
         λ = ∞:  w_{p,i} = 1 / N                                   (π_∞ = π_SFT)
         λ = 0:  w_{p,i} = 1[R_{p,i} = max_j R_{p,j}] / #argmax     (best-of-N under R, ties split evenly)
 
-    The weights are exact for π_λ restricted to the N samples, and converge to π_λ's as N grows, provided the samples
-    were drawn from π_SFT itself (temperature 1, no top-k / top-p).
-
-    Args:
-        rewards: `[P, N]` sequence rewards R of N samples for each of P prompts.
-        lam: λ ≥ 0, or `math.inf`.
-
-    Returns:
-        `[P, N]` float64 weights; each row sums to 1.
+    `rewards` is `[P, N]`; rows of the float64 result sum to 1. Consistent only for samples of π_SFT itself
+    (temperature 1, no top-k / top-p).
     """
     rewards = rewards.double()
     if lam < 0 or math.isnan(lam):
@@ -65,15 +51,7 @@ def tilt_weights(rewards: torch.Tensor, lam: float) -> torch.Tensor:
 
 @dataclass
 class TiltedQuality:
-    """Per-prompt estimates for each λ of a grid (rows follow `lambdas`, columns are prompts).
-
-    Attributes:
-        lambdas: the λ grid.
-        quality: `[L, P]` Σ_i w_i q_i, the expected quality of π_λ at each prompt.
-        kl: `[L, P]` Σ_i w_i log(N w_i), the KL(π_λ ‖ π_SFT) estimate at each prompt (0 at λ = ∞).
-        ess: `[L, P]` 1 / Σ_i w_i², the effective number of samples behind each estimate (N at λ = ∞, 1 at λ = 0
-            with a unique best sample).
-    """
+    """Per-prompt `quality`, `kl` and `ess` of `tilted_quality`, each `[L, P]` (rows follow `lambdas`)."""
 
     lambdas: list[float]
     quality: torch.Tensor
@@ -101,12 +79,7 @@ def tilted_quality(rewards: torch.Tensor, quality: torch.Tensor, lambdas: Sequen
         KL_p(λ)      = Σ_i w_{p,i} log(N w_{p,i})        (π_λ / π_SFT ≈ N w on the samples; 0 terms where w = 0)
         ESS_p(λ)     = 1 / Σ_i w_{p,i}²
 
-    λ = ∞ gives π_SFT (mean quality, KL 0, ESS N); λ = 0 gives best-of-N under R (KL log N − log #argmax).
-
-    Args:
-        rewards: `[P, N]` R(y) of each sample (e.g. Σ_t r̂_t).
-        quality: `[P, N]` q(y) of each sample (e.g. 1.0 for a correct answer, 0.0 otherwise; a win rate in [0, 1]).
-        lambdas: the λ grid (`math.inf` and 0 allowed).
+    `rewards` and `quality` are `[P, N]`; λ = ∞ gives π_SFT (KL 0, ESS N), λ = 0 best-of-N (KL log N − log #argmax).
     """
     if rewards.dim() != 2 or rewards.shape != quality.shape:
         raise ValueError(
@@ -142,15 +115,8 @@ def tilted_quality(rewards: torch.Tensor, quality: torch.Tensor, lambdas: Sequen
 class PreviewPoint:
     """One λ of one reward variant: the estimated quality of π_λ, its gain over π_SFT and how far π_λ is from π_SFT.
 
-    Attributes:
-        variant: the reward variant's name (e.g. "DPR", "wo/Baseline").
-        lam: λ (`inf` = π_SFT, 0 = best-of-N under the variant's reward).
-        quality, ci_low, ci_high: mean quality over prompts, with a bootstrap interval over prompts.
-        delta, delta_ci_low, delta_ci_high: quality − π_SFT's, with an interval from the same (paired) resamples.
-        kl: KL(π_λ ‖ π_SFT) in nats per response, averaged over prompts.
-        ess: mean effective sample size per prompt (of N).
-        trusted: whether `ess` ≥ the preview's `min_ess`. A point below reads as a best-of-few of π_SFT's samples
-            more than as π_λ (best-of-N itself, λ = 0, is always reported as what it is).
+    `kl` is in nats per response; intervals are bootstrap over prompts, `delta`'s paired. `trusted` is `ess` ≥
+    `min_ess`: below, the point reads as a best-of-few of π_SFT's samples more than as π_λ.
     """
 
     variant: str
@@ -178,13 +144,8 @@ def preview_points(
 ) -> list[PreviewPoint]:
     """The preview of every reward variant at every λ, from per-sample rewards and qualities.
 
-    Intervals resample prompts; the same resamples serve every variant and λ, so a gain over π_SFT (`delta`) has a
-    paired interval.
-
-    Args:
-        rewards: `{variant: [P, N] sequence rewards}` of the same samples.
-        quality: `[P, N]` quality of each sample.
-        lambdas: the λ grid; π_SFT (∞) and best-of-N (0) are added when missing.
+    `rewards` is `{variant: [P, N]}`; ∞ and 0 join the λ grid. The same prompt resamples serve every variant and λ,
+    so `delta` has a paired interval.
     """
     grid = [math.inf] + sorted({float(lam) for lam in lambdas if not math.isinf(lam) and lam > 0}, reverse=True) + [0.0]
     points = []
@@ -217,9 +178,7 @@ def preview_points(
 class PolicyPoint:
     """A trained policy placed on the preview plot: its own quality and its KL to π_SFT, from its own samples.
 
-    `kl` = mean over its samples of Σ_t log π_θ(a_t|s_t) − log π_SFT(a_t|s_t) (an unbiased estimate of KL(π_θ ‖ π_SFT)
-    at temperature 1); `quality` and its gain over π_SFT's samples of the same prompts (`delta`), with bootstrap
-    intervals over prompts.
+    `kl` = mean of Σ_t log π_θ(a_t|s_t) − log π_SFT(a_t|s_t) over its samples (unbiased at temperature 1).
     """
 
     name: str
@@ -237,14 +196,8 @@ class PolicyPoint:
 
 @dataclass
 class PreviewReport:
-    """What `run_preview` measured: one `PreviewPoint` per (variant, λ), π_SFT's level, the pass@N ceiling, and the
-    trained policies placed on the same axes.
-
-    Attributes:
-        quality_name: what the quality is (`exact`, `demonstration`, `pairwise`, `oracle`...).
-        sft_quality: the quality of π_SFT (= every variant's λ = ∞ point).
-        pass_at_n: mean over prompts of the best quality among the N samples: no reweighting of these samples can do
-            better.
+    """What `run_preview` measured: one `PreviewPoint` per (variant, λ), π_SFT's level, the pass@N ceiling (no
+    reweighting of these samples can do better), and the trained policies on the same axes.
     """
 
     quality_name: str
@@ -520,9 +473,8 @@ def run_preview(
 ) -> PreviewReport:
     """Sample π_SFT, score every sample with every reward variant, judge it, and estimate π_λ along the λ grid.
 
-    Everything that can be checked cheaply is checked before a model is loaded: the configuration, the SFT output
-    (its manifest unless every variant names its π_ref or needs none), the prompts and their columns, the policies'
-    folders, matplotlib for the plot, the judge's key. Writes the report into `config.output_dir` and returns it.
+    What can be checked cheaply (config, SFT output, prompts, policies, matplotlib, the judge's key) is checked before
+    a model loads. Writes the report into `config.output_dir`.
     """
     from ..reference_manifest import check_model_source, resolve_reference
     from ..reward_model import CheckpointRewardModel

@@ -3,9 +3,8 @@
     prompts ─► render_prompts ─► generate (seeded, plain sampling or greedy) ─► Sample(prompt_ids, completion_ids, text)
     samples ─► pad_batch ─► CheckpointRewardModel / completion_logprobs ─► per-token r̂_t, log π_SFT, log π_θ
 
-Decoding a sample and tokenizing the text again can give other tokens ("4", "6" → "46"), so whatever scores a sample
-scores the ids that were sampled. The evaluation's answers (`generate_answers`), the DPR preview and the analyses all
-sample through `sample_completions`, so the same seed, prompts and batch size give the same responses everywhere.
+Re-tokenizing decoded text can give other tokens ("4", "6" → "46"), so a sample is scored on its sampled ids. All
+sampling goes through `sample_completions`: the same seed, prompts and batch size give the same responses everywhere.
 """
 
 from __future__ import annotations
@@ -62,12 +61,8 @@ def sample_completions(
 ) -> list[Sample]:
     """Sample one completion per prompt (repeat a prompt to get several), keeping the sampled token ids.
 
-    Prompts (strings or conversations) are rendered as GRPOTrainer renders them; `temperature=0` decodes greedily,
-    otherwise plain sampling from the temperature-scaled distribution (no top-k / top-p), as DPR's rollouts and the
-    paper's evaluation sample; the checkpoint's own generation defaults (top-k, top-p, repetition penalty) are not used.
-    `top_p < 1` samples from the nucleus instead (SPIN's self-generated answers use 0.95).
-    A completion ends at the first of the model's EOS ids (GRPO's set). Sampling is seeded once per call and leaves the
-    caller's random streams (CPU and this GPU) as they were, e.g. mid-training.
+    `temperature=0` is greedy, else plain sampling as DPR's rollouts do (the checkpoint's generation defaults are not
+    used; `top_p < 1` for SPIN). Seeded once per call; the caller's random streams are left as they were.
     """
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}.")

@@ -1,8 +1,7 @@
 """Experiment tracking of DPR runs: token-reward heatmaps of recent completions, every few steps.
 
-`DensePathTrainer` logs its scalars (`reward` = Σ_t r̂_t, `dense_reward/token_mean|token_std`, `returns/mean`,
-`kl_sft/per_token|per_response`, `advantages/mean|std`) to every `report_to` backend (wandb, trackio, tensorboard) through transformers'
-own callbacks. `TokenHeatmapCallback` adds what a scalar cannot show: *where* in a completion the reward is.
+The scalars reach every `report_to` backend through transformers' callbacks; `TokenHeatmapCallback` adds what a scalar
+cannot show: *where* in a completion the reward is.
 """
 
 from __future__ import annotations
@@ -17,13 +16,8 @@ from .heatmaps import heatmap_html
 def recent_token_rewards(trainer, num_samples: int) -> tuple[list, list[dict]]:
     """The last `num_samples` completions the trainer scored, as token strings with their dense rewards r̂_t.
 
-    They come from the trainer's completion log (`trainer._logs`: the prompts, and the `completion_token_ids` and
-    `token_rewards` columns DPR adds): the sampled ids themselves and the rewards the trainer used for them, so no text
-    is tokenized again.
-
-    Returns:
-        `(prompts, scored)`, with `scored` in `CheckpointRewardModel.score_text`'s format (`tokens`, `token_ids`,
-        `rewards`, `total`), ready for `trl_dpr.analysis.heatmaps.heatmap_html`.
+    Read from the trainer's completion log (the sampled ids and the rewards it used: no text is tokenized again);
+    `scored` is in `score_text`'s format, ready for `heatmap_html`.
     """
     logs = trainer._logs
     ids_column = list(logs["extra"].get("completion_token_ids", ()))
@@ -50,15 +44,7 @@ class TokenHeatmapCallback(TrainerCallback):
     completions: written to `output_dir/heatmaps/step-XXXXX.html`, and logged as HTML to W&B (`wandb.Html`) and
     trackio (`trackio.Html`) when the run reports to them.
 
-    The rewards are those the trainer used for that batch (r̂_t, on the sampled token ids); darker red = higher. Only
-    the main process writes and logs.
-
-    Args:
-        trainer: the `DensePathTrainer` whose completions are shown (as TRL's `LogCompletionsCallback` takes it).
-        every_n_steps: how often, in optimizer steps.
-        num_samples: completions per heatmap page.
-        folder: sub-folder of `output_dir` for the pages.
-        log_key: the key under which W&B and trackio show the page.
+    The rewards are those the trainer used for that batch; darker red = higher. Only the main process writes.
     """
 
     def __init__(

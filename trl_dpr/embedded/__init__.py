@@ -6,9 +6,6 @@
     pretraining  a plain-text corpus about the task and the tiny Llama language-modelled on it (the demo's base)
     base_model   the names recipes use for the embedded bases, each built once per folder
 
-Its evaluation is `trl-dpr evaluate`'s (`benchmarks: [demo]`, `judge: exact`: `trl_dpr.evaluation.ExactAnswerJudge`
-and each model's accuracy), the one path `make demo`, `trl-dpr evaluate` and the experiments all take.
-
 Recipes name the task `dataset_name: trl_dpr/embedded-demo` and the base `model_name_or_path:
 trl_dpr/embedded-pretrained-llama` (or `trl_dpr/embedded-tiny-llama`, random init); nothing is downloaded.
 """

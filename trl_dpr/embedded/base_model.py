@@ -1,13 +1,8 @@
 """The embedded base models, built offline into a folder once and loaded from there like any checkpoint.
 
-Two names stand for them in a recipe's `model_name_or_path`:
-
-- `trl_dpr/embedded-pretrained-llama` (the demo's base): a tiny Llama language-modelled on plain text about the task
-  (`trl_dpr.embedded.pretraining`). The package ships that build (`trl_dpr/embedded/pretrained_base/`, checked against
-  its SHA-256 sums) and loads it from there; only if it is missing or altered is it rebuilt into
-  `<output_dir>/../embedded-pretrained-base` (about 20 min on one CPU thread, once);
-- `trl_dpr/embedded-tiny-llama`: the same architecture at random init, built into `<output_dir>/../embedded-base` in
-  a second (the tests, and the from-scratch regime of experiments/README.md).
+`trl_dpr/embedded-pretrained-llama` (the demo's base) is the shipped build, checked against its SHA-256 sums, rebuilt
+into `<output_dir>/../embedded-pretrained-base` only if missing or altered; `trl_dpr/embedded-tiny-llama` is the same
+architecture at random init, built into `<output_dir>/../embedded-base` in a second.
 """
 
 from __future__ import annotations

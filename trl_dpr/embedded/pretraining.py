@@ -1,9 +1,8 @@
 """The embedded *pretrained* base: a tiny Llama language-modelled on plain text about the task before any SFT.
 
-Why: DPR's reward r̂ = log π_SFT − log π_ref is the direction SFT moved the model in; only from a base that already
-writes about the task in several styles does that direction separate the expert's style from the others (the paper
-starts from pretrained models too). The corpus is a web crawl in miniature: task problems (never held-out ones) solved
-in one of several styles, plus unrelated text:
+Why: r̂ = log π_SFT − log π_ref is the direction SFT moved the model in; only from a base that already writes about the
+task in several styles does it separate the expert's style (the paper starts from pretrained models too). The corpus
+(train problems only):
 
     expert     the expert's step-by-step response, as in the SFT demonstrations              20 %
     nonexpert  the same template, each computed number slipping by 1-3 with probability 0.3 25 %
@@ -11,10 +10,8 @@ in one of several styles, plus unrelated text:
     alternative another writer's phrasing, numbers slipping with probability 0.15            25 %
     other      arithmetic drills, sorted lists, short stories with the task's names          15 %
 
-`build_pretrained_base` uses a plain PyTorch loop, not a Trainer: a second Accelerator would fix the process-wide
-accelerate state before the user's own trainer sets it. The build (~20 min on one thread) is not bitwise reproducible
-across machines, so the package ships one, `pretrained_base/`, with its settings, held-out loss and SHA-256 sums in
-`shipped.json`; every documented number was measured on it. Rebuild (and ship) it with:
+A plain PyTorch loop, not a Trainer: a second Accelerator would fix the process-wide accelerate state before the
+user's trainer sets it. The build is not bitwise reproducible, so one ships (docs/results.md, "The shipped base"):
 
     python -m trl_dpr.embedded.pretraining --output runs/rebuilt-base [--ship]
 """
@@ -178,9 +175,8 @@ def pretraining_corpus(num_documents: int, seed: int = 0, mix: dict[str, float] 
 
 
 def _packed_blocks(tokenizer, documents: list[str], block_size: int) -> torch.Tensor:
-    """Documents joined by EOS and cut into `[num_blocks, block_size]` (GPT-style packing). The ids are the
-    tokenizer's (`tokenizer(documents, add_special_tokens=False)`), encoded by its Rust backend directly, which skips
-    transformers' per-call wrapping: 150k documents in ~14 s instead of ~24 s on one core."""
+    """Documents joined by EOS and cut into `[num_blocks, block_size]` (GPT-style packing); encoded by the Rust
+    backend directly (150k documents in ~14 s instead of ~24 s on one core)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     ids: list[int] = []
     for start in range(0, len(documents), 5000):
@@ -202,9 +198,7 @@ def _pretrain(
 ) -> list[tuple[int, float]]:
     """Next-token loss on random packed blocks: AdamW (β2 0.95, wd 0.01), 3 % warm-up then cosine, grad-norm 1.
 
-    The schedule is written out rather than taken from `transformers.get_cosine_schedule_with_warmup`, whose warm-up
-    starts at lr 0 (step / warmup) where this one starts at lr / warmup ((step + 1) / warmup): the shipped base was
-    built with this one, and a rebuild must follow the same recipe.
+    Not transformers' cosine schedule, whose warm-up starts at lr 0: the shipped base used (step + 1) / warmup.
     """
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.01, betas=(0.9, 0.95))
     warmup = max(1, int(0.03 * settings.max_steps))
@@ -242,8 +236,7 @@ def _pretrain(
 def build_pretrained_base(path: str | os.PathLike, settings: PretrainingSettings | None = None) -> str:
     """Build the embedded pretrained base into `path` once (main process only) and return the path.
 
-    Takes about 20 minutes on one CPU thread with the default settings (1200 steps of 32×256 tokens); an existing
-    complete build is reused, an interrupted one is rebuilt (the build is written to `<path>.partial` and renamed).
+    About 20 minutes on one CPU thread; a complete build is reused (written to `<path>.partial`, then renamed).
     """
     path = Path(path)
     settings = settings or PretrainingSettings()

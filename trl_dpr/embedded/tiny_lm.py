@@ -1,8 +1,6 @@
 """Small causal LMs and tokenizers built offline, from a config and a corpus: the embedded default and the tests.
 
-Nothing here downloads anything. The tokenizer is a byte-level BPE trained on the given texts, with every digit its
-own token (so arithmetic is learnable by a tiny model) and a minimal chat template whose assistant turns end with the
-EOS token `<|end|>`, as TRL's SFT and GRPO trainers expect.
+Every digit is its own token (arithmetic is learnable by a tiny model); assistant turns end with the EOS `<|end|>`.
 """
 
 from __future__ import annotations
@@ -41,8 +39,7 @@ CHAT_TEMPLATE = (
 def build_tokenizer(corpus: Iterable[str], vocab_size: int = 384) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer on `corpus` (offline) and wrap it for transformers/TRL.
 
-    Digits are always single tokens. Special tokens: `<|pad|>` (padding), `<|end|>` (EOS, ends every turn) and the
-    role markers `<|system|>`, `<|user|>`, `<|assistant|>`. `padding_side` is left, as GRPO wants for prompts.
+    Special tokens `<|pad|>`, `<|end|>` (EOS) and the role markers; left padding, as GRPO wants for prompts.
     """
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.Sequence(

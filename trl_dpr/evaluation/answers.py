@@ -3,11 +3,8 @@
     AnswerGenerator: TransformersAnswerGenerator (batched `generate_answers`, works everywhere) or VLLMAnswerGenerator
     answer_prompts: the answers of one model, read back from its JSONL cache or generated and cached chunk by chunk
 
-The paper samples evaluation answers at temperature 0.7 with a fixed maximum length. Each answer is one JSONL line
-`{"model", "prompt_id", "turn", "answer", "settings"}`; a rerun generates only the (prompt, turn) pairs that are not in
-the file yet. Second turns (MT-Bench) are generated after first turns, from the conversation so far with the model's
-own first answer. The vLLM path is not exercised by this repository's tests (no GPU, no vLLM where they run); both
-backends write the same cache lines.
+One JSONL line per answer (`{"model", "prompt_id", "turn", "answer", "settings"}`); a rerun generates only the missing
+(prompt, turn) pairs. Second turns follow the model's own first answer. The vLLM path is not exercised by the tests.
 """
 
 from __future__ import annotations
@@ -37,13 +34,8 @@ class AnswerGenerator(Protocol):
 class TransformersAnswerGenerator:
     """Batched sampling with transformers (`generate_answers`): the path that works everywhere, CPU included.
 
-    Args:
-        model, tokenizer: a causal LM and its tokenizer (with a chat template).
-        temperature: sampling temperature (paper: 0.7).
-        max_new_tokens: the fixed maximum answer length.
-        batch_size: conversations per `generate` call.
-        seed: sampling seed (every `generate` call starts from it, leaving the caller's random state untouched).
-        model_path: recorded in the cache settings, so answers of another model are never mixed in.
+    Every call starts from `seed` and leaves the caller's random state untouched; `model_path` goes into the cache
+    settings, so answers of another model are never mixed in.
     """
 
     def __init__(
@@ -112,11 +104,7 @@ def answer_prompts(
 ) -> dict[tuple[str, int], str]:
     """Every turn's answer of `model_name` to `prompts`: cached ones read back, missing ones generated and cached.
 
-    Generation goes `chunk_size` conversations at a time, each chunk written to the cache as soon as it is done, so
-    an interruption loses at most one chunk.
-
-    Returns:
-        `{(prompt_id, turn): answer}` for every prompt and turn (turns 0-based).
+    Each chunk of `chunk_size` is cached as soon as it is done. Returns `{(prompt_id, turn): answer}`, turns 0-based.
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")

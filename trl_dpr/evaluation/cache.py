@@ -1,10 +1,7 @@
 """`JsonlCache`: append-only JSONL records keyed by some of their fields, so an interrupted run resumes where it stopped.
 
-Every record is one line, written and flushed as soon as it exists (answers after each generated batch, judgements
-after each judged chunk). Reopening the file loads what is there; callers then only compute the missing keys. A last
-line cut by a crash mid-write is dropped (and the file truncated to the last whole line); a corrupt line elsewhere,
-or records made with other settings (another model path, temperature, judge, ...), stop the run with an error that
-says which file to delete.
+Each record is flushed as soon as it exists. A last line cut by a crash is dropped; a corrupt line elsewhere, or
+records made with other settings, stop the run with an error that says which file to delete.
 """
 
 from __future__ import annotations
@@ -18,13 +15,7 @@ logger = logging.getLogger(__name__)
 
 
 class JsonlCache:
-    """Records of one JSONL file, by key.
-
-    Args:
-        path: the file (created with its folder on the first `add`).
-        key_fields: the record fields that identify it, e.g. `("model", "prompt_id", "turn")`.
-        settings: what produced the records (written into each one); a file made with other settings is an error.
-    """
+    """Records of one JSONL file by `key_fields`; `settings` (what made them) are written into each and must match."""
 
     def __init__(self, path: str | Path, key_fields: Sequence[str], settings: dict | None = None):
         self.path = Path(path)

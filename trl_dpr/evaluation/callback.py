@@ -1,8 +1,6 @@
 """`WinRateCallback`: the win rate of the policy against the frozen SFT model, measured during training.
 
-TRL removed its judges and `WinRateCallback` in v1.1; this one takes any `PairwiseJudge` of `trl_dpr.evaluation`
-(the exact-answer judge, an OpenAI-compatible judge, a local model) and logs `eval/win_rate` with its bootstrap
-confidence interval to the trainer's log history (and so to W&B / TensorBoard / trackio).
+TRL removed its judges and `WinRateCallback` in v1.1; this one takes any `PairwiseJudge` of `trl_dpr.evaluation`.
 """
 
 from __future__ import annotations
@@ -31,19 +29,9 @@ class WinRateCallback(TrainerCallback):
     """Every `eval_steps` optimizer steps, and whenever the trainer evaluates, answer a fixed set of prompts with the
     current policy, judge the answers against the SFT model's, and log the win rate (ties 0.5).
 
-    The SFT answers are generated once (the SFT model is frozen) and reused. Generation is seeded and leaves the
-    training random state untouched. Logged keys: `eval/win_rate`, `eval/win_rate_ci_low`, `eval/win_rate_ci_high`
-    and `eval/win_rate_unparseable` (verdicts left out); a step where no verdict parses logs only the last one.
-
-    Args:
-        judge: any `PairwiseJudge` (e.g. `ExactAnswerJudge()`, `LLMPairwiseJudge(OpenAIChatModel("gpt-4o"))`).
-        trainer: the trainer (a `DensePathTrainer`: its `reward_model.sft_model` is the SFT model).
-        prompts: the fixed evaluation prompts, strings or conversations (TRL's `prompt` column format).
-        references: reference answers, one per prompt (the exact judge needs them).
-        eval_steps: evaluate every this many optimizer steps; None to evaluate only when the trainer does.
-        sft_model: the baseline model, for trainers without a `reward_model` (e.g. a GRPOTrainer).
-        temperature, max_new_tokens, batch_size, seed: answer sampling (paper: temperature 0.7).
-        confidence, num_resamples: the bootstrap interval.
+    The SFT answers are generated once and reused; generation is seeded and leaves the training random state alone.
+    Logs `eval/win_rate`, its `_ci_low` / `_ci_high` and `_unparseable`. `sft_model` is the baseline for trainers
+    without a `reward_model` (a GRPOTrainer); `eval_steps=None` evaluates only when the trainer does.
 
     Example:
         ```python
@@ -116,8 +104,7 @@ class WinRateCallback(TrainerCallback):
     def evaluate(self, is_main_process: bool = True) -> dict[str, float] | None:
         """Generate, judge and return the metrics the callback logs (None on processes other than the main one).
 
-        Every process enters the models' unwrapping (ZeRO-3 gathers weights collectively); the main process alone
-        generates, judges and returns metrics.
+        Every process enters the unwrapping (ZeRO-3 gathers collectively); the main process alone generates.
         """
         from trl.models.utils import unwrap_model_for_generation
 

@@ -4,8 +4,7 @@
     OpenAIChatModel   any OpenAI-compatible chat-completions endpoint, through the `openai` client
     LocalChatModel    a Hugging Face causal LM in this process (greedy, batched, chat template)
 
-Judges (`LLMPairwiseJudge`, `MTBenchGrader`) only talk to the protocol, so a judge is a template and a parser, and the
-backend is how the text is obtained.
+Judges only talk to the protocol: a judge is a template and a parser, the backend how the text is obtained.
 """
 
 from __future__ import annotations
@@ -45,21 +44,9 @@ class OpenAIChatModel:
     """A chat model behind `POST {base_url}/chat/completions` (OpenAI, a vLLM / SGLang server, a proxy), e.g. GPT-4o
     as the paper's judge. Needs the `openai` client (`pip install "trl_dpr[judge]"`).
 
-    The API key is read from the environment variable `api_key_env` when the object is built (a missing key fails
-    before any generation work) and again at each request; it is never stored on the object, written to a file or put
-    in a message. Retries are the `openai` client's own: 408 / 409 / 429 / 5xx, timeouts and dropped connections are
-    retried `max_retries` times with exponential backoff (and the server's `Retry-After`); other 4xx errors stop at
-    once with the server's message.
-
-    Args:
-        model: the model name sent in each request (paper: "gpt-4o").
-        base_url: the API root, up to and including `/v1`.
-        api_key_env: the NAME of the environment variable holding the key.
-        temperature: sampling temperature of the judge (paper: 0).
-        max_tokens: the longest reply requested.
-        timeout_s: seconds to wait for one response.
-        max_retries: retries after the first attempt.
-        max_workers: parallel requests in `complete_batch`.
+    The key is read from the variable NAMED `api_key_env` when built (a missing key fails before any generation) and
+    at each request; it is never stored, written or put in a message. Retries are the `openai` client's (408 / 409 /
+    429 / 5xx, timeouts), `max_retries` times with backoff; other 4xx stop at once. `base_url` ends with `/v1`.
     """
 
     model: str = "gpt-4o"
@@ -182,15 +169,8 @@ def _hint_for_status(status: int, api_key_env: str) -> str:
 
 class LocalChatModel:
     """Greedy replies from a local causal LM through its chat template: judging without an API (an open judge such as
-    a Llama or Qwen instruct model), and the judge plumbing offline. A judge that does not follow the verdict format
-    produces unparseable verdicts, which are counted.
-
-    Args:
-        model: a transformers causal LM.
-        tokenizer: its tokenizer; it must have a chat template (instruction-tuned judges do).
-        max_new_tokens: the longest reply (explanation + verdict).
-        batch_size: conversations generated at once.
-        name: how the judge is named in reports (default: the model's `name_or_path`).
+    an open instruct model), and the judge plumbing offline. The tokenizer needs a chat template; a judge that
+    ignores the verdict format gives unparseable verdicts, which are counted.
     """
 
     def __init__(self, model, tokenizer, max_new_tokens: int = 512, batch_size: int = 8, name: str | None = None):

@@ -25,7 +25,7 @@ def _name_and_path(spec: str, what: str) -> tuple[str, str]:
 
 @dataclass
 class EvaluationConfig:
-    """Settings of an evaluation run. Every field's `help` says what it does; the defaults are the paper's.
+    """Settings of an evaluation run; the defaults are the paper's.
 
     Example:
         >>> config = EvaluationConfig(benchmarks=["demo"], judge="exact", candidates=["DPR=runs/demo/dpr"])

@@ -4,24 +4,9 @@
     single_grade_messages ─► ChatModel ─► parse_rating ([[7]]) ─► mt_bench_score
     judge_pairs_cached / grade_mt_bench_cached: the same, with every verdict saved to JSONL as it comes back
 
-Prompts are MT-Bench's judge prompts (Zheng et al., 2023). Parsers are strict: a missing, malformed or contradicted
-verdict is unparseable (`PairJudgement.outcome is None`), counted and reported, never guessed.
-
-**Position bias.** Every pair is judged twice, candidate shown as assistant A, then as B, and the two outcomes combine
-by a rule. `consistent` (default; MT-Bench's convention): a verdict counts only when both orders agree, any
-disagreement is a tie. `lenient`: score each order (win 1, tie 0.5, loss 0) and add; above 1 is a win (win+win,
-win+tie), exactly 1 a tie (tie+tie, win+loss), below 1 a loss.
-
-| candidate as A \\ as B | consistent: win | tie  | loss | lenient: win | tie  | loss |
-|-----------------------|-----------------|------|------|--------------|------|------|
-| win                   | win             | tie  | tie  | win          | win  | tie  |
-| tie                   | tie             | tie  | tie  | win          | tie  | loss |
-| loss                  | tie             | tie  | loss | tie          | loss | loss |
-
-If either order is unparseable the pair is unparseable (None): left out of the win rate, counted in the report.
-
-Caching: judge calls cost money, so every chunk of verdicts is saved at once, keyed by the prompt and a hash of the
-answers (regenerated answers are judged afresh), and a rerun asks only about what is missing.
+Prompts are MT-Bench's (Zheng et al., 2023). A missing, malformed or contradicted verdict, in either order, is
+unparseable (None): counted and reported, never guessed. The position rules' table: docs/evaluation.md. Judge calls
+cost money, so each chunk of verdicts is saved at once, keyed by the prompt and a hash of the answers.
 """
 
 from __future__ import annotations
@@ -100,9 +85,8 @@ def single_grade_messages(
 ) -> list[dict]:
     """Chat messages asking a grader to rate the assistant's last answer from 1 to 10 (MT-Bench single grading).
 
-    With one question this grades turn 1; with two, the whole conversation is shown and the grader is told to focus
-    on the second answer. `references` (one per turn) switch to the correctness-first instruction MT-Bench uses for
-    math, reasoning and coding.
+    With two questions the grader sees the conversation and grades the second answer; `references` switch to
+    MT-Bench's correctness-first instruction (math, reasoning, coding).
     """
     if not questions or len(questions) != len(answers):
         raise ValueError(f"Need one answer per question (got {len(questions)} questions, {len(answers)} answers).")
@@ -167,8 +151,7 @@ class ParsedRating:
 def parse_verdict(text: str) -> ParsedVerdict:
     """The one verdict label in a judge's output, e.g. `"... so A is better. [[A>B]]"` → `A>B`.
 
-    Rules: every well-formed `[[label]]` in the text is collected; exactly one distinct label (repeating it is fine)
-    parses. No well-formed label, or two different ones, is unparseable (as in Arena-Hard's own parser).
+    Exactly one distinct well-formed `[[label]]` parses; none, or two different ones, is None (as Arena-Hard's parser).
     """
     found = _VERDICT.findall(text or "")
     distinct = list(dict.fromkeys(found))
@@ -238,10 +221,7 @@ def combine_orders(candidate_as_a: str | None, candidate_as_b: str | None, rule:
 
 @dataclass(frozen=True)
 class PairToJudge:
-    """One comparison: `candidate` (the method being evaluated) against `baseline` (SFT) on `question`.
-
-    `reference` is a reference answer when the benchmark has one (the embedded task's exact answer).
-    """
+    """One comparison: `candidate` against `baseline` (SFT) on `question`, with the benchmark's `reference` if any."""
 
     question: str
     candidate: str
@@ -251,14 +231,8 @@ class PairToJudge:
 
 @dataclass(frozen=True)
 class PairJudgement:
-    """A judge's decision on one pair.
-
-    Attributes:
-        outcome: "win" / "tie" / "loss" for the candidate; None when unparseable (left out of the win rate, counted).
-        verdicts: the parsed label of each order, candidate shown as A first, then as B (None where unparseable).
-        judge_outputs: the judge's raw replies, same order (empty for judges that do not write text).
-        problem: why the outcome is None.
-    """
+    """A judge's decision on one pair: the candidate's `outcome` (None when unparseable, with the `problem`), and the
+    `verdicts` and raw `judge_outputs` of each order, candidate as A first."""
 
     outcome: str | None
     verdicts: tuple[str | None, ...] = ()
@@ -282,12 +256,7 @@ class PairwiseJudge(ABC):
 class LLMPairwiseJudge(PairwiseJudge):
     """An LLM judge asked for `[[A>B]]` / `[[A=B]]` / `[[B>A]]` (Arena-Hard's `>>` labels accepted too), in both orders.
 
-    Every pair is sent twice, candidate as assistant A then as assistant B, and the two outcomes are combined by
-    `position_rule` (see this module's docstring: "consistent" = MT-Bench's rule, disagreement is a tie).
-
-    Args:
-        chat: the judge backend, e.g. `OpenAIChatModel(model="gpt-4o")` or `LocalChatModel(model, tokenizer)`.
-        position_rule: "consistent" (default) or "lenient".
+    `position_rule` combines the two orders: "consistent" (default, MT-Bench's: disagreement is a tie) or "lenient".
 
     Example:
         >>> class AlwaysPrefersA:  # a judge with a pure position bias
@@ -396,12 +365,8 @@ class MTBenchScore:
 
 
 class MTBenchGrader:
-    """Rates answers with a chat model (paper: GPT-4o at temperature 0) in MT-Bench's single-answer format.
-
-    Args:
-        chat: the judge backend (`OpenAIChatModel`, `LocalChatModel`, ...).
-        reference_categories: categories graded against the question's reference answers.
-    """
+    """Rates answers with a chat model (paper: GPT-4o at temperature 0) in MT-Bench's single-answer format;
+    `reference_categories` are graded against the question's reference answers."""
 
     def __init__(self, chat: ChatModel, reference_categories: Sequence[str] = REFERENCE_CATEGORIES):
         self.chat = chat
@@ -506,10 +471,7 @@ def grade_mt_bench_cached(
     chunk_size: int = 16,
     show_progress: bool = True,
 ) -> list[MTBenchGrade]:
-    """`grader.grade(prompts, answers)` for every turn, reading cached grades back and saving new ones as they come.
-
-    Grades are keyed by (prompt, turn, the conversation's answers up to that turn).
-    """
+    """`grader.grade(prompts, answers)` for every turn, cached by (prompt, turn, the answers up to that turn)."""
     cache = JsonlCache(cache_path, ("prompt_id", "turn", "answers"), settings={"grader": grader.name})
 
     def key(prompt: EvalPrompt, turn: int) -> tuple:

@@ -1,20 +1,8 @@
 """The paper's evaluation prompts (AlpacaEval, Arena-Hard v0.1, LIMA test, MT-Bench) and the embedded task's, as
 `EvalPrompt`s, from the Hub or from a local JSON / JSONL file.
 
-Where each set comes from, and the file to fetch when the Hub copy cannot be used (offline machines, gated repos,
-script-based repos that `datasets` no longer runs):
-
-| name          | rows | Hub source                                                     | local file: expected fields (one object per row)                              |
-|---------------|------|----------------------------------------------------------------|--------------------------------------------------------------------------------|
-| `alpaca_eval` | 805  | `tatsu-lab/alpaca_eval`, file `alpaca_eval.json` (script repo)  | `instruction` (str); optional `dataset` (its source set, kept as category)    |
-| `arena_hard`  | 500  | `lmarena-ai/arena-hard-auto-v0.1`, split `train` (parquet)      | `question_id`, `turns` (list of `{"content": str}`); optional `cluster`        |
-| `lima`        | 300  | `GAIR/lima`, file `test.jsonl` (gated: accept the terms, log in) | `conversations` (list of str; the first is the prompt); optional `source`      |
-| `mt_bench`    | 80   | `HuggingFaceH4/mt_bench_prompts`, split `train` (parquet)       | `turns` or `prompt` (2 str), `category`, `question_id` or `prompt_id`, optional `reference` (list of str, for math / reasoning / coding) |
-| `demo`        | any  | generated (`trl_dpr.embedded.task`, held-out split)             | —                                                                              |
-
-Local files: a `.jsonl` file (one JSON object per line) or a `.json` file holding a list of objects. The FastChat
-MT-Bench file `fastchat/llm_judge/data/mt_bench/question.jsonl` and Arena-Hard's
-`data/arena-hard-v0.1/question.jsonl` load as they are.
+The sources, and the local files to use when the Hub copy cannot be (offline, gated, script repos), with their
+fields: docs/evaluation.md. A local file is `.jsonl` or a `.json` list of objects.
 """
 
 from __future__ import annotations

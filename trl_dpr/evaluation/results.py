@@ -3,10 +3,6 @@ and the report (`results.json`, and `results.md` in the paper's Table 1 layout).
 
     judgements ─► summarize_pairwise ─► WinRate ─┐
     answers    ─► length_stats, accuracy ────────┴► EvaluationReport ─► results_markdown / write()
-
-Win rates are percentages with their bootstrap 95% interval, e.g. `62.3 (58.9–65.7)`; the baseline's row shows "—"
-where it would be compared with itself. Further tables give exact-answer accuracy (benchmarks with exact answers),
-answer lengths, and every unparseable verdict count.
 """
 
 from __future__ import annotations
@@ -27,14 +23,8 @@ OUTCOME_SCORE = {"win": 1.0, "tie": 0.5, "loss": 0.0}
 
 @dataclass
 class WinRate:
-    """Win rate of a candidate against a baseline over n judged prompts.
-
-    Attributes:
-        value: (wins + 0.5·ties) / n.
-        ci_low, ci_high: percentile bootstrap confidence interval of `value` (resampling prompts).
-        wins, ties, losses: counts.
-        confidence: the interval's level (0.95 by default).
-    """
+    """Win rate `value` = (wins + 0.5·ties) / n of a candidate against a baseline, with its percentile bootstrap
+    interval over prompts (`confidence`, 0.95 by default)."""
 
     value: float
     ci_low: float
@@ -66,11 +56,7 @@ def bootstrap_mean_ci(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Percentile bootstrap interval of the mean over units (prompts), for each row of `values` (`[L, P]` or `[P]`).
 
-    The same resampled units are used for every row, so rows that are paired by unit (λ against λ = ∞, a method
-    against the baseline) can be compared on the same resamples.
-
-    Returns:
-        `(low, high)`, each `[L]` float64.
+    The same resamples serve every row, so rows paired by unit can be compared; returns `(low, high)`, each `[L]`.
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}.")
@@ -111,8 +97,7 @@ def win_rate(
 ) -> WinRate:
     """Win rate of `outcomes` ("win" / "tie" / "loss" for the candidate), ties = 0.5, with a bootstrap CI.
 
-    `groups` (one label per outcome, e.g. the prompt id when several answers per prompt were judged) makes the
-    bootstrap resample prompts, whose answers are correlated, instead of single outcomes.
+    `groups` (e.g. the prompt id of each outcome) makes the bootstrap resample prompts, not correlated answers.
     """
     unknown = set(outcomes) - set(OUTCOME_SCORE)
     if unknown:
@@ -216,14 +201,8 @@ def length_stats(answers: Sequence[str], tokenizer=None) -> LengthStats:
 # ---- results of a run ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PairwiseResult:
-    """One method against the baseline on one benchmark.
-
-    Attributes:
-        win_rate: over the pairs whose verdict parsed (ties 0.5, bootstrap CI); None when none parsed.
-        unparseable: pairs left out because a verdict could not be parsed (reported, never hidden).
-        position_disagreements: pairs whose two orders gave different outcomes (a measure of position bias); None
-            for judges that do not judge in two orders (the exact-answer judge).
-    """
+    """One method against the baseline on one benchmark: `win_rate` over the parsed pairs (None when none parsed), the
+    `unparseable` count and `position_disagreements` (None for judges of one order)."""
 
     benchmark: str
     method: str
@@ -273,8 +252,7 @@ def summarize_pairwise(
 ) -> tuple[WinRate | None, int, int | None]:
     """(win rate over the parseable pairs or None, unparseable count, position disagreements) of judgements.
 
-    Disagreements are pairs whose two orders were both parsed and gave different outcomes; None when no judgement
-    has two orders. `groups` (one label per judgement) is passed to `win_rate` for the parseable ones.
+    Disagreements: both orders parsed, different outcomes; None when no judgement has two orders.
     """
     parsed = [i for i, j in enumerate(judgements) if j.outcome is not None]
     outcomes = [judgements[i].outcome for i in parsed]

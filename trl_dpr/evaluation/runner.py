@@ -3,18 +3,9 @@
     check (model folders, prompt files, the judge's API key) → answers of every model (cached)
     → pairwise judgements vs the baseline, MT-Bench grades (cached) → win rates, scores, lengths → results.{json,md}
 
-On the embedded task (`benchmarks: [demo]`, `judge: exact`) it also reports each model's exact-answer accuracy; this
-is the one evaluation of that task (`make demo`, `trl-dpr evaluate` and the experiments all run it), so the same
-settings give the same answers and numbers wherever it is run from. `samples_per_prompt` > 1 answers each prompt
-several times (ids `<id>#<k>`); intervals then resample prompts.
-
-Everything that can fail cheaply fails first: a missing model folder, prompt file or API key stops the run before
-any model is loaded. Files under `output_dir`:
-
-    answers/<benchmark>/<model>.jsonl                 one line per (model, prompt id, turn)
-    judgements/<benchmark>/<method>_vs_<baseline>.jsonl
-    grades/mt_bench/<model>.jsonl
-    results.json, results.md
+The one evaluation of the embedded task too (`make demo`, the experiments), so the same settings give the same numbers
+wherever it runs from. `samples_per_prompt` > 1 answers each prompt several times (ids `<id>#<k>`); intervals then
+resample prompts. The cached files under `output_dir`: docs/evaluation.md.
 """
 
 from __future__ import annotations

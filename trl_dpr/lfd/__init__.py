@@ -5,8 +5,7 @@
     trainer     SPINTrainer, GSILTrainer: one iteration each, thin DPOTrainer subclasses
     self_play   run_self_play: π_t answers the demonstration prompts (cached), then trains against itself, T times
 
-Both start from the SFT output of `trl-dpr sft` (π_SFT) on the same demonstrations as SFT and DPR; `trl-dpr spin`
-and `trl-dpr gsil` run them, `experiments/table1.py` compares them with SFT, DPR and SR.
+Both start from `trl-dpr sft`'s output, on the same demonstrations (`trl-dpr spin` / `trl-dpr gsil`).
 """
 
 from .config import GSILConfig, SPINConfig

@@ -1,10 +1,6 @@
 """`SPINConfig` and `GSILConfig`: DPOConfig with the self-play fields and each paper's defaults.
 
-Both methods alternate two steps from the SFT model π_0: the current iterate π_t answers every demonstration prompt,
-then π_{t+1} is trained on (demonstration, own answer) pairs with π_t as the frozen reference. `SelfPlayConfig` holds
-what the two share (iterations, how π_t answers, which pairs are kept); the subclasses hold each paper's loss and
-defaults. Sources: SPIN, Chen et al. (ICML 2024, arXiv:2401.01335) and its code uclaml/SPIN; GSIL, Xiao et al. (EMNLP
-2024, arXiv:2410.10093) and its code tengxiao1/GSIL.
+Sources of the defaults: SPIN, arXiv:2401.01335 and uclaml/SPIN; GSIL, arXiv:2410.10093 and tengxiao1/GSIL.
 """
 
 from __future__ import annotations
@@ -21,18 +17,8 @@ from .losses import GSIL_LOSSES, SPIN_LOSSES
 class SelfPlayConfig(ActivationCheckpointingAlias, DPOConfig):
     r"""What SPIN and GSIL share on top of [`trl.DPOConfig`]: the self-play loop. Use `SPINConfig` or `GSILConfig`.
 
-    Training-loop fields (`learning_rate`, `num_train_epochs`, batch sizes, ...) apply to each iteration; `output_dir`
-    holds `iteration-<t>/` (the model trained at iteration t, its checkpoints), `generations/iteration-<t>.jsonl` (π_t's
-    answers, cached line by line) and, at the end, the last iteration's model.
-
-    Parameters:
-        num_iterations (`int`): self-play iterations (policy answers, then one training run against it).
-        generation_temperature (`float`): temperature of π_t's answers; 0 decodes greedily.
-        generation_top_p (`float`): nucleus sampling of π_t's answers (1 = plain sampling).
-        max_new_tokens (`int`): longest answer of π_t, in tokens (an answer cut there keeps no EOS).
-        generation_batch_size (`int`): prompts per `generate` call while π_t answers.
-        previous_iteration_pairs (`bool`): also train iteration t on iteration t−1's pairs.
-        overwrite_output_dir (`bool`, defaults to `False`): start over in an output_dir that holds a self-play run.
+    Training-loop fields apply to each iteration; `output_dir` holds `iteration-<t>/`, π_t's cached answers
+    (`generations/iteration-<t>.jsonl`) and, at the end, the last iterate.
     """
 
     num_iterations: int = field(default=1, metadata={"help": "Self-play iterations: π_t answers, then π_{t+1} is trained."})
@@ -91,22 +77,14 @@ class SelfPlayConfig(ActivationCheckpointingAlias, DPOConfig):
 
 @dataclass
 class SPINConfig(SelfPlayConfig):
-    r"""Configuration for [`SPINTrainer`] and `trl-dpr spin`: every [`trl.DPOConfig`] field, the self-play loop,
-    and SPIN's loss. Defaults are SPIN's (Chen et al., 2024, Experiments section, and uclaml/SPIN's
-    `configs/config*.yaml` and `spin/generate.py`).
+    r"""Configuration for [`SPINTrainer`] and `trl-dpr spin`: [`trl.DPOConfig`], the self-play loop and SPIN's loss,
+    with SPIN's defaults (uclaml/SPIN's `configs/config*.yaml`, `spin/generate.py`).
 
     Parameters:
-        beta (`float`, defaults to `0.1`): λ of L_SPIN (Method section; README: 0.1).
-        spin_loss_type (`str`, defaults to `"sigmoid"`): ℓ of L_SPIN: `"sigmoid"`, the paper's logistic loss, or
-            `"hinge"` (uclaml/SPIN `spin_loss`).
-        num_iterations (`int`, defaults to `4`): the paper's iterations 0 to 3.
-        previous_iteration_pairs (`bool`, defaults to `True`): iteration t ≥ 1 trains on its own and iteration t−1's
-            pairs (`configs/config_iter1.yaml` mixes SPIN_iter0 and SPIN_iter1).
-        generation_temperature (`float`, defaults to `0.8`), generation_top_p (`float`, defaults to `0.95`),
-            max_new_tokens (`int`, defaults to `256`): how π_t answers (`spin/generate.py`).
-        learning_rate (`float`, defaults to `5e-7`), optim (`str`, defaults to `"rmsprop"`), lr_scheduler_type
-            (`str`, defaults to `"linear"`), warmup_steps (`float`, defaults to `0.1`), num_train_epochs (`float`,
-            defaults to `3`): each iteration's training (`configs/config.yaml`).
+        beta (`float`, defaults to `0.1`): λ of L_SPIN. spin_loss_type (`str`, defaults to `"sigmoid"`) or `"hinge"`.
+        num_iterations (`int`, defaults to `4`); previous_iteration_pairs (`bool`, defaults to `True`).
+        generation_temperature `0.8`, generation_top_p `0.95`, max_new_tokens `256`; learning_rate `5e-7`, optim
+            `"rmsprop"`, lr_scheduler_type `"linear"`, warmup_steps `0.1`, num_train_epochs `3` (per iteration).
 
     Example:
         >>> from trl_dpr.lfd import SPINConfig
@@ -167,22 +145,14 @@ class SPINConfig(SelfPlayConfig):
 
 @dataclass
 class GSILConfig(SelfPlayConfig):
-    r"""Configuration for [`GSILTrainer`] and `trl-dpr gsil`: every [`trl.DPOConfig`] field, the self-play loop,
-    and GSIL's family of losses. Defaults are GSIL's (Xiao et al., 2024, Method and Experiments sections, and
-    tengxiao1/GSIL's `scripts/finetune.sh`, `gsil/generate.py` and `alignment/configs.py`).
+    r"""Configuration for [`GSILTrainer`] and `trl-dpr gsil`: [`trl.DPOConfig`], the self-play loop and GSIL's losses,
+    with GSIL's defaults (tengxiao1/GSIL's `scripts/finetune.sh`, `gsil/generate.py`).
 
     Parameters:
-        beta (`float`, defaults to `0.1`): β of f_θ = β log π_θ/π_t (Method section; the code's `alpha`, 0.1).
-        gsil_loss_type (`str`, defaults to `"bernoulli"`): the density-ratio loss pair (ℓ₁, ℓ₋₁): `"bernoulli"`
-            (logistic), `"brier"`, `"hinge"`, `"kliep"` or `"lsif"` (`trl_dpr.lfd.losses.gsil_loss`).
-        gsil_shift (`float`, defaults to `0.0`): b in f_θ = β log π_θ/π_t + b. The paper's f has none; the code's
-            `beta` (0.1 by default, 2 in `scripts/finetune.sh` with a scale of 0.01).
-        num_iterations (`int`, defaults to `1`): the released scripts train one iteration (`data/iter1`).
-        generation_temperature (`float`, defaults to `0.0`), max_new_tokens (`int`, defaults to `256`): π_t answers
-            greedily (`gsil/generate.py`: `do_sample=False`, 256 new tokens).
-        learning_rate (`float`, defaults to `5e-7`), optim (`str`, defaults to `"rmsprop"`), lr_scheduler_type
-            (`str`, defaults to `"linear"`), warmup_steps (`float`, defaults to `0.1`), num_train_epochs (`float`,
-            defaults to `1`): `scripts/finetune.sh`.
+        beta (`float`, defaults to `0.1`): β of f_θ = β log π_θ/π_t + b; gsil_shift (`float`, defaults to `0.0`): b.
+        gsil_loss_type (`str`, defaults to `"bernoulli"`): `"brier"`, `"hinge"`, `"kliep"`, `"lsif"` (`gsil_loss`).
+        num_iterations `1`, generation_temperature `0.0` (greedy), max_new_tokens `256`; learning_rate `5e-7`, optim
+            `"rmsprop"`, lr_scheduler_type `"linear"`, warmup_steps `0.1`, num_train_epochs `1`.
 
     Example:
         >>> from trl_dpr.lfd import GSILConfig

@@ -4,21 +4,9 @@ r"""The SPIN and GSIL losses, as pure tensor functions of sequence log-probabili
                               ├─► log π_θ, log π_t (summed) ─► log-ratios
     own answer  y' ~ π_t ─────┘                                  └─► GSIL: ℓ₁(f(y)) + ℓ₋₁(f(y')),  f = β·log-ratio + b
 
-π_θ is the model being trained and π_t the iterate that wrote the answers y' (the frozen reference). Every function
-takes `[B]` tensors of log-probabilities summed over each completion's tokens (TRL's DPO layout: `real` = the
-demonstration, DPO's "chosen"; `generated` = the model's own answer, DPO's "rejected") and returns `[B]` per-example
-losses; the trainers average them over the batch.
-
-Sources:
-    SPIN: "Self-Play Fine-Tuning Converts Weak Language Models to Strong Language Models" (Chen et al., ICML 2024,
-        arXiv:2401.01335), Method section: L_SPIN(θ, θ_t) = E[ℓ(λ log p_θ(y|x)/p_θt(y|x) − λ log p_θ(y'|x)/p_θt(y'|x))]
-        with the logistic loss ℓ(t) = log(1 + e^{−t}); the authors' code (uclaml/SPIN, `spin_loss`) also has the hinge
-        loss max(0, 1 − t).
-    GSIL: "How to Leverage Demonstration Data in Alignment for Large Language Model? A Self-Imitation Learning
-        Perspective" (Xiao et al., EMNLP 2024, arXiv:2410.10093), Method section: ℓ_GSIL(θ) = E_{π_data}[ℓ₁(f_θ)] +
-        E_{π_θt}[ℓ₋₁(f_θ)] with f_θ = β log π_θ(y|x)/π_θt(y|x), a classifier of demonstration vs. self-generated data
-        whose loss pair (ℓ₁, ℓ₋₁) comes from a density-ratio estimation objective. The five pairs below are the ones the
-        authors' code implements (tengxiao1/GSIL, `gsil_loss`), including its optional shift b of f.
+π_θ is trained, π_t wrote y' (the frozen reference). Inputs are `[B]` log-probs summed per completion (`real` = DPO's
+"chosen", `generated` = "rejected"); outputs `[B]` per-example losses. Sources: SPIN, arXiv:2401.01335 (and
+uclaml/SPIN's hinge); GSIL, arXiv:2410.10093 (the five loss pairs and the shift b of tengxiao1/GSIL).
 """
 
 from __future__ import annotations
@@ -49,16 +37,8 @@ def spin_loss(
 ) -> torch.Tensor:
     r"""SPIN's per-pair loss: ℓ(β·Δ) with Δ = [log π_θ(y|x) − log π_t(y|x)] − [log π_θ(y'|x) − log π_t(y'|x)].
 
-    y is the demonstration and y' the answer the previous iterate π_t sampled; β is SPIN's λ (paper: 0.1).
-
-    - `"sigmoid"` (the paper's logistic loss): ℓ(t) = log(1 + e^{−t}) = −log σ(t);
-    - `"hinge"` (the authors' code): ℓ(t) = max(0, 1 − t).
-
-    With π_t as the reference this is DPO's loss on (chosen = demonstration, rejected = own answer): SPIN is DPO
-    against the previous iterate, repeated.
-
-    Returns:
-        `[B]` float losses.
+    `"sigmoid"` (the paper's): ℓ(t) = −log σ(t); `"hinge"` (the authors' code): ℓ(t) = max(0, 1 − t). β is SPIN's λ.
+    This is DPO's loss with π_t as the reference: SPIN is DPO against the previous iterate, repeated.
 
     Example:
         Δ = (−1 − (−2)) − (−3 − (−2)) = 2; with β = 0.5, t = 1 and log(1 + e^{−1}) = 0.3133, max(0, 1 − 1) = 0:
@@ -81,8 +61,7 @@ def spin_loss(
 def gsil_discriminator(policy_logps: torch.Tensor, ref_logps: torch.Tensor, beta: float = 0.1, shift: float = 0.0) -> torch.Tensor:
     r"""GSIL's implicit classifier logit f_θ(x, y) = β·(log π_θ(y|x) − log π_t(y|x)) + b.
 
-    f estimates the log density ratio log π_data(y|x)/π_t(y|x) (demonstrations vs. the model's own answers); the paper
-    has b = 0, the authors' code an optional shift b.
+    f estimates log π_data(y|x)/π_t(y|x); the paper has b = 0, the authors' code an optional shift b.
 
     Example:
         >>> import torch
@@ -114,11 +93,8 @@ def gsil_loss(
     `lsif`        −e^f                   ½ e^{2f}               least-squares importance fitting (r = e^f)
     ============  =====================  =====================  ==============================================
 
-    Unlike SPIN, the two terms are separate: the demonstration's f is pushed up and the own answer's f down, each on its
-    own scale, rather than their difference. `kliep` and `lsif` exponentiate f: a large β·log-ratio overflows them.
-
-    Returns:
-        `(losses, real_losses, generated_losses)`, each `[B]`: ℓ₁(f(y)) + ℓ₋₁(f(y')), ℓ₁(f(y)), ℓ₋₁(f(y')).
+    Unlike SPIN's, the terms are separate, not a difference; `kliep` and `lsif` overflow for a large β·log-ratio.
+    Returns `(losses, real_losses, generated_losses)`, each `[B]`.
 
     Example:
         f(y) = 1·(−1 − (−2)) = 1 and f(y') = 1·(−3 − (−2)) = −1. Bernoulli: 2·log(1 + e^{−1}) = 0.6265; hinge:

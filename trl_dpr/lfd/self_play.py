@@ -7,9 +7,7 @@
         π_{t+1} = train π_t against itself, frozen   SPINTrainer / GSILTrainer   <output_dir>/iteration-<t>/
     <output_dir> gets π_T (the files of iteration-<T−1>/)
 
-Resuming: answers are cached per prompt, finished iterations are not trained again, an interrupted one resumes from
-its last complete checkpoint. `<output_dir>/self_play.json` records the settings: a rerun with others is refused
-unless `overwrite_output_dir: true`; raising `num_iterations` continues a finished run.
+A rerun resumes (cached answers, finished iterations, the last checkpoint); `self_play.json` refuses other settings.
 """
 
 from __future__ import annotations
@@ -196,8 +194,7 @@ def answer_prompts(
 ) -> list[dict]:
     """One answer of `model` per prompt, cached in `cache_path` (JSONL, flushed per batch), in prompt order.
 
-    Cached prompts are not answered again; batch seeds are `seed + <first prompt index>`, so the answers are reproducible;
-    `settings` (model, iteration, sampling) must match the file's.
+    Batch seeds are `seed + <first prompt index>` (reproducible); `settings` must match the file's.
     """
     state = PartialState()
     settings = {**(settings or {}), "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,

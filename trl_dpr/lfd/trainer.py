@@ -4,9 +4,7 @@
         ─► DPOTrainer's collator: [y rows; y' rows] ─► log π_θ, log π_t (TRL's fused LM head, summed per completion)
         ─► `pair_loss`: SPIN's or GSIL's loss (`trl_dpr.lfd.losses`) ─► mean ─► DPOTrainer's optimiser step
 
-The reference model is the iterate π_t that wrote the answers y': DPOTrainer's own reference, i.e. the model as it was
-passed in (a frozen copy, or the frozen "ref" adapter for a PEFT policy). The iterations themselves (π_t answers,
-then one of these trainers runs) are `trl_dpr.lfd.self_play.run_self_play`.
+The reference is DPOTrainer's own: the model as passed in, π_t. The iterations are `lfd.self_play.run_self_play`.
 """
 
 from __future__ import annotations
@@ -30,9 +28,8 @@ _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 class SelfPlayTrainer(AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, DPOTrainer):
     r"""What SPIN and GSIL change in [`~trl.DPOTrainer`]; use `SPINTrainer` or `GSILTrainer`.
 
-    Overrides (everything else is DPOTrainer's): `_prepare_dataset` keeps pairs that already hold token ids, so own
-    answers are scored on the ids π_t sampled, not on re-tokenized text; `compute_loss` runs DPOTrainer's policy and
-    reference forwards, then the method's `pair_loss`.
+    Overrides: `_prepare_dataset` keeps pairs that hold token ids (own answers are scored on the ids π_t sampled, not
+    re-tokenized text); `compute_loss` runs DPOTrainer's forwards, then `pair_loss`.
 
     Example (a new self-play method is its `pair_loss`):
         ```python
@@ -88,13 +85,8 @@ class SPINTrainer(SelfPlayTrainer):
     r"""Trainer for one iteration of Self-Play Fine-Tuning (SPIN), from [Self-Play Fine-Tuning Converts Weak Language
     Models to Strong Language Models](https://huggingface.co/papers/2401.01335).
 
-    SPIN trains the model to tell the demonstration y from the answer y' that its previous iterate π_t wrote, with the
-    logistic loss of β·[log π_θ(y|x)/π_t(y|x) − log π_θ(y'|x)/π_t(y'|x)] (`trl_dpr.lfd.losses.spin_loss`): DPO with
-    chosen = demonstration, rejected = own answer and reference = π_t. Each call of `train` is one iteration;
-    `trl_dpr.lfd.self_play.run_self_play` alternates them with π_t answering the prompts.
-
-    The only change w.r.t. [`SelfPlayTrainer`] is `pair_loss`. Everything else (collation, the reference model,
-    PEFT, logging, checkpointing) is DPOTrainer's, as `SelfPlayTrainer` lists.
+    SPIN tells the demonstration y from π_t's answer y' with DPO's loss (`spin_loss`), reference = π_t; one `train` is
+    one iteration. The only change w.r.t. [`SelfPlayTrainer`] is `pair_loss`; everything else is DPOTrainer's.
 
     Example:
         ```python
@@ -144,12 +136,8 @@ class GSILTrainer(SelfPlayTrainer):
     r"""Trainer for one iteration of Generalized Self-Imitation Learning (GSIL), from [How to Leverage Demonstration
     Data in Alignment for Large Language Model? A Self-Imitation Learning Perspective](https://huggingface.co/papers/2410.10093).
 
-    GSIL fits the classifier f = β log π_θ/π_t (+ b) of demonstrations vs. the model's own answers with a density-ratio
-    loss, ℓ₁(f(y)) on the demonstration plus ℓ₋₁(f(y')) on the answer π_t wrote, so that π_θ ∝ π_t · ratio moves
-    towards the demonstrations (`trl_dpr.lfd.losses.gsil_loss`, five loss pairs: `gsil_loss_type`).
-
-    The only change w.r.t. [`SelfPlayTrainer`] is `pair_loss`. Everything else (collation, the reference model,
-    PEFT, logging, checkpointing) is DPOTrainer's, as `SelfPlayTrainer` lists.
+    GSIL fits f = β log π_θ/π_t (+ b), demonstrations vs. own answers, with a density-ratio loss pair (`gsil_loss`).
+    The only change w.r.t. [`SelfPlayTrainer`] is `pair_loss`; everything else is DPOTrainer's.
 
     Example:
         ```python

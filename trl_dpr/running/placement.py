@@ -4,14 +4,9 @@
                                                               ├─► checked against accelerate's settings (both ends)
                                                               └─► the pipeline's SFT stage and evaluation
 
-The recipe's `use_cpu`, `bf16` and `fp16` are the run's device and precision. Accelerate has its own copy of both (an
-accelerate config's `use_cpu` and `mixed_precision`, or `--cpu` / `--mixed_precision`), and transformers merges the
-two without a word: a `true` on either side wins (`TrainingArguments.__post_init__` keeps the launcher's
-`ACCELERATE_MIXED_PRECISION` unless the recipe turns bf16/fp16 *on*). So the rule here is: they agree, or the run is
-refused before anything loads, with one line that says which value to change. `trl-dpr` checks it before it launches;
-the launched script checks it again against what accelerate launched it with (`accelerate launch` used directly).
-Without an accelerate config (none given, none written by `accelerate config`), `trl-dpr` launches with the recipe's
-own device and precision, so there is nothing to disagree with.
+Accelerate has its own copy of the recipe's `use_cpu` / `bf16` / `fp16`, and transformers merges the two without a word
+(a `true` on either side wins). So they agree, or the run is refused before anything loads, with one line that says
+which value to change: before the launch, and again in the launched script (for `accelerate launch` used directly).
 """
 
 from __future__ import annotations
@@ -127,10 +122,8 @@ def check_placement(run: RunPlacement, launch: LaunchPlacement | None, gpu_avail
 
 
 def check_launched_run(training_args, launch: LaunchPlacement | None) -> RunPlacement:
-    """In a launched recipe, before anything loads: the parsed recipe's placement, checked against what accelerate
-    launched this process with (`launch`: `LaunchPlacement.from_environment()`, read before the recipe was parsed)
-    and against the machine. `trl-dpr` checked the same before launching; `accelerate launch recipes/dpr.py` did not.
-    """
+    """In a launched recipe, before anything loads: `check_placement` against what accelerate launched this process
+    with (read before the recipe was parsed)."""
     import torch
 
     run = RunPlacement.of(training_args)

@@ -3,17 +3,9 @@
     RecipeParser (TRL's dataclasses) ──describe()──► description (plain JSON) ──► LightRecipeParser (argparse only)
           └──────────────── RecipeChecks: the same checks, the same messages ────────────────┘
 
-`RecipeParser` (recipe_parser.py) builds its arguments from TRL's dataclasses, and importing them costs seconds (torch,
-transformers, peft). Every check it makes is written here, in `RecipeChecks`, against plain data: for each field, its
-type as a `type_spec` (JSON), its default and its choices. `describe()` writes that data and the argparse actions
-down; `LightRecipeParser` rebuilds the same arguments from it with the standard library alone, so `--help`, a
-misspelled flag or a bad value are answered without TRL, with the messages the recipe's own parser would give.
-
-The checks: `--config` names a file or a shipped recipe (`find_recipe_file`) that is valid YAML; no YAML key is
-unknown (`RENAMED_KEYS` says what an old key became, difflib what is close); every value, from the YAML or the command
-line, fits its field (`check_value`: type, choices, sign); a field its dataclass declares unused keeps an accepted
-value (`unused_field_problem`); no command-line flag is unknown. `CommandParser` reports the mistakes of the other
-commands (`trl-dpr heatmap`, `trl-dpr memory`) the same way: one line, the closest flag to a misspelled one.
+Importing TRL's dataclasses costs seconds, so every check is written once here against plain data (each field's
+`type_spec`, default, choices): `--help`, a misspelled flag or a bad value are answered without TRL, with the
+messages the recipe's own parser gives.
 """
 
 from __future__ import annotations
@@ -184,9 +176,8 @@ def _describe(spec) -> str:
 def check_value(name: str, value, spec, default=dataclasses.MISSING, choices=None) -> str | None:
     """Why `value` is not a valid value of the dataclass field `name`, or None when it is.
 
-    Checked: the type (`spec`, the field's `type_spec`: `null` only where it allows None, an integer where it says
-    `int`), `choices` (the field's `metadata["choices"]`, its `Literal` or `Enum`), a number that is not NaN, and the
-    sign: negative only for `MAY_BE_NEGATIVE` fields, or the field's negative `default` given as itself.
+    Checked: the type (`spec`), `choices`, no NaN, and the sign (negative only for `MAY_BE_NEGATIVE` fields or a
+    negative `default` given as itself).
     """
     value = value.value if isinstance(value, enum.Enum) else value
     shown = "null" if value is None else repr(value)
@@ -237,9 +228,8 @@ def unknown_flags(remaining: list[str], accepted: list[str], passed_on: dict[str
 
 
 class CommandParser(argparse.ArgumentParser):
-    """argparse for the commands that are not recipes (`trl-dpr heatmap`, `trl-dpr memory`, and their `python -m`):
-    a mistake in the arguments ends as argparse ends it, exit code 2, but in one line that names the closest flag to a
-    misspelled one, without the usage before it. Flags are never abbreviated, so a typo is not taken for another flag.
+    """argparse for the commands that are not recipes (`heatmap`, `memory`): a mistake ends with exit code 2 in one
+    line naming the closest flag; flags are never abbreviated, so a typo is not taken for another flag.
     """
 
     def __init__(self, **kwargs):
@@ -299,8 +289,7 @@ class RecipeChecks:
     def set_defaults_with_config(self, **kwargs) -> list[str]:
         """TrlParser's: the YAML values become the arguments' defaults; a key no argument has is an error.
 
-        A YAML string for a field of another type (`learning_rate: fast`) is converted here as argparse would, so the
-        message names the file; every value is checked against its field once parsing is done (`parse_known_args`).
+        A YAML string for a non-text field is converted here as argparse would, so the message names the file.
         """
         self._config_keys = set(kwargs)
         actions = {action.dest: action for action in self._actions}
@@ -421,9 +410,8 @@ def _jsonable(value):
 
 
 def _type_name(action) -> str | None:
-    """How argparse converts this argument's text: "int", "float", "bool", "choice", None (kept as text) or "other"
-    (a type only the recipe's own parser can apply), with "|null" when "none"/"null" give None (TRL's parser does that
-    for `int | None` and other non-text optional fields)."""
+    """How argparse converts this argument's text: "int", "float", "bool", "choice", None (text) or "other", with
+    "|null" when "none"/"null" give None (as TRL's parser does for optional non-text fields)."""
     converter = action.type
     try:
         nullable = converter is not None and converter("null") is None

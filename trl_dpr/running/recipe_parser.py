@@ -1,19 +1,9 @@
 """`RecipeParser`: TRL's `TrlParser` (YAML `--config` + command-line overrides) that rejects unknown keys, and
 `find_recipe_file`: a YAML given by path, or by its name among the recipes shipped with the package.
 
-TRL's own scripts parse with `fail_with_unknown_args=False`, so a stale key does nothing without a word: since TRL 1.8
-`torch_dtype:` is ignored (it is `dtype` now), and since transformers 5 `warmup_ratio:` is gone (`warmup_steps` takes
-a ratio). A recipe that silently ignores a line is a recipe that silently trains something else, so here an unknown
-key stops the run before anything is loaded, naming the key and, when we know it, its new name.
-
-The same holds for values. argparse converts and checks only what comes from the command line: a YAML value becomes
-an argparse *default*, which goes to the dataclass as it is, so `learning_rate: null`, `dtype: float33` or
-`max_steps: -5` would reach the trainer. `RecipeParser` checks every value, from the YAML or the command line,
-against its dataclass field (`check_value`): its type, its `choices`, and its sign. A YAML syntax error is reported
-with its line. All of this happens while parsing, before any model is built.
-
-The checks themselves are in `recipe_checks.py`, on plain data, so that `trl-dpr` can run them without importing TRL
-(`describe()` → `LightRecipeParser`); this module adds what needs TRL: the arguments of the dataclasses.
+Why: TRL's scripts ignore a stale key without a word (`torch_dtype:` since TRL 1.8), and a YAML value reaches the
+dataclass unchecked (`max_steps: -5`); a recipe that silently ignores a line trains something else. So an unknown key
+or a bad value stops the run before anything loads. The checks are in `recipe_checks.py`; this adds TRL's dataclasses.
 """
 
 from __future__ import annotations

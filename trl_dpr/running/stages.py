@@ -28,16 +28,8 @@ def run_stages(
     """Run a pipeline recipe's stages: the SFT stage of `sft_config` (when set) writing `sft_path`, then `train()`,
     then `evaluate(trained, device)` against SFT (when `evaluation_config` is set); returns what `train()` returned.
 
-    The evaluation YAML is checked before anything trains. The SFT stage must write the folder `method` starts from;
-    it is skipped when that folder holds a finished SFT output, and resumed from its newest complete checkpoint when it
-    holds an unfinished one. It runs on the pipeline's device and precision (`placement`).
-
-    Example:
-        ```python
-        run_stages("DPR", "runs/demo/sft", placement, "demo/sft.yaml", "demo/evaluate.yaml",
-                   train=lambda: run_dpr(...), train_title="Dense-Path REINFORCE from runs/demo/sft",
-                   evaluate=lambda trainer, device: evaluate_against_sft(..., device=device))
-        ```
+    The evaluation YAML is checked before anything trains; a finished SFT output is not trained again, an unfinished
+    one resumes.
     """
     if evaluation_config:  # a bad evaluation YAML fails before the SFT stage and the training are spent
         check_evaluation_config(evaluation_config)
@@ -77,9 +69,8 @@ def _sft_stage(method: str, sft_path: str, placement: RunPlacement, sft_config: 
 
 def sft_stage_of_pipeline(sft_config: str, run: RunPlacement) -> tuple:
     """(sft_args, training_args, model_args) of the SFT stage a pipeline runs first (`sft_config:` of a DPR, SPIN or
-    GSIL recipe), parsed from its YAML on the pipeline's device and precision: `run`, the pipeline recipe's use_cpu,
-    bf16 and fp16 with their command-line overrides, replaces the YAML's. The stages share one process, which has one device: a CPU SFT stage before a GPU
-    DPR stage left the DPR models on the CPU and its inputs on the GPU. A replaced value is said on the console.
+    GSIL recipe), on the pipeline's device and precision (`run` replaces the YAML's, said on the console): the stages
+    share one process, and a CPU SFT stage before a GPU DPR stage left the DPR models on the CPU.
     """
     from types import SimpleNamespace
 

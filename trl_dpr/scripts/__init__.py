@@ -3,6 +3,5 @@
     sft, dpr, spin, gsil   training stages, run under `accelerate launch` (`trl-dpr <stage>` launches this file)
     evaluate, preview      in-process stages
 
-`trl-dpr <stage> --config RECIPE` runs them from a pip install; a clone also has `recipes/<stage>.py`, which runs the
-same `main` (`accelerate launch recipes/dpr.py --config recipes/demo/dpr.yaml`).
+A clone's `recipes/<stage>.py` runs the same `main`.
 """

@@ -3,9 +3,7 @@
     accelerate launch --config_file recipes/accelerate_configs/single_gpu.yaml \
         recipes/sft.py --config recipes/llama-3.1-8b/sft/config_qlora.yaml
 
-Writes π_SFT to `output_dir`, π_ref to `output_dir/dpr_reference/` and the manifest `output_dir/dpr_reference.json`
-that `trl-dpr dpr` (and `CheckpointRewardModel.from_pretrained`) read. Any YAML key can be overridden on the
-command line (`--learning_rate 1e-5`); unknown keys are an error.
+Writes π_SFT to `output_dir`, π_ref to `dpr_reference/` and the manifest `dpr_reference.json` that `trl-dpr dpr` reads.
 """
 
 from trl import ModelConfig
