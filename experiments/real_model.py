@@ -147,7 +147,7 @@ def interpolate_at_kl(points: list[tuple[float, float]], kl: float) -> float | N
     """The preview's gain at KL `kl`, linear between its (kl, gain) points; None beyond its largest KL.
 
     Example:
-        >>> interpolate_at_kl([(0.0, 0.0), (1.0, 0.1), (3.0, 0.5)], 2.0)
+        >>> round(interpolate_at_kl([(0.0, 0.0), (1.0, 0.1), (3.0, 0.5)], 2.0), 6)
         0.3
         >>> interpolate_at_kl([(0.0, 0.0), (1.0, 0.1)], 5.0) is None
         True

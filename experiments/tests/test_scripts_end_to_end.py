@@ -20,6 +20,8 @@ import experiments.figures
 import experiments.lengths
 import experiments.oracle
 import experiments.overrides
+import experiments.real_model
+import experiments.regime_map
 import experiments.sweeps
 import experiments.win_rates
 from experiments.auroc import auroc, computed_number_rewards, find_computed_numbers
@@ -288,7 +290,8 @@ def test_a_reference_step_that_was_not_saved_is_an_error_naming_the_saved_steps(
 def test_docstring_examples_run(monkeypatch):
     monkeypatch.chdir(ROOT)  # examples read recipes/evaluate/demo.yaml
     for module in (experiments.overrides, experiments.figures, experiments.oracle, experiments.auroc,
-                   experiments.lengths, experiments.sweeps, experiments.win_rates, experiments.dense_plus_outcome):
+                   experiments.lengths, experiments.sweeps, experiments.win_rates, experiments.dense_plus_outcome,
+                   experiments.real_model, experiments.regime_map):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.failed == 0 and result.attempted > 0, module.__name__
 
