@@ -221,3 +221,17 @@ def test_the_papers_ablations_are_named_rewards_reached_from_their_recipe_keys()
     # Each declares what it computes (the model card's line) on the class, not in an __init__.
     assert {type(r).label for r in (CheckpointDifference(), SFTLogProb())} == {CheckpointDifference.label, SFTLogProb.label}
     assert WithSoftValue(SFTLogProb()).label.startswith(SFTLogProb.label)
+
+
+def test_the_ablations_are_reachable_by_name_without_the_legacy_keys():
+    """use_baseline / eliminate_value are shorthands: the same rewards are named by `dense_reward` alone, and SR is
+    `reward_granularity`, so the keys could go without losing an ablation."""
+    from trl_dpr import DensePathConfig
+    from trl_dpr.rewards import SFTLogProb, reward_from_settings
+
+    by_name = reward_from_settings({"dense_reward": "trl_dpr.rewards:SFTLogProb"})
+    assert by_name == reward_from_settings({"use_baseline": False}) == SFTLogProb()
+    assert by_name != reward_from_settings({})
+    config = DensePathConfig("runs/sr", dense_reward="trl_dpr.rewards:CheckpointDifference", reward_granularity="sentence",
+                             bf16=False)
+    assert config.reward() == CheckpointDifference() and config.reward_granularity == "sentence"  # SR
