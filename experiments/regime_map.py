@@ -573,11 +573,14 @@ def _plot(output_dir: Path, map_rows: list[dict], runs: dict) -> None:
     left.set(xlabel="π_SFT: share of SFT's Σ lr (%)", ylabel="predicted accuracy gain at T = 1 (points)",
              title="The preview along SFT")
     left.legend()
-    for name in runs:
+    for name in runs:  # one step's KL is an estimate from its 16 samples (it can be < 0): shown faint, 5-step mean bold
         record = _read(_folder(output_dir, name) / "rl_record.json")
         if record:
-            right.plot([h["step"] for h in record["history"]], [h["kl_sft/per_response"] for h in record["history"]],
-                       label=name)
+            steps = [h["step"] for h in record["history"]]
+            kl = [h["kl_sft/per_response"] for h in record["history"]]
+            mean = [sum(kl[max(0, i - 4): i + 1]) / len(kl[max(0, i - 4): i + 1]) for i in range(len(kl))]
+            (line,) = right.plot(steps, mean, label=f"{name} (5-step mean)")
+            right.plot(steps, kl, color=line.get_color(), alpha=0.25, lw=0.8)
     choice = _read(output_dir / "choice.json")
     if choice:
         right.axhline(choice["target_kl"], color="grey", ls="--", lw=0.8, label="preview's target KL")
