@@ -233,7 +233,7 @@ def dpr_trainer(
     ref = build_tiny_causal_lm(tokenizer, architecture, seed=1)
     args = dpr_config(tmp_path, **config)
     reward_model = CheckpointRewardModel(
-        sft, ref if args.use_baseline else None, args.reward(), **(reward_kwargs or {}),
+        sft, ref if "ref" in args.reward().model_names else None, args.reward(), **(reward_kwargs or {}),
     )
     trainer = DPRRunTrainer(
         model=None, reward_model=reward_model, args=args, processing_class=tokenizer,

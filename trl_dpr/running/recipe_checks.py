@@ -16,7 +16,7 @@ import types
 import typing
 from pathlib import Path
 
-from ..field_checks import _plain, unused_field_problem
+from ..field_checks import LEGACY_REWARD_KEYS, _plain, unused_field_problem
 
 # The numeric fields whose negative values mean something. Every other number in the recipe dataclasses is a count, a
 # size, a length, a rate, a coefficient, a probability or a time, and negative is a typo; a negative default is a
@@ -43,6 +43,7 @@ RENAMED_KEYS = {
     "eval_temperature": "temperature in the evaluation_config YAML",
     "eval_samples_per_prompt": "samples_per_prompt in the evaluation_config YAML",
     "eval_max_new_tokens": "max_new_tokens in the evaluation_config YAML",
+    **LEGACY_REWARD_KEYS,
 }
 
 
