@@ -10,13 +10,12 @@ import argparse
 import dataclasses
 import difflib
 import enum
-import json
 import math
 import types
 import typing
 from pathlib import Path
 
-from ..field_checks import LEGACY_REWARD_KEYS, _plain, unused_field_problem
+from ..field_checks import LEGACY_REWARD_KEYS
 
 # The numeric fields whose negative values mean something. Every other number in the recipe dataclasses is a count, a
 # size, a length, a rate, a coefficient, a probability or a time, and negative is a typo; a negative default is a

@@ -33,7 +33,6 @@ from .recipe_checks import (
     type_spec,
     unknown_flags,
 )
-from .recipe_checks import find_recipe_file as find_recipe_file  # re-exported: callers find recipes through the parser
 from .recipe_checks import recipes_root as recipes_root
 
 
