@@ -31,6 +31,15 @@ CORPUS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Every test on one torch thread, whatever an earlier test set (tiny models are per-op overhead; see above)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return build_tokenizer(CORPUS)
