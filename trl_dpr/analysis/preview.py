@@ -224,8 +224,21 @@ class PreviewReport:
         first = max(finite, key=lambda p: p.lam)
         return first.delta / first.kl if first.kl > 0 else math.nan
 
+    @property
+    def undecided(self) -> str | None:
+        """Why the preview cannot say whether DPR helps, or None when it can: with no right sample among π_SFT's, every
+        reweighting scores 0, which says nothing about what DPR's own samples could reach."""
+        if self.pass_at_n > 0:
+            return None
+        return (
+            f"π_SFT was right on none of its {self.num_prompts} × {self.samples_per_prompt} samples, so there is nothing "
+            "to up-weight and the preview cannot tell whether DPR helps. Check the answer check on a few answers by hand "
+            "(answer_check / answer_pattern), then preview with more samples_per_prompt or easier prompts."
+        )
+
     def summary_rows(self) -> list[dict]:
-        """One row per variant: slope near λ = ∞ and the best trusted point with its gain and interval."""
+        """One row per variant: slope near λ = ∞ and the best trusted point with its gain and interval; `helps` is None
+        when the preview cannot tell (`undecided`)."""
         rows = []
         for variant in dict.fromkeys(p.variant for p in self.points):
             best = self.best(variant)
@@ -233,7 +246,7 @@ class PreviewReport:
                 "variant": variant, "slope_per_nat": self.slope(variant), "best_lambda": best.lam,
                 "best_quality": best.quality, "best_delta": best.delta, "best_delta_ci_low": best.delta_ci_low,
                 "best_delta_ci_high": best.delta_ci_high, "best_kl": best.kl,
-                "helps": best.delta_ci_low > 0,
+                "helps": None if self.undecided else best.delta_ci_low > 0,
             })
         return rows
 
@@ -254,10 +267,14 @@ class PreviewReport:
             )
         lines += ["", "| reward | gain per nat near λ = ∞ | best λ | best gain (95% CI) | helps |", "|---|---|---|---|---|"]
         for row in self.summary_rows():
+            slope = "n/a" if math.isnan(row["slope_per_nat"]) else f"{row['slope_per_nat']:+.3f}"
+            helps = "cannot tell" if row["helps"] is None else "yes" if row["helps"] else "no"
             lines.append(
-                f"| {row['variant']} | {row['slope_per_nat']:+.3f} | {row['best_lambda']:g} | {row['best_delta']:+.3f} "
-                f"({row['best_delta_ci_low']:+.3f}–{row['best_delta_ci_high']:+.3f}) | {'yes' if row['helps'] else 'no'} |"
+                f"| {row['variant']} | {slope} | {row['best_lambda']:g} | {row['best_delta']:+.3f} "
+                f"({row['best_delta_ci_low']:+.3f}–{row['best_delta_ci_high']:+.3f}) | {helps} |"
             )
+        if self.undecided:
+            lines += ["", f"Cannot tell: {self.undecided}"]
         for policy in self.policies:
             lines.append(
                 f"\nTrained policy {policy.name}: quality {policy.quality:.3f} ({policy.ci_low:.3f}–{policy.ci_high:.3f}), "
@@ -382,8 +399,9 @@ class PreviewConfig:
     quality: str = field(
         default="exact",
         metadata={
-            "help": "exact: the final answer equals the `answer` column (embedded task). demonstration: the response "
-            "equals the demonstration (`completion` column), i.e. is what the expert wrote. pairwise: win (1) / tie "
+            "help": "exact: the answer is right, by answer_check / answer_pattern against the `answer` column (or the "
+            "demonstration), else the embedded task's `The answer is X.`. demonstration: the response equals the "
+            "demonstration (`completion`, or the last assistant turn of `messages`). pairwise: win (1) / tie "
             "(0.5) / loss (0) against an independent π_SFT sample, judged in both orders by the judge of "
             "`evaluation_config`.",
             "choices": list(QUALITIES),
@@ -391,6 +409,16 @@ class PreviewConfig:
     )
     evaluation_config: str | None = field(
         default=None, metadata={"help": "quality: pairwise: the `trl-dpr evaluate` recipe whose judge settings are used."}
+    )
+    answer_check: str | None = field(
+        default=None,
+        metadata={"help": "quality: exact on your own task: 'module:function' in your folder, "
+                  "`def f(completions, answer, **kw) -> list[float]` (1 = right), as TRL's reward_funcs."},
+    )
+    answer_pattern: str | None = field(
+        default=None,
+        metadata={"help": "quality: exact on your own task, instead of answer_check: a regular expression whose last "
+                  "match's group 1 is the answer, e.g. 'The answer is (-?[0-9.]+)' (numbers compare as numbers)."},
     )
     policies: list[str] = field(
         default_factory=list,
@@ -408,6 +436,9 @@ class PreviewConfig:
             raise ValueError(f"quality must be one of {QUALITIES}, got {self.quality!r}.")
         if self.quality == "pairwise" and not self.evaluation_config:
             raise ValueError("quality: pairwise needs evaluation_config, the `trl-dpr evaluate` recipe of the judge.")
+        if self.quality != "exact" and (self.answer_check or self.answer_pattern):
+            raise ValueError(f"answer_check / answer_pattern say which answers are right: use them with quality: exact, "
+                             f"not {self.quality}.")
         for name, value in (("num_prompts", self.num_prompts), ("samples_per_prompt", self.samples_per_prompt),
                             ("max_new_tokens", self.max_new_tokens), ("batch_size", self.batch_size),
                             ("policy_samples_per_prompt", self.policy_samples_per_prompt)):
@@ -433,33 +464,54 @@ class PreviewConfig:
                 raise ValueError(f"policies entries must be NAME=PATH, got {spec!r}.")
 
 
-def _held_out_rows(config: PreviewConfig):
-    """Prompts (and answers / demonstrations) to preview on, as a `datasets.Dataset`."""
-    from ..data import load_demonstrations
+@dataclass
+class _HeldOut:
+    """The preview's prompts with, per prompt, its `answer` column and its demonstration's text (None when absent)."""
+
+    prompts: list
+    answers: list
+    demonstrations: list
+
+
+def _held_out_rows(config: PreviewConfig) -> _HeldOut:
+    """Prompts (and answers / demonstrations) to preview on, from any file the other stages take: `prompt` (+ `answer`
+    / `completion`) or `messages` rows."""
+    from ..data import load_demonstrations, prompt_and_demonstration
     from ..embedded.task import EMBEDDED_DATASET, held_out_split
 
     if config.dataset_name == EMBEDDED_DATASET:
-        return held_out_split(config.num_prompts, config.seed)
-    return load_demonstrations(
-        config.dataset_name, config.dataset_config, split=config.dataset_split, num_samples=config.num_prompts,
-        seed=config.seed, dataset_format=config.dataset_format,
-    )
+        rows = held_out_split(config.num_prompts, config.seed)
+    else:
+        rows = load_demonstrations(
+            config.dataset_name, config.dataset_config, split=config.dataset_split, num_samples=config.num_prompts,
+            seed=config.seed, dataset_format=config.dataset_format, stage="rl",
+        )
+    parts = [prompt_and_demonstration(row, config.dataset_name) for row in rows]
+    answers = list(rows["answer"]) if "answer" in rows.column_names else [None] * len(parts)
+    return _HeldOut([p for p, _ in parts], answers, [d for _, d in parts])
 
 
-def _quality_function(config: PreviewConfig, rows) -> Callable[[list, list[str]], list[float]]:
+def _quality_function(config: PreviewConfig, held: _HeldOut) -> Callable[[list, list[str]], list[float]]:
     """`quality(prompt_indices, responses) -> scores`, for the configured quality."""
-    from ..embedded.task import is_correct
+    from ..evaluation.answer_checks import answer_check_from, embedded_check
 
-    columns = set(rows.column_names)
     if config.quality == "exact":
-        if "answer" not in columns:
-            raise ValueError(f"quality: exact needs an `answer` column; {config.dataset_name} has {sorted(columns)}.")
-        answers = rows["answer"]
-        return lambda indices, responses: [float(is_correct(r, answers[i])) for i, r in zip(indices, responses)]
+        answers = [a if a is not None else d for a, d in zip(held.answers, held.demonstrations)]
+        if any(a is None for a in answers):
+            raise ValueError(
+                f"quality: exact needs an `answer` column (or demonstrations to read answers from); "
+                f"{config.dataset_name} has prompts only. Add `answer` to each row, or use quality: pairwise."
+            )
+        check = answer_check_from(config.answer_check, config.answer_pattern) or embedded_check()
+        return lambda indices, responses: check(
+            responses, [answers[i] for i in indices], [_question(held.prompts[i]) for i in indices])
     if config.quality == "demonstration":
-        if "completion" not in columns:
-            raise ValueError(f"quality: demonstration needs a `completion` column; {config.dataset_name} has {sorted(columns)}.")
-        expert = [" ".join((c[-1]["content"] if isinstance(c, list) else c).split()) for c in rows["completion"]]
+        if any(d is None for d in held.demonstrations):
+            raise ValueError(
+                f"quality: demonstration needs the demonstrations (`completion`, or `messages` ending with the "
+                f"assistant's answer); {config.dataset_name} has none."
+            )
+        expert = [" ".join(d.split()) for d in held.demonstrations]
         return lambda indices, responses: [float(" ".join(r.split()) == expert[i]) for i, r in zip(indices, responses)]
     raise ValueError(f"No per-sample quality function for {config.quality!r}.")
 
@@ -498,18 +550,18 @@ def run_preview(
     named_policies = [spec.partition("=")[::2] for spec in config.policies]
     for name, path in named_policies:
         check_model_source(path.strip(), f"Policy {name.strip()}")
-    rows = _held_out_rows(config)
+    held = _held_out_rows(config)
     if config.quality == "pairwise":
         from ..evaluation.config import load_evaluation_config
         from ..evaluation.runner import judge_from_config
 
         judge = judge_from_config(load_evaluation_config(config.evaluation_config))  # checks the judge's key now
     else:
-        quality_of = _quality_function(config, rows)
+        quality_of = _quality_function(config, held)  # an unimportable answer_check fails before any model loads
 
     base = CheckpointRewardModel.from_pretrained(sft_model_name_or_path, reward=SFTLogProb(), **model_init_kwargs)
     tokenizer = base.processing_class
-    prompts = list(rows["prompt"])
+    prompts = held.prompts
     n = config.samples_per_prompt
     repeated = [p for p in prompts for _ in range(n)]
     indices = [i for i in range(len(prompts)) for _ in range(n)]
@@ -552,8 +604,9 @@ def run_preview(
     points = preview_points(rewards, quality, config.lambdas, min_ess=config.min_ess, confidence=config.confidence,
                             num_resamples=config.bootstrap_resamples, seed=config.seed)
     sft_points = [p for p in points if math.isinf(p.lam)]
+    check_name = config.answer_check or (f"answer_pattern {config.answer_pattern!r}" if config.answer_pattern else "")
     report = PreviewReport(
-        quality_name=config.quality, num_prompts=len(prompts), samples_per_prompt=n, points=points,
+        quality_name=f"{config.quality} ({check_name})" if check_name else config.quality, num_prompts=len(prompts), samples_per_prompt=n, points=points,
         sft_quality=sft_points[0].quality, pass_at_n=float(quality.max(dim=1).values.mean()),
         settings={**asdict(config), "sft_model_name_or_path": sft_model_name_or_path},
     )

@@ -301,7 +301,8 @@ class LLMPairwiseJudge(PairwiseJudge):
 
 class ExactAnswerJudge(PairwiseJudge):
     """Pairwise judge from exact answers: "win" when only the candidate is correct, "loss" when only the baseline is,
-    "tie" when both or neither are. Every verdict parses (there is no text to misread).
+    "tie" when both or neither are. Every verdict parses (there is no text to misread). `check` is your task's
+    `AnswerCheck` (a higher score wins); without one, the embedded task's `The answer is X.`.
 
     Example:
         >>> ExactAnswerJudge().judge("The answer is 9.", "The answer is 8.", answer="9")
@@ -310,23 +311,33 @@ class ExactAnswerJudge(PairwiseJudge):
         'loss'
     """
 
-    name = "exact-answer"
+    def __init__(self, check=None):
+        self.check = check
+        self.name = "exact-answer" if check is None else f"exact-answer:{check.name}"
 
     def judge(self, candidate: str, baseline: str, answer: str) -> str:
-        candidate_ok, baseline_ok = is_correct(candidate, answer), is_correct(baseline, answer)
-        if candidate_ok == baseline_ok:
-            return "tie"
-        return "win" if candidate_ok else "loss"
+        return self._outcomes([PairToJudge("", candidate, baseline, answer)])[0]
+
+    def _outcomes(self, pairs: Sequence[PairToJudge]) -> list[str]:
+        if self.check is None:
+            scores = [(float(is_correct(p.candidate, p.reference)), float(is_correct(p.baseline, p.reference)))
+                      for p in pairs]
+        else:
+            answers = [p.reference for p in pairs]
+            prompts = [p.question for p in pairs]
+            scores = list(zip(self.check([p.candidate for p in pairs], answers, prompts),
+                              self.check([p.baseline for p in pairs], answers, prompts)))
+        return ["tie" if c == b else "win" if c > b else "loss" for c, b in scores]
 
     def judge_pairs(self, pairs: Sequence[PairToJudge]) -> list[PairJudgement]:
         missing = [i for i, pair in enumerate(pairs) if pair.reference is None]
         if missing:
             raise ValueError(
                 f"ExactAnswerJudge needs the expected answer as `reference`; pairs {missing[:5]} have none. It only "
-                "applies to prompt sets with exact answers (the embedded task, benchmark `demo`); use an LLM judge "
-                "for open-ended benchmarks."
+                "applies to prompt sets with answers (the embedded task, benchmark `demo`, or your own, `jsonl`); use "
+                "an LLM judge for open-ended benchmarks."
             )
-        return [PairJudgement(self.judge(p.candidate, p.baseline, p.reference)) for p in pairs]
+        return [PairJudgement(outcome) for outcome in self._outcomes(pairs)]
 
 
 # ---- MT-Bench single-answer grading -----------------------------------------------------------------------------
