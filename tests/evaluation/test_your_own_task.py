@@ -95,6 +95,37 @@ def test_your_check_decides_the_evaluation_of_your_prompts(user_folder):
     assert pairwise["judge"] == "exact-answer:my_checks:fahrenheit"
 
 
+def test_a_judge_of_yours_named_as_module_class_decides_the_win_rate(user_folder, tmp_path, monkeypatch):
+    """`judge: my_judges:MentionsTheAnswer`, a class in the user's folder (the candidate wins when only it states the
+    reference answer): the win rate is the one its verdicts give, counted by hand."""
+    from trl_dpr.evaluation import run_evaluation
+
+    (user_folder / "my_judges.py").write_text(
+        "class MentionsTheAnswer:\n"
+        "    name = 'mentions-the-answer'\n\n"
+        "    def judge_pairs(self, pairs):\n"
+        "        said = [(p.reference in p.candidate, p.reference in p.baseline) for p in pairs]\n"
+        "        return ['tie' if c == b else 'win' if c else 'loss' for c, b in said]\n")
+    monkeypatch.chdir(user_folder)
+    output = tmp_path / "eval"
+    for name, (answers, _) in PLANTED.items():
+        settings = {"model_path": f"runs/my-{name.lower()}", "backend": "transformers", "temperature": 0.7,
+                    "max_new_tokens": 8, "seed": 0}
+        cache = output / "answers" / "jsonl" / f"{name}.jsonl"
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text("".join(json.dumps({"model": name, "prompt_id": str(i), "turn": 0, "answer": a,
+                                             "settings": settings}) + "\n" for i, a in enumerate(answers)))
+    config = EvaluationConfig(output_dir=str(output), baseline="SFT=runs/my-sft", candidates=["DPR=runs/my-dpr"],
+                              benchmarks=["jsonl"], jsonl_path="held_out.jsonl", judge="my_judges:MentionsTheAnswer",
+                              max_new_tokens=8, generation_backend="transformers", bootstrap_resamples=100)
+    report = run_evaluation(config, show_progress=False)
+    # -40 in both: tie; 98.6 only in DPR's: win; 212 only in SFT's: loss; 0.5 only in DPR's: win
+    (pairwise,) = report.pairwise
+    assert pairwise.judge == "mentions-the-answer" and pairwise.win_rate.value == pytest.approx((0.5 + 1 + 0 + 1) / 4)
+    assert (pairwise.win_rate.wins, pairwise.win_rate.ties, pairwise.win_rate.losses) == (2, 1, 1)
+    assert report.accuracy == []  # no answer check: no accuracy
+
+
 def test_your_demonstrations_preview_with_your_check_and_it_says_when_it_cannot_tell(user_folder):
     """`trl-dpr preview --config my_preview.yaml` on the SFT file itself (`messages`): the answers are read from the
     assistant's turns by the user's check; a tiny random π_SFT is never right, so the preview cannot tell, and says so."""
@@ -157,6 +188,9 @@ def evaluation(**overrides):
     ({"answer_check": None}, "judge: exact on benchmarks: [jsonl] needs to know a right answer: set answer_check"),
     ({"benchmarks": ["jsonl", "alpaca_eval"]}, "or an LLM judge (openai / local) for ['alpaca_eval']"),
     ({"benchmarks": ["demo"]}, "the embedded task (demo) has its own check"),
+    ({"judge": "gpt4"}, "judge must be one of ('openai', 'local', 'exact') or 'module:Class'"),
+    ({"judge": "my_judges:MentionsTheAnswer", "benchmarks": ["jsonl", "mt_bench"], "answer_check": None},
+     "mt_bench is graded 1–10 by a chat model"),
 ])
 def test_an_evaluation_of_your_task_that_cannot_work_is_refused_by_its_config(overrides, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -171,11 +205,11 @@ def test_a_check_that_cannot_be_used_says_what_it_needs(tmp_path, monkeypatch):
         "def crashes(completions, answer, **kw):\n    return [float(a) for a in answer]\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ValueError, match="must be 'module:function'"):
+    with pytest.raises(ValueError, match="answer_check must be 'module:Name'"):
         load_answer_check("bad_checks.one_score")
     with pytest.raises(ValueError, match="cannot import 'no_such_checks'"):
         load_answer_check("no_such_checks:f")
-    with pytest.raises(ValueError, match=r"has no function 'missing'; it needs `def missing\(completions, answer"):
+    with pytest.raises(ValueError, match=r"has no 'missing'; it needs `def missing\(completions, answer"):
         load_answer_check("bad_checks:missing")
     with pytest.raises(ValueError, match="returned a list of 1 for 2 completions"):
         load_answer_check("bad_checks:one_score")(["a", "b"], ["1", "2"])

@@ -98,27 +98,32 @@ def pattern_check(pattern: str) -> AnswerCheck:
     return AnswerCheck(check, f"pattern {pattern!r}")
 
 
-def load_answer_check(spec: str) -> AnswerCheck:
-    """`answer_check: module:function`, imported as `dense_reward: module:Class` is (from the working directory first)."""
+def import_named(spec: str, key: str, example: str, needs: str):
+    """The object a recipe names as `key: module:Name`, imported as `dense_reward: module:Class` is (the folder the
+    command runs in first); one line saying what to write when it cannot be. `needs` is what `Name` must be."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ValueError(
-            f"answer_check must be 'module:function' (e.g. my_checks:fahrenheit, with my_checks.py in the folder you "
-            f"run from), got {spec!r}."
+            f"{key} must be 'module:Name' (e.g. {example}, with {example.split(':')[0]}.py in the folder you run from), "
+            f"got {spec!r}."
         )
     try:
         module = _import_from_working_directory(module_name)
     except ImportError as error:
         raise ValueError(
-            f"answer_check {spec!r}: cannot import {module_name!r} ({error}). Run from the folder that holds "
+            f"{key} {spec!r}: cannot import {module_name!r} ({error}). Run from the folder that holds "
             f"{module_name.replace('.', '/')}.py, or install the package that provides it."
         ) from None
-    function = getattr(module, attribute, None)
-    if not callable(function):
-        raise ValueError(
-            f"answer_check {spec!r}: {module_name!r} has no function {attribute!r}; it needs "
-            f"`def {attribute}(completions, answer, **kwargs) -> list[float]`."
-        )
+    named = getattr(module, attribute, None)
+    if not callable(named):
+        raise ValueError(f"{key} {spec!r}: {module_name!r} has no {attribute!r}; it needs {needs.format(attribute)}.")
+    return named
+
+
+def load_answer_check(spec: str) -> AnswerCheck:
+    """`answer_check: module:function`, a function of yours (`import_named`)."""
+    function = import_named(spec, "answer_check", "my_checks:fahrenheit",
+                            "`def {}(completions, answer, **kwargs) -> list[float]`")
     return AnswerCheck(function, spec)
 
 

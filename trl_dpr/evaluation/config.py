@@ -99,9 +99,8 @@ class EvaluationConfig:
         default="openai",
         metadata={
             "help": "openai (any OpenAI-compatible endpoint), local (a Hugging Face chat model, `judge_model` is its "
-            "path) or exact (right answers decide: the embedded task's (demo), or yours (jsonl) with answer_check or "
-            "answer_pattern).",
-            "choices": list(JUDGES),
+            "path), exact (right answers decide: the embedded task's (demo), or yours (jsonl) with answer_check or "
+            "answer_pattern), or module:Class, a judge of yours with judge_pairs(pairs) -> 'win' / 'tie' / 'loss'.",
         },
     )
     judge_model: str = field(default="gpt-4o", metadata={"help": "Judge model name (openai) or path / Hub id (local)."})
@@ -132,8 +131,11 @@ class EvaluationConfig:
         unknown = [b for b in self.benchmarks if b not in PROMPT_SETS]
         if unknown or not self.benchmarks:
             raise ValueError(f"Unknown benchmarks {unknown or '(none given)'}; choose among {sorted(PROMPT_SETS)}.")
-        if self.judge not in JUDGES:
-            raise ValueError(f"judge must be one of {JUDGES}, got {self.judge!r}.")
+        if self.judge not in JUDGES and ":" not in self.judge:
+            raise ValueError(f"judge must be one of {JUDGES} or 'module:Class' (a judge of yours), got {self.judge!r}.")
+        if ":" in self.judge and "mt_bench" in self.benchmarks:
+            raise ValueError(f"mt_bench is graded 1–10 by a chat model (judge: openai or local), not by {self.judge}: "
+                             "evaluate it in a run of its own.")
         open_ended = [b for b in self.benchmarks if b not in ("demo", "jsonl")]
         if self.judge == "exact" and open_ended:
             raise ValueError(

@@ -31,6 +31,7 @@ from .judges import (
     PairwiseJudge,
     grade_mt_bench_cached,
     judge_pairs_cached,
+    load_judge,
     mt_bench_score,
 )
 from .prompt_sets import EvalPrompt, load_prompt_set
@@ -127,6 +128,8 @@ def judge_from_config(config: EvaluationConfig, chat: ChatModel | None = None) -
     `answer_pattern`), or an LLM asked in both orders (`position_rule`)."""
     if config.judge == "exact":
         return ExactAnswerJudge(answer_check_from(config.answer_check, config.answer_pattern))
+    if ":" in config.judge:
+        return load_judge(config.judge)
     return LLMPairwiseJudge(chat or chat_model_from_config(config), config.position_rule)
 
 
@@ -225,6 +228,7 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
         for b in config.benchmarks
     }
     chat = chat_model_from_config(config) if config.judge == "openai" else None  # checks the API key before any generation
+    yours = load_judge(config.judge) if ":" in config.judge else None  # an unimportable judge of yours: before any model
     check_output_dir(config.output_dir)  # answers and verdicts are written there as they come: writable first
     output_dir = Path(config.output_dir)
 
@@ -232,7 +236,7 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
 
     if config.judge == "local":
         chat = chat_model_from_config(config)
-    judge = judge_from_config(config, chat)
+    judge = yours or judge_from_config(config, chat)
     tokenizer = AutoTokenizer.from_pretrained(models[config.baseline_name])
     candidates = [name for name in models if name != config.baseline_name]
     report = EvaluationReport(
