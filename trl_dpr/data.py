@@ -113,12 +113,7 @@ def prompts_for_rl(dataset: Dataset, name: str) -> Dataset:
     if "messages" in columns:
 
         def strip_last_answer(example):
-            messages = example["messages"]
-            if not messages or messages[-1]["role"] != "assistant" or len(messages) < 2:
-                raise ValueError(
-                    f"A `messages` row of {name!r} does not end with an assistant turn after a prompt: {messages!r}"
-                )
-            return {"prompt": messages[:-1]}
+            return {"prompt": prompt_and_demonstration({"messages": example["messages"]}, name)[0]}
 
         return dataset.map(strip_last_answer, remove_columns=["messages"])
     raise ValueError(

@@ -154,6 +154,32 @@ def test_the_same_demonstrations_are_your_evaluation_prompts(user_folder):
     assert check(completions, [p.references[0] for p in prompts]) == [1.0, 1.0, 0.0, 1.0]
 
 
+def test_every_stage_reads_the_same_prompts_from_the_sft_file_and_the_answers_file(user_folder):
+    """One file for all stages: SFT trains on the conversations, and DPR, the preview and the evaluation take the turns
+    before the assistant's as the prompt; the prompt + answer file gives the same prompts to the last three (SFT
+    refuses it with one line: tests/running/test_bad_input.py)."""
+    from trl_dpr.analysis.preview import PreviewConfig, _held_out_rows
+    from trl_dpr.data import load_demonstrations
+    from trl_dpr.running.pipeline import DPRScriptArguments, dpr_prompts
+
+    demonstrations = str(user_folder / "demonstrations.jsonl")
+    expected = sorted(json.dumps(row["messages"][:-1]) for row in DEMONSTRATIONS)  # the file's own rows, cut by hand
+    assert load_demonstrations(demonstrations)["messages"] == [row["messages"] for row in DEMONSTRATIONS]  # SFT
+    assert sorted(json.dumps(p) for p in dpr_prompts(DPRScriptArguments(dataset_name=demonstrations), 0)["prompt"]) == expected
+    preview = _held_out_rows(PreviewConfig(dataset_name=demonstrations, num_prompts=4))
+    assert sorted(json.dumps(p) for p in preview.prompts) == expected
+    assert sorted(preview.demonstrations) == sorted(row["messages"][-1]["content"] for row in DEMONSTRATIONS)
+    evaluation = load_prompt_set("jsonl", demonstrations)
+    assert sorted(json.dumps([{"role": "system", "content": p.system}, {"role": "user", "content": p.turns[0]}])
+                  for p in evaluation) == expected
+
+    answers = str(user_folder / "held_out.jsonl")
+    questions = sorted(json.loads(line)["prompt"] for line in (user_folder / "held_out.jsonl").read_text().splitlines())
+    assert sorted(dpr_prompts(DPRScriptArguments(dataset_name=answers), 0)["prompt"]) == questions
+    assert sorted(_held_out_rows(PreviewConfig(dataset_name=answers, num_prompts=4)).prompts) == questions
+    assert sorted(p.turns[0] for p in load_prompt_set("jsonl", answers)) == questions
+
+
 def test_an_answer_pattern_compares_numbers_as_numbers_and_reads_demonstrations():
     check = pattern_check(r"(-?[0-9.]+) ?°F")
     assert check(["so -40 °F", "98.6°F", "-17.5 °F", "no number"], ["-40.0", "It is 98.60 °F.", "0.5", "1"]) == [
