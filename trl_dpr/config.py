@@ -186,6 +186,19 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
             self._built_reward = (settings, reward_from_settings(settings))
         return self._built_reward[1]
 
+    def check_fits_context(self, model_config, model_name: str) -> None:
+        """A prompt and its completion must fit the model's context (`max_position_embeddings`): past it, a rotary
+        model samples from positions it never saw, and nothing fails. Called once π_SFT's config is known."""
+        context = getattr(model_config.get_text_config(), "max_position_embeddings", None)
+        needed = (self.max_prompt_length or 1) + (self.max_completion_length or 0)
+        if isinstance(context, int) and needed > context:
+            prompt = f"max_prompt_length {self.max_prompt_length} + " if self.max_prompt_length else "a prompt + "
+            raise ValueError(
+                f"{prompt}max_completion_length {self.max_completion_length} is more than {model_name}'s context of "
+                f"{context} tokens (max_position_embeddings in its config.json): lower max_completion_length to at most "
+                f"{context - (self.max_prompt_length or 1)}."
+            )
+
     def __post_init__(self):
         # Before GRPOConfig's own checks: it divides by num_generations, so 0 would be a ZeroDivisionError.
         if self.num_generations is None or self.num_generations < 1:

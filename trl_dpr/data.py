@@ -27,13 +27,30 @@ def _columns(dataset) -> set[str]:
 def check_sft_dataset(dataset: Dataset, name: str) -> None:
     """SFT needs `messages` or `prompt` + `completion`; anything else is an error that says what to map it to."""
     columns = _columns(dataset)
-    if "messages" in columns or {"prompt", "completion"} <= columns:
+    if "messages" in columns:
+        _check_assistant_turns(dataset["messages"], name)
         return
+    if {"prompt", "completion"} <= columns:
+        return
+    needs = "; a `prompt` + `answer` file is for the preview, DPR and evaluation" if "answer" in columns else ""
     raise ValueError(
         f"Dataset {name!r} has columns {sorted(columns)}; SFT needs a `messages` column (conversations) or `prompt` "
         "and `completion` columns. Map it first (OpenOrca-style `system_prompt`/`question`/`response` is handled with "
-        "dataset_format: openorca)."
+        f"dataset_format: openorca){needs}."
     )
+
+
+def _check_assistant_turns(conversations: list, name: str) -> None:
+    """Every conversation holds an assistant turn: without one SFT trains on the prompts alone, and no error says so."""
+    missing = [i for i, messages in enumerate(conversations)
+               if not any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages or [])]
+    if missing:
+        roles = [m.get("role") for m in conversations[missing[0]] or [] if isinstance(m, dict)]
+        raise ValueError(
+            f"{len(missing)} of {len(conversations)} `messages` rows of {name!r} have no assistant turn (one has "
+            f"roles {roles}): SFT would learn to write the prompts, not the answers. Give each "
+            'conversation the answer as {"role": "assistant", "content": ...}, or drop those rows.'
+        )
 
 
 def check_prompt_dataset(dataset, name: str) -> None:
@@ -96,17 +113,34 @@ def prompts_for_rl(dataset: Dataset, name: str) -> Dataset:
     if "messages" in columns:
 
         def strip_last_answer(example):
-            messages = example["messages"]
-            if not messages or messages[-1]["role"] != "assistant" or len(messages) < 2:
-                raise ValueError(
-                    f"A `messages` row of {name!r} does not end with an assistant turn after a prompt: {messages!r}"
-                )
-            return {"prompt": messages[:-1]}
+            return {"prompt": prompt_and_demonstration({"messages": example["messages"]}, name)[0]}
 
         return dataset.map(strip_last_answer, remove_columns=["messages"])
     raise ValueError(
         f"Dataset {name!r} has no prompts: its columns are {sorted(columns)}. DPR needs a `prompt` column (or "
         "`messages` conversations whose last turn is the assistant's answer)."
+    )
+
+
+def prompt_and_demonstration(row: dict, name: str) -> tuple[str | list[dict], str | None]:
+    """`(prompt, demonstration text or None)` of one row, in any format the stages take: `prompt` (+ `completion`), or
+    `messages` whose last turn is the assistant's answer. What the preview and `trl-dpr evaluate` read a row as."""
+    if "prompt" in row:
+        completion = row.get("completion")
+        if isinstance(completion, list):  # conversational: the assistant's message(s)
+            completion = completion[-1]["content"] if completion else None
+        return row["prompt"], completion
+    messages = row.get("messages")
+    if isinstance(messages, list):
+        if len(messages) < 2 or messages[-1].get("role") != "assistant":
+            raise ValueError(
+                f"A `messages` row of {name!r} does not end with an assistant turn after a prompt ({messages!r:.200}): "
+                "give each conversation its assistant answer last."
+            )
+        return messages[:-1], messages[-1]["content"]
+    raise ValueError(
+        f"A row of {name!r} has columns {sorted(row)}; it needs `prompt` (with `answer` or `completion`) or `messages` "
+        "(a conversation ending with the assistant's answer)."
     )
 
 

@@ -137,6 +137,7 @@ class DensePathTrainer(GRPOTrainer):
                 "set beta=0 and use kl_coef, DPR's KL to π_SFT."
             )
         reward_model = load_reward_model(reward_model, args)
+        args.check_fits_context(reward_model.config, "π_SFT")  # before the policy loads
 
         # Algorithm 1, line 2: the actor starts from π_SFT; π_SFT itself stays frozen as the reward and KL reference.
         model = initial_policy(reward_model, model, peft_config, use_vllm=args.use_vllm)

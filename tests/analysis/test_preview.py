@@ -97,6 +97,53 @@ def test_the_preview_writes_its_table_plot_and_json(sft_output, tmp_path):
     assert again.points == report.points and again.markdown() == report.markdown()
 
 
+def test_the_sft_demonstrations_file_previews_with_an_answer_pattern_as_an_independent_recount(sft_output, tokenizer,
+                                                                                                   tmp_path):
+    """The file SFT trains on (`messages`) is the preview's too: the prompt is the turns before the assistant's, and
+    `answer_pattern` reads the answer out of the assistant's text and out of each sample alike (here: the last
+    letter, which a tiny random model does hit)."""
+    import re
+
+    rows = held_out_split(5)
+    path = tmp_path / "demonstrations.jsonl"
+    path.write_text("".join(json.dumps({"messages": p + c}) + "\n" for p, c in zip(rows["prompt"], rows["completion"])))
+    config = small_config(tmp_path, dataset_name=str(path), num_prompts=5, variants={"DPR": {}},
+                          answer_pattern="([a-z])[^a-z]*$", plot=False)
+    report = run_preview(config, str(sft_output), show_progress=False)
+
+    # Independently: the rows in the order the preview draws them (num_prompts of 5 shuffles with the seed), sampled
+    # as it samples, scored by re directly.
+    from datasets import load_dataset
+
+    drawn = load_dataset("json", data_files={"test": str(path)})["test"].shuffle(seed=0).select(range(5))
+    prompts = [m[:-1] for m in drawn["messages"] for _ in range(4)]
+    samples = sample_completions(build_tiny_causal_lm(tokenizer, seed=0), tokenizer, prompts, temperature=1.0,
+                                 max_new_tokens=6, batch_size=8, seed=0)
+    letter = lambda text: (re.findall("([a-z])[^a-z]*$", text) or [None])[-1]  # noqa: E731
+    quality = torch.tensor([float(letter(s.text) is not None and letter(s.text) == letter(m[-1]["content"]))
+                            for s, m in zip(samples, [m for m in drawn["messages"] for _ in range(4)])])
+    assert report.quality_name == "exact (answer_pattern '([a-z])[^a-z]*$')"
+    assert report.sft_quality == pytest.approx(quality.mean().item()) and report.sft_quality > 0
+    assert report.pass_at_n == pytest.approx(quality.view(5, 4).max(dim=1).values.mean().item())
+
+
+def test_when_sft_is_never_right_the_preview_says_it_cannot_tell_rather_than_no():
+    from trl_dpr.analysis.preview import preview_points
+
+    rewards = {"DPR": torch.tensor([[1.0, 0.0, 2.0], [0.5, 0.5, 0.5]]), "flat": torch.zeros(2, 3)}
+    quality = torch.zeros(2, 3)  # no sample right
+    points = preview_points(rewards, quality, [1.0], num_resamples=50)
+    report = PreviewReport("exact", 2, 3, points, sft_quality=0.0, pass_at_n=0.0)
+    assert [row["helps"] for row in report.summary_rows()] == [None, None]
+    text = report.markdown()
+    assert "| DPR | +0.000 | " in text and "| flat | n/a | " in text  # a flat reward has no KL: no slope, not +nan
+    assert text.count("| cannot tell |") == 2 and "nan" not in text
+    assert "Cannot tell: π_SFT was right on none of its 2 × 3 samples" in text
+    right_once = PreviewReport("exact", 2, 3, preview_points(rewards, torch.tensor([[0.0, 0.0, 1.0], [0.0] * 3]), [1.0],
+                                                             num_resamples=50), sft_quality=1 / 6, pass_at_n=0.5)
+    assert all(row["helps"] in (True, False) for row in right_once.summary_rows()) and "Cannot tell" not in right_once.markdown()
+
+
 def test_a_trained_policy_is_placed_with_its_own_quality_and_kl(sft_output, tokenizer, tmp_path):
     same = tmp_path / "same_as_sft"
     build_tiny_causal_lm(tokenizer, seed=0).save_pretrained(same)  # a "policy" equal to π_SFT
@@ -143,11 +190,18 @@ def test_a_folder_without_a_recorded_reference_is_refused_before_sampling(tmp_pa
     assert {p.variant for p in report.points} == {"wo/Baseline"}
 
 
-def test_demonstration_quality_needs_the_demonstrations(sft_output, tmp_path):
+def test_exact_and_demonstration_quality_need_answers_or_demonstrations_before_any_model_loads(sft_output, tmp_path,
+                                                                                              monkeypatch):
+    import transformers
+
     path = tmp_path / "prompts.jsonl"
-    path.write_text(json.dumps({"prompt": [{"role": "user", "content": "hi"}], "completion": [{"role": "assistant", "content": "yo"}]}) + "\n")
-    with pytest.raises(ValueError, match="exact needs an `answer` column"):
+    path.write_text(json.dumps({"prompt": [{"role": "user", "content": "hi"}]}) + "\n")
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("loaded")))
+    with pytest.raises(ValueError, match="quality: exact needs an `answer` column .*has prompts only"):
         run_preview(small_config(tmp_path, dataset_name=str(path), num_prompts=1), str(sft_output), show_progress=False)
+    with pytest.raises(ValueError, match="quality: demonstration needs the demonstrations .*has none"):
+        run_preview(small_config(tmp_path, dataset_name=str(path), num_prompts=1, quality="demonstration",
+                                 variants={"DPR": {}}), str(sft_output), show_progress=False)
 
 
 def test_pairwise_quality_asks_the_judge_once_per_pair_and_caches_it(sft_output, tmp_path, monkeypatch):

@@ -62,6 +62,25 @@ def test_prompts_longer_than_the_limit_are_dropped_and_counted(tokenizer, tmp_pa
         )
 
 
+def test_a_prompt_and_completion_longer_than_the_models_context_are_refused_before_the_policy_loads(tokenizer, tmp_path,
+                                                                                                    monkeypatch):
+    from ..conftest import save_sft_output
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)  # tiny Llamas: max_position_embeddings 512
+    loads = []
+    monkeypatch.setattr("trl_dpr.trainer.initial_policy", lambda *args, **kwargs: loads.append(args))
+    with pytest.raises(ValueError) as error:
+        DensePathTrainer(reward_model=str(sft), train_dataset=prompts_dataset(),
+                         args=make_config(tmp_path, max_prompt_length=100, max_completion_length=500))
+    assert str(error.value) == (
+        "max_prompt_length 100 + max_completion_length 500 is more than π_SFT's context of 512 tokens "
+        "(max_position_embeddings in its config.json): lower max_completion_length to at most 412."
+    )
+    assert loads == []  # the policy was never built
+    DensePathConfig.check_fits_context(make_config(tmp_path, max_prompt_length=100, max_completion_length=412),
+                                       build_tiny_causal_lm(tokenizer).config, "π_SFT")  # 512 fits
+
+
 def test_max_prompt_length_must_be_positive():
     with pytest.raises(ValueError, match="max_prompt_length"):
         DensePathConfig(output_dir="unused", report_to="none", bf16=False, max_prompt_length=0)

@@ -70,6 +70,8 @@ README_COMMANDS = {
     "trl-dpr preview --config demo.yaml": "tests/analysis/test_preview.py::test_the_recipe_runs_from_the_command_line",
     "trl-dpr preview --config demo.yaml --policies DPR=runs/demo/dpr":
         "tests/analysis/test_preview.py::test_a_trained_policy_is_placed_with_its_own_quality_and_kl (in-process)",
+    "trl-dpr evaluate --config my_eval.yaml": "tests/evaluation/test_your_own_task.py (the README's files, a process)",
+    "trl-dpr preview --config my_preview.yaml": "tests/evaluation/test_your_own_task.py (the README's files, a process)",
 }
 
 

@@ -92,11 +92,11 @@ CASES = {
     >>> config.models(), config.judge
     ({'SFT': 'runs/demo/sft', 'G': 'runs/g'}, 'exact')
 ''',
-    "trl_dpr.evaluation.judges:MTBenchGrade": r'''
+    "trl_dpr.evaluation.mt_bench:MTBenchGrade": r'''
     >>> MTBenchGrade("81", 0, "writing", 8.0).as_dict()["rating"]
     8.0
 ''',
-    "trl_dpr.evaluation.judges:MTBenchGrader": r'''
+    "trl_dpr.evaluation.mt_bench:MTBenchGrader": r'''
     >>> class Grader:
     ...     name = "fixed"
     ...     def complete_batch(self, conversations):
@@ -106,7 +106,7 @@ CASES = {
     >>> [(g.turn, g.rating, g.used_reference) for g in grades]
     [(0, 8.0, True), (1, 8.0, True)]
 ''',
-    "trl_dpr.evaluation.judges:MTBenchScore": r'''
+    "trl_dpr.evaluation.mt_bench:MTBenchScore": r'''
     >>> mt_bench_score([MTBenchGrade("81", 0, "writing", 8.0), MTBenchGrade("81", 1, "writing", 6.0)]).turn_scores
     {1: 8.0, 2: 6.0}
 ''',
@@ -126,25 +126,25 @@ CASES = {
     >>> LongerWins().judge_pairs([PairToJudge("q", "a long answer", "short")])[0].outcome
     'win'
 ''',
-    "trl_dpr.evaluation.judges:ParsedRating": r'''
+    "trl_dpr.evaluation.verdicts:ParsedRating": r'''
     >>> parse_rating("Rating: [[7]]").ok, parse_rating("Rating: 7").ok
     (True, False)
 ''',
-    "trl_dpr.evaluation.judges:ParsedVerdict": r'''
+    "trl_dpr.evaluation.verdicts:ParsedVerdict": r'''
     >>> parse_verdict("[[B>A]]").label, parse_verdict("B>A").ok
     ('B>A', False)
 ''',
-    "trl_dpr.evaluation.judges:candidate_outcome": r'''
+    "trl_dpr.evaluation.verdicts:candidate_outcome": r'''
     >>> candidate_outcome("A>>B", "A"), candidate_outcome("A>B", "B"), candidate_outcome("A=B", "B")
     ('win', 'loss', 'tie')
 ''',
-    "trl_dpr.evaluation.judges:combine_orders": r'''
+    "trl_dpr.evaluation.verdicts:combine_orders": r'''
     >>> combine_orders("win", "win"), combine_orders("win", "tie"), combine_orders("win", "tie", rule="lenient")
     ('win', 'tie', 'win')
     >>> combine_orders("win", None) is None
     True
 ''',
-    "trl_dpr.evaluation.judges:grade_mt_bench_cached": r'''
+    "trl_dpr.evaluation.mt_bench:grade_mt_bench_cached": r'''
     >>> import tempfile, os
     >>> class Grader:
     ...     name = "fixed"
@@ -162,19 +162,19 @@ CASES = {
     >>> judge_pairs_cached(ExactAnswerJudge(), ["0"], [pair], path, show_progress=False)[0].outcome
     'win'
 ''',
-    "trl_dpr.evaluation.judges:mt_bench_score": r'''
+    "trl_dpr.evaluation.mt_bench:mt_bench_score": r'''
     >>> grades = [MTBenchGrade("1", 0, "writing", 8.0), MTBenchGrade("1", 1, "writing", 6.0),
     ...           MTBenchGrade("2", 0, "math", None, "no rating in [[n]] format")]
     >>> result = mt_bench_score(grades)
     >>> result.score, result.turn_scores, result.unparseable
     (7.0, {1: 8.0, 2: 6.0}, 1)
 ''',
-    "trl_dpr.evaluation.judges:pairwise_messages": r'''
+    "trl_dpr.evaluation.verdicts:pairwise_messages": r'''
     >>> messages = pairwise_messages("Name a prime.", "7", "8")
     >>> [m["role"] for m in messages], "[[A>B]]" in messages[0]["content"]
     (['system', 'user'], True)
 ''',
-    "trl_dpr.evaluation.judges:parse_rating": r'''
+    "trl_dpr.evaluation.verdicts:parse_rating": r'''
     >>> parse_rating("The answer is accurate and well organised. Rating: [[8]]").value
     8.0
     >>> parse_rating("Rating: [[11]]").problem
@@ -182,7 +182,7 @@ CASES = {
     >>> parse_rating("Rating: 7").problem
     'no rating in [[n]] format'
 ''',
-    "trl_dpr.evaluation.judges:parse_verdict": r'''
+    "trl_dpr.evaluation.verdicts:parse_verdict": r'''
     >>> parse_verdict("Both are correct, but A explains the steps. My final verdict is: [[A>B]]").label
     'A>B'
     >>> parse_verdict("A is better [[A>B]").problem
@@ -190,12 +190,12 @@ CASES = {
     >>> parse_verdict("[[A>B]] ... on reflection [[B>A]]").problem
     "conflicting verdicts: ['A>B', 'B>A']"
 ''',
-    "trl_dpr.evaluation.judges:single_grade_messages": r'''
+    "trl_dpr.evaluation.verdicts:single_grade_messages": r'''
     >>> messages = single_grade_messages(["What is 2+2?"], ["4"], references=["4"])
     >>> "reference answer" in messages[1]["content"], "Rating: [[5]]" in messages[1]["content"]
     (True, True)
 ''',
-    "trl_dpr.evaluation.judges:text_digest": r'''
+    "trl_dpr.evaluation.cache:text_digest": r'''
     >>> text_digest("a", "b") == text_digest("a", "b") != text_digest("ab", "")
     True
 ''',

@@ -61,6 +61,9 @@ def world(tmp_path_factory, tokenizer):
     (root / "empty.jsonl").write_text("")
     (root / "text.jsonl").write_text(json.dumps({"text": "just text"}) + "\n")
     (root / "prompts.jsonl").write_text(json.dumps({"prompt": [{"role": "user", "content": "What is 2+2?"}]}) + "\n")
+    (root / "prompt_answer.jsonl").write_text(json.dumps({"prompt": "Convert -40 °C to Fahrenheit.", "answer": "-40"}) + "\n")
+    (root / "no_answers.jsonl").write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"Hi {i}"}]}) + "\n"
+                                                   for i in range(2)))  # demonstrations with no assistant turn
     (root / "blocker").write_text("a file where a folder should be")
     (root / "not_a_mapping.yaml").write_text("- a\n- list\n")
     (root / "broken.yaml").write_text("learning_rate: 1.0e-6\nmax_steps: 10\n  output_dir: runs/x\n")  # stray indent
@@ -106,6 +109,9 @@ CASES = [
     ("streaming", "sft", {"dataset_streaming": True}, [], r"dataset_streaming: True is not used.*streaming is not supported", True),
     ("eval_strategy without an eval set", "dpr", {}, ["--eval_strategy", "steps"], r"eval_strategy: 'steps' is not used.*no eval_dataset", True),
     # -- values out of range
+    ("completions past the model's context", "dpr", {"max_completion_length": 20000}, [],
+     r"a prompt \+ max_completion_length 20000 is more than .*sft's context of 512 tokens \(max_position_embeddings.*"
+     r"lower max_completion_length to at most 511", True),
     ("num_generations 0", "dpr", {"num_generations": 0}, [], r"num_generations must be >= 1", True),
     ("max_completion_length 0", "dpr", {"max_completion_length": 0}, [], r"max_completion_length must be a positive", True),
     ("max_prompt_length 0", "dpr", {"max_prompt_length": 0}, [], r"max_prompt_length must be a positive", True),
@@ -133,6 +139,10 @@ CASES = [
      r"SFT needs a `messages` column", True),
     ("text-only data for DPR", "dpr", {"dataset_name": "{root}/text.jsonl", REMOVE: ["num_train_samples"]}, [],
      r"has no prompts: its columns are \['text'\]", True),
+    ("demonstrations without an assistant turn", "sft", {"dataset_name": "{root}/no_answers.jsonl", REMOVE: ["num_train_samples"]},
+     [], r"2 of 2 `messages` rows of .*no_answers\.jsonl' have no assistant turn \(one has roles \['user'\]\)", True),
+    ("prompts with answers for SFT", "sft", {"dataset_name": "{root}/prompt_answer.jsonl", REMOVE: ["num_train_samples"]}, [],
+     r"SFT needs a `messages` column.*a `prompt` \+ `answer` file is for the preview, DPR and evaluation", True),
     ("openorca format without its columns", "sft", {"dataset_format": "openorca"}, [], r"openorca needs `question` and `response`", True),
     ("Hub dataset while offline", "sft", {"dataset_name": "nobody/no-such-dataset"}, [], r"Could not load dataset 'nobody/no-such-dataset'", True),
     # -- folders
@@ -156,7 +166,13 @@ CASES = [
     # -- evaluation and preview
     ("evaluate: missing candidate", "evaluate", {"candidates": ["DPR={root}/no_such_dpr"]}, [], r"Model DPR: the folder .* does not exist", True),
     ("evaluate: unwritable output", "evaluate", {"output_dir": "{root}/blocker/eval"}, [], r"not writable", True),
-    ("evaluate: exact judge off the task", "evaluate", {"benchmarks": ["lima"]}, [], r"judge: exact compares exact answers", True),
+    ("evaluate: exact judge off the task", "evaluate", {"benchmarks": ["lima"]}, [], r"judge: exact compares answers with the right ones", True),
+    ("evaluate: your prompts without a check", "evaluate", {"benchmarks": ["jsonl"], "jsonl_path": "{root}/prompt_answer.jsonl"},
+     [], r"judge: exact on benchmarks: \[jsonl\] needs to know a right answer", True),
+    ("evaluate: a check that does not import", "evaluate", {"benchmarks": ["jsonl"], "jsonl_path": "{root}/prompt_answer.jsonl",
+     "answer_check": "no_such_checks:fahrenheit"}, [], r"answer_check 'no_such_checks:fahrenheit': cannot import", True),
+    ("preview: prompts without answers", "preview", {"dataset_name": "{root}/prompts.jsonl", "num_prompts": 1}, [],
+     r"quality: exact needs an `answer` column.*has prompts only", True),
     ("evaluate: candidate not NAME=PATH", "evaluate", {"candidates": ["{root}/sft"]}, [], r"must be NAME=PATH", True),
     ("evaluate: a key in the config", "evaluate", {"env": {"OPENAI_API_KEY": "sk-123"}}, [], r"Secrets never go in config files", True),
     ("preview: one sample per prompt", "preview", {"samples_per_prompt": 1}, [], r"samples_per_prompt must be >= 2", True),

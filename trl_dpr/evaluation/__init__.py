@@ -1,16 +1,20 @@
 """Evaluate like the paper: answers from each method and the SFT model, pairwise judges in both orders, win rate with
 ties = 0.5 and a bootstrap CI, MT-Bench 1–10 grades, answer lengths, and the Table 1 layout.
 
-    prompt_sets   AlpacaEval / Arena-Hard / LIMA / MT-Bench / the embedded task → EvalPrompt
+    prompt_sets   AlpacaEval / Arena-Hard / LIMA / MT-Bench / the embedded task / your own (jsonl) → EvalPrompt
+    answer_checks your task's right answers: `answer_check: module:function` or `answer_pattern` (a regex)
     answers       answers per (model, prompt, turn), cached in JSONL (transformers or vLLM)      [cache: JsonlCache]
     chat_models   what a judge talks to: an OpenAI-compatible API, or a local Hugging Face model
-    judges        judge prompts, strict verdict parsers, both orders, LLMPairwiseJudge, MT-Bench grading, cached
+    verdicts      what a judge is asked (MT-Bench's prompts) and strict parsers of what it answers, both orders
+    judges        pairwise judges: LLMPairwiseJudge, ExactAnswerJudge, yours (`judge: module:Class`), cached
+    mt_bench      MT-Bench's 1–10 single-answer grading, cached
     results       win rate, accuracy, lengths, EvaluationReport and the Table 1 markdown
     config        EvaluationConfig: the settings of `trl-dpr evaluate`
     runner        run_evaluation: the whole run from an EvaluationConfig
     callback      WinRateCallback: eval/win_rate during training
 
-The embedded task's judge is `ExactAnswerJudge` (`judge: exact`): its exact answers decide.
+The embedded task's judge is `ExactAnswerJudge` (`judge: exact`): its exact answers decide; on your own task, your
+answer check does.
 """
 
 # `X as X`: importable (docs/evaluation.md builds judges from these), not advertised; `__all__` is the entry points.

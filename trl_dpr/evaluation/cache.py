@@ -6,6 +6,7 @@ records made with other settings, stop the run with an error that says which fil
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Iterable, Sequence
@@ -95,3 +96,11 @@ class JsonlCache:
             f"{self.path}:{number} was made with other settings ({details}). Cached results are only reused for "
             "identical settings: delete the file to recompute it, or use another output_dir."
         )
+
+
+def text_digest(*texts: str) -> str:
+    """A short, stable fingerprint of some texts (to key cached verdicts by the exact answers judged)."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(hashlib.sha256(text.encode("utf-8")).digest())
+    return digest.hexdigest()[:16]

@@ -50,6 +50,21 @@ class EvaluationConfig:
     arena_hard_path: str | None = field(default=None, metadata={"help": "Local Arena-Hard v0.1 question.jsonl (else the Hub)."})
     lima_path: str | None = field(default=None, metadata={"help": "Local LIMA test.jsonl (else the gated Hub repo)."})
     mt_bench_path: str | None = field(default=None, metadata={"help": "Local MT-Bench question.jsonl (else the Hub)."})
+    jsonl_path: str | None = field(
+        default=None,
+        metadata={"help": "benchmarks: [jsonl]: your own .jsonl of `prompt` + `answer` rows (or SFT's demonstrations: "
+                  "`messages`, `prompt` + `completion`, the answer then read from the assistant's text)."},
+    )
+    answer_check: str | None = field(
+        default=None,
+        metadata={"help": "judge: exact on your own task: 'module:function' in your folder, "
+                  "`def f(completions, answer, **kw) -> list[float]` (1 = right), as TRL's reward_funcs."},
+    )
+    answer_pattern: str | None = field(
+        default=None,
+        metadata={"help": "judge: exact on your own task, instead of answer_check: a regular expression whose last "
+                  "match's group 1 is the answer, e.g. 'The answer is (-?[0-9.]+)' (numbers compare as numbers)."},
+    )
     demo_num_prompts: int = field(default=100, metadata={"help": "Held-out prompts of the embedded task (benchmark demo)."})
     demo_seed: int = field(default=0, metadata={"help": "Seed of the embedded task's split (the one SFT and DPR used)."})
     max_prompts: int | None = field(default=None, metadata={"help": "Only the first N prompts of each benchmark (smoke tests)."})
@@ -84,8 +99,8 @@ class EvaluationConfig:
         default="openai",
         metadata={
             "help": "openai (any OpenAI-compatible endpoint), local (a Hugging Face chat model, `judge_model` is its "
-            "path) or exact (the embedded task's exact answers; benchmark demo only).",
-            "choices": list(JUDGES),
+            "path), exact (right answers decide: the embedded task's (demo), or yours (jsonl) with answer_check or "
+            "answer_pattern), or module:Class, a judge of yours with judge_pairs(pairs) -> 'win' / 'tie' / 'loss'.",
         },
     )
     judge_model: str = field(default="gpt-4o", metadata={"help": "Judge model name (openai) or path / Hub id (local)."})
@@ -116,13 +131,29 @@ class EvaluationConfig:
         unknown = [b for b in self.benchmarks if b not in PROMPT_SETS]
         if unknown or not self.benchmarks:
             raise ValueError(f"Unknown benchmarks {unknown or '(none given)'}; choose among {sorted(PROMPT_SETS)}.")
-        if self.judge not in JUDGES:
-            raise ValueError(f"judge must be one of {JUDGES}, got {self.judge!r}.")
-        if self.judge == "exact" and self.benchmarks != ["demo"]:
+        if self.judge not in JUDGES and ":" not in self.judge:
+            raise ValueError(f"judge must be one of {JUDGES} or 'module:Class' (a judge of yours), got {self.judge!r}.")
+        if ":" in self.judge and "mt_bench" in self.benchmarks:
+            raise ValueError(f"mt_bench is graded 1–10 by a chat model (judge: openai or local), not by {self.judge}: "
+                             "evaluate it in a run of its own.")
+        open_ended = [b for b in self.benchmarks if b not in ("demo", "jsonl")]
+        if self.judge == "exact" and open_ended:
             raise ValueError(
-                "judge: exact compares exact answers, which only the embedded task has: use benchmarks: [demo], or an "
-                f"LLM judge (openai / local) for {[b for b in self.benchmarks if b != 'demo']}."
+                "judge: exact compares answers with the right ones, which only the embedded task (demo) and your own "
+                f"file (jsonl) have: use benchmarks: [demo] or [jsonl], or an LLM judge (openai / local) for {open_ended}."
             )
+        if self.judge == "exact" and "jsonl" in self.benchmarks and not (self.answer_check or self.answer_pattern):
+            raise ValueError(
+                "judge: exact on benchmarks: [jsonl] needs to know a right answer: set answer_check: my_checks:my_check "
+                "(def my_check(completions, answer, **kw) -> list[float]) or answer_pattern: 'The answer is (-?[0-9.]+)'."
+            )
+        if (self.answer_check or self.answer_pattern) and "demo" in self.benchmarks:
+            raise ValueError(
+                "answer_check / answer_pattern are for your own prompts (benchmarks: [jsonl]); the embedded task (demo) "
+                "has its own check. Evaluate them in two runs."
+            )
+        if "jsonl" in self.benchmarks and not self.jsonl_path:
+            raise ValueError("benchmarks: [jsonl] needs jsonl_path: your .jsonl file of `prompt` + `answer` rows.")
         if self.position_rule not in POSITION_RULES:
             raise ValueError(f"position_rule must be one of {POSITION_RULES}, got {self.position_rule!r}.")
         if not self.candidates:

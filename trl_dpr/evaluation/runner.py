@@ -16,9 +16,9 @@ import logging
 import re
 from pathlib import Path
 
-from ..embedded.task import is_correct
 from ..reference_manifest import check_model_source
 from ..running.checkpointing import check_output_dir
+from .answer_checks import AnswerCheck, answer_check_from, embedded_check
 from .answers import answer_prompts, is_vllm_available, load_answer_generator
 from .cache import JsonlCache
 from .chat_models import ChatModel, LocalChatModel, OpenAIChatModel
@@ -31,6 +31,7 @@ from .judges import (
     PairwiseJudge,
     grade_mt_bench_cached,
     judge_pairs_cached,
+    load_judge,
     mt_bench_score,
 )
 from .prompt_sets import EvalPrompt, load_prompt_set
@@ -123,9 +124,12 @@ def chat_model_from_config(config: EvaluationConfig) -> ChatModel | None:
 
 
 def judge_from_config(config: EvaluationConfig, chat: ChatModel | None = None) -> PairwiseJudge:
-    """The pairwise judge of an evaluation config: exact answers, or an LLM asked in both orders (`position_rule`)."""
+    """The pairwise judge of an evaluation config: exact answers (the embedded task's, or your `answer_check` /
+    `answer_pattern`), or an LLM asked in both orders (`position_rule`)."""
     if config.judge == "exact":
-        return ExactAnswerJudge()
+        return ExactAnswerJudge(answer_check_from(config.answer_check, config.answer_pattern))
+    if ":" in config.judge:
+        return load_judge(config.judge)
     return LLMPairwiseJudge(chat or chat_model_from_config(config), config.position_rule)
 
 
@@ -182,12 +186,13 @@ def _source_prompt_id(prompt: EvalPrompt) -> str:
     return prompt.prompt_id.split("#")[0]
 
 
-def _exact_accuracy(config: EvaluationConfig, benchmark: str, name: str, prompts: list[EvalPrompt], answers):
-    """Accuracy of one model on a benchmark with exact answers (the embedded task), bootstrapped over prompts."""
+def _exact_accuracy(config: EvaluationConfig, benchmark: str, name: str, prompts: list[EvalPrompt], answers,
+                    check: AnswerCheck):
+    """Accuracy of one model on a benchmark with right answers (the embedded task, yours), bootstrapped over prompts."""
     return exact_accuracy(
         benchmark,
         name,
-        [is_correct(answers[(p.prompt_id, 0)], p.references[0]) for p in prompts],
+        check([answers[(p.prompt_id, 0)] for p in prompts], [p.references[0] for p in prompts], [p.turns[0] for p in prompts]),
         groups=[_source_prompt_id(p) for p in prompts],
         categories=[p.category for p in prompts],
         confidence=config.confidence,
@@ -209,6 +214,7 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
     models = config.models()
     for name, path in models.items():
         check_model_source(path, f"Model {name}")
+    check = answer_check_from(config.answer_check, config.answer_pattern)  # an unimportable check fails before any model
     prompt_sets = {
         b: _replicated(
             load_prompt_set(
@@ -222,6 +228,7 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
         for b in config.benchmarks
     }
     chat = chat_model_from_config(config) if config.judge == "openai" else None  # checks the API key before any generation
+    yours = load_judge(config.judge) if ":" in config.judge else None  # an unimportable judge of yours: before any model
     check_output_dir(config.output_dir)  # answers and verdicts are written there as they come: writable first
     output_dir = Path(config.output_dir)
 
@@ -229,7 +236,7 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
 
     if config.judge == "local":
         chat = chat_model_from_config(config)
-    judge = judge_from_config(config, chat)
+    judge = yours or judge_from_config(config, chat)
     tokenizer = AutoTokenizer.from_pretrained(models[config.baseline_name])
     candidates = [name for name in models if name != config.baseline_name]
     report = EvaluationReport(
@@ -241,8 +248,9 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
     for benchmark, prompts in prompt_sets.items():
         if benchmark == "mt_bench":
             continue
-        if benchmark == "demo":  # exact answers: every model's accuracy too
-            report.accuracy += [_exact_accuracy(config, benchmark, name, prompts, answers[benchmark][name]) for name in models]
+        if benchmark == "demo" or (benchmark == "jsonl" and check is not None):  # right answers: every model's accuracy
+            report.accuracy += [_exact_accuracy(config, benchmark, name, prompts, answers[benchmark][name],
+                                                check or embedded_check()) for name in models]
         for method in candidates:
             report.pairwise.append(
                 _pairwise_result(judge, config, benchmark, method, prompts, answers[benchmark], output_dir, tokenizer, show_progress)

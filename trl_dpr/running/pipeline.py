@@ -298,6 +298,8 @@ def run_dpr(
         raise ValueError(f"{sft_path!r} is not a finished SFT output: {problem}. {UNFINISHED_SFT_HELP}")
     check_model_source(sft_path, "The SFT output (model_name_or_path)")
     check_adapter_settings(sft_path, model_args)
+    if (model_config := _sft_model_config(sft_path)) is not None:
+        training_args.check_fits_context(model_config, sft_path)  # before any model loads (the trainer checks again)
     tokenizer = AutoTokenizer.from_pretrained(sft_path, padding_side="left")
     check_chat_template(tokenizer, inputs.prompts, script_args.dataset_name)
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
@@ -330,6 +332,18 @@ def run_dpr(
     if push:
         push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
     return trainer
+
+
+def _sft_model_config(sft_path: str):
+    """π_SFT's `config.json` (an adapter's: its base model's), or None when it cannot be read without loading more."""
+    from transformers import AutoConfig
+
+    adapter = Path(sft_path) / "adapter_config.json"
+    source = json.loads(adapter.read_text()).get("base_model_name_or_path") if adapter.is_file() else sft_path
+    try:
+        return AutoConfig.from_pretrained(source) if source else None
+    except (OSError, ValueError):
+        return None
 
 
 UNFINISHED_SFT_HELP = (
