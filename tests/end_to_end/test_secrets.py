@@ -5,7 +5,8 @@ tests/conftest.py's `recipe_run`, which tests/end_to_end/test_recipes_from_wheel
 
 import pytest
 
-from trl_dpr.running.hub import files_to_push, scan_for_secrets, secrets_from_environment
+from trl_dpr.running.push import files_to_push
+from trl_dpr.running.secret_scan import scan_for_secrets, secrets_from_environment
 
 from ..conftest import FAKE_SECRETS
 

@@ -2,6 +2,7 @@
 and that no secret or machine-local path is ever pushed."""
 
 import doctest
+import importlib
 import json
 import os
 import re
@@ -20,22 +21,11 @@ from huggingface_hub import HfApi
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS
 from trl import ModelConfig, SFTConfig, SFTTrainer
 
-import trl_dpr.running.hub
+import trl_dpr.running.push
 from trl_dpr import CheckpointRewardModel, DensePathConfig
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.running.checkpointing import AtomicCheckpointsMixin
-from trl_dpr.running.hub import (
-    TRANSFORMERS_IGNORE_PATTERNS,
-    copy_files_to_push,
-    defer_push_to_hub,
-    files_to_push,
-    merge_adapter_folder,
-    portability_problems,
-    push_folder,
-    push_trainer_output,
-    scan_for_secrets,
-    secrets_from_environment,
-)
+from trl_dpr.running.merge import merge_adapter_folder
 from trl_dpr.running.pipeline import (
     DPRScriptArguments,
     SafeSFTTrainer,
@@ -44,6 +34,16 @@ from trl_dpr.running.pipeline import (
     run_dpr,
     run_sft,
 )
+from trl_dpr.running.push import (
+    TRANSFORMERS_IGNORE_PATTERNS,
+    copy_files_to_push,
+    defer_push_to_hub,
+    files_to_push,
+    portability_problems,
+    push_folder,
+    push_trainer_output,
+)
+from trl_dpr.running.secret_scan import scan_for_secrets, secrets_from_environment
 
 from ..conftest import demo_evaluation_yaml
 
@@ -194,7 +194,7 @@ def online(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_FAKEtokenFORtests0123456789")
     pushed, uploads = [], RecordingApi()
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: uploads)
-    monkeypatch.setattr(trl_dpr.running.hub, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id, kwargs)))
+    monkeypatch.setattr(trl_dpr.running.push, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id, kwargs)))
     return pushed, uploads
 
 
@@ -442,7 +442,7 @@ def test_dpr_model_card_carries_the_evaluation_table_when_there_is_one(dpr_run):
 def test_push_trainer_output_pushes_the_card_and_the_policy(dpr_run, monkeypatch):
     _, trainer, _ = dpr_run
     api = RecordingApi()
-    monkeypatch.setattr(trl_dpr.running.hub, "push_folder", lambda folder, repo_id, **kwargs: api.commits.append(
+    monkeypatch.setattr(trl_dpr.running.push, "push_folder", lambda folder, repo_id, **kwargs: api.commits.append(
         {"folder": folder, "repo_id": repo_id, "files": files_to_push(folder), **kwargs}))
     monkeypatch.setattr(trainer.args, "hub_model_id", "me/tiny-dpr")
     push_trainer_output(trainer, dataset_name=EMBEDDED)
@@ -462,7 +462,7 @@ def test_push_trainer_output_can_push_an_adapter_policy_merged(sft_lora, tmp_pat
     trainer = run_dpr(script_args, args, ModelConfig(model_name_or_path=sft_lora, dtype="float32"))
     assert Path(args.output_dir, "adapter_config.json").is_file()  # the policy adapter, on the SFT run's base
     pushed = []
-    monkeypatch.setattr(trl_dpr.running.hub, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id)))
+    monkeypatch.setattr(trl_dpr.running.push, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id)))
     for _ in range(2):  # a second push replaces the merged folder
         push_trainer_output(trainer, dataset_name=EMBEDDED, merge_adapter=True)
     assert pushed == [(f"{args.output_dir}-merged", "me/tiny-dpr")] * 2
@@ -493,5 +493,7 @@ def test_docstring_examples_run():
     # the hub's helpers are internal: their examples run in tests/running/test_helper_examples.py, in the module's namespace
     from .test_helper_examples import CASES
 
-    result = doctest.testmod(trl_dpr.running.hub)
-    assert result.failed == 0 and sum(key.startswith("trl_dpr.running.hub:") for key in CASES) > 0
+    for module in ("push", "secret_scan", "model_card", "merge"):
+        result = doctest.testmod(importlib.import_module(f"trl_dpr.running.{module}"))
+        assert result.failed == 0
+    assert all(any(key.startswith(f"trl_dpr.running.{m}:") for key in CASES) for m in ("push", "secret_scan", "model_card"))

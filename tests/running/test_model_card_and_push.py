@@ -5,7 +5,7 @@ import json
 import pytest
 from transformers import AutoModelForCausalLM
 
-from trl_dpr.running.hub import files_to_push
+from trl_dpr.running.push import files_to_push
 
 from ..conftest import dpr_trainer
 

@@ -29,7 +29,7 @@ from ..reward_model import CheckpointRewardModel, load_reward_model
 from ..trainer import check_reward_weights
 from .checkpointing import claim_output_dir, parse_resume_from_checkpoint, release_output_dir
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
-from .hub import check_hub_push, defer_push_to_hub, push_trainer_output
+from .push import check_hub_push, defer_push_to_hub, push_trainer_output
 from .trainers import DPRRunTrainer, SafeSFTTrainer
 
 

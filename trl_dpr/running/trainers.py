@@ -1,8 +1,8 @@
 """The trainers a run uses: TRL's SFTTrainer and trl_dpr's DensePathTrainer with the run's services mixed in.
 
     atomic checkpoints and the output folder's claim   checkpointing.AtomicCheckpointsMixin
-    the safe Hub push, once, with the model card        hub.SafeHubPushMixin
-    a model card written for a Hub visitor              hub.BaseModelCardMixin
+    the safe Hub push, once, with the model card        push.SafeHubPushMixin
+    a model card written for a Hub visitor              model_card.BaseModelCardMixin
     a console log of numbers                            console_log.ConsoleLogMixin
 
 The algorithm does not need them: `trl_dpr.DensePathTrainer` alone is a GRPOTrainer with TRL's own saving and card.
@@ -21,13 +21,8 @@ from ..reference_manifest import MANIFEST_NAME
 from ..trainer import DensePathTrainer
 from .checkpointing import AtomicCheckpointsMixin, check_output_dir, is_claimed
 from .console_log import ConsoleLogMixin
-from .hub import (
-    BaseModelCardMixin,
-    SafeHubPushMixin,
-    base_model_reference,
-    dpr_model_card_section,
-    recorded_base_model,
-)
+from .model_card import BaseModelCardMixin, base_model_reference, dpr_model_card_section, recorded_base_model
+from .push import SafeHubPushMixin
 
 
 class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, SFTTrainer):
