@@ -63,3 +63,70 @@ def test_while_a_gguf_loads_its_metadata_is_read_once_per_file_and_each_name_map
     assert built == [(llama, 30), (llama, 2)]  # one build per (architecture, layers), not one per call
     assert read == ["a.gguf", "b.gguf"]  # one read per file
     assert (gguf.get_tensor_name_map, gguf.GGUFReader) == unpatched
+
+
+# ---- the converted folder: never someone else's ---------------------------------------------------------------------
+
+
+def _fake_conversion(monkeypatch, written):
+    """The GGUF loading stood in for (the real one is in test_real_model.py): writes a weights file and the record."""
+    import trl_dpr.running.gguf as gguf_module
+
+    def write(gguf_file, folder):
+        written.append(folder)
+        (folder / "model.safetensors").write_text("converted")
+        (folder / gguf_module.PROVENANCE_FILE).write_text("{}")
+
+    monkeypatch.setattr(gguf_module, "_write_converted", write)
+    monkeypatch.setitem(sys.modules, "gguf", sys.modules.get("gguf") or type(sys)("gguf"))
+
+
+def test_converting_a_gguf_refuses_an_existing_folder_it_did_not_write_and_keeps_the_users_files(tmp_path, monkeypatch):
+    """Issue 42, finding 1: `runs/MyModel-hf/my_precious_notes.txt` was deleted by `resolve_gguf_base`."""
+    written = []
+    _fake_conversion(monkeypatch, written)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "MyModel.gguf").write_bytes(b"GGUF")
+    notes = tmp_path / "runs" / "MyModel-hf" / "my_precious_notes.txt"
+    notes.parent.mkdir(parents=True)
+    notes.write_text("years of work")
+    with pytest.raises(ValueError, match="already exists and holds no gguf_source.json") as refused:
+        resolve_gguf_base("MyModel.gguf", "runs/dpr")
+    assert "\n" not in str(refused.value) and "Move or rename it" in str(refused.value)
+    assert notes.read_text() == "years of work" and sorted(p.name for p in notes.parent.iterdir()) == [notes.name]
+    assert written == [] and sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["MyModel-hf"]
+
+
+def test_a_gguf_is_converted_into_a_new_folder_once_and_leaves_no_staging_or_lock_behind(tmp_path, monkeypatch):
+    written = []
+    _fake_conversion(monkeypatch, written)
+    (tmp_path / "MyModel.gguf").write_bytes(b"GGUF")
+    first = resolve_gguf_base(str(tmp_path / "MyModel.gguf"), tmp_path / "runs" / "dpr")
+    again = resolve_gguf_base(str(tmp_path / "MyModel.gguf"), tmp_path / "runs" / "sft")
+    assert first == again == str(tmp_path / "runs" / "MyModel-hf") and len(written) == 1
+    assert (tmp_path / "runs" / "MyModel-hf" / "model.safetensors").read_text() == "converted"
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["MyModel-hf"]  # no .partial-*, no .lock
+
+
+def test_a_second_conversion_into_the_same_folder_waits_for_the_first_and_reuses_it(tmp_path, monkeypatch):
+    """Two runs beside each other (runs/a, runs/b) convert one GGUF into runs/MyModel-hf: under one lock, once."""
+    import subprocess
+    import textwrap
+
+    (tmp_path / "MyModel.gguf").write_bytes(b"GGUF")
+    script = textwrap.dedent(f"""
+        import sys, time, types
+        sys.modules.setdefault("gguf", types.ModuleType("gguf"))
+        import trl_dpr.running.gguf as g
+        def write(gguf_file, folder):
+            print("converting", flush=True)
+            time.sleep(1.5)  # long enough for the other process to arrive while this one holds the lock
+            (folder / g.PROVENANCE_FILE).write_text("{{}}")
+        g._write_converted = write
+        g.convert_gguf({str(tmp_path / "MyModel.gguf")!r}, {str(tmp_path / "runs" / "MyModel-hf")!r})
+    """)
+    processes = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=120)[0] for p in processes]
+    assert [p.returncode for p in processes] == [0, 0]
+    assert "".join(outputs).count("converting") == 1, outputs
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["MyModel-hf"]
