@@ -471,6 +471,24 @@ def test_push_trainer_output_can_push_an_adapter_policy_merged(sft_lora, tmp_pat
     assert "dense-path-reinforce" in read_card(merged / "README.md")[0]["tags"]
 
 
+def test_a_merged_push_refuses_an_existing_merged_folder_it_did_not_write_and_keeps_the_users_files(tmp_path, monkeypatch):
+    """Issue 42, finding 2: the push path merged with overwrite=True into `<output_dir>-merged`, whatever was there."""
+    run = tmp_path / "dpr"
+    run.mkdir()
+    (run / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "trl_dpr/embedded-tiny-llama"}))
+    notes = tmp_path / "dpr-merged" / "notes.txt"
+    notes.parent.mkdir()
+    notes.write_text("mine")
+    pushed = []
+    monkeypatch.setattr(trl_dpr.running.push, "push_folder", lambda folder, repo_id, **kwargs: pushed.append(folder))
+    trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(run), hub_model_id="me/x", model_init_kwargs=None),
+                              hub_model_id=None, is_world_process_zero=lambda: True, create_model_card=lambda **_: None)
+    with pytest.raises(FileExistsError, match="was not written by merge_adapter_folder") as refused:
+        push_trainer_output(trainer, merge_adapter=True)
+    assert "\n" not in str(refused.value) and pushed == []
+    assert notes.read_text() == "mine" and [p.name for p in notes.parent.iterdir()] == ["notes.txt"]
+
+
 def test_merging_a_lora_adapter_gives_the_adapted_model(sft_lora, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM

@@ -7,12 +7,15 @@ import os
 import shutil
 from pathlib import Path
 
+MERGED_MARKER = ".trl_dpr_merged"  # written last into a merge's folder: this one may be replaced
+
 
 def merge_adapter_folder(
     adapter_dir: str | os.PathLike, output_dir: str | os.PathLike, dtype: str = "auto", overwrite: bool = False
 ) -> str:
     """Merge a saved LoRA adapter into a full-precision copy of its base (4-bit weights would round the update away)
-    and save it with the adapter's tokenizer and card; a non-empty `output_dir` needs `overwrite=True`. Returns `output_dir`.
+    and save it with the adapter's tokenizer and card; `overwrite=True` replaces an earlier merge's folder, never any
+    other non-empty `output_dir`. Returns `output_dir`.
     """
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -26,7 +29,12 @@ def merge_adapter_folder(
         )
     if output_dir.resolve() == adapter_dir.resolve():
         raise ValueError("output_dir must differ from adapter_dir: the merged model would overwrite the adapter.")
-    if output_dir.is_dir() and any(output_dir.iterdir()):
+    if output_dir.exists() and not (output_dir.is_dir() and not any(output_dir.iterdir())):
+        if not (output_dir / MERGED_MARKER).is_file():  # not a merge's output: never replaced
+            raise FileExistsError(
+                f"{str(output_dir)!r} already exists and was not written by merge_adapter_folder; move it away or "
+                "merge into another folder (trl_dpr never replaces a folder it did not create)."
+            )
         if not overwrite:
             raise FileExistsError(f"{str(output_dir)!r} is not empty; pass overwrite=True to replace what is there.")
         shutil.rmtree(output_dir)
@@ -39,4 +47,5 @@ def merge_adapter_folder(
     for name in ("README.md", "eval_results.json"):
         if (adapter_dir / name).is_file():
             shutil.copy2(adapter_dir / name, output_dir / name)
+    (output_dir / MERGED_MARKER).write_text(adapter_dir.name)
     return str(output_dir)

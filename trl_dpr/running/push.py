@@ -17,7 +17,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..reference_manifest import MANIFEST_NAME
 from .checkpointing import STAGING_DIRNAME
-from .merge import merge_adapter_folder
+from .merge import MERGED_MARKER, merge_adapter_folder
 from .model_card import _looks_local
 from .secret_scan import scan_for_secrets, secrets_from_environment
 
@@ -31,6 +31,7 @@ SAFETY_IGNORE_PATTERNS = [
     ".dpr_reference.*.tmp",  # the manifest while it is being written
     ".write-test-*",  # the output-dir probe of check_output_dir
     ".trl_dpr.lock*",  # the run's lock and its holder (PID, host name)
+    MERGED_MARKER,  # merge_adapter_folder's mark on its own output
 ]
 
 def ignore_patterns() -> list[str]:
