@@ -302,7 +302,7 @@ def test_a_file_holding_a_secret_of_the_environment_is_never_pushed(sft_full, tm
     api = RecordingApi()
     with pytest.raises(ValueError) as error:
         push_folder(folder, "me/tiny-sft", api=api)
-    assert "notes.txt contains the value of HF_TOKEN" in str(error.value)
+    assert "notes.txt:1 holds the value of HF_TOKEN" in str(error.value) and "Nothing was sent" in str(error.value)
     assert "hf_testTOKENvalue0123456789" not in str(error.value)
     assert api.repos == [] and api.commits == []
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
@@ -19,7 +19,7 @@ from ..reference_manifest import MANIFEST_NAME
 from .checkpointing import STAGING_DIRNAME
 from .merge import MERGED_MARKER, merge_adapter_folder
 from .model_card import _looks_local
-from .secret_scan import scan_for_secrets, secrets_from_environment
+from .secret_scan import secrets_from_environment, secrets_in_file
 
 # What `Trainer.push_to_hub` and `Trainer._push_from_checkpoint` pass to `upload_folder` (transformers 5).
 TRANSFORMERS_IGNORE_PATTERNS = ["_*", f"{PREFIX_CHECKPOINT_DIR}-*"]
@@ -51,16 +51,75 @@ def files_to_push(folder: str | os.PathLike, *, safety_rules: bool = True) -> li
     return list(filter_repo_objects(relative, ignore_patterns=patterns))
 
 
-def copy_files_to_push(folder: str | os.PathLike, destination: str | os.PathLike) -> list[str]:
-    """Copy exactly `files_to_push(folder)` into `destination` (a dry run of the push: what the Hub repo will hold)."""
+def copy_files_to_push(
+    folder: str | os.PathLike,
+    destination: str | os.PathLike,
+    *,
+    secrets: Mapping[str, str] | None = None,
+    allow: Iterable[str] = (),
+) -> list[str]:
+    """Copy exactly `files_to_push(folder)` into a new `destination` after `check_push` (a push to a folder, or the
+    dry run of a Hub push: what the repo will hold). A local base model's path is kept: this machine can load it."""
     destination = Path(destination)
-    if destination.exists() and any(destination.iterdir()):
+    if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
         raise FileExistsError(f"{str(destination)!r} is not empty; copy the push selection into a new folder.")
-    files = files_to_push(folder)
+    files = check_push(folder, secrets=secrets, allow=allow, portable=False)
     for name in files:
         target = destination / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(Path(folder) / name, target)
+    return files
+
+
+# ---- the push check -------------------------------------------------------------------------------------------------
+
+
+def push_problems(folder: str | os.PathLike, files: list[str], secrets: Mapping[str, str], allow: Iterable[str] = ()):
+    """Why each of `files` (relative to `folder`) must not leave the machine, one line each: a `.env*` file, a file
+    that resolves outside `folder` (a link), a key by its shape or a value of `secrets` (with its line). A file in
+    `allow` is vouched for by the user: only the values of `secrets`, which are this user's own keys, are refused in it.
+    """
+    root, allow = Path(folder).resolve(), set(allow)
+    problems = []
+    for name in files:
+        path, vouched = Path(folder) / name, name in allow
+        if not vouched and not path.resolve().is_relative_to(root):
+            problems.append(f"{name} is a link to {path.resolve()}, outside the run folder")
+            continue
+        if not vouched and Path(name).name.startswith(".env"):
+            problems.append(f"{name} is a .env file (where credentials are kept)")
+        for line, what in secrets_in_file(path, secrets, shapes=not vouched):
+            problems.append(f"{name}:{line} holds {what}" if line else f"{name} holds {what}")
+    return problems
+
+
+def check_push(
+    folder: str | os.PathLike, *, secrets: Mapping[str, str] | None = None, token: str | None = None,
+    allow: Iterable[str] = (), portable: bool = True,
+) -> list[str]:
+    """The one check before any push (to the Hub, to a folder, the dry run): `files_to_push(folder)`, returned when
+    `push_problems` finds nothing (and, for the Hub, `portable`, nothing names a local path); else a `ValueError`
+    naming each file, and nothing is sent.
+    `secrets` defaults to `secrets_from_environment()`; a `token` given for the push is one too."""
+    files = files_to_push(folder)
+    if not files:
+        raise ValueError(f"{str(folder)!r} holds no file to push (save the model there first: trainer.save_model()).")
+    allow = [Path(name).as_posix() for name in allow]
+    if unknown := sorted(set(allow) - set(files)):
+        raise ValueError(f"Allowed {unknown}, but a push of {str(folder)!r} holds no such file: name files relative "
+                         f"to the folder, as `files_to_push` lists them.")
+    problems = portability_problems(folder) if portable else []
+    if problems:
+        raise ValueError(f"Not pushing {str(folder)!r}: " + " ".join(problems))
+    secrets = dict(secrets_from_environment() if secrets is None else secrets)
+    if isinstance(token, str) and token:
+        secrets.setdefault("the token argument", token)
+    problems = push_problems(folder, files, secrets, allow)
+    if problems:
+        raise ValueError(
+            f"Not pushing {str(folder)!r}: {'; '.join(problems)}. Nothing was sent. Remove these files or the secrets "
+            "in them; a file you have checked and vouch for goes with --allow FILE (allow=[...] in Python)."
+        )
     return files
 
 
@@ -104,29 +163,17 @@ def push_folder(
     revision: str | None = None,
     commit_message: str = "Upload with trl_dpr",
     secrets: Mapping[str, str] | None = None,
+    allow: Iterable[str] = (),
     api=None,
 ):
     """Push exactly `files_to_push(folder)` to `repo_id` (created if needed) in one commit; returns its `CommitInfo`.
 
-    Refuses files that are not portable or hold a secret. One `create_commit` of the scanned files, not
+    Refused by `check_push` before anything is sent. One `create_commit` of the scanned files, not
     `upload_folder`, which walks again and would push a file written in between unscanned.
     """
     from huggingface_hub import CommitOperationAdd, HfApi
 
-    files = files_to_push(folder)
-    if not files:
-        raise ValueError(f"{str(folder)!r} holds no file to push (save the model there first: trainer.save_model()).")
-    problems = portability_problems(folder)
-    if problems:
-        raise ValueError(f"Not pushing {str(folder)!r}: " + " ".join(problems))
-    secrets = dict(secrets_from_environment() if secrets is None else secrets)
-    if isinstance(token, str) and token:
-        secrets.setdefault("the token argument", token)
-    findings = scan_for_secrets([Path(folder) / name for name in files], secrets)
-    if findings:
-        listed = "; ".join(str(f) for f in findings)
-        raise ValueError(f"Not pushing {str(folder)!r}: {listed}. Remove the secret from these files and push again.")
-
+    files = check_push(folder, secrets=secrets, token=token, allow=allow)
     api = api or HfApi()
     repo_url = api.create_repo(repo_id, token=token, private=private, exist_ok=True)
     operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(Path(folder) / name)) for name in files]

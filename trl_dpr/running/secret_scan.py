@@ -102,3 +102,113 @@ def scan_for_secrets(
                     del remaining[name]
                 tail = window[-overlap:] if overlap else b""
     return findings
+
+
+# ---- what a push refuses: keys by their shape, in plain, compressed or base64 form ----------------------------------
+
+_NO_WORD_BEFORE = rb"(?<![A-Za-z0-9_-])"
+_HEX40 = rb"(?<![0-9a-fA-F])[0-9a-f]{40}(?![0-9a-fA-F])"
+KEY_SHAPES = {  # what each looks like; found anywhere in a pushed file, whatever this shell's environment holds
+    "a Hugging Face token (hf_...)": re.compile(_NO_WORD_BEFORE + rb"hf_[A-Za-z0-9]{30,}"),
+    "an API key (sk-...)": re.compile(_NO_WORD_BEFORE + rb"sk-[A-Za-z0-9_-]{20,}"),
+    "a W&B API key (40 hex digits beside 'wandb')": re.compile(
+        rb"(?i:wandb)[^\n]{0,100}?" + _HEX40 + rb"|" + _HEX40 + rb"[^\n]{0,100}?(?i:wandb)"
+    ),
+}
+_BASE64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{16,}={0,2}")
+_COMPRESSED = (".gz", ".bz2", ".xz", ".lzma", ".zip")
+# Weights and other binary formats: scanned as raw bytes in chunks, not decoded (a model has no base64 to hide a key in)
+_BINARY = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".npy", ".npz", ".ckpt", ".h5", ".msgpack", ".onnx")
+_READ_WHOLE_MAX = 64 << 20  # text files up to this size (and decompressed logs) are read whole, base64 runs decoded
+
+
+def _is_key(what: str, match: bytes) -> bool:
+    # "sk-" begins ordinary hyphenated words too ("sk-learn-..."); a key has digits
+    return not what.startswith("an API key") or any(48 <= c <= 57 for c in match)
+
+
+def _hits(data: bytes, needles: Mapping[str, bytes], shapes: bool) -> list[tuple[int, str]]:
+    """(offset, what) of the first occurrence in `data` of each needle's value and, with `shapes`, of each key shape."""
+    hits = [(data.find(value), f"the value of {name}") for name, value in needles.items() if value in data]
+    if shapes:
+        for what, pattern in KEY_SHAPES.items():
+            match = next((m for m in pattern.finditer(data) if _is_key(what, m.group())), None)
+            if match and not any(value in match.group() for value in needles.values()):  # named by its variable
+                hits.append((match.start(), what))
+    return hits
+
+
+def _decoded_base64_hits(data: bytes, needles: Mapping[str, bytes], shapes: bool) -> list[tuple[int, str]]:
+    """Hits inside base64 runs of `data` (standard or URL-safe alphabet), at the offset where the run starts."""
+    import base64
+    import binascii
+
+    hits, seen = [], set()
+    for run in _BASE64_RUN.finditer(data):
+        text = run.group().rstrip(b"=")
+        text = text[: len(text) - 1] if len(text) % 4 == 1 else text
+        altchars = b"-_" if (b"-" in text or b"_" in text) else None
+        if altchars and (b"+" in text or b"/" in text):
+            continue  # both alphabets at once: not base64
+        try:
+            decoded = base64.b64decode(text + b"=" * (-len(text) % 4), altchars=altchars, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        for _, what in _hits(decoded, needles, shapes):
+            if what not in seen:
+                seen.add(what)
+                hits.append((run.start(), f"{what}, base64-encoded"))
+    return hits
+
+
+def _decompressed(path: Path) -> bytes:
+    """The content of a compressed file, at most `_READ_WHOLE_MAX` bytes of it (a zip's members one after another)."""
+    import bz2
+    import gzip
+    import lzma
+    import zipfile
+
+    if path.suffix == ".zip":
+        with zipfile.ZipFile(path) as archive:
+            parts = []
+            for member in archive.namelist():
+                with archive.open(member) as handle:
+                    parts.append(handle.read(_READ_WHOLE_MAX))
+            return b"\n".join(parts)[:_READ_WHOLE_MAX]
+    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".lzma": lzma.open}[path.suffix]
+    with opener(path, "rb") as handle:
+        return handle.read(_READ_WHOLE_MAX)
+
+
+def secrets_in_file(
+    path: str | os.PathLike, secrets: Mapping[str, str], *, shapes: bool = True, chunk_size: int = 1 << 20
+) -> list[tuple[int, str]]:
+    """(line, what) for each secret `path` holds: a value of `secrets`, and with `shapes` a `KEY_SHAPES` key, in its
+    bytes, decompressed when it is compressed, and in its base64 runs when it is text (weights are scanned raw)."""
+    path = Path(path)
+    needles = {name: value.encode() for name, value in secrets.items() if value}
+
+    def lined(data: bytes, hits) -> list[tuple[int, str]]:
+        return sorted((data.count(b"\n", 0, offset) + 1, what) for offset, what in hits)
+
+    if path.suffix in _COMPRESSED:
+        try:
+            data = _decompressed(path)
+        except Exception as error:  # a truncated archive, or one that only looks compressed
+            return [(0, f"content that could not be decompressed to check it ({type(error).__name__})")]
+        return [(line, f"{what} (decompressed)") for line, what in
+                lined(data, _hits(data, needles, shapes) + _decoded_base64_hits(data, needles, shapes))]
+    if path.suffix not in _BINARY and path.stat().st_size <= _READ_WHOLE_MAX:
+        data = path.read_bytes()
+        return lined(data, _hits(data, needles, shapes) + _decoded_base64_hits(data, needles, shapes))
+    found: dict[str, int] = {}
+    overlap = max([256, *(len(v) for v in needles.values())])
+    with open(path, "rb") as handle:
+        tail, lines_before = b"", 0
+        while chunk := handle.read(chunk_size):
+            window = tail + chunk
+            for offset, what in _hits(window, needles, shapes):
+                found.setdefault(what, lines_before + window.count(b"\n", 0, offset) + 1)
+            tail = window[-overlap:]
+            lines_before += window.count(b"\n", 0, len(window) - len(tail))
+    return sorted((line, what) for what, line in found.items())
