@@ -106,15 +106,14 @@ def scan_for_secrets(
 
 # ---- what a push refuses: keys by their shape, in plain, compressed or base64 form ----------------------------------
 
-_NO_WORD_BEFORE = rb"(?<![A-Za-z0-9_-])"
-_HEX40 = rb"(?<![0-9a-fA-F])[0-9a-f]{40}(?![0-9a-fA-F])"
-KEY_SHAPES = {  # what each looks like; found anywhere in a pushed file, whatever this shell's environment holds
-    "a Hugging Face token (hf_...)": re.compile(_NO_WORD_BEFORE + rb"hf_[A-Za-z0-9]{30,}"),
-    "an API key (sk-...)": re.compile(_NO_WORD_BEFORE + rb"sk-[A-Za-z0-9_-]{20,}"),
-    "a W&B API key (40 hex digits beside 'wandb')": re.compile(
-        rb"(?i:wandb)[^\n]{0,100}?" + _HEX40 + rb"|" + _HEX40 + rb"[^\n]{0,100}?(?i:wandb)"
-    ),
+# What each looks like; found anywhere in a pushed file, whatever this shell's environment holds. A literal prefix
+# keeps the search at memory speed on weights; the character before a match is checked in `_key_shape_hits`.
+KEY_SHAPES = {
+    "a Hugging Face token (hf_...)": re.compile(rb"hf_[A-Za-z0-9]{30,}"),
+    "an API key (sk-...)": re.compile(rb"sk-[A-Za-z0-9_-]{20,}"),
 }
+WANDB_KEY = "a W&B API key (40 hex digits beside 'wandb')"
+_HEX40 = re.compile(rb"(?<![0-9a-fA-F])[0-9a-f]{40}(?![0-9a-fA-F])")
 _BASE64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{16,}={0,2}")
 _COMPRESSED = (".gz", ".bz2", ".xz", ".lzma", ".zip")
 # Weights and other binary formats: scanned as raw bytes in chunks, not decoded (a model has no base64 to hide a key in)
@@ -122,19 +121,37 @@ _BINARY = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".npy", ".npz", ".ckp
 _READ_WHOLE_MAX = 64 << 20  # text files up to this size (and decompressed logs) are read whole, base64 runs decoded
 
 
-def _is_key(what: str, match: bytes) -> bool:
-    # "sk-" begins ordinary hyphenated words too ("sk-learn-..."); a key has digits
-    return not what.startswith("an API key") or any(48 <= c <= 57 for c in match)
+def _key_shape_hits(data: bytes) -> list[tuple[int, bytes, str]]:
+    """(offset, match, what) of the first key of each shape in `data`: `KEY_SHAPES`, and 40 hex digits on a line
+    that says "wandb" within 100 bytes (W&B keys have no prefix; a git commit hash alone is not one)."""
+    hits = []
+    for what, pattern in KEY_SHAPES.items():
+        for match in pattern.finditer(data):
+            before = data[match.start() - 1 : match.start()]
+            if before.isalnum() or before in (b"_", b"-"):
+                continue  # inside a longer word
+            if what.startswith("an API key") and not any(48 <= c <= 57 for c in match.group()):
+                continue  # "sk-" begins ordinary hyphenated words too ("risk-assessment-..."); a key has digits
+            hits.append((match.start(), match.group(), what))
+            break
+    lowered, start = data.lower(), 0
+    while (at := lowered.find(b"wandb", start)) >= 0:
+        left, right = max(0, at - 100), at + 105
+        left = max(left, data.rfind(b"\n", left, at) + 1)
+        newline = data.find(b"\n", at, right)
+        match = _HEX40.search(data, left, newline if newline >= 0 else right)
+        if match:
+            hits.append((match.start(), match.group(), WANDB_KEY))
+            break
+        start = at + 5
+    return hits
 
 
 def _hits(data: bytes, needles: Mapping[str, bytes], shapes: bool) -> list[tuple[int, str]]:
     """(offset, what) of the first occurrence in `data` of each needle's value and, with `shapes`, of each key shape."""
     hits = [(data.find(value), f"the value of {name}") for name, value in needles.items() if value in data]
-    if shapes:
-        for what, pattern in KEY_SHAPES.items():
-            match = next((m for m in pattern.finditer(data) if _is_key(what, m.group())), None)
-            if match and not any(value in match.group() for value in needles.values()):  # named by its variable
-                hits.append((match.start(), what))
+    if shapes:  # a key that is a variable's value is named by the variable
+        hits += [(at, what) for at, key, what in _key_shape_hits(data) if not any(v in key for v in needles.values())]
     return hits
 
 
