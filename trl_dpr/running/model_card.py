@@ -73,7 +73,7 @@ def _is_hub_id(name: str | None) -> bool:
     """A name the Hub can resolve (`name` or `org/name`): not an embedded model, not a local path."""
     from ..embedded.base_model import EMBEDDED_MODELS
 
-    return bool(name) and name not in EMBEDDED_MODELS and not _looks_local(name)
+    return bool(name) and name not in EMBEDDED_MODELS and not _looks_local(name) and not name.lower().endswith(".gguf")
 
 
 def base_model_reference(name_or_path: str | None, kind: str = "model", unknown: str = "an unnamed model") -> str:
@@ -88,9 +88,39 @@ def base_model_reference(name_or_path: str | None, kind: str = "model", unknown:
     if name_or_path in EMBEDDED_MODELS:
         return f"`{name_or_path}` (the tiny model embedded in trl_dpr)"
     path = Path(name_or_path)
-    if path.exists():  # a folder, or a file (a .gguf)
-        return f"the {kind} `{path.resolve().name}` (a local {'folder' if path.is_dir() else 'file'})"
+    if name_or_path.lower().endswith(".gguf"):  # a file, or <python package>/<file>.gguf: never a Hub id
+        return f"the GGUF file `{path.name}` (converted to float32 by trl_dpr)"
+    if path.exists():  # a folder, or a file
+        found = f"the {kind} `{path.resolve().name}` (a local {'folder' if path.is_dir() else 'file'})"
+        return found + (f", converted from the GGUF file `{source}`" if (source := _gguf_source(path)) else "")
     return f"[{name_or_path}](https://huggingface.co/{name_or_path})"
+
+
+def _gguf_source(folder: Path) -> str | None:
+    """The name of the GGUF file a folder was converted from, as its `gguf_source.json` records it."""
+    from .gguf import PROVENANCE_FILE
+
+    try:
+        return Path(json.loads((folder / PROVENANCE_FILE).read_text())["gguf_file"]).name
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def sft_lineage(sft_model_name_or_path: str | None) -> str:
+    """How a DPR card names where its policy comes from, the base model and the SFT model apart: "<base>, by way of
+    the SFT model <sft>", or the SFT model alone when its folder records no base (a Hub SFT model records none here)."""
+    source = sft_model_name_or_path
+    base = recorded_base_model(source)
+    if source and os.path.isdir(source) and not base:
+        return f"an SFT model whose output folder (`{Path(source).name}`) records no base model"
+    if not base:
+        return f"{base_model_reference(source, unknown='an SFT model')}{' (an SFT model)' if source else ''}"
+    return f"{base_model_reference(base)}, by way of {_sft_phrase(source)}"
+
+
+def _sft_phrase(source: str | None) -> str:
+    reference = base_model_reference(source, kind="SFT model", unknown="the SFT model the policy started from")
+    return reference if reference.startswith("the ") else f"the SFT model {reference}"
 
 
 def _known_license(*folders_or_names: str | None) -> str | None:
@@ -274,12 +304,7 @@ def dpr_model_card_section(args, reward_model) -> str:
     manifest, source = reward_model.reference_manifest, reward_model.sft_model_name_or_path
     reward = getattr(reward_model, "reward", None)
     rule = reward_label(reward) if reward is not None else "r̂ = log π_SFT − log π_ref"
-    if source and Path(source).is_dir():  # a local path means nothing to a reader (and may reveal a home folder)
-        base = recorded_base_model(source)
-        origin = (f"the SFT model of {base_model_reference(base)} (saved in `{Path(source).name}`)" if base
-                  else f"the SFT model `{Path(source).name}` (a local folder that records no base model)")
-    else:
-        origin = base_model_reference(source, kind="SFT model", unknown="the SFT model the policy started from")
+    origin = _sft_phrase(source)  # a local folder by its name: its path means nothing to a reader
     lines = ["", "## Dense-Path REINFORCE", "",
              "The policy starts from π_SFT and is trained with REINFORCE on a dense token reward recovered from "
              "supervised fine-tuning, with a KL penalty to π_SFT.", "",

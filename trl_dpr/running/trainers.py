@@ -11,7 +11,6 @@ The algorithm does not need them: `trl_dpr.DensePathTrainer` alone is a GRPOTrai
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from trl import SFTTrainer
@@ -21,7 +20,7 @@ from ..reference_manifest import MANIFEST_NAME
 from ..trainer import DensePathTrainer
 from .checkpointing import AtomicCheckpointsMixin, check_output_dir, is_claimed
 from .console_log import ConsoleLogMixin
-from .model_card import BaseModelCardMixin, base_model_reference, dpr_model_card_section, recorded_base_model
+from .model_card import BaseModelCardMixin, dpr_model_card_section, recorded_base_model, sft_lineage
 from .push import SafeHubPushMixin
 
 
@@ -73,10 +72,7 @@ class DPRRunTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin
         return recorded_base_model(source) or source
 
     def _card_base_model(self) -> str:
-        source = self.reward_model.sft_model_name_or_path
-        if source and os.path.isdir(source) and not recorded_base_model(source):
-            return f"an SFT model whose output folder (`{Path(source).name}`) records no base model"
-        return base_model_reference(self._card_base_name(), kind="SFT model", unknown="an SFT model")
+        return sft_lineage(self.reward_model.sft_model_name_or_path)
 
     def _card_sections(self) -> list[str]:
         # DPR's reward, α, λ and hyperparameters, and the evaluation table when the run wrote one.
