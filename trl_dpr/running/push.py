@@ -283,3 +283,79 @@ def push_trainer_output(
         revision=args.hub_revision,
         commit_message=commit_message,
     )
+
+
+# ---- `trl-dpr push` ---------------------------------------------------------------------------------------------------
+
+
+def _unfinished(folder: Path) -> str | None:
+    """Why `folder` is not a finished run to push (missing, a run still writing it, no final model, π_ref missing)."""
+    from ..reference_manifest import parse_manifest, sft_output_problem
+    from .checkpointing import LOCK_NAME, _FolderLock
+
+    if not folder.is_dir():
+        return "the folder does not exist"
+    lock = _FolderLock(folder / LOCK_NAME)
+    if not lock.acquire():
+        return "a run is still writing it (it holds .trl_dpr.lock); wait for it to end"
+    lock.release()
+    if problem := sft_output_problem(folder):
+        return problem
+    if (folder / MANIFEST_NAME).is_file():
+        manifest = parse_manifest((folder / MANIFEST_NAME).read_text(), str(folder / MANIFEST_NAME))
+        if not (folder / manifest.path).is_dir():
+            return f"{MANIFEST_NAME} points to {manifest.path}/, which is missing (π_ref would not be pushed)"
+    return None
+
+
+def _is_folder(destination: str) -> bool:
+    """`--to` names a folder when it is a path (`./x`, `/x`, `~/x`, `a/b/c`, an existing path, or `runs/x` whose
+    `runs/` exists); else it is a Hub repo id (`name` or `org/name`)."""
+    return _looks_local(destination) or Path(destination.split("/")[0]).expanduser().is_dir()
+
+
+def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
+    """`trl-dpr push OUTPUT_DIR --to REPO_OR_DIR`: a finished run (an SFT run with π_ref) to a Hub repo or a new folder,
+    after `check_push`."""
+    from .recipe_checks import CommandParser
+
+    parser = CommandParser(prog=prog, description="Push a finished run's output folder, π_ref included, to a Hub repo "
+                           "or a new local folder, after the secret check.")
+    parser.add_argument("output_dir", help="the output_dir of a finished `trl-dpr sft` or `trl-dpr dpr` run")
+    parser.add_argument("--to", required=True, metavar="REPO_OR_DIR",
+                        help="a Hub repo id (me/model), or a new folder: a path (./x, /x, ~/x) or one whose parent exists")
+    parser.add_argument("--allow", action="append", default=[], metavar="FILE",
+                        help="a file of OUTPUT_DIR you have checked and vouch for: pushed though a key shape, a .env "
+                        "name or a link would refuse it (never with the value of one of your own credentials)")
+    parser.add_argument("--private", action="store_true", help="create the Hub repo private")
+    parser.add_argument("--revision", help="the Hub branch to push to (default: main)")
+    parser.add_argument("--commit_message", default="Upload with trl-dpr push")
+    args = parser.parse_args(argv)
+    folder = Path(args.output_dir)
+    if problem := _unfinished(folder):
+        raise ValueError(f"{args.output_dir!r} is not a finished run to push: {problem}. Expected the output_dir of a "
+                         "trl-dpr sft or trl-dpr dpr run that ended.")
+    if _is_folder(args.to):
+        destination = Path(args.to).expanduser()
+        if destination.resolve().is_relative_to(folder.resolve()):
+            raise ValueError(f"--to {args.to!r} is inside {args.output_dir!r}: push to a folder outside the run.")
+        files = copy_files_to_push(folder, destination, allow=args.allow)
+        print(f"Pushed {len(files)} files of {args.output_dir} to the folder {destination}.")
+        return
+    from huggingface_hub import constants
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(args.to)
+    except HFValidationError as error:
+        raise ValueError(f"--to {args.to!r} is neither a folder path nor a Hub repo id ({error}).") from None
+    if constants.HF_HUB_OFFLINE:
+        raise ValueError("The Hub is switched off here (HF_HUB_OFFLINE=1): unset it to push to a Hub repo, or push to "
+                         "a folder (--to ./some-folder).")
+    commit = push_folder(folder, args.to, private=args.private or None, revision=args.revision,
+                         commit_message=args.commit_message, allow=args.allow)
+    print(f"Pushed {args.output_dir} to https://huggingface.co/{args.to} ({getattr(commit, 'commit_url', commit)}).")
+
+
+if __name__ == "__main__":
+    main()
