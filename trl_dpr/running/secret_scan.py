@@ -229,3 +229,40 @@ def secrets_in_file(
             tail = window[-overlap:]
             lines_before += window.count(b"\n", 0, len(window) - len(tail))
     return sorted((line, what) for what, line in found.items())
+
+
+# ---- recipes: no key pasted in a file others read and copy ----------------------------------------------------------
+
+_KEY_FIELD = re.compile(r"^(hub_token|token|api_key)$|_(api_key|secret|password)$", re.IGNORECASE)
+
+
+def refuse_pasted_secrets(recipe_path: str | os.PathLike) -> None:
+    """A `ValueError` (one line) when a recipe YAML holds a key: a value shaped like one (`KEY_SHAPES`, 40 hex digits
+    under a W&B key), or any value of a credential field (`hub_token`, `token`, `*_api_key`, ...), at any depth."""
+    import yaml
+
+    with open(recipe_path) as handle:
+        recipe = yaml.safe_load(handle)
+
+    def walk(value, where: str):
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                yield from walk(inner, f"{where}.{key}" if where else str(key))
+        elif isinstance(value, list):
+            for i, inner in enumerate(value):
+                yield from walk(inner, f"{where}[{i}]")
+        elif isinstance(value, str) and value.strip():
+            yield where, value
+
+    for where, value in walk(recipe, ""):
+        field = where.rsplit(".", 1)[-1].split("[")[0]
+        found = [what for what, pattern in KEY_SHAPES.items() if pattern.search(value.encode())]
+        if "wandb" in where.lower() and _HEX40.search(value.encode()):
+            found.append(WANDB_KEY)
+        if found or _KEY_FIELD.search(field):
+            what = found[0] if found else "a credential field"
+            raise ValueError(
+                f"{recipe_path}: `{where}` holds what looks like a key ({what}). Keys never go in a recipe, which others "
+                "read and copy: remove it and export the key in your shell (HF_TOKEN or `hf auth login`, "
+                "WANDB_API_KEY, the judge's OPENAI_API_KEY)."
+            )
