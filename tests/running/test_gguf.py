@@ -108,25 +108,35 @@ def test_a_gguf_is_converted_into_a_new_folder_once_and_leaves_no_staging_or_loc
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["MyModel-hf"]  # no .partial-*, no .lock
 
 
-def test_a_second_conversion_into_the_same_folder_waits_for_the_first_and_reuses_it(tmp_path, monkeypatch):
+def _convert_slowly(gguf_file, target, log):
+    """One run's conversion in its own process: holds the lock 1.5 s, long enough for the other to arrive."""
+    import time
+
+    import trl_dpr.running.gguf as gguf_module
+
+    def write(_, folder):
+        with open(log, "a") as handle:
+            handle.write("converting\n")
+        time.sleep(1.5)
+        (folder / gguf_module.PROVENANCE_FILE).write_text("{}")
+
+    sys.modules.setdefault("gguf", type(sys)("gguf"))
+    gguf_module._write_converted = write
+    gguf_module.convert_gguf(gguf_file, target)
+
+
+def test_a_second_conversion_into_the_same_folder_waits_for_the_first_and_reuses_it(tmp_path):
     """Two runs beside each other (runs/a, runs/b) convert one GGUF into runs/MyModel-hf: under one lock, once."""
-    import subprocess
-    import textwrap
+    import multiprocessing
 
     (tmp_path / "MyModel.gguf").write_bytes(b"GGUF")
-    script = textwrap.dedent(f"""
-        import sys, time, types
-        sys.modules.setdefault("gguf", types.ModuleType("gguf"))
-        import trl_dpr.running.gguf as g
-        def write(gguf_file, folder):
-            print("converting", flush=True)
-            time.sleep(1.5)  # long enough for the other process to arrive while this one holds the lock
-            (folder / g.PROVENANCE_FILE).write_text("{{}}")
-        g._write_converted = write
-        g.convert_gguf({str(tmp_path / "MyModel.gguf")!r}, {str(tmp_path / "runs" / "MyModel-hf")!r})
-    """)
-    processes = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    outputs = [p.communicate(timeout=120)[0] for p in processes]
-    assert [p.returncode for p in processes] == [0, 0]
-    assert "".join(outputs).count("converting") == 1, outputs
+    context = multiprocessing.get_context("fork")  # separate processes (flock is per process), without a new interpreter
+    args = (tmp_path / "MyModel.gguf", tmp_path / "runs" / "MyModel-hf", tmp_path / "log")
+    processes = [context.Process(target=_convert_slowly, args=args) for _ in range(2)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=60)
+    assert [p.exitcode for p in processes] == [0, 0]
+    assert (tmp_path / "log").read_text() == "converting\n"  # once: the second waited, then reused it
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["MyModel-hf"]
