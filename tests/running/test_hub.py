@@ -489,6 +489,19 @@ def test_a_merged_push_refuses_an_existing_merged_folder_it_did_not_write_and_ke
     assert notes.read_text() == "mine" and [p.name for p in notes.parent.iterdir()] == ["notes.txt"]
 
 
+def test_a_merged_push_into_a_folder_of_the_users_is_refused_before_training(tmp_path, monkeypatch):
+    from trl_dpr.running import pipeline
+    from trl_dpr.running.pipeline import check_dpr_inputs
+
+    monkeypatch.setattr(pipeline, "check_hub_push", lambda args: None)  # offline here: the real one refuses the push
+    (tmp_path / "dpr-merged").mkdir()
+    (tmp_path / "dpr-merged" / "notes.txt").write_text("mine")
+    args = DensePathConfig(output_dir=str(tmp_path / "dpr"), push_to_hub=True, hub_model_id="me/x", **COMMON)
+    with pytest.raises(FileExistsError, match="dpr-merged' already exists and was not written by merge_adapter_folder"):
+        check_dpr_inputs(DPRScriptArguments(dataset_name=EMBEDDED, num_train_samples=8, merge_adapter=True), args)
+    assert (tmp_path / "dpr-merged" / "notes.txt").read_text() == "mine"
+
+
 def test_merging_a_lora_adapter_gives_the_adapted_model(sft_lora, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM

@@ -10,6 +10,21 @@ from pathlib import Path
 MERGED_MARKER = ".trl_dpr_merged"  # written last into a merge's folder: this one may be replaced
 
 
+def merged_folder(output_dir: str | os.PathLike) -> str:
+    """Where a merged push of the run in `output_dir` writes its merged model: `<output_dir>-merged`."""
+    return f"{str(output_dir).rstrip('/')}-merged"
+
+
+def check_merge_target(folder: str | os.PathLike) -> None:
+    """A `FileExistsError` (one line) when `folder` exists, is not empty and was not written by a merge."""
+    folder = Path(folder)
+    if folder.exists() and not (folder.is_dir() and not any(folder.iterdir())) and not (folder / MERGED_MARKER).is_file():
+        raise FileExistsError(
+            f"{str(folder)!r} already exists and was not written by merge_adapter_folder; move it away or "
+            "merge into another folder (trl_dpr never replaces a folder it did not create)."
+        )
+
+
 def merge_adapter_folder(
     adapter_dir: str | os.PathLike, output_dir: str | os.PathLike, dtype: str = "auto", overwrite: bool = False
 ) -> str:
@@ -30,11 +45,7 @@ def merge_adapter_folder(
     if output_dir.resolve() == adapter_dir.resolve():
         raise ValueError("output_dir must differ from adapter_dir: the merged model would overwrite the adapter.")
     if output_dir.exists() and not (output_dir.is_dir() and not any(output_dir.iterdir())):
-        if not (output_dir / MERGED_MARKER).is_file():  # not a merge's output: never replaced
-            raise FileExistsError(
-                f"{str(output_dir)!r} already exists and was not written by merge_adapter_folder; move it away or "
-                "merge into another folder (trl_dpr never replaces a folder it did not create)."
-            )
+        check_merge_target(output_dir)
         if not overwrite:
             raise FileExistsError(f"{str(output_dir)!r} is not empty; pass overwrite=True to replace what is there.")
         shutil.rmtree(output_dir)

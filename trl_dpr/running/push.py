@@ -17,7 +17,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..reference_manifest import MANIFEST_NAME
 from .checkpointing import STAGING_DIRNAME
-from .merge import MERGED_MARKER, merge_adapter_folder
+from .merge import MERGED_MARKER, merge_adapter_folder, merged_folder
 from .model_card import _looks_local
 from .secret_scan import secrets_from_environment, secrets_in_file
 
@@ -274,7 +274,7 @@ def push_trainer_output(
     folder = args.output_dir
     if merge_adapter and (Path(folder) / "adapter_config.json").is_file():
         dtype = (getattr(args, "model_init_kwargs", None) or {}).get("dtype", "auto")
-        folder = merge_adapter_folder(folder, f"{str(folder).rstrip('/')}-merged", dtype=dtype, overwrite=True)
+        folder = merge_adapter_folder(folder, merged_folder(folder), dtype=dtype, overwrite=True)
     return push_folder(
         folder,
         repo_id,
