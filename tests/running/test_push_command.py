@@ -64,3 +64,26 @@ def test_to_names_a_folder_by_its_path_and_a_hub_repo_by_its_id(tmp_path, monkey
     os.mkdir("runs")
     assert _is_folder("./x") and _is_folder("/tmp/x") and _is_folder("runs/pushed") and _is_folder("a/b/c")
     assert not _is_folder("me/tiny-sft") and not _is_folder("tiny-sft")
+
+
+def test_push_to_a_hub_repo_sends_the_card_loading_the_repo_not_the_local_folder(sft_run, monkeypatch, capsys):
+    """The stand-in Hub of test_push_check.py records the commit; the user's own README.md is left as it is."""
+    import huggingface_hub
+
+    from trl_dpr.running.push import main
+
+    from .test_push_check import StandInHub
+
+    hub = StandInHub()
+    monkeypatch.setattr(huggingface_hub, "HfApi", lambda: hub)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    before = (sft_run / "README.md").read_text()
+    assert f'model="{sft_run}"' in before  # written at the end of training, not pushed: it loads the output folder
+    main([str(sft_run), "--to", "me/tiny-sft"])
+    (commit,) = hub.commits
+    sent = {op.path_in_repo: op for op in commit["operations"]}
+    assert sorted(sent) == sorted(files_to_push(sft_run)) and hub.repos == ["me/tiny-sft"]
+    card = sent["README.md"].path_or_fileobj.decode()
+    assert 'model="me/tiny-sft"' in card and str(sft_run) not in card
+    assert (sft_run / "README.md").read_text() == before
+    assert "Pushed" in capsys.readouterr().out

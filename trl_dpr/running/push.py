@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -177,6 +178,8 @@ def push_folder(
     api = api or HfApi()
     repo_url = api.create_repo(repo_id, token=token, private=private, exist_ok=True)
     operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(Path(folder) / name)) for name in files]
+    if "README.md" in files and (card := _card_loading(Path(folder) / "README.md", repo_id)) is not None:
+        operations[files.index("README.md")] = CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card)
     return api.create_commit(
         repo_id=getattr(repo_url, "repo_id", repo_id),
         operations=operations,
@@ -184,6 +187,14 @@ def push_folder(
         token=token,
         revision=revision,
     )
+
+
+def _card_loading(readme: Path, repo_id: str) -> bytes | None:
+    """The model card with its quick start loading `repo_id`, when it loads another name (the output folder it was
+    written in, a path that means nothing on the Hub); None when it needs no change."""
+    text = readme.read_text()
+    card = re.sub(r'(pipeline\("text-generation", model=)"[^"]*"', lambda m: f'{m.group(1)}"{repo_id}"', text)
+    return card.encode() if card != text else None
 
 
 def defer_push_to_hub(args) -> bool:
