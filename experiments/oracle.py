@@ -42,7 +42,7 @@ class CorrectnessOracleRewardModel(CheckpointRewardModel):
         if "ref" in self.reward.model_names:
             raise ValueError(
                 "The correctness oracle uses no π_ref: build it with reward=SFTLogProb() (the default; in the recipes "
-                "use_baseline=False)."
+                "dense_reward: trl_dpr.rewards:SFTLogProb)."
             )
         if self.processing_class is None:
             raise ValueError("The correctness oracle reads responses as text: pass processing_class= (the tokenizer).")

@@ -27,12 +27,12 @@ DPR_ARGUMENTS = (DPRScriptArguments, DensePathConfig, ModelConfig)
 
 
 def to_command_line(values: dict) -> list[str]:
-    """`{"gamma": 0.95, "use_baseline": False, "candidates": ["A=a"]}` → `--gamma 0.95 --use_baseline false
+    """`{"gamma": 0.95, "whiten_advantages": False, "candidates": ["A=a"]}` → `--gamma 0.95 --whiten_advantages false
     --candidates A=a`. None cannot be written on a command line and is an error.
 
     Example:
-        >>> to_command_line({"gamma": 0.95, "use_baseline": False, "candidates": ["A=a", "B=b"]})
-        ['--gamma', '0.95', '--use_baseline', 'false', '--candidates', 'A=a', 'B=b']
+        >>> to_command_line({"gamma": 0.95, "whiten_advantages": False, "candidates": ["A=a", "B=b"]})
+        ['--gamma', '0.95', '--whiten_advantages', 'false', '--candidates', 'A=a', 'B=b']
     """
     args: list[str] = []
     for key, value in values.items():

@@ -41,8 +41,15 @@ __all__ = [
 ]
 
 STAGES = ("all", "data", "sft", "preview", "train", "evaluate", "report")
-ABLATIONS = {"SR": {"reward_granularity": "sentence"}, "wo/Baseline": {"use_baseline": False}}
+ABLATIONS = {"SR": {"reward_granularity": "sentence"}, "wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"}}
 DECODINGS = {"T=1": 1.0, "T=0.7": 0.7, "greedy": 0.0}
+
+
+def _reads_reference(changes: dict) -> bool:
+    """Whether the reward these recipe changes name reads π_ref (DPR's does; wo/Baseline's does not)."""
+    from trl_dpr.rewards import reward_from_settings
+
+    return "ref" in reward_from_settings(changes).model_names
 
 
 @dataclass
@@ -309,7 +316,7 @@ def _preview(args: RealModelArguments, sft_path: str, output_dir: Path):
             f.write(json.dumps(row) + "\n")
     variants = {f"DPR α={a}": ({} if a == 0.5 else {"ref_model_name_or_path": _reference_path(sft_path, a)})
                 for a in args.alphas}
-    variants.update({"wo/Baseline": {"use_baseline": False}, "oracle": {"oracle": True}})
+    variants.update({"wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"}, "oracle": {"oracle": True}})
     config = PreviewConfig(
         output_dir=str(folder), dataset_name=str(prompts_file), dataset_split="train", num_prompts=args.preview_prompts,
         samples_per_prompt=args.preview_samples, max_new_tokens=args.max_new_tokens, batch_size=args.eval_batch_size,
@@ -360,7 +367,7 @@ def _train_dpr(args, name: str, changes: dict, sft_path: str, choice: dict, data
         return recorded
     overrides = {"kl_coef": choice["lambda"], **changes, "model_name_or_path": sft_path, "output_dir": str(folder),
                  "overwrite_output_dir": True}
-    if changes.get("use_baseline", True) and (ref := _reference_path(sft_path, choice["alpha"])):
+    if _reads_reference(changes) and (ref := _reference_path(sft_path, choice["alpha"])):
         overrides["ref_model_name_or_path"] = ref
     if max_steps is not None:
         overrides["max_steps"] = max_steps
@@ -384,7 +391,7 @@ def _train_dpr(args, name: str, changes: dict, sft_path: str, choice: dict, data
     tokens = next((h["num_tokens"] for h in reversed(trainer.state.log_history) if "num_tokens" in h), None)
     recent = [h["kl_sft/per_response"] for h in history[-args.kl_window:]]
     record = {"name": name, "steps": steps, "max_steps": training_args.max_steps, "train_runtime_s": round(train_runtime, 1),
-              "tokens": tokens, "frozen_scorers": 2 if changes.get("use_baseline", True) else 1,
+              "tokens": tokens, "frozen_scorers": 2 if _reads_reference(changes) else 1,
               "stops_at_target": stop_at_kl, "reached_target": bool(recent) and sum(recent) / len(recent) >= choice["target_kl"],
               "final_kl_per_response": sum(recent) / len(recent) if recent else None, "history": history}
     del trainer

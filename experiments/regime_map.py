@@ -45,7 +45,14 @@ from .real_model import (
 )
 
 STAGES = ("all", "data", "sft", "curve", "map", "train", "evaluate", "report")
-ABLATIONS = {"wo/Baseline": {"use_baseline": False}, "SR": {"reward_granularity": "sentence"}}
+def _reads_reference(keys: dict) -> bool:
+    """Whether the reward these recipe keys name reads π_ref (DPR's does; wo/Baseline's does not)."""
+    from trl_dpr.rewards import reward_from_settings
+
+    return "ref" in reward_from_settings(keys).model_names
+
+
+ABLATIONS = {"wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"}, "SR": {"reward_granularity": "sentence"}}
 
 
 @dataclass
@@ -255,7 +262,7 @@ def _map(args, output_dir: Path, sft: dict) -> dict:
             output_dir=str(folder), dataset_name=str(prompts_file), dataset_split="train", num_prompts=args.preview_prompts,
             samples_per_prompt=args.preview_samples, max_new_tokens=args.max_new_tokens, batch_size=args.eval_batch_size,
             lambdas=args.lambdas, quality="exact", seed=0, plot=False,
-            variants={"DPR": {"ref_model_name_or_path": _ref_path(sft, progress)}, "wo/Baseline": {"use_baseline": False},
+            variants={"DPR": {"ref_model_name_or_path": _ref_path(sft, progress)}, "wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"},
                       "oracle": {"oracle": True}})
         start = time.perf_counter()
         reports[progress] = run_preview(config, _sft_path(sft, progress), {"dtype": "float32"}, show_progress=False)
@@ -294,7 +301,7 @@ def _train(args, output_dir: Path, data: Path, sft: dict, name: str, progress: f
     overrides = {"kl_coef": lam, "learning_rate": args.learning_rate, "max_steps": steps, **keys,
                  "per_device_train_batch_size": args.rollouts_per_step, "model_name_or_path": _sft_path(sft, progress),
                  "output_dir": str(folder / "trainer"), "dataset_name": str(data)}
-    if keys.get("use_baseline", True):
+    if _reads_reference(keys):
         overrides["ref_model_name_or_path"] = _ref_path(sft, progress)
     script_args, training_args, model_args = _recipe(DPR_ARGUMENTS, args.dpr_config, overrides)
     save_at = {max(1, round(f * steps)): f for f in args.eval_fractions}
@@ -317,7 +324,7 @@ def _train(args, output_dir: Path, data: Path, sft: dict, name: str, progress: f
     tokens = next((h["num_tokens"] for h in reversed(trainer.state.log_history) if "num_tokens" in h), None)
     record = {"name": name, "progress": progress, "steps": trainer.state.global_step, "rollouts": args.rollouts,
               "lambda": lam, "learning_rate": args.learning_rate, "wall_s": round(time.perf_counter() - start, 1),
-              "tokens": tokens, "frozen_scorers": 2 if keys.get("use_baseline", True) else 1, "history": history,
+              "tokens": tokens, "frozen_scorers": 2 if _reads_reference(keys) else 1, "history": history,
               "snapshots": {str(f): str(folder / f"at{round(100 * f)}") for f in args.eval_fractions}}
     del trainer
     _write(folder / "rl_record.json", record)

@@ -5,7 +5,7 @@
 
 The YAML is a recipes/dpr.py YAML (the settings every variant starts from; `output_dir` is the sweep's folder) plus
 `variants:`, a mapping from a name to the keys that variant changes: any key of recipes/dpr.py (learning_rate, kl_coef,
-max_steps, gradient_accumulation_steps, gamma, use_baseline, ref_model_name_or_path, ...), and
+max_steps, gradient_accumulation_steps, gamma, dense_reward, ref_model_name_or_path, ...), and
 
 - `reference_fraction: α`: π_ref is the SFT checkpoint at step ⌊α·N⌋ of `checkpoints_dir` (an SFT run saved with
   `--save_strategy steps`), or the recorded `dpr_reference/` when it was taken at that α;
@@ -39,7 +39,7 @@ from .sweeps import ensure_sft_output, free_memory, reference_at, train_variant,
 from .win_rates import forget_cached_answers, win_rate_rows
 
 SETTINGS_COLUMNS = (
-    "variant", "oracle", "reference", "use_baseline", "learning_rate", "kl_coef", "gamma", "max_steps",
+    "variant", "oracle", "reference", "dense_reward", "learning_rate", "kl_coef", "gamma", "max_steps",
     "per_device_train_batch_size", "gradient_accumulation_steps",
 )
 METRIC_COLUMNS = (
@@ -70,7 +70,7 @@ def _oracle(script_args, training_args, model_args) -> CorrectnessOracleRewardMo
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     oracle = CorrectnessOracleRewardModel.from_pretrained(
         model_args.model_name_or_path,
-        reward=reward_from_settings({"use_baseline": False, "eliminate_value": training_args.eliminate_value}),
+        reward=reward_from_settings({"dense_reward": "trl_dpr.rewards:SFTLogProb"}),
         token_chunk_size=training_args.reward_token_chunk_size, **init_kwargs,
     )
     train = load_demonstrations(script_args.dataset_name, script_args.dataset_config, split=script_args.dataset_train_split,
@@ -84,7 +84,7 @@ def _oracle(script_args, training_args, model_args) -> CorrectnessOracleRewardMo
 def _reference_label(script_args, training_args, oracle: bool) -> str:
     if oracle:
         return "none (oracle)"
-    if not training_args.use_baseline:
+    if "ref" not in training_args.reward().model_names:
         return "none (wo/Baseline)"
     return script_args.ref_model_name_or_path or "dpr_reference (recorded)"
 
@@ -139,9 +139,9 @@ def main(argv=None):
             sft_path = overrides.get("model_name_or_path", model_args.model_name_or_path)
             overrides["ref_model_name_or_path"] = reference_at(overrides.pop("reference_fraction"), sft_path, sweep.checkpoints_dir)
         if oracle_wanted:
-            if "ref_model_name_or_path" in overrides or overrides.get("use_baseline"):
+            if "ref_model_name_or_path" in overrides or overrides.get("dense_reward"):
                 raise ValueError(f"Variant {name!r}: the oracle uses no π_ref; remove its reference settings.")
-            overrides["use_baseline"] = False
+            overrides["dense_reward"] = "trl_dpr.rewards:SFTLogProb"
         print_stage(index, len(selected), f"variant {name}: {sweep.variants[name]}")
         v_script, v_training, v_model = parse_with_overrides(types, argv, {**overrides, "output_dir": str(output_dir / name)})[-3:]
         if v_model.model_name_or_path != model_args.model_name_or_path:
@@ -157,7 +157,7 @@ def main(argv=None):
         free_memory()
         rows.append({
             "variant": name, "oracle": oracle_wanted, "reference": _reference_label(v_script, v_training, oracle_wanted),
-            "use_baseline": v_training.use_baseline, "learning_rate": v_training.learning_rate, "kl_coef": v_training.kl_coef,
+            "dense_reward": v_training.dense_reward, "learning_rate": v_training.learning_rate, "kl_coef": v_training.kl_coef,
             "gamma": v_training.gamma, "max_steps": v_training.max_steps,
             "per_device_train_batch_size": v_training.per_device_train_batch_size,
             "gradient_accumulation_steps": v_training.gradient_accumulation_steps,

@@ -55,7 +55,7 @@ SETTINGS_KEYS = (
     "model_name_or_path", "ref_model_name_or_path", "dataset_name", "dataset_config", "num_train_samples",
     "learning_rate", "lr_scheduler_type", "warmup_steps", "max_steps", "num_train_epochs", "per_device_train_batch_size",
     "gradient_accumulation_steps", "generation_batch_size", "num_generations", "temperature", "max_completion_length",
-    "kl_coef", "gamma", "epsilon", "beta", "reward_granularity", "use_baseline", "eliminate_value", "whiten_advantages",
+    "kl_coef", "gamma", "epsilon", "beta", "reward_granularity", "dense_reward", "whiten_advantages",
     "seed",
 )
 

@@ -31,6 +31,15 @@ CORPUS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Every test on one torch thread, whatever an earlier test set (tiny models are per-op overhead; see above)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return build_tokenizer(CORPUS)
@@ -233,7 +242,7 @@ def dpr_trainer(
     ref = build_tiny_causal_lm(tokenizer, architecture, seed=1)
     args = dpr_config(tmp_path, **config)
     reward_model = CheckpointRewardModel(
-        sft, ref if args.use_baseline else None, args.reward(), **(reward_kwargs or {}),
+        sft, ref if "ref" in args.reward().model_names else None, args.reward(), **(reward_kwargs or {}),
     )
     trainer = DPRRunTrainer(
         model=None, reward_model=reward_model, args=args, processing_class=tokenizer,

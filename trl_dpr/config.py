@@ -66,8 +66,8 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
             `0.03` (a ratio): Table 5. beta (`float`, defaults to `0.0`): GRPO's KL-in-loss, off.
         kl_coef (`float`, defaults to `1e-5`): λ_KL of r_t = r̂_t − λ_KL (log π_old − log π_SFT). gamma `1.0`.
         reward_granularity (`str`, defaults to `"token"`): or `"sentence"`, the SR baseline.
-        use_baseline, eliminate_value (`bool`, defaults to `True`): False = the "wo/Baseline", "w/V" ablations.
-        dense_reward (`str`, defaults to `None`): `"module:ClassName"` of a `DenseReward` replacing the paper's.
+        dense_reward (`str`, defaults to `None`): `"module:ClassName"` of the `DenseReward` (None: DPR's; the paper's
+            ablations are `trl_dpr.rewards:SFTLogProb` (wo/Baseline) and `trl_dpr.rewards:WithSoftValue` (w/V)).
         max_prompt_length (`int`, defaults to `None`): longer prompts are dropped (not truncated) and counted.
         reward_weights: [w_0 for r̂, then one per `reward_funcs` entry]; `[0.0, 1.0]` trains on the outcome alone.
 
@@ -115,17 +115,12 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
             "help": "'token' = Dense-Path REINFORCE; 'sentence' = the SR baseline of §4.1 (whole return at EOS)."
         },
     )
-    use_baseline: bool = field(
-        default=True,
-        metadata={"help": "Subtract log π_ref (Eq. 5). False = the 'wo/Baseline' ablation (§4.3)."},
-    )
-    eliminate_value: bool = field(
-        default=True,
-        metadata={"help": "Drop the potential V by shaping (§3.3 B). False = the 'w/V' ablation (§4.3)."},
-    )
     dense_reward: str | None = field(
         default=None,
-        metadata={"help": "'module:ClassName' of a DenseReward replacing the paper's reward (e.g. my_rewards:ClippedReward)."},
+        metadata={
+            "help": "'module:ClassName' of the DenseReward to train on; None = DPR's r̂ (Eq. 5). The paper's ablations: "
+            "trl_dpr.rewards:SFTLogProb (wo/Baseline), trl_dpr.rewards:WithSoftValue (w/V); your own: my_rewards:MyReward."
+        },
     )
     dense_reward_kwargs: dict = field(
         default_factory=dict, metadata={"help": "Keyword arguments of dense_reward's class (e.g. {clip: 2.0})."}
@@ -177,15 +172,19 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
     _UNUSED_FIELDS["scale_rewards"] = (("group", True), _UNUSED_FIELDS["scale_rewards"][1])
 
     def reward(self):
-        """The `DenseReward` this config trains on (`rewards.reward_from_settings`).
+        """The `DenseReward` this config trains on, built once from `dense_reward` (`rewards.reward_from_settings`).
 
         Example:
-            >>> DensePathConfig("runs/dpr", use_baseline=False, bf16=False).reward()
+            >>> DensePathConfig("runs/dpr", dense_reward="trl_dpr.rewards:SFTLogProb", bf16=False).reward()
             SFTLogProb()
         """
-        from .rewards import reward_from_settings
+        settings = {key: getattr(self, key) for key in ("dense_reward", "dense_reward_kwargs", "dense_reward_models")}
+        built = getattr(self, "_built_reward", None)
+        if built is None or built[0] != settings:  # rebuilt only when a setting was changed after __post_init__
+            from .rewards import reward_from_settings
 
-        return reward_from_settings(vars(self))
+            self._built_reward = (settings, reward_from_settings(settings))
+        return self._built_reward[1]
 
     def __post_init__(self):
         # Before GRPOConfig's own checks: it divides by num_generations, so 0 would be a ZeroDivisionError.

@@ -25,3 +25,13 @@ def _plain(value):
     if isinstance(value, tuple | list | collections.abc.Set):
         return [_plain(item) for item in value]
     return value
+
+
+# The recipe keys that chose among the paper's rewards before `dense_reward` did, and what to write instead: refused by
+# the recipe parser (an unknown key) and by `rewards.reward_from_settings` (a preview variant, a settings mapping).
+LEGACY_REWARD_KEYS = {
+    "use_baseline": "dense_reward: trl_dpr.rewards:SFTLogProb for use_baseline: false (wo/Baseline); remove the key "
+    "for true",
+    "eliminate_value": "dense_reward: trl_dpr.rewards:WithSoftValue for eliminate_value: false (w/V); remove the key "
+    "for true",
+}

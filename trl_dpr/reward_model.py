@@ -96,7 +96,7 @@ class CheckpointRewardModel(nn.Module):
             raise ValueError(
                 f"The reward {type(reward).__name__} reads π_ref ('ref'), so it needs the reference checkpoint "
                 "(`ref_model`). Pass it, load both with CheckpointRewardModel.from_pretrained(sft_dir), or score "
-                "reward=SFTLogProb() for the 'wo/Baseline' ablation (use_baseline: false in a recipe)."
+                "reward=SFTLogProb() for the 'wo/Baseline' ablation (dense_reward: trl_dpr.rewards:SFTLogProb in a recipe)."
             )
         check_token_chunk_size(token_chunk_size)
         models = dict(models or {})
@@ -381,12 +381,12 @@ def load_reward_model(
             f"CheckpointRewardModel.from_pretrained(sft_path, reward=...)) or an SFT path, got {type(reward_model).__name__}."
         )
     # A config at its defaults names no reward: the scorer's own reward is the run's. One that names a reward
-    # (dense_reward, use_baseline: false, eliminate_value: false) must get it, or the run would train on another.
+    # (dense_reward) must get it, or the run would train on another.
     wanted = args.reward()
-    names_a_reward = args.dense_reward is not None or not same_reward(wanted, CheckpointDifference())
+    names_a_reward = args.dense_reward is not None
     if names_a_reward and not same_reward(wanted, reward_model.reward):
         raise ValueError(
-            f"The config asks for the reward {describe_reward(wanted)} (dense_reward / use_baseline / eliminate_value) "
+            f"The config asks for the reward {describe_reward(wanted)} (dense_reward) "
             f"but the reward model scores {describe_reward(reward_model.reward)}. Build it with the same reward, or "
             "pass the SFT path as `reward_model` and let the trainer load it from the config."
         )

@@ -16,6 +16,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 import torch
 
 from . import algorithm
+from .field_checks import LEGACY_REWARD_KEYS
 
 
 @dataclass
@@ -100,13 +101,19 @@ class SFTLogProb:
 class WithSoftValue:
     r"""The w/V ablation: another reward plus the potential term the paper eliminates, V_SFT(s_t) − V_SFT(s_{t+1}).
 
+    `reward` is DPR's by default; a recipe names another by its `module:Class` (`dense_reward_kwargs: {reward: ...}`).
+
     Example:
-        >>> WithSoftValue(CheckpointDifference()).value_model_names, WithSoftValue(SFTLogProb()).model_names
-        (('sft',), ('sft',))
+        >>> WithSoftValue().reward, WithSoftValue("trl_dpr.rewards:SFTLogProb").model_names
+        (CheckpointDifference(), ('sft',))
     """
 
-    reward: DenseReward
+    reward: DenseReward | str = field(default_factory=lambda: CheckpointDifference())
     value_model_names: ClassVar[tuple[str, ...]] = ("sft",)
+
+    def __post_init__(self):
+        if isinstance(self.reward, str):  # named in a recipe
+            object.__setattr__(self, "reward", build_dense_reward(self.reward))
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -140,31 +147,18 @@ def check_models_given(reward: DenseReward, given: Iterable[str]) -> None:
         )
 
 
-# The paper's ablations of the reward, by their recipe keys (use_baseline, eliminate_value): the one place the two
-# switches become a reward. SR is not here: it credits the same r̂ at the last token (`reward_granularity`).
-PAPER_REWARDS: dict[tuple[bool, bool], DenseReward] = {
-    (True, True): CheckpointDifference(),  # DPR
-    (False, True): SFTLogProb(),  # wo/Baseline: R = Σ log π_SFT
-    (True, False): WithSoftValue(CheckpointDifference()),  # w/V
-    (False, False): WithSoftValue(SFTLogProb()),  # wo/Baseline and w/V
-}
-
-
 def reward_from_settings(settings: Mapping) -> DenseReward:
-    """The reward a run's settings name (config, preview variant, command line): `dense_reward` with its kwargs, else
-    the paper's for `use_baseline` / `eliminate_value`."""
+    """The reward a run's settings name (config, preview variant): `dense_reward` (`module:Class`) with its kwargs,
+    else DPR's `CheckpointDifference`. The one place settings become a reward."""
+    if legacy := [key for key in LEGACY_REWARD_KEYS if key in settings]:
+        raise ValueError(
+            f"{', '.join(legacy)}: removed; the reward is chosen by dense_reward alone. Write "
+            + "; ".join(LEGACY_REWARD_KEYS[key] for key in legacy) + "."
+        )
     spec, kwargs, models = (settings.get(k) for k in ("dense_reward", "dense_reward_kwargs", "dense_reward_models"))
-    use_baseline, eliminate_value = settings.get("use_baseline", True), settings.get("eliminate_value", True)
     if spec is None and (kwargs or models):
         raise ValueError("dense_reward_kwargs / dense_reward_models configure dense_reward, which is not set.")
-    if spec is None:
-        return PAPER_REWARDS[bool(use_baseline), bool(eliminate_value)]
-    if not (use_baseline and eliminate_value):
-        raise ValueError(
-            "use_baseline / eliminate_value choose among the paper's rewards; with dense_reward set, that reward "
-            f"({spec}) is the whole reward. Remove use_baseline / eliminate_value, or dense_reward."
-        )
-    return build_dense_reward(spec, kwargs)
+    return CheckpointDifference() if spec is None else build_dense_reward(spec, kwargs)
 
 
 def reward_label(reward: DenseReward) -> str:

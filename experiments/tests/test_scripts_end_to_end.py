@@ -203,7 +203,7 @@ def test_the_oracle_refuses_a_prompt_it_has_no_answer_for(demo_tokenizer):
 
 def test_the_oracle_takes_no_reference_model(demo_tokenizer):
     model = build_tiny_causal_lm(demo_tokenizer)
-    with pytest.raises(ValueError, match="use_baseline=False"):
+    with pytest.raises(ValueError, match="dense_reward: trl_dpr.rewards:SFTLogProb"):
         CorrectnessOracleRewardModel(model, model, CheckpointDifference(), processing_class=demo_tokenizer)
 
 
@@ -214,12 +214,12 @@ def test_a_variant_overrides_both_the_yaml_and_the_command_line(tmp_path):
     config = write_yaml(tmp_path / "dpr.yaml", {"output_dir": str(tmp_path / "sweep"), "kl_coef": 0.1, "gamma": 0.9,
                                                 "use_cpu": True})
     argv = ["--config", config, "--kl_coef", "0.3"]
-    _, args, _ = parse_with_overrides(DPR_ARGUMENTS, argv, {"gamma": 0.95, "use_baseline": False,
+    _, args, _ = parse_with_overrides(DPR_ARGUMENTS, argv, {"gamma": 0.95, "whiten_advantages": False,
                                                             "output_dir": str(tmp_path / "sweep" / "g")})
-    assert (args.gamma, args.kl_coef, args.use_baseline) == (0.95, 0.3, False)
+    assert (args.gamma, args.kl_coef, args.whiten_advantages) == (0.95, 0.3, False)
     assert args.output_dir == str(tmp_path / "sweep" / "g")
     _, again, _ = parse_with_overrides(DPR_ARGUMENTS, argv, {})
-    assert (again.gamma, again.use_baseline) == (0.9, True)  # nothing leaks from one variant into the next
+    assert (again.gamma, again.whiten_advantages) == (0.9, True)  # nothing leaks from one variant into the next
 
 
 def test_unknown_variant_keys_are_an_error_that_names_them():
@@ -452,7 +452,7 @@ def test_the_settings_sweep_trains_and_compares_each_variant_including_the_oracl
     by_name = {r["variant"]: r for r in rows}
     assert list(by_name) == ["plain", "early_ref", "oracle"]
     assert by_name["early_ref"]["reference"].endswith("checkpoint-1") and by_name["early_ref"]["max_steps"] == "1"
-    assert (by_name["oracle"]["oracle"], by_name["oracle"]["use_baseline"]) == ("True", "False")
+    assert (by_name["oracle"]["oracle"], by_name["oracle"]["dense_reward"]) == ("True", "trl_dpr.rewards:SFTLogProb")
     for row in rows:
         assert int(row["n"]) == 8 and float(row["ci_low"]) <= float(row["win_rate"]) <= float(row["ci_high"])
         assert 0.0 <= float(row["sft_accuracy_greedy"]) <= 1.0 and row["kl_sft_final"] != ""

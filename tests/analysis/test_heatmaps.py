@@ -4,7 +4,6 @@ import json
 from html.parser import HTMLParser
 
 import pytest
-import torch
 
 from trl_dpr import CheckpointRewardModel
 from trl_dpr.analysis.heatmaps import heatmap_html, main, reward_colour, save_heatmap_png
@@ -13,14 +12,6 @@ from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from ..conftest import save_sft_output
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 class TokenSpans(HTMLParser):

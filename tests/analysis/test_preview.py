@@ -24,7 +24,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def small_config(tmp_path, **overrides):
     values = dict(output_dir=str(tmp_path / "preview"), num_prompts=5, samples_per_prompt=4, max_new_tokens=6,
                   batch_size=8, lambdas=[math.inf, 2.0, 0.5, 0.0], bootstrap_resamples=200,
-                  variants={"DPR": {}, "wo/Baseline": {"use_baseline": False}, "oracle": {"oracle": True}})
+                  variants={"DPR": {}, "wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"}, "oracle": {"oracle": True}})
     values.update(overrides)
     return PreviewConfig(**values)
 
@@ -138,7 +138,7 @@ def test_a_folder_without_a_recorded_reference_is_refused_before_sampling(tmp_pa
     with pytest.raises(FileNotFoundError, match="dpr_reference.json"):
         run_preview(small_config(tmp_path), str(bare), show_progress=False)
     # wo/Baseline alone needs no π_ref
-    report = run_preview(small_config(tmp_path, variants={"wo/Baseline": {"use_baseline": False}}), str(bare),
+    report = run_preview(small_config(tmp_path, variants={"wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"}}), str(bare),
                          show_progress=False)
     assert {p.variant for p in report.points} == {"wo/Baseline"}
 
@@ -165,7 +165,7 @@ def test_pairwise_quality_asks_the_judge_once_per_pair_and_caches_it(sft_output,
                                           "judge_max_retries": 0, "judge_max_workers": 2}))
     try:
         config = small_config(tmp_path, quality="pairwise", evaluation_config=str(judge_yaml),
-                              variants={"DPR": {}, "wo/Baseline": {"use_baseline": False}})
+                              variants={"DPR": {}, "wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"}})
         report = run_preview(config, str(sft_output), show_progress=False)
         assert len(server.requests) == 5 * 4 * 2  # every sample against π_SFT's answer, in both orders
         assert report.sft_quality == pytest.approx(0.5) and all(p.quality == pytest.approx(0.5) for p in report.points)

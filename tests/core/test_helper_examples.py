@@ -153,9 +153,9 @@ CASES = {
     (('sft',), ('sft', 'ref'))
 ''',
     "trl_dpr.rewards:reward_from_settings": r'''
-    >>> reward_from_settings({"use_baseline": False})
-    SFTLogProb()
-    >>> reward_from_settings({"eliminate_value": False})
+    >>> reward_from_settings({}), reward_from_settings({"dense_reward": "trl_dpr.rewards:SFTLogProb"})
+    (CheckpointDifference(), SFTLogProb())
+    >>> reward_from_settings({"dense_reward": "trl_dpr.rewards:WithSoftValue"})
     WithSoftValue(reward=CheckpointDifference())
 ''',
     "trl_dpr.rewards:reward_label": r'''

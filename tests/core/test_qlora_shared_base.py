@@ -64,10 +64,10 @@ def separate_models(root):
 
 @pytest.mark.parametrize("eliminate_value", [True, False])
 def test_adapter_switch_scoring_equals_separate_models(adapter_sft_output, tokenizer, eliminate_value):
-    shared = CheckpointRewardModel.from_pretrained(str(adapter_sft_output / "sft"), reward=reward_from_settings({"eliminate_value": eliminate_value}), **QUANTIZED)
+    shared = CheckpointRewardModel.from_pretrained(str(adapter_sft_output / "sft"), reward=reward_from_settings({} if eliminate_value else {"dense_reward": "trl_dpr.rewards:WithSoftValue"}), **QUANTIZED)
     assert shared.sft_model is shared.ref_model and (shared.sft_adapter, shared.ref_adapter) == ("sft", "ref")
     sft, ref = separate_models(adapter_sft_output)
-    separate = CheckpointRewardModel(sft, ref, reward_from_settings({"eliminate_value": eliminate_value}))
+    separate = CheckpointRewardModel(sft, ref, reward_from_settings({} if eliminate_value else {"dense_reward": "trl_dpr.rewards:WithSoftValue"}))
     # Same 4-bit kernel on both sides: in eval mode bitsandbytes (CPU) switches to a repacked bf16 inference kernel,
     # about 1e-3 off the training kernel the shared base uses (see CheckpointRewardModel._activated).
     sft.train(), ref.train()

@@ -111,7 +111,6 @@ def test_recipe_keys_name_an_importable_reward_and_refuse_what_does_not_fit(tmp_
         "has no 'Nope'": dict(dense_reward="my_rewards:Nope"),
         "does not take dense_reward_kwargs": dict(dense_reward="my_rewards:ClippedReward", dense_reward_kwargs={"c": 1}),
         "is not a DenseReward": dict(dense_reward="my_rewards:NotAReward"),
-        "Remove use_baseline / eliminate_value, or dense_reward": dict(dense_reward="my_rewards:ClippedReward", use_baseline=False),
         "configure dense_reward, which is not set": dict(dense_reward_kwargs={"clip": 1.0}),
     }
     for message, values in cases.items():
@@ -137,7 +136,7 @@ def test_the_trainer_trains_on_a_user_reward_from_a_recipe_key_and_from_python(t
     trainer.train()
     assert abs(trainer.state.log_history[0]["reward"]) <= 6 * 0.01 + 1e-6
     with pytest.raises(ValueError, match=r"asks for the reward SFTLogProb .* scores ClippedReward"):
-        DensePathTrainer(model=None, reward_model=scorer, args=dpr_config(tmp_path / "c", use_baseline=False),
+        DensePathTrainer(model=None, reward_model=scorer, args=dpr_config(tmp_path / "c", dense_reward="trl_dpr.rewards:SFTLogProb"),
                          processing_class=tokenizer, train_dataset=prompts_dataset(8))
 
 
@@ -211,27 +210,37 @@ def test_rewards_compare_by_class_and_settings_not_by_class_name(tmp_path, token
                                          dense_reward_kwargs={"clip": 3.0}))
 
 
-def test_the_papers_ablations_are_named_rewards_reached_from_their_recipe_keys():
-    from trl_dpr.rewards import PAPER_REWARDS, SFTLogProb, WithSoftValue, reward_from_settings
+def test_the_papers_ablations_are_named_rewards_reached_from_the_dense_reward_key():
+    from trl_dpr.rewards import SFTLogProb, WithSoftValue, reward_from_settings
 
     assert reward_from_settings({}) == CheckpointDifference()  # DPR
-    assert reward_from_settings({"use_baseline": False}) == SFTLogProb()  # wo/Baseline: R = Σ log π_SFT
-    assert reward_from_settings({"eliminate_value": False}) == WithSoftValue(CheckpointDifference())  # w/V
-    assert set(PAPER_REWARDS) == {(True, True), (False, True), (True, False), (False, False)}
+    assert reward_from_settings({"dense_reward": "trl_dpr.rewards:SFTLogProb"}) == SFTLogProb()  # wo/Baseline
+    assert reward_from_settings({"dense_reward": "trl_dpr.rewards:WithSoftValue"}) == WithSoftValue(CheckpointDifference())
+    both = {"dense_reward": "trl_dpr.rewards:WithSoftValue", "dense_reward_kwargs": {"reward": "trl_dpr.rewards:SFTLogProb"}}
+    assert reward_from_settings(both) == WithSoftValue(SFTLogProb())  # wo/Baseline and w/V
     # Each declares what it computes (the model card's line) on the class, not in an __init__.
     assert {type(r).label for r in (CheckpointDifference(), SFTLogProb())} == {CheckpointDifference.label, SFTLogProb.label}
     assert WithSoftValue(SFTLogProb()).label.startswith(SFTLogProb.label)
 
 
-def test_the_ablations_are_reachable_by_name_without_the_legacy_keys():
-    """use_baseline / eliminate_value are shorthands: the same rewards are named by `dense_reward` alone, and SR is
-    `reward_granularity`, so the keys could go without losing an ablation."""
+def test_the_legacy_reward_keys_are_refused_with_what_to_write_instead(tmp_path):
+    """use_baseline / eliminate_value left the config: a settings mapping, a preview variant or a recipe that still has
+    one is refused with the dense_reward line that replaces it."""
     from trl_dpr import DensePathConfig
-    from trl_dpr.rewards import SFTLogProb, reward_from_settings
+    from trl_dpr.analysis.preview import PreviewConfig
+    from trl_dpr.rewards import reward_from_settings
+    from trl_dpr.running.recipe_parser import RecipeParser
 
-    by_name = reward_from_settings({"dense_reward": "trl_dpr.rewards:SFTLogProb"})
-    assert by_name == reward_from_settings({"use_baseline": False}) == SFTLogProb()
-    assert by_name != reward_from_settings({})
+    with pytest.raises(ValueError, match=r"use_baseline: removed.*dense_reward: trl_dpr\.rewards:SFTLogProb"):
+        reward_from_settings({"use_baseline": False})
+    with pytest.raises(ValueError, match=r"eliminate_value: removed.*dense_reward: trl_dpr\.rewards:WithSoftValue"):
+        PreviewConfig(output_dir=str(tmp_path), variants={"w/V": {"eliminate_value": False}})
+    recipe = tmp_path / "dpr.yaml"
+    recipe.write_text("use_baseline: false\n")
+    with pytest.raises(ValueError, match=r"use_baseline \(renamed: use `dense_reward: trl_dpr\.rewards:SFTLogProb"):
+        RecipeParser((DensePathConfig,)).parse_args_and_config(["--config", str(recipe)])
+    with pytest.raises(TypeError, match="use_baseline"):
+        DensePathConfig("runs/x", use_baseline=False, bf16=False)
     config = DensePathConfig("runs/sr", dense_reward="trl_dpr.rewards:CheckpointDifference", reward_granularity="sentence",
                              bf16=False)
     assert config.reward() == CheckpointDifference() and config.reward_granularity == "sentence"  # SR

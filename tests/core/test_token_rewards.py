@@ -43,6 +43,15 @@ def reference_statistics(model, prompt, completion):
     return rows, final_value
 
 
+# The recipe keys of the paper's ablations (wo/Baseline: no π_ref; w/V: the potential kept), by (baseline, eliminated V).
+ABLATION_SETTINGS = {
+    (True, True): {},
+    (False, True): {"dense_reward": "trl_dpr.rewards:SFTLogProb"},
+    (True, False): {"dense_reward": "trl_dpr.rewards:WithSoftValue"},
+    (False, False): {"dense_reward": "trl_dpr.rewards:WithSoftValue", "dense_reward_kwargs": {"reward": "trl_dpr.rewards:SFTLogProb"}},
+}
+
+
 def expected_rewards(sft, ref, prompts, completions, eos, use_baseline, eliminate_value):
     width = max(map(len, completions))
     expected = torch.zeros(len(prompts), width, dtype=torch.float64)
@@ -72,7 +81,7 @@ def expected_rewards(sft, ref, prompts, completions, eos, use_baseline, eliminat
 def test_token_rewards_equal_unpadded_log_softmax(tokenizer, architecture, use_baseline, eliminate_value):
     sft = build_tiny_causal_lm(tokenizer, architecture, seed=0).eval()
     ref = build_tiny_causal_lm(tokenizer, architecture, seed=1).eval()
-    reward = reward_from_settings({"use_baseline": use_baseline, "eliminate_value": eliminate_value})  # the ablations by their keys
+    reward = reward_from_settings(ABLATION_SETTINGS[use_baseline, eliminate_value])  # the ablations by their recipe keys
     reward_model = CheckpointRewardModel(sft, ref, reward)
     prompts, completions, batch = make_batch(tokenizer)
     rewards = reward_model.token_rewards(*batch)

@@ -16,7 +16,10 @@ def test_config_defaults_are_the_papers():
     assert (args.learning_rate, args.kl_coef, args.gamma, args.epsilon, args.temperature, args.beta) == (
         5e-7, 1e-5, 1.0, 0.2, 1.0, 0.0,
     )
-    assert args.reward_granularity == "token" and args.use_baseline and args.eliminate_value and args.whiten_advantages
+    from trl_dpr.rewards import CheckpointDifference
+
+    assert args.reward_granularity == "token" and args.dense_reward is None and args.whiten_advantages
+    assert args.reward() == CheckpointDifference()
     assert args.warmup_steps == 0.03
 
 
@@ -76,7 +79,7 @@ def test_sentence_granularity_gives_every_token_of_a_completion_the_same_advanta
 
 
 def test_without_baseline_the_reward_is_the_sft_log_likelihood(make_trainer):
-    trainer, used, sft, _ = make_trainer(use_baseline=False, kl_coef=0.0, max_steps=1)
+    trainer, used, sft, _ = make_trainer(dense_reward="trl_dpr.rewards:SFTLogProb", kl_coef=0.0, max_steps=1)
     assert trainer.reward_model.ref_model is None
     trainer.train()
     first = used[0]
@@ -98,8 +101,9 @@ def test_the_policy_cannot_be_the_frozen_sft_model(tokenizer, make_config):
 
 def test_reward_model_flags_must_match_the_config(tokenizer, make_config):
     reward_model = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1))
-    with pytest.raises(ValueError, match="eliminate_value"):
-        DensePathTrainer(reward_model=reward_model, args=make_config(eliminate_value=False), train_dataset=prompts_dataset())
+    with pytest.raises(ValueError, match=r"asks for the reward WithSoftValue.*scores CheckpointDifference"):
+        DensePathTrainer(reward_model=reward_model, args=make_config(dense_reward="trl_dpr.rewards:WithSoftValue"),
+                         train_dataset=prompts_dataset())
 
 
 def test_model_card_has_the_dpr_tags_citation_and_hyperparameters(make_trainer, tmp_path):

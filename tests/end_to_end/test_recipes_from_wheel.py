@@ -88,7 +88,7 @@ def test_dpr_config_parses_and_carries_the_papers_values(backbone, layout):
     assert args.learning_rate == LEARNING_RATE[("dpr", layout)]
     assert (args.kl_coef, args.temperature, args.gamma, args.epsilon, args.warmup_steps) == (1e-5, 1.0, 1.0, 0.2, 0.03)
     assert (args.max_prompt_length, args.max_completion_length) == (1024, 1024)
-    assert args.use_baseline and args.eliminate_value and args.reward_granularity == "token"
+    assert args.dense_reward is None and args.reward_granularity == "token"
     assert (script.dataset_name, script.num_train_samples) == ("Open-Orca/OpenOrca", 100_000)
 
 

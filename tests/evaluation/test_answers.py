@@ -12,15 +12,6 @@ from trl_dpr.evaluation.answers import answer_cache
 from trl_dpr.evaluation.cache import JsonlCache
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread (and do not fight other processes for the cores)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 class CountingGenerator:
     """Answers `answer-to:<last user message>` and records every conversation it is asked to answer."""
 

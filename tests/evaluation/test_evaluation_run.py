@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from trl_dpr.embedded.task import is_correct
@@ -17,15 +16,6 @@ from trl_dpr.running.recipe_parser import RecipeParser
 from ..conftest import run_forked
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread (and do not fight other processes for the cores)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture

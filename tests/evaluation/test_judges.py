@@ -2,7 +2,6 @@
 exact-answer judge, and judging with a cache."""
 
 import pytest
-import torch
 
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.evaluation import (
@@ -16,15 +15,6 @@ from trl_dpr.evaluation import (
     summarize_pairwise,
 )
 from trl_dpr.evaluation.judges import grade_mt_bench_cached, judge_pairs_cached
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread (and do not fight other processes for the cores)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 class ScriptedChat:

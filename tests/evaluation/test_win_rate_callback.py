@@ -2,22 +2,12 @@
 once, and the training logs keep their own metrics."""
 
 import pytest
-import torch
 from datasets import Dataset
 
 from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
 from trl_dpr.embedded.task import build_demo_dataset
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.evaluation import ExactAnswerJudge, PairJudgement, PairwiseJudge, WinRateCallback
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread (and do not fight other processes for the cores)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 class RecordingJudge(PairwiseJudge):

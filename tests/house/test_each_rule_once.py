@@ -192,7 +192,7 @@ RULE_MESSAGES = {
     "the LM head's chunk is a positive number of tokens": [
         r"must be a positive number of tokens \(memory", r"token_chunk_size must be",
     ],
-    "dense_reward and the paper's switches exclude each other": [r"Remove use_baseline / eliminate_value, or dense_reward"],
+    "the legacy reward keys are refused with the dense_reward line to write": [r"the reward is chosen by dense_reward alone"],
 }
 
 

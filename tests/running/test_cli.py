@@ -322,12 +322,12 @@ def test_launcher_flags_and_a_valid_recipe_pass_the_check(cache):
 def test_the_description_of_the_arguments_survives_the_cache(cache):
     """A parser rebuilt from the cached description describes itself the same: nothing is lost in JSON."""
     from trl_dpr.running.cli import _build_descriptions, _cached_descriptions
-    from trl_dpr.running.recipe_checks import LightRecipeParser
+    from trl_dpr.running.recipe_parser import RecipeParser
 
     built = _build_descriptions()
     assert _cached_descriptions() == json.loads(json.dumps(built))
     for stage, description in _cached_descriptions().items():
-        assert LightRecipeParser(description).describe() == description, stage
+        assert RecipeParser.from_description(description).describe() == description, stage
 
 
 def test_a_cache_file_that_cannot_be_read_is_rebuilt(cache):
@@ -400,10 +400,10 @@ def launched(argv: list[str], description: dict, monkeypatch):
     from accelerate.utils.launch import prepare_simple_launcher_cmd_env
 
     from trl_dpr.running.cli import _check_before_importing, _launch_plan
-    from trl_dpr.running.recipe_checks import LightRecipeParser
+    from trl_dpr.running.recipe_parser import RecipeParser
     from trl_dpr.scripts.dpr import make_parser
 
-    values, launch_args = _check_before_importing("dpr", list(argv), LightRecipeParser(description))
+    values, launch_args = _check_before_importing("dpr", list(argv), RecipeParser.from_description(description))
     launch_args, script_args = _launch_plan(argv, launch_args, values)
     args, _, _ = _validate_launch_command(launch_command_parser().parse_args([*launch_args, "script.py"]))
     _, env = prepare_simple_launcher_cmd_env(args)
@@ -468,10 +468,10 @@ def test_a_device_or_precision_that_cannot_run_is_refused_before_the_launch_in_o
         no_accelerate_config, monkeypatch, capsys, dpr_description, extra, gpus, message):
     import re
 
-    from trl_dpr.running.recipe_checks import LightRecipeParser
+    from trl_dpr.running.recipe_parser import RecipeParser
 
     monkeypatch.setattr("trl_dpr.running.cli._gpu_count", lambda: gpus)
-    monkeypatch.setattr("trl_dpr.running.cli._light_parser", lambda stage: LightRecipeParser(dpr_description))
+    monkeypatch.setattr("trl_dpr.running.cli._light_parser", lambda stage: RecipeParser.from_description(dpr_description))
     monkeypatch.setattr("trl.cli.accelerate_launcher.launch_training_script", lambda *a: pytest.fail("launched"))
     with pytest.raises(SystemExit) as stop:
         main(["dpr", "--config", "demo/dpr.yaml", *extra])

@@ -270,13 +270,12 @@ CASES = {
     >>> print(err.getvalue().strip())
     trl-dpr demo: error: Unknown flag --detail (did you mean --details?). `trl-dpr demo --help` lists every accepted flag.
 ''',
-    "trl_dpr.running.recipe_checks:LightRecipeParser": r'''
+    "trl_dpr.running.recipe_parser:RecipeParser.from_description": r'''
     >>> from dataclasses import dataclass
-    >>> from trl_dpr.running.recipe_parser import RecipeParser
     >>> @dataclass
     ... class Args:
     ...     max_steps: int = -1
-    >>> light = LightRecipeParser(RecipeParser([Args], prog="trl-dpr demo").describe())
+    >>> light = RecipeParser.from_description(RecipeParser([Args], prog="trl-dpr demo").describe())
     >>> light.check_recipe(["--max_steps", "2.5"])
     Traceback (most recent call last):
     ...

@@ -140,12 +140,12 @@ def test_full_fine_tuning_is_sharded_over_the_gpus_with_three_models_for_dpr(sha
 def test_wo_baseline_plans_one_frozen_model_fewer_than_dpr(shapes):
     shape, server = shapes["llama-3.1-8b"], {"use_vllm": True, "vllm_mode": "server"}
     dpr = plan(llama_dpr_args(**server), shape, None)
-    wo_baseline = plan(llama_dpr_args(use_baseline=False, **server), shape, None)
+    wo_baseline = plan(llama_dpr_args(dense_reward="trl_dpr.rewards:SFTLogProb", **server), shape, None)
     assert term(dpr, "weights (bf16)").bytes == 3 * shape.parameters * 2  # policy, π_SFT, π_ref
     assert term(wo_baseline, "weights (bf16)").bytes == 2 * shape.parameters * 2  # policy, π_SFT (the KL's reference)
     assert "(policy, π_SFT)" in term(wo_baseline, "weights (bf16)").formula and "scoring π_SFT" in wo_baseline.phases
     # On one QLoRA base: one frozen adapter fewer.
-    qlora = plan(llama_dpr_args(use_baseline=False), shape, qlora_args())
+    qlora = plan(llama_dpr_args(dense_reward="trl_dpr.rewards:SFTLogProb"), shape, qlora_args())
     assert term(qlora, "frozen adapter π_SFT (fp32)").bytes == 167_772_160 * 4
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from ..evaluation.results import bootstrap_mean_ci
+from ..field_checks import LEGACY_REWARD_KEYS
 
 # ---- the weighting ---------------------------------------------------------------------------------------------------
 
@@ -372,11 +373,11 @@ class PreviewConfig:
         metadata={"help": "λ grid (DPR's kl_coef): inf = π_SFT, 0 = best-of-N under the reward."},
     )
     variants: dict = field(
-        default_factory=lambda: {"DPR": {}, "wo/Baseline": {"use_baseline": False}},
+        default_factory=lambda: {"DPR": {}, "wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"}},
         metadata={
             "help": "Reward variants to compare, name → settings: {} is DPR with the recorded π_ref; "
-            "ref_model_name_or_path: another π_ref (another α); use_baseline: false (wo/Baseline, R = Σ log π_SFT); "
-            "eliminate_value: false (w/V); oracle: true (R = the quality itself, when it is per-sample)."
+            "ref_model_name_or_path: another π_ref (another α); dense_reward: trl_dpr.rewards:SFTLogProb (wo/Baseline, "
+            "R = Σ log π_SFT) or any module:Class; oracle: true (R = the quality itself, when it is per-sample)."
         },
     )
     quality: str = field(
@@ -419,14 +420,17 @@ class PreviewConfig:
             raise ValueError(f"Every λ must be >= 0 (0 = best-of-N, inf = π_SFT), got {self.lambdas}.")
         if not self.variants:
             raise ValueError("Give at least one reward variant (e.g. variants: {DPR: {}}).")
-        allowed = {"ref_model_name_or_path", "use_baseline", "eliminate_value", "oracle", "dense_reward",
-                   "dense_reward_kwargs", "dense_reward_models"}
+        allowed = {"ref_model_name_or_path", "oracle", "dense_reward", "dense_reward_kwargs", "dense_reward_models"}
         for name, settings in self.variants.items():
-            unknown = set(settings or {}) - allowed
+            unknown = set(settings or {}) - allowed - set(LEGACY_REWARD_KEYS)  # those: reward_from_settings says what to write
             if unknown:
                 raise ValueError(f"Variant {name!r}: unknown setting(s) {sorted(unknown)}; allowed: {sorted(allowed)}.")
             if (settings or {}).get("oracle") and self.quality == "pairwise":
                 raise ValueError(f"Variant {name!r}: the oracle reward is the per-sample quality; use it with exact or demonstration.")
+            if not (settings or {}).get("oracle"):
+                from ..rewards import reward_from_settings
+
+                reward_from_settings(dict(settings or {}))  # a removed key or an unimportable reward: before any model loads
         for spec in self.policies:
             name, sep, path = spec.partition("=")
             if not sep or not name.strip() or not path.strip():

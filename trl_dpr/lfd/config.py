@@ -26,7 +26,20 @@ class SelfPlayConfig(ActivationCheckpointingAlias, DPOConfig):
         default=1.0, metadata={"help": "Temperature of the answers π_t writes for the demonstration prompts (0: greedy)."}
     )
     generation_top_p: float = field(default=1.0, metadata={"help": "Nucleus (top-p) sampling of π_t's answers; 1 = off."})
-    max_new_tokens: int = field(default=256, metadata={"help": "Longest answer π_t writes, in tokens."})
+    max_new_tokens: int = field(
+        default=256, metadata={"help": "Longest answer π_t writes, in tokens (uclaml/SPIN and tengxiao1/GSIL generate.py: 256)."}
+    )
+    # The defaults both papers share (uclaml/SPIN configs/config.yaml, tengxiao1/GSIL scripts/finetune.sh).
+    beta: float = field(
+        default=0.1,
+        metadata={"help": "Scale of the log-ratio to π_t: SPIN's λ, GSIL's β in f = β log π_θ/π_t + b (both papers: 0.1)."},
+    )
+    learning_rate: float = field(default=5e-7, metadata={"help": "Learning rate of each iteration (both papers: 5e-7)."})
+    optim: str = field(default="rmsprop", metadata={"help": "Optimizer (both papers: RMSProp)."})
+    lr_scheduler_type: str = field(default="linear", metadata={"help": "Learning-rate schedule of each iteration (linear)."})
+    warmup_steps: float = field(
+        default=0.1, metadata={"help": "Warmup: steps, or a ratio of each iteration's steps when < 1 (both papers: 0.1)."}
+    )
     generation_batch_size: int = field(default=32, metadata={"help": "Prompts per generate call while π_t answers."})
     previous_iteration_pairs: bool = field(
         default=False,
@@ -93,9 +106,6 @@ class SPINConfig(SelfPlayConfig):
         (0.1, 4, 0.8, 5e-07)
     """
 
-    beta: float = field(
-        default=0.1, metadata={"help": "λ of SPIN's loss (Method section; uclaml/SPIN README and configs: 0.1)."}
-    )
     spin_loss_type: str = field(
         default="sigmoid",
         metadata={
@@ -119,19 +129,6 @@ class SPINConfig(SelfPlayConfig):
     )
     generation_top_p: float = field(
         default=0.95, metadata={"help": "Top-p of π_t's answers (uclaml/SPIN spin/generate.py: 0.95)."}
-    )
-    max_new_tokens: int = field(
-        default=256, metadata={"help": "Longest answer of π_t (uclaml/SPIN spin/generate.py: 256 tokens)."}
-    )
-    learning_rate: float = field(
-        default=5e-7, metadata={"help": "Learning rate of each iteration (Experiments section; configs/config.yaml: 5e-7)."}
-    )
-    optim: str = field(default="rmsprop", metadata={"help": "Optimizer (Experiments section; configs/config.yaml: RMSProp)."})
-    lr_scheduler_type: str = field(
-        default="linear", metadata={"help": "Learning-rate schedule of each iteration (configs/config.yaml: linear)."}
-    )
-    warmup_steps: float = field(
-        default=0.1, metadata={"help": "Warmup: steps, or a ratio of each iteration's steps when < 1 (configs/config.yaml: 0.1)."}
     )
     num_train_epochs: float = field(
         default=3.0, metadata={"help": "Epochs over each iteration's pairs (uclaml/SPIN configs/config.yaml: 3)."}
@@ -161,10 +158,6 @@ class GSILConfig(SelfPlayConfig):
         (0.1, 'brier', 1, 0.0)
     """
 
-    beta: float = field(
-        default=0.1,
-        metadata={"help": "β of f = β log π_θ/π_t (Method section; tengxiao1/GSIL's scale `alpha`, default 0.1)."},
-    )
     gsil_loss_type: str = field(
         default="bernoulli",
         metadata={
@@ -185,19 +178,6 @@ class GSILConfig(SelfPlayConfig):
     )
     generation_temperature: float = field(
         default=0.0, metadata={"help": "Temperature of π_t's answers; 0 = greedy (tengxiao1/GSIL gsil/generate.py)."}
-    )
-    max_new_tokens: int = field(
-        default=256, metadata={"help": "Longest answer of π_t (tengxiao1/GSIL gsil/generate.py: 256 tokens)."}
-    )
-    learning_rate: float = field(
-        default=5e-7, metadata={"help": "Learning rate (Experiments section; scripts/finetune.sh: 5e-7)."}
-    )
-    optim: str = field(default="rmsprop", metadata={"help": "Optimizer (tengxiao1/GSIL scripts/finetune.sh: rmsprop)."})
-    lr_scheduler_type: str = field(
-        default="linear", metadata={"help": "Learning-rate schedule (tengxiao1/GSIL scripts/finetune.sh: linear)."}
-    )
-    warmup_steps: float = field(
-        default=0.1, metadata={"help": "Warmup: steps, or a ratio of the steps when < 1 (scripts/finetune.sh: 0.1)."}
     )
     num_train_epochs: float = field(
         default=1.0, metadata={"help": "Epochs over each iteration's pairs (tengxiao1/GSIL scripts/finetune.sh: 1)."}

@@ -254,7 +254,7 @@ def _without(items: list[str], subsequence: list[str]) -> list[str]:
 # help, types and choices change only with the installed versions and trl_dpr's sources, so the first call describes
 # every stage's arguments as plain JSON (`RecipeParser.describe`) in a cache, ~/.cache/trl_dpr/cli-<key>.json
 # (`TRL_DPR_CACHE` moves it), keyed by those (`_fingerprint`). From then on `--help` and the checks of the recipe and the
-# flags (recipe_checks.py) run on a parser rebuilt from it with the standard library alone (`LightRecipeParser`), before
+# flags run on the same parser class rebuilt from it without the dataclasses (`RecipeParser.from_description`), before
 # torch is imported; only a run that passes them imports it. The first call, or a cache that cannot be read or written,
 # costs what it did before, and runs the same checks on the same description, built on the spot.
 
@@ -347,15 +347,15 @@ def _build_descriptions() -> dict[str, dict]:
 
 
 def _light_parser(stage: str):
-    """The stage's parser rebuilt from its description (`LightRecipeParser`): cached, else built now."""
-    from .recipe_checks import LightRecipeParser
+    """The stage's parser rebuilt from its description (`RecipeParser.from_description`): cached, else built now."""
+    from .recipe_parser import RecipeParser
 
     description = _cached_descriptions().get(stage) or _build_descriptions()[stage]
-    return LightRecipeParser(description)
+    return RecipeParser.from_description(description)
 
 
 def _check_before_importing(stage: str, argv: list[str], parser=None):
-    """The checks of `trl-dpr <stage>` that need no TRL (`LightRecipeParser.check_recipe`, a GGUF reader); returns the
+    """The checks of `trl-dpr <stage>` that need no TRL (`RecipeParser.check_recipe`, a GGUF reader); returns the
     recipe's values and the launcher's arguments, in their order."""
     from .gguf import check_gguf_reader
 

@@ -292,8 +292,8 @@ def _version(package: str) -> str:
 # Hyperparameters shown on a DPR model card: DPR's own fields and the parent fields the paper fixes (Table 5).
 CARD_HYPERPARAMETERS = (
     "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size",
-    "num_generations", "temperature", "kl_coef", "gamma", "epsilon", "reward_granularity", "use_baseline",
-    "eliminate_value", "whiten_advantages", "max_prompt_length", "max_completion_length", "warmup_steps", "seed",
+    "num_generations", "temperature", "kl_coef", "gamma", "epsilon", "reward_granularity", "dense_reward",
+    "whiten_advantages", "max_prompt_length", "max_completion_length", "warmup_steps", "seed",
 )
 
 

@@ -1,11 +1,7 @@
-"""The checks of a recipe's arguments that need no TRL: what `trl-dpr <stage>` runs before it imports torch.
-
-    RecipeParser (TRL's dataclasses) ──describe()──► description (plain JSON) ──► LightRecipeParser (argparse only)
-          └──────────────── RecipeChecks: the same checks, the same messages ────────────────┘
-
-Importing TRL's dataclasses costs seconds, so every check is written once here against plain data (each field's
-`type_spec`, default, choices): `--help`, a misspelled flag or a bad value are answered without TRL, with the
-messages the recipe's own parser gives.
+"""The checks of a recipe's values as plain functions on plain data: a field's type as JSON (`type_spec`), whether a
+value fits it (`check_value`), unknown flags with the closest known one, finding a shipped recipe, a YAML that does not
+parse. `RecipeParser` (recipe_parser.py) applies them around TrlParser; `CommandParser` is the argparse of the commands
+that take no recipe (`heatmap`, `memory`).
 """
 
 from __future__ import annotations
@@ -14,13 +10,12 @@ import argparse
 import dataclasses
 import difflib
 import enum
-import json
 import math
 import types
 import typing
 from pathlib import Path
 
-from ..field_checks import _plain, unused_field_problem
+from ..field_checks import LEGACY_REWARD_KEYS
 
 # The numeric fields whose negative values mean something. Every other number in the recipe dataclasses is a count, a
 # size, a length, a rate, a coefficient, a probability or a time, and negative is a typo; a negative default is a
@@ -47,6 +42,7 @@ RENAMED_KEYS = {
     "eval_temperature": "temperature in the evaluation_config YAML",
     "eval_samples_per_prompt": "samples_per_prompt in the evaluation_config YAML",
     "eval_max_new_tokens": "max_new_tokens in the evaluation_config YAML",
+    **LEGACY_REWARD_KEYS,
 }
 
 
@@ -247,195 +243,6 @@ class CommandParser(argparse.ArgumentParser):
         return namespace
 
 
-# ---- the checks, on any argparse parser that has the plain data ---------------------------------------------------
-
-
-class RecipeChecks:
-    """The checks of `RecipeParser` and `LightRecipeParser`, on plain data: `_rules` (dest → {"type": type_spec,
-    "default": ..., "choices": [...]}, from the dataclass fields), `_unused` (field → (accepted values, why not), from
-    the dataclasses' `_UNUSED_FIELDS`) and `recipe_subfolder` (where `--config NAME` is looked up first)."""
-
-    _rules: dict[str, dict]
-    _unused: dict[str, tuple[tuple, str]]
-    recipe_subfolder: str | None
-
-    def _start_checks(self) -> None:
-        self._config_path = None
-        self._config_keys: set[str] = set()
-        # What each argument's default was before a YAML replaced it (HfArgumentParser's may differ from the field's:
-        # None for an empty list): a value equal to it or to the field's default was not given, and is not checked.
-        self._parser_defaults = {action.dest: action.default for action in self._actions}
-
-    @property
-    def help_command(self) -> str:
-        """The command whose --help lists every accepted key: `trl-dpr sft --help` (the parser's `prog`)."""
-        return f"`{self.prog} --help`" if self.prog.startswith("trl-dpr ") else "`trl-dpr <stage> --help`"
-
-    def known_keys(self) -> set[str]:
-        return {action.dest for action in self._actions} - {"help"}
-
-    def locate_config(self, path: str) -> str:
-        """The YAML `--config` names (a file, or a shipped recipe), checked to parse."""
-        self._config_path = find_recipe_file(path, self.recipe_subfolder)
-        _check_yaml_syntax(self._config_path)
-        from .secret_scan import refuse_pasted_secrets  # issue 42: a key pasted into any recipe is refused
-
-        refuse_pasted_secrets(self._config_path)
-        return self._config_path
-
-    def error(self, message):
-        # argparse's own errors (a value its type cannot read, a choice not offered, a missing value) print the whole
-        # usage, hundreds of lines for TRL's configs, before the one line that matters: that line alone, as every
-        # other mistake in the input is reported.
-        raise ValueError(f"{message} (command line). {self.help_command} lists every flag with its type and default.")
-
-    def set_defaults_with_config(self, **kwargs) -> list[str]:
-        """TrlParser's: the YAML values become the arguments' defaults; a key no argument has is an error.
-
-        A YAML string for a non-text field is converted here as argparse would, so the message names the file.
-        """
-        self._config_keys = set(kwargs)
-        actions = {action.dest: action for action in self._actions}
-        problems = []
-        for key, value in kwargs.items():
-            action = actions.get(key)
-            if isinstance(value, str) and action is not None and action.type not in (None, str):
-                try:
-                    action.type(value)
-                except (ValueError, TypeError, argparse.ArgumentTypeError):
-                    expected = _describe(self._rules[key]["type"]) if key in self._rules else "another type"
-                    problems.append(f"{key}: {value!r} is a string; expected {expected}")
-        if problems:
-            self._raise_invalid(problems, set(kwargs))
-        unknown = [key for key in kwargs if key not in actions]
-        if unknown:
-            lines = []
-            for key in unknown:
-                if key in RENAMED_KEYS:
-                    lines.append(f"  - {key} (renamed: use `{RENAMED_KEYS[key]}`)")
-                else:
-                    close = difflib.get_close_matches(key, sorted(self.known_keys()), n=3)
-                    lines.append(f"  - {key}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-            raise ValueError(
-                f"Unknown key(s) in {self._config_path}; a recipe must not silently ignore settings:\n"
-                + "\n".join(lines)
-                + f"\nRemove or rename them. {self.help_command} lists every accepted key."
-            )
-        for key, value in kwargs.items():
-            actions[key].default = value
-            actions[key].required = False
-        return []
-
-    def parse_known_args(self, args=None, namespace=None):
-        """argparse's, then every value that differs from its field's default is checked (`check_value`): the YAML's,
-        which argparse passes through unchecked, and the command line's."""
-        namespace, remaining = super().parse_known_args(args, namespace)
-        problems = []
-        for name, value in vars(namespace).items():
-            rule = self._rules.get(name)
-            if rule is None:
-                continue
-            default = rule.get("default", dataclasses.MISSING)
-            try:
-                if value == default or value == self._parser_defaults.get(name, dataclasses.MISSING):
-                    continue
-            except Exception:  # a value whose == is not a plain bool (an array): check it
-                pass
-            problem = check_value(name, value, rule["type"], default, rule.get("choices"))
-            if problem:
-                problems.append(problem)
-        given = {a[2:].split("=")[0] for a in (args or []) if isinstance(a, str) and a.startswith("--")}
-        for name, (accepted, reason) in self._unused.items():
-            if name in given or name in self._config_keys:
-                problem = unused_field_problem(name, getattr(namespace, name, None), accepted, reason)
-                problems += [problem] if problem else []
-        if problems:
-            self._raise_invalid(problems, self._config_keys - given)
-        return namespace, remaining
-
-    def check_unknown_flags(self, remaining: list[str], launcher_flags: dict[str, bool] | None = None) -> None:
-        """The command-line arguments this parser left (`remaining`) are flags of the launcher (`launcher_flags`: flag →
-        takes a value), with their values; anything else is a mistake, reported with the closest accepted flag."""
-        own = [flag for action in self._actions for flag in action.option_strings]
-        problem = unknown_flags(remaining, own, launcher_flags or {})
-        if problem:
-            raise ValueError(f"{problem}. {self.help_command} lists every accepted flag.")
-
-    def _raise_invalid(self, problems: list[str], from_config: set[str]):
-        where = lambda problem: (  # noqa: E731
-            f" (in {self._config_path})" if self._config_path and problem.split(":")[0] in from_config else " (command line)"
-        )
-        raise ValueError(
-            "Invalid value(s); nothing was loaded or trained:\n"
-            + "\n".join(f"  - {problem}{where(problem)}" for problem in problems)
-            + f"\nFix them in the YAML or on the command line. {self.help_command} lists every key with its type and "
-            "default."
-        )
-
-    def describe(self) -> dict:
-        """This parser's arguments and checks as plain JSON data, from which `LightRecipeParser` rebuilds them. Call it
-        before parsing: a parsed YAML's values have become the arguments' defaults."""
-        arguments = []
-        for action in self._actions:
-            if isinstance(action, argparse._HelpAction):
-                continue
-            kind = _ACTION_KINDS.get(type(action))
-            if kind is None:
-                raise TypeError(f"{action.option_strings}: {type(action).__name__} cannot be described for the cache.")
-            arguments.append({
-                "flags": list(action.option_strings), "dest": action.dest, "action": kind, "nargs": action.nargs,
-                "const": _plain(action.const), "default": _jsonable(_plain(action.default)),
-                "type": _type_name(action), "choices": _plain(action.choices) if action.choices is not None else None,
-                "required": action.required, "help": action.help, "metavar": action.metavar,  # SUPPRESS is a string
-            })
-        return {
-            "prog": self.prog, "usage": self.usage, "description": self.description, "epilog": self.epilog,
-            "allow_abbrev": self.allow_abbrev, "recipe_subfolder": self.recipe_subfolder, "arguments": arguments,
-            # a rule whose default JSON cannot hold is left out: the light parser does not check that field, the
-            # recipe's own parser still does
-            "rules": {dest: rule for dest, rule in self._rules.items() if _jsonable(rule) is rule},
-            "unused": {name: [list(accepted), reason] for name, (accepted, reason) in self._unused.items()},
-            "launcher_flags": getattr(self, "launcher_flags", {}),
-            "inherited": sorted(getattr(self, "inherited_keys", ())),
-        }
-
-
-_ACTION_KINDS = {argparse._StoreAction: "store", argparse._StoreTrueAction: "store_true",
-                 argparse._StoreFalseAction: "store_false", argparse._StoreConstAction: "store_const"}
-
-
-def _jsonable(value):
-    """`value` when JSON holds it as it is; else its text (a default shown in --help, never compared)."""
-    try:
-        return value if json.loads(json.dumps(value)) == value else str(value)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def _type_name(action) -> str | None:
-    """How argparse converts this argument's text: "int", "float", "bool", "choice", None (text) or "other", with
-    "|null" when "none"/"null" give None (as TRL's parser does for optional non-text fields)."""
-    converter = action.type
-    try:
-        nullable = converter is not None and converter("null") is None
-    except Exception:  # the converter refuses "null": not a nullable field
-        nullable = False
-    name = getattr(converter, "__name__", None)  # TRL's wrapper for "null" keeps the name of the type it wraps
-    if converter is parse_mapping:
-        kind = "mapping"
-    elif converter in (int, float) or (nullable and name in ("int", "float")):
-        kind = name
-    elif converter is _string_to_bool or name == "string_to_bool":  # HF's type for booleans
-        kind = "bool"
-    elif converter in (None, str):
-        kind = None
-    else:
-        kind = "other"
-    if action.choices is not None and kind in (None, "other"):  # a Literal or Enum: HF maps each choice's text to it
-        kind = "choice"
-    return f"{kind}|null" if nullable and kind else kind
-
-
 def parse_mapping(text: str) -> dict:
     """A mapping-valued key on the command line: a JSON or YAML flow mapping (`{"clip": 1.0}`, `{clip: 1.0}`), or
     `key=value` pairs separated by commas (`clip=1.0,scale=2`), each value read as YAML reads it (1.0 a number).
@@ -460,113 +267,3 @@ def parse_mapping(text: str) -> dict:
 
 
 parse_mapping.__name__ = "mapping"  # argparse's messages name the type
-
-
-def _as_given(text):
-    """The light parser's type for an "other" type: the text, left to the recipe's own parser to convert."""
-    return text
-
-
-def _string_to_bool(text):
-    """transformers' `string_to_bool`, the type of HfArgumentParser's boolean flags."""
-    if isinstance(text, bool):
-        return text
-    if text.lower() in ("yes", "true", "t", "y", "1"):
-        return True
-    if text.lower() in ("no", "false", "f", "n", "0"):
-        return False
-    raise argparse.ArgumentTypeError(
-        f"Truthy value expected: got {text} but expected one of yes/no, true/false, t/f, y/n, 1/0 (case insensitive)."
-    )
-
-
-def _nullable(converter):
-    """TRL's converter of an optional field: "none" or "null" (any case) is None, any other text is converted."""
-
-    def convert(text):
-        return None if text.lower() in ("none", "null") else converter(text)
-
-    convert.__name__ = converter.__name__  # argparse's messages name the type ("invalid int value")
-    return convert
-
-
-def _choice_type(choices):
-    """HfArgumentParser's type of a Literal or Enum field: the text of a choice → the choice."""
-    by_text = {str(choice): choice for choice in choices}
-    return lambda text: by_text.get(text, text)
-
-
-class LightRecipeParser(RecipeChecks, argparse.ArgumentParser):
-    """A stage's `RecipeParser` rebuilt from its `describe()` data with argparse alone: the same flags, types, choices,
-    defaults and help, and the same checks, without importing TRL. It checks; it builds no dataclass.
-    """
-
-    def __init__(self, description: dict):
-        super().__init__(prog=description["prog"], usage=description["usage"], description=description["description"],
-                         epilog=description["epilog"], allow_abbrev=description["allow_abbrev"],
-                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-        converters = {"int": int, "float": float, "bool": _string_to_bool, "other": _as_given, "mapping": parse_mapping}
-        for argument in description["arguments"]:
-            hidden = argument["help"] == argparse.SUPPRESS  # argparse tests `help is SUPPRESS`, its own object
-            kwargs = {"dest": argument["dest"], "action": argument["action"], "default": argument["default"],
-                      "required": argument["required"], "help": argparse.SUPPRESS if hidden else argument["help"]}
-            if argument["action"] == "store":
-                kind, choices = argument["type"] or "", argument["choices"]
-                converter = _choice_type(choices) if kind.startswith("choice") else converters.get(kind.split("|")[0])
-                if converter is not None and kind.endswith("|null"):
-                    converter = _nullable(converter)
-                kwargs.update(nargs=argument["nargs"], const=argument["const"], choices=choices,
-                              metavar=argument["metavar"], type=converter)
-            elif argument["action"] == "store_const":
-                kwargs["const"] = argument["const"]
-            self.add_argument(*argument["flags"], **kwargs)
-        self.recipe_subfolder = description["recipe_subfolder"]
-        self._rules = description["rules"]
-        self._unused = {name: (tuple(accepted), reason) for name, (accepted, reason) in description["unused"].items()}
-        self.launcher_flags = description["launcher_flags"]
-        self.inherited_keys = set(description["inherited"])
-        self._start_checks()
-
-    def format_help(self, full: bool = False) -> str:
-        """argparse's help; unless `full`, trl_dpr's own keys only, described, then the inherited ones (TRL's,
-        transformers') by name, which `--help-all` describes."""
-        if full or not self.inherited_keys:
-            return super().format_help()
-        hidden = [a for a in self._actions if a.dest in self.inherited_keys and a.help != argparse.SUPPRESS]
-        saved = [a.help for a in hidden]
-        try:
-            for action in hidden:
-                action.help = argparse.SUPPRESS
-            own = super().format_help()
-        finally:
-            for action, text in zip(hidden, saved):
-                action.help = text
-        names = ", ".join(a.option_strings[0] for a in hidden)
-        import textwrap
-
-        return own + "\n" + textwrap.fill(
-            f"Inherited from TRL and transformers ({len(hidden)} keys; `{self.prog} --help-all` describes each): {names}",
-            width=120) + "\n"
-
-    def check_recipe(self, args: list[str]) -> tuple[argparse.Namespace, list[str]]:
-        """Every check `RecipeParser.parse_args_and_config(args)` makes before it builds the dataclasses; returns the
-        namespace of the values (YAML, then command line) and the arguments left for the launcher. Flags it does not
-        know are errors, unless the description lists them as the launcher's (`launcher_flags`)."""
-        import yaml
-
-        args = list(args)
-        if "--config" in args:
-            index = args.index("--config")
-            if index + 1 >= len(args):
-                raise ValueError(f"Expected a recipe after --config. {self.help_command} describes it.")
-            path = self.locate_config(args[index + 1])
-            del args[index : index + 2]
-            with open(path) as handle:
-                config = yaml.safe_load(handle)
-            if not isinstance(config, dict):  # TrlParser's check, in its words
-                raise ValueError(f"Config file {path} must contain a YAML mapping.")
-            config.pop("env", None)  # environment variables for the run (TrlParser sets them), not arguments
-            self.set_defaults_with_config(**config)
-        namespace, remaining = self.parse_known_args(args)
-        self.check_unknown_flags(remaining, self.launcher_flags)
-        return namespace, remaining
