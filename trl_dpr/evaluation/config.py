@@ -170,7 +170,8 @@ def check_judge_destination(config: dict, source: str, url_on_command_line: bool
     if host not in (allowed, *_LOOPBACK):
         raise ValueError(
             f"{source} sends the judge's key (${key_env}) to {host!r}, not to {allowed}: a config file may not send "
-            f"your key elsewhere. If you trust that host, name it on the command line: --judge_base_url {url}"
+            f"your key elsewhere. If you trust that host, name it on the command line: trl-dpr evaluate --config "
+            f"{source} --judge_base_url {url}"
         )
 
 
