@@ -35,6 +35,7 @@ SAFETY_IGNORE_PATTERNS = [
     MERGED_MARKER,  # merge_adapter_folder's mark on its own output
 ]
 
+
 def ignore_patterns() -> list[str]:
     """The `ignore_patterns` trl_dpr uploads with: transformers' own plus `SAFETY_IGNORE_PATTERNS`."""
     return TRANSFORMERS_IGNORE_PATTERNS + SAFETY_IGNORE_PATTERNS
