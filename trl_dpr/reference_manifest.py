@@ -53,6 +53,11 @@ def write_manifest(output_dir: str | os.PathLike, manifest: ReferenceManifest) -
     return target
 
 
+def _leaves_folder(name) -> bool:
+    """Whether a path a manifest records, relative to its folder, leads out of it (absolute, or through `..`)."""
+    return not isinstance(name, str) or not name or os.path.isabs(name) or ".." in Path(name).parts or name[:1] in "\\/~"
+
+
 def parse_manifest(text: str, source: str) -> ReferenceManifest:
     """Parse a manifest, with an error that names `source` when it is not one."""
     try:
@@ -68,6 +73,12 @@ def parse_manifest(text: str, source: str) -> ReferenceManifest:
             "trl_dpr.ReferenceCheckpointCallback; delete it and re-run SFT with that callback, or pass the reference "
             "checkpoint explicitly with `ref_model_name_or_path=`."
         ) from None
+    if _leaves_folder(manifest.path):
+        raise ValueError(
+            f"{source} points π_ref to {manifest.path!r}, outside the SFT model's folder; a manifest may only name a "
+            f"folder inside it (such as {REFERENCE_DIRNAME!r}). Fix the manifest, or pass the reference checkpoint "
+            "explicitly with `ref_model_name_or_path=`."
+        )
     if manifest.format_version > FORMAT_VERSION:
         raise ValueError(
             f"{source} has format_version {manifest.format_version}, newer than this trl_dpr understands "
@@ -96,6 +107,9 @@ def resolve_reference(
             )
         manifest = parse_manifest(manifest_path.read_text(), str(manifest_path))
         reference_dir = Path(sft_model_name_or_path) / manifest.path
+        if not reference_dir.resolve().is_relative_to(Path(sft_model_name_or_path).resolve()):
+            raise ValueError(f"{manifest_path} points to {manifest.path}/, a link out of the SFT model's folder: "
+                             "copy π_ref into the folder, or pass it explicitly with `ref_model_name_or_path=`.")
         if not reference_dir.is_dir():
             raise FileNotFoundError(
                 f"{manifest_path} points to the reference checkpoint {str(reference_dir)!r}, which does not exist "
@@ -178,6 +192,8 @@ def sft_output_problem(path: str | os.PathLike) -> str | None:
 def files_problem(folder: str | os.PathLike, files: dict[str, int]) -> str | None:
     """The first of `files` (relative path → size written) that is missing from `folder` or has another size."""
     for name, size in files.items():
+        if _leaves_folder(name):
+            return f"it lists {name!r}, outside the folder (a manifest names only files inside it)"
         file = Path(folder) / name
         if not file.is_file():
             return f"{name} is missing"

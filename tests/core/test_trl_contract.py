@@ -64,7 +64,7 @@ OVERRIDDEN = [
         "DensePathTrainer._generate_single_turn",
     ),
     (GRPOTrainer, "compute_loss", ["model", "inputs", "return_outputs", "num_items_in_batch"], "DensePathTrainer.compute_loss"),
-    (GRPOTrainer, "create_model_card", ["model_name", "dataset_name", "tags"], "trl_dpr.running.hub.BaseModelCardMixin.create_model_card"),
+    (GRPOTrainer, "create_model_card", ["model_name", "dataset_name", "tags"], "trl_dpr.running.model_card.BaseModelCardMixin.create_model_card"),
     (Trainer, "_save_checkpoint", ["model", "trial"], "trl_dpr.running.checkpointing.AtomicCheckpointsMixin._save_checkpoint"),
     (ProgressCallback, "on_log", ["args", "state", "control", "logs", "kwargs"], "trl_dpr.running.console_log.NumericProgressCallback"),
     (PrinterCallback, "on_log", ["args", "state", "control", "logs", "kwargs"], "trl_dpr.running.console_log.NumericPrinterCallback"),

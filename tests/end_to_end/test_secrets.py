@@ -5,7 +5,8 @@ tests/conftest.py's `recipe_run`, which tests/end_to_end/test_recipes_from_wheel
 
 import pytest
 
-from trl_dpr.running.hub import files_to_push, scan_for_secrets, secrets_from_environment
+from trl_dpr.running.push import check_push, files_to_push
+from trl_dpr.running.secret_scan import scan_for_secrets, secrets_from_environment
 
 from ..conftest import FAKE_SECRETS
 
@@ -34,3 +35,5 @@ def test_no_file_written_by_a_tracked_sft_then_dpr_run_holds_a_secret(recipe_run
     # And what a push of either output would upload is among the clean files.
     for stage in ("sft", "dpr"):
         assert scan_for_secrets([work / stage / name for name in files_to_push(work / stage)], secrets) == []
+        # and the push check (key shapes, compressed and base64 copies, .env files, links) passes a real run's output
+        assert check_push(work / stage, secrets=secrets, portable=False) == files_to_push(work / stage)

@@ -141,7 +141,7 @@ def test_the_scorer_decides_terminal_completions_as_the_trainer_does(tokenizer):
 
 def test_the_dpr_recipe_claims_its_folder_checks_its_push_and_loads_its_prompts_once(tmp_path, tokenizer, monkeypatch):
     """check_dpr_inputs does them before the SFT stage could spend anything; run_dpr and the trainer take its result."""
-    from trl_dpr.running import hub, pipeline
+    from trl_dpr.running import pipeline, push
     from trl_dpr.running import trainers as trainer_module
     from trl_dpr.scripts import dpr as recipe
 
@@ -159,7 +159,7 @@ def test_the_dpr_recipe_claims_its_folder_checks_its_push_and_loads_its_prompts_
     for module, name in ((pipeline, "claim_output_dir"), (pipeline, "dpr_prompts"), (trainer_module, "check_output_dir")):
         count(module, name)
     pushes_checked = []  # push_to_hub of each check_hub_push call (offline, the real check would refuse the push)
-    for module in (pipeline, hub):
+    for module in (pipeline, push):
         monkeypatch.setattr(module, "check_hub_push", lambda args: pushes_checked.append(bool(args.push_to_hub)))
     monkeypatch.setattr(recipe, "push_trainer_output", lambda *args, **kwargs: None)
     sft = save_sft_output(tmp_path / "sft", tokenizer)

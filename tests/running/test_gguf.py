@@ -63,3 +63,80 @@ def test_while_a_gguf_loads_its_metadata_is_read_once_per_file_and_each_name_map
     assert built == [(llama, 30), (llama, 2)]  # one build per (architecture, layers), not one per call
     assert read == ["a.gguf", "b.gguf"]  # one read per file
     assert (gguf.get_tensor_name_map, gguf.GGUFReader) == unpatched
+
+
+# ---- the converted folder: never someone else's ---------------------------------------------------------------------
+
+
+def _fake_conversion(monkeypatch, written):
+    """The GGUF loading stood in for (the real one is in test_real_model.py): writes a weights file and the record."""
+    import trl_dpr.running.gguf as gguf_module
+
+    def write(gguf_file, folder):
+        written.append(folder)
+        (folder / "model.safetensors").write_text("converted")
+        (folder / gguf_module.PROVENANCE_FILE).write_text("{}")
+
+    monkeypatch.setattr(gguf_module, "_write_converted", write)
+    monkeypatch.setitem(sys.modules, "gguf", sys.modules.get("gguf") or type(sys)("gguf"))
+
+
+def test_converting_a_gguf_refuses_an_existing_folder_it_did_not_write_and_keeps_the_users_files(tmp_path, monkeypatch):
+    """Issue 42, finding 1: `runs/MyModel-hf/my_precious_notes.txt` was deleted by `resolve_gguf_base`."""
+    written = []
+    _fake_conversion(monkeypatch, written)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "MyModel.gguf").write_bytes(b"GGUF")
+    notes = tmp_path / "runs" / "MyModel-hf" / "my_precious_notes.txt"
+    notes.parent.mkdir(parents=True)
+    notes.write_text("years of work")
+    with pytest.raises(ValueError, match="already exists and holds no gguf_source.json") as refused:
+        resolve_gguf_base("MyModel.gguf", "runs/dpr")
+    assert "\n" not in str(refused.value) and "Move or rename it" in str(refused.value)
+    assert notes.read_text() == "years of work" and sorted(p.name for p in notes.parent.iterdir()) == [notes.name]
+    assert written == [] and sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["MyModel-hf"]
+
+
+def test_a_gguf_is_converted_into_a_new_folder_once_and_leaves_no_staging_or_lock_behind(tmp_path, monkeypatch):
+    written = []
+    _fake_conversion(monkeypatch, written)
+    (tmp_path / "MyModel.gguf").write_bytes(b"GGUF")
+    first = resolve_gguf_base(str(tmp_path / "MyModel.gguf"), tmp_path / "runs" / "dpr")
+    again = resolve_gguf_base(str(tmp_path / "MyModel.gguf"), tmp_path / "runs" / "sft")
+    assert first == again == str(tmp_path / "runs" / "MyModel-hf") and len(written) == 1
+    assert (tmp_path / "runs" / "MyModel-hf" / "model.safetensors").read_text() == "converted"
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["MyModel-hf"]  # no .partial-*, no .lock
+
+
+def _convert_slowly(gguf_file, target, log):
+    """One run's conversion in its own process: holds the lock 1.5 s, long enough for the other to arrive."""
+    import time
+
+    import trl_dpr.running.gguf as gguf_module
+
+    def write(_, folder):
+        with open(log, "a") as handle:
+            handle.write("converting\n")
+        time.sleep(1.5)
+        (folder / gguf_module.PROVENANCE_FILE).write_text("{}")
+
+    sys.modules.setdefault("gguf", type(sys)("gguf"))
+    gguf_module._write_converted = write
+    gguf_module.convert_gguf(gguf_file, target)
+
+
+def test_a_second_conversion_into_the_same_folder_waits_for_the_first_and_reuses_it(tmp_path):
+    """Two runs beside each other (runs/a, runs/b) convert one GGUF into runs/MyModel-hf: under one lock, once."""
+    import multiprocessing
+
+    (tmp_path / "MyModel.gguf").write_bytes(b"GGUF")
+    context = multiprocessing.get_context("fork")  # separate processes (flock is per process), without a new interpreter
+    args = (tmp_path / "MyModel.gguf", tmp_path / "runs" / "MyModel-hf", tmp_path / "log")
+    processes = [context.Process(target=_convert_slowly, args=args) for _ in range(2)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=60)
+    assert [p.exitcode for p in processes] == [0, 0]
+    assert (tmp_path / "log").read_text() == "converting\n"  # once: the second waited, then reused it
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["MyModel-hf"]

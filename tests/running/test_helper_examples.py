@@ -73,11 +73,11 @@ CASES = {
     >>> resolve_gguf_base("Qwen/Qwen2.5-0.5B", "runs/sft")
     'Qwen/Qwen2.5-0.5B'
 ''',
-    "trl_dpr.running.hub:SecretFinding": r'''
+    "trl_dpr.running.secret_scan:SecretFinding": r'''
     >>> str(SecretFinding(path="run/trainer_state.json", secret_name="HF_TOKEN"))
     'run/trainer_state.json contains the value of HF_TOKEN'
 ''',
-    "trl_dpr.running.hub:base_model_reference": r'''
+    "trl_dpr.running.model_card:base_model_reference": r'''
     >>> base_model_reference("Qwen/Qwen2.5-0.5B")
     '[Qwen/Qwen2.5-0.5B](https://huggingface.co/Qwen/Qwen2.5-0.5B)'
     >>> base_model_reference("trl_dpr/embedded-tiny-llama")
@@ -87,7 +87,7 @@ CASES = {
     >>> base_model_reference(str(folder), kind="SFT model"), base_model_reference(None)
     ('the SFT model `sft` (a local folder)', 'an unnamed model')
 ''',
-    "trl_dpr.running.hub:check_hub_push": r'''
+    "trl_dpr.running.push:check_hub_push": r'''
     >>> from types import SimpleNamespace
     >>> check_hub_push(SimpleNamespace(push_to_hub=False))  # nothing to check
     >>> check_hub_push(SimpleNamespace(push_to_hub=True, hub_strategy="all_checkpoints", hub_token="hf_x"))  # doctest: +ELLIPSIS
@@ -95,27 +95,27 @@ CASES = {
     ...
     ValueError: hub_strategy='all_checkpoints' uploads checkpoint folders ...
 ''',
-    "trl_dpr.running.hub:copy_files_to_push": r'''
+    "trl_dpr.running.push:copy_files_to_push": r'''
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (d / "config.json").write_text("{}"), (d / "training_args.bin").write_text("x")
     >>> copy_files_to_push(d, d.parent / (d.name + "-pushed"))
     ['config.json']
 ''',
-    "trl_dpr.running.hub:defer_push_to_hub": r'''
+    "trl_dpr.running.push:defer_push_to_hub": r'''
     >>> from transformers import TrainingArguments
     >>> args = TrainingArguments("out", push_to_hub=True, hub_model_id="me/model", report_to="none", use_cpu=True)
     >>> defer_push_to_hub(args), args.push_to_hub
     (True, False)
 ''',
-    "trl_dpr.running.hub:dpr_model_card_section": r'''
+    "trl_dpr.running.model_card:dpr_model_card_section": r'''
     >>> from types import SimpleNamespace as NS
     >>> args = NS(output_dir="/nonexistent", max_steps=10, **{name: 0 for name in CARD_HYPERPARAMETERS})
     >>> section = dpr_model_card_section(args, NS(reference_manifest=None, sft_model_name_or_path=None))
     >>> "| `kl_coef` | 0 |" in section, "- **λ** (`kl_coef`, the weight of the KL to π_SFT): 0." in section
     (True, True)
 ''',
-    "trl_dpr.running.hub:files_to_push": r'''
+    "trl_dpr.running.push:files_to_push": r'''
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> for name in ("model.safetensors", "training_args.bin", "checkpoint-2/optimizer.pt", ".partial/checkpoint-4/optimizer.pt"):
@@ -126,18 +126,18 @@ CASES = {
     >>> files_to_push(d, safety_rules=False)
     ['.partial/checkpoint-4/optimizer.pt', 'model.safetensors', 'training_args.bin']
 ''',
-    "trl_dpr.running.hub:ignore_patterns": r'''
+    "trl_dpr.running.push:ignore_patterns": r'''
     >>> "training_args.bin" in ignore_patterns(), "checkpoint-*" in ignore_patterns()
     (True, True)
 ''',
-    "trl_dpr.running.hub:portability_problems": r'''
+    "trl_dpr.running.push:portability_problems": r'''
     >>> import tempfile, pathlib, json
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (d / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/home/me/base"}))
     >>> portability_problems(d)[0].startswith("adapter_config.json names its base model by the local path")
     True
 ''',
-    "trl_dpr.running.hub:recorded_base_model": r'''
+    "trl_dpr.running.model_card:recorded_base_model": r'''
     >>> import json, pathlib, tempfile
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> recorded_base_model(d), recorded_base_model("me/tiny-sft")
@@ -146,7 +146,7 @@ CASES = {
     >>> recorded_base_model(d)
     'Qwen/Qwen2.5-0.5B'
 ''',
-    "trl_dpr.running.hub:scan_for_secrets": r'''
+    "trl_dpr.running.secret_scan:scan_for_secrets": r'''
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (d / "log.txt").write_text("key=sk-test-1234567890")
@@ -155,7 +155,7 @@ CASES = {
     >>> scan_for_secrets([d], {"HF_TOKEN": "hf_not_there_at_all"})
     []
 ''',
-    "trl_dpr.running.hub:secrets_from_environment": r'''
+    "trl_dpr.running.secret_scan:secrets_from_environment": r'''
     >>> secrets_from_environment({"HF_TOKEN": "hf_abcdefghijkl", "TOKENIZERS_PARALLELISM": "false", "MY_API_KEY": "x"})
     {'HF_TOKEN': 'hf_abcdefghijkl'}
 ''',

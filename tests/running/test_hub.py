@@ -2,6 +2,7 @@
 and that no secret or machine-local path is ever pushed."""
 
 import doctest
+import importlib
 import json
 import os
 import re
@@ -20,22 +21,11 @@ from huggingface_hub import HfApi
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS
 from trl import ModelConfig, SFTConfig, SFTTrainer
 
-import trl_dpr.running.hub
+import trl_dpr.running.push
 from trl_dpr import CheckpointRewardModel, DensePathConfig
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.running.checkpointing import AtomicCheckpointsMixin
-from trl_dpr.running.hub import (
-    TRANSFORMERS_IGNORE_PATTERNS,
-    copy_files_to_push,
-    defer_push_to_hub,
-    files_to_push,
-    merge_adapter_folder,
-    portability_problems,
-    push_folder,
-    push_trainer_output,
-    scan_for_secrets,
-    secrets_from_environment,
-)
+from trl_dpr.running.merge import merge_adapter_folder
 from trl_dpr.running.pipeline import (
     DPRScriptArguments,
     SafeSFTTrainer,
@@ -44,6 +34,16 @@ from trl_dpr.running.pipeline import (
     run_dpr,
     run_sft,
 )
+from trl_dpr.running.push import (
+    TRANSFORMERS_IGNORE_PATTERNS,
+    copy_files_to_push,
+    defer_push_to_hub,
+    files_to_push,
+    portability_problems,
+    push_folder,
+    push_trainer_output,
+)
+from trl_dpr.running.secret_scan import scan_for_secrets, secrets_from_environment
 
 from ..conftest import demo_evaluation_yaml
 
@@ -194,7 +194,7 @@ def online(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_FAKEtokenFORtests0123456789")
     pushed, uploads = [], RecordingApi()
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: uploads)
-    monkeypatch.setattr(trl_dpr.running.hub, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id, kwargs)))
+    monkeypatch.setattr(trl_dpr.running.push, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id, kwargs)))
     return pushed, uploads
 
 
@@ -302,7 +302,7 @@ def test_a_file_holding_a_secret_of_the_environment_is_never_pushed(sft_full, tm
     api = RecordingApi()
     with pytest.raises(ValueError) as error:
         push_folder(folder, "me/tiny-sft", api=api)
-    assert "notes.txt contains the value of HF_TOKEN" in str(error.value)
+    assert "notes.txt:1 holds the value of HF_TOKEN" in str(error.value) and "Nothing was sent" in str(error.value)
     assert "hf_testTOKENvalue0123456789" not in str(error.value)
     assert api.repos == [] and api.commits == []
 
@@ -405,8 +405,8 @@ def test_the_card_has_dprs_section_before_the_citations_and_no_empty_section(dpr
     _, trainer, card = dpr_run
     titles = [title for _, title, _ in headings(card)]
     assert titles.index("Dense-Path REINFORCE") < titles.index("Citations")
-    assert "- **Reward**: r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t) (DPR, Eq. 5), from the SFT model of " \
-           "`trl_dpr/embedded-tiny-llama`" in card
+    assert "- **Reward**: r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t) (DPR, Eq. 5), from the SFT model `sft` " \
+           "(a local folder)." in card
     assert "- **α**: π_ref is the SFT checkpoint at step 2 of 4 (α = 0.5)." in card
     assert "- **λ** (`kl_coef`, the weight of the KL to π_SFT): 0.05." in card
     found = headings(card)
@@ -442,7 +442,7 @@ def test_dpr_model_card_carries_the_evaluation_table_when_there_is_one(dpr_run):
 def test_push_trainer_output_pushes_the_card_and_the_policy(dpr_run, monkeypatch):
     _, trainer, _ = dpr_run
     api = RecordingApi()
-    monkeypatch.setattr(trl_dpr.running.hub, "push_folder", lambda folder, repo_id, **kwargs: api.commits.append(
+    monkeypatch.setattr(trl_dpr.running.push, "push_folder", lambda folder, repo_id, **kwargs: api.commits.append(
         {"folder": folder, "repo_id": repo_id, "files": files_to_push(folder), **kwargs}))
     monkeypatch.setattr(trainer.args, "hub_model_id", "me/tiny-dpr")
     push_trainer_output(trainer, dataset_name=EMBEDDED)
@@ -462,13 +462,44 @@ def test_push_trainer_output_can_push_an_adapter_policy_merged(sft_lora, tmp_pat
     trainer = run_dpr(script_args, args, ModelConfig(model_name_or_path=sft_lora, dtype="float32"))
     assert Path(args.output_dir, "adapter_config.json").is_file()  # the policy adapter, on the SFT run's base
     pushed = []
-    monkeypatch.setattr(trl_dpr.running.hub, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id)))
+    monkeypatch.setattr(trl_dpr.running.push, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id)))
     for _ in range(2):  # a second push replaces the merged folder
         push_trainer_output(trainer, dataset_name=EMBEDDED, merge_adapter=True)
     assert pushed == [(f"{args.output_dir}-merged", "me/tiny-dpr")] * 2
     merged = Path(f"{args.output_dir}-merged")
     assert (merged / "model.safetensors").is_file() and not (merged / "adapter_config.json").exists()
     assert "dense-path-reinforce" in read_card(merged / "README.md")[0]["tags"]
+
+
+def test_a_merged_push_refuses_an_existing_merged_folder_it_did_not_write_and_keeps_the_users_files(tmp_path, monkeypatch):
+    """Issue 42, finding 2: the push path merged with overwrite=True into `<output_dir>-merged`, whatever was there."""
+    run = tmp_path / "dpr"
+    run.mkdir()
+    (run / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "trl_dpr/embedded-tiny-llama"}))
+    notes = tmp_path / "dpr-merged" / "notes.txt"
+    notes.parent.mkdir()
+    notes.write_text("mine")
+    pushed = []
+    monkeypatch.setattr(trl_dpr.running.push, "push_folder", lambda folder, repo_id, **kwargs: pushed.append(folder))
+    trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(run), hub_model_id="me/x", model_init_kwargs=None),
+                              hub_model_id=None, is_world_process_zero=lambda: True, create_model_card=lambda **_: None)
+    with pytest.raises(FileExistsError, match="was not written by merge_adapter_folder") as refused:
+        push_trainer_output(trainer, merge_adapter=True)
+    assert "\n" not in str(refused.value) and pushed == []
+    assert notes.read_text() == "mine" and [p.name for p in notes.parent.iterdir()] == ["notes.txt"]
+
+
+def test_a_merged_push_into_a_folder_of_the_users_is_refused_before_training(tmp_path, monkeypatch):
+    from trl_dpr.running import pipeline
+    from trl_dpr.running.pipeline import check_dpr_inputs
+
+    monkeypatch.setattr(pipeline, "check_hub_push", lambda args: None)  # offline here: the real one refuses the push
+    (tmp_path / "dpr-merged").mkdir()
+    (tmp_path / "dpr-merged" / "notes.txt").write_text("mine")
+    args = DensePathConfig(output_dir=str(tmp_path / "dpr"), push_to_hub=True, hub_model_id="me/x", **COMMON)
+    with pytest.raises(FileExistsError, match="dpr-merged' already exists and was not written by merge_adapter_folder"):
+        check_dpr_inputs(DPRScriptArguments(dataset_name=EMBEDDED, num_train_samples=8, merge_adapter=True), args)
+    assert (tmp_path / "dpr-merged" / "notes.txt").read_text() == "mine"
 
 
 def test_merging_a_lora_adapter_gives_the_adapted_model(sft_lora, tmp_path):
@@ -493,5 +524,7 @@ def test_docstring_examples_run():
     # the hub's helpers are internal: their examples run in tests/running/test_helper_examples.py, in the module's namespace
     from .test_helper_examples import CASES
 
-    result = doctest.testmod(trl_dpr.running.hub)
-    assert result.failed == 0 and sum(key.startswith("trl_dpr.running.hub:") for key in CASES) > 0
+    for module in ("push", "secret_scan", "model_card", "merge"):
+        result = doctest.testmod(importlib.import_module(f"trl_dpr.running.{module}"))
+        assert result.failed == 0
+    assert all(any(key.startswith(f"trl_dpr.running.{m}:") for key in CASES) for m in ("push", "secret_scan", "model_card"))

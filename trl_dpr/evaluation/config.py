@@ -181,10 +181,37 @@ class EvaluationConfig:
         return getattr(self, f"{benchmark}_path", None)
 
 
-def check_config_has_no_secrets(config: dict, source: str) -> None:
+# The host each provider's key may be sent to, named by the variable that holds it; any other variable's key goes to
+# the default judge_base_url's host. A config file cannot send a key elsewhere (issue 42): the command line can.
+PROVIDER_HOSTS = {"OPENAI_API_KEY": "api.openai.com", "ANTHROPIC_API_KEY": "api.anthropic.com"}
+_LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+def check_judge_destination(config: dict, source: str, url_on_command_line: bool = False) -> None:
+    """Refuse a config whose `judge_base_url` would send the judge's key to a host other than its provider's (or this
+    machine), unless the URL is named on the command line, where the user reads it."""
+    from urllib.parse import urlparse
+
+    url = config.get("judge_base_url")
+    if config.get("judge", "openai") != "openai" or url is None or url_on_command_line:
+        return
+    key_env = config.get("judge_api_key_env") or "OPENAI_API_KEY"
+    allowed = PROVIDER_HOSTS.get(key_env, urlparse(EvaluationConfig.judge_base_url).hostname)
+    host = urlparse(str(url)).hostname
+    if host not in (allowed, *_LOOPBACK):
+        raise ValueError(
+            f"{source} sends the judge's key (${key_env}) to {host!r}, not to {allowed}: a config file may not send "
+            f"your key elsewhere. If you trust that host, name it on the command line: trl-dpr evaluate --config "
+            f"{source} --judge_base_url {url}"
+        )
+
+
+def check_config_has_no_secrets(config: dict, source: str, url_on_command_line: bool = False) -> None:
     """Refuse a config that carries a secret: an `env:` entry setting a key / token variable, or a value that looks
-    like a key. Keys belong in the environment of the shell that runs the recipe, never in a file.
+    like a key; and one that sends the judge's key to another host (`check_judge_destination`). Keys belong in the
+    environment of the shell that runs the recipe, never in a file.
     """
+    check_judge_destination(config, source, url_on_command_line)
     env = config.get("env") or {}
     for name in env if isinstance(env, dict) else []:
         if _SECRET_NAME.search(str(name)) or str(name) == config.get("judge_api_key_env"):

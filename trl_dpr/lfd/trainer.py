@@ -17,7 +17,7 @@ from trl import DPOTrainer
 
 from ..running.checkpointing import AtomicCheckpointsMixin
 from ..running.console_log import ConsoleLogMixin
-from ..running.hub import BaseModelCardMixin
+from ..running.model_card import BaseModelCardMixin
 from .config import GSILConfig, SPINConfig
 from .losses import gsil_discriminator, gsil_loss, spin_loss
 

@@ -7,6 +7,7 @@
     trl-dpr preview  --config demo.yaml                        (recipes/preview/*.yaml)
     trl-dpr heatmap  --sft runs/demo/sft --prompt ... --response ...
     trl-dpr memory   --config llama-3.1-8b/dpr/config_qlora.yaml
+    trl-dpr push     runs/demo/sft --to me/demo-sft            (or --to ./a-new-folder; after the secret check)
     trl-dpr recipes                                            (list the shipped YAMLs)
 
 Training stages run under `accelerate launch` (unknown arguments go to it, as with `trl sft`). A mistake in the input
@@ -423,10 +424,14 @@ def _dispatch(argv: list[str]) -> None:
         from .memory import main as memory
 
         run(lambda args: memory(args, prog="trl-dpr memory"), rest)
+    elif command == "push":
+        from .push import main as push
+
+        run(lambda args: push(args, prog="trl-dpr push"), rest)
     elif command == "recipes":
         _list_recipes()
     else:
-        print(f"trl-dpr: unknown command {command!r}. Commands: {', '.join([*STAGES, 'heatmap', 'memory', 'recipes'])}.",
+        print(f"trl-dpr: unknown command {command!r}. Commands: {', '.join([*STAGES, 'heatmap', 'memory', 'push', 'recipes'])}.",
               file=sys.stderr)
         raise SystemExit(2)
 

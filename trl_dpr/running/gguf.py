@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -63,12 +64,9 @@ def find_gguf_file(name: str) -> Path:
 def convert_gguf(gguf_file: str | os.PathLike, output_dir: str | os.PathLike) -> str:
     """Write the model and tokenizer of `gguf_file` to `output_dir` as a normal Hugging Face folder; return it.
 
-    Dequantized to float32, copied into a model built from the same config (which saves; tied embeddings stay tied),
-    written to `<output_dir>.partial` and renamed, with `gguf_source.json`; a complete folder is reused.
+    Written to a fresh hidden folder beside it and renamed, with `gguf_source.json`, under a lock shared by every run
+    converting there; a complete folder is reused, and any other existing `output_dir` is refused, never replaced.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     gguf_file, output_dir = Path(gguf_file), Path(output_dir)
     if (output_dir / PROVENANCE_FILE).is_file():
         return str(output_dir)
@@ -76,13 +74,48 @@ def convert_gguf(gguf_file: str | os.PathLike, output_dir: str | os.PathLike) ->
         import gguf  # noqa: F401  (transformers' GGUF loader needs it; say so before reading 100 MB)
     except ImportError as error:  # named: `trl-dpr` reports a missing extra as a user error (exit code 2)
         raise ModuleNotFoundError(_needs_gguf(gguf_file), name="gguf") from error
+    from .checkpointing import _FolderLock
+
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = _FolderLock(output_dir.with_name(f".{output_dir.name}.lock"))
+    while not lock.acquire():  # another run is converting into the same folder: wait, then reuse its result
+        time.sleep(1)
+    try:
+        if (output_dir / PROVENANCE_FILE).is_file():
+            return str(output_dir)
+        _refuse_foreign_folder(output_dir, gguf_file)
+        partial = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.partial-"))
+        try:
+            _write_converted(gguf_file, partial)
+            partial.rename(output_dir)  # an empty output_dir is replaced by the rename; a non-empty one was refused
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)  # only the folder mkdtemp made for this conversion
+    finally:
+        lock.release()
+    return str(output_dir)
+
+
+def _refuse_foreign_folder(output_dir: Path, gguf_file: Path) -> None:
+    """A `ValueError` when `output_dir` exists and is not an empty folder: it holds something a conversion did not write."""
+    if output_dir.exists() and not (output_dir.is_dir() and not any(output_dir.iterdir())):
+        raise ValueError(
+            f"Converting {gguf_file.name} would write {str(output_dir)!r}, which already exists and holds no "
+            f"{PROVENANCE_FILE} (not written by a conversion). Move or rename it, or put the run's output_dir in "
+            "another folder; trl_dpr never replaces a folder it did not create."
+        )
+
+
+def _write_converted(gguf_file: Path, folder: Path) -> None:
+    """The GGUF's model (dequantized to float32, copied into a model built from the same config, which saves; tied
+    embeddings stay tied), its tokenizer and `gguf_source.json`, written into `folder`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     started = time.time()
-    partial = output_dir.with_name(output_dir.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    folder, name = str(gguf_file.parent), gguf_file.name
+    directory, name = str(gguf_file.parent), gguf_file.name
     with _gguf_metadata_read_once():
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
     # The loaded model carries transformers' GGUF quantizer, which forbids saving; the same architecture built from
     # the config, holding the dequantized weights, has none.
     config = loaded.config
@@ -95,14 +128,11 @@ def convert_gguf(gguf_file: str | os.PathLike, output_dir: str | os.PathLike) ->
         raise ValueError(f"Converting {gguf_file}: weights missing {missing[:5]}, unexpected {unexpected[:5]}.")
     model.tie_weights()
     model.generation_config = loaded.generation_config
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
     record = {"gguf_file": str(gguf_file), "bytes": gguf_file.stat().st_size, "dtype": "float32",
               "wall_s": round(time.time() - started, 1)}
-    (partial / PROVENANCE_FILE).write_text(json.dumps(record, indent=1))
-    shutil.rmtree(output_dir, ignore_errors=True)
-    partial.rename(output_dir)
-    return str(output_dir)
+    (folder / PROVENANCE_FILE).write_text(json.dumps(record, indent=1))
 
 
 @contextlib.contextmanager

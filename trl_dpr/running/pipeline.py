@@ -29,7 +29,8 @@ from ..reward_model import CheckpointRewardModel, load_reward_model
 from ..trainer import check_reward_weights
 from .checkpointing import claim_output_dir, parse_resume_from_checkpoint, release_output_dir
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
-from .hub import check_hub_push, defer_push_to_hub, push_trainer_output
+from .merge import check_merge_target, merged_folder
+from .push import check_hub_push, defer_push_to_hub, push_trainer_output
 from .trainers import DPRRunTrainer, SafeSFTTrainer
 
 
@@ -261,6 +262,8 @@ def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathCo
         overwrite=training_args.overwrite_output_dir,
     )
     check_hub_push(training_args)
+    if training_args.push_to_hub and script_args.merge_adapter:  # its merged copy may not replace a folder of yours
+        check_merge_target(merged_folder(training_args.output_dir))
     return DPRInputs(prompts=dpr_prompts(script_args, training_args.seed))
 
 

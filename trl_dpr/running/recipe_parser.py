@@ -223,6 +223,9 @@ class RecipeParser(TrlParser):
         """The YAML `--config` names (a file, or a shipped recipe), checked to parse."""
         self._config_path = find_recipe_file(path, self.recipe_subfolder)
         _check_yaml_syntax(self._config_path)
+        from .secret_scan import refuse_pasted_secrets  # issue 42: a key pasted into any recipe is refused
+
+        refuse_pasted_secrets(self._config_path)
         return self._config_path
 
     def error(self, message):

@@ -1,8 +1,8 @@
 """The trainers a run uses: TRL's SFTTrainer and trl_dpr's DensePathTrainer with the run's services mixed in.
 
     atomic checkpoints and the output folder's claim   checkpointing.AtomicCheckpointsMixin
-    the safe Hub push, once, with the model card        hub.SafeHubPushMixin
-    a model card written for a Hub visitor              hub.BaseModelCardMixin
+    the safe Hub push, once, with the model card        push.SafeHubPushMixin
+    a model card written for a Hub visitor              model_card.BaseModelCardMixin
     a console log of numbers                            console_log.ConsoleLogMixin
 
 The algorithm does not need them: `trl_dpr.DensePathTrainer` alone is a GRPOTrainer with TRL's own saving and card.
@@ -11,7 +11,6 @@ The algorithm does not need them: `trl_dpr.DensePathTrainer` alone is a GRPOTrai
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from trl import SFTTrainer
@@ -21,13 +20,8 @@ from ..reference_manifest import MANIFEST_NAME
 from ..trainer import DensePathTrainer
 from .checkpointing import AtomicCheckpointsMixin, check_output_dir, is_claimed
 from .console_log import ConsoleLogMixin
-from .hub import (
-    BaseModelCardMixin,
-    SafeHubPushMixin,
-    base_model_reference,
-    dpr_model_card_section,
-    recorded_base_model,
-)
+from .model_card import BaseModelCardMixin, dpr_model_card_section, recorded_base_model, sft_lineage
+from .push import SafeHubPushMixin
 
 
 class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, SFTTrainer):
@@ -78,10 +72,7 @@ class DPRRunTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin
         return recorded_base_model(source) or source
 
     def _card_base_model(self) -> str:
-        source = self.reward_model.sft_model_name_or_path
-        if source and os.path.isdir(source) and not recorded_base_model(source):
-            return f"an SFT model whose output folder (`{Path(source).name}`) records no base model"
-        return base_model_reference(self._card_base_name(), kind="SFT model", unknown="an SFT model")
+        return sft_lineage(self.reward_model.sft_model_name_or_path)
 
     def _card_sections(self) -> list[str]:
         # DPR's reward, α, λ and hyperparameters, and the evaluation table when the run wrote one.

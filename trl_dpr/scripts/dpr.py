@@ -11,10 +11,10 @@ from trl import ModelConfig
 from trl_dpr import DensePathConfig
 from trl_dpr.running.checkpointing import release_output_dir
 from trl_dpr.running.cli import run
-from trl_dpr.running.hub import defer_push_to_hub, push_trainer_output
 from trl_dpr.running.memory import MemoryTarget
 from trl_dpr.running.pipeline import DPRScriptArguments, check_dpr_inputs, evaluate_against_sft, run_dpr
 from trl_dpr.running.placement import LaunchPlacement, check_launched_run
+from trl_dpr.running.push import defer_push_to_hub, push_trainer_output
 from trl_dpr.running.recipe_parser import RecipeParser
 from trl_dpr.running.stages import run_stages
 

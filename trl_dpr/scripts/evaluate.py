@@ -27,7 +27,8 @@ def main(argv=None):
         index = argv.index("--config") + 1
         argv[index] = find_recipe_file(argv[index], subfolder="evaluate")
         with open(argv[index]) as f:
-            check_config_has_no_secrets(yaml.safe_load(f) or {}, argv[index])
+            named = any(arg == "--judge_base_url" or arg.startswith("--judge_base_url=") for arg in argv)
+            check_config_has_no_secrets(yaml.safe_load(f) or {}, argv[index], url_on_command_line=named)
     (config,) = make_parser().parse_args_and_config(argv)
     report = run_evaluation(config)
     print(report.as_dict()["table_markdown"], flush=True)

@@ -1,0 +1,373 @@
+"""What a push of a run's output folder uploads (to the Hub or a folder), the check every push passes, and the push.
+
+Besides transformers' and huggingface_hub's patterns, never `.partial/` staging folders, `training_args.bin` (a pickle
+holding `hub_token`) or temporary files; an SFT output keeps `dpr_reference/`. The run pushes once, at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from ..reference_manifest import MANIFEST_NAME
+from .checkpointing import STAGING_DIRNAME
+from .merge import MERGED_MARKER, merge_adapter_folder, merged_folder
+from .model_card import _looks_local
+from .secret_scan import secrets_from_environment, secrets_in_file
+
+# What `Trainer.push_to_hub` and `Trainer._push_from_checkpoint` pass to `upload_folder` (transformers 5).
+TRANSFORMERS_IGNORE_PATTERNS = ["_*", f"{PREFIX_CHECKPOINT_DIR}-*"]
+# trl_dpr's own rules. huggingface_hub matches with fnmatch, where `*` also matches `/`.
+SAFETY_IGNORE_PATTERNS = [
+    f"*{STAGING_DIRNAME}/*",  # .partial/checkpoint-N/..., .dpr_reference.partial/... (staged, not yet complete)
+    "training_args.bin",  # pickled TrainingArguments: hub_token, model_init_kwargs (token=...)
+    "*/training_args.bin",
+    ".dpr_reference.*.tmp",  # the manifest while it is being written
+    ".write-test-*",  # the output-dir probe of check_output_dir
+    ".trl_dpr.lock*",  # the run's lock and its holder (PID, host name)
+    MERGED_MARKER,  # merge_adapter_folder's mark on its own output
+]
+
+
+def ignore_patterns() -> list[str]:
+    """The `ignore_patterns` trl_dpr uploads with: transformers' own plus `SAFETY_IGNORE_PATTERNS`."""
+    return TRANSFORMERS_IGNORE_PATTERNS + SAFETY_IGNORE_PATTERNS
+
+
+def files_to_push(folder: str | os.PathLike, *, safety_rules: bool = True) -> list[str]:
+    """The files a push of `folder` uploads (relative, `/`-separated, in huggingface_hub's order): `upload_folder`'s
+    walk filtered by transformers' and huggingface_hub's patterns, plus `SAFETY_IGNORE_PATTERNS` unless `safety_rules=False`.
+    """
+    root = Path(folder).expanduser().resolve()
+    if not root.is_dir():
+        raise NotADirectoryError(f"Nothing to push: {str(folder)!r} is not a directory (expected a run's output_dir).")
+    relative = [p.relative_to(root).as_posix() for p in sorted(root.glob("**/*")) if p.is_file()]
+    patterns = (ignore_patterns() if safety_rules else list(TRANSFORMERS_IGNORE_PATTERNS)) + DEFAULT_IGNORE_PATTERNS
+    return list(filter_repo_objects(relative, ignore_patterns=patterns))
+
+
+def copy_files_to_push(
+    folder: str | os.PathLike,
+    destination: str | os.PathLike,
+    *,
+    secrets: Mapping[str, str] | None = None,
+    allow: Iterable[str] = (),
+) -> list[str]:
+    """Copy exactly `files_to_push(folder)` into a new `destination` after `check_push` (a push to a folder, or the
+    dry run of a Hub push: what the repo will hold). A local base model's path is kept: this machine can load it."""
+    destination = Path(destination)
+    if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
+        raise FileExistsError(f"{str(destination)!r} is not empty; copy the push selection into a new folder.")
+    files = check_push(folder, secrets=secrets, allow=allow, portable=False)
+    for name in files:
+        target = destination / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Path(folder) / name, target)
+    return files
+
+
+# ---- the push check -------------------------------------------------------------------------------------------------
+
+
+def push_problems(folder: str | os.PathLike, files: list[str], secrets: Mapping[str, str], allow: Iterable[str] = ()):
+    """Why each of `files` (relative to `folder`) must not leave the machine, one line each: a `.env*` file, a file
+    that resolves outside `folder` (a link), a key by its shape or a value of `secrets` (with its line). A file in
+    `allow` is vouched for by the user: only the values of `secrets`, which are this user's own keys, are refused in it.
+    """
+    root, allow = Path(folder).resolve(), set(allow)
+    problems = []
+    for name in files:
+        path, vouched = Path(folder) / name, name in allow
+        if not vouched and not path.resolve().is_relative_to(root):
+            problems.append(f"{name} is a link to {path.resolve()}, outside the run folder")
+            continue
+        if not vouched and Path(name).name.startswith(".env"):
+            problems.append(f"{name} is a .env file (where credentials are kept)")
+        for line, what in secrets_in_file(path, secrets, shapes=not vouched):
+            problems.append(f"{name}:{line} holds {what}" if line else f"{name} holds {what}")
+    return problems
+
+
+def check_push(
+    folder: str | os.PathLike, *, secrets: Mapping[str, str] | None = None, token: str | None = None,
+    allow: Iterable[str] = (), portable: bool = True,
+) -> list[str]:
+    """The one check before any push (to the Hub, to a folder, the dry run): `files_to_push(folder)`, returned when
+    `push_problems` finds nothing (and, for the Hub, `portable`, nothing names a local path); else a `ValueError`
+    naming each file, and nothing is sent.
+    `secrets` defaults to `secrets_from_environment()`; a `token` given for the push is one too."""
+    files = files_to_push(folder)
+    if not files:
+        raise ValueError(f"{str(folder)!r} holds no file to push (save the model there first: trainer.save_model()).")
+    allow = [Path(name).as_posix() for name in allow]
+    if unknown := sorted(set(allow) - set(files)):
+        raise ValueError(f"Allowed {unknown}, but a push of {str(folder)!r} holds no such file: name files relative "
+                         f"to the folder, as `files_to_push` lists them.")
+    problems = portability_problems(folder) if portable else []
+    if problems:
+        raise ValueError(f"Not pushing {str(folder)!r}: " + " ".join(problems))
+    secrets = dict(secrets_from_environment() if secrets is None else secrets)
+    if isinstance(token, str) and token:
+        secrets.setdefault("the token argument", token)
+    problems = push_problems(folder, files, secrets, allow)
+    if problems:
+        raise ValueError(
+            f"Not pushing {str(folder)!r}: {'; '.join(problems)}. Nothing was sent. Remove these files or the secrets "
+            "in them; a file you have checked and vouch for goes with --allow FILE (allow=[...] in Python)."
+        )
+    return files
+
+
+# ---- portability ----------------------------------------------------------------------------------------------------
+
+
+def portability_problems(folder: str | os.PathLike) -> list[str]:
+    """Why a pushed copy of `folder` could not load elsewhere (an adapter naming its base by a local path, a manifest
+    pointing at a reference folder that is not pushed); empty when it can.
+    """
+    folder = Path(folder)
+    pushed = set(files_to_push(folder))
+    problems = []
+    for config in sorted(name for name in pushed if name.rsplit("/", 1)[-1] == "adapter_config.json"):
+        base = json.loads((folder / config).read_text()).get("base_model_name_or_path") or ""
+        if _looks_local(base):
+            problems.append(
+                f"{config} names its base model by the local path {base!r}, which nobody else can load. Train from a "
+                "Hub model id (e.g. Qwen/Qwen2.5-0.5B), or push the base model and set base_model_name_or_path to "
+                "its repo id."
+            )
+    if MANIFEST_NAME in pushed:
+        reference = json.loads((folder / MANIFEST_NAME).read_text()).get("path", "")
+        if not any(name.startswith(f"{reference}/") for name in pushed):
+            problems.append(
+                f"{MANIFEST_NAME} points to {reference}/, but no file of it would be pushed: "
+                "CheckpointRewardModel.from_pretrained would not find π_ref."
+            )
+    return problems
+
+
+# ---- pushing --------------------------------------------------------------------------------------------------------
+
+
+def push_folder(
+    folder: str | os.PathLike,
+    repo_id: str,
+    *,
+    token: str | None = None,
+    private: bool | None = None,
+    revision: str | None = None,
+    commit_message: str = "Upload with trl_dpr",
+    secrets: Mapping[str, str] | None = None,
+    allow: Iterable[str] = (),
+    api=None,
+):
+    """Push exactly `files_to_push(folder)` to `repo_id` (created if needed) in one commit; returns its `CommitInfo`.
+
+    Refused by `check_push` before anything is sent. One `create_commit` of the scanned files, not
+    `upload_folder`, which walks again and would push a file written in between unscanned.
+    """
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    files = check_push(folder, secrets=secrets, token=token, allow=allow)
+    api = api or HfApi()
+    repo_url = api.create_repo(repo_id, token=token, private=private, exist_ok=True)
+    operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(Path(folder) / name)) for name in files]
+    if "README.md" in files and (card := _card_loading(Path(folder) / "README.md", repo_id)) is not None:
+        operations[files.index("README.md")] = CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card)
+    return api.create_commit(
+        repo_id=getattr(repo_url, "repo_id", repo_id),
+        operations=operations,
+        commit_message=commit_message,
+        token=token,
+        revision=revision,
+    )
+
+
+def _card_loading(readme: Path, repo_id: str) -> bytes | None:
+    """The model card with its quick start loading `repo_id`, when it loads another name (the output folder it was
+    written in, a path that means nothing on the Hub); None when it needs no change."""
+    text = readme.read_text()
+    card = re.sub(r'(pipeline\("text-generation", model=)"[^"]*"', lambda m: f'{m.group(1)}"{repo_id}"', text)
+    return card.encode() if card != text else None
+
+
+def defer_push_to_hub(args) -> bool:
+    """Turn `args.push_to_hub` off and return whether it was on: transformers would push `output_dir`
+    (`training_args.bin` included) at every save; the run pushes once with `push_trainer_output` instead.
+    """
+    wanted = bool(args.push_to_hub)
+    args.push_to_hub = False
+    return wanted
+
+
+def check_hub_push(args) -> None:
+    """With `push_to_hub`, check before training what would fail after it: the Hub reachable, a token, and a
+    `hub_strategy` that pushes once at the end (the checkpoint strategies would upload optimizer state)."""
+    if not getattr(args, "push_to_hub", False):
+        return
+    strategy = str(getattr(getattr(args, "hub_strategy", "every_save"), "value", getattr(args, "hub_strategy", "every_save")))
+    if strategy not in ("every_save", "end"):
+        raise ValueError(
+            f"hub_strategy={strategy!r} uploads checkpoint folders (optimizer state, and training_args.bin, which "
+            "holds hub_token). trl_dpr pushes the final model once, at the end, with its reference checkpoint and a "
+            "secret scan: remove hub_strategy (or set it to end)."
+        )
+    from huggingface_hub import constants, get_token
+
+    if constants.HF_HUB_OFFLINE:
+        raise ValueError(
+            "push_to_hub is on but the Hub is switched off (HF_HUB_OFFLINE=1): the push would fail after training. "
+            "Unset HF_HUB_OFFLINE, or set push_to_hub: false and push later with trl_dpr.running.push.push_folder."
+        )
+    if not (getattr(args, "hub_token", None) or get_token()):
+        raise ValueError(
+            "push_to_hub is on but no Hugging Face token was found (hub_token, HF_TOKEN, or `hf auth login`): the "
+            "push would fail after training. Log in first, or set push_to_hub: false."
+        )
+
+
+class SafeHubPushMixin:
+    """Hub pushes of a Trainer through `push_trainer_output`: checked before training, never at each save, once at the end
+    of `train()`, scanned for secrets; `trainer.push_to_hub()` goes the same way.
+    """
+
+    def _take_over_hub_push(self, args) -> None:
+        """Call before the parent trainer is built: transformers would create the repo and push at every save."""
+        check_hub_push(args)
+        self._push_when_trained = defer_push_to_hub(args)
+
+    def train(self, *args, **kwargs):
+        output = super().train(*args, **kwargs)
+        if getattr(self, "_push_when_trained", False):
+            self.save_model()
+            push_trainer_output(self)
+        return output
+
+    def push_to_hub(self, commit_message: str | None = "End of training", blocking: bool = True, token=None, revision=None,
+                    private=None, **kwargs):
+        """Save the model and push it with `push_trainer_output` (the card's `dataset_name` may be given)."""
+        if token is not None:
+            self.args.hub_token = token
+        if revision is not None:
+            self.args.hub_revision = revision
+        if private is not None:
+            self.args.hub_private_repo = private
+        self.save_model()
+        return push_trainer_output(
+            self, dataset_name=kwargs.get("dataset_name"), commit_message=commit_message or "End of training"
+        )
+
+
+def push_trainer_output(
+    trainer,
+    *,
+    dataset_name: str | None = None,
+    merge_adapter: bool = False,
+    commit_message: str = "End of training",
+):
+    """Write the trainer's model card and `push_folder` its `output_dir` to `args.hub_model_id` (main process only).
+
+    Call it after `save_model()` and the evaluation (the card carries its table). `merge_adapter=True` pushes an adapter
+    merged into its base (`merge_adapter_folder`, into `<output_dir>-merged`).
+    """
+    args = trainer.args
+    if not trainer.is_world_process_zero():
+        return None
+    repo_id = args.hub_model_id or Path(args.output_dir).absolute().name
+    trainer.hub_model_id = trainer.hub_model_id or repo_id  # the card's "quick start" loads the model from there
+    trainer.create_model_card(model_name=repo_id.split("/")[-1], dataset_name=dataset_name)
+    folder = args.output_dir
+    if merge_adapter and (Path(folder) / "adapter_config.json").is_file():
+        dtype = (getattr(args, "model_init_kwargs", None) or {}).get("dtype", "auto")
+        folder = merge_adapter_folder(folder, merged_folder(folder), dtype=dtype, overwrite=True)
+    return push_folder(
+        folder,
+        repo_id,
+        token=args.hub_token,
+        private=args.hub_private_repo,
+        revision=args.hub_revision,
+        commit_message=commit_message,
+    )
+
+
+# ---- `trl-dpr push` ---------------------------------------------------------------------------------------------------
+
+
+def _unfinished(folder: Path) -> str | None:
+    """Why `folder` is not a finished run to push (missing, a run still writing it, no final model, π_ref missing)."""
+    from ..reference_manifest import parse_manifest, sft_output_problem
+    from .checkpointing import LOCK_NAME, _FolderLock
+
+    if not folder.is_dir():
+        return "the folder does not exist"
+    lock = _FolderLock(folder / LOCK_NAME)
+    if not lock.acquire():
+        return "a run is still writing it (it holds .trl_dpr.lock); wait for it to end"
+    lock.release()
+    if problem := sft_output_problem(folder):
+        return problem
+    if (folder / MANIFEST_NAME).is_file():
+        manifest = parse_manifest((folder / MANIFEST_NAME).read_text(), str(folder / MANIFEST_NAME))
+        if not (folder / manifest.path).is_dir():
+            return f"{MANIFEST_NAME} points to {manifest.path}/, which is missing (π_ref would not be pushed)"
+    return None
+
+
+def _is_folder(destination: str) -> bool:
+    """`--to` names a folder when it is a path (`./x`, `/x`, `~/x`, `a/b/c`, an existing path, or `runs/x` whose
+    `runs/` exists); else it is a Hub repo id (`name` or `org/name`)."""
+    return _looks_local(destination) or Path(destination.split("/")[0]).expanduser().is_dir()
+
+
+def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
+    """`trl-dpr push OUTPUT_DIR --to REPO_OR_DIR`: a finished run (an SFT run with π_ref) to a Hub repo or a new folder,
+    after `check_push`."""
+    from .recipe_checks import CommandParser
+
+    parser = CommandParser(prog=prog, description="Push a finished run's output folder, π_ref included, to a Hub repo "
+                           "or a new local folder, after the secret check.")
+    parser.add_argument("output_dir", help="the output_dir of a finished `trl-dpr sft` or `trl-dpr dpr` run")
+    parser.add_argument("--to", required=True, metavar="REPO_OR_DIR",
+                        help="a Hub repo id (me/model), or a new folder: a path (./x, /x, ~/x) or one whose parent exists")
+    parser.add_argument("--allow", action="append", default=[], metavar="FILE",
+                        help="a file of OUTPUT_DIR you have checked and vouch for: pushed though a key shape, a .env "
+                        "name or a link would refuse it (never with the value of one of your own credentials)")
+    parser.add_argument("--private", action="store_true", help="create the Hub repo private")
+    parser.add_argument("--revision", help="the Hub branch to push to (default: main)")
+    parser.add_argument("--commit_message", default="Upload with trl-dpr push")
+    args = parser.parse_args(argv)
+    folder = Path(args.output_dir)
+    if problem := _unfinished(folder):
+        raise ValueError(f"{args.output_dir!r} is not a finished run to push: {problem}. Expected the output_dir of a "
+                         "trl-dpr sft or trl-dpr dpr run that ended.")
+    if _is_folder(args.to):
+        destination = Path(args.to).expanduser()
+        if destination.resolve().is_relative_to(folder.resolve()):
+            raise ValueError(f"--to {args.to!r} is inside {args.output_dir!r}: push to a folder outside the run.")
+        files = copy_files_to_push(folder, destination, allow=args.allow)
+        print(f"Pushed {len(files)} files of {args.output_dir} to the folder {destination}.")
+        return
+    from huggingface_hub import constants
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(args.to)
+    except HFValidationError as error:
+        raise ValueError(f"--to {args.to!r} is neither a folder path nor a Hub repo id ({error}).") from None
+    if constants.HF_HUB_OFFLINE:
+        raise ValueError("The Hub is switched off here (HF_HUB_OFFLINE=1): unset it to push to a Hub repo, or push to "
+                         "a folder (--to ./some-folder).")
+    commit = push_folder(folder, args.to, private=args.private or None, revision=args.revision,
+                         commit_message=args.commit_message, allow=args.allow)
+    print(f"Pushed {args.output_dir} to https://huggingface.co/{args.to} ({getattr(commit, 'commit_url', commit)}).")
+
+
+if __name__ == "__main__":
+    main()
