@@ -315,12 +315,6 @@ CASES = {
     >>> unknown_flags(["--num_processes", "2"], ["--learning_rate"], {"--num_processes": True}) is None
     True
 ''',
-    "trl_dpr.running.recipe_checks:unused_field_problem": r'''
-    >>> unused_field_problem("dataset_streaming", True, (False,), "streaming is not supported")
-    'dataset_streaming: True is not used: streaming is not supported. Remove it or set it to False'
-    >>> unused_field_problem("loss_type", "sigmoid", (["sigmoid"],), "the loss is SPIN's own") is None
-    True
-''',
     "trl_dpr.running.recipe_parser:RecipeParser": r'''
     >>> from dataclasses import dataclass
     >>> @dataclass
