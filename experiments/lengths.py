@@ -1,6 +1,6 @@
 """KL to π_SFT and dense reward per response, binned by response length (paper Fig. 4a).
 
-Responses are sampled with their exact token ids (`trl_dpr.analysis.sampling`) and scored on those ids; `response_stats` sums
+Responses are sampled with their exact token ids (`trl_dpr.evaluation.sampling`) and scored on those ids; `response_stats` sums
 the per-token values per response:
 
     KL(π_θ ‖ π_SFT) of a response ≈ Σ_t log π_θ(a_t|s_t) − log π_SFT(a_t|s_t)    (unbiased when sampled from π_θ at T=1)
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trl_dpr.analysis.sampling import Sample, policy_logprobs, score_samples
+from trl_dpr.evaluation.sampling import Sample, policy_logprobs, score_samples
 from trl_dpr.reward_model import CheckpointRewardModel
 
 __all__ = ["LengthBin", "bin_by_length", "length_bin_edges", "response_stats"]

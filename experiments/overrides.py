@@ -14,7 +14,7 @@ from trl import ModelConfig
 
 from trl_dpr.config import DensePathConfig
 from trl_dpr.evaluation import EvaluationConfig
-from trl_dpr.evaluation.config import load_evaluation_config
+from trl_dpr.running.recipe_parser import load_evaluation_config
 from trl_dpr.running.pipeline import DPRScriptArguments
 from trl_dpr.running.recipe_parser import RecipeParser
 

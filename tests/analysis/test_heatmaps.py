@@ -6,8 +6,9 @@ from html.parser import HTMLParser
 import pytest
 
 from trl_dpr import CheckpointRewardModel
-from trl_dpr.analysis.heatmaps import heatmap_html, main, reward_colour, save_heatmap_png
+from trl_dpr.analysis.heatmaps import heatmap_html, reward_colour, save_heatmap_png
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+from trl_dpr.scripts.heatmap import main
 
 from ..conftest import save_sft_output
 

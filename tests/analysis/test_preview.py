@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from trl_dpr.analysis.preview import PreviewConfig, PreviewReport, run_preview
-from trl_dpr.analysis.sampling import sample_completions
 from trl_dpr.embedded.task import held_out_split, is_correct
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+from trl_dpr.evaluation.sampling import sample_completions
 
 from ..conftest import run_forked, save_sft_output
 from ..reference import unpadded_logprobs
@@ -208,6 +208,8 @@ def test_pairwise_quality_asks_the_judge_once_per_pair_and_caches_it(sft_output,
     """Quality = a win rate against an independent π_SFT answer, judged by an OpenAI-compatible server on 127.0.0.1."""
     import yaml
 
+    from trl_dpr.running.recipe_parser import load_evaluation_config
+
     from ..evaluation.test_openai_judge import FakeChatCompletions
 
     server = FakeChatCompletions()
@@ -220,10 +222,13 @@ def test_pairwise_quality_asks_the_judge_once_per_pair_and_caches_it(sft_output,
     try:
         config = small_config(tmp_path, quality="pairwise", evaluation_config=str(judge_yaml),
                               variants={"DPR": {}, "wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"}})
-        report = run_preview(config, str(sft_output), show_progress=False)
+        with pytest.raises(ValueError, match="quality: pairwise needs the judge's settings"):
+            run_preview(config, str(sft_output), show_progress=False)
+        judge_config = load_evaluation_config(str(judge_yaml))
+        report = run_preview(config, str(sft_output), show_progress=False, judge_config=judge_config)
         assert len(server.requests) == 5 * 4 * 2  # every sample against π_SFT's answer, in both orders
         assert report.sft_quality == pytest.approx(0.5) and all(p.quality == pytest.approx(0.5) for p in report.points)
-        run_preview(config, str(sft_output), show_progress=False)
+        run_preview(config, str(sft_output), show_progress=False, judge_config=judge_config)
         assert len(server.requests) == 5 * 4 * 2  # a rerun reads the cached verdicts
     finally:
         server.close()

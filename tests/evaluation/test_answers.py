@@ -5,11 +5,11 @@ import json
 import pytest
 import torch
 
-from trl_dpr.analysis.sampling import generate_answers
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.evaluation import EvalPrompt, TransformersAnswerGenerator, answer_prompts, length_stats
 from trl_dpr.evaluation.answers import answer_cache
 from trl_dpr.evaluation.cache import JsonlCache
+from trl_dpr.evaluation.sampling import generate_answers
 
 
 class CountingGenerator:
@@ -133,7 +133,7 @@ def test_length_statistics_in_words_and_tokens(tokenizer):
 
 def test_sampling_ignores_the_checkpoints_own_generation_defaults(tokenizer):
     """Samples must come from π itself (the preview and DPR's rollouts assume it), whatever generation_config says."""
-    from trl_dpr.analysis.sampling import sample_completions
+    from trl_dpr.evaluation.sampling import sample_completions
 
     model = build_tiny_causal_lm(tokenizer, seed=3)
     prompts = ["What is 12+7?"] * 24

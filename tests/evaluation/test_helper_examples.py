@@ -6,6 +6,39 @@ import pytest
 from ..helper_examples import run_helper_example
 
 CASES = {
+    "trl_dpr.evaluation.sampling:Sample": r'''
+    >>> Sample(prompt_index=0, prompt="2+3=", prompt_ids=[5, 6], completion_ids=[7, 1], text="5").length
+    2
+''',
+    "trl_dpr.evaluation.sampling:generate_answers": r'''
+    >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
+    >>> tok = build_tokenizer(["hello there"])
+    >>> answers = generate_answers(build_tiny_causal_lm(tok), tok, ["hello"], max_new_tokens=3, show_progress=False)
+    >>> len(answers)
+    1
+''',
+    "trl_dpr.evaluation.sampling:policy_logprobs": r'''
+    >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
+    >>> tok = build_tokenizer(["hello there"])
+    >>> logps = policy_logprobs(build_tiny_causal_lm(tok), tok, [Sample(0, "hi", [5, 6], [7, 8], ".."), Sample(1, "yo", [5], [7], ".")])
+    >>> logps.shape, float(logps[1, 1])
+    (torch.Size([2, 2]), 0.0)
+''',
+    "trl_dpr.evaluation.sampling:sample_completions": r'''
+    >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
+    >>> tok = build_tokenizer(["hello there"])
+    >>> samples = sample_completions(build_tiny_causal_lm(tok), tok, ["hello", "hello"], max_new_tokens=3)
+    >>> len(samples), 1 <= samples[0].length <= 3
+    (2, True)
+''',
+    "trl_dpr.evaluation.sampling:score_samples": r'''
+    >>> from trl_dpr.embedded.tiny_lm import build_tokenizer, build_tiny_causal_lm
+    >>> tok = build_tokenizer(["hello there"])
+    >>> rm = CheckpointRewardModel(build_tiny_causal_lm(tok, seed=0), build_tiny_causal_lm(tok, seed=1), processing_class=tok)
+    >>> scored, mask = score_samples(rm, [Sample(0, "hi", [5, 6], [7, 8], "..")])
+    >>> scored.rewards.shape, mask.tolist()
+    (torch.Size([1, 2]), [[1, 1]])
+''',
     "trl_dpr.evaluation.answers:AnswerGenerator": r'''
     >>> class Echo:
     ...     settings = {"model_path": "echo"}
@@ -86,11 +119,6 @@ CASES = {
     Traceback (most recent call last):
     ...
     ValueError: eval.yaml sets OPENAI_API_KEY ...
-''',
-    "trl_dpr.evaluation.config:load_evaluation_config": r'''
-    >>> config = load_evaluation_config("recipes/evaluate/demo.yaml", candidates=["G=runs/g"])
-    >>> config.models(), config.judge
-    ({'SFT': 'runs/demo/sft', 'G': 'runs/g'}, 'exact')
 ''',
     "trl_dpr.evaluation.mt_bench:MTBenchGrade": r'''
     >>> MTBenchGrade("81", 0, "writing", 8.0).as_dict()["rating"]

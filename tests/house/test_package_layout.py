@@ -78,7 +78,7 @@ def test_the_top_of_the_package_is_the_algorithm_core():
            for p in (ROOT / "trl_dpr").glob("*.py")}
     assert top == CORE
     packages = {p.parent.name for p in (ROOT / "trl_dpr").glob("*/__init__.py")}
-    assert packages == {"running", "analysis", "scripts", "embedded", "evaluation", "lfd"}
+    assert packages == {"running", "analysis", "scripts", "embedded", "evaluation", "lfd", "resources"}
 
 
 def test_the_core_reaches_only_the_core():
@@ -184,7 +184,10 @@ def test_the_files_marked_slow_start_first_and_keep_their_order():
     assert [i.name for i in items] == ["b1", "b2", "c1", "a1", "a2", "d1"]
 
 
-FLOORS_IN_README = ("scripts", "running analysis evaluation lfd", "embedded", "core")  # top to bottom
+# Top to bottom: a floor imports only the floors below it. The stage scripts; SPIN/GSIL's self-play runs (on the run
+# services); the run services (stages, CLI, checkpoints, push, memory plan); the preview and heatmaps (on evaluation's
+# sampling and judges); evaluation (prompts, generation, judges); the embedded task; a run's folders and memory; the core.
+FLOORS_IN_README = ("scripts", "lfd", "running", "analysis", "evaluation", "embedded", "resources", "core")
 
 
 def readme_map() -> list[list[str]]:
@@ -219,3 +222,16 @@ def test_the_readme_map_lists_every_floor_and_module_and_its_floors_hold():
     upward = sorted(f"{module} → {target}" for module, targets in module_imports().items() for target in targets
                     if floor_of(target) < floor_of(module))  # a lower index is a higher floor
     assert upward == []
+
+
+def test_the_floor_check_sees_an_import_that_runs_back_up(tmp_path, monkeypatch):
+    """The check above, on a planted arrow: evaluation (a lower floor) importing the run services is found."""
+    graph = module_imports()
+    graph["trl_dpr.evaluation.runner"] = graph["trl_dpr.evaluation.runner"] | {"trl_dpr.running.checkpointing"}
+    monkeypatch.setattr(__import__(__name__, fromlist=["module_imports"]), "module_imports", lambda: graph)
+    try:
+        test_the_readme_map_lists_every_floor_and_module_and_its_floors_hold()
+    except AssertionError as error:
+        assert "trl_dpr.evaluation.runner → trl_dpr.running.checkpointing" in str(error)
+    else:
+        raise AssertionError("the floor check let an upward import through")

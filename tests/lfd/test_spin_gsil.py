@@ -14,10 +14,10 @@ from trl import DPOConfig, DPOTrainer, ModelConfig
 
 import trl_dpr.lfd.config
 import trl_dpr.lfd.self_play
-from trl_dpr.analysis.sampling import sample_completions
 from trl_dpr.embedded import load_demonstrations
 from trl_dpr.embedded.task import demo_corpus
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
+from trl_dpr.evaluation.sampling import sample_completions
 from trl_dpr.lfd import GSILConfig, GSILTrainer, SelfPlayScriptArguments, SPINConfig, SPINTrainer, run_self_play
 from trl_dpr.lfd.losses import GSIL_LOSSES
 from trl_dpr.lfd.self_play import answer_prompts, demonstration_pairs, load_policy, prompts_and_demonstrations

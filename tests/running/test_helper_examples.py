@@ -6,7 +6,12 @@ import pytest
 from ..helper_examples import run_helper_example
 
 CASES = {
-    "trl_dpr.running.checkpointing:check_output_dir": r'''
+    "trl_dpr.running.recipe_parser:load_evaluation_config": r'''
+    >>> config = load_evaluation_config("recipes/evaluate/demo.yaml", candidates=["G=runs/g"])
+    >>> config.models(), config.judge
+    ({'SFT': 'runs/demo/sft', 'G': 'runs/g'}, 'exact')
+''',
+    "trl_dpr.resources:check_output_dir": r'''
     >>> import tempfile
     >>> check_output_dir(tempfile.mkdtemp())  # writable: no error
 ''',

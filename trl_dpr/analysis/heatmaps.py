@@ -2,17 +2,12 @@
 dense reward r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t).
 
 Both take what `CheckpointRewardModel.score_text` returns; the HTML is standalone, each token's reward in its tooltip;
-the PNG needs matplotlib. From the command line (`pairs.jsonl`: one `{"prompt", "response"}` per line):
-
-    python -m trl_dpr.analysis.heatmaps --sft runs/demo/sft --prompt "Mia has 23 apples. ..." --response "23 + 5 = 28. ..."
-    python -m trl_dpr.analysis.heatmaps --sft runs/demo/sft --pairs pairs.jsonl --output figures/rewards
+the PNG needs matplotlib. From the command line: `trl-dpr heatmap` (trl_dpr/scripts/heatmap.py).
 """
 
 from __future__ import annotations
 
 import html
-import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -195,77 +190,3 @@ def save_heatmap_png(
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
-
-
-def _read_pairs(path: str) -> tuple[list, list[str]]:
-    prompts, responses = [], []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        response = row.get("response", row.get("completion"))
-        if "prompt" not in row or not isinstance(response, str):
-            raise ValueError(f"{path}:{number} needs a `prompt` (text or chat messages) and a `response` (text); got {sorted(row)}.")
-        prompts.append(row["prompt"])
-        responses.append(response)
-    if not prompts:
-        raise ValueError(f"{path} holds no pairs.")
-    return prompts, responses
-
-
-def main(argv: Sequence[str] | None = None, prog: str = "python -m trl_dpr.analysis.heatmaps") -> list[Path]:
-    """The command-line interface (see the module docstring); returns the files written."""
-    from ..running.recipe_checks import CommandParser
-
-    parser = CommandParser(prog=prog, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sft", required=True, help="SFT output folder (π_SFT, with π_ref recorded by the SFT stage).")
-    parser.add_argument("--ref", default=None, help="π_ref folder, if not the one recorded in the SFT output.")
-    parser.add_argument("--prompt", action="append", default=[], help="A prompt (repeat with --response for several pairs).")
-    parser.add_argument("--response", action="append", default=[], help="The response to score, one per --prompt.")
-    parser.add_argument("--pairs", default=None, help="JSONL of {\"prompt\": ..., \"response\": ...} objects.")
-    parser.add_argument("--output", default="token_rewards", help="Output path without extension (default: token_rewards).")
-    parser.add_argument("--formats", nargs="+", default=["html", "png"], choices=["html", "png"])
-    parser.add_argument("--raw-prompt", action="store_true", help="Score prompts as plain text, not as a user chat turn.")
-    parser.add_argument("--no-eos", action="store_true", help="Do not append the EOS token to each response.")
-    parser.add_argument("--vmin", type=float, default=None, help="Reward at the lightest colour (default: the minimum).")
-    parser.add_argument("--vmax", type=float, default=None, help="Reward at the darkest colour (default: the maximum).")
-    parser.add_argument("--title", default="Dense token rewards")
-    args = parser.parse_args(argv)
-
-    if args.pairs:
-        prompts, responses = _read_pairs(args.pairs)
-    elif args.prompt and len(args.prompt) == len(args.response):
-        prompts, responses = list(args.prompt), list(args.response)
-    else:
-        parser.error(f"give --pairs FILE, or as many --prompt as --response (got {len(args.prompt)} and {len(args.response)}).")
-
-    import importlib.util
-
-    if "png" in args.formats and importlib.util.find_spec("matplotlib") is None:  # before the models are loaded
-        raise ModuleNotFoundError(
-            'The PNG heatmap needs matplotlib: pip install "trl_dpr[plots]", or --formats html.', name="matplotlib"
-        )
-    from ..reward_model import CheckpointRewardModel
-
-    reward_model = CheckpointRewardModel.from_pretrained(args.sft, args.ref)
-    tokenizer = reward_model.processing_class
-    if not args.raw_prompt and getattr(tokenizer, "chat_template", None):
-        prompts = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
-    scored = reward_model.score_text(prompts, responses, append_eos=not args.no_eos)
-
-    written = []
-    if "html" in args.formats:
-        html_path = Path(f"{args.output}.html")
-        html_path.parent.mkdir(parents=True, exist_ok=True)
-        html_path.write_text(heatmap_html(scored, prompts, title=args.title, vmin=args.vmin, vmax=args.vmax), encoding="utf-8")
-        written.append(html_path)
-    if "png" in args.formats:
-        png_path = Path(f"{args.output}.png")
-        written.append(save_heatmap_png(scored, png_path, prompts, title=args.title, vmin=args.vmin, vmax=args.vmax))
-    for path in written:
-        print(f"Wrote {path}")
-    return written
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

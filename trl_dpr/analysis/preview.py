@@ -195,17 +195,19 @@ def _question(prompt) -> str:
 
 
 def run_preview(
-    config: PreviewConfig, sft_model_name_or_path: str, model_init_kwargs: dict | None = None, show_progress: bool = True
+    config: PreviewConfig, sft_model_name_or_path: str, model_init_kwargs: dict | None = None, show_progress: bool = True,
+    judge_config=None,
 ) -> PreviewReport:
     """Sample π_SFT, score every sample with every reward variant, judge it, and estimate π_λ along the λ grid.
 
-    What can be checked cheaply (config, SFT output, prompts, policies, matplotlib, the judge's key) is checked before
-    a model loads. Writes the report into `config.output_dir`.
+    `judge_config`: the `EvaluationConfig` whose judge `quality: pairwise` uses (`trl-dpr preview` loads the recipe
+    `evaluation_config` names). What can be checked cheaply (config, SFT output, prompts, policies, matplotlib, the
+    judge's key) is checked before a model loads. Writes the report into `config.output_dir`.
     """
+    from ..evaluation.sampling import policy_logprobs, sample_completions, score_samples
     from ..reference_manifest import check_model_source, resolve_reference
     from ..reward_model import CheckpointRewardModel
     from ..rewards import SFTLogProb, check_models_given, reward_from_settings
-    from .sampling import policy_logprobs, sample_completions, score_samples
 
     if config.plot:
         plot_check = __import__("importlib").util.find_spec("matplotlib")
@@ -226,10 +228,15 @@ def run_preview(
         check_model_source(path.strip(), f"Policy {name.strip()}")
     held = _held_out_rows(config)
     if config.quality == "pairwise":
-        from ..evaluation.config import load_evaluation_config
         from ..evaluation.runner import judge_from_config
 
-        judge = judge_from_config(load_evaluation_config(config.evaluation_config))  # checks the judge's key now
+        if judge_config is None:
+            raise ValueError(
+                "quality: pairwise needs the judge's settings: run_preview(..., judge_config=load_evaluation_config("
+                "config.evaluation_config)), with load_evaluation_config from trl_dpr.running.recipe_parser (what "
+                "`trl-dpr preview` does)."
+            )
+        judge = judge_from_config(judge_config)  # checks the judge's key now
     else:
         quality_of = _quality_function(config, held)  # an unimportable answer_check fails before any model loads
 

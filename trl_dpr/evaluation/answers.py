@@ -16,9 +16,9 @@ from typing import Protocol
 
 from tqdm.auto import tqdm
 
-from ..analysis.sampling import generate_answers
 from .cache import JsonlCache
 from .prompt_sets import EvalPrompt
+from .sampling import generate_answers
 
 GENERATION_BACKENDS = ("auto", "transformers", "vllm")
 

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 from transformers import Trainer, TrainerCallback
 
-from ..analysis.sampling import generate_answers
 from .judges import PairToJudge, PairwiseJudge
 from .results import summarize_pairwise
+from .sampling import generate_answers
 
 logger = logging.getLogger(__name__)
 

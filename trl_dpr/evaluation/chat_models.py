@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ..analysis.sampling import generate_answers
 from .answers import resolve_device
+from .sampling import generate_answers
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
 

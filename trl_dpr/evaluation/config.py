@@ -225,21 +225,3 @@ def check_config_has_no_secrets(config: dict, source: str, url_on_command_line: 
                 f"{source}: `{key}` holds what looks like a secret key. Put the key in an environment variable and "
                 "name that variable in `judge_api_key_env`."
             )
-
-
-def load_evaluation_config(path: str, **replaced) -> EvaluationConfig:
-    """The `EvaluationConfig` of a `trl-dpr evaluate` YAML, checked as the recipe checks it (unknown keys and secrets
-    are errors), with some fields replaced (`baseline=`, `candidates=`, `output_dir=`, `temperature=`, ...).
-    """
-    import dataclasses
-
-    import yaml
-
-    from ..running.recipe_parser import RecipeParser, find_recipe_file
-
-    path = find_recipe_file(str(path), subfolder="evaluate")
-    with open(path) as f:
-        check_config_has_no_secrets(yaml.safe_load(f) or {}, path)
-    (config,) = RecipeParser((EvaluationConfig,), prog="trl-dpr evaluate").parse_args_and_config(["--config", path])
-    return dataclasses.replace(config, **replaced)
-

@@ -11,13 +11,12 @@ resample prompts. The cached files under `output_dir`: docs/evaluation.md.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import logging
 import re
 from pathlib import Path
 
 from ..reference_manifest import check_model_source
-from ..running.checkpointing import check_output_dir
+from ..resources import check_output_dir, free_memory
 from .answer_checks import AnswerCheck, answer_check_from, embedded_check
 from .answers import answer_prompts, is_vllm_available, load_answer_generator
 from .cache import JsonlCache
@@ -62,14 +61,6 @@ def _generation_settings(config: EvaluationConfig, model_path: str) -> dict:
     }
 
 
-def _free_memory() -> None:
-    gc.collect()
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def _generate_all_answers(config, models, prompt_sets, output_dir: Path, show_progress: bool) -> dict:
     """`answers[benchmark][model][(prompt_id, turn)]`; a model is loaded only when some of its answers are missing."""
     answers: dict = {benchmark: {} for benchmark in prompt_sets}
@@ -100,7 +91,7 @@ def _generate_all_answers(config, models, prompt_sets, output_dir: Path, show_pr
                 generator, name, prompts, caches[benchmark], chunk_size=4 * config.generation_batch_size, show_progress=show_progress
             )
         del generator
-        _free_memory()
+        free_memory()
     return answers
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import gc
 import hashlib
 import json
 import shutil
@@ -32,10 +31,11 @@ from transformers import AutoTokenizer
 from trl import ModelConfig, get_peft_config
 from trl.data_utils import is_conversational
 
-from ..analysis.sampling import sample_completions
 from ..embedded.task import load_demonstrations
 from ..evaluation.cache import JsonlCache
+from ..evaluation.sampling import sample_completions
 from ..reference_manifest import check_model_source
+from ..resources import free_memory
 from ..running.checkpointing import (
     LOCK_HOLDER_NAME,
     LOCK_NAME,
@@ -281,12 +281,6 @@ def _claim(root: Path, settings: dict, overwrite: bool) -> None:
     state.wait_for_everyone()
 
 
-def _free_memory() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def _release_deepspeed_accelerator() -> None:
     """Under DeepSpeed, accelerate refuses a second `Accelerator` with a DeepSpeed plugin in one process; each iteration's
     trainer makes its own, so the finished iteration's accelerator state is dropped (the process group is kept)."""
@@ -398,7 +392,7 @@ def run_self_play(
         iterations.append(record)
         previous_pairs = current_pairs
         del trainer, policy
-        _free_memory()
+        free_memory()
         _release_deepspeed_accelerator()
         policy_path = str(iteration_dir)
 
@@ -416,7 +410,7 @@ def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRu
     report as a dict (empty on the other processes).
     """
     from ..evaluation import run_evaluation
-    from ..evaluation.config import load_evaluation_config
+    from ..running.recipe_parser import load_evaluation_config
 
     state = PartialState()
     results: dict = {}

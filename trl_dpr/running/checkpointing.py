@@ -24,6 +24,7 @@ from filelock import FileLock, Timeout
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from ..reference_manifest import files_problem
+from ..resources import check_output_dir, remove_created_dirs, remove_if_empty
 
 # The standard logger, not accelerate's: these functions also run before any trainer has set up accelerate's state
 # (`trl-dpr dpr` looking for an unfinished SFT's checkpoint), where accelerate's logger raises.
@@ -209,13 +210,8 @@ def _unlock(key: str) -> None:
     delete and release the lock: last, so no other run writes here before this one is done with the folder."""
     output_dir, lock, _ = _HELD_LOCKS.pop(key)
     (output_dir / LOCK_HOLDER_NAME).unlink(missing_ok=True)
-    _remove_if_empty(output_dir / STAGING_DIRNAME)
+    remove_if_empty(output_dir / STAGING_DIRNAME)
     lock.release()
-
-
-# Folders `check_output_dir` created (deepest first), with the PID that created them: a run that fails before it
-# writes anything there leaves no empty `runs/x/` behind.
-_CREATED_DIRS: list[tuple[Path, int]] = []
 
 
 @atexit.register  # a run that ends without release_output_dir (an error, the end of a notebook)
@@ -225,21 +221,7 @@ def _release_all() -> None:
             _unlock(key)
         except OSError:  # the folder went away, or a full disk: the OS releases the lock with the process anyway
             pass
-    _remove_created_dirs()
-
-
-def _remove_created_dirs() -> None:
-    """The folders this process created for a run and left empty (a run that failed before writing), removed."""
-    for folder, pid in _CREATED_DIRS:
-        if pid == os.getpid():
-            _remove_if_empty(folder)
-
-
-def _remove_if_empty(folder: Path) -> None:
-    try:
-        folder.rmdir()
-    except OSError:  # missing, or not empty: a crashed save's checkpoint stays for `last_complete_checkpoint` to judge
-        pass
+    remove_created_dirs()
 
 
 def release_output_dir(output_dir: str | os.PathLike) -> None:
@@ -286,23 +268,6 @@ def claim_output_dir(output_dir: str | os.PathLike, *, resuming: bool = False, o
         raise (OutputDirInUse if error.startswith("Another run") else ValueError)(error)
 
 
-def check_output_dir(output_dir: str | os.PathLike) -> None:
-    """Fail before any compute when `output_dir` cannot be created or written to, saying which and why."""
-    try:
-        folder = Path(output_dir).absolute()
-        missing = [f for f in (folder, *folder.parents) if not f.exists()]
-        folder.mkdir(parents=True, exist_ok=True)
-        _CREATED_DIRS.extend((f, os.getpid()) for f in missing)
-        with tempfile.NamedTemporaryFile(dir=output_dir, prefix=".write-test-") as probe:
-            probe.write(b"ok")
-            probe.flush()
-    except OSError as error:
-        raise OSError(
-            f"The output directory {str(output_dir)!r} is not writable ({error.strerror or error}). Checkpoints, the "
-            "reference checkpoint and the final model go there: choose a directory you can write to (output_dir=...)."
-        ) from error
-
-
 def _barrier() -> None:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()
@@ -335,7 +300,7 @@ class AtomicCheckpointsMixin:
             if os.path.isdir(final):
                 shutil.rmtree(final)
             os.replace(staged, final)
-            _remove_if_empty(Path(staging_root))  # the next save stages here again
+            remove_if_empty(Path(staging_root))  # the next save stages here again
             if self.state.best_model_checkpoint and self.state.best_model_checkpoint.startswith(staging_root):
                 self.state.best_model_checkpoint = self.state.best_model_checkpoint.replace(staging_root, run_dir, 1)
             rotate_checkpoints(

@@ -417,7 +417,7 @@ def _dispatch(argv: list[str]) -> None:
     if command in STAGES:
         run(lambda args: _run_stage(command, args), rest)
     elif command == "heatmap":
-        from ..analysis.heatmaps import main as heatmap
+        heatmap = importlib.import_module("trl_dpr.scripts.heatmap").main
 
         run(lambda args: heatmap(args, prog="trl-dpr heatmap"), rest)
     elif command == "memory":

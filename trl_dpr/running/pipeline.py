@@ -7,7 +7,6 @@ the same stages run from Python (notebooks, tests).
 from __future__ import annotations
 
 import dataclasses
-import gc
 import json
 import os
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from ..embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from ..embedded.task import load_demonstrations
 from ..reference_callback import ReferenceCheckpointCallback, check_reference_fraction
 from ..reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
+from ..resources import free_memory
 from ..reward_model import CheckpointRewardModel, load_reward_model
 from ..trainer import check_reward_weights
 from .checkpointing import claim_output_dir, parse_resume_from_checkpoint, release_output_dir
@@ -200,14 +200,8 @@ def run_sft(
         push_trainer_output(trainer, dataset_name=script_args.dataset_name)
     release_output_dir(training_args.output_dir)  # finished: the folder holds its outputs only
     del trainer
-    _free_memory()
+    free_memory()
     return training_args.output_dir
-
-
-def _free_memory() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def check_adapter_settings(sft_path: str, model_args: ModelConfig) -> None:
@@ -272,7 +266,7 @@ def check_evaluation_config(evaluation_config: str) -> None:
     and the judge's API key is set when the judge is OpenAI's.
     """
     from ..evaluation import OpenAIChatModel
-    from ..evaluation.config import load_evaluation_config
+    from .recipe_parser import load_evaluation_config
 
     evaluation = load_evaluation_config(evaluation_config)
     if evaluation.judge == "openai":  # its key must be there when the evaluation starts, after training
@@ -364,7 +358,7 @@ def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str, dev
     """Evaluate the saved policy against π_SFT as `trl-dpr evaluate` does (main process; else an empty dict), and
     write `policy_path/eval_results.json` for the model card."""
     from ..evaluation import EvaluationConfig, run_evaluation
-    from ..evaluation.config import load_evaluation_config
+    from .recipe_parser import load_evaluation_config
 
     state = PartialState()
     results: dict = {}

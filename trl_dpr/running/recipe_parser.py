@@ -303,6 +303,20 @@ class RecipeParser(TrlParser):
         }
 
 
+def load_evaluation_config(path: str, **replaced):
+    """The `EvaluationConfig` of a `trl-dpr evaluate` YAML (a file, or a shipped recipe's name), checked as the recipe
+    checks it (unknown keys and secrets are errors), with some fields replaced (`baseline=`, `output_dir=`, ...)."""
+    import yaml
+
+    from ..evaluation.config import EvaluationConfig, check_config_has_no_secrets
+
+    path = find_recipe_file(str(path), subfolder="evaluate")
+    with open(path) as handle:
+        check_config_has_no_secrets(yaml.safe_load(handle) or {}, path)
+    (config,) = RecipeParser((EvaluationConfig,), prog="trl-dpr evaluate").parse_args_and_config(["--config", path])
+    return dataclasses.replace(config, **replaced)
+
+
 def _rule(field: dataclasses.Field, annotation) -> dict:
     """What `check_value` checks a value of `field` against, as plain data."""
     rule = {"type": type_spec(annotation), "choices": _plain(field.metadata.get("choices"))}

@@ -11,7 +11,7 @@ from trl import ModelConfig
 from trl_dpr.analysis.preview import PreviewConfig, run_preview
 from trl_dpr.running.cli import run
 from trl_dpr.running.pipeline import model_init_kwargs_from
-from trl_dpr.running.recipe_parser import RecipeParser
+from trl_dpr.running.recipe_parser import RecipeParser, load_evaluation_config
 
 
 def make_parser() -> RecipeParser:
@@ -20,7 +20,9 @@ def make_parser() -> RecipeParser:
 
 def main(argv=None):
     config, model_args = make_parser().parse_args_and_config(argv)
-    report = run_preview(config, model_args.model_name_or_path, model_init_kwargs_from(model_args))
+    judge_config = load_evaluation_config(config.evaluation_config) if config.quality == "pairwise" else None
+    report = run_preview(config, model_args.model_name_or_path, model_init_kwargs_from(model_args),
+                         judge_config=judge_config)
     print(report.markdown(), flush=True)
     print(f"\nWritten to {config.output_dir}/preview.csv, .json, .md" + (" and .png" if config.plot else ""), flush=True)
 
