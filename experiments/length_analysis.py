@@ -27,9 +27,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from trl_dpr import CheckpointRewardModel
-from trl_dpr.evaluation.sampling import sample_completions
 from trl_dpr.data import prompts_for_rl
 from trl_dpr.embedded import EMBEDDED_DATASET, load_demonstrations
+from trl_dpr.evaluation.sampling import sample_completions
 from trl_dpr.running.recipe_parser import RecipeParser
 
 from .figures import plot_series, write_csv

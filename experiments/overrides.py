@@ -14,9 +14,8 @@ from trl import ModelConfig
 
 from trl_dpr.config import DensePathConfig
 from trl_dpr.evaluation import EvaluationConfig
-from trl_dpr.running.recipe_parser import load_evaluation_config
 from trl_dpr.running.pipeline import DPRScriptArguments
-from trl_dpr.running.recipe_parser import RecipeParser
+from trl_dpr.running.recipe_parser import RecipeParser, load_evaluation_config
 
 __all__ = [
     "DPR_ARGUMENTS", "to_command_line", "check_override_keys", "select_overrides", "parse_with_overrides", "evaluation_config",

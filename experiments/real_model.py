@@ -450,8 +450,8 @@ def _evaluate(args, output_dir: Path, name: str, path: str, sft_path: str) -> di
     """`name`'s answers at every decoding (one shared seed), their exactness, and at T = 1 its KL per response."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_dpr.evaluation.sampling import policy_logprobs, sample_completions
     from trl_dpr.embedded.task import is_correct
+    from trl_dpr.evaluation.sampling import policy_logprobs, sample_completions
 
     result_path = output_dir / "evaluation" / f"{_policy_folder(output_dir, name).name}.json"
     result = _read(result_path) or {}

@@ -24,8 +24,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_dpr import CheckpointRewardModel
-from trl_dpr.evaluation.sampling import sample_completions, score_samples
 from trl_dpr.embedded.task import KINDS, held_out_split, is_correct
+from trl_dpr.evaluation.sampling import sample_completions, score_samples
 from trl_dpr.rewards import CheckpointDifference, SFTLogProb
 from trl_dpr.running.recipe_parser import RecipeParser
 

@@ -30,10 +30,10 @@ from experiments.oracle import CorrectnessOracleRewardModel
 from experiments.overrides import DPR_ARGUMENTS, check_override_keys, parse_with_overrides, to_command_line
 from experiments.sweeps import reference_checkpoint
 from trl_dpr import CheckpointRewardModel
-from trl_dpr.evaluation.sampling import Sample
 from trl_dpr.embedded import EMBEDDED_DATASET, EMBEDDED_MODEL
 from trl_dpr.embedded.task import demo_corpus
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
+from trl_dpr.evaluation.sampling import Sample
 from trl_dpr.reference_callback import check_reference_fraction
 from trl_dpr.rewards import CheckpointDifference, SFTLogProb
 from trl_dpr.running.pipeline import SFTScriptArguments, run_sft
