@@ -187,16 +187,18 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
         return self._built_reward[1]
 
     def check_fits_context(self, model_config, model_name: str) -> None:
-        """A prompt and its completion must fit the model's context (`max_position_embeddings`): past it, a rotary
-        model samples from positions it never saw, and nothing fails. Called once π_SFT's config is known."""
+        """The longest completion (after the longest prompt, when `max_prompt_length` bounds it) must fit the model's
+        context (`max_position_embeddings`): past it, a rotary model samples from positions it never saw, and nothing
+        fails. Without a prompt bound only a completion longer than the context is refused (TRL's own defaults
+        fill a small model's context exactly). Called once π_SFT's config is known."""
         context = getattr(model_config.get_text_config(), "max_position_embeddings", None)
-        needed = (self.max_prompt_length or 1) + (self.max_completion_length or 0)
+        needed = (self.max_prompt_length or 0) + (self.max_completion_length or 0)
         if isinstance(context, int) and needed > context:
-            prompt = f"max_prompt_length {self.max_prompt_length} + " if self.max_prompt_length else "a prompt + "
+            prompt = f"max_prompt_length {self.max_prompt_length} + " if self.max_prompt_length else ""
             raise ValueError(
                 f"{prompt}max_completion_length {self.max_completion_length} is more than {model_name}'s context of "
                 f"{context} tokens (max_position_embeddings in its config.json): lower max_completion_length to at most "
-                f"{context - (self.max_prompt_length or 1)}."
+                f"{context - (self.max_prompt_length or 0)}."
             )
 
     def __post_init__(self):
