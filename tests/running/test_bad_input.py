@@ -111,7 +111,7 @@ CASES = [
     # -- values out of range
     ("completions past the model's context", "dpr", {"max_completion_length": 20000}, [],
      r"max_completion_length 20000 is more than .*sft's context of 512 tokens \(max_position_embeddings.*"
-     r"lower max_completion_length to at most 511", True),
+     r"lower max_completion_length to at most 512", True),
     ("num_generations 0", "dpr", {"num_generations": 0}, [], r"num_generations must be >= 1", True),
     ("max_completion_length 0", "dpr", {"max_completion_length": 0}, [], r"max_completion_length must be a positive", True),
     ("max_prompt_length 0", "dpr", {"max_prompt_length": 0}, [], r"max_prompt_length must be a positive", True),
