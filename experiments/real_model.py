@@ -320,7 +320,7 @@ def _preview(args: RealModelArguments, sft_path: str, output_dir: Path):
     config = PreviewConfig(
         output_dir=str(folder), dataset_name=str(prompts_file), dataset_split="train", num_prompts=args.preview_prompts,
         samples_per_prompt=args.preview_samples, max_new_tokens=args.max_new_tokens, batch_size=args.eval_batch_size,
-        lambdas=args.lambdas, variants=variants, quality="exact", seed=0, plot=False,
+        kl_coefs=args.lambdas, variants=variants, quality="exact", seed=0, plot=False,
     )
     start = time.perf_counter()
     report = run_preview(config, sft_path, {"dtype": "float32"}, show_progress=False)

@@ -261,7 +261,7 @@ def _map(args, output_dir: Path, sft: dict) -> dict:
         config = PreviewConfig(
             output_dir=str(folder), dataset_name=str(prompts_file), dataset_split="train", num_prompts=args.preview_prompts,
             samples_per_prompt=args.preview_samples, max_new_tokens=args.max_new_tokens, batch_size=args.eval_batch_size,
-            lambdas=args.lambdas, quality="exact", seed=0, plot=False,
+            kl_coefs=args.lambdas, quality="exact", seed=0, plot=False,
             variants={"DPR": {"ref_model_name_or_path": _ref_path(sft, progress)}, "wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"},
                       "oracle": {"oracle": True}})
         start = time.perf_counter()

@@ -62,7 +62,7 @@ def _point_row(name: str, sft_args, sft_training, model_base: str, preview: dict
             "variant": variant,
             "sft_quality": preview["sft_quality"], "pass_at_n": preview["pass_at_n"],
             "lambda": lam, "gain": at["delta"], "gain_ci_low": at["delta_ci_low"], "gain_ci_high": at["delta_ci_high"],
-            "kl": at["kl"], "best_lambda": summary["best_lambda"], "best_gain": summary["best_delta"],
+            "kl": at["kl"], "best_lambda": summary["best_kl_coef"], "best_gain": summary["best_delta"],
             "best_gain_ci_low": summary["best_delta_ci_low"], "best_gain_ci_high": summary["best_delta_ci_high"],
             "best_kl": summary["best_kl"], "helps": summary["helps"],
         })

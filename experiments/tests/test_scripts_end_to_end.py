@@ -493,7 +493,7 @@ def test_the_regime_scan_runs_sft_and_the_preview_per_point_and_tabulates_the_ch
               "learning_rate": 1e-3, "max_length": 128, "save_strategy": "no", "use_cpu": True, "bf16": False,
               "report_to": "none", "gradient_checkpointing": False, "seed": 0, "disable_tqdm": True}
     preview = {"output_dir": "unused", "model_name_or_path": "unused", "dtype": "float32", "num_prompts": 4,
-               "samples_per_prompt": 3, "max_new_tokens": 8, "batch_size": 12, "lambdas": [math.inf, 1.0, 0.0],
+               "samples_per_prompt": 3, "max_new_tokens": 8, "batch_size": 12, "kl_coefs": [math.inf, 1.0, 0.0],
                "variants": {"DPR": {}, "oracle": {"oracle": True}}, "bootstrap_resamples": 100, "plot": False}
     config = write_yaml(tmp_path / "scan.yaml", {
         "output_dir": str(tmp_path / "scan"), "sft_config": write_yaml(tmp_path / "sft.yaml", {**common, "max_steps": 4}),

@@ -15,7 +15,7 @@ from .test_tracking import make_trainer
     "overrides, match",
     [
         ({"samples_per_prompt": 1}, "samples_per_prompt must be >= 2"),
-        ({"lambdas": [1.0, -0.5]}, "λ must be >= 0"),
+        ({"kl_coefs": [1.0, -0.5]}, "kl_coef must be >= 0"),
         ({"variants": {"DPR": {"kl_coef": 1.0}}}, "unknown setting"),
         ({"quality": "pairwise"}, "needs evaluation_config"),
         ({"quality": "fluency"}, "quality must be one of"),

@@ -27,7 +27,7 @@ CASES = {
 ''',
     "trl_dpr.analysis.preview:PreviewConfig": r'''
     >>> config = PreviewConfig(quality="exact", samples_per_prompt=8)
-    >>> list(config.variants), config.lambdas[0]
+    >>> list(config.variants), config.kl_coefs[0]
     (['DPR', 'wo/Baseline'], inf)
 ''',
     "trl_dpr.analysis.preview_report:PreviewPoint": r'''

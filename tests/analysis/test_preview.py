@@ -23,7 +23,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def small_config(tmp_path, **overrides):
     values = dict(output_dir=str(tmp_path / "preview"), num_prompts=5, samples_per_prompt=4, max_new_tokens=6,
-                  batch_size=8, lambdas=[math.inf, 2.0, 0.5, 0.0], bootstrap_resamples=200,
+                  batch_size=8, kl_coefs=[math.inf, 2.0, 0.5, 0.0], bootstrap_resamples=200,
                   variants={"DPR": {}, "wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"}, "oracle": {"oracle": True}})
     values.update(overrides)
     return PreviewConfig(**values)
@@ -174,7 +174,7 @@ def test_the_recipe_runs_from_the_command_line(sft_output, tmp_path):
         "--output_dir", str(tmp_path / "out"), "--num_prompts", "4", "--samples_per_prompt", "3", "--max_new_tokens", "5",
         "--bootstrap_resamples", "100"], folder=tmp_path, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "| reward | gain per nat near λ = ∞ |" in run.stdout
+    assert "| reward | gain per nat near kl_coef = ∞ |" in run.stdout
     assert (tmp_path / "out" / "preview.png").is_file()
 
 

@@ -148,7 +148,7 @@ def test_the_preview_scores_a_user_reward_variant(tokenizer, tmp_path, user_modu
     rows = [{"prompt": f"What is {i}+1?", "completion": str(i + 1), "answer": str(i + 1)} for i in range(4)]
     prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
     config = PreviewConfig(output_dir=str(tmp_path / "preview"), dataset_name=str(prompts), dataset_split="train",
-                           num_prompts=4, samples_per_prompt=4, max_new_tokens=4, batch_size=16, lambdas=[1.0],
+                           num_prompts=4, samples_per_prompt=4, max_new_tokens=4, batch_size=16, kl_coefs=[1.0],
                            variants={"DPR": {}, "clipped": {"dense_reward": "my_rewards:ClippedReward",
                                                             "dense_reward_kwargs": {"clip": 0.0}}},
                            quality="exact", plot=False)

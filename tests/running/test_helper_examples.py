@@ -117,7 +117,7 @@ CASES = {
     >>> from types import SimpleNamespace as NS
     >>> args = NS(output_dir="/nonexistent", max_steps=10, **{name: 0 for name in CARD_HYPERPARAMETERS})
     >>> section = dpr_model_card_section(args, NS(reference_manifest=None, sft_model_name_or_path=None))
-    >>> "| `kl_coef` | 0 |" in section, "- **λ** (`kl_coef`, the weight of the KL to π_SFT): 0." in section
+    >>> "| `kl_coef` | 0 |" in section, "- **`kl_coef`** (the weight of the KL to π_SFT in the reward): 0." in section
     (True, True)
 ''',
     "trl_dpr.running.push:files_to_push": r'''

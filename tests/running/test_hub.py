@@ -408,7 +408,7 @@ def test_the_card_has_dprs_section_before_the_citations_and_no_empty_section(dpr
     assert "- **Reward**: r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t) (DPR, Eq. 5), from the SFT model `sft` " \
            "(a local folder)." in card
     assert "- **α**: π_ref is the SFT checkpoint at step 2 of 4 (α = 0.5)." in card
-    assert "- **λ** (`kl_coef`, the weight of the KL to π_SFT): 0.05." in card
+    assert "- **`kl_coef`** (the weight of the KL to π_SFT in the reward): 0.05." in card
     found = headings(card)
     for i, (level, title, lines) in enumerate(found):
         has_subsection = i + 1 < len(found) and found[i + 1][0] > level

@@ -55,9 +55,10 @@ class PreviewConfig:
     samples_per_prompt: int = field(default=16, metadata={"help": "N samples of π_SFT per prompt (temperature 1)."})
     max_new_tokens: int = field(default=256, metadata={"help": "Longest sampled response (DPR's max_completion_length)."})
     batch_size: int = field(default=64, metadata={"help": "Prompts per generate call and per scoring forward."})
-    lambdas: list[float] = field(
+    kl_coefs: list[float] = field(
         default_factory=lambda: [math.inf, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.0],
-        metadata={"help": "λ grid (DPR's kl_coef): inf = π_SFT, 0 = best-of-N under the reward."},
+        metadata={"help": "The values of DPR's kl_coef at which π ∝ π_SFT·exp(R / kl_coef) is estimated: inf = π_SFT, "
+                  "0 = best-of-N under the reward."},
     )
     variants: dict = field(
         default_factory=lambda: {"DPR": {}, "wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"}},
@@ -117,8 +118,8 @@ class PreviewConfig:
                 raise ValueError(f"{name} must be >= 1, got {value}.")
         if self.samples_per_prompt < 2:
             raise ValueError("samples_per_prompt must be >= 2: the tilt reweights several samples of one prompt.")
-        if any(lam < 0 or math.isnan(lam) for lam in self.lambdas):
-            raise ValueError(f"Every λ must be >= 0 (0 = best-of-N, inf = π_SFT), got {self.lambdas}.")
+        if any(lam < 0 or math.isnan(lam) for lam in self.kl_coefs):
+            raise ValueError(f"Every kl_coef must be >= 0 (0 = best-of-N, inf = π_SFT), got {self.kl_coefs}.")
         if not self.variants:
             raise ValueError("Give at least one reward variant (e.g. variants: {DPR: {}}).")
         allowed = {"ref_model_name_or_path", "oracle", "dense_reward", "dense_reward_kwargs", "dense_reward_models"}
@@ -282,7 +283,7 @@ def run_preview(
         rewards[name] = (scored.rewards.double() * mask).sum(dim=1).view(len(prompts), n)
         del scorer
 
-    points = preview_points(rewards, quality, config.lambdas, min_ess=config.min_ess, confidence=config.confidence,
+    points = preview_points(rewards, quality, config.kl_coefs, min_ess=config.min_ess, confidence=config.confidence,
                             num_resamples=config.bootstrap_resamples, seed=config.seed)
     sft_points = [p for p in points if math.isinf(p.lam)]
     check_name = config.answer_check or (f"answer_pattern {config.answer_pattern!r}" if config.answer_pattern else "")

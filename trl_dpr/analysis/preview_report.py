@@ -148,7 +148,7 @@ class PreviewReport:
         for variant in dict.fromkeys(p.variant for p in self.points):
             best = self.best(variant)
             rows.append({
-                "variant": variant, "slope_per_nat": self.slope(variant), "best_lambda": best.lam,
+                "variant": variant, "slope_per_nat": self.slope(variant), "best_kl_coef": best.lam,
                 "best_quality": best.quality, "best_delta": best.delta, "best_delta_ci_low": best.delta_ci_low,
                 "best_delta_ci_high": best.delta_ci_high, "best_kl": best.kl,
                 "helps": None if self.undecided else best.delta_ci_low > 0,
@@ -161,7 +161,7 @@ class PreviewReport:
             f"DPR preview: quality = {self.quality_name}, {self.num_prompts} prompts × {self.samples_per_prompt} samples "
             f"of π_SFT; π_SFT {self.sft_quality:.3f}, pass@{self.samples_per_prompt} ceiling {self.pass_at_n:.3f}",
             "",
-            "| reward | λ | quality (95% CI) | gain vs π_SFT (95% CI) | KL(π_λ‖π_SFT) | ESS | trusted |",
+            "| reward | kl_coef | quality (95% CI) | gain vs π_SFT (95% CI) | KL(π_λ‖π_SFT) | ESS | trusted |",
             "|---|---|---|---|---|---|---|",
         ]
         for p in self.points:
@@ -170,12 +170,12 @@ class PreviewReport:
                 f"| {p.variant} | {lam} | {p.quality:.3f} ({p.ci_low:.3f}–{p.ci_high:.3f}) | {p.delta:+.3f} "
                 f"({p.delta_ci_low:+.3f}–{p.delta_ci_high:+.3f}) | {p.kl:.3f} | {p.ess:.1f} | {'yes' if p.trusted else 'no'} |"
             )
-        lines += ["", "| reward | gain per nat near λ = ∞ | best λ | best gain (95% CI) | helps |", "|---|---|---|---|---|"]
+        lines += ["", "| reward | gain per nat near kl_coef = ∞ | best kl_coef | best gain (95% CI) | helps |", "|---|---|---|---|---|"]
         for row in self.summary_rows():
             slope = "n/a" if math.isnan(row["slope_per_nat"]) else f"{row['slope_per_nat']:+.3f}"
             helps = "cannot tell" if row["helps"] is None else "yes" if row["helps"] else "no"
             lines.append(
-                f"| {row['variant']} | {slope} | {row['best_lambda']:g} | {row['best_delta']:+.3f} "
+                f"| {row['variant']} | {slope} | {row['best_kl_coef']:g} | {row['best_delta']:+.3f} "
                 f"({row['best_delta_ci_low']:+.3f}–{row['best_delta_ci_high']:+.3f}) | {helps} |"
             )
         if self.undecided:

@@ -312,7 +312,7 @@ def dpr_model_card_section(args, reward_model) -> str:
     if manifest:
         lines.append(f"- **α**: π_ref is the SFT checkpoint at step {manifest.step} of {manifest.total_steps} "
                      f"(α = {manifest.fraction}).")
-    lines.append(f"- **λ** (`kl_coef`, the weight of the KL to π_SFT): {args.kl_coef}.")
+    lines.append(f"- **`kl_coef`** (the weight of the KL to π_SFT in the reward): {args.kl_coef}.")
     if getattr(args, "dense_reward", None):
         lines.append(f"- **Reward class**: `{args.dense_reward}` with `{args.dense_reward_kwargs}`"
                      + (f", models {sorted(args.dense_reward_models)}" if args.dense_reward_models else "") + ".")

@@ -42,6 +42,7 @@ RENAMED_KEYS = {
     "eval_temperature": "temperature in the evaluation_config YAML",
     "eval_samples_per_prompt": "samples_per_prompt in the evaluation_config YAML",
     "eval_max_new_tokens": "max_new_tokens in the evaluation_config YAML",
+    "lambdas": "kl_coefs (the preview's grid of DPR's kl_coef)",
     **LEGACY_REWARD_KEYS,
 }
 
