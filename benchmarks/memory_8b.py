@@ -78,6 +78,9 @@ def shape_folder(args) -> Path:
 
 def prepare_checkpoints(args) -> Path:
     """Random base (bf16) + random SFT / reference LoRA adapters, written as an SFT output. Done once."""
+    root = shape_folder(args)
+    if (root / "sft" / "dpr_reference.json").is_file():  # before the imports: a later run's parent stays light
+        return root
     import torch
     from peft import LoraConfig, get_peft_model
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -85,9 +88,6 @@ def prepare_checkpoints(args) -> Path:
 
     from trl_dpr.reference_manifest import ReferenceManifest, write_manifest
 
-    root = shape_folder(args)
-    if (root / "sft" / "dpr_reference.json").is_file():
-        return root
     shape = SHAPES[args.shape]
     vocab = {f"t{i}": i for i in range(shape["vocab_size"] - 2)} | {"<pad>": shape["vocab_size"] - 2, "<eos>": shape["vocab_size"] - 1}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
@@ -199,10 +199,10 @@ def run_one(args) -> dict:
     measured = times[warm:]
     # Tokens a step processed (prompt + completion, as TRL counts them in `num_tokens`) over the steps' time: whole
     # rollouts only, so the steps that generate and the ones that reuse the rollout are both in.
-    seen = [entry["num_tokens"] for entry in trainer.state.log_history if "num_tokens" in entry]
-    tokens = seen[-1] - (seen[warm - 1] if warm else 0)
+    seen = [(entry["step"], entry["num_tokens"]) for entry in trainer.state.log_history if "num_tokens" in entry]
+    tokens = seen[-1][1] - max([count for step, count in seen if step <= warm], default=0)  # logged when generating
     steps = [entry for entry in trainer.state.log_history if "step_time" in entry][warm:]
-    profile = {name: sum(entry.get(f"timing/{name}", 0.0) for entry in steps) / len(steps)
+    profile = {name: sum(entry.get(f"timing/{name}") or 0.0 for entry in steps) / len(steps)  # amortised per step
                for name in ("generation", "scoring", "update")}
     memory_plan = planned_plan(args, config, trainer.model.config)
     planned = memory_plan.total_bytes - memory_plan.margin.bytes

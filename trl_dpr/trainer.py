@@ -345,10 +345,11 @@ class DensePathTrainer(GRPOTrainer):
         # TRL's `step_time` is an optimizer step's training_step calls (its `_prepare_inputs` generates and scores when
         # its buffer is empty, then the loss and backward): the update is that time less the phases logged within it.
         timing = self._metrics["train"]
-        counts = {name: len(timing[name]) for name in ("timing/generation", "timing/scoring", "step_time")}
+        # `.get`: reading a missing key of the defaultdict would log an empty column (None) for steps that reuse a rollout
+        counts = {name: len(timing.get(name, ())) for name in ("timing/generation", "timing/scoring", "step_time")}
         loss = super().training_step(model, inputs, num_items_in_batch)
-        self._phase_seconds += sum(sum(timing[name][counts[name]:]) for name in ("timing/generation", "timing/scoring"))
-        if len(timing["step_time"]) > counts["step_time"]:  # TRL closed an optimizer step
+        self._phase_seconds += sum(sum(timing.get(name, [])[counts[name]:]) for name in ("timing/generation", "timing/scoring"))
+        if len(timing.get("step_time", ())) > counts["step_time"]:  # TRL closed an optimizer step
             timing["timing/update"].append(timing["step_time"][-1] - self._phase_seconds)
             self._phase_seconds = 0.0
         return loss
