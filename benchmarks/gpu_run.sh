@@ -51,11 +51,12 @@ install_row="smoke: the environment's own packages, nothing installed"
 if [[ $mode == gpu ]]; then
   "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA here: bash benchmarks/gpu_run.sh --smoke runs on the CPU')" || exit 1
   ls "$WHEELS"/*.whl >/dev/null 2>&1 || { echo "no wheels in $WHEELS: run bash benchmarks/gpu_run.sh --download where pip can reach an index, and carry $WHEELS" >&2; exit 1; }
+  image=$("$PYTHON" -c "import importlib.metadata as m; print(m.version('transformers'))" 2>/dev/null || echo none)
   # Into a folder of its own, first on the path: the image's transformers 5.17 stays, the tested 5.24 wins.
   "$PYTHON" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu_run_site \
     "$WHEELS"/*.whl > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
   export PYTHONPATH=/tmp/gpu_run_site${PYTHONPATH:+:$PYTHONPATH}
-  install_row="$(ls "$WHEELS"/*.whl | wc -l) wheels, $(( $(du -cb "$WHEELS"/*.whl | tail -1 | cut -f1) / 1048576 )) MiB, in $(( SECONDS - start )) s"
+  install_row="$(ls "$WHEELS"/*.whl | wc -l) wheels, $(( $(du -cb "$WHEELS"/*.whl | tail -1 | cut -f1) / 1048576 )) MiB, in $(( SECONDS - start )) s (the image's transformers $image, shadowed)"
   window=$(( 540 - (SECONDS - start) - 15 ))
 else
   window=$(( 180 - 10 ))
