@@ -24,8 +24,6 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
 RECIPE = "llama-3.1-8b/dpr/config_qlora.yaml"
@@ -67,6 +65,8 @@ def stages(smoke: bool, fit: dict) -> list[Stage]:
             "tests/end_to_end/test_gpu.py", "-rs", "--junitxml={out}/tier.xml"]
     return [
         Stage("tier", "the GPU tier (tests/end_to_end/test_gpu.py)", tier, tier, 250),
+        Stage("prepare_8b", "the 8B shape's random base and adapters, written once (16 GB)",
+              memory_8b("prepare_8b", False, "--prepare-only"), memory_8b("prepare_8b", True, "--prepare-only"), 180),
         eight_b("recipe_continuous_batching", "8B DPR step, the recipe's generation (continuous batching)",
                 [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps],
                 [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps], 200),
@@ -164,23 +164,24 @@ def versions() -> dict:
     return found
 
 
-def fit_values(out: Path, env: dict) -> tuple[dict, list[str]]:
-    """`trl-dpr memory --fit` for 24, 48 and 80 GiB (the 8B QLoRA recipe): the 24 GiB values, and one row each."""
+def fit_values(out: Path) -> tuple[dict, list[list[str]]]:
+    """`trl-dpr memory --fit` for 24, 48 and 80 GiB (the 8B QLoRA recipe; in this process: one import of transformers
+    instead of three): the 24 GiB values, and one row each."""
+    from trl_dpr.running.memory import fit_recipe
+
     rows, fit24 = [], {}
     for gib in (24, 48, 80):
-        command = [sys.executable, "-m", "trl_dpr.running.cli", "memory", "--config", RECIPE, "--fit", "--gpu_memory_gib", str(gib)]
-        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, check=False, timeout=120)
-        (out / f"fit_{gib}.log").write_text(done.stdout + done.stderr)
-        values = yaml.safe_load(done.stdout) if done.returncode == 0 else None
-        if not isinstance(values, dict):
-            rows.append([f"`trl-dpr memory --fit --gpu_memory_gib {gib}`", (done.stdout.strip() or done.stderr.strip()[-200:]), ""])
+        fit = fit_recipe(RECIPE, gib)
+        (out / f"fit_{gib}.yaml").write_text(fit.yaml_lines() + "\n")
+        command = f"`trl-dpr memory --config {RECIPE} --fit --gpu_memory_gib {gib}`"
+        if fit.values is None:
+            rows.append([command, fit.yaml_lines(), ""])
             continue
-        cache = values.get("transformers_continuous_batching_config", {})
-        rows.append([f"`trl-dpr memory --fit --gpu_memory_gib {gib}` (8B QLoRA recipe)",
-                     f"micro-batch {values['per_device_train_batch_size']} × accumulation "
-                     f"{values['gradient_accumulation_steps']}, rollout {values['generation_batch_size']}, "
-                     f"num_blocks {cache.get('num_blocks')}; {done.stdout.splitlines()[0].split(': ', 1)[1]}", ""])
-        fit24 = values if gib == 24 else fit24
+        cache = fit.values.get("transformers_continuous_batching_config", {})
+        rows.append([command, f"micro-batch {fit.values['per_device_train_batch_size']} × accumulation "
+                     f"{fit.values['gradient_accumulation_steps']}, rollout {fit.values['generation_batch_size']}, "
+                     f"num_blocks {cache.get('num_blocks')}; the plan needs {fit.plan.total_gib:.1f} GiB", ""])
+        fit24 = fit.values if gib == 24 else fit24
     return fit24, rows
 
 
@@ -203,7 +204,9 @@ def main(argv=None) -> int:
     rows = [["hardware", hardware(), ""], ["versions", ", ".join(f"{k} {v}" for k, v in versions().items()), ""]]
     if args.install_row:
         rows.append(["install", args.install_row, ""])
-    fit24, fit_rows = fit_values(out, env)
+    os.environ.update({key: env[key] for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")})
+    sys.path.insert(0, str(ROOT))  # this checkout's trl_dpr, as the stages' PYTHONPATH has it
+    fit24, fit_rows = fit_values(out)
     rows += fit_rows
     for stage in stages(args.smoke, fit24):
         if stage.name == "tier" and args.skip_tier:
@@ -232,6 +235,8 @@ def main(argv=None) -> int:
                     print(f"   {row[0]}: {row[1]}", flush=True)  # one line per test with its time
             elif stage.name == "dpr_over_grpo":
                 stage.rows = ratio_rows(out, args.smoke)
+            elif stage.name == "prepare_8b":
+                stage.rows = [[stage.what, "ready" if code == 0 else "failed", ""]]
             else:
                 stage.rows = eight_b_rows(out, stage, args.smoke)
         except (OSError, ValueError, KeyError, IndexError, ZeroDivisionError) as error:

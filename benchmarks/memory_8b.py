@@ -62,6 +62,7 @@ def parse_args(argv=None):
     parser.add_argument("--fast-generation", action="store_true", help="DensePathConfig(fast_generation=True)")
     parser.add_argument("--gpu-memory-gib", type=float,
                         help="cap this process's CUDA memory (torch.cuda.set_per_process_memory_fraction): a smaller card")
+    parser.add_argument("--prepare-only", action="store_true", help="write the random checkpoints, run nothing")
     parser.add_argument("--label", help="a name for this run in the JSON line (default: the generation settings)")
     parser.add_argument("--workdir", default="runs/benchmarks/memory_8b")
     parser.add_argument("--only", choices=LAYOUTS, help=argparse.SUPPRESS)
@@ -246,7 +247,10 @@ def main(argv=None):
     if args.only:
         print(json.dumps(run_one(args)))
         return
-    prepare_checkpoints(args)
+    root = prepare_checkpoints(args)
+    if args.prepare_only:
+        print(f"checkpoints ready in {root}")
+        return
     results = {}
     for layout in args.layouts:
         command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--only", layout]
