@@ -236,7 +236,8 @@ def main(argv=None) -> int:
             elif stage.name == "dpr_over_grpo":
                 stage.rows = ratio_rows(out, args.smoke)
             elif stage.name == "prepare_8b":
-                stage.rows = [[stage.what, "ready" if code == 0 else "failed", ""]]
+                what = "the tiny shape's random base and adapters (smoke)" if args.smoke else stage.what
+                stage.rows = [[what, "ready" if code == 0 else "failed", ""]]
             else:
                 stage.rows = eight_b_rows(out, stage, args.smoke)
         except (OSError, ValueError, KeyError, IndexError, ZeroDivisionError) as error:
