@@ -12,7 +12,7 @@
 # `make test-gpu`: the GPU tier (tests/end_to_end/test_gpu.py, pytest marker `gpu`: the demo SFT → DPR → evaluation on CUDA in
 # fp32 and bf16, QLoRA SFT → DPR, the shared-base peak memory against the memory plan, the CUDA dense reward against a
 # float64 CPU forward, kill-and-resume on CUDA). Its tests are skipped without CUDA and left out of the other targets;
-# on a bare GPU machine without TRL: `bash benchmarks/gpu_machine.sh download` here, `... run` there (docs/gpu_tests.md).
+# on a bare GPU machine without TRL: `bash benchmarks/gpu_run.sh --download` here, `bash benchmarks/gpu_run.sh` there (DEVELOPERS.md).
 
 PYTHON ?= python3
 TORCH ?= torch==2.13.0

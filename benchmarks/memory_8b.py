@@ -52,6 +52,18 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS))
+    parser.add_argument("--generation", choices=["generate", "continuous_batching"], default="generate",
+                        help="one `generate` call per rollout batch, or transformers' continuous batching (the recipes')")
+    parser.add_argument("--generation-batch-size", type=int, help="rollout batch (default --batch-size); larger: "
+                        "each rollout feeds rollout / batch optimizer steps, and --steps / --warmup count rollouts")
+    parser.add_argument("--num-blocks", type=int, default=1024, help="continuous batching: paged-cache blocks of 256 tokens")
+    parser.add_argument("--max-batch-tokens", type=int, default=4096, help="continuous batching: tokens per forward")
+    parser.add_argument("--fast-generation", action="store_true", help="DensePathConfig(fast_generation=True)")
+    parser.add_argument("--gpu-memory-gib", type=float,
+                        help="cap this process's CUDA memory (torch.cuda.set_per_process_memory_fraction): a smaller card")
+    parser.add_argument("--prepare-only", action="store_true", help="write the random checkpoints, run nothing")
+    parser.add_argument("--label", help="a name for this run in the JSON line (default: the generation settings)")
     parser.add_argument("--workdir", default="runs/benchmarks/memory_8b")
     parser.add_argument("--only", choices=LAYOUTS, help=argparse.SUPPRESS)
     parser.add_argument("--output", default="benchmarks/results/memory_8b.jsonl")
@@ -67,6 +79,9 @@ def shape_folder(args) -> Path:
 
 def prepare_checkpoints(args) -> Path:
     """Random base (bf16) + random SFT / reference LoRA adapters, written as an SFT output. Done once."""
+    root = shape_folder(args)
+    if (root / "sft" / "dpr_reference.json").is_file():  # before the imports: a later run's parent stays light
+        return root
     import torch
     from peft import LoraConfig, get_peft_model
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -74,9 +89,6 @@ def prepare_checkpoints(args) -> Path:
 
     from trl_dpr.reference_manifest import ReferenceManifest, write_manifest
 
-    root = shape_folder(args)
-    if (root / "sft" / "dpr_reference.json").is_file():
-        return root
     shape = SHAPES[args.shape]
     vocab = {f"t{i}": i for i in range(shape["vocab_size"] - 2)} | {"<pad>": shape["vocab_size"] - 2, "<eos>": shape["vocab_size"] - 1}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
@@ -124,15 +136,25 @@ def run_one(args) -> dict:
     from trl_dpr import CheckpointRewardModel, DensePathConfig, DensePathTrainer
 
     root = shape_folder(args)
+    if args.gpu_memory_gib and args.device == "cuda":  # what a card of that size leaves this process
+        torch.cuda.set_per_process_memory_fraction(args.gpu_memory_gib * 2**30 / torch.cuda.get_device_properties(0).total_memory)
     tokenizer = AutoTokenizer.from_pretrained(root / "base")
     prompt = " ".join(f"t{i % 500}" for i in range(args.prompt_length))
-    dataset = Dataset.from_dict({"prompt": [prompt] * 64})
+    rollout = args.generation_batch_size or args.batch_size
+    per_rollout = rollout // args.batch_size  # optimizer steps per rollout batch
+    dataset = Dataset.from_dict({"prompt": [prompt] * max(64, rollout * (args.steps + args.warmup))})
+    continuous = args.generation == "continuous_batching"
     config = DensePathConfig(
         output_dir=str(root / f"dpr-{args.only}"), per_device_train_batch_size=args.batch_size,
-        max_steps=args.steps + args.warmup, max_completion_length=args.completion_length, learning_rate=1e-6,
-        logging_steps=1000, save_strategy="no", report_to="none", bf16=args.device == "cuda",
+        generation_batch_size=rollout, max_steps=(args.steps + args.warmup) * per_rollout,
+        max_completion_length=args.completion_length, learning_rate=1e-6,
+        logging_steps=1, save_strategy="no", report_to="none", bf16=args.device == "cuda",
         use_cpu=args.device == "cpu", gradient_checkpointing=True, disable_tqdm=True,
         generation_kwargs={"min_new_tokens": args.completion_length}, reward_token_chunk_size=512,
+        fast_generation=args.fast_generation, use_transformers_continuous_batching=continuous,
+        transformers_continuous_batching_config={"num_blocks": args.num_blocks, "max_batch_tokens": args.max_batch_tokens,
+                                                 "max_memory_percent": 0.8} if continuous else None,
+        torch_empty_cache_steps=1 if continuous else None,
     )
     kwargs = quantization_kwargs(args)
     if args.only == "shared_base":
@@ -155,9 +177,9 @@ def run_one(args) -> dict:
         def on_step_begin(self, *unused, **kw):
             if args.device == "cuda":
                 torch.cuda.synchronize()
-                if len(times) == args.warmup:
+                if len(times) == args.warmup * per_rollout:
                     torch.cuda.reset_peak_memory_stats()
-            elif len(times) == args.warmup:
+            elif len(times) == args.warmup * per_rollout:
                 Path("/proc/self/clear_refs").write_text("5")
             self.start = time.perf_counter()
 
@@ -168,19 +190,45 @@ def run_one(args) -> dict:
 
     trainer.add_callback(StepTimer())
     trainer.train()
+    card = reserved = None
     if args.device == "cuda":
-        peak = torch.cuda.max_memory_allocated()
+        peak, reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+        card = torch.cuda.get_device_properties(0).total_memory
     else:
         peak = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-    step = statistics.median(times[args.warmup :])
-    tokens = args.batch_size * (args.prompt_length + args.completion_length)
-    planned = planned_peak(args, config, trainer.model.config)
-    return {"layout": args.only, "peak_memory_bytes": peak, "median_step_seconds": step, "tokens_per_second": tokens / step,
-            "planned_peak_bytes": planned, "measured_over_planned": peak / planned}
+    warm = args.warmup * per_rollout
+    measured = times[warm:]
+    # Tokens a step processed (prompt + completion, as TRL counts them in `num_tokens`) over the steps' time: whole
+    # rollouts only, so the steps that generate and the ones that reuse the rollout are both in.
+    seen = [(entry["step"], entry["num_tokens"]) for entry in trainer.state.log_history if "num_tokens" in entry]
+    tokens = seen[-1][1] - max([count for step, count in seen if step <= warm], default=0)  # logged when generating
+    steps = [entry for entry in trainer.state.log_history if "step_time" in entry][warm:]
+    profile = {name: sum(entry.get(f"timing/{name}") or 0.0 for entry in steps) / len(steps)  # amortised per step
+               for name in ("generation", "scoring", "update")}
+    memory_plan = planned_plan(args, config, trainer.model.config)
+    planned = memory_plan.total_bytes - memory_plan.margin.bytes
+    return {"layout": args.only, "label": args.label or label(args), "peak_memory_bytes": peak,
+            "peak_reserved_bytes": reserved, "card_memory_bytes": card,
+            "card_memory_used": reserved / card if card else None, "median_step_seconds": statistics.median(measured),
+            "mean_step_seconds": sum(measured) / len(measured), "tokens_per_second": tokens / sum(measured),
+            "step_profile_seconds": profile, "planned_peak_bytes": planned, "planned_peak_phase": memory_plan.peak_phase,
+            "planned_phase_bytes": {phase: memory_plan.phase_bytes(phase) for phase in memory_plan.phases},
+            "planned_static_bytes": memory_plan.static_bytes, "measured_over_planned": peak / planned,
+            "rollout_batch": rollout, "batch": args.batch_size, "prompt_length": args.prompt_length,
+            "completion_length": args.completion_length, "measured_steps": len(measured)}
 
 
-def planned_peak(args, config, model_config) -> float:
-    """`trl_dpr.running.memory.plan` for this run (prompts of exactly --prompt-length tokens), without the plan's margin."""
+def label(args) -> str:
+    rollout = args.generation_batch_size or args.batch_size
+    if args.generation == "continuous_batching":
+        name = f"continuous batching, rollout {rollout}, {args.num_blocks} blocks"
+    else:
+        name = f"one generate call at batch {rollout}" + (", static cache" if args.fast_generation else "")
+    return name + (f", capped at {args.gpu_memory_gib:g} GiB" if args.gpu_memory_gib else "")
+
+
+def planned_plan(args, config, model_config):
+    """`trl_dpr.running.memory.plan` for this run (prompts of exactly --prompt-length tokens)."""
     from trl import ModelConfig
 
     from trl_dpr.running.memory import plan
@@ -188,9 +236,10 @@ def planned_peak(args, config, model_config) -> float:
     config.max_prompt_length = args.prompt_length
     model_args = ModelConfig(load_in_4bit=True, use_bnb_nested_quant=True, use_peft=True, lora_r=8 if args.tiny else 64,
                              lora_target_modules=["all-linear"])
-    memory_plan = plan(config, model_config, model_args, shared_base=args.only == "shared_base")
+    memory_plan = plan(config, model_config, model_args, shared_base=args.only == "shared_base",
+                       gpu_memory_gib=args.gpu_memory_gib)
     print(memory_plan.table(), file=sys.stderr)
-    return memory_plan.total_bytes - memory_plan.margin.bytes
+    return memory_plan
 
 
 def main(argv=None):
@@ -198,9 +247,12 @@ def main(argv=None):
     if args.only:
         print(json.dumps(run_one(args)))
         return
-    prepare_checkpoints(args)
+    root = prepare_checkpoints(args)
+    if args.prepare_only:
+        print(f"checkpoints ready in {root}")
+        return
     results = {}
-    for layout in LAYOUTS:
+    for layout in args.layouts:
         command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--only", layout]
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         if done.returncode != 0:
@@ -211,18 +263,29 @@ def main(argv=None):
         "hardware": (__import__("torch").cuda.get_device_name(0) if args.device == "cuda" else platform.machine()),
         "command": "python benchmarks/memory_8b.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "shape": {"tiny": "tiny", "llama-3.2-1b": "Llama-3.2-1B", "llama-3.1-8b": "Llama-3.1-8B"}[args.shape],
+        "versions": versions(),
         "results": results,
-        "peak_memory_ratio_shared_over_three": results["shared_base"]["peak_memory_bytes"]
-        / results["three_models"]["peak_memory_bytes"],
     }
+    if len(results) == 2:
+        summary["peak_memory_ratio_shared_over_three"] = (
+            results["shared_base"]["peak_memory_bytes"] / results["three_models"]["peak_memory_bytes"])
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     with open(args.output, "a") as f:
         f.write(json.dumps(summary) + "\n")
     for layout, result in results.items():
-        print(f"{layout:13s} peak {result['peak_memory_bytes'] / 2**30:.2f} GiB (plan {result['planned_peak_bytes'] / 2**30:.2f} "
-              f"GiB without margin, measured / planned {result['measured_over_planned']:.2f})   "
-              f"{result['tokens_per_second']:.0f} tokens/s")
-    print(f"peak memory shared / three models = {summary['peak_memory_ratio_shared_over_three']:.3f}")
+        profile = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in result["step_profile_seconds"].items())
+        print(f"{layout:13s} {result['label']}: peak {result['peak_memory_bytes'] / 2**30:.2f} GiB (plan "
+              f"{result['planned_peak_bytes'] / 2**30:.2f} GiB without margin, measured / planned "
+              f"{result['measured_over_planned']:.2f})   {result['tokens_per_second']:.0f} tokens/s   step: {profile}")
+    if "peak_memory_ratio_shared_over_three" in summary:
+        print(f"peak memory shared / three models = {summary['peak_memory_ratio_shared_over_three']:.3f}")
+
+
+def versions() -> dict:
+    """The versions a GPU image and this suite may differ in (transformers 5.17 there, 5.24 here)."""
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes")}
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+import time
 from typing import Any
 
 import torch
@@ -75,6 +76,8 @@ class DensePathTrainer(GRPOTrainer):
     - `_generate_single_turn`: the transformers backend returns the sampled tokens' log-probs (as vLLM does), so the KL
       needs no extra forward; decoding that is not one sampled token per row per forward returns none.
     - `compute_loss`: a batch with non-finite rewards or advantages contributes no graph, on every process.
+    - `training_step`: where an optimizer step's time went, `timing/generation`, `timing/scoring` (π_SFT, π_ref and
+      log π_old) and `timing/update`, in seconds: with generation in the step, they sum to TRL's `step_time`.
 
     `args.reward_weights` are [w_0 for r̂, then one per `reward_funcs` entry]; w_0 = 0 trains on the outcome rewards
     alone. The recipes run it as `running.trainers.DPRRunTrainer` (atomic checkpoints, safe Hub push, model card).
@@ -167,6 +170,7 @@ class DensePathTrainer(GRPOTrainer):
             )
         self.reward_model = reward_model.prepare_for(self.accelerator, self.is_deepspeed_enabled, self.is_fsdp_enabled)
         self.skipped_nonfinite_batches = 0
+        self._phase_seconds = 0.0  # generation + scoring within the optimizer step under way (`training_step`)
         self._outcome_rewards = None  # set by _calculate_rewards, taken by _generate_and_score_completions
         if args.max_prompt_length is not None:
             self._drop_long_prompts(args.max_prompt_length)
@@ -206,7 +210,9 @@ class DensePathTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         # GRPO logs `reward` / `reward_std` of the scalar functions only (it cannot see r̂): DPR's replace them below.
         logged = {name: len(self._metrics[mode][name]) for name in ("reward", "reward_std")}
+        started = _synchronized_clock(self.accelerator.device)
         output = super()._generate_and_score_completions(inputs)  # generation, padding, rewards, log π_old if off-policy
+        generated = _synchronized_clock(self.accelerator.device)
         all_outcome_rewards, self._outcome_rewards = self._outcome_rewards, None
         if all_outcome_rewards is None:
             raise RuntimeError(
@@ -230,6 +236,8 @@ class DensePathTrainer(GRPOTrainer):
         policy_logps = output.get("old_per_token_logps", output.get("sampling_per_token_logps"))
         if policy_logps is None and self.args.kl_coef != 0.0 and not self.use_vllm:
             policy_logps = output["sampling_per_token_logps"] = self._sampled_token_logps(output, batch_size)
+        self._metrics[mode]["timing/generation"].append(generated - started)
+        self._metrics[mode]["timing/scoring"].append(_synchronized_clock(self.accelerator.device) - generated)
         # This process's rows of the gathered [N, K] outcome rewards (GRPO's process slice), and their weights.
         local = slice(self.accelerator.process_index * len(completion_ids), (self.accelerator.process_index + 1) * len(completion_ids))
         outcome_rewards = all_outcome_rewards[local] if all_outcome_rewards.size(1) else None
@@ -334,9 +342,30 @@ class DensePathTrainer(GRPOTrainer):
             )
         return completion_ids, recorder.logprobs(completion_ids)
 
+    def training_step(self, model, inputs, num_items_in_batch):
+        # TRL's `step_time` is an optimizer step's training_step calls (its `_prepare_inputs` generates and scores when
+        # its buffer is empty, then the loss and backward): the update is that time less the phases logged within it.
+        timing = self._metrics["train"]
+        # `.get`: reading a missing key of the defaultdict would log an empty column (None) for steps that reuse a rollout
+        counts = {name: len(timing.get(name, ())) for name in ("timing/generation", "timing/scoring", "step_time")}
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self._phase_seconds += sum(sum(timing.get(name, [])[counts[name]:]) for name in ("timing/generation", "timing/scoring"))
+        if len(timing.get("step_time", ())) > counts["step_time"]:  # TRL closed an optimizer step
+            timing["timing/update"].append(timing["step_time"][-1] - self._phase_seconds)
+            self._phase_seconds = 0.0
+        return loss
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self.model.training and bool(inputs.get("skip_nonfinite", False)):
             # No forward, no graph: backward leaves every gradient None, so the optimizer (AdamW skips parameters
             # without a gradient, momentum and weight decay included) cannot change the weights.
             return torch.zeros((), device=self.accelerator.device, requires_grad=True)
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+
+
+def _synchronized_clock(device: torch.device) -> float:
+    """`time.perf_counter()` once the device's queued kernels have run (CUDA is asynchronous: a clock read without
+    the sync charges a phase's kernels to the next one)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()

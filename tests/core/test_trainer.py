@@ -282,3 +282,49 @@ def test_evaluate_works_with_an_eval_batch_larger_than_the_train_batch(tokenizer
     assert sum("eval_reward" in row for row in trainer.state.log_history) == 3  # 2 during training + this one
     columns = [trainer._logs["prompt"], *trainer._logs["extra"].values()]
     assert len({len(column) for column in columns}) == 1  # every table column still holds the same rows
+
+
+def test_the_step_profile_says_where_each_step_went_and_sums_to_the_step_time(make_trainer):
+    """`timing/generation`, `timing/scoring`, `timing/update` in the logs: generation slowed by 1 s and scoring by
+    0.5 s land in their own columns (not in another), and the three add up to TRL's `step_time`."""
+    import time
+
+    trainer, _, _, _ = make_trainer(kl_coef=0.0)
+    generate, score = trainer._generate_single_turn, trainer.reward_model.forward
+
+    def slow(function, seconds):
+        def wrapper(*args, **kwargs):
+            time.sleep(seconds)
+            return function(*args, **kwargs)
+        return wrapper
+
+    trainer._generate_single_turn, trainer.reward_model.forward = slow(generate, 1.0), slow(score, 0.5)
+    trainer.train()
+    steps = [entry for entry in trainer.state.log_history if "step_time" in entry]
+    assert len(steps) == 2
+    for entry in steps:
+        generation, scoring, update = entry["timing/generation"], entry["timing/scoring"], entry["timing/update"]
+        assert 1.0 <= generation < 1.5 and 0.5 <= scoring < 1.0 and 0.0 < update < 0.5
+        assert generation + scoring + update == pytest.approx(entry["step_time"], rel=1e-6)
+
+
+def test_fast_generation_samples_with_a_static_cache_and_keeps_log_pi_old_exact(make_trainer):
+    """`fast_generation`: transformers' static KV cache during the rollout (a padded, fixed-size cache: the mask and
+    positions differ from the dynamic cache's), and the log π_old recorded while sampling still equals a float64
+    forward of the policy on each row's own tokens."""
+    from transformers import StaticCache
+
+    trainer, used, sft, _ = make_trainer(kl_coef=0.5, max_steps=1, learning_rate=0.0, fast_generation=True)
+    assert trainer.args.generation_kwargs["cache_implementation"] == "static"
+    caches = []
+    forward = trainer.model.forward
+
+    def recording_forward(*args, **kwargs):
+        caches.append(type(kwargs.get("cache", kwargs.get("past_key_values"))))  # its name in transformers 5 / 4
+        return forward(*args, **kwargs)
+
+    trainer.model.forward = recording_forward
+    trainer.train()
+    assert StaticCache in caches
+    assert "sampling_per_token_logps" in used[0]
+    assert_log_pi_old_is_the_policys(used[0], sft)

@@ -10,11 +10,13 @@ from trl import ModelConfig, SFTConfig
 
 from trl_dpr import DensePathConfig
 from trl_dpr.running.memory import (
+    CONTINUOUS_BATCHING,
     GIB,
     MemoryPlan,
     MemoryTarget,
     MemoryTerm,
     ModelShape,
+    fit_recipe,
     kv_cache_bytes_per_token,
     main,
     plan,
@@ -335,3 +337,50 @@ def test_a_missing_sft_output_says_how_to_plan_anyway(tmp_path):
                           sft_config=None)
     with pytest.raises(ValueError, match=r"not a folder here.*sft_config.*--model-config FOLDER"):
         plan_recipe(recipe)
+
+
+# ---- `--fit`: the recipe's settings for another GPU -----------------------------------------------------------------
+
+QLORA_8B = ROOT / "recipes" / "llama-3.1-8b" / "dpr" / "config_qlora.yaml"
+
+
+def recipe_with(tmp_path, values: dict) -> Path:
+    """The 8B QLoRA DPR recipe with `values` set, written as a user would (its header line kept: it names the backbone)."""
+    text = QLORA_8B.read_text()
+    merged = {**yaml.safe_load(text), **values}
+    path = tmp_path / f"fitted-{values.get('gpu_memory_gib', 'x')}.yaml"
+    path.write_text(text.splitlines()[0] + "\n" + yaml.safe_dump(merged, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("gib", [24, 48, 80])
+def test_fit_proposes_the_largest_settings_whose_plan_fits_the_gpu(tmp_path, shapes, capsys, gib):
+    """`trl-dpr memory --fit --gpu_memory_gib N`: the YAML lines it prints, written into the recipe, give a plan that
+    fits N GiB with transformers' cache cap, the global batch kept; one step larger (micro-batch doubled, one block
+    more) does not fit, unless the recipe's own value is reached."""
+    main(["--config", str(QLORA_8B), "--model-config", str(CONFIGS / "llama-3.1-8b"), "--fit", "--gpu_memory_gib", str(gib)])
+    printed = yaml.safe_load(capsys.readouterr().out)
+    recipe = yaml.safe_load(QLORA_8B.read_text())
+    micro, blocks = printed["per_device_train_batch_size"], printed["transformers_continuous_batching_config"]["num_blocks"]
+    assert micro * printed["gradient_accumulation_steps"] == 8 * 16 and printed["gpu_memory_gib"] == gib
+    assert printed["generation_batch_size"] == recipe["generation_batch_size"]
+
+    def planned(micro, blocks):
+        cb = {**recipe["transformers_continuous_batching_config"], "num_blocks": blocks}
+        values = {"per_device_train_batch_size": micro, "gradient_accumulation_steps": 128 // micro,
+                  "transformers_continuous_batching_config": cb, "gpu_memory_gib": gib}
+        result = plan_recipe(str(recipe_with(tmp_path, values)), shapes["llama-3.1-8b"])
+        cap = 0.8 * (gib * GIB - result.static_bytes)
+        return result.total_gib <= gib and result.phase_bytes(CONTINUOUS_BATCHING) <= cap
+
+    assert planned(micro, blocks)
+    assert micro == 8 or not planned(2 * micro, 16)  # 16 blocks: one 4096-token batch, the smallest cache there is
+    assert blocks == 1024 or not planned(micro, blocks + 1)
+    assert micro == {24: 4, 48: 8, 80: 8}[gib] and (blocks == 1024) is (gib == 80)
+
+
+def test_fit_says_in_one_line_when_nothing_fits(shapes):
+    fit = fit_recipe(str(QLORA_8B), 8, shapes["llama-3.1-8b"])
+    assert fit.values is None and fit.plan.total_gib > 8
+    line = fit.yaml_lines()
+    assert "\n" not in line and line.startswith("# Nothing fits 8 GiB") and "max_completion_length" in line

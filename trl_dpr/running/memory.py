@@ -30,6 +30,7 @@ BF16 = 2
 FP32 = 4
 CUDA_CONTEXT_BYTES = GIB  # CUDA context, cuBLAS workspaces, NCCL buffers: ≈ 0.5–1 GiB per process
 FRAGMENTATION = 0.10  # PyTorch's caching allocator rarely packs tensors perfectly
+CONTINUOUS_BATCHING = "generation (continuous batching)"  # the plan's phase of transformers' paged generation
 _MODEL_LABELS = {"sft": "π_SFT", "ref": "π_ref"}  # the SFT output's models (a reward's others: by their own names)
 
 
@@ -415,7 +416,7 @@ def _generation_phase(args, shape, num_gpus, prompt, completion, static, phases,
             notes.append("vLLM server mode: generation runs on the server's own GPUs, not counted here.")
         return
     if args.use_transformers_continuous_batching:
-        phases["generation (continuous batching)"] = continuous_batching_terms(
+        phases[CONTINUOUS_BATCHING] = continuous_batching_terms(
             text, shape.head_dim, dict(args.transformers_continuous_batching_config or {})
         )
         return
@@ -528,8 +529,25 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
 
     `model_config` defaults to the model the recipe trains, read without weights (`recipe_model_config`).
     """
-    from pathlib import Path
+    recipe = _parse_recipe(config_path, model_config)
+    return plan(
+        recipe.training_args, recipe.model_config, recipe.model_args, gpu_memory_gib=recipe.target.gpu_memory_gib,
+        num_gpus=recipe.target.num_gpus, title=recipe.path, on_cpu=recipe.on_cpu,
+    )
 
+
+@dataclass
+class _Recipe:
+    path: str
+    training_args: object
+    model_args: object
+    target: MemoryTarget
+    model_config: object
+    on_cpu: bool
+
+
+def _parse_recipe(config_path: str, model_config=None) -> _Recipe:
+    """A recipe YAML parsed as its command parses it (`use_cpu` forced: a GPU plan is often made without one)."""
     import yaml
     from trl import ModelConfig, SFTConfig
 
@@ -550,10 +568,106 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     _, training_args, model_args, target = parsed
     if model_config is None:
         model_config = recipe_model_config(config_path)
-    return plan(
-        training_args, model_config, model_args, gpu_memory_gib=target.gpu_memory_gib, num_gpus=target.num_gpus,
-        title=str(config_path), on_cpu=bool(values.get("use_cpu", False)),  # parsed with use_cpu forced, above
-    )
+    shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
+    return _Recipe(str(config_path), training_args, model_args, target, shape, bool(values.get("use_cpu", False)))
+
+
+# ---- fitting a recipe to a smaller (or larger) GPU ----------------------------------------------------------------
+
+
+@dataclass
+class MemoryFit:
+    """The largest settings of a recipe the plan fits into `gpu_memory_gib` (None: nothing fits), as YAML lines."""
+
+    gpu_memory_gib: float
+    values: dict | None  # the recipe keys to set (None: nothing fits)
+    plan: MemoryPlan  # the plan with those values (or with the smallest values tried, when nothing fits)
+
+    def yaml_lines(self) -> str:
+        if self.values is None:
+            return (
+                f"# Nothing fits {self.gpu_memory_gib:g} GiB: even at the smallest settings tried the plan needs "
+                f"{self.plan.total_gib:.1f} GiB ({self.plan.peak_phase} peak, {_gib(self.plan.static_bytes)} held all "
+                "run). Use a larger GPU, or lower max_prompt_length / max_completion_length (or lora_r)."
+            )
+        import yaml
+
+        head = f"# {self.plan.title} on {self.gpu_memory_gib:g} GiB: the plan needs {self.plan.total_gib:.1f} GiB"
+        return head + f" ({self.plan.peak_phase} peak)\n" + yaml.safe_dump(self.values, sort_keys=False).rstrip()
+
+
+def fit_recipe(config_path: str, gpu_memory_gib: float, model_config=None) -> MemoryFit:
+    """The largest update micro-batch, paged-cache `num_blocks` (continuous batching) or rollout batch (one `generate`
+    call) of a DPR recipe, each at most the recipe's own, whose plan fits `gpu_memory_gib`; the global batch is kept
+    (gradient_accumulation_steps grows as the micro-batch shrinks).
+
+    Why each alone: the plan is static + the largest phase + a margin, and the micro-batch sizes the scoring, log π_old
+    and training phases while the cache (or the rollout) sizes generation alone, so each is the largest that fits.
+    """
+    import copy
+
+    recipe = _parse_recipe(config_path, model_config)
+    args = recipe.training_args
+    if not hasattr(args, "kl_coef"):
+        raise ValueError(f"--fit sizes a DPR recipe (rollout, paged cache, update micro-batch); {recipe.path} is SFT.")
+    num_gpus = recipe.target.num_gpus
+
+    def planned(**changes) -> MemoryPlan:
+        trial = copy.copy(args)
+        for key, value in changes.items():
+            setattr(trial, key, value)
+        return plan(trial, recipe.model_config, recipe.model_args, gpu_memory_gib=gpu_memory_gib, num_gpus=num_gpus,
+                    title=recipe.path, on_cpu=recipe.on_cpu)
+
+    def largest(candidates, fits):  # candidates ascending; the largest whose plan fits, or None
+        low, high, best = 0, len(candidates) - 1, None
+        while low <= high:
+            middle = (low + high) // 2
+            if fits(candidates[middle]):
+                best, low = candidates[middle], middle + 1
+            else:
+                high = middle - 1
+        return best
+
+    micro, accumulation = args.per_device_train_batch_size, args.gradient_accumulation_steps
+    # Micro-batches dividing the recipe's (global batch = micro × accumulation kept exactly), each planned with the
+    # smallest generation footprint so that only the phases it sizes decide.
+    tokens = (args.max_prompt_length or 0) + args.max_completion_length
+    cb = dict(args.transformers_continuous_batching_config or {})
+    page = cb.get("page_size", 256)
+    generation = {}
+    if args.use_transformers_continuous_batching and not args.use_vllm:
+        smallest_blocks = -(-max(tokens, cb.get("max_batch_tokens") or 0) // page)  # one whole sequence, one batch
+        blocks = list(range(smallest_blocks, max(cb.get("num_blocks") or 0, smallest_blocks) + 1))
+        generation = {"transformers_continuous_batching_config": {**cb, "num_blocks": smallest_blocks}}
+    divisors = [d for d in range(1, micro + 1) if micro % d == 0]
+    best_micro = largest(divisors, lambda d: planned(per_device_train_batch_size=d, **generation).fits)
+    if best_micro is None:
+        return MemoryFit(gpu_memory_gib, None, planned(per_device_train_batch_size=1, **generation))
+    global_batch = micro * accumulation
+    values = {"per_device_train_batch_size": best_micro, "gradient_accumulation_steps": global_batch // best_micro}
+    if generation:
+        def cache_fits(n: int) -> bool:
+            trial = planned(per_device_train_batch_size=best_micro, transformers_continuous_batching_config={**cb, "num_blocks": n})
+            # transformers refuses a paged cache over max_memory_percent of the memory free when generation starts
+            free = gpu_memory_gib * GIB - trial.static_bytes
+            return trial.fits and trial.phase_bytes(CONTINUOUS_BATCHING) <= cb.get("max_memory_percent", 0.9) * free
+
+        best_blocks = largest(blocks, cache_fits)
+        if best_blocks is None:
+            return MemoryFit(gpu_memory_gib, None, planned(per_device_train_batch_size=best_micro, **generation))
+        values["generation_batch_size"] = args.generation_batch_size  # the paged cache bounds memory whatever it is
+        values["transformers_continuous_batching_config"] = {**cb, "num_blocks": best_blocks}
+    elif not args.use_vllm:  # one `generate` call: the rollout batch is its KV cache; a multiple of the global batch
+        step = best_micro * values["gradient_accumulation_steps"] * num_gpus
+        rollouts = list(range(step, max(args.generation_batch_size, step) + 1, step))
+        best_rollout = largest(rollouts, lambda n: planned(per_device_train_batch_size=best_micro, generation_batch_size=n).fits)
+        if best_rollout is None:
+            return MemoryFit(gpu_memory_gib, None, planned(per_device_train_batch_size=best_micro, generation_batch_size=step))
+        values["generation_batch_size"] = best_rollout
+    values["gpu_memory_gib"] = int(gpu_memory_gib) if float(gpu_memory_gib).is_integer() else gpu_memory_gib
+    changes = {k: v for k, v in values.items() if k != "gpu_memory_gib"}
+    return MemoryFit(gpu_memory_gib, values, planned(**changes))
 
 
 def recipe_model_config(config_path: str, follow_sft_config: bool = True):
@@ -658,7 +772,12 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.memory") -> None:
                         "recipe's model_name_or_path, or of the backbone its first line `# <hub id>: ...` names)")
     parser.add_argument("--model-config-dir", help="folder of <backbone>/config.json, <backbone> = the recipe's folder")
     parser.add_argument("--details", action="store_true", help="each table in a <details> block with a one-line summary")
+    parser.add_argument("--fit", action="store_true", help="print the recipe keys (update micro-batch, paged-cache "
+                        "num_blocks or rollout batch) that fit --gpu_memory_gib, as YAML lines, or one line if none do")
+    parser.add_argument("--gpu_memory_gib", "--gpu-memory-gib", type=float, help="the GPU memory --fit sizes for (GiB)")
     args = parser.parse_args(argv)
+    if args.fit and not args.gpu_memory_gib:
+        parser.error("--fit needs --gpu_memory_gib N (the GPU's memory in GiB, e.g. 24 for an RTX 4090)")
     from transformers import AutoConfig
 
     model_config = AutoConfig.from_pretrained(args.model_config) if args.model_config else None
@@ -666,6 +785,9 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.memory") -> None:
         config = model_config
         if args.model_config_dir:
             config = AutoConfig.from_pretrained(Path(args.model_config_dir) / Path(path).parts[-3])
+        if args.fit:
+            print(fit_recipe(path, args.gpu_memory_gib, config).yaml_lines() + "\n")
+            continue
         result = plan_recipe(path, config)
         if args.details:
             of = f" of {result.gpu_memory_gib:g} GiB" if result.gpu_memory_gib is not None else ""

@@ -1,0 +1,260 @@
+"""The stages of `bash benchmarks/gpu_run.sh` after the install: the GPU tier, then the benchmarks, each a subprocess
+with a time limit inside one window, its log and JSON lines under one folder, and a summary table at the end.
+
+    python benchmarks/gpu_run.py --out DIR [--smoke] [--window-seconds 510] [--skip-tier]
+
+`--smoke` runs every stage on the CPU at toy sizes (a tiny Llama, a few steps), so the script, its parsing and its
+table are proven where no GPU is. On the GPU the 8B stages use the Llama-3.1-8B shape with random weights, QLoRA on one
+shared base (benchmarks/memory_8b.py), with the recipe's generation settings and the lengths cut to fit the window:
+prompt 256 + completion 128 tokens (the recipe: 1024 + 1024), rollout batch 32 (the recipe: 1024). A stage that cannot
+start inside the window says so in its row; the stages run in order of what the issue asked first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GIB = 2**30
+RECIPE = "llama-3.1-8b/dpr/config_qlora.yaml"
+
+
+@dataclass
+class Stage:
+    name: str
+    what: str
+    gpu: list[str]
+    smoke: list[str]
+    limit_s: int  # on the GPU; a smoke stage gets at most half
+    rows: list[list[str]] = field(default_factory=list)  # [what, result, goal] rows for the table
+    seconds: float = 0.0
+
+
+def memory_8b(name: str, smoke: bool, *flags: str) -> list[str]:
+    """benchmarks/memory_8b.py on the 8B shape (GPU) or the tiny one (smoke), shared base only, writing NAME.jsonl."""
+    sizes = (["--tiny", "--device", "cpu", "--prompt-length", "32", "--completion-length", "16"] if smoke
+             else ["--prompt-length", "256", "--completion-length", "128"])
+    return [sys.executable, "benchmarks/memory_8b.py", *sizes, "--layouts", "shared_base", "--output", f"{{out}}/{name}.jsonl",
+            *flags]
+
+
+def stages(smoke: bool, fit: dict) -> list[Stage]:
+    """The stages in the order they run; `fit` is the `trl-dpr memory --fit --gpu_memory_gib 24` values (or {})."""
+    rollout, micro = ("4", "2") if smoke else ("32", "8")
+    cb = ["--generation", "continuous_batching", "--max-batch-tokens", "128" if smoke else "4096"]
+    blocks = "4" if smoke else "1024"  # the recipe's 1024 blocks of 256 tokens: a 32 GiB cache
+    fit_micro = str(fit.get("per_device_train_batch_size", micro))
+    fit_blocks = str((fit.get("transformers_continuous_batching_config") or {}).get("num_blocks", blocks))
+    steps = ["--steps", "1", "--warmup", "1"]
+
+    def eight_b(name, what, gpu_flags, smoke_flags, limit_s):
+        return Stage(name, what, memory_8b(name, False, *gpu_flags), memory_8b(name, True, *smoke_flags), limit_s)
+
+    # The tier on the CPU: the CPU variants of its checks in the same file (the slow one, a demo run, is left out)
+    tier = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu and not slow" if smoke else "gpu",
+            "tests/end_to_end/test_gpu.py", "-rs", "--junitxml={out}/tier.xml"]
+    return [
+        Stage("tier", "the GPU tier (tests/end_to_end/test_gpu.py)", tier, tier, 250),
+        Stage("prepare_8b", "the 8B shape's random base and adapters, written once (16 GB)",
+              memory_8b("prepare_8b", False, "--prepare-only"), memory_8b("prepare_8b", True, "--prepare-only"), 180),
+        eight_b("recipe_continuous_batching", "8B DPR step, the recipe's generation (continuous batching)",
+                [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps],
+                [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps], 200),
+        eight_b("generate_batch_2", "8B DPR step, one generate call at batch 2 (the 81 tokens/s)",
+                ["--batch-size", "2", "--steps", "2", "--warmup", "1"], ["--batch-size", "2", *steps], 90),
+        Stage("dpr_over_grpo", "DPR / GRPO step time, alternating pairs (benchmarks/step_cost.py)",
+              [sys.executable, "benchmarks/step_cost.py", "--device", "cuda", "--hidden-size", "1024", "--layers", "8",
+               "--completion-length", "128", "--batch-size", "8", "--steps", "4", "--warmup", "1", "--repeats", "2",
+               "--configurations", "dpr", "grpo", "--output", "{out}/dpr_over_grpo.jsonl"],
+              [sys.executable, "benchmarks/step_cost.py", "--hidden-size", "64", "--layers", "2", "--completion-length",
+               "16", "--batch-size", "4", "--steps", "2", "--warmup", "1", "--repeats", "1", "--threads", "1",
+               "--configurations", "dpr", "grpo", "--output", "{out}/dpr_over_grpo.jsonl"], 150),
+        eight_b("fit_24_gib", "8B DPR step at `--fit --gpu_memory_gib 24`'s values, card capped at 24 GiB",
+                [*cb, "--batch-size", fit_micro, "--generation-batch-size", rollout, "--num-blocks", fit_blocks,
+                 "--gpu-memory-gib", "24", *steps],
+                [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps], 150),
+        eight_b("generate_rollout", f"8B DPR step, one generate call at the rollout batch ({rollout})",
+                ["--batch-size", micro, "--generation-batch-size", rollout, *steps],
+                ["--batch-size", micro, "--generation-batch-size", rollout, *steps], 120),
+        eight_b("fast_generation", f"8B DPR step, `fast_generation` (static cache) at the rollout batch ({rollout})",
+                ["--batch-size", micro, "--generation-batch-size", rollout, "--fast-generation", *steps],
+                ["--batch-size", micro, "--generation-batch-size", rollout, "--fast-generation", *steps], 120),
+    ]
+
+
+# ---- reading what a stage left ------------------------------------------------------------------------------------
+
+
+def tier_rows(out: Path) -> list[list[str]]:
+    """One row per test of the tier's JUnit XML: its outcome and time."""
+    path = out / "tier.xml"
+    if not path.is_file():
+        return [["tier", "no JUnit XML: the run did not finish", ""]]
+    rows = []
+    for case in ElementTree.parse(path).iter("testcase"):
+        outcome = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
+        rows.append([f"tier: {case.get('name')}", f"{outcome}, {float(case.get('time', 0)):.1f} s", ""])
+    return rows
+
+
+def eight_b_rows(out: Path, stage: Stage, smoke: bool) -> list[list[str]]:
+    record = json.loads((out / f"{stage.name}.jsonl").read_text().splitlines()[-1])["results"]["shared_base"]
+    profile = record["step_profile_seconds"]
+    used = f", card {record['card_memory_used']:.0%} used" if record.get("card_memory_used") else ""
+    if smoke:  # resident memory of the whole process against the plan's GPU tensors: no ratio to read
+        memory = f"peak resident {record['peak_memory_bytes'] / 2**20:.0f} MiB (CPU: not the plan's GPU tensors)"
+    else:
+        memory = (f"peak {record['peak_memory_bytes'] / GIB:.2f} GiB vs plan {record['planned_peak_bytes'] / GIB:.2f} GiB "
+                  f"without margin ({record['planned_peak_phase']} peak){used}")
+    result = (f"{record['tokens_per_second']:.0f} tokens/s; {memory}; "
+              f"step {record['mean_step_seconds']:.2f} s = generation {profile['generation']:.2f} + scoring "
+              f"{profile['scoring']:.2f} + update {profile['update']:.2f}")
+    goal = ""
+    if stage.name == "recipe_continuous_batching" and not smoke:
+        met = record["tokens_per_second"] >= 810 and (record.get("card_memory_used") or 0) >= 0.5
+        goal = f"≥ 810 tokens/s, ≥ 50% of the card: {'met' if met else 'NOT met'}"
+    what = stage.what
+    if smoke:
+        what = ("tiny-shape DPR step (smoke) in the 24 GiB fit's stage: toy values, no cap on the CPU"
+                if stage.name == "fit_24_gib" else what.replace("8B DPR step", "tiny-shape DPR step (smoke)"))
+    return [[what, result, goal]]
+
+
+def ratio_rows(out: Path, smoke: bool) -> list[list[str]]:
+    record = json.loads((out / "dpr_over_grpo.jsonl").read_text().splitlines()[-1])
+    ratio = record["step_time_ratio_dpr_over_grpo"]
+    steps = {name: record["results"][name]["median_step_seconds"] for name in ("dpr", "grpo")}
+    bound = 0.9 if smoke else 1.0
+    return [["DPR / GRPO step time", f"{ratio:.3f} (median step DPR {steps['dpr']:.3f} s, GRPO {steps['grpo']:.3f} s, "
+             f"{len(record['results']['dpr']['repeat_median_step_seconds'])} alternating pair(s))",
+             f"≤ {bound}: {'met' if ratio <= bound else 'NOT met'}" + (" (toy sizes, shared cores)" if smoke else "")]]
+
+
+# ---- the run ------------------------------------------------------------------------------------------------------
+
+
+def hardware() -> str:
+    if shutil.which("nvidia-smi"):
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                              capture_output=True, text=True, check=False)
+        if done.returncode == 0 and done.stdout.strip():
+            return done.stdout.strip().splitlines()[0]
+    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes", "trl_dpr"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "missing"
+    return found
+
+
+def fit_values(out: Path) -> tuple[dict, list[list[str]]]:
+    """`trl-dpr memory --fit` for 24, 48 and 80 GiB (the 8B QLoRA recipe; in this process: one import of transformers
+    instead of three): the 24 GiB values, and one row each."""
+    from trl_dpr.running.memory import fit_recipe
+
+    rows, fit24 = [], {}
+    for gib in (24, 48, 80):
+        fit = fit_recipe(RECIPE, gib)
+        (out / f"fit_{gib}.yaml").write_text(fit.yaml_lines() + "\n")
+        command = f"`trl-dpr memory --config {RECIPE} --fit --gpu_memory_gib {gib}`"
+        if fit.values is None:
+            rows.append([command, fit.yaml_lines(), ""])
+            continue
+        cache = fit.values.get("transformers_continuous_batching_config", {})
+        rows.append([command, f"micro-batch {fit.values['per_device_train_batch_size']} × accumulation "
+                     f"{fit.values['gradient_accumulation_steps']}, rollout {fit.values['generation_batch_size']}, "
+                     f"num_blocks {cache.get('num_blocks')}; the plan needs {fit.plan.total_gib:.1f} GiB", ""])
+        fit24 = fit.values if gib == 24 else fit24
+    return fit24, rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="the folder for the logs, JSON lines and summary")
+    parser.add_argument("--smoke", action="store_true", help="every stage on the CPU at toy sizes")
+    parser.add_argument("--window-seconds", type=float, default=510, help="the stages' share of the window")
+    parser.add_argument("--skip-tier", action="store_true", help="benchmarks only (a second window)")
+    parser.add_argument("--install-row", default="", help="the install's row, from gpu_run.sh")
+    args = parser.parse_args(argv)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    if args.smoke:
+        env["OMP_NUM_THREADS"] = "1"
+    rows = [["hardware", hardware(), ""], ["versions", ", ".join(f"{k} {v}" for k, v in versions().items()), ""]]
+    if args.install_row:
+        rows.append(["install", args.install_row, ""])
+    os.environ.update({key: env[key] for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")})
+    sys.path.insert(0, str(ROOT))  # this checkout's trl_dpr, as the stages' PYTHONPATH has it
+    fit24, fit_rows = fit_values(out)
+    rows += fit_rows
+    for stage in stages(args.smoke, fit24):
+        if stage.name == "tier" and args.skip_tier:
+            rows.append([stage.what, "skipped (--skip-tier)", ""])
+            continue
+        command = [part.replace("{out}", str(out)) for part in (stage.smoke if args.smoke else stage.gpu)]
+        left = args.window_seconds - (time.monotonic() - started)
+        limit = min(stage.limit_s // (2 if args.smoke else 1), left)
+        if limit < 20:
+            rows.append([stage.what, f"not run: the {args.window_seconds:.0f} s window was spent", ""])
+            continue
+        print(f"== {stage.name} (limit {limit:.0f} s): {' '.join(command)}", flush=True)
+        begun = time.monotonic()
+        with open(out / f"{stage.name}.log", "w") as log:
+            try:
+                done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, timeout=limit,
+                                      start_new_session=True)
+                code = done.returncode
+            except subprocess.TimeoutExpired:
+                code = None
+        stage.seconds = time.monotonic() - begun
+        try:
+            if stage.name == "tier":
+                stage.rows = tier_rows(out)
+                for row in stage.rows:
+                    print(f"   {row[0]}: {row[1]}", flush=True)  # one line per test with its time
+            elif stage.name == "dpr_over_grpo":
+                stage.rows = ratio_rows(out, args.smoke)
+            elif stage.name == "prepare_8b":
+                what = "the tiny shape's random base and adapters (smoke)" if args.smoke else stage.what
+                stage.rows = [[what, "ready" if code == 0 else "failed", ""]]
+            else:
+                stage.rows = eight_b_rows(out, stage, args.smoke)
+        except (OSError, ValueError, KeyError, IndexError, ZeroDivisionError) as error:
+            stage.rows = [[stage.what, f"no result ({type(error).__name__}: {error})", ""]]
+        status = "timed out" if code is None else ("ok" if code == 0 else f"exit {code}")
+        stage.rows[-1][1] += f" [{status}, {stage.seconds:.0f} s, log {stage.name}.log]"
+        rows += stage.rows
+    total = time.monotonic() - started
+    rows.append(["stages in all", f"{total:.0f} s (window {args.window_seconds:.0f} s)", ""])
+    table = "\n".join(["| stage | result | goal |", "|---|---|---|", *(f"| {' | '.join(row)} |" for row in rows)])
+    (out / "summary.md").write_text(table + "\n")
+    with open(out / "summary.jsonl", "a") as f:
+        f.write(json.dumps({"smoke": args.smoke, "hardware": rows[0][1], "versions": versions(), "rows": rows}) + "\n")
+    print("\n" + table)
+    failed = [row for row in rows if "[" in row[1] and "ok," not in row[1]]
+    return 1 if failed or any("failed" in row[1] or "error" in row[1] for row in rows if row[0].startswith("tier:")) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
