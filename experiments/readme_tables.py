@@ -166,7 +166,7 @@ def regime_markdown(rows: list[dict]) -> str:
         setting += REGIME_NOTES.get(point, "")
         if point in REGIME_NOTES and base == "pretrained":
             setting = f"**{setting}**"
-        best_lambda = float(dpr["best_kl_coef"])
+        best_lambda = float(dpr["best_lambda"])
         best = f"{float(dpr['best_gain']):+.3f} ({float(dpr['best_gain_ci_low']):+.3f} to {float(dpr['best_gain_ci_high']):+.3f})"
         best = "∞ (none)" if math.isinf(best_lambda) else f"{best_lambda:g}: {best}"
         helps = dpr["helps"] in ("True", "true", "1", True)

@@ -164,9 +164,9 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
         default=False,
         metadata={
             "help": "Generate with a static KV cache (`generation_kwargs` cache_implementation: static), for which "
-            "transformers compiles the decode step on a GPU (`torch.compile`). Off by default: on the CPU it was "
-            "4-25% faster in 4 of 5 pairs, 39% slower in one (benchmarks/RESULTS.md), and on a GPU it is not yet "
-            "measured (benchmarks/gpu_run.sh). For large rollout batches: use_transformers_continuous_batching."
+            "transformers compiles the decode step on a GPU (`torch.compile`). Off by default: on the CPU it was 4 to "
+            "25 percent faster in 4 of 5 pairs, 39 percent slower in one (benchmarks/RESULTS.md), and on a GPU it is "
+            "not yet measured (benchmarks/gpu_run.sh). For large rollout batches: use_transformers_continuous_batching."
         },
     )
 
