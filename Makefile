@@ -80,6 +80,7 @@ test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m gpu tests/end_to_end/test_gpu.py -rs --durations=0
 
 lint: $(STAMP)
+	$(BIN)/ruff format --check trl_dpr recipes experiments tests benchmarks
 	$(BIN)/ruff check trl_dpr recipes experiments tests benchmarks
 
 clean:

@@ -42,10 +42,21 @@ class Stage:
 
 def memory_8b(name: str, smoke: bool, *flags: str) -> list[str]:
     """benchmarks/memory_8b.py on the 8B shape (GPU) or the tiny one (smoke), shared base only, writing NAME.jsonl."""
-    sizes = (["--tiny", "--device", "cpu", "--prompt-length", "32", "--completion-length", "16"] if smoke
-             else ["--prompt-length", "256", "--completion-length", "128"])
-    return [sys.executable, "benchmarks/memory_8b.py", *sizes, "--layouts", "shared_base", "--output", f"{{out}}/{name}.jsonl",
-            *flags]
+    sizes = (
+        ["--tiny", "--device", "cpu", "--prompt-length", "32", "--completion-length", "16"]
+        if smoke
+        else ["--prompt-length", "256", "--completion-length", "128"]
+    )
+    return [
+        sys.executable,
+        "benchmarks/memory_8b.py",
+        *sizes,
+        "--layouts",
+        "shared_base",
+        "--output",
+        f"{{out}}/{name}.jsonl",
+        *flags,
+    ]
 
 
 def stages(smoke: bool, fit: dict) -> list[Stage]:
@@ -61,34 +72,129 @@ def stages(smoke: bool, fit: dict) -> list[Stage]:
         return Stage(name, what, memory_8b(name, False, *gpu_flags), memory_8b(name, True, *smoke_flags), limit_s)
 
     # The tier on the CPU: the CPU variants of its checks in the same file (the slow one, a demo run, is left out)
-    tier = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu and not slow" if smoke else "gpu",
-            "tests/end_to_end/test_gpu.py", "-rs", "--junitxml={out}/tier.xml"]
+    tier = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "not gpu and not slow" if smoke else "gpu",
+        "tests/end_to_end/test_gpu.py",
+        "-rs",
+        "--junitxml={out}/tier.xml",
+    ]
     return [
         Stage("tier", "the GPU tier (tests/end_to_end/test_gpu.py)", tier, tier, 250),
-        Stage("prepare_8b", "the 8B shape's random base and adapters, written once (16 GB)",
-              memory_8b("prepare_8b", False, "--prepare-only"), memory_8b("prepare_8b", True, "--prepare-only"), 180),
-        eight_b("recipe_continuous_batching", "8B DPR step, the recipe's generation (continuous batching)",
-                [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps],
-                [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps], 200),
-        eight_b("generate_batch_2", "8B DPR step, one generate call at batch 2 (the 81 tokens/s)",
-                ["--batch-size", "2", "--steps", "2", "--warmup", "1"], ["--batch-size", "2", *steps], 90),
-        Stage("dpr_over_grpo", "DPR / GRPO step time, alternating pairs (benchmarks/step_cost.py)",
-              [sys.executable, "benchmarks/step_cost.py", "--device", "cuda", "--hidden-size", "1024", "--layers", "8",
-               "--completion-length", "128", "--batch-size", "8", "--steps", "4", "--warmup", "1", "--repeats", "2",
-               "--configurations", "dpr", "grpo", "--output", "{out}/dpr_over_grpo.jsonl"],
-              [sys.executable, "benchmarks/step_cost.py", "--hidden-size", "64", "--layers", "2", "--completion-length",
-               "16", "--batch-size", "4", "--steps", "2", "--warmup", "1", "--repeats", "1", "--threads", "1",
-               "--configurations", "dpr", "grpo", "--output", "{out}/dpr_over_grpo.jsonl"], 150),
-        eight_b("fit_24_gib", "8B DPR step at `--fit --gpu_memory_gib 24`'s values, card capped at 24 GiB",
-                [*cb, "--batch-size", fit_micro, "--generation-batch-size", rollout, "--num-blocks", fit_blocks,
-                 "--gpu-memory-gib", "24", *steps],
-                [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps], 150),
-        eight_b("generate_rollout", f"8B DPR step, one generate call at the rollout batch ({rollout})",
-                ["--batch-size", micro, "--generation-batch-size", rollout, *steps],
-                ["--batch-size", micro, "--generation-batch-size", rollout, *steps], 120),
-        eight_b("fast_generation", f"8B DPR step, `fast_generation` (static cache) at the rollout batch ({rollout})",
-                ["--batch-size", micro, "--generation-batch-size", rollout, "--fast-generation", *steps],
-                ["--batch-size", micro, "--generation-batch-size", rollout, "--fast-generation", *steps], 120),
+        Stage(
+            "prepare_8b",
+            "the 8B shape's random base and adapters, written once (16 GB)",
+            memory_8b("prepare_8b", False, "--prepare-only"),
+            memory_8b("prepare_8b", True, "--prepare-only"),
+            180,
+        ),
+        eight_b(
+            "recipe_continuous_batching",
+            "8B DPR step, the recipe's generation (continuous batching)",
+            [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps],
+            [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps],
+            200,
+        ),
+        eight_b(
+            "generate_batch_2",
+            "8B DPR step, one generate call at batch 2 (the 81 tokens/s)",
+            ["--batch-size", "2", "--steps", "2", "--warmup", "1"],
+            ["--batch-size", "2", *steps],
+            90,
+        ),
+        Stage(
+            "dpr_over_grpo",
+            "DPR / GRPO step time, alternating pairs (benchmarks/step_cost.py)",
+            [
+                sys.executable,
+                "benchmarks/step_cost.py",
+                "--device",
+                "cuda",
+                "--hidden-size",
+                "1024",
+                "--layers",
+                "8",
+                "--completion-length",
+                "128",
+                "--batch-size",
+                "8",
+                "--steps",
+                "4",
+                "--warmup",
+                "1",
+                "--repeats",
+                "2",
+                "--configurations",
+                "dpr",
+                "grpo",
+                "--output",
+                "{out}/dpr_over_grpo.jsonl",
+            ],
+            [
+                sys.executable,
+                "benchmarks/step_cost.py",
+                "--hidden-size",
+                "64",
+                "--layers",
+                "2",
+                "--completion-length",
+                "16",
+                "--batch-size",
+                "4",
+                "--steps",
+                "2",
+                "--warmup",
+                "1",
+                "--repeats",
+                "1",
+                "--threads",
+                "1",
+                "--configurations",
+                "dpr",
+                "grpo",
+                "--output",
+                "{out}/dpr_over_grpo.jsonl",
+            ],
+            150,
+        ),
+        eight_b(
+            "fit_24_gib",
+            "8B DPR step at `--fit --gpu_memory_gib 24`'s values, card capped at 24 GiB",
+            [
+                *cb,
+                "--batch-size",
+                fit_micro,
+                "--generation-batch-size",
+                rollout,
+                "--num-blocks",
+                fit_blocks,
+                "--gpu-memory-gib",
+                "24",
+                *steps,
+            ],
+            [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps],
+            150,
+        ),
+        eight_b(
+            "generate_rollout",
+            f"8B DPR step, one generate call at the rollout batch ({rollout})",
+            ["--batch-size", micro, "--generation-batch-size", rollout, *steps],
+            ["--batch-size", micro, "--generation-batch-size", rollout, *steps],
+            120,
+        ),
+        eight_b(
+            "fast_generation",
+            f"8B DPR step, `fast_generation` (static cache) at the rollout batch ({rollout})",
+            ["--batch-size", micro, "--generation-batch-size", rollout, "--fast-generation", *steps],
+            ["--batch-size", micro, "--generation-batch-size", rollout, "--fast-generation", *steps],
+            120,
+        ),
     ]
 
 
@@ -114,19 +220,26 @@ def eight_b_rows(out: Path, stage: Stage, smoke: bool) -> list[list[str]]:
     if smoke:  # resident memory of the whole process against the plan's GPU tensors: no ratio to read
         memory = f"peak resident {record['peak_memory_bytes'] / 2**20:.0f} MiB (CPU: not the plan's GPU tensors)"
     else:
-        memory = (f"peak {record['peak_memory_bytes'] / GIB:.2f} GiB vs plan {record['planned_peak_bytes'] / GIB:.2f} GiB "
-                  f"without margin ({record['planned_peak_phase']} peak){used}")
-    result = (f"{record['tokens_per_second']:.0f} tokens/s; {memory}; "
-              f"step {record['mean_step_seconds']:.2f} s = generation {profile['generation']:.2f} + scoring "
-              f"{profile['scoring']:.2f} + update {profile['update']:.2f}")
+        memory = (
+            f"peak {record['peak_memory_bytes'] / GIB:.2f} GiB vs plan {record['planned_peak_bytes'] / GIB:.2f} GiB "
+            f"without margin ({record['planned_peak_phase']} peak){used}"
+        )
+    result = (
+        f"{record['tokens_per_second']:.0f} tokens/s; {memory}; "
+        f"step {record['mean_step_seconds']:.2f} s = generation {profile['generation']:.2f} + scoring "
+        f"{profile['scoring']:.2f} + update {profile['update']:.2f}"
+    )
     goal = ""
     if stage.name == "recipe_continuous_batching" and not smoke:
         met = record["tokens_per_second"] >= 810 and (record.get("card_memory_used") or 0) >= 0.5
         goal = f"≥ 810 tokens/s, ≥ 50% of the card: {'met' if met else 'NOT met'}"
     what = stage.what
     if smoke:
-        what = ("tiny-shape DPR step (smoke) in the 24 GiB fit's stage: toy values, no cap on the CPU"
-                if stage.name == "fit_24_gib" else what.replace("8B DPR step", "tiny-shape DPR step (smoke)"))
+        what = (
+            "tiny-shape DPR step (smoke) in the 24 GiB fit's stage: toy values, no cap on the CPU"
+            if stage.name == "fit_24_gib"
+            else what.replace("8B DPR step", "tiny-shape DPR step (smoke)")
+        )
     return [[what, result, goal]]
 
 
@@ -135,9 +248,14 @@ def ratio_rows(out: Path, smoke: bool) -> list[list[str]]:
     ratio = record["step_time_ratio_dpr_over_grpo"]
     steps = {name: record["results"][name]["median_step_seconds"] for name in ("dpr", "grpo")}
     bound = 0.9 if smoke else 1.0
-    return [["DPR / GRPO step time", f"{ratio:.3f} (median step DPR {steps['dpr']:.3f} s, GRPO {steps['grpo']:.3f} s, "
-             f"{len(record['results']['dpr']['repeat_median_step_seconds'])} alternating pair(s))",
-             f"≤ {bound}: {'met' if ratio <= bound else 'NOT met'}" + (" (toy sizes, shared cores)" if smoke else "")]]
+    return [
+        [
+            "DPR / GRPO step time",
+            f"{ratio:.3f} (median step DPR {steps['dpr']:.3f} s, GRPO {steps['grpo']:.3f} s, "
+            f"{len(record['results']['dpr']['repeat_median_step_seconds'])} alternating pair(s))",
+            f"≤ {bound}: {'met' if ratio <= bound else 'NOT met'}" + (" (toy sizes, shared cores)" if smoke else ""),
+        ]
+    ]
 
 
 # ---- the run ------------------------------------------------------------------------------------------------------
@@ -145,8 +263,12 @@ def ratio_rows(out: Path, smoke: bool) -> list[list[str]]:
 
 def hardware() -> str:
     if shutil.which("nvidia-smi"):
-        done = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode == 0 and done.stdout.strip():
             return done.stdout.strip().splitlines()[0]
     return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
@@ -178,9 +300,15 @@ def fit_values(out: Path) -> tuple[dict, list[list[str]]]:
             rows.append([command, fit.yaml_lines(), ""])
             continue
         cache = fit.values.get("transformers_continuous_batching_config", {})
-        rows.append([command, f"micro-batch {fit.values['per_device_train_batch_size']} × accumulation "
-                     f"{fit.values['gradient_accumulation_steps']}, rollout {fit.values['generation_batch_size']}, "
-                     f"num_blocks {cache.get('num_blocks')}; the plan needs {fit.plan.total_gib:.1f} GiB", ""])
+        rows.append(
+            [
+                command,
+                f"micro-batch {fit.values['per_device_train_batch_size']} × accumulation "
+                f"{fit.values['gradient_accumulation_steps']}, rollout {fit.values['generation_batch_size']}, "
+                f"num_blocks {cache.get('num_blocks')}; the plan needs {fit.plan.total_gib:.1f} GiB",
+                "",
+            ]
+        )
         fit24 = fit.values if gib == 24 else fit24
     return fit24, rows
 
@@ -196,9 +324,15 @@ def main(argv=None) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONUNBUFFERED": "1",
+    }
     if args.smoke:
         env["OMP_NUM_THREADS"] = "1"
     rows = [["hardware", hardware(), ""], ["versions", ", ".join(f"{k} {v}" for k, v in versions().items()), ""]]
@@ -222,8 +356,15 @@ def main(argv=None) -> int:
         begun = time.monotonic()
         with open(out / f"{stage.name}.log", "w") as log:
             try:
-                done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, timeout=limit,
-                                      start_new_session=True)
+                done = subprocess.run(
+                    command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=ROOT,
+                    env=env,
+                    timeout=limit,
+                    start_new_session=True,
+                )
                 code = done.returncode
             except subprocess.TimeoutExpired:
                 code = None
@@ -253,7 +394,11 @@ def main(argv=None) -> int:
         f.write(json.dumps({"smoke": args.smoke, "hardware": rows[0][1], "versions": versions(), "rows": rows}) + "\n")
     print("\n" + table)
     failed = [row for row in rows if "[" in row[1] and "ok," not in row[1]]
-    return 1 if failed or any("failed" in row[1] or "error" in row[1] for row in rows if row[0].startswith("tier:")) else 0
+    return (
+        1
+        if failed or any("failed" in row[1] or "error" in row[1] for row in rows if row[0].startswith("tier:"))
+        else 0
+    )
 
 
 if __name__ == "__main__":

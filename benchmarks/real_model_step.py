@@ -52,7 +52,9 @@ PROMPT = [{"role": "user", "content": "Sam has 40 apples. He gets 2 more. How ma
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="a causal LM folder: the policy, and GRPO's reward model")
+    parser.add_argument(
+        "--model", default=DEFAULT_MODEL, help="a causal LM folder: the policy, and GRPO's reward model"
+    )
     parser.add_argument("--sft", help="an SFT output folder (π_SFT + dpr_reference/); default: built from --model")
     parser.add_argument("--part", default="both", choices=["pairs", "split", "both"])
     parser.add_argument("--batch-size", type=int, default=8, help="completions per step")
@@ -81,12 +83,16 @@ def machine_load() -> dict:
     for line in listing:
         pid, cpu, rss, command = line.split(None, 3)
         if float(cpu) >= 5.0 and "real_model_step.py" not in command:
-            others.append({"pid": int(pid), "cpu_percent": float(cpu), "rss_mib": int(rss) // 1024, "command": command[:160]})
+            others.append(
+                {"pid": int(pid), "cpu_percent": float(cpu), "rss_mib": int(rss) // 1024, "command": command[:160]}
+            )
     return {"loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()], "other_processes": others}
 
 
 def hardware() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
+    model = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), ""
+    )
     memory = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
     return f"{os.cpu_count()} CPU cores, {model or platform.machine()}, {memory / 2**20:.0f} GiB RAM, no GPU"
 
@@ -153,23 +159,42 @@ def build_trainer(args, kind: str):
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     dataset = Dataset.from_dict({"prompt": [PROMPT] * 4096})  # one prompt: every batch is the same work
     common = dict(
-        output_dir=str(Path(args.workdir) / f"{kind}-{os.getpid()}"), per_device_train_batch_size=args.batch_size,
-        max_steps=1000, max_completion_length=args.completion_length, learning_rate=1e-5, warmup_steps=0,
-        logging_steps=1000, save_strategy="no", report_to="none", bf16=False, use_cpu=True,
-        gradient_checkpointing=False, disable_tqdm=True, seed=0, temperature=1.0,
+        output_dir=str(Path(args.workdir) / f"{kind}-{os.getpid()}"),
+        per_device_train_batch_size=args.batch_size,
+        max_steps=1000,
+        max_completion_length=args.completion_length,
+        learning_rate=1e-5,
+        warmup_steps=0,
+        logging_steps=1000,
+        save_strategy="no",
+        report_to="none",
+        bf16=False,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        seed=0,
+        temperature=1.0,
         generation_kwargs={"min_new_tokens": args.completion_length},  # every completion has the same length
     )
     if kind == "grpo":
         reward = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=1, dtype=torch.float32)
         reward.config.pad_token_id = tokenizer.pad_token_id
         return GRPOTrainer(
-            model=args.model, reward_funcs=reward, reward_processing_classes=tokenizer, processing_class=tokenizer,
+            model=args.model,
+            reward_funcs=reward,
+            reward_processing_classes=tokenizer,
+            processing_class=tokenizer,
             train_dataset=dataset,
             args=GRPOConfig(num_generations=2, beta=0.04, model_init_kwargs={"dtype": torch.float32}, **common),
         )
     return DensePathTrainer(
-        model=None, reward_model=sft, processing_class=tokenizer, train_dataset=dataset,
-        args=DensePathConfig(kl_coef=args.kl_coef, overwrite_output_dir=True, model_init_kwargs={"dtype": torch.float32}, **common),
+        model=None,
+        reward_model=sft,
+        processing_class=tokenizer,
+        train_dataset=dataset,
+        args=DensePathConfig(
+            kl_coef=args.kl_coef, overwrite_output_dir=True, model_init_kwargs={"dtype": torch.float32}, **common
+        ),
     )
 
 
@@ -287,7 +312,8 @@ class Floors:
 
         with torch.no_grad():
             self.policy.generate(
-                input_ids=batch["prompt_ids"], attention_mask=batch["prompt_mask"],
+                input_ids=batch["prompt_ids"],
+                attention_mask=batch["prompt_mask"],
                 generation_config=self.trainer.generation_config,
             )
 
@@ -301,7 +327,9 @@ class Floors:
 
     def update(self, batch):
         input_ids, attention_mask, keep = self._sequence(batch)
-        logits = self.policy_copy(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits[:, :-1]
+        logits = self.policy_copy(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits[
+            :, :-1
+        ]
         logps = logits.log_softmax(dim=-1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
         mask = batch["completion_mask"]
         (-(logps * mask).sum() / mask.sum()).backward()
@@ -369,27 +397,42 @@ def run_split(args) -> None:
                 key=lambda row: row[2] - row[1],
             )
             parts_total = {
-                e.key[len("part/"):]: e.cpu_time_total / 1e6 for e in step_profiler.key_averages() if e.key.startswith("part/")
+                e.key[len("part/") :]: e.cpu_time_total / 1e6
+                for e in step_profiler.key_averages()
+                if e.key.startswith("part/")
             }
-            emit({
-                "profile": True, **parts,
-                "profiled_step_seconds": parts["step"],
-                "profiled_floors_seconds": sum(floor_ops.values()),
-                "part_cpu_seconds": parts_total,
-                "top_excess_ops": [
-                    {"op": op, "step_self_cpu_s": round(s, 4), "floors_self_cpu_s": round(f, 4), "excess_s": round(s - f, 4)}
-                    for op, s, f in excess[:15]
-                ],
-                "top_step_ops": [
-                    {"op": op, "self_cpu_s": round(s, 4)} for op, s in sorted(step_ops.items(), key=lambda kv: -kv[1])[:15]
-                ],
-            })
+            emit(
+                {
+                    "profile": True,
+                    **parts,
+                    "profiled_step_seconds": parts["step"],
+                    "profiled_floors_seconds": sum(floor_ops.values()),
+                    "part_cpu_seconds": parts_total,
+                    "top_excess_ops": [
+                        {
+                            "op": op,
+                            "step_self_cpu_s": round(s, 4),
+                            "floors_self_cpu_s": round(f, 4),
+                            "excess_s": round(s - f, 4),
+                        }
+                        for op, s, f in excess[:15]
+                    ],
+                    "top_step_ops": [
+                        {"op": op, "self_cpu_s": round(s, 4)}
+                        for op, s in sorted(step_ops.items(), key=lambda kv: -kv[1])[:15]
+                    ],
+                }
+            )
             raise Stop
         floor = floors.measure(batch)
         steps.append(parts)
         if len(steps) > args.warmup:
             emit({"index": len(steps), **parts, "floors": floor})
-            print(f"split step {len(steps)}: {parts['step']:.2f} s, floors {sum(floor.values()):.2f} s", file=sys.stderr, flush=True)
+            print(
+                f"split step {len(steps)}: {parts['step']:.2f} s, floors {sum(floor.values()):.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         if len(steps) == args.warmup + args.repeats and not args.profile:
             raise Stop
 
@@ -404,11 +447,20 @@ def run_split(args) -> None:
 
 
 def child(args_list, kind, log_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
     return subprocess.Popen(
-        [sys.executable, __file__, *args_list, "--only", kind], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=open(log_path, "w"), text=True, env=env,
+        [sys.executable, __file__, *args_list, "--only", kind],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=open(log_path, "w"),
+        text=True,
+        env=env,
     )
 
 
@@ -416,8 +468,10 @@ def read_record(process, log_path) -> dict:
     for line in process.stdout:
         if line.startswith("{"):
             return json.loads(line)
-    raise RuntimeError(f"a benchmark process ended early (exit {process.wait()}); its log {log_path}:\n"
-                       + Path(log_path).read_text()[-3000:])
+    raise RuntimeError(
+        f"a benchmark process ended early (exit {process.wait()}); its log {log_path}:\n"
+        + Path(log_path).read_text()[-3000:]
+    )
 
 
 def measure_pairs(args, args_list) -> dict:
@@ -438,14 +492,16 @@ def measure_pairs(args, args_list) -> dict:
         for process in processes.values():
             process.stdin.close()  # "no more steps": the process stops its run
             process.wait()
-    measured = {kind: rows[args.warmup:] for kind, rows in steps.items()}
+    measured = {kind: rows[args.warmup :] for kind, rows in steps.items()}
     ratios = [d["step"] / g["step"] for d, g in zip(measured["dpr"], measured["grpo"])]
     return {
         "part": "pairs",
         "steps": measured,
         "median_step_seconds": {kind: statistics.median(r["step"] for r in rows) for kind, rows in measured.items()},
         "median_parts_seconds": {
-            kind: {p: statistics.median(r[p] for r in rows) for p in ("generation", "scoring", "batch_other", "update")}
+            kind: {
+                p: statistics.median(r[p] for r in rows) for p in ("generation", "scoring", "batch_other", "update")
+            }
             for kind, rows in measured.items()
         },
         "pair_ratios_dpr_over_grpo": ratios,
@@ -488,8 +544,10 @@ def print_pairs(result):
     print(f"{'':6s} {'step':>7s} {'generation':>11s} {'scoring+batch':>14s} {'update':>7s} {'peak RSS':>9s}")
     for kind in ("dpr", "grpo"):
         m = result["median_parts_seconds"][kind]
-        print(f"{kind:6s} {result['median_step_seconds'][kind]:7.2f} {m['generation']:11.2f} "
-              f"{m['scoring'] + m['batch_other']:14.2f} {m['update']:7.2f} {result['peak_rss_bytes'][kind] / 2**30:8.2f}G")
+        print(
+            f"{kind:6s} {result['median_step_seconds'][kind]:7.2f} {m['generation']:11.2f} "
+            f"{m['scoring'] + m['batch_other']:14.2f} {m['update']:7.2f} {result['peak_rss_bytes'][kind] / 2**30:8.2f}G"
+        )
     ratios = ", ".join(f"{r:.3f}" for r in result["pair_ratios_dpr_over_grpo"])
     print(f"DPR / GRPO per pair: {ratios}; median {result['median_pair_ratio_dpr_over_grpo']:.3f}")
 
@@ -500,8 +558,10 @@ def print_split(result):
     for part in ("generation", "scoring", "update"):
         print(f"{part:12s} {m[part]:7.2f}  floor {f[part]:7.2f}  x{m[part] / f[part]:.2f}")
     print(f"{'batch_other':12s} {m['batch_other']:7.2f}  floor    0.00")
-    print(f"{'step':12s} {m['step']:7.2f}  floors {sum(f.values()):6.2f}  x{result['median_step_over_floors']:.2f} "
-          f"(per repeat: {', '.join(f'{r:.3f}' for r in result['step_over_floors_per_repeat'])})")
+    print(
+        f"{'step':12s} {m['step']:7.2f}  floors {sum(f.values()):6.2f}  x{result['median_step_over_floors']:.2f} "
+        f"(per repeat: {', '.join(f'{r:.3f}' for r in result['step_over_floors_per_repeat'])})"
+    )
     if "profile" in result:
         print("ops with the largest self CPU time over the floors' (profiled step):")
         for row in result["profile"]["top_excess_ops"][:10]:
@@ -522,12 +582,20 @@ def main(argv=None):
     record = {
         "date": date.today().isoformat(),
         "hardware": hardware(),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
-                     "python": platform.python_version()},
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "trl": trl.__version__,
+            "python": platform.python_version(),
+        },
         "command": "python benchmarks/real_model_step.py " + " ".join(args_list),
-        "model": args.model, "sft": args.sft or "built from --model (π_ref perturbed by 1 %)",
-        "batch": args.batch_size, "completion_length": args.completion_length, "kl_coef": args.kl_coef,
-        "threads": args.threads, "load_at_start": machine_load(),
+        "model": args.model,
+        "sft": args.sft or "built from --model (π_ref perturbed by 1 %)",
+        "batch": args.batch_size,
+        "completion_length": args.completion_length,
+        "kl_coef": args.kl_coef,
+        "threads": args.threads,
+        "load_at_start": machine_load(),
     }
     start = time.time()
     results = []

@@ -41,14 +41,24 @@ def parse_args(argv=None):
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument(
-        "--repeats", type=int, default=3,
+        "--repeats",
+        type=int,
+        default=3,
         help="subprocesses per configuration, run round-robin (dpr, dpr_no_kl, grpo, dpr, ...) so that drifts in the "
         "machine's speed hit every configuration alike; the median is taken over the steps of all repeats",
     )
-    parser.add_argument("--configurations", nargs="+", choices=CONFIGURATIONS, default=list(CONFIGURATIONS),
-                        help="which to run (dpr and grpo for the ratio alone)")
-    parser.add_argument("--fast-generation", action="store_true",
-                        help="a static KV cache for both trainers (DPR's fast_generation key; GRPO the same kwargs)")
+    parser.add_argument(
+        "--configurations",
+        nargs="+",
+        choices=CONFIGURATIONS,
+        default=list(CONFIGURATIONS),
+        help="which to run (dpr and grpo for the ratio alone)",
+    )
+    parser.add_argument(
+        "--fast-generation",
+        action="store_true",
+        help="a static KV cache for both trainers (DPR's fast_generation key; GRPO the same kwargs)",
+    )
     parser.add_argument("--only", choices=CONFIGURATIONS, help=argparse.SUPPRESS)  # internal: one subprocess each
     parser.add_argument("--workdir", default="runs/benchmarks/step_cost")
     parser.add_argument("--output", default="benchmarks/results/step_cost.jsonl")
@@ -95,8 +105,13 @@ def run_one(args) -> dict:
 
     def model(seed):
         return build_tiny_causal_lm(
-            tokenizer, "llama", hidden_size=args.hidden_size, num_layers=args.layers, num_heads=8,
-            max_positions=4096, seed=seed,
+            tokenizer,
+            "llama",
+            hidden_size=args.hidden_size,
+            num_layers=args.layers,
+            num_heads=8,
+            max_positions=4096,
+            seed=seed,
         )
 
     # The policy is loaded from a folder by both trainers (GRPO builds its beta > 0 reference model from that path).
@@ -106,26 +121,44 @@ def run_one(args) -> dict:
         tokenizer.save_pretrained(policy_path)
 
     common = dict(
-        output_dir=str(Path(args.workdir) / args.only), per_device_train_batch_size=args.batch_size,
-        max_steps=args.steps + args.warmup, max_completion_length=args.completion_length, learning_rate=1e-6,
-        logging_steps=1000, save_strategy="no", report_to="none", bf16=args.device == "cuda",
-        use_cpu=args.device == "cpu", gradient_checkpointing=False, disable_tqdm=True, seed=0,
+        output_dir=str(Path(args.workdir) / args.only),
+        per_device_train_batch_size=args.batch_size,
+        max_steps=args.steps + args.warmup,
+        max_completion_length=args.completion_length,
+        learning_rate=1e-6,
+        logging_steps=1000,
+        save_strategy="no",
+        report_to="none",
+        bf16=args.device == "cuda",
+        use_cpu=args.device == "cpu",
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        seed=0,
         # every completion has the same length
-        generation_kwargs={"min_new_tokens": args.completion_length,
-                           **({"cache_implementation": "static"} if args.fast_generation else {})},
+        generation_kwargs={
+            "min_new_tokens": args.completion_length,
+            **({"cache_implementation": "static"} if args.fast_generation else {}),
+        },
     )
     if args.only == "grpo":
         reward = LlamaForSequenceClassification(LlamaConfig(**{**model(1).config.to_dict(), "num_labels": 1}))
         reward.config.pad_token_id = tokenizer.pad_token_id
         trainer = GRPOTrainer(
-            model=str(policy_path), reward_funcs=reward, reward_processing_classes=tokenizer, processing_class=tokenizer,
-            train_dataset=dataset, args=GRPOConfig(num_generations=2, beta=0.04, **common),
+            model=str(policy_path),
+            reward_funcs=reward,
+            reward_processing_classes=tokenizer,
+            processing_class=tokenizer,
+            train_dataset=dataset,
+            args=GRPOConfig(num_generations=2, beta=0.04, **common),
         )
     else:
         reward_model = CheckpointRewardModel(model(0), model(1))
         kl = 0.0 if args.only == "dpr_no_kl" else 1e-5
         trainer = DensePathTrainer(
-            model=str(policy_path), reward_model=reward_model, processing_class=tokenizer, train_dataset=dataset,
+            model=str(policy_path),
+            reward_model=reward_model,
+            processing_class=tokenizer,
+            train_dataset=dataset,
             args=DensePathConfig(kl_coef=kl, **common),
         )
 
@@ -163,7 +196,13 @@ def main(argv=None):
     runs = {configuration: [] for configuration in args.configurations}
     for _ in range(args.repeats):
         for configuration in args.configurations:
-            command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--only", configuration]
+            command = [
+                sys.executable,
+                __file__,
+                *(argv if argv is not None else sys.argv[1:]),
+                "--only",
+                configuration,
+            ]
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
             done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
             if done.returncode != 0:
@@ -193,16 +232,21 @@ def main(argv=None):
         for name in ("dpr", "dpr_no_kl"):
             if name in results:
                 summary[f"step_time_ratio_{name}_over_grpo"] = (
-                    results[name]["median_step_seconds"] / results["grpo"]["median_step_seconds"])
+                    results[name]["median_step_seconds"] / results["grpo"]["median_step_seconds"]
+                )
         if "dpr" in results:
-            summary["peak_memory_ratio_dpr_over_grpo"] = results["dpr"]["peak_memory_bytes"] / results["grpo"]["peak_memory_bytes"]
+            summary["peak_memory_ratio_dpr_over_grpo"] = (
+                results["dpr"]["peak_memory_bytes"] / results["grpo"]["peak_memory_bytes"]
+            )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     with open(args.output, "a") as f:
         f.write(json.dumps(summary) + "\n")
     for name, result in results.items():
         repeats = ", ".join(f"{seconds:.3f}" for seconds in result["repeat_median_step_seconds"])
-        print(f"{name:10s} median step {result['median_step_seconds']:.3f} s (per repeat: {repeats})   "
-              f"peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB")
+        print(
+            f"{name:10s} median step {result['median_step_seconds']:.3f} s (per repeat: {repeats})   "
+            f"peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB"
+        )
     ratios = {key.removeprefix("step_time_ratio_"): value for key, value in summary.items() if "ratio" in key}
     print("  ".join(f"{name} = {value:.3f}" for name, value in ratios.items()))
 

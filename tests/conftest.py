@@ -80,8 +80,9 @@ def run_launch(command, *, timeout: float, **kwargs):
     import signal
     import subprocess
 
-    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, **kwargs)
+    process = subprocess.Popen(
+        command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
+    )
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -120,7 +121,8 @@ class Run:
     def __init__(self, target, *args, log, stdout_log=None):
         self.log, self.stdout_log = Path(log), stdout_log and Path(stdout_log)
         self.process = multiprocessing.get_context("fork").Process(
-            target=_forked, args=(target, args, str(self.log), stdout_log and str(stdout_log)))
+            target=_forked, args=(target, args, str(self.log), stdout_log and str(stdout_log))
+        )
         self.process.start()
         self.pid = self.process.pid
 
@@ -162,8 +164,16 @@ def run_forked(command, argv, *, folder, cwd=None, env=None, before=None, timeou
     import subprocess
 
     number = len(list(Path(folder).glob("forked-*.err")))
-    run = Run(_command_in_fork, command, argv, str(cwd or Path.cwd()), env or {}, before,
-              log=Path(folder) / f"forked-{number}.err", stdout_log=Path(folder) / f"forked-{number}.out")
+    run = Run(
+        _command_in_fork,
+        command,
+        argv,
+        str(cwd or Path.cwd()),
+        env or {},
+        before,
+        log=Path(folder) / f"forked-{number}.err",
+        stdout_log=Path(folder) / f"forked-{number}.out",
+    )
     return subprocess.CompletedProcess(argv, run.wait(timeout), run.stdout(), run.stderr())
 
 
@@ -188,9 +198,19 @@ def demo_evaluation_yaml(path, **overrides):
     """A recipes/evaluate.py YAML for the embedded task with the exact judge, small enough for a test; returns its path."""
     import yaml
 
-    values = {"output_dir": str(path.parent / "eval"), "baseline": "SFT=unused", "candidates": ["DPR=unused"],
-              "benchmarks": ["demo"], "demo_num_prompts": 6, "max_new_tokens": 8, "generation_batch_size": 8,
-              "generation_backend": "transformers", "dtype": "float32", "judge": "exact", "bootstrap_resamples": 200}
+    values = {
+        "output_dir": str(path.parent / "eval"),
+        "baseline": "SFT=unused",
+        "candidates": ["DPR=unused"],
+        "benchmarks": ["demo"],
+        "demo_num_prompts": 6,
+        "max_new_tokens": 8,
+        "generation_batch_size": 8,
+        "generation_backend": "transformers",
+        "dtype": "float32",
+        "judge": "exact",
+        "bootstrap_resamples": 200,
+    }
     values.update(overrides)
     path.write_text(yaml.safe_dump(values))
     return str(path)
@@ -225,8 +245,14 @@ def dpr_config(tmp_path, **overrides):
 
 
 def dpr_trainer(
-    tokenizer, tmp_path, architecture="llama", reward_kwargs=None, train_dataset=None, eval_dataset=None,
-    reward_funcs=None, **config
+    tokenizer,
+    tmp_path,
+    architecture="llama",
+    reward_kwargs=None,
+    train_dataset=None,
+    eval_dataset=None,
+    reward_funcs=None,
+    **config,
 ):
     """A DensePathTrainer on tiny models (π_SFT seed 0, π_ref seed 1), recording the inputs of every loss call; built
     as the recipes build it, with the run's services (`trl_dpr.running.trainers.DPRRunTrainer`); `reward_funcs` are
@@ -242,11 +268,18 @@ def dpr_trainer(
     ref = build_tiny_causal_lm(tokenizer, architecture, seed=1)
     args = dpr_config(tmp_path, **config)
     reward_model = CheckpointRewardModel(
-        sft, ref if "ref" in args.reward().model_names else None, args.reward(), **(reward_kwargs or {}),
+        sft,
+        ref if "ref" in args.reward().model_names else None,
+        args.reward(),
+        **(reward_kwargs or {}),
     )
     trainer = DPRRunTrainer(
-        model=None, reward_model=reward_model, args=args, processing_class=tokenizer,
-        train_dataset=prompts_dataset() if train_dataset is None else train_dataset, eval_dataset=eval_dataset,
+        model=None,
+        reward_model=reward_model,
+        args=args,
+        processing_class=tokenizer,
+        train_dataset=prompts_dataset() if train_dataset is None else train_dataset,
+        eval_dataset=eval_dataset,
         reward_funcs=reward_funcs,
     )
     used = []
@@ -344,6 +377,7 @@ def cli_cache(tmp_path_factory):
     cache in a folder of the session, built once here (this process imports TRL anyway), so no launched run pays
     for it and the tests write nothing under ~/.cache. The first call's own path is tests/running/test_cli_process.py's
     `test_without_a_cache_the_same_mistake_gets_the_same_message`."""
+
     def build(folder):
         from trl_dpr.running.cli import _build_descriptions
 
@@ -364,12 +398,31 @@ def installed_wheel(tmp_path_factory):
     repository = Path(__file__).resolve().parents[1]
 
     def make(folder):
-        build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                                str(folder / "wheels"), str(repository)], capture_output=True, text=True, timeout=300)
+        build = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "-q",
+                "-w",
+                str(folder / "wheels"),
+                str(repository),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert build.returncode == 0, build.stderr[-2000:]
         (wheel,) = (folder / "wheels").glob("trl_dpr-*.whl")
-        install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
-                                  str(folder / "site"), str(wheel)], capture_output=True, text=True, timeout=300)
+        install = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(folder / "site"), str(wheel)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert install.returncode == 0, install.stderr[-2000:]
 
     folder = once_per_session(tmp_path_factory, "installed_wheel", make)
@@ -399,11 +452,22 @@ def recipe_run(tmp_path_factory, installed_wheel):
 
     def settings(root):
         home, work = root / "home", root / "work"
-        env = {**os.environ, **FAKE_SECRETS, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
-               "XDG_CONFIG_HOME": str(home / ".config"), "HF_HOME": str(home / "hf"), "TMPDIR": str(root / "tmp"),
-               "WANDB_MODE": "offline", "WANDB_DIR": str(work), "WANDB_SILENT": "true",
-               "TRACKIO_DIR": str(work / "trackio"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": str(installed_wheel.site)}
+        env = {
+            **os.environ,
+            **FAKE_SECRETS,
+            "HOME": str(home),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "HF_HOME": str(home / "hf"),
+            "TMPDIR": str(root / "tmp"),
+            "WANDB_MODE": "offline",
+            "WANDB_DIR": str(work),
+            "WANDB_SILENT": "true",
+            "TRACKIO_DIR": str(work / "trackio"),
+            "HF_HUB_OFFLINE": "1",
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(installed_wheel.site),
+        }
         return home, work, env
 
     def make(folder):  # the run in folder/run, what the processes printed beside it
@@ -413,19 +477,54 @@ def recipe_run(tmp_path_factory, installed_wheel):
         home.mkdir()
         (root / "tmp").mkdir()
         sft_dir, dpr_dir = work / "sft", work / "dpr"
-        common = {"dtype": "float32", "dataset_name": "trl_dpr/embedded-demo", "num_train_samples": 32, "bf16": False,
-                  "use_cpu": True, "save_strategy": "steps", "save_steps": 2, "gradient_checkpointing": False,
-                  "seed": 0, "report_to": ["wandb", "tensorboard", "trackio"], "project": "trl-dpr-secrets"}
+        common = {
+            "dtype": "float32",
+            "dataset_name": "trl_dpr/embedded-demo",
+            "num_train_samples": 32,
+            "bf16": False,
+            "use_cpu": True,
+            "save_strategy": "steps",
+            "save_steps": 2,
+            "gradient_checkpointing": False,
+            "seed": 0,
+            "report_to": ["wandb", "tensorboard", "trackio"],
+            "project": "trl-dpr-secrets",
+        }
         sft_config, dpr_config = root / "sft.yaml", root / "dpr.yaml"
-        sft_config.write_text(yaml.safe_dump({**common, "model_name_or_path": "trl_dpr/embedded-tiny-llama",
-                                              "output_dir": str(sft_dir), "max_steps": 4, "per_device_train_batch_size": 8,
-                                              "learning_rate": 1e-3, "max_length": 128, "run_name": "sft"}))
+        sft_config.write_text(
+            yaml.safe_dump(
+                {
+                    **common,
+                    "model_name_or_path": "trl_dpr/embedded-tiny-llama",
+                    "output_dir": str(sft_dir),
+                    "max_steps": 4,
+                    "per_device_train_batch_size": 8,
+                    "learning_rate": 1e-3,
+                    "max_length": 128,
+                    "run_name": "sft",
+                }
+            )
+        )
         evaluation = demo_evaluation_yaml(root / "eval.yaml", output_dir=str(root / "yaml_output_dir"))
-        dpr_config.write_text(yaml.safe_dump({**common, "model_name_or_path": str(sft_dir), "output_dir": str(dpr_dir),
-                                              "max_steps": 2, "per_device_train_batch_size": 4,
-                                              "max_completion_length": 8, "learning_rate": 1e-4, "logging_steps": 1,
-                                              "log_completions": True, "evaluation_config": evaluation,
-                                              "run_name": "dpr", "heatmap_steps": 1, "heatmap_samples": 2}))
+        dpr_config.write_text(
+            yaml.safe_dump(
+                {
+                    **common,
+                    "model_name_or_path": str(sft_dir),
+                    "output_dir": str(dpr_dir),
+                    "max_steps": 2,
+                    "per_device_train_batch_size": 4,
+                    "max_completion_length": 8,
+                    "learning_rate": 1e-4,
+                    "logging_steps": 1,
+                    "log_completions": True,
+                    "evaluation_config": evaluation,
+                    "run_name": "dpr",
+                    "heatmap_steps": 1,
+                    "heatmap_samples": 2,
+                }
+            )
+        )
 
         def run(command, stdout_file):
             result = run_launch(command, cwd=root, env=env, timeout=600)
@@ -440,14 +539,32 @@ def recipe_run(tmp_path_factory, installed_wheel):
         from trl_dpr.running.cli import run as run_recipe
         from trl_dpr.scripts.evaluate import main as evaluate
 
-        evaluated = run_forked(lambda argv: run_recipe(evaluate, argv), [
-            "--config", evaluation, "--output_dir", str(work / "eval_again"), "--baseline", f"SFT={sft_dir}",
-            "--candidates", f"DPR={dpr_dir}"], folder=folder, cwd=root, env=env,
-            before=lambda: setattr(tempfile, "tempdir", None))
+        evaluated = run_forked(
+            lambda argv: run_recipe(evaluate, argv),
+            [
+                "--config",
+                evaluation,
+                "--output_dir",
+                str(work / "eval_again"),
+                "--baseline",
+                f"SFT={sft_dir}",
+                "--candidates",
+                f"DPR={dpr_dir}",
+            ],
+            folder=folder,
+            cwd=root,
+            env=env,
+            before=lambda: setattr(tempfile, "tempdir", None),
+        )
         assert evaluated.returncode == 0, evaluated.stderr[-3000:]
         (folder / "evaluate.stdout").write_text(evaluated.stdout)
 
     folder = once_per_session(tmp_path_factory, "recipe_run", make)
     _, work, env = settings(folder / "run")
-    return SimpleNamespace(root=folder / "run", work=work, env=env, sft_stdout=(folder / "sft.stdout").read_text(),
-                           dpr_stdout=(folder / "dpr.stdout").read_text())
+    return SimpleNamespace(
+        root=folder / "run",
+        work=work,
+        env=env,
+        sft_stdout=(folder / "sft.stdout").read_text(),
+        dpr_stdout=(folder / "dpr.stdout").read_text(),
+    )

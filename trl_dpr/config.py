@@ -172,11 +172,14 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
 
     # GRPO fields whose job DPR does itself (per-token returns, whitened over the batch): a non-default value would be
     # accepted and ignored, so it is refused with the DPR field that does that job (`refuse_unused_fields`).
-    _UNUSED_FIELDS = unused_parent_fields(GRPOConfig, {
-        "scale_rewards": "DPR whitens its per-token returns over the whole batch (`whiten_advantages`)",
-        "multi_objective_aggregation": "DPR adds its weighted rewards token by token and whitens the returns (no "
-        "per-reward normalisation)",
-    })
+    _UNUSED_FIELDS = unused_parent_fields(
+        GRPOConfig,
+        {
+            "scale_rewards": "DPR whitens its per-token returns over the whole batch (`whiten_advantages`)",
+            "multi_objective_aggregation": "DPR adds its weighted rewards token by token and whitens the returns (no "
+            "per-reward normalisation)",
+        },
+    )
     # GRPOConfig reads `scale_rewards: true` as its default, "group" (and maps it so): the same setting, accepted.
     _UNUSED_FIELDS["scale_rewards"] = (("group", True), _UNUSED_FIELDS["scale_rewards"][1])
 
@@ -243,7 +246,9 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
         if self.kl_coef < 0.0:
             raise ValueError(f"kl_coef must be >= 0 (the paper uses 1e-5), got {self.kl_coef}.")
         if self.max_prompt_length is not None and self.max_prompt_length < 1:
-            raise ValueError(f"max_prompt_length must be a positive number of tokens or None, got {self.max_prompt_length}.")
+            raise ValueError(
+                f"max_prompt_length must be a positive number of tokens or None, got {self.max_prompt_length}."
+            )
         if self.max_completion_length is not None and self.max_completion_length < 1:
             raise ValueError(
                 f"max_completion_length must be a positive number of tokens, got {self.max_completion_length}: DPR "

@@ -42,8 +42,11 @@ def check_sft_dataset(dataset: Dataset, name: str) -> None:
 
 def _check_assistant_turns(conversations: list, name: str) -> None:
     """Every conversation holds an assistant turn: without one SFT trains on the prompts alone, and no error says so."""
-    missing = [i for i, messages in enumerate(conversations)
-               if not any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages or [])]
+    missing = [
+        i
+        for i, messages in enumerate(conversations)
+        if not any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages or [])
+    ]
     if missing:
         roles = [m.get("role") for m in conversations[missing[0]] or [] if isinstance(m, dict)]
         raise ValueError(
@@ -56,7 +59,9 @@ def _check_assistant_turns(conversations: list, name: str) -> None:
 def check_prompt_dataset(dataset, name: str) -> None:
     """DPR samples a completion for each row's `prompt`: say so before any model is loaded when there is none."""
     if isinstance(dataset, Dataset) and dataset.num_rows == 0:
-        raise ValueError(f"{name} is empty: DPR needs prompts to sample completions for (a run on none would save π_SFT).")
+        raise ValueError(
+            f"{name} is empty: DPR needs prompts to sample completions for (a run on none would save π_SFT)."
+        )
     columns = getattr(dataset, "column_names", None)
     if columns is not None and "prompt" not in columns:
         raise ValueError(
@@ -92,7 +97,11 @@ def drop_long_prompts(dataset, tokenizer, max_prompt_length: int, name: str = "t
         return dataset, 0
 
     def prompt_length(batch):
-        return {"_dpr_prompt_length": [len(ids) for ids in render_prompts(tokenizer, batch["prompt"], **chat_template_kwargs)]}
+        return {
+            "_dpr_prompt_length": [
+                len(ids) for ids in render_prompts(tokenizer, batch["prompt"], **chat_template_kwargs)
+            ]
+        }
 
     lengths = dataset.map(prompt_length, batched=True, desc=f"Measuring {name} prompts")["_dpr_prompt_length"]
     keep = [i for i, n in enumerate(lengths) if n <= max_prompt_length]
@@ -166,7 +175,9 @@ def load_demonstrations(
     if stage not in ("sft", "rl"):
         raise ValueError(f"stage must be 'sft' or 'rl', got {stage!r}.")
     if num_samples is not None and num_samples < 1:
-        raise ValueError(f"num_train_samples / num_samples must be a positive number of rows or unset (all), got {num_samples}.")
+        raise ValueError(
+            f"num_train_samples / num_samples must be a positive number of rows or unset (all), got {num_samples}."
+        )
     if rows is not None:
         dataset = rows
     elif dataset_name.endswith((".json", ".jsonl")) or os.path.isabs(dataset_name) or dataset_name.startswith("."):
@@ -176,14 +187,20 @@ def load_demonstrations(
                 "id, or trl_dpr/embedded-demo (the embedded task)."
             )
         if os.path.getsize(dataset_name) == 0 or not open(dataset_name, "rb").read(4096).strip():
-            raise ValueError(f"Dataset file {dataset_name!r} is empty: it needs one JSON object per line (or a JSON list).")
+            raise ValueError(
+                f"Dataset file {dataset_name!r} is empty: it needs one JSON object per line (or a JSON list)."
+            )
         dataset = load_dataset("json", data_files={split: dataset_name})[split]
     else:
         try:
             loaded = load_dataset(dataset_name, name=dataset_config, split=split)
         except Exception as error:  # offline, gated, misspelled: say which dataset and what to check
-            offline = " (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set: only cached datasets load)" if os.environ.get(
-                "HF_HUB_OFFLINE", "0") not in ("0", "") or os.environ.get("HF_DATASETS_OFFLINE", "0") not in ("0", "") else ""
+            offline = (
+                " (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set: only cached datasets load)"
+                if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "")
+                or os.environ.get("HF_DATASETS_OFFLINE", "0") not in ("0", "")
+                else ""
+            )
             raise ValueError(
                 f"Could not load dataset {dataset_name!r} (split {split!r}){offline}: {type(error).__name__}: "
                 f"{str(error)[:300]}. Check the name and split, log in for gated datasets, or give a local .jsonl file."
@@ -201,7 +218,9 @@ def load_demonstrations(
     is_openorca = {"question", "response"} <= columns
     if dataset_format == "openorca" or (dataset_format == "auto" and is_openorca and "messages" not in columns):
         if not is_openorca:
-            raise ValueError(f"dataset_format: openorca needs `question` and `response` columns; got {sorted(columns)}.")
+            raise ValueError(
+                f"dataset_format: openorca needs `question` and `response` columns; got {sorted(columns)}."
+            )
         dataset = dataset.map(openorca_to_conversation, remove_columns=sorted(columns))
     if stage == "sft":
         check_sft_dataset(dataset, dataset_name)

@@ -20,7 +20,9 @@ def add_policy_adapter(reward_model: CheckpointRewardModel) -> nn.Module:
     """
     peft_model, sft_adapter = reward_model.sft_model, reward_model.sft_adapter
     if sft_adapter is None:
-        raise ValueError("add_policy_adapter needs a reward model whose π_SFT is a PEFT adapter (from_pretrained of an adapter SFT output).")
+        raise ValueError(
+            "add_policy_adapter needs a reward model whose π_SFT is a PEFT adapter (from_pretrained of an adapter SFT output)."
+        )
     if POLICY_ADAPTER in peft_model.peft_config:
         raise ValueError(
             f"The shared PEFT model already has an adapter named {POLICY_ADAPTER!r}; the policy adapter needs that name."

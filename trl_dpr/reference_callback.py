@@ -92,9 +92,11 @@ class ReferenceCheckpointCallback(TrainerCallback):
         if manifest_path.is_file():
             existing = parse_manifest(manifest_path.read_text(), str(manifest_path))
             resumed = state.global_step > 0  # a fresh run's π_ref is its own: a leftover of another run is replaced
-            if resumed and (existing.step, existing.total_steps) == (self.target_step, total_steps) and (
-                Path(args.output_dir) / existing.path
-            ).is_dir():
+            if (
+                resumed
+                and (existing.step, existing.total_steps) == (self.target_step, total_steps)
+                and (Path(args.output_dir) / existing.path).is_dir()
+            ):
                 self.done = True  # resumed after the reference step: π_ref was already written by this run
                 return
             if not resumed:
@@ -140,7 +142,9 @@ class ReferenceCheckpointCallback(TrainerCallback):
             shutil.rmtree(final_dir, ignore_errors=True)
             os.replace(staging_dir, final_dir)
             write_manifest(output_dir, self._manifest(model, state))
-            logger.info(f"Saved the reference checkpoint π_ref (step {self.target_step}/{state.max_steps}) to {final_dir}")
+            logger.info(
+                f"Saved the reference checkpoint π_ref (step {self.target_step}/{state.max_steps}) to {final_dir}"
+            )
         _barrier()
         self.done = True
 

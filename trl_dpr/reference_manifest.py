@@ -55,7 +55,9 @@ def write_manifest(output_dir: str | os.PathLike, manifest: ReferenceManifest) -
 
 def _leaves_folder(name) -> bool:
     """Whether a path a manifest records, relative to its folder, leads out of it (absolute, or through `..`)."""
-    return not isinstance(name, str) or not name or os.path.isabs(name) or ".." in Path(name).parts or name[:1] in "\\/~"
+    return (
+        not isinstance(name, str) or not name or os.path.isabs(name) or ".." in Path(name).parts or name[:1] in "\\/~"
+    )
 
 
 def parse_manifest(text: str, source: str) -> ReferenceManifest:
@@ -108,8 +110,10 @@ def resolve_reference(
         manifest = parse_manifest(manifest_path.read_text(), str(manifest_path))
         reference_dir = Path(sft_model_name_or_path) / manifest.path
         if not reference_dir.resolve().is_relative_to(Path(sft_model_name_or_path).resolve()):
-            raise ValueError(f"{manifest_path} points to {manifest.path}/, a link out of the SFT model's folder: "
-                             "copy π_ref into the folder, or pass it explicitly with `ref_model_name_or_path=`.")
+            raise ValueError(
+                f"{manifest_path} points to {manifest.path}/, a link out of the SFT model's folder: "
+                "copy π_ref into the folder, or pass it explicitly with `ref_model_name_or_path=`."
+            )
         if not reference_dir.is_dir():
             raise FileNotFoundError(
                 f"{manifest_path} points to the reference checkpoint {str(reference_dir)!r}, which does not exist "
@@ -147,7 +151,11 @@ def _model_files(output_dir: Path) -> dict[str, int]:
     for path in sorted(output_dir.rglob("*")):
         relative = path.relative_to(output_dir)
         top = relative.parts[0]
-        if not path.is_file() or top.startswith((".", "checkpoint-", "runs")) or relative.name in ("README.md", "training_args.bin", SFT_COMPLETE_NAME):
+        if (
+            not path.is_file()
+            or top.startswith((".", "checkpoint-", "runs"))
+            or relative.name in ("README.md", "training_args.bin", SFT_COMPLETE_NAME)
+        ):
             continue
         if len(relative.parts) > 1 and top != REFERENCE_DIRNAME:
             continue
@@ -214,7 +222,9 @@ def check_model_source(path: str, what: str = "Model") -> None:
                 "output_dir of `trl-dpr sft` or `trl-dpr dpr`, or at a model folder."
             )
         return
-    could_be_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~")) and not Path(path.split("/")[0]).is_dir()
+    could_be_hub_id = (
+        path.count("/") == 1 and not path.startswith((".", "/", "~")) and not Path(path.split("/")[0]).is_dir()
+    )
     if could_be_hub_id:
         from huggingface_hub import constants, try_to_load_from_cache
 
@@ -229,4 +239,3 @@ def check_model_source(path: str, what: str = "Model") -> None:
         f"{what}: the folder {path!r} does not exist. Expected the output_dir of `trl-dpr sft` or `trl-dpr dpr` (a "
         f"folder with config.json or adapter_config.json), or a Hub model id.{hint}"
     )
-

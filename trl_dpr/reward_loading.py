@@ -37,8 +37,18 @@ class FrozenModels:
     reference_manifest: ReferenceManifest | None = None
 
     def scorer_kwargs(self) -> dict:
-        return {k: getattr(self, k) for k in ("sft_model", "ref_model", "processing_class", "ref_processing_class",
-                                               "sft_adapter", "ref_adapter", "models")}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "sft_model",
+                "ref_model",
+                "processing_class",
+                "ref_processing_class",
+                "sft_adapter",
+                "ref_adapter",
+                "models",
+            )
+        }
 
 
 def load_frozen_models(
@@ -95,8 +105,15 @@ def load_frozen_models(
                 f"({extra_names}) needs a full (merged) SFT model, as the extra models are loaded whole."
             )
         model = _load_adapters(sft_model_name_or_path, ref_path, model_init_kwargs)
-        return FrozenModels(model, model if ref_path else None, tokenizer, ref_tokenizer, sft_adapter="sft",
-                            ref_adapter="ref" if ref_path else None, reference_manifest=manifest)
+        return FrozenModels(
+            model,
+            model if ref_path else None,
+            tokenizer,
+            ref_tokenizer,
+            sft_adapter="sft",
+            ref_adapter="ref" if ref_path else None,
+            reference_manifest=manifest,
+        )
     other_kwargs = {k: v for k, v in model_init_kwargs.items() if k != "revision"}  # the revision is π_SFT's
     return FrozenModels(
         create_model_from_path(sft_model_name_or_path, **model_init_kwargs),

@@ -54,7 +54,6 @@ class TokenRewardOutput:
             self.kl_reference_logps = self.sft_logps
 
 
-
 class CheckpointRewardModel(nn.Module):
     r"""Dense token reward from an SFT model and its reference checkpoint (Eq. 5 of Li et al., 2025).
 
@@ -168,8 +167,11 @@ class CheckpointRewardModel(nn.Module):
     def scoring_models(self) -> dict[str, tuple[nn.Module, str | None]]:
         """name → (model, adapter) of every frozen model the reward reads, π_SFT first (its forward also gives the KL
         reference)."""
-        available = {"sft": (self.sft_model, self.sft_adapter), "ref": (self.ref_model, self.ref_adapter),
-                     **{name: (model, None) for name, model in self.extra_models.items()}}
+        available = {
+            "sft": (self.sft_model, self.sft_adapter),
+            "ref": (self.ref_model, self.ref_adapter),
+            **{name: (model, None) for name, model in self.extra_models.items()},
+        }
         return {name: available[name] for name in frozen_model_names(self.reward)}
 
     @contextlib.contextmanager
@@ -244,8 +246,14 @@ class CheckpointRewardModel(nn.Module):
             temperatures = (1.0, temperature) if name == "sft" and temperature != 1.0 else (1.0,)
             with self._activated(model, adapter) as scorer:
                 out, state_values, final_values = completion_logprobs(
-                    scorer, prompt_ids, prompt_mask, completion_ids, completion_mask, with_values=name in value_names,
-                    token_chunk_size=self.token_chunk_size, temperatures=temperatures,
+                    scorer,
+                    prompt_ids,
+                    prompt_mask,
+                    completion_ids,
+                    completion_mask,
+                    with_values=name in value_names,
+                    token_chunk_size=self.token_chunk_size,
+                    temperatures=temperatures,
                 )
             logps[name], at_temperature = out.unbind(0) if len(temperatures) == 2 else (out, out)
             if name == "sft":
@@ -304,7 +312,9 @@ class CheckpointRewardModel(nn.Module):
                 "loads it)."
             )
         if len(prompts) != len(completions):
-            raise ValueError(f"Got {len(prompts)} prompts and {len(completions)} completions; pass one of each per pair.")
+            raise ValueError(
+                f"Got {len(prompts)} prompts and {len(completions)} completions; pass one of each per pair."
+            )
         tokenizer = self.processing_class
         completion_rows = []
         for completion in completions:
@@ -346,7 +356,9 @@ class CheckpointRewardModel(nn.Module):
             >>> wo_baseline = CheckpointRewardModel.from_pretrained("runs/sft", reward=SFTLogProb())  # doctest: +SKIP
         """
         reward = CheckpointDifference() if reward is None else reward
-        frozen = load_frozen_models(sft_model_name_or_path, ref_model_name_or_path, reward, model_paths, **model_init_kwargs)
+        frozen = load_frozen_models(
+            sft_model_name_or_path, ref_model_name_or_path, reward, model_paths, **model_init_kwargs
+        )
         reward_model = cls(reward=reward, token_chunk_size=token_chunk_size, **frozen.scorer_kwargs())
         reward_model.sft_model_name_or_path = sft_model_name_or_path
         reward_model.reference_manifest = frozen.reference_manifest
@@ -354,7 +366,10 @@ class CheckpointRewardModel(nn.Module):
 
 
 def load_reward_model(
-    reward_model: CheckpointRewardModel | str | None, args, ref_model_name_or_path: str | None = None, **model_init_kwargs
+    reward_model: CheckpointRewardModel | str | None,
+    args,
+    ref_model_name_or_path: str | None = None,
+    **model_init_kwargs,
 ) -> CheckpointRewardModel:
     """The one loader of the scorer: from an SFT path with `args` (a `DensePathConfig`), or checked against it.
 
@@ -419,7 +434,6 @@ def sequence_reward_func(reward_model: CheckpointRewardModel, batch_size: int | 
     return dense_path_sum
 
 
-
 def _check_same_base(sft_model, ref_model, sft_tokenizer, ref_tokenizer) -> None:
     """π_ref must be a checkpoint of the same SFT run: same architecture, vocabulary and (when known) tokenizer."""
     sft_config = _causal_lm(sft_model).config.get_text_config()
@@ -440,10 +454,13 @@ def _check_same_base(sft_model, ref_model, sft_tokenizer, ref_tokenizer) -> None
             "log-probs cannot be compared. The reference must be a checkpoint of the same SFT run (same base model "
             "and tokenizer)."
         )
-    if sft_tokenizer is not None and ref_tokenizer is not None and sft_tokenizer.get_vocab() != ref_tokenizer.get_vocab():
+    if (
+        sft_tokenizer is not None
+        and ref_tokenizer is not None
+        and sft_tokenizer.get_vocab() != ref_tokenizer.get_vocab()
+    ):
         differing = sorted(set(sft_tokenizer.get_vocab().items()) ^ set(ref_tokenizer.get_vocab().items()))[:5]
         raise ValueError(
             "π_SFT and π_ref were saved with different tokenizers (first differing (token, id) entries: "
             f"{differing}). The reference must be a checkpoint of the same SFT run."
         )
-

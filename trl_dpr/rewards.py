@@ -153,7 +153,8 @@ def reward_from_settings(settings: Mapping) -> DenseReward:
     if legacy := [key for key in LEGACY_REWARD_KEYS if key in settings]:
         raise ValueError(
             f"{', '.join(legacy)}: removed; the reward is chosen by dense_reward alone. Write "
-            + "; ".join(LEGACY_REWARD_KEYS[key] for key in legacy) + "."
+            + "; ".join(LEGACY_REWARD_KEYS[key] for key in legacy)
+            + "."
         )
     spec, kwargs, models = (settings.get(k) for k in ("dense_reward", "dense_reward_kwargs", "dense_reward_models"))
     if spec is None and (kwargs or models):
@@ -180,7 +181,9 @@ def same_reward(a: DenseReward, b: DenseReward) -> bool:
     settings_a, settings_b = _settings(a), _settings(b)
     if settings_a.keys() != settings_b.keys():
         return False
-    return all(same_reward(v, settings_b[k]) if _is_reward(v) else _equal(v, settings_b[k]) for k, v in settings_a.items())
+    return all(
+        same_reward(v, settings_b[k]) if _is_reward(v) else _equal(v, settings_b[k]) for k, v in settings_a.items()
+    )
 
 
 def _settings(reward) -> dict:
@@ -196,7 +199,9 @@ def _is_reward(value) -> bool:
 
 def _equal(a, b) -> bool:
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and bool((a == b).all())
+        return (
+            isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and bool((a == b).all())
+        )
     return bool(a == b)
 
 
@@ -221,7 +226,9 @@ def build_dense_reward(spec: str, kwargs: Mapping | None = None) -> DenseReward:
     try:
         reward = factory(**dict(kwargs or {}))
     except TypeError as error:
-        raise ValueError(f"dense_reward {spec!r} does not take dense_reward_kwargs {dict(kwargs or {})}: {error}.") from error
+        raise ValueError(
+            f"dense_reward {spec!r} does not take dense_reward_kwargs {dict(kwargs or {})}: {error}."
+        ) from error
     try:
         check_dense_reward(reward, spec)
     except TypeError as error:  # named in a recipe: a mistake in the input, reported as one
@@ -251,4 +258,6 @@ def check_dense_reward(reward, where: str = "the reward") -> None:
         )
     unknown_values = set(getattr(reward, "value_model_names", ())) - set(names)
     if unknown_values:
-        raise TypeError(f"{where}: value_model_names {sorted(unknown_values)} must also be in model_names {tuple(names)}.")
+        raise TypeError(
+            f"{where}: value_model_names {sorted(unknown_values)} must also be in model_names {tuple(names)}."
+        )

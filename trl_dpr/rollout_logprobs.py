@@ -65,8 +65,11 @@ class SampledTokenLogprobs:
         """Per row, log π_T of each of its completion tokens (rows as `generate` produced them, cut after EOS); None
         when the forwards seen were not one sampling step of these rows each, or none ran.
         """
-        if self._last_logits is None or not self._one_token_per_step or self._end is None or self._end.size(0) != len(
-            completion_ids
+        if (
+            self._last_logits is None
+            or not self._one_token_per_step
+            or self._end is None
+            or self._end.size(0) != len(completion_ids)
         ):
             return None
         steps = torch.stack(self._steps, dim=1).cpu() if self._steps else torch.zeros(len(completion_ids), 0)

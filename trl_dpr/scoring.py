@@ -155,7 +155,10 @@ def completion_logprobs(
     num_prompt, num_completion = prompt_ids.size(1), completion_ids.size(1)
     state_hidden = hidden[:, num_prompt - 1 : num_prompt + num_completion - 1]  # s_t of every completion token
     valid = completion_mask.bool()
-    flat_hidden, flat_targets = state_hidden[valid], completion_ids[valid]  # real tokens only: padding is never projected
+    flat_hidden, flat_targets = (
+        state_hidden[valid],
+        completion_ids[valid],
+    )  # real tokens only: padding is never projected
 
     scale, softcap = _logit_transform(causal_lm.config)
     token_logps = [[] for _ in temperatures]  # per temperature, per chunk: log π_T of the sampled tokens

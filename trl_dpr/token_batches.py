@@ -75,13 +75,17 @@ class PaddedBatch:
     completion_mask: torch.Tensor
 
     def to(self, device) -> PaddedBatch:
-        return PaddedBatch(*(t.to(device) for t in (self.prompt_ids, self.prompt_mask, self.completion_ids, self.completion_mask)))
+        return PaddedBatch(
+            *(t.to(device) for t in (self.prompt_ids, self.prompt_mask, self.completion_ids, self.completion_mask))
+        )
 
     def as_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.prompt_ids, self.prompt_mask, self.completion_ids, self.completion_mask
 
 
-def _padded(rows: Sequence[Sequence[int]], value: int, side: str, pad_to_multiple_of: int | None = None) -> torch.Tensor:
+def _padded(
+    rows: Sequence[Sequence[int]], value: int, side: str, pad_to_multiple_of: int | None = None
+) -> torch.Tensor:
     return pad([torch.as_tensor(list(r), dtype=torch.long) for r in rows], value, side, pad_to_multiple_of)
 
 

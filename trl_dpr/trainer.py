@@ -123,16 +123,26 @@ class DensePathTrainer(GRPOTrainer):
         args = DensePathConfig("dpr-output") if args is None else args
         if not isinstance(args, DensePathConfig):
             raise TypeError(f"args must be a DensePathConfig, got {type(args).__name__}.")
-        outcome_funcs = [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, list) else [reward_funcs]
+        outcome_funcs = (
+            [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, list) else [reward_funcs]
+        )
         check_reward_weights(args.reward_weights, len(outcome_funcs))
         if kwargs.get("reward_processing_classes") is not None:
             classes = kwargs["reward_processing_classes"]
             kwargs["reward_processing_classes"] = [None, *(classes if isinstance(classes, list) else [classes])]
         eval_datasets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
-        for name, dataset in {"train_dataset": train_dataset, **{f"eval_dataset{k and f'[{k!r}]'}": v for k, v in eval_datasets.items()}}.items():
+        for name, dataset in {
+            "train_dataset": train_dataset,
+            **{f"eval_dataset{k and f'[{k!r}]'}": v for k, v in eval_datasets.items()},
+        }.items():
             check_prompt_dataset(dataset, name)
-        if (args.beta != 0.0 and model is None and isinstance(reward_model, CheckpointRewardModel)
-                and reward_model.sft_adapter is None and reward_model.sft_model_name_or_path is None):
+        if (
+            args.beta != 0.0
+            and model is None
+            and isinstance(reward_model, CheckpointRewardModel)
+            and reward_model.sft_adapter is None
+            and reward_model.sft_model_name_or_path is None
+        ):
             # GRPOTrainer loads its β reference by the policy's config name, and a copy of an in-memory π_SFT has none
             raise ValueError(
                 f"beta={args.beta} needs a reference model that GRPOTrainer loads from π_SFT's path, but π_SFT was given "
@@ -177,10 +187,15 @@ class DensePathTrainer(GRPOTrainer):
 
     def _drop_long_prompts(self, limit: int) -> None:
         """Prompts longer than `limit` tokens are dropped (not truncated: that would be another prompt) and counted."""
+
         def drop(dataset, split):
-            kept, dropped = drop_long_prompts(dataset, self.processing_class, limit, split, **self.chat_template_kwargs)
+            kept, dropped = drop_long_prompts(
+                dataset, self.processing_class, limit, split, **self.chat_template_kwargs
+            )
             if dropped:
-                logger.warning(f"Dropped {dropped} of {dropped + len(kept)} {split} prompts longer than max_prompt_length={limit}.")
+                logger.warning(
+                    f"Dropped {dropped} of {dropped + len(kept)} {split} prompts longer than max_prompt_length={limit}."
+                )
             return kept, dropped
 
         self.num_dropped_prompts = {}
@@ -198,7 +213,9 @@ class DensePathTrainer(GRPOTrainer):
         # r̂ is per token and is computed in `_generate_and_score_completions`, on the ids TRL has padded there; its
         # scalar column is NaN, "no scalar reward", which TRL leaves out of its metric averages.
         if len(self.reward_funcs) == 1:  # r̂ alone (TRL would warn that every function returned None)
-            rewards_per_func = torch.full((len(prompts) * self.accelerator.num_processes, 1), torch.nan, device=self.accelerator.device)
+            rewards_per_func = torch.full(
+                (len(prompts) * self.accelerator.num_processes, 1), torch.nan, device=self.accelerator.device
+            )
         else:  # TRL calls the outcome functions, with the dataset's columns, and gathers them over processes
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         # GRPO's `_generate_and_score_completions`, our caller, keeps the per-function rewards to itself: hand ours
@@ -211,7 +228,9 @@ class DensePathTrainer(GRPOTrainer):
         # GRPO logs `reward` / `reward_std` of the scalar functions only (it cannot see r̂): DPR's replace them below.
         logged = {name: len(self._metrics[mode][name]) for name in ("reward", "reward_std")}
         started = _synchronized_clock(self.accelerator.device)
-        output = super()._generate_and_score_completions(inputs)  # generation, padding, rewards, log π_old if off-policy
+        output = super()._generate_and_score_completions(
+            inputs
+        )  # generation, padding, rewards, log π_old if off-policy
         generated = _synchronized_clock(self.accelerator.device)
         all_outcome_rewards, self._outcome_rewards = self._outcome_rewards, None
         if all_outcome_rewards is None:
@@ -227,8 +246,13 @@ class DensePathTrainer(GRPOTrainer):
         # r̂ at temperature 1 (Eq. 5), and log π_SFT at the rollout temperature for the KL term, from one forward.
         batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
         scored = self.reward_model(
-            output["prompt_ids"], output["prompt_mask"], completion_ids, output["completion_mask"],
-            is_terminal=is_terminal, batch_size=batch_size, temperature=self.temperature,
+            output["prompt_ids"],
+            output["prompt_mask"],
+            completion_ids,
+            output["completion_mask"],
+            is_terminal=is_terminal,
+            batch_size=batch_size,
+            temperature=self.temperature,
         )
         # log π_old of the sampled tokens, at the rollout temperature: GRPO's forward when the batch is reused
         # (off-policy), else the log-probs the generation itself returned, else (beam search, prompt-lookup or
@@ -239,7 +263,10 @@ class DensePathTrainer(GRPOTrainer):
         self._metrics[mode]["timing/generation"].append(generated - started)
         self._metrics[mode]["timing/scoring"].append(_synchronized_clock(self.accelerator.device) - generated)
         # This process's rows of the gathered [N, K] outcome rewards (GRPO's process slice), and their weights.
-        local = slice(self.accelerator.process_index * len(completion_ids), (self.accelerator.process_index + 1) * len(completion_ids))
+        local = slice(
+            self.accelerator.process_index * len(completion_ids),
+            (self.accelerator.process_index + 1) * len(completion_ids),
+        )
         outcome_rewards = all_outcome_rewards[local] if all_outcome_rewards.size(1) else None
         dpr = algorithm.dense_path_advantages(
             scored.rewards,
@@ -259,7 +286,10 @@ class DensePathTrainer(GRPOTrainer):
         # batch is skipped on every process (the decision is all-reduced, so DDP stays in step), and counted.
         valid = mask.bool()
         finite = torch.isfinite(scored.rewards[valid]).all() & torch.isfinite(dpr["advantages"]).all()
-        finite = bool(self.accelerator.reduce(finite.float().reshape(1), reduction="sum").item() == self.accelerator.num_processes)
+        finite = bool(
+            self.accelerator.reduce(finite.float().reshape(1), reduction="sum").item()
+            == self.accelerator.num_processes
+        )
         output["advantages"] = dpr["advantages"] if finite else torch.zeros_like(dpr["advantages"])
         output["skip_nonfinite"] = torch.tensor(not finite)  # 0-dim: TRL hands it unchanged to every micro-batch
         if not finite and mode == "train":
@@ -271,8 +301,17 @@ class DensePathTrainer(GRPOTrainer):
 
         for name, count in logged.items():
             del self._metrics[mode][name][count:]
-        self._log_batch(mode, scored.rewards, all_outcome_rewards, dpr, output["advantages"], mask, completion_ids,
-                        kl_measured=policy_logps is not None, finite=finite)
+        self._log_batch(
+            mode,
+            scored.rewards,
+            all_outcome_rewards,
+            dpr,
+            output["advantages"],
+            mask,
+            completion_ids,
+            kl_measured=policy_logps is not None,
+            finite=finite,
+        )
         return output
 
     def _sampled_token_logps(self, output, batch_size: int) -> torch.Tensor:
@@ -285,7 +324,18 @@ class DensePathTrainer(GRPOTrainer):
             )
         return logps
 
-    def _log_batch(self, mode, rewards, all_outcome_rewards, dpr, advantages, mask, completion_ids, kl_measured: bool, finite: bool) -> None:
+    def _log_batch(
+        self,
+        mode,
+        rewards,
+        all_outcome_rewards,
+        dpr,
+        advantages,
+        mask,
+        completion_ids,
+        kl_measured: bool,
+        finite: bool,
+    ) -> None:
         """DPR's metrics and completion-table columns for this batch (TRL averages the metrics at each log)."""
         metrics = self._metrics[mode]
         # One sample per prompt: GRPO's share of tied groups is always 1 and would read as "no learning signal".
@@ -296,7 +346,9 @@ class DensePathTrainer(GRPOTrainer):
             all_sequence_rewards = self.accelerator.gather(rewards.sum(dim=1))
             # TRL's per-function metrics, unweighted, for r̂: Σ_t r̂_t (the outcome functions' are TRL's own).
             metrics["rewards/dense_path/mean"].append(all_sequence_rewards.mean().item())
-            metrics["rewards/dense_path/std"].append(all_sequence_rewards.std().item() if all_sequence_rewards.numel() > 1 else 0.0)
+            metrics["rewards/dense_path/std"].append(
+                all_sequence_rewards.std().item() if all_sequence_rewards.numel() > 1 else 0.0
+            )
             # TRL's `reward`: the weighted sum of every reward, w_0 Σ_t r̂_t + Σ_j w_j R_j (nansum, as TRL).
             weights = self.reward_weights.to(all_sequence_rewards.device)
             total = weights[0] * all_sequence_rewards + (all_outcome_rewards * weights[1:]).nansum(dim=1)
@@ -332,9 +384,14 @@ class DensePathTrainer(GRPOTrainer):
         uses_transformers_generate = not (self.use_vllm or self.use_transformers_continuous_batching)
         # Beam search, prompt-lookup / assisted decoding: not one step of the returned rows per forward, nothing to
         # record (their forwards' logits are not the plain forward's either): `_sampled_token_logps` takes them.
-        one_row_per_output = self.generation_config.get_generation_mode() in (GenerationMode.SAMPLE, GenerationMode.GREEDY_SEARCH)
+        one_row_per_output = self.generation_config.get_generation_mode() in (
+            GenerationMode.SAMPLE,
+            GenerationMode.GREEDY_SEARCH,
+        )
         if not uses_transformers_generate or self.args.kl_coef == 0.0 or not one_row_per_output:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
         # The transformers path returns no log-probs; record log π_old(a_t|s_t) of each sampled token while it samples.
         with SampledTokenLogprobs(self.accelerator.unwrap_model(self.model), temperature=self.temperature) as recorder:
             completion_ids, _ = super()._generate_single_turn(
@@ -349,7 +406,9 @@ class DensePathTrainer(GRPOTrainer):
         # `.get`: reading a missing key of the defaultdict would log an empty column (None) for steps that reuse a rollout
         counts = {name: len(timing.get(name, ())) for name in ("timing/generation", "timing/scoring", "step_time")}
         loss = super().training_step(model, inputs, num_items_in_batch)
-        self._phase_seconds += sum(sum(timing.get(name, [])[counts[name]:]) for name in ("timing/generation", "timing/scoring"))
+        self._phase_seconds += sum(
+            sum(timing.get(name, [])[counts[name] :]) for name in ("timing/generation", "timing/scoring")
+        )
         if len(timing.get("step_time", ())) > counts["step_time"]:  # TRL closed an optimizer step
             timing["timing/update"].append(timing["step_time"][-1] - self._phase_seconds)
             self._phase_seconds = 0.0
@@ -360,7 +419,9 @@ class DensePathTrainer(GRPOTrainer):
             # No forward, no graph: backward leaves every gradient None, so the optimizer (AdamW skips parameters
             # without a gradient, momentum and weight decay included) cannot change the weights.
             return torch.zeros((), device=self.accelerator.device, requires_grad=True)
-        return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+        return super().compute_loss(
+            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
 
 
 def _synchronized_clock(device: torch.device) -> float:

@@ -44,8 +44,9 @@ def luminance(hex_colour):
 
 @pytest.fixture
 def scored(tokenizer):
-    reward_model = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1),
-                                         processing_class=tokenizer)
+    reward_model = CheckpointRewardModel(
+        build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1), processing_class=tokenizer
+    )
     prompts = [[{"role": "user", "content": "What is 12+7?"}], "Reverse the word cat:"]
     responses = ["12+7=19. <b>The answer</b> is 19 & done.", "tac\n\"quoted\" 'text'"]
     return prompts, reward_model.score_text(prompts, responses)
@@ -75,7 +76,9 @@ def test_darker_red_means_higher_reward(scored):
     backgrounds = [s["style"].split("background-color:")[1].split(";")[0] for s in parser.spans]
     ranked = sorted(zip(rewards, backgrounds))
     assert luminance(ranked[0][1]) > luminance(ranked[-1][1])
-    assert luminance(reward_colour(0.9, 0, 1)) < luminance(reward_colour(0.5, 0, 1)) < luminance(reward_colour(0.1, 0, 1))
+    assert (
+        luminance(reward_colour(0.9, 0, 1)) < luminance(reward_colour(0.5, 0, 1)) < luminance(reward_colour(0.1, 0, 1))
+    )
 
 
 def test_the_png_is_a_real_image(scored, tmp_path):
@@ -93,19 +96,39 @@ def test_the_png_is_a_real_image(scored, tmp_path):
 def test_the_command_line_scores_pairs_from_an_sft_output(tmp_path, tokenizer):
     sft = save_sft_output(tmp_path / "sft", tokenizer)
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text(json.dumps({"prompt": "What is 12+7?", "response": "12+7=19."}) + "\n"
-                     + json.dumps({"prompt": [{"role": "user", "content": "Sort 3 1 2"}], "response": "1 2 3"}) + "\n")
+    pairs.write_text(
+        json.dumps({"prompt": "What is 12+7?", "response": "12+7=19."})
+        + "\n"
+        + json.dumps({"prompt": [{"role": "user", "content": "Sort 3 1 2"}], "response": "1 2 3"})
+        + "\n"
+    )
     written = main(["--sft", str(sft), "--pairs", str(pairs), "--output", str(tmp_path / "out" / "rewards")])
     assert [p.name for p in written] == ["rewards.html", "rewards.png"]
     parser = TokenSpans()
     parser.feed(written[0].read_text())
     reference = CheckpointRewardModel.from_pretrained(str(sft)).score_text(
-        [[{"role": "user", "content": "What is 12+7?"}], [{"role": "user", "content": "Sort 3 1 2"}]], ["12+7=19.", "1 2 3"])
-    assert [float(s["data-reward"]) for s in parser.spans] == pytest.approx([r for item in reference for r in item["rewards"]])
+        [[{"role": "user", "content": "What is 12+7?"}], [{"role": "user", "content": "Sort 3 1 2"}]],
+        ["12+7=19.", "1 2 3"],
+    )
+    assert [float(s["data-reward"]) for s in parser.spans] == pytest.approx(
+        [r for item in reference for r in item["rewards"]]
+    )
     assert written[1].read_bytes().startswith(PNG_SIGNATURE)
 
-    html_only = main(["--sft", str(sft), "--prompt", "hi", "--response", "hello", "--formats", "html",
-                      "--output", str(tmp_path / "single")])
+    html_only = main(
+        [
+            "--sft",
+            str(sft),
+            "--prompt",
+            "hi",
+            "--response",
+            "hello",
+            "--formats",
+            "html",
+            "--output",
+            str(tmp_path / "single"),
+        ]
+    )
     assert [p.name for p in html_only] == ["single.html"]
     with pytest.raises(SystemExit):
         main(["--sft", str(sft), "--prompt", "hi"])  # a prompt without its response

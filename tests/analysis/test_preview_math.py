@@ -120,8 +120,9 @@ def test_preview_points_add_sft_and_best_of_n_and_pair_the_gain_with_sft():
 
 def test_a_point_below_the_effective_sample_size_is_not_trusted_but_best_of_n_is_reported_as_it_is():
     rewards = torch.tensor([[0.0, 10.0, 0.0, 0.0]])
-    points = preview_points({"R": rewards}, torch.tensor([[0.0, 1.0, 0.0, 0.0]]), [100.0, 0.5], min_ess=2.0,
-                            num_resamples=50)
+    points = preview_points(
+        {"R": rewards}, torch.tensor([[0.0, 1.0, 0.0, 0.0]]), [100.0, 0.5], min_ess=2.0, num_resamples=50
+    )
     trusted = {p.lam: p.trusted for p in points}
     assert trusted == {math.inf: True, 100.0: True, 0.5: False, 0.0: True}
 

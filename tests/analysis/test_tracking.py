@@ -16,21 +16,47 @@ from trl_dpr.analysis.tracking import TokenHeatmapCallback, recent_token_rewards
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 
 ROOT = Path(__file__).resolve().parents[2]
-DPR_METRICS = ("reward", "dense_reward/token_mean", "dense_reward/token_std", "returns/mean", "kl_sft/per_token", "kl_sft/per_response",
-               "advantages/mean", "advantages/std")
+DPR_METRICS = (
+    "reward",
+    "dense_reward/token_mean",
+    "dense_reward/token_std",
+    "returns/mean",
+    "kl_sft/per_token",
+    "kl_sft/per_response",
+    "advantages/mean",
+    "advantages/std",
+)
 PROMPT = [{"role": "user", "content": "What is 12+7?"}]
 
 
 def make_trainer(tokenizer, tmp_path, **overrides):
-    reward_model = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1),
-                                         processing_class=tokenizer)
-    values = dict(output_dir=str(tmp_path / "dpr"), per_device_train_batch_size=4, max_steps=4, max_completion_length=6,
-                  learning_rate=1e-3, logging_steps=1, report_to="none", bf16=False, use_cpu=True, save_strategy="no",
-                  seed=0)
+    reward_model = CheckpointRewardModel(
+        build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1), processing_class=tokenizer
+    )
+    values = dict(
+        output_dir=str(tmp_path / "dpr"),
+        per_device_train_batch_size=4,
+        max_steps=4,
+        max_completion_length=6,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to="none",
+        bf16=False,
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+    )
     values.update(overrides)
-    prompts = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What is {i}+{2 * i}?"}] for i in range(16)]})
-    return DensePathTrainer(model=None, reward_model=reward_model, args=DensePathConfig(**values),
-                            train_dataset=prompts, processing_class=tokenizer)
+    prompts = Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": f"What is {i}+{2 * i}?"}] for i in range(16)]}
+    )
+    return DensePathTrainer(
+        model=None,
+        reward_model=reward_model,
+        args=DensePathConfig(**values),
+        train_dataset=prompts,
+        processing_class=tokenizer,
+    )
 
 
 def log_completion(trainer, ids: list[int], rewards: list[float]):
@@ -78,15 +104,21 @@ def test_heatmaps_show_the_sampled_ids_and_the_rewards_the_trainer_used_without_
 
 
 def test_an_id_that_decodes_to_merged_text_keeps_its_own_reward(tokenizer, tmp_path):
-    """"4" then "6" sampled as two tokens would tokenize again as one: the logged ids keep one reward each."""
+    """ "4" then "6" sampled as two tokens would tokenize again as one: the logged ids keep one reward each."""
     trainer = make_trainer(tokenizer, tmp_path, max_completion_length=3)
     four, six = tokenizer.convert_tokens_to_ids("4"), tokenizer.convert_tokens_to_ids("6")
     log_completion(trainer, [four, six, tokenizer.eos_token_id], [0.3, -0.2, 0.1])
     log_completion(trainer, [], [])  # an empty completion has nothing to draw
     prompts, scored = recent_token_rewards(trainer, 2)
     assert prompts == [PROMPT]
-    assert scored == [{"tokens": ["4", "6", tokenizer.eos_token], "token_ids": [four, six, tokenizer.eos_token_id],
-                       "rewards": [0.3, -0.2, 0.1], "total": pytest.approx(0.2)}]
+    assert scored == [
+        {
+            "tokens": ["4", "6", tokenizer.eos_token],
+            "token_ids": [four, six, tokenizer.eos_token_id],
+            "rewards": [0.3, -0.2, 0.1],
+            "total": pytest.approx(0.2),
+        }
+    ]
 
 
 # ---- the trackers, read back from what they wrote ----------------------------------------------------------------
@@ -127,7 +159,9 @@ def wandb_history(run_file: Path) -> list[dict]:
     rows = []
     for record in wandb_records(run_file):
         if record.WhichOneof("record_type") == "history":
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
+            rows.append(
+                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            )
     return rows
 
 
@@ -180,7 +214,9 @@ def test_trackio_local_run_logs_the_dpr_metrics_and_the_heatmaps(tracked_run):
     out, log_history = tracked_run
     # Read as an immutable file: no journal or shared-memory file written into the run's folder (tests/end_to_end/test_secrets.py
     # scans every file there), and the connection closed at once.
-    with contextlib.closing(sqlite3.connect(f"file:{out / 'trackio' / 'trl-dpr-secrets.db'}?immutable=1", uri=True)) as db:
+    with contextlib.closing(
+        sqlite3.connect(f"file:{out / 'trackio' / 'trl-dpr-secrets.db'}?immutable=1", uri=True)
+    ) as db:
         rows = [json.loads(metrics) for (metrics,) in db.execute("SELECT metrics FROM metrics ORDER BY id")]
     scalars = [row for row in rows if "train/reward" in row]
     assert [row["train/global_step"] for row in scalars] == [1, 2]

@@ -105,7 +105,9 @@ def test_kl_penalty_is_k1_against_the_sft_model():
 
 def test_log_pi_old_without_one_log_prob_per_token_is_a_clear_error_not_a_shape_error():
     # What a `generate` or `rollout_func` that records no log-probs leaves: [B, 0] beside [B, T] completions.
-    with pytest.raises(ValueError, match=r"needs log π_old of every sampled token, \[B, T\] = \[2, 3\].*returned \[2, 0\].*kl_coef=0"):
+    with pytest.raises(
+        ValueError, match=r"needs log π_old of every sampled token, \[B, T\] = \[2, 3\].*returned \[2, 0\].*kl_coef=0"
+    ):
         kl_penalized_rewards(torch.zeros(2, 3), torch.zeros(2, 0), torch.zeros(2, 3), torch.ones(2, 3), kl_coef=0.1)
 
 

@@ -29,13 +29,19 @@ def test_an_unwritable_output_dir_fails_before_training(tokenizer, tmp_path):
     blocker.write_text("not a directory")
     args = make_config(tmp_path, output_dir=str(blocker / "run"))
     with pytest.raises(OSError, match="not writable"):
-        DPRRunTrainer(reward_model=reward_model(tokenizer), args=args, train_dataset=prompts_dataset(),
-                      processing_class=tokenizer)
+        DPRRunTrainer(
+            reward_model=reward_model(tokenizer),
+            args=args,
+            train_dataset=prompts_dataset(),
+            processing_class=tokenizer,
+        )
 
 
 def test_an_in_memory_sft_model_without_its_tokenizer_is_a_clear_error(tokenizer, tmp_path):
     with pytest.raises(ValueError, match="π_SFT was given in memory.*processing_class"):
-        DensePathTrainer(reward_model=reward_model(tokenizer), args=make_config(tmp_path), train_dataset=prompts_dataset())
+        DensePathTrainer(
+            reward_model=reward_model(tokenizer), args=make_config(tmp_path), train_dataset=prompts_dataset()
+        )
 
 
 def test_a_reference_from_another_base_is_rejected(tokenizer):
@@ -50,35 +56,46 @@ def test_prompts_longer_than_the_limit_are_dropped_and_counted(tokenizer, tmp_pa
     short_prompt = [{"role": "user", "content": "What is 1+2?"}]
     dataset = Dataset.from_dict({"prompt": [long_prompt, short_prompt, short_prompt, long_prompt]})
     trainer = DensePathTrainer(
-        reward_model=reward_model(tokenizer), processing_class=tokenizer, train_dataset=dataset,
+        reward_model=reward_model(tokenizer),
+        processing_class=tokenizer,
+        train_dataset=dataset,
         args=make_config(tmp_path, max_prompt_length=32),
     )
     assert trainer.train_dataset.num_rows == 2
     assert trainer.num_dropped_prompts == {"train": 2}
     with pytest.raises(ValueError, match="Every train prompt is longer"):
         DensePathTrainer(
-            reward_model=reward_model(tokenizer), processing_class=tokenizer, args=make_config(tmp_path, max_prompt_length=3),
+            reward_model=reward_model(tokenizer),
+            processing_class=tokenizer,
+            args=make_config(tmp_path, max_prompt_length=3),
             train_dataset=dataset,
         )
 
 
-def test_a_prompt_and_completion_longer_than_the_models_context_are_refused_before_the_policy_loads(tokenizer, tmp_path,
-                                                                                                    monkeypatch):
+def test_a_prompt_and_completion_longer_than_the_models_context_are_refused_before_the_policy_loads(
+    tokenizer, tmp_path, monkeypatch
+):
     from ..conftest import save_sft_output
 
     sft = save_sft_output(tmp_path / "sft", tokenizer)  # tiny Llamas: max_position_embeddings 512
     loads = []
     monkeypatch.setattr("trl_dpr.trainer.initial_policy", lambda *args, **kwargs: loads.append(args))
     with pytest.raises(ValueError) as error:
-        DensePathTrainer(reward_model=str(sft), train_dataset=prompts_dataset(),
-                         args=make_config(tmp_path, max_prompt_length=100, max_completion_length=500))
+        DensePathTrainer(
+            reward_model=str(sft),
+            train_dataset=prompts_dataset(),
+            args=make_config(tmp_path, max_prompt_length=100, max_completion_length=500),
+        )
     assert str(error.value) == (
         "max_prompt_length 100 + max_completion_length 500 is more than π_SFT's context of 512 tokens "
         "(max_position_embeddings in its config.json): lower max_completion_length to at most 412."
     )
     assert loads == []  # the policy was never built
-    DensePathConfig.check_fits_context(make_config(tmp_path, max_prompt_length=100, max_completion_length=412),
-                                       build_tiny_causal_lm(tokenizer).config, "π_SFT")  # 512 fits
+    DensePathConfig.check_fits_context(
+        make_config(tmp_path, max_prompt_length=100, max_completion_length=412),
+        build_tiny_causal_lm(tokenizer).config,
+        "π_SFT",
+    )  # 512 fits
 
 
 def test_max_prompt_length_must_be_positive():
@@ -91,7 +108,9 @@ def test_an_empty_completion_scores_zero_and_does_not_crash(tokenizer):
     completion_ids = torch.tensor([[9, 10], [0, 0]])
     completion_mask = torch.tensor([[1, 1], [0, 0]])  # the second completion is empty
     rewards = CheckpointRewardModel(
-        build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1), WithSoftValue(CheckpointDifference())
+        build_tiny_causal_lm(tokenizer, seed=0),
+        build_tiny_causal_lm(tokenizer, seed=1),
+        WithSoftValue(CheckpointDifference()),
     ).token_rewards(prompt_ids, torch.ones_like(prompt_ids), completion_ids, completion_mask)
     assert torch.equal(rewards[1], torch.zeros(2))
     assert torch.isfinite(rewards).all()
@@ -110,7 +129,9 @@ def test_an_adapter_that_does_not_name_its_base_is_a_clear_error(tokenizer, tmp_
     from peft import LoraConfig, get_peft_model
 
     sft_dir = tmp_path / "sft"
-    get_peft_model(build_tiny_causal_lm(tokenizer), LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(sft_dir)
+    get_peft_model(build_tiny_causal_lm(tokenizer), LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(
+        sft_dir
+    )
     config = json.loads((sft_dir / "adapter_config.json").read_text())
     config["base_model_name_or_path"] = None
     (sft_dir / "adapter_config.json").write_text(json.dumps(config))

@@ -27,11 +27,21 @@ def tiny_tokenizer():
 
 def tiny_model(seed):
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=4, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, max_position_embeddings=8, pad_token_id=EOS, eos_token_id=EOS, bos_token_id=None,
-        tie_word_embeddings=False,
-    ))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=4,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=8,
+            pad_token_id=EOS,
+            eos_token_id=EOS,
+            bos_token_id=None,
+            tie_word_embeddings=False,
+        )
+    )
     model.generation_config.eos_token_id, model.generation_config.pad_token_id = EOS, EOS
     model.generation_config.bos_token_id = None
     return model
@@ -81,20 +91,36 @@ def test_the_trainer_converges_to_the_tilted_policy_of_its_own_kl_coef(tmp_path)
 
     # The closed form: π_λ ∝ π_SFT · exp(R/λ), R = log π_SFT − log π_ref; and argmax R, where λ → 0 would go.
     reward = p_sft.log() - p_ref.log()
-    tilted, halved, doubled = (torch.softmax(p_sft.log() + reward / strength, dim=0) for strength in (lam, lam / 2, lam * 2))
+    tilted, halved, doubled = (
+        torch.softmax(p_sft.log() + reward / strength, dim=0) for strength in (lam, lam / 2, lam * 2)
+    )
     argmax = torch.zeros_like(tilted)
     argmax[reward.argmax()] = 1.0
 
     policy = tiny_model(0)
     policy.load_state_dict(sft.state_dict())
     args = DensePathConfig(
-        output_dir=str(tmp_path / "dpr"), per_device_train_batch_size=64, max_steps=200, max_completion_length=2,
-        learning_rate=2e-2, kl_coef=lam, warmup_steps=0, logging_steps=50, report_to="none", bf16=False,
-        use_cpu=True, save_strategy="no", seed=0, disable_tqdm=True,
+        output_dir=str(tmp_path / "dpr"),
+        per_device_train_batch_size=64,
+        max_steps=200,
+        max_completion_length=2,
+        learning_rate=2e-2,
+        kl_coef=lam,
+        warmup_steps=0,
+        logging_steps=50,
+        report_to="none",
+        bf16=False,
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
     )
     trainer = DensePathTrainer(
-        model=policy, reward_model=CheckpointRewardModel(sft, ref, processing_class=tiny_tokenizer()), args=args,
-        train_dataset=Dataset.from_dict({"prompt": ["p"] * 64}), processing_class=tiny_tokenizer(),
+        model=policy,
+        reward_model=CheckpointRewardModel(sft, ref, processing_class=tiny_tokenizer()),
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["p"] * 64}),
+        processing_class=tiny_tokenizer(),
     )
     trainer.train()
     trained = distribution(trainer.model)
@@ -103,8 +129,10 @@ def test_the_trainer_converges_to_the_tilted_policy_of_its_own_kl_coef(tmp_path)
     sft_to_tilted = total_variation(p_sft, tilted)
     argmax_to_tilted = total_variation(argmax, tilted)
     other_strengths = min(total_variation(halved, tilted), total_variation(doubled, tilted))
-    message = (f"λ={lam}: TV(trained, π_λ)={to_tilted:.4f}, TV(π_SFT, π_λ)={sft_to_tilted:.4f}, "
-               f"TV(argmax R, π_λ)={argmax_to_tilted:.4f}, TV(π_λ/2 or π_2λ, π_λ) ≥ {other_strengths:.4f}")
+    message = (
+        f"λ={lam}: TV(trained, π_λ)={to_tilted:.4f}, TV(π_SFT, π_λ)={sft_to_tilted:.4f}, "
+        f"TV(argmax R, π_λ)={argmax_to_tilted:.4f}, TV(π_λ/2 or π_2λ, π_λ) ≥ {other_strengths:.4f}"
+    )
     print(message)
     assert sft_to_tilted > 0.2 and argmax_to_tilted > 0.2, message  # the toy separates the three
     assert to_tilted < 0.25 * sft_to_tilted, message

@@ -31,14 +31,21 @@ from ..conftest import dpr_config, save_sft_output
 
 # The first lines of the Zen of Python, as trl-internal-testing/zen holds them (prompts cut mid-sentence).
 ZEN_TRAIN = [
-    "Beautiful is better than", "Explicit is", "Simple is better", "Complex", "Flat is better than", "Sparse is better",
-    "Readability", "Special cases aren't special",
+    "Beautiful is better than",
+    "Explicit is",
+    "Simple is better",
+    "Complex",
+    "Flat is better than",
+    "Sparse is better",
+    "Readability",
+    "Special cases aren't special",
 ]
 ZEN_TEST = ["Although practicality beats", "Errors should never", "Unless explicitly"]
 
 
 def zen(config_name: str = "standard_prompt_only", split: str | None = "train", streaming: bool = False):
     """Offline stand-in for `load_dataset("trl-internal-testing/zen", config_name, split=split, streaming=...)`."""
+
     def build(prompts):
         if config_name == "conversational_prompt_only":
             prompts = [[{"role": "user", "content": prompt}] for prompt in prompts]
@@ -54,17 +61,28 @@ def make_trainer(tokenizer, tmp_path):
     """`make_trainer(model=None, peft_config=None, architecture="qwen2", train_dataset=zen(), eval_dataset=None,
     **config)`: a DensePathTrainer on tiny models (upstream's tiny-Qwen2ForCausalLM-2.5 → a tiny Qwen2 π_SFT),
     for one step of 2 prompts with 4-token completions unless `config` says otherwise."""
+
     def make(model=None, peft_config=None, architecture="qwen2", train_dataset=None, eval_dataset=None, **config):
         sft = build_tiny_causal_lm(tokenizer, architecture, seed=0)
         ref = build_tiny_causal_lm(tokenizer, architecture, seed=1)
         # warmup 0: DPR's default warmup (a ratio, 0.03) makes the first step's learning rate 0
-        config = {"per_device_train_batch_size": 2, "max_steps": 1, "max_completion_length": 4, "warmup_steps": 0,
-                  **config}
+        config = {
+            "per_device_train_batch_size": 2,
+            "max_steps": 1,
+            "max_completion_length": 4,
+            "warmup_steps": 0,
+            **config,
+        }
         return DensePathTrainer(
-            model=model, reward_model=CheckpointRewardModel(sft, ref), args=dpr_config(tmp_path, **config),
-            processing_class=tokenizer, train_dataset=zen() if train_dataset is None else train_dataset,
-            eval_dataset=eval_dataset, peft_config=peft_config,
+            model=model,
+            reward_model=CheckpointRewardModel(sft, ref),
+            args=dpr_config(tmp_path, **config),
+            processing_class=tokenizer,
+            train_dataset=zen() if train_dataset is None else train_dataset,
+            eval_dataset=eval_dataset,
+            peft_config=peft_config,
         )
+
     return make
 
 
@@ -100,7 +118,9 @@ def logged_keys(trainer):
 def test_init_minimal(tokenizer, tmp_path):
     # upstream: test_init_minimal (the reward and train_dataset; args for this CPU machine, the tokenizer because
     # π_SFT is in memory, with no path to load one from)
-    reward_model = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, "qwen2"), build_tiny_causal_lm(tokenizer, "qwen2", seed=1))
+    reward_model = CheckpointRewardModel(
+        build_tiny_causal_lm(tokenizer, "qwen2"), build_tiny_causal_lm(tokenizer, "qwen2", seed=1)
+    )
     args = DensePathConfig(str(tmp_path / "dpr"), use_cpu=True, bf16=False, report_to="none")
     DensePathTrainer(reward_model=reward_model, args=args, processing_class=tokenizer, train_dataset=zen())
 
@@ -126,8 +146,11 @@ def test_train_dataset_format(make_trainer, config_name):
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"])
 def test_train_loss_types(make_trainer, loss_type):
     # upstream: test_train_loss_types (plus "grpo"; gradient_accumulation_steps=2 checks DAPO's accumulated batch)
-    trainer = make_trainer(loss_type=loss_type, gradient_accumulation_steps=2,
-                           importance_sampling_level="sequence" if loss_type == "luspo" else "token")
+    trainer = make_trainer(
+        loss_type=loss_type,
+        gradient_accumulation_steps=2,
+        importance_sampling_level="sequence" if loss_type == "luspo" else "token",
+    )
     previous = snapshot(trainer)
     trainer.train()
     assert_trained(trainer, previous)
@@ -148,11 +171,16 @@ def test_train_multiple_iterations(make_trainer):
 
 def test_steps_per_generation_feeds_every_step_from_one_scored_generation_batch(make_trainer):
     # upstream: test_prepare_input_called_with_correct_data (steps_per_generation, num_iterations, no shuffling)
-    trainer = make_trainer(steps_per_generation=2, num_iterations=2, gradient_accumulation_steps=1, max_steps=4,
-                           shuffle_dataset=False)
+    trainer = make_trainer(
+        steps_per_generation=2, num_iterations=2, gradient_accumulation_steps=1, max_steps=4, shuffle_dataset=False
+    )
     expected_generation_batch = [{"prompt": prompt} for prompt in ZEN_TRAIN[:4]]  # 2 steps x 2 prompts
-    with (patch.object(trainer, "training_step", wraps=trainer.training_step) as step,
-          patch.object(trainer, "_generate_and_score_completions", wraps=trainer._generate_and_score_completions) as score):
+    with (
+        patch.object(trainer, "training_step", wraps=trainer.training_step) as step,
+        patch.object(
+            trainer, "_generate_and_score_completions", wraps=trainer._generate_and_score_completions
+        ) as score,
+    ):
         trainer.train()
     assert step.call_count == 4  # steps_per_generation * num_iterations steps on one generation batch
     for call in step.call_args_list:
@@ -170,8 +198,9 @@ def test_train_peft_config(make_trainer):
 
 def test_train_peft_model(make_trainer, tokenizer):
     # upstream: test_train_peft_model (a PeftModel given as the policy: a LoRA on a copy of π_SFT)
-    trainer = make_trainer(model=get_peft_model(build_tiny_causal_lm(tokenizer, "qwen2", seed=0), LoraConfig()),
-                           max_steps=2)
+    trainer = make_trainer(
+        model=get_peft_model(build_tiny_causal_lm(tokenizer, "qwen2", seed=0), LoraConfig()), max_steps=2
+    )
     previous = snapshot(trainer)
     trainer.train()
     assert_lora_trained(trainer, previous)
@@ -229,20 +258,26 @@ def canned_generate(tokenizer, rows):
 
     def generate(self, input_ids, **kwargs):
         return torch.cat([input_ids, completion[: input_ids.size(0)].to(input_ids.device)], dim=1)
+
     return generate
 
 
 def test_train_with_mask_truncated_completions(make_trainer, tokenizer):
     # upstream: test_train_with_mask_truncated_completions
     pad = tokenizer.pad_token_id
-    rows = [[10, 11, 12, 13, 14, 15, 16, 17],  # truncated
-            [18, 19, 20, "eos", pad, pad, pad, pad],  # ends with EOS
-            [21, 22, 23, 24, 25, 26, 27, "eos"]]  # EOS as the last allowed token
-    trainer = make_trainer(per_device_train_batch_size=3, max_completion_length=8, mask_truncated_completions=True,
-                           loss_type="dapo")  # dapo normalises by num_items_in_batch
+    rows = [
+        [10, 11, 12, 13, 14, 15, 16, 17],  # truncated
+        [18, 19, 20, "eos", pad, pad, pad, pad],  # ends with EOS
+        [21, 22, 23, 24, 25, 26, 27, "eos"],
+    ]  # EOS as the last allowed token
+    trainer = make_trainer(
+        per_device_train_batch_size=3, max_completion_length=8, mask_truncated_completions=True, loss_type="dapo"
+    )  # dapo normalises by num_items_in_batch
     previous = snapshot(trainer)
-    with (patch("transformers.generation.utils.GenerationMixin.generate", canned_generate(tokenizer, rows)),
-          patch.object(trainer, "_compute_loss", wraps=trainer._compute_loss) as compute_loss):
+    with (
+        patch("transformers.generation.utils.GenerationMixin.generate", canned_generate(tokenizer, rows)),
+        patch.object(trainer, "_compute_loss", wraps=trainer._compute_loss) as compute_loss,
+    ):
         trainer.train()
     assert_trained(trainer, previous)
     # DPR: the truncated completion is out of the loss (mask 0, so advantage 0); the other two are in it
@@ -257,7 +292,9 @@ def test_train_with_mask_truncated_completions_all_masked(make_trainer, tokenize
     # upstream: test_train_with_mask_truncated_completions_all_masked (no learning signal: loss 0, no update)
     trainer = make_trainer(max_completion_length=4, mask_truncated_completions=True, loss_type="dapo")
     previous = snapshot(trainer)
-    with patch("transformers.generation.utils.GenerationMixin.generate", canned_generate(tokenizer, [[10, 11, 12, 13]] * 2)):
+    with patch(
+        "transformers.generation.utils.GenerationMixin.generate", canned_generate(tokenizer, [[10, 11, 12, 13]] * 2)
+    ):
         trainer.train()
     assert trainer.state.log_history[-1]["train_loss"] == pytest.approx(0.0)
     for name, before in previous.items():
@@ -272,8 +309,14 @@ def test_train_with_mask_truncated_completions_all_masked(make_trainer, tokenize
 def test_train_with_eval(make_trainer):
     # upstream: test_train_with_eval (eval_strategy "steps" with an eval dataset)
     dataset = zen(split=None)
-    trainer = make_trainer(train_dataset=dataset["train"], eval_dataset=dataset["test"], per_device_eval_batch_size=3,
-                           eval_strategy="steps", eval_steps=1, max_steps=2)
+    trainer = make_trainer(
+        train_dataset=dataset["train"],
+        eval_dataset=dataset["test"],
+        per_device_eval_batch_size=3,
+        eval_strategy="steps",
+        eval_steps=1,
+        max_steps=2,
+    )
     trainer.train()
     evaluations = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
     assert [entry["step"] for entry in evaluations] == [1, 2]
@@ -283,8 +326,15 @@ def test_train_with_eval(make_trainer):
 def test_train_with_num_generations_eval(make_trainer):
     # upstream: test_train_with_num_generations_eval (a group of 2 per prompt in training, 1 in evaluation)
     dataset = zen(split=None)
-    trainer = make_trainer(train_dataset=dataset["train"], eval_dataset=dataset["test"], num_generations=2,
-                           num_generations_eval=1, per_device_eval_batch_size=3, eval_strategy="steps", eval_steps=1)
+    trainer = make_trainer(
+        train_dataset=dataset["train"],
+        eval_dataset=dataset["test"],
+        num_generations=2,
+        num_generations_eval=1,
+        per_device_eval_batch_size=3,
+        eval_strategy="steps",
+        eval_steps=1,
+    )
     trainer.train()
     assert "eval_loss" in logged_keys(trainer)
 
@@ -292,19 +342,32 @@ def test_train_with_num_generations_eval(make_trainer):
 def test_train_eval_on_start(make_trainer):
     # upstream: test_train_eval_on_start (loss_type "grpo" reads the accumulation steps, unset before step 1)
     dataset = zen(split=None)
-    trainer = make_trainer(train_dataset=dataset["train"], eval_dataset=dataset["test"], per_device_eval_batch_size=3,
-                           loss_type="grpo", eval_strategy="steps", eval_steps=2, eval_on_start=True)
+    trainer = make_trainer(
+        train_dataset=dataset["train"],
+        eval_dataset=dataset["test"],
+        per_device_eval_batch_size=3,
+        loss_type="grpo",
+        eval_strategy="steps",
+        eval_steps=2,
+        eval_on_start=True,
+    )
     trainer.train()
     assert trainer.state.log_history[0]["step"] == 0 and "eval_loss" in trainer.state.log_history[0]
 
 
-@pytest.mark.parametrize("eval_dataset_type", ["dataset", "iterable_dataset", "dataset_dict", "dict_of_dataset", "none"])
+@pytest.mark.parametrize(
+    "eval_dataset_type", ["dataset", "iterable_dataset", "dataset_dict", "dict_of_dataset", "none"]
+)
 def test_init_with_eval_dataset(make_trainer, eval_dataset_type):
     # upstream: test_init_with_eval_dataset
     split = zen(split="test", streaming=eval_dataset_type == "iterable_dataset")
-    eval_dataset = {"none": None, "dataset": split, "iterable_dataset": split,
-                    "dataset_dict": DatasetDict({"data1": split, "data2": split}),
-                    "dict_of_dataset": {"data1": split, "data2": split}}[eval_dataset_type]
+    eval_dataset = {
+        "none": None,
+        "dataset": split,
+        "iterable_dataset": split,
+        "dataset_dict": DatasetDict({"data1": split, "data2": split}),
+        "dict_of_dataset": {"data1": split, "data2": split},
+    }[eval_dataset_type]
     trainer = make_trainer(eval_dataset=eval_dataset)
     if eval_dataset is None:
         assert trainer.eval_dataset is None
@@ -362,10 +425,19 @@ def test_beta_non_zero_next_to_kl_coef_is_refused():
 def test_train_beta_non_zero(tokenizer, tmp_path, kl_coef, allow_kl_in_loss):
     # upstream: test_train_beta_non_zero (GRPO's reference model and KL in the loss). GRPO loads its reference model
     # from the policy's path, so π_SFT comes from an SFT output folder here, not from memory.
-    args = dpr_config(tmp_path, beta=0.1, kl_coef=kl_coef, allow_kl_in_loss=allow_kl_in_loss,
-                      per_device_train_batch_size=2, max_steps=1, max_completion_length=4, warmup_steps=0)
-    trainer = DensePathTrainer(reward_model=str(save_sft_output(tmp_path / "sft", tokenizer)), args=args,
-                               train_dataset=zen())
+    args = dpr_config(
+        tmp_path,
+        beta=0.1,
+        kl_coef=kl_coef,
+        allow_kl_in_loss=allow_kl_in_loss,
+        per_device_train_batch_size=2,
+        max_steps=1,
+        max_completion_length=4,
+        warmup_steps=0,
+    )
+    trainer = DensePathTrainer(
+        reward_model=str(save_sft_output(tmp_path / "sft", tokenizer)), args=args, train_dataset=zen()
+    )
     previous = snapshot(trainer)
     trainer.train()
     assert_trained(trainer, previous)
@@ -376,17 +448,23 @@ def test_train_beta_non_zero_with_pi_sft_in_memory_is_refused(make_trainer):
     # upstream: test_train_beta_non_zero, with DPR's other documented input: a CheckpointRewardModel built in memory.
     # GRPOTrainer loads its β reference by the policy's config name, which a copy of an in-memory π_SFT lacks (it
     # failed with a Hub id error, '' is not a repo id): DPR refuses it before building anything and says what to do.
-    with pytest.raises(ValueError, match=r"beta=0.1 needs a reference model .* π_SFT was given in memory: give it as a "
-                                         r"folder \(reward_model=path or CheckpointRewardModel.from_pretrained\(path\)\), "
-                                         r"or set beta=0 and use kl_coef"):
+    with pytest.raises(
+        ValueError,
+        match=r"beta=0.1 needs a reference model .* π_SFT was given in memory: give it as a "
+        r"folder \(reward_model=path or CheckpointRewardModel.from_pretrained\(path\)\), "
+        r"or set beta=0 and use kl_coef",
+    ):
         make_trainer(beta=0.1, kl_coef=0.0)
 
 
 @pytest.mark.parametrize("scale_rewards", [False, "batch", "none"])
 def test_train_scale_rewards_other_than_group_is_refused(scale_rewards):
     # upstream: test_train_scale_rewards (DPR whitens its per-token returns over the batch instead)
-    with pytest.raises(ValueError, match=rf"scale_rewards: {scale_rewards!r} is not used: DPR whitens its per-token "
-                                         r"returns .* set it to 'group'"):
+    with pytest.raises(
+        ValueError,
+        match=rf"scale_rewards: {scale_rewards!r} is not used: DPR whitens its per-token "
+        r"returns .* set it to 'group'",
+    ):
         DensePathConfig("unused", scale_rewards=scale_rewards, use_cpu=True, bf16=False, report_to="none")
 
 
@@ -406,5 +484,11 @@ def test_train_log_completions(make_trainer):
     table = trainer._logs
     for column in ("completion_token_ids", "token_rewards", "token_advantages", "sequence_reward"):
         assert len(table["extra"][column]) == len(table["prompt"]) == len(table["completion"]) == 2
-    assert {"reward", "rewards/dense_path/mean", "dense_reward/token_mean", "advantages/std", "kl_sft/per_token",
-            "completions/mean_length"} <= logged_keys(trainer)
+    assert {
+        "reward",
+        "rewards/dense_path/mean",
+        "dense_reward/token_mean",
+        "advantages/std",
+        "kl_sft/per_token",
+        "completions/mean_length",
+    } <= logged_keys(trainer)

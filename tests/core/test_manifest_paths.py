@@ -52,8 +52,10 @@ def test_an_sft_completion_record_listing_a_file_outside_its_folder_is_not_a_fin
     sft.mkdir()
     size = (outside / "config.json").stat().st_size  # right size: only the path can give it away
     (sft / SFT_COMPLETE_NAME).write_text(json.dumps({"files": {"../someone-elses-model/config.json": size}}))
-    assert sft_output_problem(sft) == "it lists '../someone-elses-model/config.json', outside the folder (a manifest " \
-                                      "names only files inside it)"
+    assert (
+        sft_output_problem(sft) == "it lists '../someone-elses-model/config.json', outside the folder (a manifest "
+        "names only files inside it)"
+    )
 
 
 def test_a_checkpoint_manifest_listing_a_file_outside_its_folder_is_not_complete(tmp_path, outside):

@@ -41,8 +41,11 @@ def test_a_nan_batch_never_reaches_the_weights(tokenizer, tmp_path):
     snapshots = WeightsAfterEachStep()
     # Adam with momentum: a zero gradient alone would still move the weights at step 2.
     trainer = DensePathTrainer(
-        reward_model=reward_model, processing_class=tokenizer, train_dataset=prompts_dataset(),
-        args=make_config(tmp_path, max_steps=3, learning_rate=1e-2, kl_coef=0.0), callbacks=[snapshots],
+        reward_model=reward_model,
+        processing_class=tokenizer,
+        train_dataset=prompts_dataset(),
+        args=make_config(tmp_path, max_steps=3, learning_rate=1e-2, kl_coef=0.0),
+        callbacks=[snapshots],
     )
     trainer.train()
     step1, step2, step3 = snapshots.weights

@@ -29,13 +29,22 @@ def test_outcome_rewards_reach_every_return_of_their_completion_and_nan_adds_not
     dense = torch.randn(3, 4) * mask
     outcome = torch.tensor([[1.0, -0.5], [math.nan, 2.0], [0.0, math.nan]])
     weights = torch.tensor([0.5, 3.0])
-    out = dense_path_advantages(dense, torch.zeros(3, 4), None, mask, kl_coef=0.0, whiten_advantages=False,
-                                dense_weight=0.25, outcome_rewards=outcome, outcome_weights=weights)
+    out = dense_path_advantages(
+        dense,
+        torch.zeros(3, 4),
+        None,
+        mask,
+        kl_coef=0.0,
+        whiten_advantages=False,
+        dense_weight=0.25,
+        outcome_rewards=outcome,
+        outcome_weights=weights,
+    )
     dense_rows = [dense[b, : int(mask[b].sum())].double().tolist() for b in range(3)]
     expected = returns_by_hand(dense_rows, outcome.double().tolist(), 0.25, weights.tolist())
     for b, row in enumerate(expected):
         assert out["returns"][b, : len(row)].tolist() == pytest.approx(row, abs=1e-6)
-        assert torch.all(out["returns"][b, len(row):] == 0)
+        assert torch.all(out["returns"][b, len(row) :] == 0)
 
 
 def test_an_all_padding_row_gets_no_outcome_reward():
@@ -59,15 +68,24 @@ def outcome_by_hand(ids):
 
 
 def prompts_with_answers(n=16):
-    return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What is {i}+{2 * i}?"}] for i in range(n)],
-                              "answer": [3 * i for i in range(n)]})
+    return Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": f"What is {i}+{2 * i}?"}] for i in range(n)],
+            "answer": [3 * i for i in range(n)],
+        }
+    )
 
 
 @pytest.mark.parametrize("reward_weights", [[0.5, 2.0, 1.0], [0.0, 1.0, 1.0]], ids=["dense+outcome", "outcome-alone"])
 def test_trainer_advantages_and_logs_are_the_weighted_dense_and_outcome_returns(make_trainer, reward_weights):
-    trainer, used, sft, ref = make_trainer(kl_coef=0.0, max_steps=1, reward_weights=reward_weights,
-                                           reward_funcs=[length_penalty, parity_verifier],
-                                           train_dataset=prompts_with_answers(), max_completion_length=8)
+    trainer, used, sft, ref = make_trainer(
+        kl_coef=0.0,
+        max_steps=1,
+        reward_weights=reward_weights,
+        reward_funcs=[length_penalty, parity_verifier],
+        train_dataset=prompts_with_answers(),
+        max_completion_length=8,
+    )
     trainer.train()
     first = used[0]  # scored by π_SFT / π_ref before any update
     dense_rows, outcome_rows = [], []
@@ -78,8 +96,12 @@ def test_trainer_advantages_and_logs_are_the_weighted_dense_and_outcome_returns(
         dense_rows.append([s - r for s, r in zip(sft_lp, ref_lp)])
         outcome_rows.append(outcome_by_hand(completion))
     w0, weights = reward_weights[0], reward_weights[1:]
-    last_rewards = [[0.0] * (len(row) - 1) + [g[-1]] for row, g in
-                    zip(dense_rows, returns_by_hand([[0.0] * len(r) for r in dense_rows], outcome_rows, 0.0, weights))]
+    last_rewards = [
+        [0.0] * (len(row) - 1) + [g[-1]]
+        for row, g in zip(
+            dense_rows, returns_by_hand([[0.0] * len(r) for r in dense_rows], outcome_rows, 0.0, weights)
+        )
+    ]
     token_rewards = [[w0 * d + o for d, o in zip(dense, last)] for dense, last in zip(dense_rows, last_rewards)]
     for b, row in enumerate(dpr_advantages_by_hand(token_rewards)):
         assert first["advantages"][b, : len(row)].tolist() == pytest.approx(row, abs=1e-4)
@@ -89,7 +111,9 @@ def test_trainer_advantages_and_logs_are_the_weighted_dense_and_outcome_returns(
     totals = [w0 * s + sum(w * r for w, r in zip(weights, o) if not math.isnan(r)) for s, o in zip(sums, outcome_rows)]
     verdicts = [o[1] for o in outcome_rows if not math.isnan(o[1])]
     assert logged["rewards/dense_path/mean"] == pytest.approx(sum(sums) / len(sums), abs=1e-4)  # unweighted, as TRL
-    assert logged["rewards/length_penalty/mean"] == pytest.approx(sum(o[0] for o in outcome_rows) / len(outcome_rows), abs=1e-5)
+    assert logged["rewards/length_penalty/mean"] == pytest.approx(
+        sum(o[0] for o in outcome_rows) / len(outcome_rows), abs=1e-5
+    )
     if verdicts:
         assert logged["rewards/parity_verifier/mean"] == pytest.approx(sum(verdicts) / len(verdicts), abs=1e-5)
     assert {"rewards/length_penalty/std", "rewards/parity_verifier/std", "rewards/dense_path/std"} <= set(logged)
@@ -98,11 +122,21 @@ def test_trainer_advantages_and_logs_are_the_weighted_dense_and_outcome_returns(
 
 @pytest.mark.parametrize(
     "reward_weights, match",
-    [([1.0], r"reward_weights has 1 entries but DensePathTrainer needs 2: the dense reward r̂ first"),
-     ([0.0, 0.0], r"switches every reward off")],
+    [
+        ([1.0], r"reward_weights has 1 entries but DensePathTrainer needs 2: the dense reward r̂ first"),
+        ([0.0, 0.0], r"switches every reward off"),
+    ],
 )
-def test_reward_weights_must_name_dense_then_each_function_and_keep_one_on(tokenizer, make_config, reward_weights, match):
-    reward_model = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1))
+def test_reward_weights_must_name_dense_then_each_function_and_keep_one_on(
+    tokenizer, make_config, reward_weights, match
+):
+    reward_model = CheckpointRewardModel(
+        build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1)
+    )
     with pytest.raises(ValueError, match=match):
-        DensePathTrainer(reward_model=reward_model, args=make_config(reward_weights=reward_weights),
-                         train_dataset=prompts_with_answers(), reward_funcs=[length_penalty])
+        DensePathTrainer(
+            reward_model=reward_model,
+            args=make_config(reward_weights=reward_weights),
+            train_dataset=prompts_with_answers(),
+            reward_funcs=[length_penalty],
+        )

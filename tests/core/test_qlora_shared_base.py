@@ -17,7 +17,9 @@ from ..conftest import prompts_dataset
 from .test_token_rewards import make_batch
 
 QUANTIZED = dict(
-    quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32),
+    quantization_config=BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32
+    ),
     dtype=torch.float32,
     device_map=None,
 )
@@ -58,16 +60,24 @@ def base_weight_bytes(*models):
 
 def separate_models(root):
     sft = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(root / "base", **QUANTIZED), root / "sft")
-    ref = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(root / "base", **QUANTIZED), root / "sft" / "dpr_reference")
+    ref = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(root / "base", **QUANTIZED), root / "sft" / "dpr_reference"
+    )
     return sft, ref
 
 
 @pytest.mark.parametrize("eliminate_value", [True, False])
 def test_adapter_switch_scoring_equals_separate_models(adapter_sft_output, tokenizer, eliminate_value):
-    shared = CheckpointRewardModel.from_pretrained(str(adapter_sft_output / "sft"), reward=reward_from_settings({} if eliminate_value else {"dense_reward": "trl_dpr.rewards:WithSoftValue"}), **QUANTIZED)
+    shared = CheckpointRewardModel.from_pretrained(
+        str(adapter_sft_output / "sft"),
+        reward=reward_from_settings({} if eliminate_value else {"dense_reward": "trl_dpr.rewards:WithSoftValue"}),
+        **QUANTIZED,
+    )
     assert shared.sft_model is shared.ref_model and (shared.sft_adapter, shared.ref_adapter) == ("sft", "ref")
     sft, ref = separate_models(adapter_sft_output)
-    separate = CheckpointRewardModel(sft, ref, reward_from_settings({} if eliminate_value else {"dense_reward": "trl_dpr.rewards:WithSoftValue"}))
+    separate = CheckpointRewardModel(
+        sft, ref, reward_from_settings({} if eliminate_value else {"dense_reward": "trl_dpr.rewards:WithSoftValue"})
+    )
     # Same 4-bit kernel on both sides: in eval mode bitsandbytes (CPU) switches to a repacked bf16 inference kernel,
     # about 1e-3 off the training kernel the shared base uses (see CheckpointRewardModel._activated).
     sft.train(), ref.train()
@@ -79,14 +89,21 @@ def test_adapter_switch_scoring_equals_separate_models(adapter_sft_output, token
 
 def test_policy_and_both_scorers_hold_one_base(adapter_sft_output, tokenizer, tmp_path):
     reward_model = CheckpointRewardModel.from_pretrained(str(adapter_sft_output / "sft"), **QUANTIZED)
-    trainer = DensePathTrainer(reward_model=reward_model, args=make_config(tmp_path), train_dataset=prompts_dataset(),
-                               processing_class=tokenizer)
+    trainer = DensePathTrainer(
+        reward_model=reward_model,
+        args=make_config(tmp_path),
+        train_dataset=prompts_dataset(),
+        processing_class=tokenizer,
+    )
     assert trainer.model is reward_model.sft_model and set(trainer.model.peft_config) == {"sft", "ref", "default"}
     one_base = base_weight_bytes(AutoModelForCausalLM.from_pretrained(adapter_sft_output / "base", **QUANTIZED))
     assert base_weight_bytes(trainer.model, reward_model.sft_model, reward_model.ref_model) == one_base
     sft, ref = separate_models(adapter_sft_output)
-    policy = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(adapter_sft_output / "base", **QUANTIZED),
-                                       adapter_sft_output / "sft", is_trainable=True)
+    policy = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(adapter_sft_output / "base", **QUANTIZED),
+        adapter_sft_output / "sft",
+        is_trainable=True,
+    )
     assert base_weight_bytes(policy, sft, ref) == 3 * one_base  # the layout without sharing
 
 
@@ -94,8 +111,12 @@ def test_training_moves_only_the_policy_adapter(adapter_sft_output, tokenizer, t
     reward_model = CheckpointRewardModel.from_pretrained(str(adapter_sft_output / "sft"), **QUANTIZED)
     _, _, batch = make_batch(tokenizer)
     rewards_before = reward_model.token_rewards(*batch)
-    trainer = DensePathTrainer(reward_model=reward_model, processing_class=tokenizer, train_dataset=prompts_dataset(),
-                               args=make_config(tmp_path, max_steps=2, learning_rate=1e-2))
+    trainer = DensePathTrainer(
+        reward_model=reward_model,
+        processing_class=tokenizer,
+        train_dataset=prompts_dataset(),
+        args=make_config(tmp_path, max_steps=2, learning_rate=1e-2),
+    )
     model = trainer.model
     policy_start = {n: p.detach().clone() for n, p in model.named_parameters() if ".default." in n}
     # the policy starts as π_SFT (TRL keeps the trainable adapter of a quantized model in bf16, as QLoRA does)
@@ -120,8 +141,9 @@ def test_merging_and_unmerging_an_adapter_changes_a_4bit_base(adapter_sft_output
     """Why vLLM is refused below: TRL's vLLM weight sync merges the policy adapter into the base and unmerges it."""
     from bitsandbytes.functional import dequantize_4bit
 
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(adapter_sft_output / "base", **QUANTIZED),
-                                      adapter_sft_output / "sft")
+    model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(adapter_sft_output / "base", **QUANTIZED), adapter_sft_output / "sft"
+    )
     layer = model.base_model.model.model.layers[0].self_attn.q_proj.base_layer
     before = dequantize_4bit(layer.weight.data, layer.weight.quant_state).clone()
     model.merge_adapter()
@@ -133,8 +155,12 @@ def test_merging_and_unmerging_an_adapter_changes_a_4bit_base(adapter_sft_output
 def test_vllm_with_a_quantized_shared_base_is_refused_before_vllm_starts(adapter_sft_output, tokenizer, tmp_path):
     reward_model = CheckpointRewardModel.from_pretrained(str(adapter_sft_output / "sft"), **QUANTIZED)
     with pytest.raises(ValueError, match="re-quantizing the base each time"):
-        DensePathTrainer(reward_model=reward_model, args=make_config(tmp_path, use_vllm=True), train_dataset=prompts_dataset(),
-                         processing_class=tokenizer)
+        DensePathTrainer(
+            reward_model=reward_model,
+            args=make_config(tmp_path, use_vllm=True),
+            train_dataset=prompts_dataset(),
+            processing_class=tokenizer,
+        )
     assert set(reward_model.sft_model.peft_config) == {"sft", "ref"}  # refused before the policy adapter was added
 
 
@@ -144,10 +170,16 @@ def test_continuous_batching_trains_the_quantized_shared_base_off_policy(adapter
     rollout batch 8 over 2 micro-batches, so GRPO computes log π_old itself for DPR's KL term."""
     reward_model = CheckpointRewardModel.from_pretrained(str(adapter_sft_output / "sft"), **QUANTIZED)
     args = make_config(
-        tmp_path, use_transformers_continuous_batching=True, generation_batch_size=8, kl_coef=0.1, max_steps=2,
+        tmp_path,
+        use_transformers_continuous_batching=True,
+        generation_batch_size=8,
+        kl_coef=0.1,
+        max_steps=2,
         transformers_continuous_batching_config={"num_blocks": 16, "max_batch_tokens": 64, "page_size": 16},
     )
-    trainer = DensePathTrainer(reward_model=reward_model, args=args, train_dataset=prompts_dataset(), processing_class=tokenizer)
+    trainer = DensePathTrainer(
+        reward_model=reward_model, args=args, train_dataset=prompts_dataset(), processing_class=tokenizer
+    )
     batches = []
     generate_and_score = trainer._generate_and_score_completions
     trainer._generate_and_score_completions = lambda inputs: batches.append(generate_and_score(inputs)) or batches[-1]

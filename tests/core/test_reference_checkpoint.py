@@ -122,8 +122,17 @@ def test_reference_of_a_peft_run_is_the_adapter(tokenizer, tmp_path):
 
     trainer = SFTTrainer(
         model=build_tiny_causal_lm(tokenizer, seed=0),
-        args=SFTConfig(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=2, report_to="none",
-                       bf16=False, use_cpu=True, save_strategy="no", gradient_checkpointing=False, max_length=64),
+        args=SFTConfig(
+            output_dir=str(tmp_path),
+            max_steps=4,
+            per_device_train_batch_size=2,
+            report_to="none",
+            bf16=False,
+            use_cpu=True,
+            save_strategy="no",
+            gradient_checkpointing=False,
+            max_length=64,
+        ),
         train_dataset=demonstrations(),
         processing_class=tokenizer,
         peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"]),

@@ -80,10 +80,18 @@ def test_a_third_checkpoint_is_scored_with_its_own_forward(tokenizer):
         torch.testing.assert_close(out.rewards[row, : len(expected)].double(), expected, atol=1e-5, rtol=0)
         # The KL reference is still π_SFT at the rollout temperature, whatever the reward reads.
         prompt_ids, prompt_mask, completion_ids, completion_mask = batch()
-        kl_ref = unpadded_logprobs(sft, prompt_ids[row][prompt_mask[row].bool()].tolist(),
-                                   completion_ids[row][completion_mask[row].bool()].tolist(), temperature=0.5)
-        torch.testing.assert_close(out.kl_reference_logps[row, : len(kl_ref)].double(), torch.tensor(kl_ref, dtype=torch.float64),
-                                   atol=1e-5, rtol=0)
+        kl_ref = unpadded_logprobs(
+            sft,
+            prompt_ids[row][prompt_mask[row].bool()].tolist(),
+            completion_ids[row][completion_mask[row].bool()].tolist(),
+            temperature=0.5,
+        )
+        torch.testing.assert_close(
+            out.kl_reference_logps[row, : len(kl_ref)].double(),
+            torch.tensor(kl_ref, dtype=torch.float64),
+            atol=1e-5,
+            rtol=0,
+        )
     assert not any(p.requires_grad for p in teacher.parameters()) and not teacher.training
 
 
@@ -109,7 +117,9 @@ def test_recipe_keys_name_an_importable_reward_and_refuse_what_does_not_fit(tmp_
         "dense_reward must be 'module:ClassName'": dict(dense_reward="my_rewards.ClippedReward"),
         "cannot import 'no_such_module'": dict(dense_reward="no_such_module:X"),
         "has no 'Nope'": dict(dense_reward="my_rewards:Nope"),
-        "does not take dense_reward_kwargs": dict(dense_reward="my_rewards:ClippedReward", dense_reward_kwargs={"c": 1}),
+        "does not take dense_reward_kwargs": dict(
+            dense_reward="my_rewards:ClippedReward", dense_reward_kwargs={"c": 1}
+        ),
         "is not a DenseReward": dict(dense_reward="my_rewards:NotAReward"),
         "configure dense_reward, which is not set": dict(dense_reward_kwargs={"clip": 1.0}),
     }
@@ -120,9 +130,12 @@ def test_recipe_keys_name_an_importable_reward_and_refuse_what_does_not_fit(tmp_
 
 def test_the_trainer_trains_on_a_user_reward_from_a_recipe_key_and_from_python(tokenizer, tmp_path, user_module):
     sft_dir = save_sft_output(tmp_path / "sft", tokenizer)
-    args = dpr_config(tmp_path, dense_reward="my_rewards:ClippedReward", dense_reward_kwargs={"clip": 0.01}, max_steps=1)
-    trainer = DensePathTrainer(model=None, reward_model=str(sft_dir), args=args, processing_class=tokenizer,
-                               train_dataset=prompts_dataset(8))
+    args = dpr_config(
+        tmp_path, dense_reward="my_rewards:ClippedReward", dense_reward_kwargs={"clip": 0.01}, max_steps=1
+    )
+    trainer = DensePathTrainer(
+        model=None, reward_model=str(sft_dir), args=args, processing_class=tokenizer, train_dataset=prompts_dataset(8)
+    )
     assert type(trainer.reward_model.reward).__name__ == "ClippedReward"
     trainer.train()
     logged = trainer.state.log_history[0]
@@ -131,13 +144,23 @@ def test_the_trainer_trains_on_a_user_reward_from_a_recipe_key_and_from_python(t
     # From Python: a scorer built with the reward trains under a config that names no reward; a config naming
     # another reward is refused with what to do.
     scorer = CheckpointRewardModel.from_pretrained(str(sft_dir), reward=user_module.ClippedReward(0.01))
-    trainer = DensePathTrainer(model=None, reward_model=scorer, args=dpr_config(tmp_path / "b", max_steps=1),
-                               processing_class=tokenizer, train_dataset=prompts_dataset(8))
+    trainer = DensePathTrainer(
+        model=None,
+        reward_model=scorer,
+        args=dpr_config(tmp_path / "b", max_steps=1),
+        processing_class=tokenizer,
+        train_dataset=prompts_dataset(8),
+    )
     trainer.train()
     assert abs(trainer.state.log_history[0]["reward"]) <= 6 * 0.01 + 1e-6
     with pytest.raises(ValueError, match=r"asks for the reward SFTLogProb .* scores ClippedReward"):
-        DensePathTrainer(model=None, reward_model=scorer, args=dpr_config(tmp_path / "c", dense_reward="trl_dpr.rewards:SFTLogProb"),
-                         processing_class=tokenizer, train_dataset=prompts_dataset(8))
+        DensePathTrainer(
+            model=None,
+            reward_model=scorer,
+            args=dpr_config(tmp_path / "c", dense_reward="trl_dpr.rewards:SFTLogProb"),
+            processing_class=tokenizer,
+            train_dataset=prompts_dataset(8),
+        )
 
 
 def test_the_preview_scores_a_user_reward_variant(tokenizer, tmp_path, user_module):
@@ -147,11 +170,22 @@ def test_the_preview_scores_a_user_reward_variant(tokenizer, tmp_path, user_modu
     prompts = tmp_path / "prompts.jsonl"
     rows = [{"prompt": f"What is {i}+1?", "completion": str(i + 1), "answer": str(i + 1)} for i in range(4)]
     prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    config = PreviewConfig(output_dir=str(tmp_path / "preview"), dataset_name=str(prompts), dataset_split="train",
-                           num_prompts=4, samples_per_prompt=4, max_new_tokens=4, batch_size=16, kl_coefs=[1.0],
-                           variants={"DPR": {}, "clipped": {"dense_reward": "my_rewards:ClippedReward",
-                                                            "dense_reward_kwargs": {"clip": 0.0}}},
-                           quality="exact", plot=False)
+    config = PreviewConfig(
+        output_dir=str(tmp_path / "preview"),
+        dataset_name=str(prompts),
+        dataset_split="train",
+        num_prompts=4,
+        samples_per_prompt=4,
+        max_new_tokens=4,
+        batch_size=16,
+        kl_coefs=[1.0],
+        variants={
+            "DPR": {},
+            "clipped": {"dense_reward": "my_rewards:ClippedReward", "dense_reward_kwargs": {"clip": 0.0}},
+        },
+        quality="exact",
+        plot=False,
+    )
     report = run_preview(config, str(sft_dir), {"dtype": "float32"})
     clipped = [p for p in report.points if p.variant == "clipped"]
     # clip 0: every reward is 0, so every π_λ is π_SFT (KL 0); DPR's own reward moves off it.
@@ -172,17 +206,35 @@ def test_the_checkpoint_reward_runs_as_a_reward_func_of_an_unmodified_grpo_train
     prompt_ids = render_prompts(tokenizer, prompts)[0]
     value = func(prompts=prompts, completions=["x"], completion_ids=[[10, 11]])[0]
     expected = sum(unpadded_logprobs(scorer.sft_model, prompt_ids, [10, 11])) - sum(
-        unpadded_logprobs(scorer.ref_model, prompt_ids, [10, 11]))
+        unpadded_logprobs(scorer.ref_model, prompt_ids, [10, 11])
+    )
     assert value == pytest.approx(expected, abs=1e-5)
 
-    args = GRPOConfig(output_dir=str(tmp_path / "grpo"), per_device_train_batch_size=4, num_generations=2, max_steps=2,
-                      max_completion_length=6, learning_rate=1e-3, logging_steps=1, report_to="none", bf16=False,
-                      use_cpu=True, save_strategy="no")
-    trainer = GRPOTrainer(model=str(sft_dir), reward_funcs=[func], args=args, train_dataset=prompts_dataset(8),
-                          processing_class=tokenizer)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "grpo"),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_steps=2,
+        max_completion_length=6,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to="none",
+        bf16=False,
+        use_cpu=True,
+        save_strategy="no",
+    )
+    trainer = GRPOTrainer(
+        model=str(sft_dir),
+        reward_funcs=[func],
+        args=args,
+        train_dataset=prompts_dataset(8),
+        processing_class=tokenizer,
+    )
     trainer.train()
     assert trainer.state.global_step == 2
-    rewards = [h["rewards/dense_path_sum/mean"] for h in trainer.state.log_history if "rewards/dense_path_sum/mean" in h]
+    rewards = [
+        h["rewards/dense_path_sum/mean"] for h in trainer.state.log_history if "rewards/dense_path_sum/mean" in h
+    ]
     assert len(rewards) == 2 and all(torch.isfinite(torch.tensor(rewards)))
 
 
@@ -205,9 +257,15 @@ def test_rewards_compare_by_class_and_settings_not_by_class_name(tmp_path, token
     sft_dir = save_sft_output(tmp_path / "sft", tokenizer)
     scorer = CheckpointRewardModel.from_pretrained(str(sft_dir), reward=user_module.ClippedReward(clip=2.0))
     with pytest.raises(ValueError, match=re.escape("asks for the reward ClippedReward(clip=3.0)")):
-        DensePathTrainer(model=None, reward_model=scorer, processing_class=tokenizer, train_dataset=prompts_dataset(8),
-                         args=dpr_config(tmp_path / "c", dense_reward="my_rewards:ClippedReward",
-                                         dense_reward_kwargs={"clip": 3.0}))
+        DensePathTrainer(
+            model=None,
+            reward_model=scorer,
+            processing_class=tokenizer,
+            train_dataset=prompts_dataset(8),
+            args=dpr_config(
+                tmp_path / "c", dense_reward="my_rewards:ClippedReward", dense_reward_kwargs={"clip": 3.0}
+            ),
+        )
 
 
 def test_the_papers_ablations_are_named_rewards_reached_from_the_dense_reward_key():
@@ -215,11 +273,19 @@ def test_the_papers_ablations_are_named_rewards_reached_from_the_dense_reward_ke
 
     assert reward_from_settings({}) == CheckpointDifference()  # DPR
     assert reward_from_settings({"dense_reward": "trl_dpr.rewards:SFTLogProb"}) == SFTLogProb()  # wo/Baseline
-    assert reward_from_settings({"dense_reward": "trl_dpr.rewards:WithSoftValue"}) == WithSoftValue(CheckpointDifference())
-    both = {"dense_reward": "trl_dpr.rewards:WithSoftValue", "dense_reward_kwargs": {"reward": "trl_dpr.rewards:SFTLogProb"}}
+    assert reward_from_settings({"dense_reward": "trl_dpr.rewards:WithSoftValue"}) == WithSoftValue(
+        CheckpointDifference()
+    )
+    both = {
+        "dense_reward": "trl_dpr.rewards:WithSoftValue",
+        "dense_reward_kwargs": {"reward": "trl_dpr.rewards:SFTLogProb"},
+    }
     assert reward_from_settings(both) == WithSoftValue(SFTLogProb())  # wo/Baseline and w/V
     # Each declares what it computes (the model card's line) on the class, not in an __init__.
-    assert {type(r).label for r in (CheckpointDifference(), SFTLogProb())} == {CheckpointDifference.label, SFTLogProb.label}
+    assert {type(r).label for r in (CheckpointDifference(), SFTLogProb())} == {
+        CheckpointDifference.label,
+        SFTLogProb.label,
+    }
     assert WithSoftValue(SFTLogProb()).label.startswith(SFTLogProb.label)
 
 
@@ -241,6 +307,7 @@ def test_the_legacy_reward_keys_are_refused_with_what_to_write_instead(tmp_path)
         RecipeParser((DensePathConfig,)).parse_args_and_config(["--config", str(recipe)])
     with pytest.raises(TypeError, match="use_baseline"):
         DensePathConfig("runs/x", use_baseline=False, bf16=False)
-    config = DensePathConfig("runs/sr", dense_reward="trl_dpr.rewards:CheckpointDifference", reward_granularity="sentence",
-                             bf16=False)
+    config = DensePathConfig(
+        "runs/sr", dense_reward="trl_dpr.rewards:CheckpointDifference", reward_granularity="sentence", bf16=False
+    )
     assert config.reward() == CheckpointDifference() and config.reward_granularity == "sentence"  # SR

@@ -48,7 +48,10 @@ ABLATION_SETTINGS = {
     (True, True): {},
     (False, True): {"dense_reward": "trl_dpr.rewards:SFTLogProb"},
     (True, False): {"dense_reward": "trl_dpr.rewards:WithSoftValue"},
-    (False, False): {"dense_reward": "trl_dpr.rewards:WithSoftValue", "dense_reward_kwargs": {"reward": "trl_dpr.rewards:SFTLogProb"}},
+    (False, False): {
+        "dense_reward": "trl_dpr.rewards:WithSoftValue",
+        "dense_reward_kwargs": {"reward": "trl_dpr.rewards:SFTLogProb"},
+    },
 }
 
 
@@ -75,13 +78,13 @@ def expected_rewards(sft, ref, prompts, completions, eos, use_baseline, eliminat
 
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
-@pytest.mark.parametrize(
-    "use_baseline,eliminate_value", [(True, True), (False, True), (True, False), (False, False)]
-)
+@pytest.mark.parametrize("use_baseline,eliminate_value", [(True, True), (False, True), (True, False), (False, False)])
 def test_token_rewards_equal_unpadded_log_softmax(tokenizer, architecture, use_baseline, eliminate_value):
     sft = build_tiny_causal_lm(tokenizer, architecture, seed=0).eval()
     ref = build_tiny_causal_lm(tokenizer, architecture, seed=1).eval()
-    reward = reward_from_settings(ABLATION_SETTINGS[use_baseline, eliminate_value])  # the ablations by their recipe keys
+    reward = reward_from_settings(
+        ABLATION_SETTINGS[use_baseline, eliminate_value]
+    )  # the ablations by their recipe keys
     reward_model = CheckpointRewardModel(sft, ref, reward)
     prompts, completions, batch = make_batch(tokenizer)
     rewards = reward_model.token_rewards(*batch)
@@ -122,7 +125,9 @@ def test_chunk_size_and_micro_batching_do_not_change_rewards(tokenizer):
     ref = build_tiny_causal_lm(tokenizer, "qwen2", seed=1)
     _, _, batch = make_batch(tokenizer)
     whole = CheckpointRewardModel(sft, ref, WithSoftValue(CheckpointDifference())).token_rewards(*batch)
-    chunked = CheckpointRewardModel(sft, ref, WithSoftValue(CheckpointDifference()), token_chunk_size=2)(*batch, batch_size=1).rewards
+    chunked = CheckpointRewardModel(sft, ref, WithSoftValue(CheckpointDifference()), token_chunk_size=2)(
+        *batch, batch_size=1
+    ).rewards
     assert torch.allclose(whole, chunked, atol=1e-6)
 
 
@@ -187,7 +192,9 @@ def test_tokenizer_mismatch_is_an_error_at_construction(tokenizer):
     vocab = state["model"]["vocab"]
     a, b = "a", "b"
     vocab[a], vocab[b] = vocab[b], vocab[a]
-    other = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(state)), pad_token="<|pad|>", eos_token="<|end|>")
+    other = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(json.dumps(state)), pad_token="<|pad|>", eos_token="<|end|>"
+    )
     assert len(other) == len(tokenizer) and other.get_vocab() != tokenizer.get_vocab()
     sft = build_tiny_causal_lm(tokenizer, "llama", seed=0)
     ref = build_tiny_causal_lm(tokenizer, "llama", seed=1)
@@ -200,8 +207,9 @@ def test_scoring_is_one_forward_of_the_model_itself_with_its_forward_left_in_pla
     calls = []
     model.register_forward_pre_hook(lambda module, args: calls.append(1))
     _, _, (prompt_ids, prompt_mask, completion_ids, completion_mask) = make_batch(tokenizer)
-    completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, with_values=True,
-                        temperatures=(1.0, 0.7))
+    completion_logprobs(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, with_values=True, temperatures=(1.0, 0.7)
+    )
     assert len(calls) == 1 and "forward" not in vars(model) and not model.model._forward_hooks
 
 
@@ -266,6 +274,8 @@ def test_from_pretrained_without_manifest_names_what_is_missing(tmp_path, tokeni
 
 def test_from_pretrained_with_a_dangling_manifest_names_the_missing_folder(tmp_path, tokenizer):
     sft_dir = save_sft_run(tmp_path, tokenizer)
-    (sft_dir / MANIFEST_NAME).write_text(json.dumps({**json.loads((sft_dir / MANIFEST_NAME).read_text()), "path": "gone"}))
+    (sft_dir / MANIFEST_NAME).write_text(
+        json.dumps({**json.loads((sft_dir / MANIFEST_NAME).read_text()), "path": "gone"})
+    )
     with pytest.raises(FileNotFoundError, match="gone"):
         CheckpointRewardModel.from_pretrained(str(sft_dir))

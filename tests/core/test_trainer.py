@@ -14,7 +14,12 @@ def test_config_defaults_are_the_papers():
     args = DensePathConfig(output_dir="unused", report_to="none", bf16=False)
     assert args.num_generations == 1 and type(args.num_generations) is int
     assert (args.learning_rate, args.kl_coef, args.gamma, args.epsilon, args.temperature, args.beta) == (
-        5e-7, 1e-5, 1.0, 0.2, 1.0, 0.0,
+        5e-7,
+        1e-5,
+        1.0,
+        0.2,
+        1.0,
+        0.0,
     )
     from trl_dpr.rewards import CheckpointDifference
 
@@ -25,8 +30,12 @@ def test_config_defaults_are_the_papers():
 
 @pytest.mark.parametrize(
     "overrides,match",
-    [({"gamma": 0.0}, "gamma"), ({"gamma": 1.2}, "gamma"), ({"kl_coef": -1.0}, "kl_coef"),
-     ({"reward_granularity": "episode"}, "reward_granularity")],
+    [
+        ({"gamma": 0.0}, "gamma"),
+        ({"gamma": 1.2}, "gamma"),
+        ({"kl_coef": -1.0}, "kl_coef"),
+        ({"reward_granularity": "episode"}, "reward_granularity"),
+    ],
 )
 def test_config_rejects_bad_values(overrides, match):
     with pytest.raises(ValueError, match=match):
@@ -100,10 +109,15 @@ def test_the_policy_cannot_be_the_frozen_sft_model(tokenizer, make_config):
 
 
 def test_reward_model_flags_must_match_the_config(tokenizer, make_config):
-    reward_model = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1))
+    reward_model = CheckpointRewardModel(
+        build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1)
+    )
     with pytest.raises(ValueError, match=r"asks for the reward WithSoftValue.*scores CheckpointDifference"):
-        DensePathTrainer(reward_model=reward_model, args=make_config(dense_reward="trl_dpr.rewards:WithSoftValue"),
-                         train_dataset=prompts_dataset())
+        DensePathTrainer(
+            reward_model=reward_model,
+            args=make_config(dense_reward="trl_dpr.rewards:WithSoftValue"),
+            train_dataset=prompts_dataset(),
+        )
 
 
 def test_model_card_has_the_dpr_tags_citation_and_hyperparameters(make_trainer, tmp_path):
@@ -121,7 +135,10 @@ def test_model_card_has_the_dpr_tags_citation_and_hyperparameters(make_trainer, 
     "overrides, match",
     [
         ({"scale_rewards": "batch"}, "scale_rewards: 'batch' is not used: DPR whitens"),
-        ({"multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation: 'normalize_then_sum' is not used"),
+        (
+            {"multi_objective_aggregation": "normalize_then_sum"},
+            "multi_objective_aggregation: 'normalize_then_sum' is not used",
+        ),
         ({"beta": 0.04, "kl_coef": 0.1}, "stack two KL penalties"),
         ({"num_generations": 0}, "num_generations must be >= 1"),
         ({"max_completion_length": 0}, "max_completion_length must be a positive"),
@@ -135,14 +152,18 @@ def test_settings_dpr_would_ignore_or_divide_by_are_refused_with_the_reason(over
 def test_scale_rewards_true_is_accepted_as_grpo_reads_it_its_default_group(tmp_path):
     from trl_dpr.running.cli import _check_before_importing
 
-    assert DensePathConfig(output_dir="unused", report_to="none", bf16=False, scale_rewards=True).scale_rewards == "group"
+    assert (
+        DensePathConfig(output_dir="unused", report_to="none", bf16=False, scale_rewards=True).scale_rewards == "group"
+    )
     recipe = tmp_path / "dpr.yaml"
     recipe.write_text("scale_rewards: true\nmodel_name_or_path: runs/sft\n")
     _check_before_importing("dpr", ["--config", str(recipe)])  # the recipes' check, before anything is launched
 
 
 def test_grpo_kl_in_the_loss_is_allowed_next_to_dpr_kl_only_when_asked():
-    args = DensePathConfig(output_dir="unused", report_to="none", bf16=False, beta=0.04, kl_coef=0.1, allow_kl_in_loss=True)
+    args = DensePathConfig(
+        output_dir="unused", report_to="none", bf16=False, beta=0.04, kl_coef=0.1, allow_kl_in_loss=True
+    )
     assert (args.beta, args.kl_coef) == (0.04, 0.1)
     assert DensePathConfig(output_dir="unused", report_to="none", bf16=False, beta=0.04, kl_coef=0.0).beta == 0.04
 
@@ -184,15 +205,25 @@ def assert_log_pi_old_is_the_policys(batch, policy, temperature=1.0):
         assert batch["sampling_per_token_logps"][b, : len(completion)].tolist() == pytest.approx(expected, abs=1e-5)
 
 
-@pytest.mark.parametrize(("generation_kwargs", "batch_size"), [({"num_beams": 2}, 4), ({"prompt_lookup_num_tokens": 2}, 1)],
-                         ids=["beams", "prompt-lookup"])  # transformers' prompt lookup takes one prompt at a time
-def test_log_pi_old_is_each_returned_sequences_own_under_beam_search_and_prompt_lookup(make_trainer, generation_kwargs,
-                                                                                      batch_size):
+@pytest.mark.parametrize(
+    ("generation_kwargs", "batch_size"),
+    [({"num_beams": 2}, 4), ({"prompt_lookup_num_tokens": 2}, 1)],
+    ids=["beams", "prompt-lookup"],
+)  # transformers' prompt lookup takes one prompt at a time
+def test_log_pi_old_is_each_returned_sequences_own_under_beam_search_and_prompt_lookup(
+    make_trainer, generation_kwargs, batch_size
+):
     # Beams decode B x beams rows, reordered between steps; prompt lookup verifies several candidate tokens per forward.
     # Neither is one sampled token per returned row per forward, which the recorder reads: log π_old comes from a
     # forward on the returned sequences instead.
-    trainer, used, sft, _ = make_trainer(kl_coef=0.5, max_steps=1, learning_rate=0.0, temperature=0.7,
-                                         generation_kwargs=generation_kwargs, per_device_train_batch_size=batch_size)
+    trainer, used, sft, _ = make_trainer(
+        kl_coef=0.5,
+        max_steps=1,
+        learning_rate=0.0,
+        temperature=0.7,
+        generation_kwargs=generation_kwargs,
+        per_device_train_batch_size=batch_size,
+    )
     trainer.train()
     assert_log_pi_old_is_the_policys(used[0], sft, temperature=0.7)  # policy == π_SFT at step 0
 
@@ -271,8 +302,14 @@ def test_evaluate_works_with_an_eval_batch_larger_than_the_train_batch(tokenizer
     from ..conftest import dpr_trainer
 
     trainer, _, _, _ = dpr_trainer(
-        tokenizer, tmp_path, kl_coef=0.1, max_steps=2, per_device_eval_batch_size=12, eval_strategy="steps",
-        eval_steps=1, log_completions=True,
+        tokenizer,
+        tmp_path,
+        kl_coef=0.1,
+        max_steps=2,
+        per_device_eval_batch_size=12,
+        eval_strategy="steps",
+        eval_steps=1,
+        log_completions=True,
         eval_dataset=prompts_dataset(24),  # 2 eval batches of 12, each larger than the table's 4 rows
     )
     trainer.train()  # evaluates after each step
@@ -296,6 +333,7 @@ def test_the_step_profile_says_where_each_step_went_and_sums_to_the_step_time(ma
         def wrapper(*args, **kwargs):
             time.sleep(seconds)
             return function(*args, **kwargs)
+
         return wrapper
 
     trainer._generate_single_turn, trainer.reward_model.forward = slow(generate, 1.0), slow(score, 0.5)

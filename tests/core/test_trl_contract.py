@@ -63,11 +63,36 @@ OVERRIDDEN = [
         ["prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"],
         "DensePathTrainer._generate_single_turn",
     ),
-    (GRPOTrainer, "compute_loss", ["model", "inputs", "return_outputs", "num_items_in_batch"], "DensePathTrainer.compute_loss"),
-    (GRPOTrainer, "create_model_card", ["model_name", "dataset_name", "tags"], "trl_dpr.running.model_card.BaseModelCardMixin.create_model_card"),
-    (Trainer, "_save_checkpoint", ["model", "trial"], "trl_dpr.running.checkpointing.AtomicCheckpointsMixin._save_checkpoint"),
-    (ProgressCallback, "on_log", ["args", "state", "control", "logs", "kwargs"], "trl_dpr.running.console_log.NumericProgressCallback"),
-    (PrinterCallback, "on_log", ["args", "state", "control", "logs", "kwargs"], "trl_dpr.running.console_log.NumericPrinterCallback"),
+    (
+        GRPOTrainer,
+        "compute_loss",
+        ["model", "inputs", "return_outputs", "num_items_in_batch"],
+        "DensePathTrainer.compute_loss",
+    ),
+    (
+        GRPOTrainer,
+        "create_model_card",
+        ["model_name", "dataset_name", "tags"],
+        "trl_dpr.running.model_card.BaseModelCardMixin.create_model_card",
+    ),
+    (
+        Trainer,
+        "_save_checkpoint",
+        ["model", "trial"],
+        "trl_dpr.running.checkpointing.AtomicCheckpointsMixin._save_checkpoint",
+    ),
+    (
+        ProgressCallback,
+        "on_log",
+        ["args", "state", "control", "logs", "kwargs"],
+        "trl_dpr.running.console_log.NumericProgressCallback",
+    ),
+    (
+        PrinterCallback,
+        "on_log",
+        ["args", "state", "control", "logs", "kwargs"],
+        "trl_dpr.running.console_log.NumericPrinterCallback",
+    ),
     (Trainer, "_get_output_dir", ["trial"], "trl_dpr.running.checkpointing.AtomicCheckpointsMixin._save_checkpoint"),
 ]
 
@@ -91,9 +116,22 @@ def test_trl_helpers_trl_dpr_imports_exist():
         ("shuffle_sequence_dict", "the skip_nonfinite flag travelling to every micro-batch"),
     ):
         contract(callable(getattr(utils, helper, None)), f"trl.trainer.utils.{helper} is gone", used_by)
-    check_method(type("M", (), {"pad": staticmethod(utils.pad)}), "pad", ["tensors", "padding_value", "padding_side", "pad_to_multiple_of"], "trl_dpr.token_batches.pad_batch")
-    contract(callable(prepare_deepspeed) and callable(prepare_fsdp), "trl.models.prepare_{deepspeed,fsdp} are gone", "CheckpointRewardModel.prepare_for")
-    contract(is_conversational({"prompt": [{"role": "user", "content": "x"}]}), "is_conversational changed", "tokens.render_prompts")
+    check_method(
+        type("M", (), {"pad": staticmethod(utils.pad)}),
+        "pad",
+        ["tensors", "padding_value", "padding_side", "pad_to_multiple_of"],
+        "trl_dpr.token_batches.pad_batch",
+    )
+    contract(
+        callable(prepare_deepspeed) and callable(prepare_fsdp),
+        "trl.models.prepare_{deepspeed,fsdp} are gone",
+        "CheckpointRewardModel.prepare_for",
+    )
+    contract(
+        is_conversational({"prompt": [{"role": "user", "content": "x"}]}),
+        "is_conversational changed",
+        "tokens.render_prompts",
+    )
 
 
 # ---- behaviour trl_dpr depends on --------------------------------------------------------------------------------
@@ -105,7 +143,11 @@ def test_grpo_config_still_refuses_one_generation_per_prompt():
     with pytest.raises(ValueError, match="at least 2 generations"):
         GRPOConfig(output_dir="unused", num_generations=1, per_device_train_batch_size=2, report_to="none", bf16=False)
     args = DensePathConfig(output_dir="unused", report_to="none", bf16=False, per_device_train_batch_size=3)
-    contract(type(args.num_generations) is int and args.num_generations == 1, "num_generations=1 did not come out a plain int", "DensePathConfig.__post_init__")
+    contract(
+        type(args.num_generations) is int and args.num_generations == 1,
+        "num_generations=1 did not come out a plain int",
+        "DensePathConfig.__post_init__",
+    )
 
 
 def test_the_micro_batch_split_passes_zero_dim_tensors_through():
@@ -154,8 +196,11 @@ def test_grpo_log_leaves_nan_metric_entries_out_of_its_averages(trainer):
     trainer.model.train()  # GRPOTrainer.log reads the train metrics in train mode
     trainer._metrics["train"]["reward"] = [math.nan, 2.0]
     trainer.log({})
-    contract(trainer.state.log_history[-1]["reward"] == 2.0, "GRPOTrainer.log averages NaN entries in", "DensePathTrainer._calculate_rewards")
-
+    contract(
+        trainer.state.log_history[-1]["reward"] == 2.0,
+        "GRPOTrainer.log averages NaN entries in",
+        "DensePathTrainer._calculate_rewards",
+    )
 
 
 def test_grpo_calculate_rewards_calls_the_reward_funcs_with_the_dataset_columns(trainer, monkeypatch):
@@ -170,11 +215,21 @@ def test_grpo_calculate_rewards_calls_the_reward_funcs_with_the_dataset_columns(
     inputs = [{"prompt": "p", "answer": 1}, {"prompt": "q", "answer": 5}]
     rewards = GRPOTrainer._calculate_rewards(trainer, inputs, ["p", "q"], ["a", "b"], [[7, 8], [9]])
     used_by = "DensePathTrainer._calculate_rewards (outcome rewards)"
-    contract(tuple(rewards.shape) == (2, 2), f"_calculate_rewards returned shape {tuple(rewards.shape)}, not [N, funcs]", used_by)
+    contract(
+        tuple(rewards.shape) == (2, 2),
+        f"_calculate_rewards returned shape {tuple(rewards.shape)}, not [N, funcs]",
+        used_by,
+    )
     contract(bool(rewards[:, 0].isnan().all()), "a reward function's None is no longer NaN", used_by)
-    contract(rewards[:, 1].tolist() == [3.0, 6.0], "the dataset's columns no longer reach the reward functions", used_by)
-    contract("self._calculate_rewards(" in inspect.getsource(GRPOTrainer._generate_and_score_completions),
-             "GRPOTrainer._generate_and_score_completions no longer calls self._calculate_rewards", used_by)
+    contract(
+        rewards[:, 1].tolist() == [3.0, 6.0], "the dataset's columns no longer reach the reward functions", used_by
+    )
+    contract(
+        "self._calculate_rewards(" in inspect.getsource(GRPOTrainer._generate_and_score_completions),
+        "GRPOTrainer._generate_and_score_completions no longer calls self._calculate_rewards",
+        used_by,
+    )
+
 
 def test_grpo_renders_prompts_like_trl_dpr_tokens(trainer, tokenizer):
     prompts = [[{"role": "user", "content": "What is 1+2?"}], [{"role": "user", "content": "Sort 3 1 2"}]]
@@ -197,7 +252,9 @@ def test_grpo_policy_log_probs_equal_trl_dpr_scoring_at_the_rollout_temperature(
     trl_logps, _, _ = trainer._get_per_token_logps_and_entropies(
         trainer.model, torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1), 3
     )
-    ours, _, _ = completion_logprobs(sft, prompt_ids, prompt_mask, completion_ids, completion_mask, temperatures=(temperature,))
+    ours, _, _ = completion_logprobs(
+        sft, prompt_ids, prompt_mask, completion_ids, completion_mask, temperatures=(temperature,)
+    )
     contract(
         torch.allclose(trl_logps * completion_mask, ours, atol=1e-5),
         f"GRPO's per-token log-probs at T={temperature} differ from completion_logprobs (max "
@@ -227,8 +284,14 @@ def test_the_installed_trl_is_a_tested_version():
 
 def _tiny(config_class, model_class, **extra):
     config = config_class(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, **extra,
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        **extra,
     )
     torch.manual_seed(0)
     return model_class(config).eval()
@@ -242,12 +305,20 @@ def test_logit_scale_and_softcap_match_trls_fused_head(family):
     from trl.trainer.utils import add_fused_lm_head
 
     model = {
-        "gemma2-softcap": lambda: _tiny(transformers.Gemma2Config, transformers.Gemma2ForCausalLM, final_logit_softcapping=2.0),
-        "cohere-logit-scale": lambda: _tiny(transformers.CohereConfig, transformers.CohereForCausalLM, logit_scale=0.25),
-        "granite-logits-scaling": lambda: _tiny(transformers.GraniteConfig, transformers.GraniteForCausalLM, logits_scaling=4.0),
+        "gemma2-softcap": lambda: _tiny(
+            transformers.Gemma2Config, transformers.Gemma2ForCausalLM, final_logit_softcapping=2.0
+        ),
+        "cohere-logit-scale": lambda: _tiny(
+            transformers.CohereConfig, transformers.CohereForCausalLM, logit_scale=0.25
+        ),
+        "granite-logits-scaling": lambda: _tiny(
+            transformers.GraniteConfig, transformers.GraniteForCausalLM, logits_scaling=4.0
+        ),
     }[family]()
     prompt_ids, completion_ids = torch.tensor([[3, 4, 5]]), torch.tensor([[6, 7, 8, 9]])
-    ours, _, _ = completion_logprobs(model, prompt_ids, torch.ones_like(prompt_ids), completion_ids, torch.ones_like(completion_ids))
+    ours, _, _ = completion_logprobs(
+        model, prompt_ids, torch.ones_like(prompt_ids), completion_ids, torch.ones_like(completion_ids)
+    )
     with torch.no_grad():  # the model's own forward applies its scale / soft-cap: the ground truth
         logits = model(torch.cat([prompt_ids, completion_ids], 1)).logits[0, 2:-1].double()
     own = logits.log_softmax(-1).gather(1, completion_ids[0, :, None]).squeeze(1)

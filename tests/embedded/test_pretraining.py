@@ -22,7 +22,7 @@ def _solution(document: str) -> str | None:
     match = PROBLEM.search(document)
     if match is None:
         return None
-    rest = document[match.end():]
+    rest = document[match.end() :]
     return rest.split("\n", 1)[-1].removeprefix("Answer: ").removeprefix("Solution: ").removeprefix("A: ").strip()
 
 
@@ -48,11 +48,12 @@ def test_the_corpus_has_the_stated_mix_of_styles_and_slips():
     assert other == pytest.approx(CORPUS_MIX["other"], abs=0.025)
     assert terse / len(documents) == pytest.approx(CORPUS_MIX["terse"], abs=0.025)
     assert len(expert_template) / len(documents) == pytest.approx(
-        CORPUS_MIX["expert"] + CORPUS_MIX["nonexpert"], abs=0.03)
+        CORPUS_MIX["expert"] + CORPUS_MIX["nonexpert"], abs=0.03
+    )
     assert alternative / len(documents) == pytest.approx(CORPUS_MIX["alternative"], abs=0.03)
     # Among expert-template documents, only the non-expert ones slip: 1 computation at rate 0.3 for add, subtract,
     # multiply and sort, 4 for wages (1 − 0.7⁴), the five kinds equally often.
-    slip_per_nonexpert = (4 * 0.3 + (1 - 0.7 ** 4)) / 5
+    slip_per_nonexpert = (4 * 0.3 + (1 - 0.7**4)) / 5
     share_nonexpert = CORPUS_MIX["nonexpert"] / (CORPUS_MIX["expert"] + CORPUS_MIX["nonexpert"])
     slipped = sum(_has_slip(s) for s in expert_template) / len(expert_template)
     assert slipped == pytest.approx(share_nonexpert * slip_per_nonexpert, abs=0.04)
@@ -104,9 +105,14 @@ def test_pretraining_taught_the_shipped_base_the_task_format():
 
     def answers(model):
         with torch.no_grad():
-            out = model.generate(**batch, max_new_tokens=80, do_sample=False, pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=tokenizer.eos_token_id)
-        return tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+            out = model.generate(
+                **batch,
+                max_new_tokens=80,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+        return tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
 
     pretrained = answers(AutoModelForCausalLM.from_pretrained(SHIPPED_BASE))
     assert sum("The answer is" in answer for answer in pretrained) >= 16, pretrained

@@ -54,7 +54,10 @@ def test_the_shipped_settings_and_architecture_are_the_declared_ones():
     assert BUILD["settings"] == asdict(settings)
     config = json.loads((SHIPPED_BASE / "config.json").read_text())
     assert (config["model_type"], config["hidden_size"], config["num_hidden_layers"]) == (
-        "llama", settings.hidden_size, settings.num_layers)
+        "llama",
+        settings.hidden_size,
+        settings.num_layers,
+    )
     # vocab_size is the BPE's ceiling: the task's small alphabet runs out of merges before it (592 of 1200)
     assert config["vocab_size"] == len(AutoTokenizer.from_pretrained(SHIPPED_BASE)) <= settings.vocab_size
 
@@ -64,8 +67,9 @@ def test_the_shipped_tokenizer_is_the_one_its_corpus_rebuilds():
 
     settings = PretrainingSettings()
     # pretraining_corpus draws documents one after another from one stream: its first 20 000 are the build's.
-    rebuilt = build_tokenizer(pretraining_corpus(20_000, seed=settings.seed) + demo_corpus(seed=settings.seed),
-                              settings.vocab_size)
+    rebuilt = build_tokenizer(
+        pretraining_corpus(20_000, seed=settings.seed) + demo_corpus(seed=settings.seed), settings.vocab_size
+    )
     shipped = AutoTokenizer.from_pretrained(SHIPPED_BASE)
     assert rebuilt.get_vocab() == shipped.get_vocab()
     text = "Mia has 23 apples. She gets 5 more. 23 + 5 = 28. The answer is 28."
@@ -77,8 +81,9 @@ def test_the_shipped_model_is_trained_its_held_out_loss_is_the_recorded_one():
 
     loss = held_out_loss(SHIPPED_BASE)
     assert loss == pytest.approx(RECORD["held_out_loss"], rel=1e-4)
-    untrained = build_tiny_causal_lm(AutoTokenizer.from_pretrained(SHIPPED_BASE), "llama", hidden_size=128,
-                                     num_layers=4, num_heads=4, seed=0)
+    untrained = build_tiny_causal_lm(
+        AutoTokenizer.from_pretrained(SHIPPED_BASE), "llama", hidden_size=128, num_layers=4, num_heads=4, seed=0
+    )
     ids = torch.tensor([AutoTokenizer.from_pretrained(SHIPPED_BASE)(pretraining_corpus(1, seed=1)[0])["input_ids"]])
     with torch.no_grad():
         assert untrained(input_ids=ids, labels=ids).loss.item() > 5 * loss
@@ -91,10 +96,18 @@ def test_the_first_steps_of_a_rebuild_reproduce_the_recorded_losses():
 
     settings = PretrainingSettings()
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED_BASE)
-    blocks = _packed_blocks(tokenizer, pretraining_corpus(settings.num_documents, seed=settings.seed), settings.block_size)
+    blocks = _packed_blocks(
+        tokenizer, pretraining_corpus(settings.num_documents, seed=settings.seed), settings.block_size
+    )
     assert len(blocks) == BUILD["num_blocks"]
-    model = build_tiny_causal_lm(tokenizer, "llama", hidden_size=settings.hidden_size, num_layers=settings.num_layers,
-                                 num_heads=4, seed=settings.seed)
+    model = build_tiny_causal_lm(
+        tokenizer,
+        "llama",
+        hidden_size=settings.hidden_size,
+        num_layers=settings.num_layers,
+        num_heads=4,
+        seed=settings.seed,
+    )
     short = PretrainingSettings(max_steps=settings.max_steps)  # same schedule; the loop is stopped after 2 steps below
     losses = _pretrain(model, blocks, short, stop_after=1)
     assert losses[0][0] == 1 and losses[0][1] == pytest.approx(BUILD["losses"][0][1], abs=2e-4)

@@ -34,8 +34,12 @@ from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.running.recipe_checks import recipes_root
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-       "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    "HF_HUB_OFFLINE": "1",
+    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+}
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
@@ -48,19 +52,38 @@ def trl_dpr(*argv, cwd, timeout=300):
 
 def demo_pipeline(folder: Path, sft_steps=20, dpr_steps=10, **changes) -> Path:
     """The demo's DPR recipe (SFT first, evaluation after), shortened and writing under `folder`; its path."""
-    sft = {**yaml.safe_load((recipes_root() / "demo" / "sft.yaml").read_text()), "output_dir": str(folder / "sft"),
-           "max_steps": sft_steps, **changes.pop("sft", {})}
+    sft = {
+        **yaml.safe_load((recipes_root() / "demo" / "sft.yaml").read_text()),
+        "output_dir": str(folder / "sft"),
+        "max_steps": sft_steps,
+        **changes.pop("sft", {}),
+    }
     (folder / "sft.yaml").write_text(yaml.safe_dump(sft))
     evaluation = demo_evaluation_yaml(folder / "evaluate.yaml", demo_num_prompts=32, max_new_tokens=32)
-    dpr = {**yaml.safe_load((recipes_root() / "demo" / "dpr.yaml").read_text()), "sft_config": str(folder / "sft.yaml"),
-           "model_name_or_path": str(folder / "sft"), "output_dir": str(folder / "dpr"), "max_steps": dpr_steps,
-           "evaluation_config": evaluation, "max_completion_length": 32, **changes}
+    dpr = {
+        **yaml.safe_load((recipes_root() / "demo" / "dpr.yaml").read_text()),
+        "sft_config": str(folder / "sft.yaml"),
+        "model_name_or_path": str(folder / "sft"),
+        "output_dir": str(folder / "dpr"),
+        "max_steps": dpr_steps,
+        "evaluation_config": evaluation,
+        "max_completion_length": 32,
+        **changes,
+    }
     (folder / "dpr.yaml").write_text(yaml.safe_dump(dpr))
     return folder / "dpr.yaml"
 
 
-QLORA = {"load_in_4bit": True, "use_bnb_nested_quant": True, "use_peft": True, "lora_r": 8, "lora_alpha": 16,
-         "lora_target_modules": ["all-linear"], "dtype": "bfloat16", "learning_rate": 2.0e-4}
+QLORA = {
+    "load_in_4bit": True,
+    "use_bnb_nested_quant": True,
+    "use_peft": True,
+    "lora_r": 8,
+    "lora_alpha": 16,
+    "lora_target_modules": ["all-linear"],
+    "dtype": "bfloat16",
+    "learning_rate": 2.0e-4,
+}
 
 
 @pytest.mark.parametrize("layout", ["full", "qlora"])
@@ -87,7 +110,10 @@ def check_finished_dpr_run(folder: Path, console: str, shown: str) -> None:
     """What a finished `trl-dpr dpr` of `demo_pipeline(folder)` leaves (no trainer_state.json: the demo saves no
     checkpoint): a policy trained away from π_SFT with finite weights, a card saying where and in what precision it
     ran, the evaluation's table, and a finite final train_loss on the console."""
-    trained, start = load_file(str(folder / "dpr" / "model.safetensors")), load_file(str(folder / "sft" / "model.safetensors"))
+    trained, start = (
+        load_file(str(folder / "dpr" / "model.safetensors")),
+        load_file(str(folder / "sft" / "model.safetensors")),
+    )
     assert trained.keys() == start.keys() and all(torch.isfinite(t).all() for t in trained.values())
     assert any(not torch.equal(trained[name], start[name]) for name in trained), "DPR left π_SFT's weights unchanged"
     device, precision = shown.split(", ")
@@ -99,11 +125,14 @@ def check_finished_dpr_run(folder: Path, console: str, shown: str) -> None:
     assert _finite(float(final.split("'train_loss': ")[1].split(",")[0])), final
 
 
-@pytest.mark.parametrize("device,precision", [
-    pytest.param("cpu", "fp32", marks=pytest.mark.slow, id="cpu-fp32"),
-    pytest.param("cuda", "fp32", marks=pytest.mark.gpu, id="fp32"),
-    pytest.param("cuda", "bf16", marks=pytest.mark.gpu, id="bf16"),
-])
+@pytest.mark.parametrize(
+    "device,precision",
+    [
+        pytest.param("cpu", "fp32", marks=pytest.mark.slow, id="cpu-fp32"),
+        pytest.param("cuda", "fp32", marks=pytest.mark.gpu, id="fp32"),
+        pytest.param("cuda", "bf16", marks=pytest.mark.gpu, id="bf16"),
+    ],
+)
 def test_the_demo_pipeline_runs_on_cuda_through_trl_dpr(tmp_path, device, precision):
     """The CPU demo recipe with `--use_cpu false` (and `--bf16 true`): SFT, DPR and the evaluation all on the GPU, in
     the precision the recipe says; the console says which ran, and the run leaves what a finished run leaves. Its
@@ -144,9 +173,24 @@ def test_the_shared_base_peak_memory_is_the_memory_plan_within_ten_percent(tmp_p
     128 tokens: it loads and steps in seconds): torch.cuda.max_memory_allocated over a training step against
     `trl_dpr.running.memory.plan` without its margin. The 8B shape at the recipe's settings: benchmarks/gpu_run.sh."""
     output = tmp_path / "memory.jsonl"
-    command = [sys.executable, str(ROOT / "benchmarks" / "memory_8b.py"), "--shape", "llama-3.2-1b", "--layouts",
-               "shared_base", "--prompt-length", "256", "--completion-length", "128", "--steps", "1",
-               "--workdir", str(tmp_path / "work"), "--output", str(output)]
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "memory_8b.py"),
+        "--shape",
+        "llama-3.2-1b",
+        "--layouts",
+        "shared_base",
+        "--prompt-length",
+        "256",
+        "--completion-length",
+        "128",
+        "--steps",
+        "1",
+        "--workdir",
+        str(tmp_path / "work"),
+        "--output",
+        str(output),
+    ]
     result = run_launch(command, timeout=240, cwd=ROOT, env=ENV)
     assert result.returncode == 0, result.stderr[-5000:]
     record = json.loads(output.read_text().splitlines()[-1])
@@ -167,8 +211,15 @@ def test_the_dense_reward_on_the_device_is_a_float64_cpu_forward(tokenizer, devi
     sft = build_tiny_causal_lm(tokenizer, seed=0).eval().to(dtype)
     ref = build_tiny_causal_lm(tokenizer, seed=1).eval().to(dtype)
     prompts, completions, batch = make_batch(tokenizer)
-    expected = expected_rewards(copy.deepcopy(sft).double(), copy.deepcopy(ref).double(), prompts, completions,
-                                tokenizer.eos_token_id, use_baseline=True, eliminate_value=True)
+    expected = expected_rewards(
+        copy.deepcopy(sft).double(),
+        copy.deepcopy(ref).double(),
+        prompts,
+        completions,
+        tokenizer.eos_token_id,
+        use_baseline=True,
+        eliminate_value=True,
+    )
     scorer = CheckpointRewardModel(sft.to(device), ref.to(device))
     rewards = scorer.token_rewards(*(t.to(device) for t in batch))
     assert rewards.device.type == device and rewards.dtype == torch.float32
@@ -182,8 +233,14 @@ def test_the_dense_reward_on_the_device_is_a_float64_cpu_forward(tokenizer, devi
 
 def tiny_run(*argv) -> subprocess.Popen:
     """tests/scripts/tiny_run.py ARGV in a new interpreter (a fork of a process that used CUDA cannot use it)."""
-    return subprocess.Popen([sys.executable, str(ROOT / "tests" / "scripts" / "tiny_run.py"), *map(str, argv)],
-                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "scripts" / "tiny_run.py"), *map(str, argv)],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def finished(process: subprocess.Popen) -> None:
@@ -208,7 +265,10 @@ def test_a_killed_dpr_run_on_cuda_resumes_to_the_weights_of_an_uninterrupted_one
     assert not (killed / "model.safetensors").exists()  # it stopped mid-run
     finished(tiny_run("dpr", killed, "--sft-dir", sft, "--device", "cuda", "--resume"))
     finished(uninterrupted)
-    resumed, expected = load_file(str(killed / "model.safetensors")), load_file(str(tmp_path / "uninterrupted" / "model.safetensors"))
+    resumed, expected = (
+        load_file(str(killed / "model.safetensors")),
+        load_file(str(tmp_path / "uninterrupted" / "model.safetensors")),
+    )
     assert resumed.keys() == expected.keys()
     for name in resumed:
         # CUDA kernels (atomic adds in the embedding's backward) are not bitwise reproducible; a resume that lost the

@@ -47,10 +47,21 @@ def kernel(tmp_path_factory):
     spec = root / "jupyter" / "kernels" / KERNEL
     spec.mkdir(parents=True)
     argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "trl_dpr tests", "language": "python"}))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TQDM_DISABLE": "1",
-           "PYTHONPATH": str(ROOT), "JUPYTER_PATH": str(root / "jupyter")}
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "trl_dpr tests", "language": "python"})
+    )
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "TQDM_DISABLE": "1",
+        "PYTHONPATH": str(ROOT),
+        "JUPYTER_PATH": str(root / "jupyter"),
+    }
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JUPYTER_PATH", env["JUPYTER_PATH"])
         manager = KernelManager(kernel_name=KERNEL)
@@ -93,7 +104,9 @@ def test_committed_notebook_has_no_outputs_and_one_parameters_cell(name):
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert all(cell.outputs == [] and cell.execution_count is None for cell in code)
     parameters = [cell for cell in code if "parameters" in cell.metadata.get("tags", [])]
-    assert len(parameters) == 1 and "OFFLINE = True" in parameters[0].source and "SFT_STEPS = 40" in parameters[0].source
+    assert (
+        len(parameters) == 1 and "OFFLINE = True" in parameters[0].source and "SFT_STEPS = 40" in parameters[0].source
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -119,7 +132,9 @@ def run_install_cell(name, installed: bool, package_source):
     find_spec = importlib.util.find_spec
     namespace = {"get_ipython": lambda: shell, "PACKAGE_SOURCE": package_source}
     try:
-        importlib.util.find_spec = lambda module, *a: (find_spec(module, *a) if installed or module != "trl_dpr" else None)
+        importlib.util.find_spec = lambda module, *a: (
+            find_spec(module, *a) if installed or module != "trl_dpr" else None
+        )
         exec(TransformerManager().transform_cell(cell.source), namespace)
     finally:
         importlib.util.find_spec = find_spec
@@ -130,7 +145,9 @@ def run_install_cell(name, installed: bool, package_source):
 def test_the_install_cell_installs_only_where_trl_dpr_is_missing_and_from_one_named_source(name):
     assert run_install_cell(name, installed=True, package_source=None) == []  # CI, a clone: nothing to do
     source = "trl_dpr[quantization,tracking] @ git+https://example.org/trl_dpr"
-    assert run_install_cell(name, installed=False, package_source=source) == [("pip", 'install --quiet "$PACKAGE_SOURCE"')]
+    assert run_install_cell(name, installed=False, package_source=source) == [
+        ("pip", 'install --quiet "$PACKAGE_SOURCE"')
+    ]
     with pytest.raises(RuntimeError, match="Set PACKAGE_SOURCE in the parameters cell"):
         run_install_cell(name, installed=False, package_source=None)
     text = json.dumps(load(name))
@@ -163,7 +180,9 @@ def test_quickstart_runs_offline_from_sft_to_a_loadable_push(kernel, tmp_path):
     assert sorted(p.name for p in (run / "dpr" / "heatmaps").iterdir()) == ["step-00002.html", "step-00004.html"]
     preview = json.loads((run / "preview" / "preview.json").read_text())  # the preview cell ran on π_SFT's samples
     assert (preview["num_prompts"], preview["samples_per_prompt"]) == (8, 4) and "DPR preview: quality = exact" in text
-    assert "image/png" in {kind for cell in notebook.cells for out in cell.get("outputs", []) for kind in out.get("data", {})}
+    assert "image/png" in {
+        kind for cell in notebook.cells for out in cell.get("outputs", []) for kind in out.get("data", {})
+    }
 
 
 @pytest.mark.slow

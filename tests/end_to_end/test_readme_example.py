@@ -16,7 +16,7 @@ def readme_python_example() -> str:
     """The first ```python block after the section heading, exactly as a reader copies it."""
     text = README.read_text()
     assert SECTION in text, f"README.md has no section {SECTION!r}"
-    block = re.search(r"```python\n(.*?)```", text[text.index(SECTION):], flags=re.S)
+    block = re.search(r"```python\n(.*?)```", text[text.index(SECTION) :], flags=re.S)
     assert block, f"README.md's section {SECTION!r} has no ```python block"
     return block.group(1)
 
@@ -60,16 +60,14 @@ def test_dpr_trains_its_steps_and_saves_the_policy(ran):
 # Each command of the README's ```bash blocks, and where it is run. A command added to the README without a place that
 # runs it fails here; an installation line names why no test runs it as written.
 README_COMMANDS = {
-    "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu":
-        "not run by a test (it needs PyTorch's index); `make test` installs the same torch==2.13.0 with uv",
+    "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu": "not run by a test (it needs PyTorch's index); `make test` installs the same torch==2.13.0 with uv",
     "pip install .": "tests/conftest.py's installed_wheel (pip wheel + pip install of this checkout)",
     'pip install ".[plots]"': "not run by a test (network); tests/running/test_cli_process.py checks the message that names it",
     "trl-dpr recipes": "tests/running/test_cli_process.py::test_help_and_recipes_load_no_torch",
     "make demo": ".ci/run (then experiments.readme_tables --check demo)",
     "make test": ".ci/run",
     "trl-dpr preview --config demo.yaml": "tests/analysis/test_preview.py::test_the_recipe_runs_from_the_command_line",
-    "trl-dpr preview --config demo.yaml --policies DPR=runs/demo/dpr":
-        "tests/analysis/test_preview.py::test_a_trained_policy_is_placed_with_its_own_quality_and_kl (in-process)",
+    "trl-dpr preview --config demo.yaml --policies DPR=runs/demo/dpr": "tests/analysis/test_preview.py::test_a_trained_policy_is_placed_with_its_own_quality_and_kl (in-process)",
     "trl-dpr evaluate --config my_eval.yaml": "tests/evaluation/test_your_own_task.py (the README's files, a process)",
     "trl-dpr preview --config my_preview.yaml": "tests/evaluation/test_your_own_task.py (the README's files, a process)",
 }

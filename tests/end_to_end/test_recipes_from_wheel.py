@@ -70,7 +70,11 @@ def test_sft_config_parses_and_carries_the_papers_values(backbone, layout):
     path = RECIPES / backbone / "sft" / f"config_{layout}.yaml"
     script, args, model, _ = sft_parser().parse_args_and_config(["--config", str(path), "--use_cpu", "true"])
     assert model.model_name_or_path == BACKBONES[backbone]
-    assert (script.dataset_name, script.num_train_samples, script.reference_fraction) == ("Open-Orca/OpenOrca", 100_000, 0.5)
+    assert (script.dataset_name, script.num_train_samples, script.reference_fraction) == (
+        "Open-Orca/OpenOrca",
+        100_000,
+        0.5,
+    )
     assert args.per_device_train_batch_size * PROCESSES[layout] * args.gradient_accumulation_steps == 256
     assert args.learning_rate == LEARNING_RATE[("sft", layout)]
     assert args.warmup_steps == 0.03 and args.max_length == 2048
@@ -188,11 +192,21 @@ def test_a_built_wheel_runs_the_stages_outside_the_repository(installed_wheel, r
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(installed_wheel.site), "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-c", "from trl_dpr.running.cli import main; main()"]  # what the trl-dpr entry point runs
+    command = [
+        sys.executable,
+        "-c",
+        "from trl_dpr.running.cli import main; main()",
+    ]  # what the trl-dpr entry point runs
     where = subprocess.run([*command, "recipes"], cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert where.returncode == 0 and "demo/dpr.yaml" in where.stdout, where.stderr[-2000:]
-    located = subprocess.run([sys.executable, "-c", "import trl_dpr; print(trl_dpr.__file__)"], cwd=work, env=env,
-                             capture_output=True, text=True, timeout=120)
+    located = subprocess.run(
+        [sys.executable, "-c", "import trl_dpr; print(trl_dpr.__file__)"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert located.stdout.strip().splitlines()[-1].startswith(str(installed_wheel.site))  # the wheel, not the clone
     assert recipe_run.env["PYTHONPATH"] == str(installed_wheel.site) and "Traceback" not in recipe_run.dpr_stdout
     assert "| DPR |" in recipe_run.dpr_stdout  # the evaluation's table, printed by the launched DPR
@@ -219,20 +233,44 @@ def first_use_launch(installed_wheel, tmp_path_factory):
     (work / "my_rewards.py").write_text(
         "class ClipOne:\n    model_names = ('sft', 'ref')\n\n    def __init__(self, clip=1.0):\n        self.clip = clip\n\n"
         "    def __call__(self, scored):\n        r = scored.logps['sft'] - scored.logps['ref']\n"
-        "        return r.clamp(-self.clip, self.clip) * scored.completion_mask\n")
-    env = {**os.environ, "PYTHONPATH": str(installed_wheel.site), "HF_HUB_OFFLINE": "1",
-           "HF_HOME": str(tmp / "hf_home")}  # accelerate's default config lives under it: none there
+        "        return r.clamp(-self.clip, self.clip) * scored.completion_mask\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(installed_wheel.site),
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp / "hf_home"),
+    }  # accelerate's default config lives under it: none there
     env.pop("OMP_NUM_THREADS", None)
     command = [sys.executable, "-c", "from trl_dpr.running.cli import main; main()"]  # the trl-dpr entry point's code
-    result = run_launch([*command, "dpr", "--config", "demo/dpr.yaml", "--model_name_or_path", str(tmp / "no_sft"),
-                         "--sft_config", "", "--output_dir", str(tmp / "runs" / "x"), "--dense_reward",
-                         "my_rewards:ClipOne", "--dense_reward_kwargs", "clip=1.0"], cwd=work, env=env, timeout=300)
+    result = run_launch(
+        [
+            *command,
+            "dpr",
+            "--config",
+            "demo/dpr.yaml",
+            "--model_name_or_path",
+            str(tmp / "no_sft"),
+            "--sft_config",
+            "",
+            "--output_dir",
+            str(tmp / "runs" / "x"),
+            "--dense_reward",
+            "my_rewards:ClipOne",
+            "--dense_reward_kwargs",
+            "clip=1.0",
+        ],
+        cwd=work,
+        env=env,
+        timeout=300,
+    )
     return SimpleNamespace(result=result, tmp=tmp)
 
 
 @pytest.mark.slow
 def test_a_launched_run_imports_the_users_reward_from_the_folder_it_runs_in_with_kwargs_from_the_command_line(
-        first_use_launch):
+    first_use_launch,
+):
     # The launched script's sys.path starts at trl_dpr/scripts, not the user's folder: the reward (and its kwargs, built
     # with it while the recipe is parsed) must resolve there before the run reaches its missing SFT model.
     stderr = first_use_launch.result.stderr
@@ -260,25 +298,39 @@ def test_lora_keys_that_differ_from_the_sft_adapter_are_refused_before_loading(t
 
     from trl_dpr.running.pipeline import check_adapter_settings
 
-    (tmp_path / "adapter_config.json").write_text(json.dumps(
-        {"r": 64, "lora_alpha": 128, "lora_dropout": 0.05, "target_modules": ["q_proj", "v_proj"]}))
-    check_adapter_settings(str(tmp_path), ModelConfig(use_peft=True, lora_r=64, lora_alpha=128, lora_dropout=0.05,
-                                                      lora_target_modules="all-linear"))  # agrees: fine
+    (tmp_path / "adapter_config.json").write_text(
+        json.dumps({"r": 64, "lora_alpha": 128, "lora_dropout": 0.05, "target_modules": ["q_proj", "v_proj"]})
+    )
+    check_adapter_settings(
+        str(tmp_path),
+        ModelConfig(use_peft=True, lora_r=64, lora_alpha=128, lora_dropout=0.05, lora_target_modules="all-linear"),
+    )  # agrees: fine
     check_adapter_settings(str(tmp_path), ModelConfig(use_peft=False, lora_r=8))  # no LoRA asked: fine
     with pytest.raises(ValueError, match=r"lora_r: 16 in the recipe, 64 in the adapter.*lora_target_modules"):
-        check_adapter_settings(str(tmp_path), ModelConfig(use_peft=True, lora_r=16, lora_alpha=128, lora_dropout=0.05,
-                                                          lora_target_modules=["k_proj"]))
+        check_adapter_settings(
+            str(tmp_path),
+            ModelConfig(use_peft=True, lora_r=16, lora_alpha=128, lora_dropout=0.05, lora_target_modules=["k_proj"]),
+        )
 
 
 def test_the_texts_a_pip_user_reads_name_trl_dpr_commands_not_the_clones_scripts():
     """`python recipes/<stage>.py` runs only in a clone; the recipes' docstrings and YAML comments (shipped in the
     wheel), the package's messages and the docs name `trl-dpr <stage>` (a clone's route, `accelerate launch
     recipes/dpr.py ...`, may stay where it says so)."""
-    files = [*(ROOT / "trl_dpr").rglob("*.py"), *RECIPES.rglob("*.py"), *RECIPES.rglob("*.yaml"),
-             *(ROOT / "docs").rglob("*.md"), *(ROOT / "experiments").rglob("*.py"), ROOT / "Makefile"]
-    clone_only = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in files
-                  for number, line in enumerate(path.read_text().splitlines(), 1)
-                  if "python recipes/" in line and "in a clone" not in line]
+    files = [
+        *(ROOT / "trl_dpr").rglob("*.py"),
+        *RECIPES.rglob("*.py"),
+        *RECIPES.rglob("*.yaml"),
+        *(ROOT / "docs").rglob("*.md"),
+        *(ROOT / "experiments").rglob("*.py"),
+        ROOT / "Makefile",
+    ]
+    clone_only = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "python recipes/" in line and "in a clone" not in line
+    ]
     assert not clone_only, "\n".join(clone_only)
 
 

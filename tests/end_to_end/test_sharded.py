@@ -54,15 +54,22 @@ def models(tmp_path_factory):
         config = LoraConfig(r=4, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False)
         get_peft_model(AutoModelForCausalLM.from_pretrained(adapters / "base"), config).save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-    write_manifest(adapters / "sft", ReferenceManifest("dpr_reference", 0.5, 5, 10, is_adapter=True, base_model=str(adapters / "base")))
+    write_manifest(
+        adapters / "sft",
+        ReferenceManifest("dpr_reference", 0.5, 5, 10, is_adapter=True, base_model=str(adapters / "base")),
+    )
     save_sft_output(root / "spin_sft", tokenizer)
     return root
 
 
 # The layouts each engine is checked on: all of them run in one launch per engine (process start-up, seconds per
 # process, is most of the cost of a launch), the single process on those the sharded runs are compared with.
-LAYOUTS = {"single": ("models", "shared_base"), "ddp": ("shared_base", "pipeline"), "fsdp": ("models", "shared_base", "third"),
-           "zero3": ("models", "shared_base", "third", "spin")}
+LAYOUTS = {
+    "single": ("models", "shared_base"),
+    "ddp": ("shared_base", "pipeline"),
+    "fsdp": ("models", "shared_base", "third"),
+    "zero3": ("models", "shared_base", "third", "spin"),
+}
 
 
 def _sharded_check():
@@ -83,10 +90,22 @@ def launch(engine: str, out: Path, models: Path, layouts: tuple[str, ...]) -> di
         single = Run(_sharded_check().main, argv, log=out / "single.log")
         assert single.wait(600) == 0, single.stderr()[-4000:]
     else:
-        command = [sys.executable, "-m", "accelerate.commands.launch",
-                   "--config_file", str(ROOT / "recipes" / "accelerate_configs" / CONFIGS[engine]), str(SCRIPT), *argv]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-               "TORCH_EXTENSIONS_DIR": str(out / "torch_extensions")}
+        command = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(ROOT / "recipes" / "accelerate_configs" / CONFIGS[engine]),
+            str(SCRIPT),
+            *argv,
+        ]
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": str(ROOT),
+            "OMP_NUM_THREADS": "1",
+            "TORCH_EXTENSIONS_DIR": str(out / "torch_extensions"),
+        }
         result = run_launch(command, cwd=ROOT, env=env, timeout=600)
         assert result.returncode == 0, result.stderr[-4000:]
     runs = {}
@@ -95,8 +114,10 @@ def launch(engine: str, out: Path, models: Path, layouts: tuple[str, ...]) -> di
             runs[layout] = out / layout
             continue
         ranks = sorted((out / layout).glob("rank*.pt"))
-        runs[layout] = {"ranks": [torch.load(r, weights_only=False) for r in ranks],
-                        "final": torch.load(out / layout / "final.pt")}
+        runs[layout] = {
+            "ranks": [torch.load(r, weights_only=False) for r in ranks],
+            "final": torch.load(out / layout / "final.pt"),
+        }
     return runs
 
 
@@ -108,7 +129,9 @@ def launched(models, tmp_path_factory):
     def run(engine: str) -> dict:
         if engine not in runs:
             if engine == "zero3":
-                pytest.importorskip("deepspeed", reason="ZeRO-3 needs the deepspeed extra: pip install -e '.[deepspeed]'")
+                pytest.importorskip(
+                    "deepspeed", reason="ZeRO-3 needs the deepspeed extra: pip install -e '.[deepspeed]'"
+                )
             try:
                 runs[engine] = launch(engine, tmp_path_factory.mktemp(engine), models, LAYOUTS[engine])
             except AssertionError as failure:  # one failed launch fails its tests once, not once per test
@@ -231,13 +254,27 @@ def test_spin_under_zero3_on_two_processes_answers_with_each_full_iterate(models
 
     # One process, the same batches (2 prompts, seeded by their first index): the answers each iterate gives.
     tokenizer = AutoTokenizer.from_pretrained(sft)
-    prompts = prompts_and_demonstrations(load_demonstrations("trl_dpr/embedded-demo", num_samples=6, seed=0), "demo")[0]
+    prompts = prompts_and_demonstrations(load_demonstrations("trl_dpr/embedded-demo", num_samples=6, seed=0), "demo")[
+        0
+    ]
     for t, model_dir in enumerate([sft, out / "iteration-0"]):
         model = load_policy(str(model_dir), {"dtype": "float32"})
-        again = answer_prompts(model, tokenizer, prompts, out.parent / f"again-{t}.jsonl", temperature=0.8, top_p=0.95,
-                               max_new_tokens=6, batch_size=2, seed=100_003 * t, show_progress=False)
+        again = answer_prompts(
+            model,
+            tokenizer,
+            prompts,
+            out.parent / f"again-{t}.jsonl",
+            temperature=0.8,
+            top_p=0.95,
+            max_new_tokens=6,
+            batch_size=2,
+            seed=100_003 * t,
+            show_progress=False,
+        )
         cached = [json.loads(line) for line in (out / "generations" / f"iteration-{t}.jsonl").read_text().splitlines()]
-        assert {r["prompt_index"]: r["completion_ids"] for r in cached} == {a["prompt_index"]: a["completion_ids"] for a in again}
+        assert {r["prompt_index"]: r["completion_ids"] for r in cached} == {
+            a["prompt_index"]: a["completion_ids"] for a in again
+        }
 
 
 def assert_same_training(sharded: dict, whole: dict) -> None:
@@ -270,7 +307,10 @@ def assert_rewards_are_the_models_on_disk(sharded: dict, sft_dir: Path, ref_dir:
         for b in range(rank["prompt_ids"].size(0)):
             prompt = strip_padding(rank["prompt_ids"][b], rank["prompt_mask"][b])
             completion = strip_padding(rank["completion_ids"][b], rank["completion_mask"][b])
-            expected = [s - r for s, r in zip(unpadded_logprobs(sft, prompt, completion), unpadded_logprobs(ref, prompt, completion))]
+            expected = [
+                s - r
+                for s, r in zip(unpadded_logprobs(sft, prompt, completion), unpadded_logprobs(ref, prompt, completion))
+            ]
             assert strip_padding(rank["rewards"][b], rank["completion_mask"][b]) == pytest.approx(expected, abs=1e-5)
 
 

@@ -77,8 +77,10 @@ def test_a_line_cut_by_a_crash_is_dropped_and_regenerated(tmp_path):
 
 def test_a_corrupt_line_in_the_middle_is_an_error_naming_it(tmp_path):
     path = tmp_path / "answers.jsonl"
-    path.write_text('{"model": "SFT", "prompt_id": "0", "turn": 0, "answer": "a"}\nnot json\n'
-                    '{"model": "SFT", "prompt_id": "1", "turn": 0, "answer": "b"}\n')
+    path.write_text(
+        '{"model": "SFT", "prompt_id": "0", "turn": 0, "answer": "a"}\nnot json\n'
+        '{"model": "SFT", "prompt_id": "1", "turn": 0, "answer": "b"}\n'
+    )
     with pytest.raises(ValueError, match="answers.jsonl:2 is not valid JSON"):
         JsonlCache(path, ("model", "prompt_id", "turn"))
 
@@ -95,7 +97,9 @@ def test_answers_made_with_other_settings_are_not_reused(tmp_path):
 def test_second_turns_are_generated_from_the_models_own_first_answers(tmp_path):
     prompts = [EvalPrompt("81", ("Write a haiku.", "Translate it.")), EvalPrompt("82", ("Name a colour.",))]
     generator = CountingGenerator()
-    answers = answer_prompts(generator, "SFT", prompts, answer_cache(tmp_path / "a.jsonl", generator), show_progress=False)
+    answers = answer_prompts(
+        generator, "SFT", prompts, answer_cache(tmp_path / "a.jsonl", generator), show_progress=False
+    )
     assert set(answers) == {("81", 0), ("81", 1), ("82", 0)}
     second_turn = generator.conversations[-1]
     assert second_turn == [
@@ -114,17 +118,28 @@ def test_transformers_generation_is_seeded_batched_and_leaves_the_callers_random
     first = generator.generate(conversations)
     assert torch.equal(torch.random.get_rng_state(), state)
     assert first == generator.generate(conversations) and len(first) == 5
-    assert generator.settings == {"model_path": generator.settings["model_path"], "backend": "transformers",
-                                  "temperature": 0.7, "max_new_tokens": 5, "seed": 3}
-    greedy = generate_answers(model, tokenizer, conversations[:1], temperature=0.0, max_new_tokens=5, show_progress=False)
-    assert greedy == generate_answers(model, tokenizer, conversations[:1], temperature=0.0, max_new_tokens=5,
-                                      seed=99, show_progress=False)
+    assert generator.settings == {
+        "model_path": generator.settings["model_path"],
+        "backend": "transformers",
+        "temperature": 0.7,
+        "max_new_tokens": 5,
+        "seed": 3,
+    }
+    greedy = generate_answers(
+        model, tokenizer, conversations[:1], temperature=0.0, max_new_tokens=5, show_progress=False
+    )
+    assert greedy == generate_answers(
+        model, tokenizer, conversations[:1], temperature=0.0, max_new_tokens=5, seed=99, show_progress=False
+    )
 
 
 def test_length_statistics_in_words_and_tokens(tokenizer):
     stats = length_stats(["the cat sat", "hello", "the cat sat on the mat"], tokenizer)
     assert (stats.n, stats.mean_words, stats.median_words) == (3, pytest.approx(10 / 3), 3)
-    token_counts = [len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in ["the cat sat", "hello", "the cat sat on the mat"]]
+    token_counts = [
+        len(tokenizer(a, add_special_tokens=False)["input_ids"])
+        for a in ["the cat sat", "hello", "the cat sat on the mat"]
+    ]
     assert stats.mean_tokens == pytest.approx(sum(token_counts) / 3)
     assert stats.median_tokens == sorted(token_counts)[1]
     with pytest.raises(ValueError, match="No answers"):

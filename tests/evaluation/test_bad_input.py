@@ -25,11 +25,13 @@ from .test_win_rate_callback import held_out, make_trainer
 
 @pytest.mark.parametrize(
     "overrides,match",
-    [({"judge": "exact", "benchmarks": ["alpaca_eval"]}, "only the embedded task"),
-     ({"benchmarks": ["alpacaeval"]}, "Unknown benchmarks"),
-     ({"candidates": ["runs/dpr"]}, "NAME=PATH"),
-     ({"candidates": ["SFT=runs/other"]}, "distinct"),
-     ({"position_rule": "majority"}, "position_rule")],
+    [
+        ({"judge": "exact", "benchmarks": ["alpaca_eval"]}, "only the embedded task"),
+        ({"benchmarks": ["alpacaeval"]}, "Unknown benchmarks"),
+        ({"candidates": ["runs/dpr"]}, "NAME=PATH"),
+        ({"candidates": ["SFT=runs/other"]}, "distinct"),
+        ({"position_rule": "majority"}, "position_rule"),
+    ],
 )
 def test_inconsistent_settings_are_refused(overrides, match):
     with pytest.raises(ValueError, match=match):

@@ -72,12 +72,18 @@ def test_two_tiny_models_are_evaluated_end_to_end_with_the_exact_judge(tmp_path,
     (result,) = report.pairwise
     prompts = load_prompt_set("demo", num_prompts=8)
     expected = [
-        "tie" if is_correct(d["answer"], p.references[0]) == is_correct(s["answer"], p.references[0])
-        else "win" if is_correct(d["answer"], p.references[0]) else "loss"
+        "tie"
+        if is_correct(d["answer"], p.references[0]) == is_correct(s["answer"], p.references[0])
+        else "win"
+        if is_correct(d["answer"], p.references[0])
+        else "loss"
         for p, s, d in zip(prompts, sft_rows, dpr_rows)
     ]
     assert (result.win_rate.wins, result.win_rate.ties, result.win_rate.losses) == (
-        expected.count("win"), expected.count("tie"), expected.count("loss"))
+        expected.count("win"),
+        expected.count("tie"),
+        expected.count("loss"),
+    )
     assert result.total == 8 and result.unparseable == 0
 
     # Make DPR right on prompts 1-4, SFT right on 0 (as DPR) and on 5: answers are read back from the cache, and the
@@ -107,15 +113,23 @@ def test_two_tiny_models_are_evaluated_end_to_end_with_the_exact_judge(tmp_path,
 
 def test_the_recipe_runs_from_a_yaml_config_in_a_process_of_its_own(tmp_path, saved_models):
     config = {
-        "output_dir": str(tmp_path / "eval"), "baseline": f"SFT={saved_models['sft']}",
-        "candidates": [f"DPR={saved_models['dpr']}"], "benchmarks": ["demo"], "demo_num_prompts": 4,
-        "max_new_tokens": 6, "generation_backend": "transformers", "dtype": "float32", "judge": "exact",
+        "output_dir": str(tmp_path / "eval"),
+        "baseline": f"SFT={saved_models['sft']}",
+        "candidates": [f"DPR={saved_models['dpr']}"],
+        "benchmarks": ["demo"],
+        "demo_num_prompts": 4,
+        "max_new_tokens": 6,
+        "generation_backend": "transformers",
+        "dtype": "float32",
+        "judge": "exact",
         "bootstrap_resamples": 200,
     }
     path = tmp_path / "evaluate.yaml"
     path.write_text(yaml.safe_dump(config))
     recipe = load_recipe()  # what recipes/evaluate.py runs, forked from this process (no new imports)
-    run = run_forked(lambda argv: recipe.run(recipe.main, argv), ["--config", str(path)], folder=tmp_path, cwd=tmp_path)
+    run = run_forked(
+        lambda argv: recipe.run(recipe.main, argv), ["--config", str(path)], folder=tmp_path, cwd=tmp_path
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "| DPR |" in run.stdout and "results.json" in run.stdout
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
@@ -129,8 +143,17 @@ def load_recipe():
 
 def test_a_missing_model_folder_stops_the_recipe_with_a_clear_message(tmp_path, saved_models, capsys):
     path = tmp_path / "evaluate.yaml"
-    path.write_text(yaml.safe_dump({"baseline": f"SFT={saved_models['sft']}", "candidates": ["DPR=runs/demo/never_trained_dpr"],
-                                    "benchmarks": ["demo"], "judge": "exact", "output_dir": str(tmp_path / "eval")}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "baseline": f"SFT={saved_models['sft']}",
+                "candidates": ["DPR=runs/demo/never_trained_dpr"],
+                "benchmarks": ["demo"],
+                "judge": "exact",
+                "output_dir": str(tmp_path / "eval"),
+            }
+        )
+    )
     recipe = load_recipe()
     with pytest.raises(SystemExit) as stop:
         recipe.run(recipe.main, ["--config", str(path)])
@@ -151,8 +174,14 @@ def test_a_missing_api_key_stops_the_run_before_any_generation(tmp_path, saved_m
     monkeypatch.delenv("TRL_DPR_TEST_ABSENT_KEY", raising=False)
     alpaca = tmp_path / "alpaca_eval.json"
     alpaca.write_text(json.dumps([{"instruction": "Name three primary colours.", "dataset": "selfinstruct"}]))
-    config = demo_config(tmp_path, saved_models, benchmarks=["alpaca_eval"], alpaca_eval_path=str(alpaca),
-                         judge="openai", judge_api_key_env="TRL_DPR_TEST_ABSENT_KEY")
+    config = demo_config(
+        tmp_path,
+        saved_models,
+        benchmarks=["alpaca_eval"],
+        alpaca_eval_path=str(alpaca),
+        judge="openai",
+        judge_api_key_env="TRL_DPR_TEST_ABSENT_KEY",
+    )
     with pytest.raises(MissingAPIKeyError, match="TRL_DPR_TEST_ABSENT_KEY"):
         run_evaluation(config, show_progress=False)
     assert not (tmp_path / "eval").exists()  # no answer was generated
@@ -167,7 +196,11 @@ def test_the_demo_and_backbone_configs_parse_with_the_papers_settings():
     (paper,) = parser.parse_args_and_config(["--config", str(ROOT / "recipes/evaluate/llama-3.1-8b.yaml")])
     assert paper.benchmarks == ["alpaca_eval", "arena_hard", "lima", "mt_bench"]
     assert (paper.judge, paper.judge_model, paper.judge_temperature, paper.judge_api_key_env) == (
-        "openai", "gpt-4o", 0.0, "OPENAI_API_KEY")
+        "openai",
+        "gpt-4o",
+        0.0,
+        "OPENAI_API_KEY",
+    )
     assert (paper.temperature, paper.position_rule, paper.confidence) == (0.7, "consistent", 0.95)
     dpr = yaml.safe_load((ROOT / "recipes/llama-3.1-8b/dpr/config_qlora.yaml").read_text())
     assert paper.models()["DPR"] == dpr["output_dir"] and paper.models()["SFT"] == dpr["model_name_or_path"]
@@ -176,7 +209,9 @@ def test_the_demo_and_backbone_configs_parse_with_the_papers_settings():
 def judge_reply(messages):
     """The fake GPT-4o: grades every answer 7 (8 with a reference), and prefers the answer shown as A."""
     if "[[rating]]" in messages[-1]["content"]:
-        return "Correct and clear.\nRating: [[8]]" if "reference answer" in messages[-1]["content"] else "Rating: [[7]]"
+        return (
+            "Correct and clear.\nRating: [[8]]" if "reference answer" in messages[-1]["content"] else "Rating: [[7]]"
+        )
     return "Assistant A is more helpful.\n\nMy final verdict is: [[A>B]]"
 
 
@@ -189,26 +224,58 @@ def test_the_paper_setup_with_an_openai_compatible_judge_and_mt_bench(tmp_path, 
     try:
         monkeypatch.setenv("TRL_DPR_TEST_KEY", "k-123")
         alpaca = tmp_path / "alpaca_eval.json"
-        alpaca.write_text(json.dumps([{"instruction": f"Give me tip number {i} for a good sleep.", "dataset": "koala"}
-                                      for i in range(3)]))
+        alpaca.write_text(
+            json.dumps(
+                [{"instruction": f"Give me tip number {i} for a good sleep.", "dataset": "koala"} for i in range(3)]
+            )
+        )
         mt_bench = tmp_path / "question.jsonl"
-        mt_bench.write_text("\n".join(json.dumps(row) for row in [
-            {"question_id": 81, "category": "writing", "turns": ["Write a haiku about rain.", "Now about snow."]},
-            {"question_id": 111, "category": "math", "turns": ["Area of a 2 by 3 rectangle?", "Its perimeter?"],
-             "reference": ["6", "10"]},
-        ]) + "\n")
-        config = demo_config(tmp_path, saved_models, benchmarks=["alpaca_eval", "mt_bench"],
-                             alpaca_eval_path=str(alpaca), mt_bench_path=str(mt_bench), judge="openai",
-                             judge_model="gpt-4o", judge_base_url=server.base_url, judge_api_key_env="TRL_DPR_TEST_KEY",
-                             judge_max_workers=2)
+        mt_bench.write_text(
+            "\n".join(
+                json.dumps(row)
+                for row in [
+                    {
+                        "question_id": 81,
+                        "category": "writing",
+                        "turns": ["Write a haiku about rain.", "Now about snow."],
+                    },
+                    {
+                        "question_id": 111,
+                        "category": "math",
+                        "turns": ["Area of a 2 by 3 rectangle?", "Its perimeter?"],
+                        "reference": ["6", "10"],
+                    },
+                ]
+            )
+            + "\n"
+        )
+        config = demo_config(
+            tmp_path,
+            saved_models,
+            benchmarks=["alpaca_eval", "mt_bench"],
+            alpaca_eval_path=str(alpaca),
+            mt_bench_path=str(mt_bench),
+            judge="openai",
+            judge_model="gpt-4o",
+            judge_base_url=server.base_url,
+            judge_api_key_env="TRL_DPR_TEST_KEY",
+            judge_max_workers=2,
+        )
         report = run_evaluation(config, show_progress=False)
         # 3 pairs × 2 orders, then 2 models × 2 questions × 2 turns graded
         assert len(server.requests) == 6 + 8
         assert all(r["body"]["temperature"] == 0 and r["body"]["model"] == "gpt-4o" for r in server.requests)
         (pairwise,) = report.pairwise
-        assert (pairwise.win_rate.ties, pairwise.position_disagreements, pairwise.unparseable) == (3, 3, 0)  # pure bias
+        assert (pairwise.win_rate.ties, pairwise.position_disagreements, pairwise.unparseable) == (
+            3,
+            3,
+            0,
+        )  # pure bias
         scores = {r.method: r.score for r in report.mt_bench}
-        assert scores["SFT"].score == pytest.approx(7.5) and scores["DPR"].category_scores == {"math": 8.0, "writing": 7.0}
+        assert scores["SFT"].score == pytest.approx(7.5) and scores["DPR"].category_scores == {
+            "math": 8.0,
+            "writing": 7.0,
+        }
         markdown = (tmp_path / "eval" / "results.md").read_text()
         assert "| Method | AlpacaEval win rate vs SFT % (95% CI) | MT-Bench (1–10) |" in markdown
         assert "| DPR | 50.0 (50.0–50.0) | 7.50 |" in markdown and "| SFT | — | 7.50 |" in markdown

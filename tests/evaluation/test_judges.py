@@ -32,7 +32,9 @@ class ScriptedChat:
 
 
 def test_a_local_model_judges_through_the_same_prompts_and_its_junk_is_counted_unparseable(tokenizer):
-    chat = LocalChatModel(build_tiny_causal_lm(tokenizer, seed=3), tokenizer, max_new_tokens=6, batch_size=4, name="tiny")
+    chat = LocalChatModel(
+        build_tiny_causal_lm(tokenizer, seed=3), tokenizer, max_new_tokens=6, batch_size=4, name="tiny"
+    )
     pairs = [PairToJudge(f"What is {i}+{i}?", f"The answer is {2 * i}.", "I do not know.") for i in range(3)]
     judgements = LLMPairwiseJudge(chat).judge_pairs(pairs)
     assert len(judgements) == 3
@@ -44,18 +46,30 @@ def test_a_local_model_judges_through_the_same_prompts_and_its_junk_is_counted_u
 
 
 def test_mt_bench_grades_both_turns_with_references_for_math_only():
-    chat = ScriptedChat(lambda messages: "Accurate and clear.\nRating: [[9]]" if "reference" in messages[1]["content"]
-                        else "Fine.\nRating: [[6]]")
+    chat = ScriptedChat(
+        lambda messages: (
+            "Accurate and clear.\nRating: [[9]]" if "reference" in messages[1]["content"] else "Fine.\nRating: [[6]]"
+        )
+    )
     prompts = [
-        EvalPrompt("111", ("Area of the triangle (0,0), (-1,1), (3,3)?", "Area of its circumscribed circle?"), "math",
-                   ("Area is 3", "5pi")),
-        EvalPrompt("81", ("Write a travel blog post about Hawaii.", "Rewrite it starting every sentence with A."),
-                   "writing"),
+        EvalPrompt(
+            "111",
+            ("Area of the triangle (0,0), (-1,1), (3,3)?", "Area of its circumscribed circle?"),
+            "math",
+            ("Area is 3", "5pi"),
+        ),
+        EvalPrompt(
+            "81", ("Write a travel blog post about Hawaii.", "Rewrite it starting every sentence with A."), "writing"
+        ),
     ]
     answers = {("111", 0): "It is 3.", ("111", 1): "5 pi.", ("81", 0): "Aloha! ...", ("81", 1): "A trip ..."}
     grades = MTBenchGrader(chat).grade(prompts, answers)
     assert [(g.prompt_id, g.turn, g.rating, g.used_reference) for g in grades] == [
-        ("111", 0, 9.0, True), ("111", 1, 9.0, True), ("81", 0, 6.0, False), ("81", 1, 6.0, False)]
+        ("111", 0, 9.0, True),
+        ("111", 1, 9.0, True),
+        ("81", 0, 6.0, False),
+        ("81", 1, 6.0, False),
+    ]
     second_turn = chat.asked[1][1]["content"]
     assert "It is 3." in second_turn and "5 pi." in second_turn and "5pi" in second_turn  # conversation + references
     assert "second user question" in second_turn
@@ -78,16 +92,20 @@ def test_mt_bench_ratings_that_do_not_parse_are_counted_and_left_out():
 
 def test_the_exact_judge_needs_references_and_compares_final_answers():
     judge = ExactAnswerJudge()
-    pairs = [PairToJudge("q", "The answer is 46.", "The answer is 13.", "46"),
-             PairToJudge("q", "The answer is 1.", "The answer is 2.", "3"),
-             PairToJudge("q", "The answer is 1 2 3.", "The answer is 1 2 3.", "1 2 3")]
+    pairs = [
+        PairToJudge("q", "The answer is 46.", "The answer is 13.", "46"),
+        PairToJudge("q", "The answer is 1.", "The answer is 2.", "3"),
+        PairToJudge("q", "The answer is 1 2 3.", "The answer is 1 2 3.", "1 2 3"),
+    ]
     assert [j.outcome for j in judge.judge_pairs(pairs)] == ["win", "tie", "tie"]
     with pytest.raises(ValueError, match="reference"):
         judge.judge_pairs([PairToJudge("q", "a", "b")])
 
 
 def test_cached_judgements_are_read_back_and_only_new_answers_are_judged(tmp_path):
-    chat = ScriptedChat(lambda messages: "[[A>B]]" if "good" in messages[1]["content"].split("Assistant B")[0] else "[[B>A]]")
+    chat = ScriptedChat(
+        lambda messages: "[[A>B]]" if "good" in messages[1]["content"].split("Assistant B")[0] else "[[B>A]]"
+    )
     judge = LLMPairwiseJudge(chat)
     pairs = [PairToJudge(f"q{i}", f"good {i}", f"bad {i}") for i in range(4)]
     ids = [str(i) for i in range(4)]

@@ -33,15 +33,21 @@ class FakeChatCompletions:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
-                                       "body": body})
+                outer.requests.append(
+                    {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
+                )
                 status, reply, delay = outer.script.pop(0) if outer.script else (200, None, 0.0)
                 time.sleep(delay)
                 if status == 200:
                     text = reply if reply is not None else outer.default(body["messages"])
-                    payload = {"id": "x", "object": "chat.completion", "model": body["model"],
-                               "choices": [{"index": 0, "finish_reason": "stop",
-                                            "message": {"role": "assistant", "content": text}}]}
+                    payload = {
+                        "id": "x",
+                        "object": "chat.completion",
+                        "model": body["model"],
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+                        ],
+                    }
                 else:
                     payload = {"error": {"message": reply or f"status {status}", "type": "test"}}
                 data = json.dumps(payload).encode()
@@ -195,8 +201,11 @@ def test_the_pairwise_judge_asks_in_both_orders_and_combines_them(server, api_ke
     system_prompts = {r["body"]["messages"][0]["content"] for r in server.requests}
     assert len(system_prompts) == 1 and "[[A>B]]" in system_prompts.pop()
     first_question = [r for r in server.requests if "Mia" in r["body"]["messages"][1]["content"]]
-    shown_first = [r["body"]["messages"][1]["content"].index("46 dollars") < r["body"]["messages"][1]["content"].index("13 dollars")
-                   for r in first_question]
+    shown_first = [
+        r["body"]["messages"][1]["content"].index("46 dollars")
+        < r["body"]["messages"][1]["content"].index("13 dollars")
+        for r in first_question
+    ]
     assert sorted(shown_first) == [False, True]  # the candidate was shown once in each position
 
 

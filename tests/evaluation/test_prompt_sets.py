@@ -15,41 +15,84 @@ def write_jsonl(path, rows):
 
 
 ALPACA_EVAL_ROWS = [  # alpaca_eval.json: a JSON list
-    {"instruction": "What are the names of some famous actors that started their careers on Broadway?",
-     "output": "Some famous actors ...", "generator": "gpt4_1106_preview", "dataset": "helpful_base"},
-    {"instruction": "How did US states get their names?", "output": "US states get their names from ...",
-     "generator": "gpt4_1106_preview", "dataset": "helpful_base"},
-    {"instruction": "Hi, I'm trying to solve a crossword puzzle, but I've never done one of these before. Can you help "
-                    "me out?", "output": "...", "generator": "gpt4_1106_preview", "dataset": "koala"},
+    {
+        "instruction": "What are the names of some famous actors that started their careers on Broadway?",
+        "output": "Some famous actors ...",
+        "generator": "gpt4_1106_preview",
+        "dataset": "helpful_base",
+    },
+    {
+        "instruction": "How did US states get their names?",
+        "output": "US states get their names from ...",
+        "generator": "gpt4_1106_preview",
+        "dataset": "helpful_base",
+    },
+    {
+        "instruction": "Hi, I'm trying to solve a crossword puzzle, but I've never done one of these before. Can you help "
+        "me out?",
+        "output": "...",
+        "generator": "gpt4_1106_preview",
+        "dataset": "koala",
+    },
 ]
 ARENA_HARD_ROWS = [  # arena-hard-v0.1 question.jsonl
-    {"question_id": "328c149ed45a41c0b9d6f14659e63599", "category": "arena-hard-v0.1",
-     "cluster": "ABC Sequence Puzzles & Groups",
-     "turns": [{"content": "Use ABC notation to write a melody in the style of a folk tune."}]},
-    {"question_id": "b43c07656ead4150b360294ee932b410", "category": "arena-hard-v0.1", "cluster": "ABC Sequence Puzzles",
-     "turns": [{"content": "SOLVE THIS IN C++ : There are three cards with letters a, b, c placed in a row..."}]},
+    {
+        "question_id": "328c149ed45a41c0b9d6f14659e63599",
+        "category": "arena-hard-v0.1",
+        "cluster": "ABC Sequence Puzzles & Groups",
+        "turns": [{"content": "Use ABC notation to write a melody in the style of a folk tune."}],
+    },
+    {
+        "question_id": "b43c07656ead4150b360294ee932b410",
+        "category": "arena-hard-v0.1",
+        "cluster": "ABC Sequence Puzzles",
+        "turns": [{"content": "SOLVE THIS IN C++ : There are three cards with letters a, b, c placed in a row..."}],
+    },
 ]
 LIMA_ROWS = [  # GAIR/lima test.jsonl
-    {"conversations": ["Can brain cells move? By movement I mean long distance migration (preferably within the "
-                       "brain only)."], "source": "stackexchange"},
-    {"conversations": ["I'm a 23 year old, and I have a job offer in another city. Should I take it?"],
-     "source": "reddit"},
+    {
+        "conversations": [
+            "Can brain cells move? By movement I mean long distance migration (preferably within the brain only)."
+        ],
+        "source": "stackexchange",
+    },
+    {
+        "conversations": ["I'm a 23 year old, and I have a job offer in another city. Should I take it?"],
+        "source": "reddit",
+    },
 ]
 MT_BENCH_FASTCHAT_ROWS = [  # FastChat question.jsonl
-    {"question_id": 81, "category": "writing",
-     "turns": ["Compose an engaging travel blog post about a recent trip to Hawaii.",
-               "Rewrite your previous response. Start every sentence with the letter A."]},
-    {"question_id": 111, "category": "math",
-     "turns": ["The vertices of a triangle are at points (0, 0), (-1, 1), and (3, 3). What is the area of the triangle?",
-               "What's area of the circle circumscribing the triangle?"],
-     "reference": ["Area is 3", "5pi"]},
+    {
+        "question_id": 81,
+        "category": "writing",
+        "turns": [
+            "Compose an engaging travel blog post about a recent trip to Hawaii.",
+            "Rewrite your previous response. Start every sentence with the letter A.",
+        ],
+    },
+    {
+        "question_id": 111,
+        "category": "math",
+        "turns": [
+            "The vertices of a triangle are at points (0, 0), (-1, 1), and (3, 3). What is the area of the triangle?",
+            "What's area of the circle circumscribing the triangle?",
+        ],
+        "reference": ["Area is 3", "5pi"],
+    },
 ]
 MT_BENCH_H4_ROWS = [  # HuggingFaceH4/mt_bench_prompts: prompt / prompt_id, empty reference outside math-like categories
-    {"prompt": ["Describe a vivid and unique character.", "Revise it with an allusion to a famous work."],
-     "prompt_id": 31296117, "category": "writing", "reference": []},
-    {"prompt": ["Write a function to find the median of two sorted arrays.", "Is there a faster implementation?"],
-     "prompt_id": 25311049, "category": "coding",
-     "reference": ["Carefully check if the given solution is correct.", "O(log(min(n,m)))"]},
+    {
+        "prompt": ["Describe a vivid and unique character.", "Revise it with an allusion to a famous work."],
+        "prompt_id": 31296117,
+        "category": "writing",
+        "reference": [],
+    },
+    {
+        "prompt": ["Write a function to find the median of two sorted arrays.", "Is there a faster implementation?"],
+        "prompt_id": 25311049,
+        "category": "coding",
+        "reference": ["Carefully check if the given solution is correct.", "O(log(min(n,m)))"],
+    },
 ]
 
 
@@ -80,7 +123,9 @@ def test_mt_bench_loads_two_turns_categories_and_references(tmp_path, rows):
     prompts = load_prompt_set("mt_bench", write_jsonl(tmp_path / "question.jsonl", rows))
     assert all(len(p.turns) == 2 for p in prompts)
     assert prompts[0].references == () and len(prompts[1].references) == 2
-    assert prompts[1].category in ("math", "coding") and prompts[0].prompt_id == str(rows[0].get("question_id", rows[0].get("prompt_id")))
+    assert prompts[1].category in ("math", "coding") and prompts[0].prompt_id == str(
+        rows[0].get("question_id", rows[0].get("prompt_id"))
+    )
 
 
 def test_the_hub_path_offline_fails_with_the_file_to_download(monkeypatch):

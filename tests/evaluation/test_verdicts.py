@@ -43,7 +43,10 @@ def test_a_well_formed_verdict_after_an_explanation_parses(text, label):
         ("Assistant A is better. [[A>B]", "malformed '[[A>B]'"),
         ("Assistant A is better. [A>B]]", "malformed"),
         ("Final verdict: [[ A > B ]]", "malformed"),
-        ("At first [[A>B]], but on reflection B handles the edge case: [[B>A]]", "conflicting verdicts: ['A>B', 'B>A']"),
+        (
+            "At first [[A>B]], but on reflection B handles the edge case: [[B>A]]",
+            "conflicting verdicts: ['A>B', 'B>A']",
+        ),
         ("Output format: [[A>B]], [[A=B]] or [[B>A]].", "conflicting"),  # a judge echoing the instructions
         ("[[C]]", "no verdict"),  # MT-Bench's pairwise letters are not this format
         ("", "no verdict"),
@@ -88,21 +91,39 @@ def test_missing_out_of_range_or_conflicting_ratings_are_unparseable(text, probl
 
 @pytest.mark.parametrize(
     "label,as_a,as_b",
-    [("A>>B", "win", "loss"), ("A>B", "win", "loss"), ("A=B", "tie", "tie"), ("B>A", "loss", "win"), ("B>>A", "loss", "win")],
+    [
+        ("A>>B", "win", "loss"),
+        ("A>B", "win", "loss"),
+        ("A=B", "tie", "tie"),
+        ("B>A", "loss", "win"),
+        ("B>>A", "loss", "win"),
+    ],
 )
 def test_a_verdict_reads_as_the_candidates_outcome_from_its_position(label, as_a, as_b):
     assert candidate_outcome(label, "A") == as_a and candidate_outcome(label, "B") == as_b
 
 
 CONSISTENT = {
-    ("win", "win"): "win", ("win", "tie"): "tie", ("win", "loss"): "tie",
-    ("tie", "win"): "tie", ("tie", "tie"): "tie", ("tie", "loss"): "tie",
-    ("loss", "win"): "tie", ("loss", "tie"): "tie", ("loss", "loss"): "loss",
+    ("win", "win"): "win",
+    ("win", "tie"): "tie",
+    ("win", "loss"): "tie",
+    ("tie", "win"): "tie",
+    ("tie", "tie"): "tie",
+    ("tie", "loss"): "tie",
+    ("loss", "win"): "tie",
+    ("loss", "tie"): "tie",
+    ("loss", "loss"): "loss",
 }
 LENIENT = {
-    ("win", "win"): "win", ("win", "tie"): "win", ("win", "loss"): "tie",
-    ("tie", "win"): "win", ("tie", "tie"): "tie", ("tie", "loss"): "loss",
-    ("loss", "win"): "tie", ("loss", "tie"): "loss", ("loss", "loss"): "loss",
+    ("win", "win"): "win",
+    ("win", "tie"): "win",
+    ("win", "loss"): "tie",
+    ("tie", "win"): "win",
+    ("tie", "tie"): "tie",
+    ("tie", "loss"): "loss",
+    ("loss", "win"): "tie",
+    ("loss", "tie"): "loss",
+    ("loss", "loss"): "loss",
 }
 
 

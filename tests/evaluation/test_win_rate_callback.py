@@ -20,19 +20,39 @@ class RecordingJudge(PairwiseJudge):
 
     def judge_pairs(self, pairs):
         self.calls.append(list(pairs))
-        return [PairJudgement("win" if len(p.candidate) > len(p.baseline) else "loss" if len(p.candidate) < len(p.baseline)
-                              else "tie") for p in pairs]
+        return [
+            PairJudgement(
+                "win"
+                if len(p.candidate) > len(p.baseline)
+                else "loss"
+                if len(p.candidate) < len(p.baseline)
+                else "tie"
+            )
+            for p in pairs
+        ]
 
 
 def make_trainer(tokenizer, tmp_path, max_steps=2):
-    reward_model = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1))
+    reward_model = CheckpointRewardModel(
+        build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1)
+    )
     args = DensePathConfig(
-        output_dir=str(tmp_path / "dpr"), per_device_train_batch_size=4, max_steps=max_steps, max_completion_length=6,
-        learning_rate=1e-2, logging_steps=1, report_to="none", bf16=False, use_cpu=True, save_strategy="no", seed=0,
+        output_dir=str(tmp_path / "dpr"),
+        per_device_train_batch_size=4,
+        max_steps=max_steps,
+        max_completion_length=6,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        bf16=False,
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
     )
     prompts = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What is {i}+{2 * i}?"}] for i in range(8)]})
-    return DensePathTrainer(model=None, reward_model=reward_model, args=args, train_dataset=prompts,
-                            processing_class=tokenizer)
+    return DensePathTrainer(
+        model=None, reward_model=reward_model, args=args, train_dataset=prompts, processing_class=tokenizer
+    )
 
 
 def held_out(n=4):
@@ -43,7 +63,9 @@ def held_out(n=4):
 def test_win_rate_is_logged_every_eval_steps_with_the_exact_judge(tokenizer, tmp_path):
     trainer = make_trainer(tokenizer, tmp_path)
     prompts, answers = held_out()
-    callback = WinRateCallback(ExactAnswerJudge(), trainer, prompts, references=answers, eval_steps=1, max_new_tokens=6)
+    callback = WinRateCallback(
+        ExactAnswerJudge(), trainer, prompts, references=answers, eval_steps=1, max_new_tokens=6
+    )
     trainer.add_callback(callback)
     trainer.train()
 
@@ -101,17 +123,29 @@ def test_with_a_shared_peft_base_the_sft_adapter_answers_for_sft(tokenizer, tmp_
     from peft import LoraConfig, get_peft_model
 
     base = build_tiny_causal_lm(tokenizer, seed=0)
-    peft_model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
-                                adapter_name="sft")
+    peft_model = get_peft_model(
+        base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False), adapter_name="sft"
+    )
     peft_model.add_adapter("ref", LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
-    reward_model = CheckpointRewardModel(peft_model, peft_model, processing_class=tokenizer, sft_adapter="sft",
-                                         ref_adapter="ref")
-    args = DensePathConfig(output_dir=str(tmp_path / "dpr"), per_device_train_batch_size=4, max_steps=1,
-                           max_completion_length=4, logging_steps=1, report_to="none", bf16=False, use_cpu=True,
-                           save_strategy="no", seed=0)
+    reward_model = CheckpointRewardModel(
+        peft_model, peft_model, processing_class=tokenizer, sft_adapter="sft", ref_adapter="ref"
+    )
+    args = DensePathConfig(
+        output_dir=str(tmp_path / "dpr"),
+        per_device_train_batch_size=4,
+        max_steps=1,
+        max_completion_length=4,
+        logging_steps=1,
+        report_to="none",
+        bf16=False,
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+    )
     prompts = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"What is {i}+1?"}] for i in range(4)]})
-    trainer = DensePathTrainer(model=None, reward_model=reward_model, args=args, train_dataset=prompts,
-                               processing_class=tokenizer)
+    trainer = DensePathTrainer(
+        model=None, reward_model=reward_model, args=args, train_dataset=prompts, processing_class=tokenizer
+    )
     active = []
     generate = peft_model.generate
     peft_model.generate = lambda *a, **k: active.append(peft_model.active_adapter) or generate(*a, **k)

@@ -25,14 +25,19 @@ SECTION = "## Your data"
 def readme_blocks(language: str) -> list[str]:
     """The ```language blocks of the README's "Your data" section, as a reader copies them."""
     text = (ROOT / "README.md").read_text()
-    section = text[text.index(SECTION):].split("\n## ", 1)[0]
+    section = text[text.index(SECTION) :].split("\n## ", 1)[0]
     return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
 
 
 # The user's SFT demonstrations, in `messages` form: the file SFT trains on and the preview reads too.
 DEMONSTRATIONS = [
-    {"messages": [{"role": "system", "content": "Answer in °F."}, {"role": "user", "content": f"Convert {c} °C to Fahrenheit."},
-                  {"role": "assistant", "content": f"{c} × 9/5 + 32 = {f} °F."}]}
+    {
+        "messages": [
+            {"role": "system", "content": "Answer in °F."},
+            {"role": "user", "content": f"Convert {c} °C to Fahrenheit."},
+            {"role": "assistant", "content": f"{c} × 9/5 + 32 = {f} °F."},
+        ]
+    }
     for c, f in ((-40, -40), (37, 98.6), (100, 212), (-17.5, 0.5))
 ]
 
@@ -46,8 +51,14 @@ def user_folder(tmp_path_factory, tokenizer):
     (held_out,) = readme_blocks("json")
     eval_yaml, preview_yaml = readme_blocks("yaml")
     (folder / "my_checks.py").write_text(python)
-    (folder / "held_out.jsonl").write_text(held_out + "\n".join(json.dumps({"prompt": f"Convert {c} °C to Fahrenheit.",
-                                                                              "answer": a}) for c, a in ((100, "212"), (-17.5, "0.5"))) + "\n")
+    (folder / "held_out.jsonl").write_text(
+        held_out
+        + "\n".join(
+            json.dumps({"prompt": f"Convert {c} °C to Fahrenheit.", "answer": a})
+            for c, a in ((100, "212"), (-17.5, "0.5"))
+        )
+        + "\n"
+    )
     (folder / "my_eval.yaml").write_text(eval_yaml)
     (folder / "my_preview.yaml").write_text(preview_yaml)
     (folder / "demonstrations.jsonl").write_text("".join(json.dumps(row) + "\n" for row in DEMONSTRATIONS))
@@ -60,8 +71,14 @@ def user_folder(tmp_path_factory, tokenizer):
 def trl_dpr(folder, *args):
     """`trl-dpr ARGS` as the user runs it from their folder: a new interpreter, the package's console entry point."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "trl_dpr.running.cli", *args], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "trl_dpr.running.cli", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 # Answers planted in the evaluation's answer cache (what each model "said"), and whether each is right, by hand.
@@ -75,14 +92,33 @@ def test_your_check_decides_the_evaluation_of_your_prompts(user_folder):
     """`trl-dpr evaluate --config my_eval.yaml`: each model's accuracy and DPR's win rate against SFT, by the user's
     function on answers planted in the cache (right or wrong by hand: -40 = -40.0, 98.6 ≠ 99, a decimal, a negative)."""
     for name, (answers, _) in PLANTED.items():
-        settings = {"model_path": f"runs/my-{name.lower()}", "backend": "transformers", "temperature": 0.7,
-                    "max_new_tokens": 8, "seed": 0}
+        settings = {
+            "model_path": f"runs/my-{name.lower()}",
+            "backend": "transformers",
+            "temperature": 0.7,
+            "max_new_tokens": 8,
+            "seed": 0,
+        }
         cache = user_folder / "runs" / "my-eval" / "answers" / "jsonl" / f"{name}.jsonl"
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text("".join(json.dumps({"model": name, "prompt_id": str(i), "turn": 0, "answer": a,
-                                             "settings": settings}) + "\n" for i, a in enumerate(answers)))
-    run = trl_dpr(user_folder, "evaluate", "--config", "my_eval.yaml", "--max_new_tokens", "8",
-                  "--generation_backend", "transformers", "--bootstrap_resamples", "200")
+        cache.write_text(
+            "".join(
+                json.dumps({"model": name, "prompt_id": str(i), "turn": 0, "answer": a, "settings": settings}) + "\n"
+                for i, a in enumerate(answers)
+            )
+        )
+    run = trl_dpr(
+        user_folder,
+        "evaluate",
+        "--config",
+        "my_eval.yaml",
+        "--max_new_tokens",
+        "8",
+        "--generation_backend",
+        "transformers",
+        "--bootstrap_resamples",
+        "200",
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((user_folder / "runs" / "my-eval" / "results.json").read_text())
     accuracy = {r["method"]: r["accuracy"] for r in results["accuracy"]}
@@ -105,19 +141,37 @@ def test_a_judge_of_yours_named_as_module_class_decides_the_win_rate(user_folder
         "    name = 'mentions-the-answer'\n\n"
         "    def judge_pairs(self, pairs):\n"
         "        said = [(p.reference in p.candidate, p.reference in p.baseline) for p in pairs]\n"
-        "        return ['tie' if c == b else 'win' if c else 'loss' for c, b in said]\n")
+        "        return ['tie' if c == b else 'win' if c else 'loss' for c, b in said]\n"
+    )
     monkeypatch.chdir(user_folder)
     output = tmp_path / "eval"
     for name, (answers, _) in PLANTED.items():
-        settings = {"model_path": f"runs/my-{name.lower()}", "backend": "transformers", "temperature": 0.7,
-                    "max_new_tokens": 8, "seed": 0}
+        settings = {
+            "model_path": f"runs/my-{name.lower()}",
+            "backend": "transformers",
+            "temperature": 0.7,
+            "max_new_tokens": 8,
+            "seed": 0,
+        }
         cache = output / "answers" / "jsonl" / f"{name}.jsonl"
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text("".join(json.dumps({"model": name, "prompt_id": str(i), "turn": 0, "answer": a,
-                                             "settings": settings}) + "\n" for i, a in enumerate(answers)))
-    config = EvaluationConfig(output_dir=str(output), baseline="SFT=runs/my-sft", candidates=["DPR=runs/my-dpr"],
-                              benchmarks=["jsonl"], jsonl_path="held_out.jsonl", judge="my_judges:MentionsTheAnswer",
-                              max_new_tokens=8, generation_backend="transformers", bootstrap_resamples=100)
+        cache.write_text(
+            "".join(
+                json.dumps({"model": name, "prompt_id": str(i), "turn": 0, "answer": a, "settings": settings}) + "\n"
+                for i, a in enumerate(answers)
+            )
+        )
+    config = EvaluationConfig(
+        output_dir=str(output),
+        baseline="SFT=runs/my-sft",
+        candidates=["DPR=runs/my-dpr"],
+        benchmarks=["jsonl"],
+        jsonl_path="held_out.jsonl",
+        judge="my_judges:MentionsTheAnswer",
+        max_new_tokens=8,
+        generation_backend="transformers",
+        bootstrap_resamples=100,
+    )
     report = run_evaluation(config, show_progress=False)
     # -40 in both: tie; 98.6 only in DPR's: win; 212 only in SFT's: loss; 0.5 only in DPR's: win
     (pairwise,) = report.pairwise
@@ -129,9 +183,26 @@ def test_a_judge_of_yours_named_as_module_class_decides_the_win_rate(user_folder
 def test_your_demonstrations_preview_with_your_check_and_it_says_when_it_cannot_tell(user_folder):
     """`trl-dpr preview --config my_preview.yaml` on the SFT file itself (`messages`): the answers are read from the
     assistant's turns by the user's check; a tiny random π_SFT is never right, so the preview cannot tell, and says so."""
-    run = trl_dpr(user_folder, "preview", "--config", "my_preview.yaml", "--dataset_name", "demonstrations.jsonl",
-                  "--num_prompts", "4", "--samples_per_prompt", "3", "--max_new_tokens", "6", "--batch_size", "12",
-                  "--bootstrap_resamples", "100", "--plot", "false")
+    run = trl_dpr(
+        user_folder,
+        "preview",
+        "--config",
+        "my_preview.yaml",
+        "--dataset_name",
+        "demonstrations.jsonl",
+        "--num_prompts",
+        "4",
+        "--samples_per_prompt",
+        "3",
+        "--max_new_tokens",
+        "6",
+        "--batch_size",
+        "12",
+        "--bootstrap_resamples",
+        "100",
+        "--plot",
+        "false",
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "quality = exact (my_checks:fahrenheit), 4 prompts × 3 samples" in run.stdout
     assert "| cannot tell |" in run.stdout and "nan" not in run.stdout
@@ -165,16 +236,26 @@ def test_every_stage_reads_the_same_prompts_from_the_sft_file_and_the_answers_fi
     demonstrations = str(user_folder / "demonstrations.jsonl")
     expected = sorted(json.dumps(row["messages"][:-1]) for row in DEMONSTRATIONS)  # the file's own rows, cut by hand
     assert load_demonstrations(demonstrations)["messages"] == [row["messages"] for row in DEMONSTRATIONS]  # SFT
-    assert sorted(json.dumps(p) for p in dpr_prompts(DPRScriptArguments(dataset_name=demonstrations), 0)["prompt"]) == expected
+    assert (
+        sorted(json.dumps(p) for p in dpr_prompts(DPRScriptArguments(dataset_name=demonstrations), 0)["prompt"])
+        == expected
+    )
     preview = _held_out_rows(PreviewConfig(dataset_name=demonstrations, num_prompts=4))
     assert sorted(json.dumps(p) for p in preview.prompts) == expected
     assert sorted(preview.demonstrations) == sorted(row["messages"][-1]["content"] for row in DEMONSTRATIONS)
     evaluation = load_prompt_set("jsonl", demonstrations)
-    assert sorted(json.dumps([{"role": "system", "content": p.system}, {"role": "user", "content": p.turns[0]}])
-                  for p in evaluation) == expected
+    assert (
+        sorted(
+            json.dumps([{"role": "system", "content": p.system}, {"role": "user", "content": p.turns[0]}])
+            for p in evaluation
+        )
+        == expected
+    )
 
     answers = str(user_folder / "held_out.jsonl")
-    questions = sorted(json.loads(line)["prompt"] for line in (user_folder / "held_out.jsonl").read_text().splitlines())
+    questions = sorted(
+        json.loads(line)["prompt"] for line in (user_folder / "held_out.jsonl").read_text().splitlines()
+    )
     assert sorted(dpr_prompts(DPRScriptArguments(dataset_name=answers), 0)["prompt"]) == questions
     assert sorted(_held_out_rows(PreviewConfig(dataset_name=answers, num_prompts=4)).prompts) == questions
     assert sorted(p.turns[0] for p in load_prompt_set("jsonl", answers)) == questions
@@ -183,14 +264,22 @@ def test_every_stage_reads_the_same_prompts_from_the_sft_file_and_the_answers_fi
 def test_an_answer_pattern_compares_numbers_as_numbers_and_reads_demonstrations():
     check = pattern_check(r"(-?[0-9.]+) ?°F")
     assert check(["so -40 °F", "98.6°F", "-17.5 °F", "no number"], ["-40.0", "It is 98.60 °F.", "0.5", "1"]) == [
-        1.0, 1.0, 0.0, 0.0]
+        1.0,
+        1.0,
+        0.0,
+        0.0,
+    ]
 
 
 def test_your_evaluation_file_in_the_other_formats_gives_the_same_prompts(tmp_path):
-    rows = {"plain": {"prompt": "Convert 37 °C to Fahrenheit.", "answer": "98.6"},
-            "chat": {"prompt": [{"role": "user", "content": "Convert 37 °C to Fahrenheit."}], "answer": "98.6"},
-            "demonstration": {"prompt": [{"role": "user", "content": "Convert 37 °C to Fahrenheit."}],
-                              "completion": [{"role": "assistant", "content": "It is 98.6 °F."}]}}
+    rows = {
+        "plain": {"prompt": "Convert 37 °C to Fahrenheit.", "answer": "98.6"},
+        "chat": {"prompt": [{"role": "user", "content": "Convert 37 °C to Fahrenheit."}], "answer": "98.6"},
+        "demonstration": {
+            "prompt": [{"role": "user", "content": "Convert 37 °C to Fahrenheit."}],
+            "completion": [{"role": "assistant", "content": "It is 98.6 °F."}],
+        },
+    }
     loaded = {}
     for name, row in rows.items():
         (tmp_path / f"{name}.jsonl").write_text(json.dumps(row) + "\n")
@@ -204,20 +293,31 @@ def test_your_evaluation_file_in_the_other_formats_gives_the_same_prompts(tmp_pa
 
 
 def evaluation(**overrides):
-    values = dict(baseline="SFT=a", candidates=["DPR=b"], benchmarks=["jsonl"], jsonl_path="p.jsonl", judge="exact",
-                  answer_check="my_checks:fahrenheit")
+    values = dict(
+        baseline="SFT=a",
+        candidates=["DPR=b"],
+        benchmarks=["jsonl"],
+        jsonl_path="p.jsonl",
+        judge="exact",
+        answer_check="my_checks:fahrenheit",
+    )
     return EvaluationConfig(**{**values, **overrides})
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"jsonl_path": None}, "benchmarks: [jsonl] needs jsonl_path"),
-    ({"answer_check": None}, "judge: exact on benchmarks: [jsonl] needs to know a right answer: set answer_check"),
-    ({"benchmarks": ["jsonl", "alpaca_eval"]}, "or an LLM judge (openai / local) for ['alpaca_eval']"),
-    ({"benchmarks": ["demo"]}, "the embedded task (demo) has its own check"),
-    ({"judge": "gpt4"}, "judge must be one of ('openai', 'local', 'exact') or 'module:Class'"),
-    ({"judge": "my_judges:MentionsTheAnswer", "benchmarks": ["jsonl", "mt_bench"], "answer_check": None},
-     "mt_bench is graded 1–10 by a chat model"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"jsonl_path": None}, "benchmarks: [jsonl] needs jsonl_path"),
+        ({"answer_check": None}, "judge: exact on benchmarks: [jsonl] needs to know a right answer: set answer_check"),
+        ({"benchmarks": ["jsonl", "alpaca_eval"]}, "or an LLM judge (openai / local) for ['alpaca_eval']"),
+        ({"benchmarks": ["demo"]}, "the embedded task (demo) has its own check"),
+        ({"judge": "gpt4"}, "judge must be one of ('openai', 'local', 'exact') or 'module:Class'"),
+        (
+            {"judge": "my_judges:MentionsTheAnswer", "benchmarks": ["jsonl", "mt_bench"], "answer_check": None},
+            "mt_bench is graded 1–10 by a chat model",
+        ),
+    ],
+)
 def test_an_evaluation_of_your_task_that_cannot_work_is_refused_by_its_config(overrides, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         evaluation(**overrides)
@@ -241,7 +341,9 @@ def test_a_check_that_cannot_be_used_says_what_it_needs(tmp_path, monkeypatch):
         load_answer_check("bad_checks:one_score")(["a", "b"], ["1", "2"])
     with pytest.raises(ValueError, match=r"returned 100.0; each score must be a number in \[0, 1\]"):
         load_answer_check("bad_checks:percent")(["a"], ["1"])
-    with pytest.raises(ValueError, match="raised ValueError: could not convert string to float.*the first: 'It is 1 °F.'"):
+    with pytest.raises(
+        ValueError, match="raised ValueError: could not convert string to float.*the first: 'It is 1 °F.'"
+    ):
         load_answer_check("bad_checks:crashes")(["a"], ["It is 1 °F."])
     with pytest.raises(ValueError, match="not both"):
         answer_check_from("bad_checks:percent", "(x)")

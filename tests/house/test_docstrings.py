@@ -94,7 +94,6 @@ def test_only_the_public_api_has_an_all():
     assert len(trl_dpr.__all__) <= 16  # a surface a user can hold in their head
 
 
-
 def test_every_public_function_and_class_says_what_it_is():
     missing = []
     for name in MODULES:
@@ -114,8 +113,11 @@ def test_every_public_function_and_class_says_what_it_is():
 def test_the_algorithms_functions_state_their_equation_with_a_hand_computed_example():
     from trl_dpr import algorithm
 
-    functions = [f for n, f in vars(algorithm).items() if inspect.isfunction(f) and f.__module__ == algorithm.__name__
-                 and not n.startswith("_")]
+    functions = [
+        f
+        for n, f in vars(algorithm).items()
+        if inspect.isfunction(f) and f.__module__ == algorithm.__name__ and not n.startswith("_")
+    ]
     assert len(functions) >= 8
     for function in functions:
         doc = inspect.getdoc(function)
@@ -128,7 +130,11 @@ def docstring_lines(path: Path) -> int:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             first = node.body[0] if node.body else None
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 count += first.end_lineno - first.lineno + 1
     return count
 

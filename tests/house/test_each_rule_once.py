@@ -95,13 +95,16 @@ def test_alpha_outside_the_open_unit_interval_gets_one_message_wherever_it_is_gi
 
 def test_a_refused_field_gets_the_same_message_from_python_and_from_a_recipe(tmp_path):
     recipe = tmp_path / "dpr.yaml"
-    recipe.write_text(yaml.safe_dump({"dataset_name": "trl_dpr/embedded-demo", "output_dir": "unused",
-                                      "scale_rewards": "batch"}))
+    recipe.write_text(
+        yaml.safe_dump({"dataset_name": "trl_dpr/embedded-demo", "output_dir": "unused", "scale_rewards": "batch"})
+    )
     parser = RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig), prog="trl-dpr dpr")
     from_recipe = message(lambda: parser.parse_args_and_config(["--config", str(recipe)]))
     from_python = message(lambda: config(scale_rewards="batch"))
-    expected = ("scale_rewards: 'batch' is not used: DPR whitens its per-token returns over the whole batch "
-                "(`whiten_advantages`). Remove it or set it to 'group'")
+    expected = (
+        "scale_rewards: 'batch' is not used: DPR whitens its per-token returns over the whole batch "
+        "(`whiten_advantages`). Remove it or set it to 'group'"
+    )
     assert from_python == expected + "." and f"{expected} (in {recipe})" in from_recipe
 
 
@@ -124,8 +127,12 @@ def test_a_completion_is_terminal_when_its_last_real_token_is_an_eos_id():
 
 def test_the_scorer_decides_terminal_completions_as_the_trainer_does(tokenizer):
     # The w/V reward reads is_terminal: the scorer's own default must be the helper's answer, which the trainer passes.
-    scorer = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1),
-                                   WithSoftValue(CheckpointDifference()), processing_class=tokenizer)
+    scorer = CheckpointRewardModel(
+        build_tiny_causal_lm(tokenizer, seed=0),
+        build_tiny_causal_lm(tokenizer, seed=1),
+        WithSoftValue(CheckpointDifference()),
+        processing_class=tokenizer,
+    )
     eos = tokenizer.eos_token_id
     prompt_ids, prompt_mask = torch.tensor([[5, 6], [5, 6]]), torch.ones(2, 2, dtype=torch.long)
     completion_ids, completion_mask = torch.tensor([[7, eos], [7, 8]]), torch.ones(2, 2, dtype=torch.long)
@@ -156,7 +163,11 @@ def test_the_dpr_recipe_claims_its_folder_checks_its_push_and_loads_its_prompts_
 
         monkeypatch.setattr(module, name, counted)
 
-    for module, name in ((pipeline, "claim_output_dir"), (pipeline, "dpr_prompts"), (trainer_module, "check_output_dir")):
+    for module, name in (
+        (pipeline, "claim_output_dir"),
+        (pipeline, "dpr_prompts"),
+        (trainer_module, "check_output_dir"),
+    ):
         count(module, name)
     pushes_checked = []  # push_to_hub of each check_hub_push call (offline, the real check would refuse the push)
     for module in (pipeline, push):
@@ -165,12 +176,26 @@ def test_the_dpr_recipe_claims_its_folder_checks_its_push_and_loads_its_prompts_
     sft = save_sft_output(tmp_path / "sft", tokenizer)
     mark_sft_complete(sft)
     path = tmp_path / "dpr.yaml"
-    path.write_text(yaml.safe_dump({
-        "model_name_or_path": str(sft), "dtype": "float32", "dataset_name": "trl_dpr/embedded-demo",
-        "num_train_samples": 8, "output_dir": str(tmp_path / "dpr"), "max_steps": 1, "per_device_train_batch_size": 4,
-        "max_completion_length": 4, "use_cpu": True, "bf16": False, "save_strategy": "no", "report_to": "none",
-        "push_to_hub": True, "hub_model_id": "me/dpr",
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model_name_or_path": str(sft),
+                "dtype": "float32",
+                "dataset_name": "trl_dpr/embedded-demo",
+                "num_train_samples": 8,
+                "output_dir": str(tmp_path / "dpr"),
+                "max_steps": 1,
+                "per_device_train_batch_size": 4,
+                "max_completion_length": 4,
+                "use_cpu": True,
+                "bf16": False,
+                "save_strategy": "no",
+                "report_to": "none",
+                "push_to_hub": True,
+                "hub_model_id": "me/dpr",
+            }
+        )
+    )
     recipe.main(["--config", str(path)])
     assert calls == {"claim_output_dir": 1, "dpr_prompts": 1}  # and the trainer did not check the folder again
     assert pushes_checked.count(True) == 1
@@ -185,14 +210,19 @@ PACKAGE = Path(__file__).resolve().parents[2] / "trl_dpr"
 # site). Each rule must have exactly one site in the package's source.
 RULE_MESSAGES = {
     "every model the reward reads was given": [
-        r"every other one must be given \(missing", r"no path was given", r"give their paths",
+        r"every other one must be given \(missing",
+        r"no path was given",
+        r"give their paths",
         r"every other name must be in `models`",
     ],
     "temperature > 0": [r"temperatures? must be (> 0|positive)"],
     "the LM head's chunk is a positive number of tokens": [
-        r"must be a positive number of tokens \(memory", r"token_chunk_size must be",
+        r"must be a positive number of tokens \(memory",
+        r"token_chunk_size must be",
     ],
-    "the legacy reward keys are refused with the dense_reward line to write": [r"the reward is chosen by dense_reward alone"],
+    "the legacy reward keys are refused with the dense_reward line to write": [
+        r"the reward is chosen by dense_reward alone"
+    ],
 }
 
 
@@ -202,7 +232,9 @@ def raise_sites(pattern: str) -> list[str]:
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Raise) and node.exc is not None:
-                text = "".join(c.value for c in ast.walk(node.exc) if isinstance(c, ast.Constant) and isinstance(c.value, str))
+                text = "".join(
+                    c.value for c in ast.walk(node.exc) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                )
                 if re.search(pattern, text):
                     found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
     return found
@@ -226,10 +258,16 @@ def test_each_rule_has_one_message_in_one_place(rule):
 
 def test_settings_become_a_reward_in_one_place():
     """Only `rewards.reward_from_settings` turns settings into a reward: the config, the preview and the loader call it."""
-    outside = [site for pattern in (r"build_dense_reward\(", r"PAPER_REWARDS\[", r"paper_reward\(")
-               for site in sites(pattern) if not site.startswith("trl_dpr/rewards.py")]
+    outside = [
+        site
+        for pattern in (r"build_dense_reward\(", r"PAPER_REWARDS\[", r"paper_reward\(")
+        for site in sites(pattern)
+        if not site.startswith("trl_dpr/rewards.py")
+    ]
     assert outside == []
-    assert sites(r"reward_from_settings\(") and any(s.startswith("trl_dpr/analysis/preview.py") for s in sites(r"reward_from_settings\("))
+    assert sites(r"reward_from_settings\(") and any(
+        s.startswith("trl_dpr/analysis/preview.py") for s in sites(r"reward_from_settings\(")
+    )
 
 
 def test_the_causal_lm_is_unwrapped_by_one_helper():
@@ -256,8 +294,9 @@ def test_a_temperature_at_or_below_zero_gets_one_message_wherever_it_is_given(to
 
 def test_a_chunk_of_no_tokens_gets_one_message_from_the_config_and_the_scorer(tokenizer):
     from_config = message(lambda: config(reward_token_chunk_size=0))
-    from_scorer = message(lambda: CheckpointRewardModel(build_tiny_causal_lm(tokenizer), None, SFTLogProb(),
-                                                        token_chunk_size=0))
+    from_scorer = message(
+        lambda: CheckpointRewardModel(build_tiny_causal_lm(tokenizer), None, SFTLogProb(), token_chunk_size=0)
+    )
     expected = "must be a positive number of tokens (memory ∝ chunk × vocab × 4 bytes), got 0."
     assert from_config == "reward_token_chunk_size " + expected and from_scorer == "token_chunk_size " + expected
 
@@ -268,8 +307,9 @@ def test_a_reward_model_not_given_gets_one_message_from_python_the_loader_and_th
 
     sft = save_sft_output(tmp_path / "sft", tokenizer)
     reward = ThirdCheckpointReward()
-    from_python = message(lambda: CheckpointRewardModel(build_tiny_causal_lm(tokenizer), build_tiny_causal_lm(tokenizer),
-                                                        reward))
+    from_python = message(
+        lambda: CheckpointRewardModel(build_tiny_causal_lm(tokenizer), build_tiny_causal_lm(tokenizer), reward)
+    )
     from_loader = message(lambda: CheckpointRewardModel.from_pretrained(str(sft), reward=reward))
     variant = {"dense_reward": "tests.user_rewards.my_rewards:ThirdCheckpointReward"}
     preview = PreviewConfig(output_dir=str(tmp_path / "preview"), variants={"third": variant}, plot=False)

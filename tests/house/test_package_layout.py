@@ -23,7 +23,9 @@ def module_imports() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1] + [node.module or ""]) if node.level else node.module
+                base = (
+                    ".".join(parts[: len(parts) - node.level + 1] + [node.module or ""]) if node.level else node.module
+                )
                 base = base.rstrip(".")
                 for alias in node.names:
                     target = f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
@@ -52,7 +54,7 @@ def test_no_import_cycle_between_the_packages_modules():
     def visit(node, path):
         for target in graph[node]:
             if target in path:
-                cycle = path[path.index(target):] + [target]
+                cycle = path[path.index(target) :] + [target]
                 if not all(is_package_and_its_module(a, b) for a, b in zip(cycle, cycle[1:])):
                     cycles.append(" → ".join(cycle))
             elif target not in finished:
@@ -67,15 +69,29 @@ def test_no_import_cycle_between_the_packages_modules():
 
 
 CORE = {  # the algorithm, readable in one sitting: what `from trl_dpr import ...` loads
-    "trl_dpr", "trl_dpr.algorithm", "trl_dpr.rewards", "trl_dpr.reward_model", "trl_dpr.policy", "trl_dpr.config",
-    "trl_dpr.trainer", "trl_dpr.reference_callback", "trl_dpr.reference_manifest", "trl_dpr.field_checks",
-    "trl_dpr.rollout_logprobs", "trl_dpr.token_batches", "trl_dpr.data", "trl_dpr.scoring", "trl_dpr.reward_loading",
+    "trl_dpr",
+    "trl_dpr.algorithm",
+    "trl_dpr.rewards",
+    "trl_dpr.reward_model",
+    "trl_dpr.policy",
+    "trl_dpr.config",
+    "trl_dpr.trainer",
+    "trl_dpr.reference_callback",
+    "trl_dpr.reference_manifest",
+    "trl_dpr.field_checks",
+    "trl_dpr.rollout_logprobs",
+    "trl_dpr.token_batches",
+    "trl_dpr.data",
+    "trl_dpr.scoring",
+    "trl_dpr.reward_loading",
 }
 
 
 def test_the_top_of_the_package_is_the_algorithm_core():
-    top = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-           for p in (ROOT / "trl_dpr").glob("*.py")}
+    top = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in (ROOT / "trl_dpr").glob("*.py")
+    }
     assert top == CORE
     packages = {p.parent.name for p in (ROOT / "trl_dpr").glob("*/__init__.py")}
     assert packages == {"running", "analysis", "scripts", "embedded", "evaluation", "lfd", "resources"}
@@ -101,8 +117,12 @@ def test_the_trainer_imports_only_the_core_and_its_libraries():
     graph = module_imports()
     assert graph["trl_dpr.trainer"] <= CORE and graph["trl_dpr.trainer"]
     tree = ast.parse((ROOT / "trl_dpr" / "trainer.py").read_text())
-    roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level}
+    roots = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
+    roots |= {
+        node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level
+    }
     libraries = {"__future__", "torch", "transformers", "trl", "accelerate", "datasets", "peft"}
     assert {r for r in roots if r not in sys.stdlib_module_names} - libraries == set()
 
@@ -135,7 +155,11 @@ def test_the_package_never_imports_experiment_code():
     offenders = []
     for path in (ROOT / "trl_dpr").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in getattr(node, "names", [])]
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in getattr(node, "names", [])]
+            )
             if isinstance(node, (ast.Import, ast.ImportFrom)) and any(n.split(".")[0] == "experiments" for n in names):
                 offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
@@ -175,11 +199,18 @@ def test_the_files_marked_slow_start_first_and_keep_their_order():
 
     def item(path, name, slow=False):
         marker = SimpleNamespace(name="slow") if slow else None
-        return SimpleNamespace(path=Path(path), name=name, keywords={},
-                               get_closest_marker=lambda mark: marker if mark == "slow" else None)
+        return SimpleNamespace(
+            path=Path(path), name=name, keywords={}, get_closest_marker=lambda mark: marker if mark == "slow" else None
+        )
 
-    items = [item("a.py", "a1"), item("a.py", "a2"), item("b.py", "b1"), item("b.py", "b2", slow=True),
-             item("c.py", "c1", slow=True), item("d.py", "d1")]
+    items = [
+        item("a.py", "a1"),
+        item("a.py", "a2"),
+        item("b.py", "b1"),
+        item("b.py", "b2", slow=True),
+        item("c.py", "c1", slow=True),
+        item("d.py", "d1"),
+    ]
     pytest_collection_modifyitems(None, items)
     assert [i.name for i in items] == ["b1", "b2", "c1", "a1", "a2", "d1"]
 
@@ -219,8 +250,12 @@ def test_the_readme_map_lists_every_floor_and_module_and_its_floors_hold():
         name = "core" if module in CORE else module.split(".")[1]
         return next(i for i, names in enumerate(floors) if name in names)
 
-    upward = sorted(f"{module} → {target}" for module, targets in module_imports().items() for target in targets
-                    if floor_of(target) < floor_of(module))  # a lower index is a higher floor
+    upward = sorted(
+        f"{module} → {target}"
+        for module, targets in module_imports().items()
+        for target in targets
+        if floor_of(target) < floor_of(module)
+    )  # a lower index is a higher floor
     assert upward == []
 
 

@@ -36,7 +36,9 @@ def test_configs_refuse_what_the_methods_would_ignore_or_break(config_class, ove
 def test_each_trainer_refuses_the_other_methods_config(tmp_path):
     tok = build_tokenizer(demo_corpus(size=50))
     with pytest.raises(TypeError, match="SPINTrainer needs a SPINConfig"):
-        SPINTrainer(model=build_tiny_causal_lm(tok), args=run_args(GSILConfig, tmp_path), train_dataset=Dataset.from_list([{}]))
+        SPINTrainer(
+            model=build_tiny_causal_lm(tok), args=run_args(GSILConfig, tmp_path), train_dataset=Dataset.from_list([{}])
+        )
 
 
 def test_an_unknown_loss_type_is_an_error_that_lists_the_choices():

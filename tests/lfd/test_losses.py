@@ -10,7 +10,12 @@ import trl_dpr.lfd.losses
 from trl_dpr.lfd.losses import GSIL_LOSSES, gsil_discriminator, gsil_loss, spin_loss
 
 # Four examples: (log π_θ(y), log π_θ(y'), log π_t(y), log π_t(y')) for the demonstration y and the own answer y'.
-EXAMPLES = [(-1.0, -3.0, -2.0, -2.0), (-10.0, -4.0, -9.5, -4.5), (-7.25, -7.25, -7.25, -7.25), (-3.0, -60.0, -80.0, -2.0)]
+EXAMPLES = [
+    (-1.0, -3.0, -2.0, -2.0),
+    (-10.0, -4.0, -9.5, -4.5),
+    (-7.25, -7.25, -7.25, -7.25),
+    (-3.0, -60.0, -80.0, -2.0),
+]
 
 
 def as_tensors(examples=EXAMPLES):
@@ -87,7 +92,9 @@ def test_gsil_loss_matches_its_definition_on_each_example(loss_type, beta, shift
     total, real, generated = gsil_loss(*as_tensors(), beta=beta, loss_type=loss_type, shift=shift)
     assert real.tolist() == pytest.approx(expected_real, rel=1e-12, abs=1e-12)
     assert generated.tolist() == pytest.approx(expected_generated, rel=1e-12, abs=1e-12)
-    assert total.tolist() == pytest.approx([a + b for a, b in zip(expected_real, expected_generated)], rel=1e-12, abs=1e-12)
+    assert total.tolist() == pytest.approx(
+        [a + b for a, b in zip(expected_real, expected_generated)], rel=1e-12, abs=1e-12
+    )
 
 
 @pytest.mark.parametrize(
@@ -120,7 +127,9 @@ def test_gsil_gradient_raises_the_demonstration_and_lowers_the_own_answer(loss_t
     policy_real = torch.tensor([-5.0], requires_grad=True)
     policy_generated = torch.tensor([-5.0], requires_grad=True)
     # f = 0 on both, except hinge's flat zone: f(y) = 0 is inside max(0, 1 − f)'s slope, f(y') = 0 inside max(0, 1 + f)'s
-    loss = gsil_loss(policy_real, policy_generated, torch.tensor([-5.0]), torch.tensor([-5.0]), beta=1.0, loss_type=loss_type)[0]
+    loss = gsil_loss(
+        policy_real, policy_generated, torch.tensor([-5.0]), torch.tensor([-5.0]), beta=1.0, loss_type=loss_type
+    )[0]
     loss.sum().backward()
     assert policy_real.grad.item() < 0 < policy_generated.grad.item()
 
@@ -129,7 +138,9 @@ def test_gsil_gradient_raises_the_demonstration_and_lowers_the_own_answer(loss_t
 def test_spin_gradient_raises_the_demonstration_and_lowers_the_own_answer(loss_type):
     policy_real = torch.tensor([-5.0], requires_grad=True)
     policy_generated = torch.tensor([-5.0], requires_grad=True)
-    spin_loss(policy_real, policy_generated, torch.tensor([-5.0]), torch.tensor([-5.0]), loss_type=loss_type).sum().backward()
+    spin_loss(
+        policy_real, policy_generated, torch.tensor([-5.0]), torch.tensor([-5.0]), loss_type=loss_type
+    ).sum().backward()
     assert policy_real.grad.item() < 0 < policy_generated.grad.item()
 
 

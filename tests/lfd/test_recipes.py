@@ -34,13 +34,26 @@ def test_backbone_config_parses_and_carries_the_papers_values(method, backbone, 
     script, args, model, target = parse(method, RECIPES / backbone / method / f"config_{layout}.yaml")
     assert model.model_name_or_path == f"runs/{backbone}/sft-{layout}"
     assert args.output_dir == f"runs/{backbone}/{method}-{layout}"
-    assert args.per_device_train_batch_size * PROCESSES[layout] * args.gradient_accumulation_steps == GLOBAL_BATCH[method]
+    assert (
+        args.per_device_train_batch_size * PROCESSES[layout] * args.gradient_accumulation_steps == GLOBAL_BATCH[method]
+    )
     assert target.num_gpus == PROCESSES[layout] and target.gpu_memory_gib == 79
     assert args.learning_rate == (5e-6 if layout == "qlora" else 5e-7)  # LoRA at 10x, as the SFT and DPR recipes
-    assert (args.beta, args.optim.value, args.lr_scheduler_type.value, args.warmup_steps) == (0.1, "rmsprop", "linear", 0.1)
+    assert (args.beta, args.optim.value, args.lr_scheduler_type.value, args.warmup_steps) == (
+        0.1,
+        "rmsprop",
+        "linear",
+        0.1,
+    )
     assert (args.max_new_tokens, args.max_length) == (256, 1024)
     defaults = CONFIGS[method](output_dir="x", use_cpu=True, bf16=False)
-    for key in ("num_iterations", "generation_temperature", "generation_top_p", "previous_iteration_pairs", "num_train_epochs"):
+    for key in (
+        "num_iterations",
+        "generation_temperature",
+        "generation_top_p",
+        "previous_iteration_pairs",
+        "num_train_epochs",
+    ):
         assert getattr(args, key) == getattr(defaults, key), key  # the recipe runs the paper's defaults
     assert (model.load_in_4bit and model.use_peft) == (layout == "qlora")
 
@@ -77,10 +90,26 @@ def test_the_recipe_runs_self_play_then_the_evaluation_against_sft(method, tmp_p
 
     recipe = importlib.import_module(f"trl_dpr.scripts.{method}")  # what recipes/<method>.py runs, as it runs it
     argv = [
-        "--config", str(RECIPES / "demo" / f"{method}.yaml"),
-        "--model_name_or_path", str(sft), "--sft_config", "", "--evaluation_config", evaluation,
-        "--output_dir", str(tmp_path / method), "--num_train_samples", "6", "--num_iterations", "1",
-        "--max_new_tokens", "6", "--per_device_train_batch_size", "3", "--generation_batch_size", "3",
+        "--config",
+        str(RECIPES / "demo" / f"{method}.yaml"),
+        "--model_name_or_path",
+        str(sft),
+        "--sft_config",
+        "",
+        "--evaluation_config",
+        evaluation,
+        "--output_dir",
+        str(tmp_path / method),
+        "--num_train_samples",
+        "6",
+        "--num_iterations",
+        "1",
+        "--max_new_tokens",
+        "6",
+        "--per_device_train_batch_size",
+        "3",
+        "--generation_batch_size",
+        "3",
     ]
     result = run_forked(lambda args: run(recipe.main, args), argv, folder=tmp_path, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]

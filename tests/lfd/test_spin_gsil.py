@@ -28,9 +28,22 @@ DEMOS = [[{"role": "assistant", "content": f"{i}+{2 * i}={3 * i}. The answer is 
 
 
 def run_args(config_class, tmp_path, **overrides):
-    values = dict(output_dir=str(tmp_path / "run"), per_device_train_batch_size=3, max_steps=2, learning_rate=1e-2,
-                  warmup_steps=0, max_new_tokens=6, generation_batch_size=4, use_cpu=True, bf16=False,
-                  gradient_checkpointing=False, report_to="none", save_strategy="no", logging_steps=1, seed=0)
+    values = dict(
+        output_dir=str(tmp_path / "run"),
+        per_device_train_batch_size=3,
+        max_steps=2,
+        learning_rate=1e-2,
+        warmup_steps=0,
+        max_new_tokens=6,
+        generation_batch_size=4,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+    )
     values.update(overrides)
     return config_class(**values)
 
@@ -38,7 +51,10 @@ def run_args(config_class, tmp_path, **overrides):
 def sampled_pairs(tokenizer, model, seed=0):
     """Pairs as self-play builds them: the demonstrations, and `model`'s answers with their sampled ids."""
     samples = sample_completions(model, tokenizer, PROMPTS, max_new_tokens=6, seed=seed)
-    answers = [{"prompt_index": s.prompt_index, "prompt_ids": s.prompt_ids, "completion_ids": s.completion_ids} for s in samples]
+    answers = [
+        {"prompt_index": s.prompt_index, "prompt_ids": s.prompt_ids, "completion_ids": s.completion_ids}
+        for s in samples
+    ]
     return demonstration_pairs(tokenizer, PROMPTS, DEMOS, answers)
 
 
@@ -57,9 +73,19 @@ def sequence_logps(model, prompt_ids, completion_ids) -> float:
 
 def test_spin_config_defaults_are_spins():
     args = SPINConfig(output_dir="out", use_cpu=True, bf16=False)
-    assert (args.beta, args.spin_loss_type, args.num_iterations, args.previous_iteration_pairs) == (0.1, "sigmoid", 4, True)
+    assert (args.beta, args.spin_loss_type, args.num_iterations, args.previous_iteration_pairs) == (
+        0.1,
+        "sigmoid",
+        4,
+        True,
+    )
     assert (args.generation_temperature, args.generation_top_p, args.max_new_tokens) == (0.8, 0.95, 256)
-    assert (args.learning_rate, args.optim.value, args.lr_scheduler_type.value, args.warmup_steps) == (5e-7, "rmsprop", "linear", 0.1)
+    assert (args.learning_rate, args.optim.value, args.lr_scheduler_type.value, args.warmup_steps) == (
+        5e-7,
+        "rmsprop",
+        "linear",
+        0.1,
+    )
     assert args.num_train_epochs == 3
 
 
@@ -73,8 +99,10 @@ def test_gsil_config_defaults_are_gsils():
 # ---- the trainers' losses -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("config_class", "loss_type"), [(SPINConfig, "sigmoid"), (SPINConfig, "hinge"),
-                                                        *[(GSILConfig, t) for t in GSIL_LOSSES]])
+@pytest.mark.parametrize(
+    ("config_class", "loss_type"),
+    [(SPINConfig, "sigmoid"), (SPINConfig, "hinge"), *[(GSILConfig, t) for t in GSIL_LOSSES]],
+)
 def test_the_trainer_loss_is_the_methods_loss_of_independently_computed_log_probs(config_class, loss_type, tmp_path):
     tok = build_tokenizer(demo_corpus(size=200), vocab_size=500)
     policy, ref = build_tiny_causal_lm(tok, seed=0), build_tiny_causal_lm(tok, seed=1)  # π_t ≠ π_θ: non-zero ratios
@@ -82,22 +110,32 @@ def test_the_trainer_loss_is_the_methods_loss_of_independently_computed_log_prob
     expected = []
     beta, shift = 0.3, 0.5 if config_class is GSILConfig else 0.0
     for row in pairs:
-        real = sequence_logps(policy, row["prompt_ids"], row["chosen_ids"]) - sequence_logps(ref, row["prompt_ids"], row["chosen_ids"])
-        gen = sequence_logps(policy, row["prompt_ids"], row["rejected_ids"]) - sequence_logps(ref, row["prompt_ids"], row["rejected_ids"])
+        real = sequence_logps(policy, row["prompt_ids"], row["chosen_ids"]) - sequence_logps(
+            ref, row["prompt_ids"], row["chosen_ids"]
+        )
+        gen = sequence_logps(policy, row["prompt_ids"], row["rejected_ids"]) - sequence_logps(
+            ref, row["prompt_ids"], row["rejected_ids"]
+        )
         if config_class is SPINConfig:
             t = beta * (real - gen)
             expected.append(math.log1p(math.exp(-t)) if loss_type == "sigmoid" else max(0.0, 1.0 - t))
         else:
             f_real, f_gen = beta * real + shift, beta * gen + shift
             sig = 1 / (1 + math.exp(-f_real)), 1 / (1 + math.exp(-f_gen))
-            expected.append({
-                "bernoulli": -math.log(sig[0]) - math.log(1 - sig[1]),
-                "brier": (1 - sig[0]) ** 2 + sig[1] ** 2,
-                "hinge": max(0.0, 1 - f_real) + max(0.0, 1 + f_gen),
-                "kliep": -f_real + math.exp(f_gen),
-                "lsif": -math.exp(f_real) + 0.5 * math.exp(2 * f_gen),
-            }[loss_type])
-    method = {"spin_loss_type": loss_type} if config_class is SPINConfig else {"gsil_loss_type": loss_type, "gsil_shift": shift}
+            expected.append(
+                {
+                    "bernoulli": -math.log(sig[0]) - math.log(1 - sig[1]),
+                    "brier": (1 - sig[0]) ** 2 + sig[1] ** 2,
+                    "hinge": max(0.0, 1 - f_real) + max(0.0, 1 + f_gen),
+                    "kliep": -f_real + math.exp(f_gen),
+                    "lsif": -math.exp(f_real) + 0.5 * math.exp(2 * f_gen),
+                }[loss_type]
+            )
+    method = (
+        {"spin_loss_type": loss_type}
+        if config_class is SPINConfig
+        else {"gsil_loss_type": loss_type, "gsil_shift": shift}
+    )
     args = run_args(config_class, tmp_path, beta=beta, **method)
     trainer_class = SPINTrainer if config_class is SPINConfig else GSILTrainer
     trainer = trainer_class(model=policy, ref_model=ref, args=args, train_dataset=pairs, processing_class=tok)
@@ -106,13 +144,20 @@ def test_the_trainer_loss_is_the_methods_loss_of_independently_computed_log_prob
     assert loss.item() == pytest.approx(sum(expected) / len(expected), rel=1e-4, abs=1e-5)
 
 
-@pytest.mark.parametrize(("trainer_class", "config_class", "paper", "tag"),
-                         [(SPINTrainer, SPINConfig, "2401.01335", "spin"), (GSILTrainer, GSILConfig, "2410.10093", "gsil")])
+@pytest.mark.parametrize(
+    ("trainer_class", "config_class", "paper", "tag"),
+    [(SPINTrainer, SPINConfig, "2401.01335", "spin"), (GSILTrainer, GSILConfig, "2410.10093", "gsil")],
+)
 def test_the_model_card_names_the_method_and_cites_its_paper(trainer_class, config_class, paper, tag, tmp_path):
     tok = build_tokenizer(demo_corpus(size=200), vocab_size=500)
     model = build_tiny_causal_lm(tok, seed=0)
-    trainer = trainer_class(model=model, ref_model=copy.deepcopy(model), args=run_args(config_class, tmp_path),
-                            train_dataset=sampled_pairs(tok, model), processing_class=tok)
+    trainer = trainer_class(
+        model=model,
+        ref_model=copy.deepcopy(model),
+        args=run_args(config_class, tmp_path),
+        train_dataset=sampled_pairs(tok, model),
+        processing_class=tok,
+    )
     trainer.create_model_card(model_name="tiny", dataset_name="trl_dpr/embedded-demo")
     card = (tmp_path / "run" / "README.md").read_text()
     assert f"huggingface.co/papers/{paper}" in card and f"arXiv:{paper}" in card
@@ -122,25 +167,47 @@ def test_the_model_card_names_the_method_and_cites_its_paper(trainer_class, conf
 def test_spin_is_dpo_against_the_previous_iterate(tmp_path):
     """On text pairs, SPINTrainer's loss equals TRL's DPOTrainer sigmoid loss with the same reference."""
     tok = build_tokenizer(demo_corpus(size=200), vocab_size=500)
-    text = Dataset.from_list([{"prompt": p, "chosen": d, "rejected": [{"role": "assistant", "content": "no idea"}]}
-                              for p, d in zip(PROMPTS, DEMOS)])
+    text = Dataset.from_list(
+        [
+            {"prompt": p, "chosen": d, "rejected": [{"role": "assistant", "content": "no idea"}]}
+            for p, d in zip(PROMPTS, DEMOS)
+        ]
+    )
     policy, ref = build_tiny_causal_lm(tok, seed=0), build_tiny_causal_lm(tok, seed=1)
-    spin = SPINTrainer(model=copy.deepcopy(policy), ref_model=copy.deepcopy(ref), args=run_args(SPINConfig, tmp_path, beta=0.7),
-                       train_dataset=text, processing_class=tok)
+    spin = SPINTrainer(
+        model=copy.deepcopy(policy),
+        ref_model=copy.deepcopy(ref),
+        args=run_args(SPINConfig, tmp_path, beta=0.7),
+        train_dataset=text,
+        processing_class=tok,
+    )
     dpo_args = DPOConfig(output_dir=str(tmp_path / "dpo"), beta=0.7, use_cpu=True, bf16=False, report_to="none")
-    dpo = DPOTrainer(model=copy.deepcopy(policy), ref_model=copy.deepcopy(ref), args=dpo_args, train_dataset=text, processing_class=tok)
+    dpo = DPOTrainer(
+        model=copy.deepcopy(policy),
+        ref_model=copy.deepcopy(ref),
+        args=dpo_args,
+        train_dataset=text,
+        processing_class=tok,
+    )
     rows = [spin.train_dataset[i] for i in range(len(text))]
     assert rows == [dpo.train_dataset[i] for i in range(len(text))]  # text pairs go through DPOTrainer's tokenization
     batch = spin.data_collator(rows)
-    assert spin.compute_loss(spin.model, batch).item() == pytest.approx(dpo.compute_loss(dpo.model, batch).item(), rel=1e-6)
+    assert spin.compute_loss(spin.model, batch).item() == pytest.approx(
+        dpo.compute_loss(dpo.model, batch).item(), rel=1e-6
+    )
 
 
 def test_pairs_are_trained_on_the_ids_that_were_sampled(tmp_path):
     tok = build_tokenizer(demo_corpus(size=200), vocab_size=500)
     model = build_tiny_causal_lm(tok, seed=0)
     pairs = sampled_pairs(tok, model)
-    trainer = GSILTrainer(model=model, ref_model=copy.deepcopy(model), args=run_args(GSILConfig, tmp_path),
-                          train_dataset=pairs, processing_class=tok)
+    trainer = GSILTrainer(
+        model=model,
+        ref_model=copy.deepcopy(model),
+        args=run_args(GSILConfig, tmp_path),
+        train_dataset=pairs,
+        processing_class=tok,
+    )
     assert trainer.train_dataset["rejected_ids"] == pairs["rejected_ids"]  # not decoded and tokenized again
     assert trainer.train_dataset["prompt_ids"] == render_prompts(tok, PROMPTS)
     assert tok.decode(trainer.train_dataset[1]["chosen_ids"]) == DEMOS[1][0]["content"] + tok.eos_token
@@ -155,7 +222,13 @@ def test_the_dpo_internals_the_self_play_trainers_rely_on():
     check_method(DPOTrainer, "_prepare_dataset", ["dataset", "processing_class", "args", "dataset_name"], used_by)
     check_method(DPOTrainer, "compute_ref_log_probs", ["model", "inputs"], used_by)
     source = inspect.getsource(DPOTrainer)
-    for name in ("fused_lm_head=True", ".log_probs", "self._metrics[mode]", "self.precompute_ref_logps", '"completion_mask"'):
+    for name in (
+        "fused_lm_head=True",
+        ".log_probs",
+        "self._metrics[mode]",
+        "self.precompute_ref_logps",
+        '"completion_mask"',
+    ):
         contract(name in source, f"DPOTrainer no longer uses {name}", used_by)
 
 
@@ -176,13 +249,19 @@ def test_an_interrupted_generation_answers_only_the_missing_prompts(tmp_path, mo
     tok = build_tokenizer(demo_corpus(size=200), vocab_size=500)
     model = build_tiny_causal_lm(tok, seed=0)
     path = tmp_path / "answers.jsonl"
-    kwargs = dict(temperature=1.0, max_new_tokens=5, batch_size=2, seed=3, settings={"model": "m"}, show_progress=False)
+    kwargs = dict(
+        temperature=1.0, max_new_tokens=5, batch_size=2, seed=3, settings={"model": "m"}, show_progress=False
+    )
     full = answer_prompts(model, tok, PROMPTS, path, **kwargs)
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:2]) + "\n" + lines[2][:10])  # killed while writing the third answer
     asked = []
     original = trl_dpr.lfd.self_play.sample_completions
-    monkeypatch.setattr(trl_dpr.lfd.self_play, "sample_completions", lambda m, t, prompts, **kw: asked.append(len(prompts)) or original(m, t, prompts, **kw))
+    monkeypatch.setattr(
+        trl_dpr.lfd.self_play,
+        "sample_completions",
+        lambda m, t, prompts, **kw: asked.append(len(prompts)) or original(m, t, prompts, **kw),
+    )
     resumed = answer_prompts(model, tok, PROMPTS, path, **kwargs)
     assert asked == [2, 2]  # prompts 2-3 and 4-5; 0-1 come from the file
     assert resumed == full  # same batches, same seeds: the same answers
@@ -216,8 +295,15 @@ def record_training(monkeypatch, trainer_class):
 
     def recording_train(self, *args, **kwargs):
         data = self.train_dataset
-        seen.append({"ref": parameters(self.ref_model), "policy": parameters(self.model),
-                     "rejected": data["rejected_ids"], "iteration": data["iteration"], "prompt_index": data["prompt_index"]})
+        seen.append(
+            {
+                "ref": parameters(self.ref_model),
+                "policy": parameters(self.model),
+                "rejected": data["rejected_ids"],
+                "iteration": data["iteration"],
+                "prompt_index": data["prompt_index"],
+            }
+        )
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(trainer_class, "train", recording_train)
@@ -246,18 +332,31 @@ def test_spin_iterations_answer_with_and_train_against_the_previous_iterate(tmp_
     assert same_parameters(parameters(after[1]), parameters(load_policy(str(root), {"dtype": "float32"})))
     # Iteration t starts from and is referenced to the model after iteration t−1 (π_0 = π_SFT).
     for t, before in enumerate([sft_model, after[0]]):
-        assert same_parameters(seen[t]["policy"], parameters(before)) and same_parameters(seen[t]["ref"], parameters(before))
+        assert same_parameters(seen[t]["policy"], parameters(before)) and same_parameters(
+            seen[t]["ref"], parameters(before)
+        )
     # Iteration t's own answers are the ones that model samples: regenerated with the same seed, they are identical.
-    prompts = prompts_and_demonstrations(load_demonstrations("trl_dpr/embedded-demo", num_samples=8, seed=0), "demo")[0]
+    prompts = prompts_and_demonstrations(load_demonstrations("trl_dpr/embedded-demo", num_samples=8, seed=0), "demo")[
+        0
+    ]
     for t, before in enumerate([sft_model, after[0]]):
         regenerated = answer_prompts(
-            before, tok, prompts, tmp_path / f"again-{t}.jsonl", temperature=args.generation_temperature, top_p=args.generation_top_p,
-            max_new_tokens=args.max_new_tokens, batch_size=args.generation_batch_size, seed=args.seed + 100_003 * t,
+            before,
+            tok,
+            prompts,
+            tmp_path / f"again-{t}.jsonl",
+            temperature=args.generation_temperature,
+            top_p=args.generation_top_p,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.generation_batch_size,
+            seed=args.seed + 100_003 * t,
             show_progress=False,
         )
         cached = cached_answers(root / "generations" / f"iteration-{t}.jsonl")
         assert {a["prompt_index"]: a["completion_ids"] for a in regenerated} == cached
-        trained = {i: ids for i, ids, it in zip(seen[t]["prompt_index"], seen[t]["rejected"], seen[t]["iteration"]) if it == t}
+        trained = {
+            i: ids for i, ids, it in zip(seen[t]["prompt_index"], seen[t]["rejected"], seen[t]["iteration"]) if it == t
+        }
         assert trained == cached  # the rejected answers iteration t trained on
     # SPIN's previous-iteration pairs: iteration 1 trains on iteration 0's answers too.
     assert sorted(set(seen[1]["iteration"])) == [0, 1] and len(seen[1]["rejected"]) == 16
@@ -268,8 +367,15 @@ def test_spin_iterations_answer_with_and_train_against_the_previous_iterate(tmp_
     run_self_play(script, run_args(SPINConfig, tmp_path, num_iterations=2), model_args)
     assert seen == []
     run = run_self_play(script, run_args(SPINConfig, tmp_path, num_iterations=3), model_args)
-    assert len(seen) == 1 and sorted(set(seen[0]["iteration"])) == [1, 2]  # iteration 1's pairs read back from its cache
-    assert same_parameters(seen[0]["ref"], parameters(after[1])) and [it["iteration"] for it in run.iterations] == [0, 1, 2]
+    assert len(seen) == 1 and sorted(set(seen[0]["iteration"])) == [
+        1,
+        2,
+    ]  # iteration 1's pairs read back from its cache
+    assert same_parameters(seen[0]["ref"], parameters(after[1])) and [it["iteration"] for it in run.iterations] == [
+        0,
+        1,
+        2,
+    ]
     # Other settings are refused, naming them.
     with pytest.raises(ValueError, match=r"other settings \(learning_rate: 0.01 → 0.02\)"):
         run_self_play(script, run_args(SPINConfig, tmp_path, num_iterations=2, learning_rate=2e-2), model_args)
@@ -289,10 +395,14 @@ def test_gsil_trains_on_the_current_iterates_greedy_answers(tmp_path, monkeypatc
     assert not same_parameters(parameters(sft_model), parameters(after0))
     assert same_parameters(seen[1]["ref"], parameters(after0))
     assert set(seen[1]["iteration"]) == {1}  # GSIL keeps no earlier pairs
-    prompts = prompts_and_demonstrations(load_demonstrations("trl_dpr/embedded-demo", num_samples=8, seed=0), "demo")[0]
+    prompts = prompts_and_demonstrations(load_demonstrations("trl_dpr/embedded-demo", num_samples=8, seed=0), "demo")[
+        0
+    ]
     for t, model in enumerate([sft_model, after0]):  # the iterate's greedy answers, generated again here
         greedy = sample_completions(model, tok, prompts, temperature=0.0, max_new_tokens=6)
-        assert cached_answers(root / "generations" / f"iteration-{t}.jsonl") == {s.prompt_index: s.completion_ids for s in greedy}
+        assert cached_answers(root / "generations" / f"iteration-{t}.jsonl") == {
+            s.prompt_index: s.completion_ids for s in greedy
+        }
 
 
 def test_docstring_examples_run(monkeypatch):

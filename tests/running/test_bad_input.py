@@ -61,26 +61,66 @@ def world(tmp_path_factory, tokenizer):
     (root / "empty.jsonl").write_text("")
     (root / "text.jsonl").write_text(json.dumps({"text": "just text"}) + "\n")
     (root / "prompts.jsonl").write_text(json.dumps({"prompt": [{"role": "user", "content": "What is 2+2?"}]}) + "\n")
-    (root / "prompt_answer.jsonl").write_text(json.dumps({"prompt": "Convert -40 °C to Fahrenheit.", "answer": "-40"}) + "\n")
-    (root / "no_answers.jsonl").write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"Hi {i}"}]}) + "\n"
-                                                   for i in range(2)))  # demonstrations with no assistant turn
+    (root / "prompt_answer.jsonl").write_text(
+        json.dumps({"prompt": "Convert -40 °C to Fahrenheit.", "answer": "-40"}) + "\n"
+    )
+    (root / "no_answers.jsonl").write_text(
+        "".join(json.dumps({"messages": [{"role": "user", "content": f"Hi {i}"}]}) + "\n" for i in range(2))
+    )  # demonstrations with no assistant turn
     (root / "blocker").write_text("a file where a folder should be")
     (root / "not_a_mapping.yaml").write_text("- a\n- list\n")
     (root / "broken.yaml").write_text("learning_rate: 1.0e-6\nmax_steps: 10\n  output_dir: runs/x\n")  # stray indent
     return root
 
 
-SFT_BASE = {"model_name_or_path": "trl_dpr/embedded-tiny-llama", "dtype": "float32", "dataset_name": "trl_dpr/embedded-demo",
-            "num_train_samples": 16, "output_dir": "{root}/out_sft", "max_steps": 2, "per_device_train_batch_size": 4,
-            "max_length": 64, "use_cpu": True, "bf16": False, "save_strategy": "no", "report_to": "none"}
-DPR_BASE = {"model_name_or_path": "{root}/sft", "dtype": "float32", "dataset_name": "trl_dpr/embedded-demo",
-            "num_train_samples": 8, "output_dir": "{root}/out_dpr", "max_steps": 1, "per_device_train_batch_size": 4,
-            "max_completion_length": 4, "use_cpu": True, "bf16": False, "save_strategy": "no", "report_to": "none"}
-EVAL_BASE = {"output_dir": "{root}/out_eval", "baseline": "SFT={root}/sft", "candidates": ["DPR={root}/sft"],
-             "benchmarks": ["demo"], "demo_num_prompts": 2, "max_new_tokens": 4, "generation_backend": "transformers",
-             "dtype": "float32", "judge": "exact"}
-PREVIEW_BASE = {"model_name_or_path": "{root}/sft", "dtype": "float32", "output_dir": "{root}/out_preview", "num_prompts": 2,
-                "samples_per_prompt": 2, "max_new_tokens": 4, "plot": False}
+SFT_BASE = {
+    "model_name_or_path": "trl_dpr/embedded-tiny-llama",
+    "dtype": "float32",
+    "dataset_name": "trl_dpr/embedded-demo",
+    "num_train_samples": 16,
+    "output_dir": "{root}/out_sft",
+    "max_steps": 2,
+    "per_device_train_batch_size": 4,
+    "max_length": 64,
+    "use_cpu": True,
+    "bf16": False,
+    "save_strategy": "no",
+    "report_to": "none",
+}
+DPR_BASE = {
+    "model_name_or_path": "{root}/sft",
+    "dtype": "float32",
+    "dataset_name": "trl_dpr/embedded-demo",
+    "num_train_samples": 8,
+    "output_dir": "{root}/out_dpr",
+    "max_steps": 1,
+    "per_device_train_batch_size": 4,
+    "max_completion_length": 4,
+    "use_cpu": True,
+    "bf16": False,
+    "save_strategy": "no",
+    "report_to": "none",
+}
+EVAL_BASE = {
+    "output_dir": "{root}/out_eval",
+    "baseline": "SFT={root}/sft",
+    "candidates": ["DPR={root}/sft"],
+    "benchmarks": ["demo"],
+    "demo_num_prompts": 2,
+    "max_new_tokens": 4,
+    "generation_backend": "transformers",
+    "dtype": "float32",
+    "judge": "exact",
+}
+PREVIEW_BASE = {
+    "model_name_or_path": "{root}/sft",
+    "dtype": "float32",
+    "output_dir": "{root}/out_preview",
+    "num_prompts": 2,
+    "samples_per_prompt": 2,
+    "max_new_tokens": 4,
+    "plot": False,
+}
 BASES = {"sft": SFT_BASE, "dpr": DPR_BASE, "evaluate": EVAL_BASE, "preview": PREVIEW_BASE}
 REMOVE = object()
 
@@ -89,31 +129,128 @@ CASES = [
     # -- the YAML itself
     ("unknown key", "dpr", {"learnig_rate": 1e-4}, [], r"Unknown key.*learnig_rate.*did you mean learning_rate", True),
     ("renamed key", "sft", {"torch_dtype": "bfloat16"}, [], r"torch_dtype \(renamed: use `dtype`\)", True),
-    ("renamed evaluation keys", "dpr", {"num_eval_samples": 10}, [], r"num_eval_samples \(renamed.*demo_num_prompts", True),
-    ("missing config file", "dpr", None, ["--config", "no/such/recipe.yaml"], r"'no/such/recipe.yaml' not found", True),
-    ("config not a mapping", "dpr", None, ["--config", "{root}/not_a_mapping.yaml"], r"must contain a YAML mapping", True),
-    ("YAML syntax error", "dpr", None, ["--config", "{root}/broken.yaml"], r"broken\.yaml, line 3, column 13: not valid YAML", True),
+    (
+        "renamed evaluation keys",
+        "dpr",
+        {"num_eval_samples": 10},
+        [],
+        r"num_eval_samples \(renamed.*demo_num_prompts",
+        True,
+    ),
+    (
+        "missing config file",
+        "dpr",
+        None,
+        ["--config", "no/such/recipe.yaml"],
+        r"'no/such/recipe.yaml' not found",
+        True,
+    ),
+    (
+        "config not a mapping",
+        "dpr",
+        None,
+        ["--config", "{root}/not_a_mapping.yaml"],
+        r"must contain a YAML mapping",
+        True,
+    ),
+    (
+        "YAML syntax error",
+        "dpr",
+        None,
+        ["--config", "{root}/broken.yaml"],
+        r"broken\.yaml, line 3, column 13: not valid YAML",
+        True,
+    ),
     # -- every value against its dataclass field: type, choices, sign (RecipeParser.check_value)
-    ("dtype not a dtype", "sft", {"dtype": "float33"}, [], r"dtype: 'float33' is not one of \['auto', 'bfloat16'", True),
+    (
+        "dtype not a dtype",
+        "sft",
+        {"dtype": "float33"},
+        [],
+        r"dtype: 'float33' is not one of \['auto', 'bfloat16'",
+        True,
+    ),
     ("evaluate: dtype not a dtype", "evaluate", {"dtype": "fp32"}, [], r"dtype: 'fp32' is not one of", True),
-    ("negative max_steps", "dpr", {"max_steps": -5}, [], r"max_steps: -5 is negative; expected >= 0 \(or -1, its default\)", True),
-    ("negative max_steps on the command line", "sft", {}, ["--max_steps", "-3"], r"max_steps: -3 is negative.*\(command line\)", True),
-    ("learning_rate null", "dpr", {"learning_rate": None}, [], r"learning_rate: null is not allowed; expected a number", True),
-    ("learning_rate a word", "sft", {"learning_rate": "fast"}, [], r"learning_rate: 'fast' is a string; expected a number", True),
+    (
+        "negative max_steps",
+        "dpr",
+        {"max_steps": -5},
+        [],
+        r"max_steps: -5 is negative; expected >= 0 \(or -1, its default\)",
+        True,
+    ),
+    (
+        "negative max_steps on the command line",
+        "sft",
+        {},
+        ["--max_steps", "-3"],
+        r"max_steps: -3 is negative.*\(command line\)",
+        True,
+    ),
+    (
+        "learning_rate null",
+        "dpr",
+        {"learning_rate": None},
+        [],
+        r"learning_rate: null is not allowed; expected a number",
+        True,
+    ),
+    (
+        "learning_rate a word",
+        "sft",
+        {"learning_rate": "fast"},
+        [],
+        r"learning_rate: 'fast' is a string; expected a number",
+        True,
+    ),
     ("fractional step count", "dpr", {"max_steps": 2.5}, [], r"max_steps: 2\.5 is float; expected an integer", True),
     ("boolean as a number", "dpr", {"bf16": 3}, [], r"bf16: 3 is int; expected true or false", True),
     ("NaN learning rate", "dpr", {"learning_rate": float("nan")}, [], r"learning_rate: NaN", True),
     ("preview: negative seed", "preview", {"seed": -1}, [], r"seed: -1 is negative", True),
     # -- keys TRL has that the recipes do not use: refused, not ignored
-    ("test split", "dpr", {"dataset_test_split": "validation"}, [], r"dataset_test_split: 'validation' is not used", True),
-    ("streaming", "sft", {"dataset_streaming": True}, [], r"dataset_streaming: True is not used.*streaming is not supported", True),
-    ("eval_strategy without an eval set", "dpr", {}, ["--eval_strategy", "steps"], r"eval_strategy: 'steps' is not used.*no eval_dataset", True),
+    (
+        "test split",
+        "dpr",
+        {"dataset_test_split": "validation"},
+        [],
+        r"dataset_test_split: 'validation' is not used",
+        True,
+    ),
+    (
+        "streaming",
+        "sft",
+        {"dataset_streaming": True},
+        [],
+        r"dataset_streaming: True is not used.*streaming is not supported",
+        True,
+    ),
+    (
+        "eval_strategy without an eval set",
+        "dpr",
+        {},
+        ["--eval_strategy", "steps"],
+        r"eval_strategy: 'steps' is not used.*no eval_dataset",
+        True,
+    ),
     # -- values out of range
-    ("completions past the model's context", "dpr", {"max_completion_length": 20000}, [],
-     r"max_completion_length 20000 is more than .*sft's context of 512 tokens \(max_position_embeddings.*"
-     r"lower max_completion_length to at most 512", True),
+    (
+        "completions past the model's context",
+        "dpr",
+        {"max_completion_length": 20000},
+        [],
+        r"max_completion_length 20000 is more than .*sft's context of 512 tokens \(max_position_embeddings.*"
+        r"lower max_completion_length to at most 512",
+        True,
+    ),
     ("num_generations 0", "dpr", {"num_generations": 0}, [], r"num_generations must be >= 1", True),
-    ("max_completion_length 0", "dpr", {"max_completion_length": 0}, [], r"max_completion_length must be a positive", True),
+    (
+        "max_completion_length 0",
+        "dpr",
+        {"max_completion_length": 0},
+        [],
+        r"max_completion_length must be a positive",
+        True,
+    ),
     ("max_prompt_length 0", "dpr", {"max_prompt_length": 0}, [], r"max_prompt_length must be a positive", True),
     ("gamma 0", "dpr", {"gamma": 0.0}, [], r"gamma must be in \(0, 1\]", True),
     ("gamma above 1", "dpr", {"gamma": 1.5}, [], r"gamma must be in \(0, 1\]", True),
@@ -121,62 +258,332 @@ CASES = [
     ("temperature 0", "dpr", {"temperature": 0.0}, [], r"temperature must be > 0", True),
     ("unknown granularity", "dpr", {"reward_granularity": "episode"}, [], r"reward_granularity", True),
     ("two KL penalties", "dpr", {"beta": 0.04}, [], r"stack two KL penalties", True),
-    ("scale_rewards is a no-op", "dpr", {"scale_rewards": "batch"}, [], r"scale_rewards: 'batch' is not used: DPR whitens", True),
-    ("reward_weights for functions a recipe has not", "dpr", {"reward_weights": [1.0, 1.0]}, [], r"reward_weights has 2 entries but DensePathTrainer needs 1", True),
-    ("zero train samples (DPR)", "dpr", {"num_train_samples": 0}, [], r"num_train_samples must be a positive number", True),
-    ("zero train samples (SFT)", "sft", {"num_train_samples": 0}, [], r"num_train_samples must be a positive number", True),
-    ("heatmaps of no rollouts", "dpr", {"heatmap_steps": 10, "heatmap_samples": 0}, [], r"heatmap_samples must be at least 1", True),
-    ("more samples than rows", "sft", {"num_train_samples": 10**7}, [], r"num_samples=10000000 but .* has 6000 rows", True),
+    (
+        "scale_rewards is a no-op",
+        "dpr",
+        {"scale_rewards": "batch"},
+        [],
+        r"scale_rewards: 'batch' is not used: DPR whitens",
+        True,
+    ),
+    (
+        "reward_weights for functions a recipe has not",
+        "dpr",
+        {"reward_weights": [1.0, 1.0]},
+        [],
+        r"reward_weights has 2 entries but DensePathTrainer needs 1",
+        True,
+    ),
+    (
+        "zero train samples (DPR)",
+        "dpr",
+        {"num_train_samples": 0},
+        [],
+        r"num_train_samples must be a positive number",
+        True,
+    ),
+    (
+        "zero train samples (SFT)",
+        "sft",
+        {"num_train_samples": 0},
+        [],
+        r"num_train_samples must be a positive number",
+        True,
+    ),
+    (
+        "heatmaps of no rollouts",
+        "dpr",
+        {"heatmap_steps": 10, "heatmap_samples": 0},
+        [],
+        r"heatmap_samples must be at least 1",
+        True,
+    ),
+    (
+        "more samples than rows",
+        "sft",
+        {"num_train_samples": 10**7},
+        [],
+        r"num_samples=10000000 but .* has 6000 rows",
+        True,
+    ),
     ("alpha 0", "sft", {"reference_fraction": 0.0}, [], r"strictly between 0 and 1", True),
     ("alpha above 1", "sft", {"reference_fraction": 1.5}, [], r"strictly between 0 and 1", True),
     ("max_length 0", "sft", {"max_length": 0}, [], r"max_length must be a positive", True),
-    ("checkpoint pushes", "dpr", {"push_to_hub": True, "hub_strategy": "all_checkpoints"}, [], r"hub_strategy='all_checkpoints'", True),
+    (
+        "checkpoint pushes",
+        "dpr",
+        {"push_to_hub": True, "hub_strategy": "all_checkpoints"},
+        [],
+        r"hub_strategy='all_checkpoints'",
+        True,
+    ),
     ("push while offline", "sft", {"push_to_hub": True, "hub_model_id": "me/x"}, [], r"HF_HUB_OFFLINE", True),
     # -- data
-    ("empty jsonl", "sft", {"dataset_name": "{root}/empty.jsonl", REMOVE: ["num_train_samples"]}, [], r"empty\.jsonl' is empty", True),
-    ("missing data file", "sft", {"dataset_name": "{root}/nowhere.jsonl"}, [], r"nowhere\.jsonl' does not exist", True),
-    ("text-only data for SFT", "sft", {"dataset_name": "{root}/text.jsonl", REMOVE: ["num_train_samples"]}, [],
-     r"SFT needs a `messages` column", True),
-    ("text-only data for DPR", "dpr", {"dataset_name": "{root}/text.jsonl", REMOVE: ["num_train_samples"]}, [],
-     r"has no prompts: its columns are \['text'\]", True),
-    ("demonstrations without an assistant turn", "sft", {"dataset_name": "{root}/no_answers.jsonl", REMOVE: ["num_train_samples"]},
-     [], r"2 of 2 `messages` rows of .*no_answers\.jsonl' have no assistant turn \(one has roles \['user'\]\)", True),
-    ("prompts with answers for SFT", "sft", {"dataset_name": "{root}/prompt_answer.jsonl", REMOVE: ["num_train_samples"]}, [],
-     r"SFT needs a `messages` column.*a `prompt` \+ `answer` file is for the preview, DPR and evaluation", True),
-    ("openorca format without its columns", "sft", {"dataset_format": "openorca"}, [], r"openorca needs `question` and `response`", True),
-    ("Hub dataset while offline", "sft", {"dataset_name": "nobody/no-such-dataset"}, [], r"Could not load dataset 'nobody/no-such-dataset'", True),
+    (
+        "empty jsonl",
+        "sft",
+        {"dataset_name": "{root}/empty.jsonl", REMOVE: ["num_train_samples"]},
+        [],
+        r"empty\.jsonl' is empty",
+        True,
+    ),
+    (
+        "missing data file",
+        "sft",
+        {"dataset_name": "{root}/nowhere.jsonl"},
+        [],
+        r"nowhere\.jsonl' does not exist",
+        True,
+    ),
+    (
+        "text-only data for SFT",
+        "sft",
+        {"dataset_name": "{root}/text.jsonl", REMOVE: ["num_train_samples"]},
+        [],
+        r"SFT needs a `messages` column",
+        True,
+    ),
+    (
+        "text-only data for DPR",
+        "dpr",
+        {"dataset_name": "{root}/text.jsonl", REMOVE: ["num_train_samples"]},
+        [],
+        r"has no prompts: its columns are \['text'\]",
+        True,
+    ),
+    (
+        "demonstrations without an assistant turn",
+        "sft",
+        {"dataset_name": "{root}/no_answers.jsonl", REMOVE: ["num_train_samples"]},
+        [],
+        r"2 of 2 `messages` rows of .*no_answers\.jsonl' have no assistant turn \(one has roles \['user'\]\)",
+        True,
+    ),
+    (
+        "prompts with answers for SFT",
+        "sft",
+        {"dataset_name": "{root}/prompt_answer.jsonl", REMOVE: ["num_train_samples"]},
+        [],
+        r"SFT needs a `messages` column.*a `prompt` \+ `answer` file is for the preview, DPR and evaluation",
+        True,
+    ),
+    (
+        "openorca format without its columns",
+        "sft",
+        {"dataset_format": "openorca"},
+        [],
+        r"openorca needs `question` and `response`",
+        True,
+    ),
+    (
+        "Hub dataset while offline",
+        "sft",
+        {"dataset_name": "nobody/no-such-dataset"},
+        [],
+        r"Could not load dataset 'nobody/no-such-dataset'",
+        True,
+    ),
     # -- folders
-    ("missing SFT folder (absolute)", "dpr", {"model_name_or_path": "{root}/no_such_sft"}, [], r"the folder '.*no_such_sft' does not exist", True),
-    ("missing base model (absolute)", "sft", {"model_name_or_path": "{root}/no_such_base"}, [], r"the folder '.*no_such_base' does not exist", True),
-    ("Hub model while offline", "sft", {"model_name_or_path": "nobody/no-such-model"}, [], r"neither a local folder nor in the Hugging Face cache", True),
-    ("folder without a model", "dpr", {"model_name_or_path": "{root}/not_a_model"}, [], r"not a finished SFT output: no final model", True),
-    ("evaluate: folder without a model", "evaluate", {"candidates": ["DPR={root}/not_a_model"]}, [], r"holds no model", True),
-    ("SFT output without its reference", "dpr", {"model_name_or_path": "{root}/bare"}, [], r"dpr_reference\.json is missing", False),
-    ("unfinished SFT output", "dpr", {"model_name_or_path": "{root}/sft_unfinished"}, [], r"not a finished SFT output: no final model", True),
-    ("truncated SFT weights", "dpr", {"model_name_or_path": "{root}/sft_truncated"}, [], r"model\.safetensors has \d+ bytes, \d+ were written", True),
-    ("sft_config writing elsewhere", "dpr", {"sft_config": "demo/sft.yaml"}, [], r"writes the SFT model to 'runs/demo/sft' but DPR starts from.*own SFT output.*--sft_config \"\"", True),
-    ("reward class without model_names", "dpr", {"dense_reward": "tests.user_rewards.my_rewards:NotAReward"}, [], r"my_rewards:NotAReward is not a DenseReward: it needs `model_names`", True),
-    ("reward kwargs that are not a mapping", "dpr", {"dense_reward": "trl_dpr.rewards:CheckpointDifference"}, ["--dense_reward_kwargs", "clip 1.0"], r"'clip 1.0' is not a mapping.*key=value", True),
+    (
+        "missing SFT folder (absolute)",
+        "dpr",
+        {"model_name_or_path": "{root}/no_such_sft"},
+        [],
+        r"the folder '.*no_such_sft' does not exist",
+        True,
+    ),
+    (
+        "missing base model (absolute)",
+        "sft",
+        {"model_name_or_path": "{root}/no_such_base"},
+        [],
+        r"the folder '.*no_such_base' does not exist",
+        True,
+    ),
+    (
+        "Hub model while offline",
+        "sft",
+        {"model_name_or_path": "nobody/no-such-model"},
+        [],
+        r"neither a local folder nor in the Hugging Face cache",
+        True,
+    ),
+    (
+        "folder without a model",
+        "dpr",
+        {"model_name_or_path": "{root}/not_a_model"},
+        [],
+        r"not a finished SFT output: no final model",
+        True,
+    ),
+    (
+        "evaluate: folder without a model",
+        "evaluate",
+        {"candidates": ["DPR={root}/not_a_model"]},
+        [],
+        r"holds no model",
+        True,
+    ),
+    (
+        "SFT output without its reference",
+        "dpr",
+        {"model_name_or_path": "{root}/bare"},
+        [],
+        r"dpr_reference\.json is missing",
+        False,
+    ),
+    (
+        "unfinished SFT output",
+        "dpr",
+        {"model_name_or_path": "{root}/sft_unfinished"},
+        [],
+        r"not a finished SFT output: no final model",
+        True,
+    ),
+    (
+        "truncated SFT weights",
+        "dpr",
+        {"model_name_or_path": "{root}/sft_truncated"},
+        [],
+        r"model\.safetensors has \d+ bytes, \d+ were written",
+        True,
+    ),
+    (
+        "sft_config writing elsewhere",
+        "dpr",
+        {"sft_config": "demo/sft.yaml"},
+        [],
+        r"writes the SFT model to 'runs/demo/sft' but DPR starts from.*own SFT output.*--sft_config \"\"",
+        True,
+    ),
+    (
+        "reward class without model_names",
+        "dpr",
+        {"dense_reward": "tests.user_rewards.my_rewards:NotAReward"},
+        [],
+        r"my_rewards:NotAReward is not a DenseReward: it needs `model_names`",
+        True,
+    ),
+    (
+        "reward kwargs that are not a mapping",
+        "dpr",
+        {"dense_reward": "trl_dpr.rewards:CheckpointDifference"},
+        ["--dense_reward_kwargs", "clip 1.0"],
+        r"'clip 1.0' is not a mapping.*key=value",
+        True,
+    ),
     ("unwritable output_dir", "dpr", {"output_dir": "{root}/blocker/run"}, [], r"not writable", True),
-    ("fresh run over a finished run", "dpr", {"output_dir": "{root}/finished_dpr"}, [], r"already holds a run.*Resume it", True),
-    ("resume with nothing to resume", "sft", {"resume_from_checkpoint": True}, [], r"holds no complete checkpoint", False),
-    ("resume from a missing folder", "sft", {"resume_from_checkpoint": "{root}/no_such_checkpoint"}, [], r"Cannot resume", False),
-    ("missing evaluation YAML", "dpr", {"evaluation_config": "{root}/no_such_eval.yaml"}, [], r"no_such_eval\.yaml' not found", True),
-    ("judge key missing", "dpr", {"evaluation_config": "{root}/eval_openai.yaml"}, [], r"OPENAI_TEST_KEY_UNSET.*not set", True),
+    (
+        "fresh run over a finished run",
+        "dpr",
+        {"output_dir": "{root}/finished_dpr"},
+        [],
+        r"already holds a run.*Resume it",
+        True,
+    ),
+    (
+        "resume with nothing to resume",
+        "sft",
+        {"resume_from_checkpoint": True},
+        [],
+        r"holds no complete checkpoint",
+        False,
+    ),
+    (
+        "resume from a missing folder",
+        "sft",
+        {"resume_from_checkpoint": "{root}/no_such_checkpoint"},
+        [],
+        r"Cannot resume",
+        False,
+    ),
+    (
+        "missing evaluation YAML",
+        "dpr",
+        {"evaluation_config": "{root}/no_such_eval.yaml"},
+        [],
+        r"no_such_eval\.yaml' not found",
+        True,
+    ),
+    (
+        "judge key missing",
+        "dpr",
+        {"evaluation_config": "{root}/eval_openai.yaml"},
+        [],
+        r"OPENAI_TEST_KEY_UNSET.*not set",
+        True,
+    ),
     # -- evaluation and preview
-    ("evaluate: missing candidate", "evaluate", {"candidates": ["DPR={root}/no_such_dpr"]}, [], r"Model DPR: the folder .* does not exist", True),
+    (
+        "evaluate: missing candidate",
+        "evaluate",
+        {"candidates": ["DPR={root}/no_such_dpr"]},
+        [],
+        r"Model DPR: the folder .* does not exist",
+        True,
+    ),
     ("evaluate: unwritable output", "evaluate", {"output_dir": "{root}/blocker/eval"}, [], r"not writable", True),
-    ("evaluate: exact judge off the task", "evaluate", {"benchmarks": ["lima"]}, [], r"judge: exact compares answers with the right ones", True),
-    ("evaluate: your prompts without a check", "evaluate", {"benchmarks": ["jsonl"], "jsonl_path": "{root}/prompt_answer.jsonl"},
-     [], r"judge: exact on benchmarks: \[jsonl\] needs to know a right answer", True),
-    ("evaluate: a check that does not import", "evaluate", {"benchmarks": ["jsonl"], "jsonl_path": "{root}/prompt_answer.jsonl",
-     "answer_check": "no_such_checks:fahrenheit"}, [], r"answer_check 'no_such_checks:fahrenheit': cannot import", True),
-    ("preview: prompts without answers", "preview", {"dataset_name": "{root}/prompts.jsonl", "num_prompts": 1}, [],
-     r"quality: exact needs an `answer` column.*has prompts only", True),
+    (
+        "evaluate: exact judge off the task",
+        "evaluate",
+        {"benchmarks": ["lima"]},
+        [],
+        r"judge: exact compares answers with the right ones",
+        True,
+    ),
+    (
+        "evaluate: your prompts without a check",
+        "evaluate",
+        {"benchmarks": ["jsonl"], "jsonl_path": "{root}/prompt_answer.jsonl"},
+        [],
+        r"judge: exact on benchmarks: \[jsonl\] needs to know a right answer",
+        True,
+    ),
+    (
+        "evaluate: a check that does not import",
+        "evaluate",
+        {
+            "benchmarks": ["jsonl"],
+            "jsonl_path": "{root}/prompt_answer.jsonl",
+            "answer_check": "no_such_checks:fahrenheit",
+        },
+        [],
+        r"answer_check 'no_such_checks:fahrenheit': cannot import",
+        True,
+    ),
+    (
+        "preview: prompts without answers",
+        "preview",
+        {"dataset_name": "{root}/prompts.jsonl", "num_prompts": 1},
+        [],
+        r"quality: exact needs an `answer` column.*has prompts only",
+        True,
+    ),
     ("evaluate: candidate not NAME=PATH", "evaluate", {"candidates": ["{root}/sft"]}, [], r"must be NAME=PATH", True),
-    ("evaluate: a key in the config", "evaluate", {"env": {"OPENAI_API_KEY": "sk-123"}}, [], r"Secrets never go in config files", True),
-    ("preview: one sample per prompt", "preview", {"samples_per_prompt": 1}, [], r"samples_per_prompt must be >= 2", True),
-    ("preview: no reference recorded", "preview", {"model_name_or_path": "{root}/bare"}, [], r"dpr_reference\.json is missing", True),
+    (
+        "evaluate: a key in the config",
+        "evaluate",
+        {"env": {"OPENAI_API_KEY": "sk-123"}},
+        [],
+        r"Secrets never go in config files",
+        True,
+    ),
+    (
+        "preview: one sample per prompt",
+        "preview",
+        {"samples_per_prompt": 1},
+        [],
+        r"samples_per_prompt must be >= 2",
+        True,
+    ),
+    (
+        "preview: no reference recorded",
+        "preview",
+        {"model_name_or_path": "{root}/bare"},
+        [],
+        r"dpr_reference\.json is missing",
+        True,
+    ),
     ("preview: pairwise without a judge", "preview", {"quality": "pairwise"}, [], r"needs evaluation_config", True),
 ]
 
@@ -196,12 +603,24 @@ def case_argv(world, recipe, changes, extra):
 
 
 @pytest.mark.parametrize("case, recipe, changes, extra, message, before_loading", CASES, ids=[c[0] for c in CASES])
-def test_a_user_mistake_is_a_message_not_a_traceback(world, capsys, monkeypatch, request, case, recipe, changes, extra,
-                                                      message, before_loading):
-    (world / "eval_openai.yaml").write_text(yaml.safe_dump({**{k: v.replace("{root}", str(world)) if isinstance(v, str) else v
-                                                              for k, v in EVAL_BASE.items() if k != "candidates"},
-                                                           "candidates": ["DPR=x"], "benchmarks": ["alpaca_eval"],
-                                                           "judge": "openai", "judge_api_key_env": "OPENAI_TEST_KEY_UNSET"}))
+def test_a_user_mistake_is_a_message_not_a_traceback(
+    world, capsys, monkeypatch, request, case, recipe, changes, extra, message, before_loading
+):
+    (world / "eval_openai.yaml").write_text(
+        yaml.safe_dump(
+            {
+                **{
+                    k: v.replace("{root}", str(world)) if isinstance(v, str) else v
+                    for k, v in EVAL_BASE.items()
+                    if k != "candidates"
+                },
+                "candidates": ["DPR=x"],
+                "benchmarks": ["alpaca_eval"],
+                "judge": "openai",
+                "judge_api_key_env": "OPENAI_TEST_KEY_UNSET",
+            }
+        )
+    )
     monkeypatch.delenv("OPENAI_TEST_KEY_UNSET", raising=False)
     if before_loading:
         request.getfixturevalue("no_model_loading")
@@ -222,9 +641,13 @@ def test_the_table_covers_every_recipe_and_at_least_fifty_cases():
 
 
 def test_an_empty_prompt_set_is_refused_not_trained_on(tokenizer, tmp_path):
-    reward_model = CheckpointRewardModel(build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1))
+    reward_model = CheckpointRewardModel(
+        build_tiny_causal_lm(tokenizer, seed=0), build_tiny_causal_lm(tokenizer, seed=1)
+    )
     with pytest.raises(ValueError, match="train_dataset is empty"):
-        DensePathTrainer(reward_model=reward_model, args=dpr_config(tmp_path), train_dataset=Dataset.from_dict({"prompt": []}))
+        DensePathTrainer(
+            reward_model=reward_model, args=dpr_config(tmp_path), train_dataset=Dataset.from_dict({"prompt": []})
+        )
     assert not (tmp_path / "dpr" / "model.safetensors").exists()
 
 
@@ -252,22 +675,35 @@ def test_the_config_checks_hold_for_python_users_too():
 # device and precision must be what accelerate launched it with (its ACCELERATE_* environment), or it stops before
 # anything loads. (environment accelerate gave the process, YAML changes, the one line)
 LAUNCH_MISMATCHES = [
-    ({"ACCELERATE_MIXED_PRECISION": "bf16", "ACCELERATE_USE_CPU": "True"}, {},
-     r"The recipe trains in fp32 but accelerate launch sets mixed_precision: bf16; change one of them: --bf16 true "
-     r"\(the recipe\), or --mixed_precision no \(accelerate launch\)"),
-    ({"ACCELERATE_MIXED_PRECISION": "no", "ACCELERATE_USE_CPU": "False"}, {},
-     r"trains on the CPU \(use_cpu: true\) but accelerate launch is set up for the GPU"),
-    ({"ACCELERATE_MIXED_PRECISION": "no", "ACCELERATE_USE_CPU": "True"}, {"bf16": True, "fp16": True},
-     r"At most one of fp16 and bf16 can be True"),  # transformers' own check, while parsing
+    (
+        {"ACCELERATE_MIXED_PRECISION": "bf16", "ACCELERATE_USE_CPU": "True"},
+        {},
+        r"The recipe trains in fp32 but accelerate launch sets mixed_precision: bf16; change one of them: --bf16 true "
+        r"\(the recipe\), or --mixed_precision no \(accelerate launch\)",
+    ),
+    (
+        {"ACCELERATE_MIXED_PRECISION": "no", "ACCELERATE_USE_CPU": "False"},
+        {},
+        r"trains on the CPU \(use_cpu: true\) but accelerate launch is set up for the GPU",
+    ),
+    (
+        {"ACCELERATE_MIXED_PRECISION": "no", "ACCELERATE_USE_CPU": "True"},
+        {"bf16": True, "fp16": True},
+        r"At most one of fp16 and bf16 can be True",
+    ),  # transformers' own check, while parsing
     ({}, {"use_cpu": False}, r"trains on the GPU \(use_cpu: false\) but no GPU is visible here: set --use_cpu true"),
 ]
 
 
 @pytest.mark.parametrize("recipe", ["sft", "dpr"])
-@pytest.mark.parametrize(("environment", "changes", "message"), LAUNCH_MISMATCHES,
-                         ids=["fp32 recipe, bf16 launch", "CPU recipe, GPU launch", "bf16 and fp16", "GPU recipe, no GPU"])
+@pytest.mark.parametrize(
+    ("environment", "changes", "message"),
+    LAUNCH_MISMATCHES,
+    ids=["fp32 recipe, bf16 launch", "CPU recipe, GPU launch", "bf16 and fp16", "GPU recipe, no GPU"],
+)
 def test_a_launched_recipe_on_another_device_or_precision_than_its_launcher_stops_before_loading(
-        world, tmp_path, capsys, monkeypatch, no_model_loading, recipe, environment, changes, message):
+    world, tmp_path, capsys, monkeypatch, no_model_loading, recipe, environment, changes, message
+):
     import torch
 
     if not environment and torch.cuda.is_available():

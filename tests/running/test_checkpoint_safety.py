@@ -90,7 +90,9 @@ def test_resume_skips_a_damaged_newest_checkpoint_and_says_why(tmp_path, damage,
             (damaged / name).unlink()
         (damaged / "rng_state.pth").write_bytes(b"r")
     problem = checkpoint_problem(damaged)
-    assert problem is not None and ("optimizer.pt" in problem or "model.safetensors" in problem or "manifest" in problem)
+    assert problem is not None and (
+        "optimizer.pt" in problem or "model.safetensors" in problem or "manifest" in problem
+    )
     with caplog.at_level("WARNING"):
         assert last_complete_checkpoint(tmp_path) == str(complete)
     assert f"Skipping {damaged} for resuming" in caplog.text
@@ -178,7 +180,9 @@ def test_killed_sft_resumes_to_the_same_weights_and_writes_the_reference_once(un
 
     run_to_completion("sft", output_dir, "--resume")
     assert_same_weights(final_weights(output_dir), final_weights(uninterrupted_sft))
-    assert_same_weights(final_weights(output_dir / "dpr_reference"), final_weights(uninterrupted_sft / "dpr_reference"))
+    assert_same_weights(
+        final_weights(output_dir / "dpr_reference"), final_weights(uninterrupted_sft / "dpr_reference")
+    )
     manifest = json.loads((output_dir / MANIFEST_NAME).read_text())
     assert (manifest["step"], manifest["total_steps"]) == (6, 12)
     assert reference_weights.stat().st_mtime_ns == written_before_resume  # not written a second time
@@ -193,8 +197,9 @@ def test_killed_dpr_resumes_to_the_same_weights(uninterrupted_sft, uninterrupted
 
 
 @pytest.mark.slow
-def test_a_second_run_on_the_same_folder_is_refused_at_once_and_the_first_ends_as_a_solo_run(uninterrupted_sft,
-                                                                                              uninterrupted_dpr):
+def test_a_second_run_on_the_same_folder_is_refused_at_once_and_the_first_ends_as_a_solo_run(
+    uninterrupted_sft, uninterrupted_dpr
+):
     solo = uninterrupted_dpr  # the same DPR run, alone on its folder
     shared = uninterrupted_sft.parent / "dpr-shared"
     argv = ["dpr", str(shared), "--sft-dir", str(uninterrupted_sft)]
@@ -287,10 +292,22 @@ def test_a_finished_sft_run_leaves_no_lock_and_no_staging_folder(tmp_path):
     from trl_dpr.running.pipeline import SFTScriptArguments, run_sft
 
     output_dir = tmp_path / "sft"
-    run_sft(SFTScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=8),
-            SFTConfig(output_dir=str(output_dir), max_steps=2, save_strategy="steps", save_steps=1,
-                      per_device_train_batch_size=4, max_length=64, bf16=False, use_cpu=True, report_to="none", seed=0),
-            ModelConfig(model_name_or_path="trl_dpr/embedded-tiny-llama", dtype="float32"))
+    run_sft(
+        SFTScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=8),
+        SFTConfig(
+            output_dir=str(output_dir),
+            max_steps=2,
+            save_strategy="steps",
+            save_steps=1,
+            per_device_train_batch_size=4,
+            max_length=64,
+            bf16=False,
+            use_cpu=True,
+            report_to="none",
+            seed=0,
+        ),
+        ModelConfig(model_name_or_path="trl_dpr/embedded-tiny-llama", dtype="float32"),
+    )
     assert (output_dir / "checkpoint-2").is_dir() and (output_dir / "model.safetensors").is_file()
     assert sorted(p.name for p in output_dir.iterdir() if p.name.startswith(".")) == []
     claim_output_dir(output_dir, resuming=True)  # the folder is free for the next run

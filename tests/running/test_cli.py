@@ -17,8 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_shipped_recipe_is_found_by_name_or_by_its_repository_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # not the repository: names resolve to the shipped recipes
     assert Path(find_recipe_file("demo/dpr.yaml")) == recipes_root() / "demo" / "dpr.yaml"
-    assert Path(find_recipe_file("recipes/qwen2.5-7b/dpr/config_qlora.yaml")).resolve() == (
-        recipes_root() / "qwen2.5-7b" / "dpr" / "config_qlora.yaml").resolve()
+    assert (
+        Path(find_recipe_file("recipes/qwen2.5-7b/dpr/config_qlora.yaml")).resolve()
+        == (recipes_root() / "qwen2.5-7b" / "dpr" / "config_qlora.yaml").resolve()
+    )
     assert Path(find_recipe_file("demo.yaml", subfolder="evaluate")) == recipes_root() / "evaluate" / "demo.yaml"
     assert Path(find_recipe_file("demo.yaml", subfolder="preview")) == recipes_root() / "preview" / "demo.yaml"
 
@@ -34,10 +36,17 @@ def test_a_file_that_exists_wins_and_a_missing_one_says_where_it_looked(tmp_path
 
 def test_accelerate_configs_by_name_ours_then_trls(tmp_path):
     assert _resolve_accelerate_config(["--accelerate_config", "cpu", "--num_processes", "2"]) == [
-        "--config_file", str(recipes_root() / "accelerate_configs" / "cpu.yaml"), "--num_processes", "2"]
+        "--config_file",
+        str(recipes_root() / "accelerate_configs" / "cpu.yaml"),
+        "--num_processes",
+        "2",
+    ]
     zero3 = _resolve_accelerate_config(["--accelerate_config", "zero3"])[1]
-    assert Path(zero3).name == "zero3.yaml" and "trl" in Path(zero3).parts and yaml.safe_load(Path(zero3).read_text())[
-        "deepspeed_config"]["zero_stage"] == 3
+    assert (
+        Path(zero3).name == "zero3.yaml"
+        and "trl" in Path(zero3).parts
+        and yaml.safe_load(Path(zero3).read_text())["deepspeed_config"]["zero_stage"] == 3
+    )
     own = tmp_path / "mine.yaml"
     own.write_text("num_processes: 1\n")
     assert _resolve_accelerate_config(["--accelerate_config", str(own)])[:2] == ["--config_file", str(own)]
@@ -54,8 +63,11 @@ ACCELERATE_DEFAULTS_WARNING = "were not passed to `accelerate launch` and had de
 @pytest.fixture
 def no_accelerate_config(tmp_path, monkeypatch):
     """A machine where `accelerate config` was never run, and OMP_NUM_THREADS is not set."""
-    for module in ("accelerate.commands.config", "accelerate.commands.config.config_args",
-                   "accelerate.commands.launch"):  # each module reads its own copy of the path
+    for module in (
+        "accelerate.commands.config",
+        "accelerate.commands.config.config_args",
+        "accelerate.commands.launch",
+    ):  # each module reads its own copy of the path
         monkeypatch.setattr(f"{module}.default_config_file", str(tmp_path / "default_config.yaml"))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     return tmp_path / "default_config.yaml"
@@ -73,7 +85,8 @@ def accelerate_validates(launch_args: list[str], caplog):
 
 
 def test_without_a_gpu_or_accelerate_config_the_launch_gets_the_cpu_config_and_no_accelerate_warning(
-        no_accelerate_config, monkeypatch, caplog):
+    no_accelerate_config, monkeypatch, caplog
+):
     monkeypatch.setattr("trl_dpr.running.cli._gpu_count", lambda: 0)
     cpu = str(recipes_root() / "accelerate_configs" / "cpu.yaml")
     _, warned_before = accelerate_validates([], caplog)
@@ -85,13 +98,15 @@ def test_without_a_gpu_or_accelerate_config_the_launch_gets_the_cpu_config_and_n
     assert ACCELERATE_DEFAULTS_WARNING not in warned and args.use_cpu and args.num_processes == 1
 
 
-def test_a_cpu_run_gets_one_torch_thread_per_process_unless_omp_num_threads_is_set(no_accelerate_config, monkeypatch,
-                                                                                   caplog):
+def test_a_cpu_run_gets_one_torch_thread_per_process_unless_omp_num_threads_is_set(
+    no_accelerate_config, monkeypatch, caplog
+):
     # accelerate's own choice is every physical core: tiny models crawl with it beside any other job on the machine.
     monkeypatch.setattr("trl_dpr.running.cli._gpu_count", lambda: 0)
     monkeypatch.setattr("psutil.cpu_count", lambda logical=True: 16)
-    accelerates_choice, _ = accelerate_validates(["--config_file", str(recipes_root() / "accelerate_configs" / "cpu.yaml")],
-                                                 caplog)
+    accelerates_choice, _ = accelerate_validates(
+        ["--config_file", str(recipes_root() / "accelerate_configs" / "cpu.yaml")], caplog
+    )
     assert accelerates_choice.num_cpu_threads_per_process == 16
     args, _ = accelerate_validates(_launch_defaults([]), caplog)
     assert args.num_cpu_threads_per_process == 1
@@ -102,7 +117,9 @@ def test_the_cpu_thread_count_is_omp_num_threads_where_it_is_set(no_accelerate_c
     launch_args = _launch_defaults(_resolve_accelerate_config(["--accelerate_config", "cpu_ddp"]))
     assert launch_args[:2] == ["--num_cpu_threads_per_process", "3"]
     args, warned = accelerate_validates(launch_args, caplog)
-    assert args.num_cpu_threads_per_process == 3 and args.num_processes == 2 and ACCELERATE_DEFAULTS_WARNING not in warned
+    assert (
+        args.num_cpu_threads_per_process == 3 and args.num_processes == 2 and ACCELERATE_DEFAULTS_WARNING not in warned
+    )
 
 
 def test_the_users_launch_flags_are_kept_and_not_repeated(no_accelerate_config, monkeypatch):
@@ -114,24 +131,51 @@ def test_the_users_launch_flags_are_kept_and_not_repeated(no_accelerate_config, 
 
 
 def test_an_accelerate_config_of_the_user_is_used_as_it_is(no_accelerate_config, monkeypatch, caplog):
-    no_accelerate_config.write_text(yaml.safe_dump({"compute_environment": "LOCAL_MACHINE", "distributed_type": "NO",
-                                                    "num_machines": 1, "num_processes": 1, "mixed_precision": "no",
-                                                    "use_cpu": False}))
+    no_accelerate_config.write_text(
+        yaml.safe_dump(
+            {
+                "compute_environment": "LOCAL_MACHINE",
+                "distributed_type": "NO",
+                "num_machines": 1,
+                "num_processes": 1,
+                "mixed_precision": "no",
+                "use_cpu": False,
+            }
+        )
+    )
     monkeypatch.setattr("trl_dpr.running.cli._gpu_count", lambda: 0)
     assert _launch_defaults([]) == []  # `accelerate config` wrote it: accelerate reads it, warning of nothing
     assert ACCELERATE_DEFAULTS_WARNING not in accelerate_validates([], caplog)[1]
 
 
-def test_on_gpus_without_an_accelerate_config_accelerates_defaults_are_passed_explicitly(no_accelerate_config,
-                                                                                       monkeypatch, caplog):
+def test_on_gpus_without_an_accelerate_config_accelerates_defaults_are_passed_explicitly(
+    no_accelerate_config, monkeypatch, caplog
+):
     monkeypatch.setattr("trl_dpr.running.cli._gpu_count", lambda: 2)
     launch_args = _launch_defaults([])
-    assert launch_args == ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-                           "--dynamo_backend", "no", "--multi_gpu"]
+    assert launch_args == [
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--multi_gpu",
+    ]
     args, warned = accelerate_validates(launch_args, caplog)
     assert args.multi_gpu and args.num_processes == 2 and ACCELERATE_DEFAULTS_WARNING not in warned
-    assert _launch_defaults(["--num_processes", "1"]) == ["--num_machines", "1", "--mixed_precision", "no",
-                                                          "--dynamo_backend", "no", "--num_processes", "1"]
+    assert _launch_defaults(["--num_processes", "1"]) == [
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--num_processes",
+        "1",
+    ]
 
 
 def test_a_user_error_exits_with_its_message_and_no_traceback(capsys):
@@ -164,7 +208,9 @@ def test_ctrl_c_ends_with_one_line_saying_what_was_saved_and_how_to_resume(tmp_p
         raise KeyboardInterrupt
 
     monkeypatch.setattr(checkpointing, "last_complete_checkpoint", lambda folder: f"{folder}/checkpoint-4")
-    monkeypatch.setattr(checkpointing, "_HELD_LOCKS", {})  # only this run's folder: another test's trainer may hold one
+    monkeypatch.setattr(
+        checkpointing, "_HELD_LOCKS", {}
+    )  # only this run's folder: another test's trainer may hold one
     try:
         with pytest.raises(SystemExit) as stop:
             run(interrupted_run, [])
@@ -172,13 +218,17 @@ def test_ctrl_c_ends_with_one_line_saying_what_was_saved_and_how_to_resume(tmp_p
         checkpointing.release_output_dir(tmp_path / "dpr")
     err = capsys.readouterr().err
     assert stop.value.code == 130 and err.count("\n") == 1, err
-    assert f"Saved: {tmp_path / 'dpr'}: {tmp_path / 'dpr'}/checkpoint-4" in err and "--resume_from_checkpoint true" in err
+    assert (
+        f"Saved: {tmp_path / 'dpr'}: {tmp_path / 'dpr'}/checkpoint-4" in err and "--resume_from_checkpoint true" in err
+    )
 
 
 def test_ctrl_c_before_any_checkpoint_says_nothing_was_saved(tmp_path, monkeypatch, capsys):
     from trl_dpr.running import checkpointing
 
-    monkeypatch.setattr(checkpointing, "_HELD_LOCKS", {})  # only this run's folder: another test's trainer may hold one
+    monkeypatch.setattr(
+        checkpointing, "_HELD_LOCKS", {}
+    )  # only this run's folder: another test's trainer may hold one
 
     def interrupted_run(argv):
         checkpointing.claim_output_dir(tmp_path / "dpr")
@@ -189,7 +239,10 @@ def test_ctrl_c_before_any_checkpoint_says_nothing_was_saved(tmp_path, monkeypat
             run(interrupted_run, [])
     finally:
         checkpointing.release_output_dir(tmp_path / "dpr")
-    assert capsys.readouterr().err == f"Interrupted. No checkpoint was saved yet in {tmp_path / 'dpr'}: run the same command again to start over.\n"
+    assert (
+        capsys.readouterr().err
+        == f"Interrupted. No checkpoint was saved yet in {tmp_path / 'dpr'}: run the same command again to start over.\n"
+    )
 
 
 def test_the_launching_process_adds_nothing_to_a_ctrl_c(monkeypatch, capsys):
@@ -216,7 +269,9 @@ def test_help_lists_the_commands_and_recipes_lists_the_shipped_yamls(capsys):
     assert all(f"trl-dpr {command}" in out for command in ("sft", "dpr", "evaluate", "preview", "heatmap", "memory"))
     main(["recipes"])
     listed = capsys.readouterr().out.split()
-    assert "demo/dpr.yaml" in listed and "qwen2.5-7b/dpr/config_qlora.yaml" in listed and "evaluate/demo.yaml" in listed
+    assert (
+        "demo/dpr.yaml" in listed and "qwen2.5-7b/dpr/config_qlora.yaml" in listed and "evaluate/demo.yaml" in listed
+    )
     with pytest.raises(SystemExit) as stop:
         main(["trian"])
     assert stop.value.code == 2
@@ -255,7 +310,9 @@ MISTAKES = [  # (stage, recipe, YAML changes, command line)
 ]
 
 
-@pytest.mark.parametrize(("stage", "recipe", "changes", "extra"), MISTAKES, ids=[f"{m[0]}-{m[2] or m[3]}" for m in MISTAKES])
+@pytest.mark.parametrize(
+    ("stage", "recipe", "changes", "extra"), MISTAKES, ids=[f"{m[0]}-{m[2] or m[3]}" for m in MISTAKES]
+)
 def test_the_check_before_importing_says_what_the_recipe_parser_says(tmp_path, cache, stage, recipe, changes, extra):
     """The quick check (a parser rebuilt from the cached description) and the recipe's own parser (TRL's dataclasses,
     in the launched process) give the same message for the same mistake, whichever catches it."""
@@ -294,8 +351,14 @@ def test_a_mapping_key_takes_json_yaml_flow_or_key_value_on_the_command_line(cac
     from trl_dpr.running.cli import _check_before_importing, _stage_parser
 
     for form in ['{"clip": 0.5, "name": "x"}', "{clip: 0.5, name: x}", "clip=0.5,name=x"]:
-        argv = ["--config", "demo/dpr.yaml", "--dense_reward", "tests.user_rewards.my_rewards:NotAReward",
-                "--dense_reward_kwargs", form]
+        argv = [
+            "--config",
+            "demo/dpr.yaml",
+            "--dense_reward",
+            "tests.user_rewards.my_rewards:NotAReward",
+            "--dense_reward_kwargs",
+            form,
+        ]
         quick, _ = _light_parser_values(argv)
         assert quick.dense_reward_kwargs == {"clip": 0.5, "name": "x"}, form
         full, _ = _stage_parser("dpr").parse_known_args(["--dense_reward_kwargs", form])  # the launched script's
@@ -313,8 +376,22 @@ def _light_parser_values(argv):
 def test_launcher_flags_and_a_valid_recipe_pass_the_check(cache):
     from trl_dpr.running.cli import _check_before_importing
 
-    _check_before_importing("sft", ["--config", "demo/sft.yaml", "--accelerate_config", "cpu", "--num_processes", "2",
-                                    "--max_steps", "3", "--bf16", "false", "--gradient_checkpointing"])
+    _check_before_importing(
+        "sft",
+        [
+            "--config",
+            "demo/sft.yaml",
+            "--accelerate_config",
+            "cpu",
+            "--num_processes",
+            "2",
+            "--max_steps",
+            "3",
+            "--bf16",
+            "false",
+            "--gradient_checkpointing",
+        ],
+    )
     with pytest.raises(ValueError, match=r"--num_proceses \(did you mean --num_processes\?\)"):
         _check_before_importing("dpr", ["--config", "demo/dpr.yaml", "--num_proceses", "2"])
 
@@ -414,21 +491,31 @@ def launched(argv: list[str], description: dict, monkeypatch):
 
 
 # (key, its value in the YAML, the other value): each written in the YAML, and overridden on the command line.
-OVERRIDES = [("use_cpu", False, True), ("use_cpu", True, False), ("bf16", True, False), ("bf16", False, True),
-             ("fp16", True, False), ("fp16", False, True)]
+OVERRIDES = [
+    ("use_cpu", False, True),
+    ("use_cpu", True, False),
+    ("bf16", True, False),
+    ("bf16", False, True),
+    ("fp16", True, False),
+    ("fp16", False, True),
+]
 
 
 @pytest.mark.parametrize(("key", "value", "other"), OVERRIDES, ids=[f"{k}-{v}" for k, v, _ in OVERRIDES])
 def test_a_command_line_override_launches_and_trains_as_the_same_value_in_the_yaml(
-        tmp_path, no_accelerate_config, one_gpu, monkeypatch, dpr_description, key, value, other):
+    tmp_path, no_accelerate_config, one_gpu, monkeypatch, dpr_description, key, value, other
+):
     base = {"use_cpu": False} if key != "use_cpu" else {}  # bf16/fp16 on the GPU
     (tmp_path / "written").mkdir(), (tmp_path / "overridden").mkdir()
     written = demo_recipe(tmp_path / "written", "demo/dpr.yaml", **base, **{key: value})
     overridden = demo_recipe(tmp_path / "overridden", "demo/dpr.yaml", **base, **{key: other})
     as_written = launched(["--config", written], dpr_description, monkeypatch)
     as_overridden = launched(["--config", overridden, f"--{key}", str(value).lower()], dpr_description, monkeypatch)
-    assert as_written[0] == as_overridden[0] and as_written[1]["ACCELERATE_MIXED_PRECISION"] == as_overridden[1][
-        "ACCELERATE_MIXED_PRECISION"] and as_written[1]["ACCELERATE_USE_CPU"] == as_overridden[1]["ACCELERATE_USE_CPU"]
+    assert (
+        as_written[0] == as_overridden[0]
+        and as_written[1]["ACCELERATE_MIXED_PRECISION"] == as_overridden[1]["ACCELERATE_MIXED_PRECISION"]
+        and as_written[1]["ACCELERATE_USE_CPU"] == as_overridden[1]["ACCELERATE_USE_CPU"]
+    )
     for _, env, training_args in (as_written, as_overridden):
         assert getattr(training_args, key) is value
         recipe_precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "no"
@@ -438,12 +525,16 @@ def test_a_command_line_override_launches_and_trains_as_the_same_value_in_the_ya
 
 
 def test_the_reported_gpu_run_of_the_cpu_demo_launches_on_the_gpu_in_the_recipes_precision(
-        no_accelerate_config, one_gpu, monkeypatch, dpr_description):
+    no_accelerate_config, one_gpu, monkeypatch, dpr_description
+):
     """`trl-dpr dpr --config demo/dpr.yaml --accelerate_config single_gpu --use_cpu false` crashed on a GPU; now it is
     refused for its precision (fp32 recipe, bf16 config), and with --bf16 true it launches on the GPU in bf16."""
     argv = ["--config", "demo/dpr.yaml", "--accelerate_config", "single_gpu", "--use_cpu", "false"]
-    with pytest.raises(ValueError, match=r"recipe trains in fp32 but single_gpu\.yaml sets mixed_precision: bf16; "
-                       r"change one of them: --bf16 true \(the recipe\), or --mixed_precision no"):
+    with pytest.raises(
+        ValueError,
+        match=r"recipe trains in fp32 but single_gpu\.yaml sets mixed_precision: bf16; "
+        r"change one of them: --bf16 true \(the recipe\), or --mixed_precision no",
+    ):
         launched(argv, dpr_description, monkeypatch)
     _, env, training_args = launched([*argv, "--bf16", "true"], dpr_description, monkeypatch)
     assert env["ACCELERATE_USE_CPU"] == "False" and not training_args.use_cpu
@@ -453,10 +544,17 @@ def test_the_reported_gpu_run_of_the_cpu_demo_launches_on_the_gpu_in_the_recipes
 
 
 IMPOSSIBLE = [  # (command line, GPUs on the machine, what the one line says)
-    (["--use_cpu", "false"], 0, r"trains on the GPU \(use_cpu: false\) but no GPU is visible here: set --use_cpu true"),
+    (
+        ["--use_cpu", "false"],
+        0,
+        r"trains on the GPU \(use_cpu: false\) but no GPU is visible here: set --use_cpu true",
+    ),
     (["--accelerate_config", "cpu", "--use_cpu", "false"], 1, r"trains on the GPU .* but cpu\.yaml runs on the CPU"),
-    (["--accelerate_config", "single_gpu", "--bf16", "true"], 1,
-     r"trains on the CPU \(use_cpu: true\) but single_gpu\.yaml is set up for the GPU"),
+    (
+        ["--accelerate_config", "single_gpu", "--bf16", "true"],
+        1,
+        r"trains on the CPU \(use_cpu: true\) but single_gpu\.yaml is set up for the GPU",
+    ),
     (["--accelerate_config", "single_gpu"], 1, r"trains on the CPU \(use_cpu: true\) but single_gpu\.yaml"),
     (["--use_cpu", "false", "--bf16", "true", "--fp16", "true"], 1, r"bf16 and fp16 are both true"),
     (["--accelerate_config", "zero3_cpu"], 0, r"use_cpu: true but zero3_cpu\.yaml runs DeepSpeed"),
@@ -465,13 +563,16 @@ IMPOSSIBLE = [  # (command line, GPUs on the machine, what the one line says)
 
 @pytest.mark.parametrize(("extra", "gpus", "message"), IMPOSSIBLE, ids=[" ".join(i[0]) for i in IMPOSSIBLE])
 def test_a_device_or_precision_that_cannot_run_is_refused_before_the_launch_in_one_line(
-        no_accelerate_config, monkeypatch, capsys, dpr_description, extra, gpus, message):
+    no_accelerate_config, monkeypatch, capsys, dpr_description, extra, gpus, message
+):
     import re
 
     from trl_dpr.running.recipe_parser import RecipeParser
 
     monkeypatch.setattr("trl_dpr.running.cli._gpu_count", lambda: gpus)
-    monkeypatch.setattr("trl_dpr.running.cli._light_parser", lambda stage: RecipeParser.from_description(dpr_description))
+    monkeypatch.setattr(
+        "trl_dpr.running.cli._light_parser", lambda stage: RecipeParser.from_description(dpr_description)
+    )
     monkeypatch.setattr("trl.cli.accelerate_launcher.launch_training_script", lambda *a: pytest.fail("launched"))
     with pytest.raises(SystemExit) as stop:
         main(["dpr", "--config", "demo/dpr.yaml", *extra])
@@ -484,11 +585,16 @@ def test_the_pipelines_sft_stage_runs_on_the_runs_device_and_precision(one_gpu, 
     from trl_dpr.running.placement import RunPlacement
     from trl_dpr.running.stages import sft_stage_of_pipeline
 
-    _, training_args, _ = sft_stage_of_pipeline("recipes/demo/sft.yaml", RunPlacement(use_cpu=False, mixed_precision="bf16"))
+    _, training_args, _ = sft_stage_of_pipeline(
+        "recipes/demo/sft.yaml", RunPlacement(use_cpu=False, mixed_precision="bf16")
+    )
     assert (training_args.use_cpu, training_args.bf16, training_args.fp16) == (False, True, False)
     assert "runs as the rest of this run, on GPU, bf16 mixed precision (its own use_cpu/bf16/fp16 say CPU, fp32)" in (
-        capsys.readouterr().out)
-    _, training_args, _ = sft_stage_of_pipeline("recipes/demo/sft.yaml", RunPlacement(use_cpu=True, mixed_precision="no"))
+        capsys.readouterr().out
+    )
+    _, training_args, _ = sft_stage_of_pipeline(
+        "recipes/demo/sft.yaml", RunPlacement(use_cpu=True, mixed_precision="no")
+    )
     assert (training_args.use_cpu, training_args.bf16, training_args.fp16) == (True, False, False)
     assert capsys.readouterr().out == ""  # the same as its YAML: nothing to say
 
@@ -498,8 +604,11 @@ def accelerate_configs() -> list[str]:
     import importlib.resources
 
     ours = [p.stem for p in (recipes_root() / "accelerate_configs").glob("*.yaml")]
-    theirs = [p.name.removesuffix(".yaml") for p in importlib.resources.files("trl.accelerate_configs").iterdir()
-              if p.name.endswith(".yaml")]
+    theirs = [
+        p.name.removesuffix(".yaml")
+        for p in importlib.resources.files("trl.accelerate_configs").iterdir()
+        if p.name.endswith(".yaml")
+    ]
     return sorted(set(ours) | set(theirs))
 
 
@@ -523,7 +632,11 @@ def test_the_recipe_and_the_accelerate_config_agree_on_the_precision_or_the_run_
         with pytest.raises(ValueError) as refused:
             check_placement(run, launch, gpu_available=True)
         line = str(refused.value)
-        assert "\n" not in line and f"sets mixed_precision: {written};" in line and f"--mixed_precision {precision} " in line
+        assert (
+            "\n" not in line
+            and f"sets mixed_precision: {written};" in line
+            and f"--mixed_precision {precision} " in line
+        )
         recipe_flag = {"no": "--bf16 false --fp16 false", "bf16": "--bf16 true", "fp16": "--fp16 true"}[written]
         assert f"{recipe_flag} (the recipe)" in line
     check_placement(run, LaunchPlacement.from_launch_args([*launch_args, "--mixed_precision", precision]), True)

@@ -18,15 +18,24 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 CLI = "from trl_dpr.running.cli import main; main()"  # what the `trl-dpr` entry point runs
 # Printed at exit, whatever the exit code: the heavy packages the command imported. TRL's `TrlParser` (trl.scripts,
 # the parser every recipe goes through) is light: it imports neither torch nor transformers; TRL's trainers do.
-REPORT_IMPORTS = ("import atexit, sys\natexit.register(lambda: print('heavy imports:', sorted({'torch', 'transformers', "
-                  "'trl.trainer', 'trl.models'} & set(sys.modules)), file=sys.stderr))\n")
+REPORT_IMPORTS = (
+    "import atexit, sys\natexit.register(lambda: print('heavy imports:', sorted({'torch', 'transformers', "
+    "'trl.trainer', 'trl.models'} & set(sys.modules)), file=sys.stderr))\n"
+)
 NO_HEAVY_IMPORTS = "heavy imports: []"
 
 
 def trl_dpr(*args, prelude: str = "", cwd=None, timeout=120, **kwargs) -> subprocess.CompletedProcess:
     """`trl-dpr ARGS` in a fresh interpreter; `prelude` runs first (to simulate a missing module)."""
-    return subprocess.run([sys.executable, "-c", prelude + CLI, *args], cwd=cwd or ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=timeout, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-c", prelude + CLI, *args],
+        cwd=cwd or ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,
+    )
 
 
 def trl_dpr_forked(*args, tmp_path, cwd=None, env=None, before=None) -> subprocess.CompletedProcess:
@@ -65,17 +74,31 @@ WITHOUT_MATPLOTLIB = "import sys; sys.modules['matplotlib'] = None\n"
 
 
 def test_importing_the_cli_imports_neither_torch_nor_transformers_nor_trl():
-    loaded = subprocess.run([sys.executable, "-c", "import sys, trl_dpr.running.cli; print(sorted(sys.modules))"], env=ENV,
-                            capture_output=True, text=True, timeout=60)
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, trl_dpr.running.cli; print(sorted(sys.modules))"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     modules = set(eval(loaded.stdout))
     assert not modules & {"torch", "transformers", "trl", "accelerate", "peft", "datasets"}
 
 
 def test_help_and_recipes_load_no_torch():
     for args in (["--help"], ["recipes"]):
-        loaded = subprocess.run([sys.executable, "-c", CLI + "; import sys; print('torch' in sys.modules, "
-                                 "'transformers' in sys.modules, file=sys.stderr)", *args], env=ENV,
-                                capture_output=True, text=True, timeout=60)
+        loaded = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                CLI + "; import sys; print('torch' in sys.modules, 'transformers' in sys.modules, file=sys.stderr)",
+                *args,
+            ],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert loaded.returncode == 0 and loaded.stderr.strip().splitlines()[-1] == "False False", loaded.stderr
 
 
@@ -83,24 +106,48 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly():
     read, write = os.pipe()
     os.close(read)  # `trl-dpr recipes | head -0`: the reader is gone before the first line is written
     try:
-        listing = subprocess.run([sys.executable, "-c", CLI, "recipes"], cwd=ROOT, env=ENV, stdout=write,
-                                 stderr=subprocess.PIPE, text=True, timeout=60)
+        listing = subprocess.run(
+            [sys.executable, "-c", CLI, "recipes"],
+            cwd=ROOT,
+            env=ENV,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
     finally:
         os.close(write)
     assert listing.returncode == 1 and listing.stderr == ""
 
 
 def test_heatmap_png_without_matplotlib_exits_2_naming_the_extra_before_loading_a_model(tmp_path):
-    result = trl_dpr("heatmap", "--sft", str(tmp_path / "no_model"), "--prompt", "2+2?", "--response", "4",
-                     prelude=WITHOUT_MATPLOTLIB)
+    result = trl_dpr(
+        "heatmap",
+        "--sft",
+        str(tmp_path / "no_model"),
+        "--prompt",
+        "2+2?",
+        "--response",
+        "4",
+        prelude=WITHOUT_MATPLOTLIB,
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert 'pip install "trl_dpr[plots]"' in result.stderr and "--formats html" in result.stderr
 
 
 def test_preview_without_matplotlib_exits_2_naming_the_extra(tmp_path):
-    result = trl_dpr_forked("preview", "--config", "demo.yaml", "--model_name_or_path", str(tmp_path / "no_sft"),
-                            "--output_dir", str(tmp_path / "out"), tmp_path=tmp_path, before=without_matplotlib)
+    result = trl_dpr_forked(
+        "preview",
+        "--config",
+        "demo.yaml",
+        "--model_name_or_path",
+        str(tmp_path / "no_sft"),
+        "--output_dir",
+        str(tmp_path / "out"),
+        tmp_path=tmp_path,
+        before=without_matplotlib,
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr and "plot: false" in result.stderr and "trl_dpr[plots]" in result.stderr
 
@@ -142,7 +189,9 @@ def test_an_invalid_value_in_a_shipped_recipe_exits_2_before_anything_is_launche
 
 
 def test_memory_plans_a_shipped_recipe_without_the_hub_from_outside_the_repository(tmp_path):
-    result = trl_dpr_forked("memory", "--config", "llama-3.1-8b/dpr/config_qlora.yaml", cwd=tmp_path, tmp_path=tmp_path)
+    result = trl_dpr_forked(
+        "memory", "--config", "llama-3.1-8b/dpr/config_qlora.yaml", cwd=tmp_path, tmp_path=tmp_path
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "**total per GPU**" in result.stdout
 
@@ -166,8 +215,9 @@ def test_trls_launcher_launches_the_packages_stage_script():
     launched = []
     script = SCRIPTS / "dpr.py"
     assert script.is_file()
-    launch_training_script(str(script), ["--num_processes", "1"], ["--config", "demo/dpr.yaml"],
-                           launch_command_fn=launched.append)
+    launch_training_script(
+        str(script), ["--num_processes", "1"], ["--config", "demo/dpr.yaml"], launch_command_fn=launched.append
+    )
     assert launched[0].training_script == str(script)
     assert launched[0].training_script_args == ["--config", "demo/dpr.yaml"] and launched[0].num_processes == 1
 
@@ -183,9 +233,22 @@ def test_a_training_stage_is_launched_without_importing_trls_trainers_in_the_lau
         f"def record(script, launch_args, script_args): open({str(record)!r}, 'w').write(repr((script, launch_args, "
         "script_args, sorted(m for m in ('trl.trainer', 'transformers.trainer', 'trl_dpr.running.pipeline') "
         "if m in sys.modules))))\n"
-        "launcher.launch_training_script = record\n")
-    result = trl_dpr("dpr", "--config", "demo/dpr.yaml", "--num_processes", "1", "--max_steps", "3",
-                     "--main_process_port=29555", "--kl_coef", "0.5", prelude=prelude, cwd=tmp_path)
+        "launcher.launch_training_script = record\n"
+    )
+    result = trl_dpr(
+        "dpr",
+        "--config",
+        "demo/dpr.yaml",
+        "--num_processes",
+        "1",
+        "--max_steps",
+        "3",
+        "--main_process_port=29555",
+        "--kl_coef",
+        "0.5",
+        prelude=prelude,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     script, launch_args, script_args, imported = eval(record.read_text())
     assert imported == [] and script.endswith("trl_dpr/scripts/dpr.py")
@@ -199,10 +262,20 @@ def test_the_package_imports_no_torch_until_a_public_name_is_used_and_its_lock_i
     # has no fcntl: the output-folder lock is filelock's, which picks msvcrt there and imports without fcntl (no module
     # of the package imports fcntl at import time: test_every_public_name_is_exported_from_the_module_that_defines_it_
     # and_none_imports_fcntl).
-    result = subprocess.run([sys.executable, "-c", "import sys; sys.modules['fcntl'] = None\n"
-                             "import trl_dpr; assert 'torch' not in sys.modules\n"
-                             "print(trl_dpr.whiten.__module__, 'torch' in sys.modules)\n"
-                             "from filelock import FileLock"], env=ENV, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['fcntl'] = None\n"
+            "import trl_dpr; assert 'torch' not in sys.modules\n"
+            "print(trl_dpr.whiten.__module__, 'torch' in sys.modules)\n"
+            "from filelock import FileLock",
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines()[0].split() == ["trl_dpr.algorithm", "True"], result.stdout[-2000:]
 
@@ -215,16 +288,27 @@ def test_every_public_name_is_exported_from_the_module_that_defines_it_and_none_
 
     for name in trl_dpr.__all__:
         value = getattr(trl_dpr, name)
-        assert value.__module__.startswith("trl_dpr.") and getattr(importlib.import_module(value.__module__), name) is value
+        assert (
+            value.__module__.startswith("trl_dpr.")
+            and getattr(importlib.import_module(value.__module__), name) is value
+        )
     assert sorted(trl_dpr.__all__) == sorted(trl_dpr._LAZY)
     at_import_time = []  # `import fcntl` outside any function (a function imports it when it runs, on POSIX only)
     for path in (ROOT / "trl_dpr").rglob("*.py"):
         tree = ast.parse(path.read_text())
-        inside_functions = {id(node) for function in ast.walk(tree) if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
-                            for node in ast.walk(function)}
-        at_import_time += [f"{path.relative_to(ROOT)}:{node.lineno}" for node in ast.walk(tree)
-                           if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in inside_functions
-                           and "fcntl" in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module])]
+        inside_functions = {
+            id(node)
+            for function in ast.walk(tree)
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for node in ast.walk(function)
+        }
+        at_import_time += [
+            f"{path.relative_to(ROOT)}:{node.lineno}"
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            and id(node) not in inside_functions
+            and "fcntl" in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module])
+        ]
     assert not at_import_time, at_import_time
 
 
@@ -256,8 +340,10 @@ def test_a_training_stage_help_hides_the_keys_the_recipes_refuse_and_names_the_l
         assert refused not in result.stdout
 
 
-@pytest.mark.parametrize(("command", "usage"), [("heatmap", "usage: trl-dpr heatmap [-h] --sft SFT"),
-                                                ("memory", "usage: trl-dpr memory [-h] --config CONFIG")])
+@pytest.mark.parametrize(
+    ("command", "usage"),
+    [("heatmap", "usage: trl-dpr heatmap [-h] --sft SFT"), ("memory", "usage: trl-dpr memory [-h] --config CONFIG")],
+)
 def test_heatmap_and_memory_help_show_their_own_usage_without_importing_torch(command, usage):
     result = trl_dpr(command, "--help", prelude=REPORT_IMPORTS)
     assert result.returncode == 0 and result.stdout.startswith(usage), result.stdout[:500]
@@ -267,8 +353,14 @@ def test_heatmap_and_memory_help_show_their_own_usage_without_importing_torch(co
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["sft", "--config", "demo/sft.yaml", "--learnig_rate", "1e-5"], "--learnig_rate (did you mean --learning_rate?)"),
-        (["dpr", "--config", "demo/dpr.yaml", "--num_generation", "2"], "--num_generation (did you mean --num_generations?)"),
+        (
+            ["sft", "--config", "demo/sft.yaml", "--learnig_rate", "1e-5"],
+            "--learnig_rate (did you mean --learning_rate?)",
+        ),
+        (
+            ["dpr", "--config", "demo/dpr.yaml", "--num_generation", "2"],
+            "--num_generation (did you mean --num_generations?)",
+        ),
         (["evaluate", "--config", "demo.yaml", "--max_prompt", "3"], "--max_prompt (did you mean --max_prompts?)"),
         (["heatmap", "--sft", "x", "--promt", "a", "--response", "b"], "--promt (did you mean --prompt?)"),
         (["memory", "--config", "demo/dpr.yaml", "--detail"], "--detail (did you mean --details?)"),
@@ -292,8 +384,9 @@ def test_a_misspelled_flag_gets_a_suggestion_and_no_usage_dump(args, message):
     ],
 )
 def test_a_bad_value_on_the_command_line_is_one_message_before_torch(tmp_path, flag, value, message):
-    result = trl_dpr("sft", "--config", "demo/sft.yaml", flag, value, "--output_dir", str(tmp_path / "out"),
-                     prelude=REPORT_IMPORTS)
+    result = trl_dpr(
+        "sft", "--config", "demo/sft.yaml", flag, value, "--output_dir", str(tmp_path / "out"), prelude=REPORT_IMPORTS
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert message in result.stderr and "`trl-dpr sft --help`" in result.stderr
     assert "usage:" not in result.stderr and "Traceback" not in result.stderr
@@ -315,7 +408,9 @@ def test_a_bad_key_or_value_in_the_yaml_is_found_before_torch(tmp_path, changes,
     path.write_text(yaml.safe_dump({**recipe, **changes}))
     result = trl_dpr("sft", "--config", str(path), prelude=REPORT_IMPORTS)
     assert result.returncode == 2, result.stderr[-2000:]
-    assert message in result.stderr and "`trl-dpr sft --help`" in result.stderr and "python recipes/" not in result.stderr
+    assert (
+        message in result.stderr and "`trl-dpr sft --help`" in result.stderr and "python recipes/" not in result.stderr
+    )
     assert NO_HEAVY_IMPORTS in result.stderr
 
 
@@ -331,8 +426,16 @@ def test_a_stage_without_a_config_says_to_pass_one(args):
 
 def test_a_gguf_recipe_without_the_gguf_extra_exits_2_with_the_install_line(tmp_path):
     # num_train_samples 0 stops the recipe's own parser: were the GGUF check not made first, nothing is launched either
-    result = trl_dpr("sft", "--config", "smollm2-135m/sft/config_full.yaml", "--output_dir", str(tmp_path / "out"),
-                     "--num_train_samples", "0", prelude="import sys; sys.modules['gguf'] = None\n" + REPORT_IMPORTS)
+    result = trl_dpr(
+        "sft",
+        "--config",
+        "smollm2-135m/sft/config_full.yaml",
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--num_train_samples",
+        "0",
+        prelude="import sys; sys.modules['gguf'] = None\n" + REPORT_IMPORTS,
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert 'pip install "trl_dpr[gguf]"' in result.stderr and "Traceback" not in result.stderr
     assert NO_HEAVY_IMPORTS in result.stderr and not (tmp_path / "out").exists()

@@ -22,8 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def checkpointing_deprecations(caught) -> list[str]:
     """The deprecation warnings about (gradient / activation) checkpointing among `caught`."""
-    return [str(w.message) for w in caught
-            if issubclass(w.category, (FutureWarning, DeprecationWarning)) and "checkpointing" in str(w.message)]
+    return [
+        str(w.message)
+        for w in caught
+        if issubclass(w.category, (FutureWarning, DeprecationWarning)) and "checkpointing" in str(w.message)
+    ]
 
 
 @pytest.mark.parametrize("stage", ["sft", "dpr", "spin", "gsil"])
@@ -51,7 +54,9 @@ def test_a_self_play_run_warns_nothing_about_checkpointing(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         args = run_args(SPINConfig, tmp_path, max_steps=1, gradient_checkpointing=True)
-        SPINTrainer(model=model, ref_model=copy.deepcopy(model), args=args, train_dataset=pairs, processing_class=tok).train()
+        SPINTrainer(
+            model=model, ref_model=copy.deepcopy(model), args=args, train_dataset=pairs, processing_class=tok
+        ).train()
     assert checkpointing_deprecations(caught) == []
 
 
@@ -86,12 +91,37 @@ def test_a_self_play_recipe_prints_one_flat_sequence_of_stage_banners(tokenizer,
 
     sft = save_sft_output(tmp_path / "sft", tokenizer)
     evaluation = demo_evaluation_yaml(tmp_path / "evaluate.yaml", demo_num_prompts=2, samples_per_prompt=1)
-    recipe_main(SPINConfig, [
-        "--config", str(ROOT / "recipes" / "demo" / "spin.yaml"), "--model_name_or_path", str(sft), "--sft_config", "",
-        "--evaluation_config", evaluation, "--output_dir", str(tmp_path / "spin"), "--num_train_samples", "3",
-        "--num_iterations", "2", "--max_steps", "1", "--max_new_tokens", "4", "--per_device_train_batch_size", "3",
-        "--generation_batch_size", "3", "--disable_tqdm", "true",
-    ])
-    banners = [(int(i), int(n)) for i, n in re.findall(r"^  Stage (\d+)/(\d+): ", capsys.readouterr().out, re.MULTILINE)]
+    recipe_main(
+        SPINConfig,
+        [
+            "--config",
+            str(ROOT / "recipes" / "demo" / "spin.yaml"),
+            "--model_name_or_path",
+            str(sft),
+            "--sft_config",
+            "",
+            "--evaluation_config",
+            evaluation,
+            "--output_dir",
+            str(tmp_path / "spin"),
+            "--num_train_samples",
+            "3",
+            "--num_iterations",
+            "2",
+            "--max_steps",
+            "1",
+            "--max_new_tokens",
+            "4",
+            "--per_device_train_batch_size",
+            "3",
+            "--generation_batch_size",
+            "3",
+            "--disable_tqdm",
+            "true",
+        ],
+    )
+    banners = [
+        (int(i), int(n)) for i, n in re.findall(r"^  Stage (\d+)/(\d+): ", capsys.readouterr().out, re.MULTILINE)
+    ]
     total = banners[0][1]
     assert banners == [(i, total) for i in range(1, total + 1)]  # each stage once, in order, out of one total

@@ -81,7 +81,9 @@ def _fake_conversion(monkeypatch, written):
     monkeypatch.setitem(sys.modules, "gguf", sys.modules.get("gguf") or type(sys)("gguf"))
 
 
-def test_converting_a_gguf_refuses_an_existing_folder_it_did_not_write_and_keeps_the_users_files(tmp_path, monkeypatch):
+def test_converting_a_gguf_refuses_an_existing_folder_it_did_not_write_and_keeps_the_users_files(
+    tmp_path, monkeypatch
+):
     """Issue 42, finding 1: `runs/MyModel-hf/my_precious_notes.txt` was deleted by `resolve_gguf_base`."""
     written = []
     _fake_conversion(monkeypatch, written)
@@ -130,7 +132,9 @@ def test_a_second_conversion_into_the_same_folder_waits_for_the_first_and_reuses
     import multiprocessing
 
     (tmp_path / "MyModel.gguf").write_bytes(b"GGUF")
-    context = multiprocessing.get_context("fork")  # separate processes (flock is per process), without a new interpreter
+    context = multiprocessing.get_context(
+        "fork"
+    )  # separate processes (flock is per process), without a new interpreter
     args = (tmp_path / "MyModel.gguf", tmp_path / "runs" / "MyModel-hf", tmp_path / "log")
     processes = [context.Process(target=_convert_slowly, args=args) for _ in range(2)]
     for process in processes:

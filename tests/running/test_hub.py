@@ -57,10 +57,21 @@ def tiny_sft(root, use_peft: bool) -> str:
     """recipes/sft.py's stage on the embedded tiny Llama: 4 steps, π_ref after 2."""
     return run_sft(
         SFTScriptArguments(dataset_name=EMBEDDED, num_train_samples=32),
-        SFTConfig(output_dir=str(root / "sft"), max_steps=4, per_device_train_batch_size=8, learning_rate=1e-3,
-                  max_length=128, **COMMON),
-        ModelConfig(model_name_or_path="trl_dpr/embedded-tiny-llama", dtype="float32", use_peft=use_peft, lora_r=4,
-                    lora_alpha=8),
+        SFTConfig(
+            output_dir=str(root / "sft"),
+            max_steps=4,
+            per_device_train_batch_size=8,
+            learning_rate=1e-3,
+            max_length=128,
+            **COMMON,
+        ),
+        ModelConfig(
+            model_name_or_path="trl_dpr/embedded-tiny-llama",
+            dtype="float32",
+            use_peft=use_peft,
+            lora_r=4,
+            lora_alpha=8,
+        ),
     )
 
 
@@ -92,8 +103,13 @@ class RecordingApi:
         # The selection at call time (a checkpoint push runs while the staged checkpoint still exists).
         kept = [p for p in TRANSFORMERS_IGNORE_PATTERNS if p in kwargs["ignore_patterns"]]
         assert kept == list(kwargs["ignore_patterns"]), kwargs["ignore_patterns"]
-        self.uploads.append({**kwargs, "selected": files_to_push(kwargs["folder_path"], safety_rules=False),
-                             "safe": files_to_push(kwargs["folder_path"])})
+        self.uploads.append(
+            {
+                **kwargs,
+                "selected": files_to_push(kwargs["folder_path"], safety_rules=False),
+                "safe": files_to_push(kwargs["folder_path"]),
+            }
+        )
         done = Future()
         done.set_result("uploaded")
         return done
@@ -109,20 +125,44 @@ def write_tree(root, names):
 
 
 def test_a_push_leaves_out_staged_checkpoints_training_args_and_hub_internals(tmp_path):
-    write_tree(tmp_path, ["model.safetensors", "README.md", "dpr_reference/model.safetensors", "dpr_reference.json",
-                          "runs/events.out.tfevents.1", "training_args.bin", "_private.txt", "checkpoint-2/optimizer.pt",
-                          ".partial/checkpoint-4/optimizer.pt", ".dpr_reference.partial/model.safetensors",
-                          ".dpr_reference.abc.tmp", ".git/HEAD", ".cache/huggingface/upload/x.lock"])
-    assert set(files_to_push(tmp_path)) == {"README.md", "dpr_reference.json", "dpr_reference/model.safetensors",
-                                            "model.safetensors", "runs/events.out.tfevents.1"}
+    write_tree(
+        tmp_path,
+        [
+            "model.safetensors",
+            "README.md",
+            "dpr_reference/model.safetensors",
+            "dpr_reference.json",
+            "runs/events.out.tfevents.1",
+            "training_args.bin",
+            "_private.txt",
+            "checkpoint-2/optimizer.pt",
+            ".partial/checkpoint-4/optimizer.pt",
+            ".dpr_reference.partial/model.safetensors",
+            ".dpr_reference.abc.tmp",
+            ".git/HEAD",
+            ".cache/huggingface/upload/x.lock",
+        ],
+    )
+    assert set(files_to_push(tmp_path)) == {
+        "README.md",
+        "dpr_reference.json",
+        "dpr_reference/model.safetensors",
+        "model.safetensors",
+        "runs/events.out.tfevents.1",
+    }
     # Transformers' own patterns alone would upload the staged checkpoint, the pickled arguments and temp files.
     assert set(files_to_push(tmp_path, safety_rules=False)) - set(files_to_push(tmp_path)) == {
-        ".partial/checkpoint-4/optimizer.pt", ".dpr_reference.partial/model.safetensors", ".dpr_reference.abc.tmp",
-        "training_args.bin"}
+        ".partial/checkpoint-4/optimizer.pt",
+        ".dpr_reference.partial/model.safetensors",
+        ".dpr_reference.abc.tmp",
+        "training_args.bin",
+    }
 
 
 def test_without_safety_rules_the_selection_is_huggingface_hubs_own(tmp_path):
-    write_tree(tmp_path, ["a/b/c.json", "_x", "checkpoint-1/y", ".partial/checkpoint-3/z", "training_args.bin", ".git/x"])
+    write_tree(
+        tmp_path, ["a/b/c.json", "_x", "checkpoint-1/y", ".partial/checkpoint-3/z", "training_args.bin", ".git/x"]
+    )
     additions = HfApi()._prepare_upload_folder_additions(
         tmp_path, "", ignore_patterns=TRANSFORMERS_IGNORE_PATTERNS + DEFAULT_IGNORE_PATTERNS
     )
@@ -132,8 +172,9 @@ def test_without_safety_rules_the_selection_is_huggingface_hubs_own(tmp_path):
 def test_transformers_pushes_with_the_patterns_files_to_push_mirrors(tmp_path, monkeypatch, tokenizer):
     api = RecordingApi()
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: api)
-    args = transformers.TrainingArguments(str(tmp_path / "out"), push_to_hub=True, hub_model_id="me/tiny",
-                                          report_to="none", use_cpu=True)
+    args = transformers.TrainingArguments(
+        str(tmp_path / "out"), push_to_hub=True, hub_model_id="me/tiny", report_to="none", use_cpu=True
+    )
     trainer = transformers.Trainer(model=build_tiny_causal_lm(tokenizer), args=args, processing_class=tokenizer)
     trainer.push_to_hub()
     assert api.uploads[-1]["ignore_patterns"] == TRANSFORMERS_IGNORE_PATTERNS
@@ -150,10 +191,21 @@ def test_transformers_checkpoint_pushes_would_upload_the_staged_checkpoint(tmp_p
         pass
 
     trainer = StagedSFTTrainer(
-        model=build_tiny_causal_lm(tokenizer), processing_class=tokenizer, train_dataset=Dataset.from_list(rows),
-        args=SFTConfig(output_dir=str(tmp_path / "sft"), max_steps=1, per_device_train_batch_size=4, save_steps=1,
-                       save_strategy="steps", push_to_hub=True, hub_model_id="me/tiny", bf16=False, use_cpu=True,
-                       report_to="none"),
+        model=build_tiny_causal_lm(tokenizer),
+        processing_class=tokenizer,
+        train_dataset=Dataset.from_list(rows),
+        args=SFTConfig(
+            output_dir=str(tmp_path / "sft"),
+            max_steps=1,
+            per_device_train_batch_size=4,
+            save_steps=1,
+            save_strategy="steps",
+            push_to_hub=True,
+            hub_model_id="me/tiny",
+            bf16=False,
+            use_cpu=True,
+            report_to="none",
+        ),
     )
     trainer.train()
     checkpoint_push = api.uploads[0]
@@ -165,13 +217,26 @@ def test_transformers_checkpoint_pushes_would_upload_the_staged_checkpoint(tmp_p
 def test_deferred_pushes_keep_transformers_from_uploading_anything(tmp_path, monkeypatch, tokenizer):
     api = RecordingApi()
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: api)
-    args = SFTConfig(output_dir=str(tmp_path / "sft"), max_steps=1, per_device_train_batch_size=4, save_steps=1,
-                     save_strategy="steps", push_to_hub=True, hub_model_id="me/tiny", bf16=False, use_cpu=True,
-                     report_to="none")
+    args = SFTConfig(
+        output_dir=str(tmp_path / "sft"),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        save_steps=1,
+        save_strategy="steps",
+        push_to_hub=True,
+        hub_model_id="me/tiny",
+        bf16=False,
+        use_cpu=True,
+        report_to="none",
+    )
     assert defer_push_to_hub(args) is True
     rows = [{"prompt": "What is 12+7?", "completion": " 19"}] * 4
-    trainer = SafeSFTTrainer(model=build_tiny_causal_lm(tokenizer), processing_class=tokenizer,
-                             train_dataset=Dataset.from_list(rows), args=args)
+    trainer = SafeSFTTrainer(
+        model=build_tiny_causal_lm(tokenizer),
+        processing_class=tokenizer,
+        train_dataset=Dataset.from_list(rows),
+        args=args,
+    )
     trainer.train()
     trainer.save_model()  # with push_to_hub still on, this would push too
     assert api.uploads == [] and api.repos == []
@@ -179,12 +244,25 @@ def test_deferred_pushes_keep_transformers_from_uploading_anything(tmp_path, mon
 
 def sft_trainer_that_pushes(tmp_path, tokenizer, **overrides):
     rows = [{"prompt": "What is 12+7?", "completion": " 19"}] * 4
-    values = dict(output_dir=str(tmp_path / "sft"), max_steps=1, per_device_train_batch_size=4, save_steps=1,
-                  save_strategy="steps", push_to_hub=True, hub_model_id="me/tiny", bf16=False, use_cpu=True,
-                  report_to="none")
+    values = dict(
+        output_dir=str(tmp_path / "sft"),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        save_steps=1,
+        save_strategy="steps",
+        push_to_hub=True,
+        hub_model_id="me/tiny",
+        bf16=False,
+        use_cpu=True,
+        report_to="none",
+    )
     values.update(overrides)
-    return SafeSFTTrainer(model=build_tiny_causal_lm(tokenizer), processing_class=tokenizer,
-                          train_dataset=Dataset.from_list(rows), args=SFTConfig(**values))
+    return SafeSFTTrainer(
+        model=build_tiny_causal_lm(tokenizer),
+        processing_class=tokenizer,
+        train_dataset=Dataset.from_list(rows),
+        args=SFTConfig(**values),
+    )
 
 
 @pytest.fixture
@@ -194,7 +272,9 @@ def online(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_FAKEtokenFORtests0123456789")
     pushed, uploads = [], RecordingApi()
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: uploads)
-    monkeypatch.setattr(trl_dpr.running.push, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id, kwargs)))
+    monkeypatch.setattr(
+        trl_dpr.running.push, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id, kwargs))
+    )
     return pushed, uploads
 
 
@@ -227,7 +307,9 @@ def test_push_to_hub_called_directly_goes_through_the_safe_push(tmp_path, tokeni
         ({}, {"token": False}, "no Hugging Face token"),
     ],
 )
-def test_a_push_that_cannot_work_is_refused_before_training(tmp_path, tokenizer, monkeypatch, overrides, environment, match):
+def test_a_push_that_cannot_work_is_refused_before_training(
+    tmp_path, tokenizer, monkeypatch, overrides, environment, match
+):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", environment.get("offline", False))
     if environment.get("token", True):
         monkeypatch.setenv("HF_TOKEN", "hf_FAKEtokenFORtests0123456789")
@@ -348,10 +430,20 @@ def test_too_short_a_secret_is_an_error(tmp_path):
 @pytest.fixture(scope="module")
 def dpr_run(sft_full, tmp_path_factory):
     root = tmp_path_factory.mktemp("dpr")
-    script_args = DPRScriptArguments(dataset_name=EMBEDDED, num_train_samples=8,
-                                     evaluation_config=demo_evaluation_yaml(root / "eval.yaml", demo_num_prompts=4))
-    args = DensePathConfig(output_dir=str(root / "dpr"), max_steps=1, per_device_train_batch_size=4,
-                           max_completion_length=8, learning_rate=1e-4, kl_coef=0.05, **COMMON)
+    script_args = DPRScriptArguments(
+        dataset_name=EMBEDDED,
+        num_train_samples=8,
+        evaluation_config=demo_evaluation_yaml(root / "eval.yaml", demo_num_prompts=4),
+    )
+    args = DensePathConfig(
+        output_dir=str(root / "dpr"),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        max_completion_length=8,
+        learning_rate=1e-4,
+        kl_coef=0.05,
+        **COMMON,
+    )
     trainer = run_dpr(script_args, args, ModelConfig(model_name_or_path=sft_full, dtype="float32"))
     return script_args, trainer, (root / "dpr" / "README.md").read_text()  # the card as run_dpr left it
 
@@ -379,7 +471,9 @@ def test_the_dpr_pipeline_writes_a_card_at_the_end_of_training_without_checkpoin
     assert not any(Path(trainer.args.output_dir).glob("checkpoint-*"))
     body = card.split("---\n", 2)[2]
     assert "fine-tuned version of `trl_dpr/embedded-tiny-llama` (the tiny model embedded in trl_dpr)" in body
-    assert "on the embedded task `trl_dpr/embedded-demo`" in body and "[None]" not in card and "model=\"None\"" not in card
+    assert (
+        "on the embedded task `trl_dpr/embedded-demo`" in body and "[None]" not in card and 'model="None"' not in card
+    )
 
 
 def test_the_card_metadata_is_valid_with_known_license_and_the_dpr_tags(dpr_run):
@@ -405,8 +499,10 @@ def test_the_card_has_dprs_section_before_the_citations_and_no_empty_section(dpr
     _, trainer, card = dpr_run
     titles = [title for _, title, _ in headings(card)]
     assert titles.index("Dense-Path REINFORCE") < titles.index("Citations")
-    assert "- **Reward**: r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t) (DPR, Eq. 5), from the SFT model `sft` " \
-           "(a local folder)." in card
+    assert (
+        "- **Reward**: r̂_t = log π_SFT(a_t|s_t) − log π_ref(a_t|s_t) (DPR, Eq. 5), from the SFT model `sft` "
+        "(a local folder)." in card
+    )
     assert "- **α**: π_ref is the SFT checkpoint at step 2 of 4 (α = 0.5)." in card
     assert "- **`kl_coef`** (the weight of the KL to π_SFT in the reward): 0.05." in card
     found = headings(card)
@@ -431,7 +527,9 @@ def test_dpr_model_card_has_the_tags_hyperparameters_and_citation(dpr_run):
 
 def test_dpr_model_card_carries_the_evaluation_table_when_there_is_one(dpr_run):
     script_args, trainer, _ = dpr_run
-    results = evaluate_against_sft(script_args.evaluation_config, trainer.reward_model.sft_model_name_or_path, trainer.args.output_dir)
+    results = evaluate_against_sft(
+        script_args.evaluation_config, trainer.reward_model.sft_model_name_or_path, trainer.args.output_dir
+    )
     trainer.create_model_card(model_name="tiny-dpr")
     _, body = read_card(Path(trainer.args.output_dir) / "README.md")
     assert "## Evaluation" in body and results["table_markdown"] in body
@@ -442,8 +540,13 @@ def test_dpr_model_card_carries_the_evaluation_table_when_there_is_one(dpr_run):
 def test_push_trainer_output_pushes_the_card_and_the_policy(dpr_run, monkeypatch):
     _, trainer, _ = dpr_run
     api = RecordingApi()
-    monkeypatch.setattr(trl_dpr.running.push, "push_folder", lambda folder, repo_id, **kwargs: api.commits.append(
-        {"folder": folder, "repo_id": repo_id, "files": files_to_push(folder), **kwargs}))
+    monkeypatch.setattr(
+        trl_dpr.running.push,
+        "push_folder",
+        lambda folder, repo_id, **kwargs: api.commits.append(
+            {"folder": folder, "repo_id": repo_id, "files": files_to_push(folder), **kwargs}
+        ),
+    )
     monkeypatch.setattr(trainer.args, "hub_model_id", "me/tiny-dpr")
     push_trainer_output(trainer, dataset_name=EMBEDDED)
     pushed = api.commits[0]
@@ -456,13 +559,22 @@ def test_push_trainer_output_pushes_the_card_and_the_policy(dpr_run, monkeypatch
 
 
 def test_push_trainer_output_can_push_an_adapter_policy_merged(sft_lora, tmp_path, monkeypatch):
-    args = DensePathConfig(output_dir=str(tmp_path / "dpr"), max_steps=1, per_device_train_batch_size=4,
-                           max_completion_length=8, learning_rate=1e-4, hub_model_id="me/tiny-dpr", **COMMON)
+    args = DensePathConfig(
+        output_dir=str(tmp_path / "dpr"),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        max_completion_length=8,
+        learning_rate=1e-4,
+        hub_model_id="me/tiny-dpr",
+        **COMMON,
+    )
     script_args = DPRScriptArguments(dataset_name=EMBEDDED, num_train_samples=8)
     trainer = run_dpr(script_args, args, ModelConfig(model_name_or_path=sft_lora, dtype="float32"))
     assert Path(args.output_dir, "adapter_config.json").is_file()  # the policy adapter, on the SFT run's base
     pushed = []
-    monkeypatch.setattr(trl_dpr.running.push, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id)))
+    monkeypatch.setattr(
+        trl_dpr.running.push, "push_folder", lambda folder, repo_id, **kwargs: pushed.append((folder, repo_id))
+    )
     for _ in range(2):  # a second push replaces the merged folder
         push_trainer_output(trainer, dataset_name=EMBEDDED, merge_adapter=True)
     assert pushed == [(f"{args.output_dir}-merged", "me/tiny-dpr")] * 2
@@ -471,7 +583,9 @@ def test_push_trainer_output_can_push_an_adapter_policy_merged(sft_lora, tmp_pat
     assert "dense-path-reinforce" in read_card(merged / "README.md")[0]["tags"]
 
 
-def test_a_merged_push_refuses_an_existing_merged_folder_it_did_not_write_and_keeps_the_users_files(tmp_path, monkeypatch):
+def test_a_merged_push_refuses_an_existing_merged_folder_it_did_not_write_and_keeps_the_users_files(
+    tmp_path, monkeypatch
+):
     """Issue 42, finding 2: the push path merged with overwrite=True into `<output_dir>-merged`, whatever was there."""
     run = tmp_path / "dpr"
     run.mkdir()
@@ -481,8 +595,12 @@ def test_a_merged_push_refuses_an_existing_merged_folder_it_did_not_write_and_ke
     notes.write_text("mine")
     pushed = []
     monkeypatch.setattr(trl_dpr.running.push, "push_folder", lambda folder, repo_id, **kwargs: pushed.append(folder))
-    trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(run), hub_model_id="me/x", model_init_kwargs=None),
-                              hub_model_id=None, is_world_process_zero=lambda: True, create_model_card=lambda **_: None)
+    trainer = SimpleNamespace(
+        args=SimpleNamespace(output_dir=str(run), hub_model_id="me/x", model_init_kwargs=None),
+        hub_model_id=None,
+        is_world_process_zero=lambda: True,
+        create_model_card=lambda **_: None,
+    )
     with pytest.raises(FileExistsError, match="was not written by merge_adapter_folder") as refused:
         push_trainer_output(trainer, merge_adapter=True)
     assert "\n" not in str(refused.value) and pushed == []
@@ -497,7 +615,9 @@ def test_a_merged_push_into_a_folder_of_the_users_is_refused_before_training(tmp
     (tmp_path / "dpr-merged").mkdir()
     (tmp_path / "dpr-merged" / "notes.txt").write_text("mine")
     args = DensePathConfig(output_dir=str(tmp_path / "dpr"), push_to_hub=True, hub_model_id="me/x", **COMMON)
-    with pytest.raises(FileExistsError, match="dpr-merged' already exists and was not written by merge_adapter_folder"):
+    with pytest.raises(
+        FileExistsError, match="dpr-merged' already exists and was not written by merge_adapter_folder"
+    ):
         check_dpr_inputs(DPRScriptArguments(dataset_name=EMBEDDED, num_train_samples=8, merge_adapter=True), args)
     assert (tmp_path / "dpr-merged" / "notes.txt").read_text() == "mine"
 
@@ -507,7 +627,10 @@ def test_merging_a_lora_adapter_gives_the_adapted_model(sft_lora, tmp_path):
     from transformers import AutoModelForCausalLM
 
     merged_dir = merge_adapter_folder(sft_lora, tmp_path / "merged", dtype="float32")
-    assert not (tmp_path / "merged" / "adapter_config.json").exists() and (tmp_path / "merged" / "tokenizer.json").is_file()
+    assert (
+        not (tmp_path / "merged" / "adapter_config.json").exists()
+        and (tmp_path / "merged" / "tokenizer.json").is_file()
+    )
     base = json.loads(Path(sft_lora, "adapter_config.json").read_text())["base_model_name_or_path"]
     adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype="float32"), sft_lora).eval()
     merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype="float32").eval()
@@ -527,4 +650,6 @@ def test_docstring_examples_run():
     for module in ("push", "secret_scan", "model_card", "merge"):
         result = doctest.testmod(importlib.import_module(f"trl_dpr.running.{module}"))
         assert result.failed == 0
-    assert all(any(key.startswith(f"trl_dpr.running.{m}:") for key in CASES) for m in ("push", "secret_scan", "model_card"))
+    assert all(
+        any(key.startswith(f"trl_dpr.running.{m}:") for key in CASES) for m in ("push", "secret_scan", "model_card")
+    )

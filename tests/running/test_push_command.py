@@ -24,13 +24,16 @@ def test_push_to_a_folder_copies_the_run_with_pi_ref_and_it_loads_as_the_same_re
     expected = CheckpointRewardModel.from_pretrained(str(sft_run), dtype="float32").score_text([QUESTION], [ANSWER])[0]
     result = trl_dpr_forked("push", str(sft_run), "--to", str(tmp_path / "pushed"), tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
-    copied = sorted(p.relative_to(tmp_path / "pushed").as_posix() for p in (tmp_path / "pushed").rglob("*") if p.is_file())
+    copied = sorted(
+        p.relative_to(tmp_path / "pushed").as_posix() for p in (tmp_path / "pushed").rglob("*") if p.is_file()
+    )
     assert copied == sorted(files_to_push(sft_run)) and "dpr_reference/model.safetensors" in copied
     assert f"Pushed {len(copied)} files of {sft_run} to the folder {tmp_path / 'pushed'}." in result.stdout
     hidden = shutil.move(sft_run, f"{sft_run}.hidden")  # the copy alone: nothing may be read from the run folder
     try:
         got = CheckpointRewardModel.from_pretrained(str(tmp_path / "pushed"), dtype="float32").score_text(
-            [QUESTION], [ANSWER])[0]
+            [QUESTION], [ANSWER]
+        )[0]
     finally:
         shutil.move(hidden, sft_run)
     assert got["rewards"] == pytest.approx(expected["rewards"], abs=1e-6)
@@ -44,8 +47,9 @@ def test_push_refuses_a_run_holding_a_key_with_one_line_and_copies_nothing(sft_r
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "notes.txt:2 holds a Hugging Face token (hf_...)" in result.stderr and "--allow FILE" in result.stderr
     assert not (tmp_path / "pushed").exists()
-    allowed = trl_dpr_forked("push", str(leaked), "--to", str(tmp_path / "pushed"), "--allow", "notes.txt",
-                             tmp_path=tmp_path)
+    allowed = trl_dpr_forked(
+        "push", str(leaked), "--to", str(tmp_path / "pushed"), "--allow", "notes.txt", tmp_path=tmp_path
+    )
     assert allowed.returncode == 0, allowed.stderr
     assert (tmp_path / "pushed" / "notes.txt").is_file()
 

@@ -10,8 +10,12 @@ from trl_dpr.evaluation.config import check_config_has_no_secrets
 from trl_dpr.running.cli import _check_before_importing
 
 HF_KEY = "hf_" + "FakeHubTokenNotInTheEnvironmentXyZ"
-RECIPE = {"model_name_or_path": "trl_dpr/embedded-tiny-llama", "dataset_name": "trl_dpr/embedded-demo",
-          "output_dir": "runs/x", "max_steps": 1}
+RECIPE = {
+    "model_name_or_path": "trl_dpr/embedded-tiny-llama",
+    "dataset_name": "trl_dpr/embedded-demo",
+    "output_dir": "runs/x",
+    "max_steps": 1,
+}
 
 
 def recipe(tmp_path, **extra) -> str:
@@ -20,12 +24,15 @@ def recipe(tmp_path, **extra) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("extra, where, what", [
-    ({"hub_token": HF_KEY}, "hub_token", "a Hugging Face token (hf_...)"),
-    ({"hub_token": "my-private-token-value"}, "hub_token", "a credential field"),
-    ({"model_init_kwargs": {"token": HF_KEY}}, "model_init_kwargs.token", "a Hugging Face token (hf_...)"),
-    ({"run_name": f"try {HF_KEY}"}, "run_name", "a Hugging Face token (hf_...)"),
-])
+@pytest.mark.parametrize(
+    "extra, where, what",
+    [
+        ({"hub_token": HF_KEY}, "hub_token", "a Hugging Face token (hf_...)"),
+        ({"hub_token": "my-private-token-value"}, "hub_token", "a credential field"),
+        ({"model_init_kwargs": {"token": HF_KEY}}, "model_init_kwargs.token", "a Hugging Face token (hf_...)"),
+        ({"run_name": f"try {HF_KEY}"}, "run_name", "a Hugging Face token (hf_...)"),
+    ],
+)
 def test_a_key_pasted_into_a_training_recipe_is_refused_before_anything_is_launched(tmp_path, extra, where, what):
     path = recipe(tmp_path, **extra)
     with pytest.raises(ValueError) as refused:
@@ -50,16 +57,19 @@ def test_a_recipe_without_a_key_passes(tmp_path):
 JUDGE = {"benchmarks": ["alpaca_eval"], "judge": "openai", "judge_model": "gpt-4o"}
 
 
-@pytest.mark.parametrize("config, allowed", [
-    ({}, True),  # the default: api.openai.com
-    ({"judge_base_url": "https://api.openai.com/v1"}, True),
-    ({"judge_base_url": "http://127.0.0.1:8000/v1"}, True),  # a server on this machine
-    ({"judge_base_url": "https://collect.example.com/v1"}, False),
-    ({"judge_base_url": "https://collect.example.com/v1", "judge_api_key_env": "HF_TOKEN"}, False),
-    ({"judge_base_url": "https://api.openai.com/v1", "judge_api_key_env": "ANTHROPIC_API_KEY"}, False),
-    ({"judge_base_url": "https://api.anthropic.com/v1/", "judge_api_key_env": "ANTHROPIC_API_KEY"}, True),
-    ({"judge": "local", "judge_base_url": "https://collect.example.com/v1"}, True),  # no key is sent
-])
+@pytest.mark.parametrize(
+    "config, allowed",
+    [
+        ({}, True),  # the default: api.openai.com
+        ({"judge_base_url": "https://api.openai.com/v1"}, True),
+        ({"judge_base_url": "http://127.0.0.1:8000/v1"}, True),  # a server on this machine
+        ({"judge_base_url": "https://collect.example.com/v1"}, False),
+        ({"judge_base_url": "https://collect.example.com/v1", "judge_api_key_env": "HF_TOKEN"}, False),
+        ({"judge_base_url": "https://api.openai.com/v1", "judge_api_key_env": "ANTHROPIC_API_KEY"}, False),
+        ({"judge_base_url": "https://api.anthropic.com/v1/", "judge_api_key_env": "ANTHROPIC_API_KEY"}, True),
+        ({"judge": "local", "judge_base_url": "https://collect.example.com/v1"}, True),  # no key is sent
+    ],
+)
 def test_a_shared_evaluation_config_sends_the_judges_key_only_to_its_providers_host(config, allowed):
     if allowed:
         check_config_has_no_secrets({**JUDGE, **config}, "shared.yaml")
@@ -73,10 +83,19 @@ def test_trl_dpr_evaluate_refuses_the_files_host_and_accepts_one_named_on_the_co
     import trl_dpr.scripts.evaluate as evaluate
 
     path = tmp_path / "shared.yaml"
-    path.write_text(yaml.safe_dump({**JUDGE, "baseline": "SFT=runs/sft", "candidates": ["DPR=runs/dpr"],
-                                    "judge_base_url": "https://collect.example.com/v1"}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                **JUDGE,
+                "baseline": "SFT=runs/sft",
+                "candidates": ["DPR=runs/dpr"],
+                "judge_base_url": "https://collect.example.com/v1",
+            }
+        )
+    )
     with pytest.raises(ValueError, match="sends the judge's key"):
         evaluate.main(["--config", str(path)])
+
     class Reached(Exception):
         """The evaluation would start now: every check passed."""
 

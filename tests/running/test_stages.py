@@ -31,18 +31,32 @@ def stages(tmp_path, monkeypatch):
     import trl_dpr.scripts.dpr
 
     sft_runs, trained = [], []
-    monkeypatch.setattr(trl_dpr.running.stages, "run_sft", lambda args, training_args, model_args: sft_runs.append(training_args))
+    monkeypatch.setattr(
+        trl_dpr.running.stages, "run_sft", lambda args, training_args, model_args: sft_runs.append(training_args)
+    )
     monkeypatch.setattr(trl_dpr.scripts.dpr, "run_dpr", lambda *args, **kwargs: trained.append("DPR"))
     monkeypatch.setattr(trl_dpr.lfd.self_play, "run_self_play", lambda *args: trained.append("self-play"))
 
     def run(method: str, sft_output_dir: Path):
         sft_recipe = yaml.safe_load((ROOT / "recipes/demo/sft.yaml").read_text()) | {"output_dir": str(sft_output_dir)}
         (tmp_path / "sft.yaml").write_text(yaml.safe_dump(sft_recipe))
-        run_recipe(method, [
-            "--config", str(ROOT / f"recipes/demo/{method}.yaml"), "--sft_config", str(tmp_path / "sft.yaml"),
-            "--model_name_or_path", str(tmp_path / "sft"), "--output_dir", str(tmp_path / method),
-            "--evaluation_config", "", "--num_train_samples", "8",
-        ])
+        run_recipe(
+            method,
+            [
+                "--config",
+                str(ROOT / f"recipes/demo/{method}.yaml"),
+                "--sft_config",
+                str(tmp_path / "sft.yaml"),
+                "--model_name_or_path",
+                str(tmp_path / "sft"),
+                "--output_dir",
+                str(tmp_path / method),
+                "--evaluation_config",
+                "",
+                "--num_train_samples",
+                "8",
+            ],
+        )
         return (sft_runs[0] if sft_runs else None), trained
 
     return run

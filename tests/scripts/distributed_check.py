@@ -29,8 +29,16 @@ from trl_dpr.embedded import (
 )
 from trl_dpr.running.pipeline import DPRScriptArguments, SFTScriptArguments, run_dpr, run_sft  # noqa: E402
 
-COMMON = dict(bf16=False, use_cpu=True, report_to="none", gradient_checkpointing=False, seed=0, save_strategy="no",
-              disable_tqdm=True, logging_steps=1)
+COMMON = dict(
+    bf16=False,
+    use_cpu=True,
+    report_to="none",
+    gradient_checkpointing=False,
+    seed=0,
+    save_strategy="no",
+    disable_tqdm=True,
+    logging_steps=1,
+)
 
 
 def main():
@@ -39,8 +47,14 @@ def main():
 
 
 def run_pipeline(out: Path):
-    sft_args = SFTConfig(output_dir=str(out / "sft"), max_steps=4, per_device_train_batch_size=4, learning_rate=1e-3,
-                         max_length=128, **COMMON)
+    sft_args = SFTConfig(
+        output_dir=str(out / "sft"),
+        max_steps=4,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        max_length=128,
+        **COMMON,
+    )
     rank, world = sft_args.process_index, sft_args.world_size  # also sets up the gloo process group
     assert world == 2, f"expected 2 processes, got {world}"
 
@@ -53,7 +67,9 @@ def run_pipeline(out: Path):
     torch.distributed.all_gather_object(gathered, mine.tolist())
     if rank == 0:
         single = algorithm.whiten(values, mask, distributed=False)
-        (out / "whiten.json").write_text(json.dumps({"distributed": gathered[0] + gathered[1], "single": single.tolist()}))
+        (out / "whiten.json").write_text(
+            json.dumps({"distributed": gathered[0] + gathered[1], "single": single.tolist()})
+        )
 
     # 2. record who writes, and the advantages actually computed
     def record_writer(kind):
@@ -61,7 +77,9 @@ def run_pipeline(out: Path):
             f.write(f"{kind} {rank}\n")
 
     original_write_manifest, original_save = reference_callback.write_manifest, ModelCard.save
-    reference_callback.write_manifest = lambda *a, **k: (record_writer("manifest"), original_write_manifest(*a, **k))[1]
+    reference_callback.write_manifest = lambda *a, **k: (record_writer("manifest"), original_write_manifest(*a, **k))[
+        1
+    ]
     ModelCard.save = lambda self, *a, **k: (record_writer("model_card"), original_save(self, *a, **k))[1]
     original_advantages, recorded = algorithm.dense_path_advantages, []
 
@@ -74,12 +92,22 @@ def run_pipeline(out: Path):
 
     algorithm.dense_path_advantages = recording_advantages
 
-    run_sft(SFTScriptArguments(dataset_name=EMBEDDED_DATASET, num_train_samples=32),
-            sft_args, ModelConfig(model_name_or_path=EMBEDDED_MODEL, dtype="float32"))
+    run_sft(
+        SFTScriptArguments(dataset_name=EMBEDDED_DATASET, num_train_samples=32),
+        sft_args,
+        ModelConfig(model_name_or_path=EMBEDDED_MODEL, dtype="float32"),
+    )
     trainer = run_dpr(
         DPRScriptArguments(dataset_name=EMBEDDED_DATASET, num_train_samples=32),
-        DensePathConfig(output_dir=str(out / "dpr"), max_steps=2, per_device_train_batch_size=3,
-                        max_completion_length=8, learning_rate=1e-4, kl_coef=0.1, **COMMON),
+        DensePathConfig(
+            output_dir=str(out / "dpr"),
+            max_steps=2,
+            per_device_train_batch_size=3,
+            max_completion_length=8,
+            learning_rate=1e-4,
+            kl_coef=0.1,
+            **COMMON,
+        ),
         ModelConfig(model_name_or_path=str(out / "sft"), dtype="float32"),
     )
     trainer.create_model_card()

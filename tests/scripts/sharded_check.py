@@ -139,23 +139,61 @@ def run_spin(out: Path, sft: Path) -> None:
     from trl_dpr.scripts.spin import main as spin_main
 
     recipes = Path(__file__).resolve().parents[2] / "recipes"
-    spin_main(["--config", str(recipes / "demo" / "spin.yaml"), "--model_name_or_path", str(sft), "--sft_config", "",
-               "--evaluation_config", "", "--output_dir", str(out / "spin"), "--num_train_samples", "6",
-               "--num_iterations", "2", "--max_new_tokens", "6", "--per_device_train_batch_size", "2",
-               "--generation_batch_size", "2", "--use_cpu", "false", "--ddp_backend", "gloo"])
+    spin_main(
+        [
+            "--config",
+            str(recipes / "demo" / "spin.yaml"),
+            "--model_name_or_path",
+            str(sft),
+            "--sft_config",
+            "",
+            "--evaluation_config",
+            "",
+            "--output_dir",
+            str(out / "spin"),
+            "--num_train_samples",
+            "6",
+            "--num_iterations",
+            "2",
+            "--max_new_tokens",
+            "6",
+            "--per_device_train_batch_size",
+            "2",
+            "--generation_batch_size",
+            "2",
+            "--use_cpu",
+            "false",
+            "--ddp_backend",
+            "gloo",
+        ]
+    )
 
 
 def run_layout(engine: str, out: Path, models: Path, layout: str) -> None:
     shared_base = layout == "shared_base"
     world = int(os.environ.get("WORLD_SIZE", "1"))
     args = DensePathConfig(
-        output_dir=str(out / "dpr"), per_device_train_batch_size=GLOBAL_BATCH // world, max_steps=2,
-        max_completion_length=6, learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", warmup_steps=0,
-        kl_coef=0.1, generation_kwargs={"do_sample": False}, seed=0, report_to="none", save_strategy="no",
-        logging_steps=1, disable_tqdm=True, bf16=False, gradient_checkpointing=False,
+        output_dir=str(out / "dpr"),
+        per_device_train_batch_size=GLOBAL_BATCH // world,
+        max_steps=2,
+        max_completion_length=6,
+        learning_rate=0.5,
+        optim="sgd",
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        kl_coef=0.1,
+        generation_kwargs={"do_sample": False},
+        seed=0,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        bf16=False,
+        gradient_checkpointing=False,
         # ZeRO-3 runs with use_cpu false (DeepSpeed's CPU accelerator; accelerate turns DeepSpeed off under use_cpu)
         # and gloo: without a backend, accelerate sees no GPU and sets up no process group of its own.
-        use_cpu=engine != "zero3", ddp_backend="gloo" if engine == "zero3" else None,
+        use_cpu=engine != "zero3",
+        ddp_backend="gloo" if engine == "zero3" else None,
     )
     rank = args.process_index
     assert args.world_size == world, (args.world_size, world)
@@ -164,18 +202,30 @@ def run_layout(engine: str, out: Path, models: Path, layout: str) -> None:
         reward_model = CheckpointRewardModel.from_pretrained(str(models / "adapters" / "sft"), dtype=torch.float32)
     elif layout == "third":
         reward_model = CheckpointRewardModel.from_pretrained(
-            str(models / "sft"), str(models / "ref"), reward=TeacherMinusReference(),
-            model_paths={"teacher": str(models / "teacher")}, dtype=torch.float32)
+            str(models / "sft"),
+            str(models / "ref"),
+            reward=TeacherMinusReference(),
+            model_paths={"teacher": str(models / "teacher")},
+            dtype=torch.float32,
+        )
     else:
-        reward_model = CheckpointRewardModel.from_pretrained(str(models / "sft"), str(models / "ref"), dtype=torch.float32)
+        reward_model = CheckpointRewardModel.from_pretrained(
+            str(models / "sft"), str(models / "ref"), dtype=torch.float32
+        )
     recorded = {}
     original_advantages = algorithm.dense_path_advantages
 
     def recording_advantages(dense_rewards, sft_logps, policy_logps, mask, **kwargs):
         result = original_advantages(dense_rewards, sft_logps, policy_logps, mask, **kwargs)
         if "rewards" not in recorded:
-            recorded.update(rewards=dense_rewards, kl_reference=sft_logps, old_logps=policy_logps, mask=mask,
-                            returns=result["returns"], advantages=result["advantages"])
+            recorded.update(
+                rewards=dense_rewards,
+                kl_reference=sft_logps,
+                old_logps=policy_logps,
+                mask=mask,
+                returns=result["returns"],
+                advantages=result["advantages"],
+            )
         return result
 
     algorithm.dense_path_advantages = recording_advantages
@@ -195,7 +245,9 @@ def run_layout(engine: str, out: Path, models: Path, layout: str) -> None:
     def recording_batch(inputs):
         output = generate_and_score(inputs)
         if "prompt_ids" not in recorded:
-            recorded.update({k: output[k].cpu() for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")})
+            recorded.update(
+                {k: output[k].cpu() for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
+            )
         return output
 
     trainer._generate_and_score_completions = recording_batch
@@ -205,7 +257,11 @@ def run_layout(engine: str, out: Path, models: Path, layout: str) -> None:
         algorithm.dense_path_advantages = original_advantages
     recorded["policy"] = scorer_facts(trainer.model, engine, {})  # the trained policy: sharded too
     if shared_base:
-        assert trainer.reward_model.sft_model is trainer.reward_model.ref_model is trainer.accelerator.unwrap_model(trainer.model_wrapped)
+        assert (
+            trainer.reward_model.sft_model
+            is trainer.reward_model.ref_model
+            is trainer.accelerator.unwrap_model(trainer.model_wrapped)
+        )
     torch.save(recorded, out / f"rank{rank}.pt")
 
     state = trainer.accelerator.get_state_dict(trainer.model_wrapped)  # the DeepSpeed engine under ZeRO-3

@@ -29,8 +29,15 @@ from trl_dpr.embedded import (
 from trl_dpr.running.cli import run  # noqa: E402
 from trl_dpr.running.pipeline import DPRScriptArguments, SFTScriptArguments, run_dpr, run_sft  # noqa: E402
 
-COMMON = dict(bf16=False, report_to="none", gradient_checkpointing=False, seed=0, logging_steps=1,
-              save_strategy="steps", disable_tqdm=True)
+COMMON = dict(
+    bf16=False,
+    report_to="none",
+    gradient_checkpointing=False,
+    seed=0,
+    logging_steps=1,
+    save_strategy="steps",
+    disable_tqdm=True,
+)
 
 
 class SlowSteps(TrainerCallback):
@@ -60,7 +67,9 @@ def main(argv=None):
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--step-seconds", type=float, default=0.0)
     parser.add_argument("--wait-for")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")  # cuda: the GPU tier (tests/end_to_end/test_gpu.py)
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cpu"
+    )  # cuda: the GPU tier (tests/end_to_end/test_gpu.py)
     args = parser.parse_args(argv)
     common = {**COMMON, "use_cpu": args.device == "cpu"}
     torch.set_num_threads(1)
@@ -71,17 +80,33 @@ def main(argv=None):
     if args.stage == "sft":
         run_sft(
             SFTScriptArguments(dataset_name=EMBEDDED_DATASET, num_train_samples=96, reference_fraction=0.5),
-            SFTConfig(output_dir=args.output_dir, max_steps=12, save_steps=4, per_device_train_batch_size=8,
-                      learning_rate=1e-3, max_length=128, resume_from_checkpoint=resume, **common),
+            SFTConfig(
+                output_dir=args.output_dir,
+                max_steps=12,
+                save_steps=4,
+                per_device_train_batch_size=8,
+                learning_rate=1e-3,
+                max_length=128,
+                resume_from_checkpoint=resume,
+                **common,
+            ),
             ModelConfig(model_name_or_path=EMBEDDED_MODEL, dtype="float32"),
             callbacks=callbacks,
         )
     else:
         run_dpr(
             DPRScriptArguments(dataset_name=EMBEDDED_DATASET, num_train_samples=48),
-            DensePathConfig(output_dir=args.output_dir, max_steps=6, save_steps=2, per_device_train_batch_size=4,
-                            max_completion_length=8, learning_rate=1e-4, kl_coef=0.1,
-                            resume_from_checkpoint=resume, **common),
+            DensePathConfig(
+                output_dir=args.output_dir,
+                max_steps=6,
+                save_steps=2,
+                per_device_train_batch_size=4,
+                max_completion_length=8,
+                learning_rate=1e-4,
+                kl_coef=0.1,
+                resume_from_checkpoint=resume,
+                **common,
+            ),
             ModelConfig(model_name_or_path=args.sft_dir, dtype="float32"),
             callbacks=callbacks,
         )

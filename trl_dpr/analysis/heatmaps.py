@@ -148,7 +148,9 @@ def save_heatmap_png(
         from matplotlib.colors import LinearSegmentedColormap, Normalize
         from matplotlib.patches import Rectangle
     except ImportError as error:
-        raise ImportError("The PNG heatmap needs matplotlib: `pip install trl_dpr[plots]`.", name="matplotlib") from error
+        raise ImportError(
+            "The PNG heatmap needs matplotlib: `pip install trl_dpr[plots]`.", name="matplotlib"
+        ) from error
 
     if prompts is not None and len(prompts) != len(scored):
         raise ValueError(f"Got {len(prompts)} prompts for {len(scored)} scored responses.")
@@ -178,7 +180,16 @@ def save_heatmap_png(
             colour = reward_colour(rewards[index], low, high)
             ax.add_patch(Rectangle((column, top), len(text), 1.1, facecolor=colour, edgecolor="none"))
             text_colour = _text_colour(colour)
-            ax.text(column, top + 0.55, text, fontsize=9, family="monospace", va="center", color=text_colour, parse_math=False)
+            ax.text(
+                column,
+                top + 0.55,
+                text,
+                fontsize=9,
+                family="monospace",
+                va="center",
+                color=text_colour,
+                parse_math=False,
+            )
     bar_ax = fig.add_axes((0.4 / fig_width, 0.35 / fig_height, min(3.0, text_width_in) / fig_width, 0.15 / fig_height))
     norm = Normalize(low, high if high > low else low + 1e-9)
     colour_bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=bar_ax, orientation="horizontal")

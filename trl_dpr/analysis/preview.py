@@ -46,19 +46,25 @@ class PreviewConfig:
     output_dir: str = field(default="runs/preview", metadata={"help": "Where preview.csv, .json, .md and .png go."})
     dataset_name: str = field(
         default="trl_dpr/embedded-demo",
-        metadata={"help": "Prompts (and, for exact / demonstration quality, their answers): a dataset `trl-dpr dpr` loads."},
+        metadata={
+            "help": "Prompts (and, for exact / demonstration quality, their answers): a dataset `trl-dpr dpr` loads."
+        },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "The dataset's configuration name."})
     dataset_split: str = field(default="test", metadata={"help": "Split to take prompts from (held-out prompts)."})
     dataset_format: str = field(default="auto", metadata={"help": "auto | openorca | messages | prompt_completion."})
     num_prompts: int = field(default=200, metadata={"help": "Prompts to preview on."})
     samples_per_prompt: int = field(default=16, metadata={"help": "N samples of π_SFT per prompt (temperature 1)."})
-    max_new_tokens: int = field(default=256, metadata={"help": "Longest sampled response (DPR's max_completion_length)."})
+    max_new_tokens: int = field(
+        default=256, metadata={"help": "Longest sampled response (DPR's max_completion_length)."}
+    )
     batch_size: int = field(default=64, metadata={"help": "Prompts per generate call and per scoring forward."})
     kl_coefs: list[float] = field(
         default_factory=lambda: [math.inf, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.0],
-        metadata={"help": "The values of DPR's kl_coef at which π ∝ π_SFT·exp(R / kl_coef) is estimated: inf = π_SFT, "
-                  "0 = best-of-N under the reward."},
+        metadata={
+            "help": "The values of DPR's kl_coef at which π ∝ π_SFT·exp(R / kl_coef) is estimated: inf = π_SFT, "
+            "0 = best-of-N under the reward."
+        },
     )
     variants: dict = field(
         default_factory=lambda: {"DPR": {}, "wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"}},
@@ -80,21 +86,28 @@ class PreviewConfig:
         },
     )
     evaluation_config: str | None = field(
-        default=None, metadata={"help": "quality: pairwise: the `trl-dpr evaluate` recipe whose judge settings are used."}
+        default=None,
+        metadata={"help": "quality: pairwise: the `trl-dpr evaluate` recipe whose judge settings are used."},
     )
     answer_check: str | None = field(
         default=None,
-        metadata={"help": "quality: exact on your own task: 'module:function' in your folder, "
-                  "`def f(completions, answer, **kw) -> list[float]` (1 = right), as TRL's reward_funcs."},
+        metadata={
+            "help": "quality: exact on your own task: 'module:function' in your folder, "
+            "`def f(completions, answer, **kw) -> list[float]` (1 = right), as TRL's reward_funcs."
+        },
     )
     answer_pattern: str | None = field(
         default=None,
-        metadata={"help": "quality: exact on your own task, instead of answer_check: a regular expression whose last "
-                  "match's group 1 is the answer, e.g. 'The answer is (-?[0-9.]+)' (numbers compare as numbers)."},
+        metadata={
+            "help": "quality: exact on your own task, instead of answer_check: a regular expression whose last "
+            "match's group 1 is the answer, e.g. 'The answer is (-?[0-9.]+)' (numbers compare as numbers)."
+        },
     )
     policies: list[str] = field(
         default_factory=list,
-        metadata={"help": "NAME=PATH of trained policies to place on the plot (own samples: quality and KL to π_SFT)."},
+        metadata={
+            "help": "NAME=PATH of trained policies to place on the plot (own samples: quality and KL to π_SFT)."
+        },
     )
     policy_samples_per_prompt: int = field(default=4, metadata={"help": "Samples per prompt of each trained policy."})
     min_ess: float = field(default=4.0, metadata={"help": "Points whose mean ESS per prompt is lower are flagged."})
@@ -109,11 +122,17 @@ class PreviewConfig:
         if self.quality == "pairwise" and not self.evaluation_config:
             raise ValueError("quality: pairwise needs evaluation_config, the `trl-dpr evaluate` recipe of the judge.")
         if self.quality != "exact" and (self.answer_check or self.answer_pattern):
-            raise ValueError(f"answer_check / answer_pattern say which answers are right: use them with quality: exact, "
-                             f"not {self.quality}.")
-        for name, value in (("num_prompts", self.num_prompts), ("samples_per_prompt", self.samples_per_prompt),
-                            ("max_new_tokens", self.max_new_tokens), ("batch_size", self.batch_size),
-                            ("policy_samples_per_prompt", self.policy_samples_per_prompt)):
+            raise ValueError(
+                f"answer_check / answer_pattern say which answers are right: use them with quality: exact, "
+                f"not {self.quality}."
+            )
+        for name, value in (
+            ("num_prompts", self.num_prompts),
+            ("samples_per_prompt", self.samples_per_prompt),
+            ("max_new_tokens", self.max_new_tokens),
+            ("batch_size", self.batch_size),
+            ("policy_samples_per_prompt", self.policy_samples_per_prompt),
+        ):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}.")
         if self.samples_per_prompt < 2:
@@ -124,15 +143,23 @@ class PreviewConfig:
             raise ValueError("Give at least one reward variant (e.g. variants: {DPR: {}}).")
         allowed = {"ref_model_name_or_path", "oracle", "dense_reward", "dense_reward_kwargs", "dense_reward_models"}
         for name, settings in self.variants.items():
-            unknown = set(settings or {}) - allowed - set(LEGACY_REWARD_KEYS)  # those: reward_from_settings says what to write
+            unknown = (
+                set(settings or {}) - allowed - set(LEGACY_REWARD_KEYS)
+            )  # those: reward_from_settings says what to write
             if unknown:
-                raise ValueError(f"Variant {name!r}: unknown setting(s) {sorted(unknown)}; allowed: {sorted(allowed)}.")
+                raise ValueError(
+                    f"Variant {name!r}: unknown setting(s) {sorted(unknown)}; allowed: {sorted(allowed)}."
+                )
             if (settings or {}).get("oracle") and self.quality == "pairwise":
-                raise ValueError(f"Variant {name!r}: the oracle reward is the per-sample quality; use it with exact or demonstration.")
+                raise ValueError(
+                    f"Variant {name!r}: the oracle reward is the per-sample quality; use it with exact or demonstration."
+                )
             if not (settings or {}).get("oracle"):
                 from ..rewards import reward_from_settings
 
-                reward_from_settings(dict(settings or {}))  # a removed key or an unimportable reward: before any model loads
+                reward_from_settings(
+                    dict(settings or {})
+                )  # a removed key or an unimportable reward: before any model loads
         for spec in self.policies:
             name, sep, path = spec.partition("=")
             if not sep or not name.strip() or not path.strip():
@@ -158,8 +185,13 @@ def _held_out_rows(config: PreviewConfig) -> _HeldOut:
         rows = held_out_split(config.num_prompts, config.seed)
     else:
         rows = load_demonstrations(
-            config.dataset_name, config.dataset_config, split=config.dataset_split, num_samples=config.num_prompts,
-            seed=config.seed, dataset_format=config.dataset_format, stage="rl",
+            config.dataset_name,
+            config.dataset_config,
+            split=config.dataset_split,
+            num_samples=config.num_prompts,
+            seed=config.seed,
+            dataset_format=config.dataset_format,
+            stage="rl",
         )
     parts = [prompt_and_demonstration(row, config.dataset_name) for row in rows]
     answers = list(rows["answer"]) if "answer" in rows.column_names else [None] * len(parts)
@@ -179,7 +211,8 @@ def _quality_function(config: PreviewConfig, held: _HeldOut) -> Callable[[list, 
             )
         check = answer_check_from(config.answer_check, config.answer_pattern) or embedded_check()
         return lambda indices, responses: check(
-            responses, [answers[i] for i in indices], [_question(held.prompts[i]) for i in indices])
+            responses, [answers[i] for i in indices], [_question(held.prompts[i]) for i in indices]
+        )
     if config.quality == "demonstration":
         if any(d is None for d in held.demonstrations):
             raise ValueError(
@@ -196,7 +229,10 @@ def _question(prompt) -> str:
 
 
 def run_preview(
-    config: PreviewConfig, sft_model_name_or_path: str, model_init_kwargs: dict | None = None, show_progress: bool = True,
+    config: PreviewConfig,
+    sft_model_name_or_path: str,
+    model_init_kwargs: dict | None = None,
+    show_progress: bool = True,
     judge_config=None,
 ) -> PreviewReport:
     """Sample π_SFT, score every sample with every reward variant, judge it, and estimate π_λ along the λ grid.
@@ -213,13 +249,16 @@ def run_preview(
     if config.plot:
         plot_check = __import__("importlib").util.find_spec("matplotlib")
         if plot_check is None:
-            raise ImportError('The preview plot needs matplotlib: pip install "trl_dpr[plots]", or plot: false.',
-                              name="matplotlib")
+            raise ImportError(
+                'The preview plot needs matplotlib: pip install "trl_dpr[plots]", or plot: false.', name="matplotlib"
+            )
     model_init_kwargs = dict(model_init_kwargs or {})
     check_model_source(sft_model_name_or_path, "The SFT output")
     needs_manifest = False
     for settings in (dict(s or {}) for s in config.variants.values() if not (s or {}).get("oracle")):
-        reward = reward_from_settings(settings)  # conflicting keys or an unimportable reward fail before any model loads
+        reward = reward_from_settings(
+            settings
+        )  # conflicting keys or an unimportable reward fail before any model loads
         check_models_given(reward, settings.get("dense_reward_models") or {})
         needs_manifest |= "ref" in reward.model_names and not settings.get("ref_model_name_or_path")
     if needs_manifest:
@@ -252,9 +291,17 @@ def run_preview(
         from trl.trainer.utils import use_adapter
 
         with use_adapter(model, adapter_name=adapter) if adapter else contextlib.nullcontext():
-            return sample_completions(model, tokenizer, prompt_list, temperature=1.0, max_new_tokens=config.max_new_tokens,
-                                      batch_size=config.batch_size, seed=seed, desc=f"Sampling ({count} per prompt)",
-                                      show_progress=show_progress)
+            return sample_completions(
+                model,
+                tokenizer,
+                prompt_list,
+                temperature=1.0,
+                max_new_tokens=config.max_new_tokens,
+                batch_size=config.batch_size,
+                seed=seed,
+                desc=f"Sampling ({count} per prompt)",
+                show_progress=show_progress,
+            )
 
     samples = sample(base.sft_model, base.sft_adapter, repeated, n, config.seed)
     responses = [s.text for s in samples]
@@ -262,8 +309,12 @@ def run_preview(
         from ..evaluation.judges import PairToJudge
 
         baselines = sample(base.sft_model, base.sft_adapter, prompts, 1, config.seed + 1)  # independent π_SFT answers
-        judgements = _judged(judge, "samples", [PairToJudge(_question(prompts[i]), r, baselines[i].text)
-                                                for i, r in zip(indices, responses)], config.output_dir)
+        judgements = _judged(
+            judge,
+            "samples",
+            [PairToJudge(_question(prompts[i]), r, baselines[i].text) for i, r in zip(indices, responses)],
+            config.output_dir,
+        )
         score = {"win": 1.0, "tie": 0.5, "loss": 0.0}
         scores = [score.get(j.outcome, math.nan) for j in judgements]
     else:
@@ -283,13 +334,24 @@ def run_preview(
         rewards[name] = (scored.rewards.double() * mask).sum(dim=1).view(len(prompts), n)
         del scorer
 
-    points = preview_points(rewards, quality, config.kl_coefs, min_ess=config.min_ess, confidence=config.confidence,
-                            num_resamples=config.bootstrap_resamples, seed=config.seed)
+    points = preview_points(
+        rewards,
+        quality,
+        config.kl_coefs,
+        min_ess=config.min_ess,
+        confidence=config.confidence,
+        num_resamples=config.bootstrap_resamples,
+        seed=config.seed,
+    )
     sft_points = [p for p in points if math.isinf(p.lam)]
     check_name = config.answer_check or (f"answer_pattern {config.answer_pattern!r}" if config.answer_pattern else "")
     report = PreviewReport(
-        quality_name=f"{config.quality} ({check_name})" if check_name else config.quality, num_prompts=len(prompts), samples_per_prompt=n, points=points,
-        sft_quality=sft_points[0].quality, pass_at_n=float(quality.max(dim=1).values.mean()),
+        quality_name=f"{config.quality} ({check_name})" if check_name else config.quality,
+        num_prompts=len(prompts),
+        samples_per_prompt=n,
+        points=points,
+        sft_quality=sft_points[0].quality,
+        pass_at_n=float(quality.max(dim=1).values.mean()),
         settings={**asdict(config), "sft_model_name_or_path": sft_model_name_or_path},
     )
 
@@ -301,8 +363,15 @@ def run_preview(
         policy_samples = sample(policy, None, [p for p in prompts for _ in range(k)], k, config.seed + 2)
         policy_indices = [i for i in range(len(prompts)) for _ in range(k)]
         if config.quality == "pairwise":
-            judgements = _judged(judge, name.strip(), [PairToJudge(_question(prompts[i]), s.text, baselines[i].text)
-                                                       for i, s in zip(policy_indices, policy_samples)], config.output_dir)
+            judgements = _judged(
+                judge,
+                name.strip(),
+                [
+                    PairToJudge(_question(prompts[i]), s.text, baselines[i].text)
+                    for i, s in zip(policy_indices, policy_samples)
+                ],
+                config.output_dir,
+            )
             policy_scores = [score.get(j.outcome, 0.5) for j in judgements]
         else:
             policy_scores = quality_of(policy_indices, [s.text for s in policy_samples])
@@ -311,12 +380,24 @@ def run_preview(
         kl = ((own.double() - scored.sft_logps.double()) * mask).sum(dim=1).view(len(prompts), k).mean(dim=1)
         per_prompt = torch.tensor(policy_scores, dtype=torch.float64).view(len(prompts), k).mean(dim=1)
         gain = per_prompt - quality.mean(dim=1)  # against π_SFT's samples of the same prompt
-        low, high = bootstrap_mean_ci(torch.stack([per_prompt, gain, kl]), config.confidence, config.bootstrap_resamples,
-                                      config.seed)
-        report.policies.append(PolicyPoint(
-            name.strip(), path.strip(), float(per_prompt.mean()), float(low[0]), float(high[0]), float(gain.mean()),
-            float(low[1]), float(high[1]), float(kl.mean()), float(low[2]), float(high[2]),
-        ))
+        low, high = bootstrap_mean_ci(
+            torch.stack([per_prompt, gain, kl]), config.confidence, config.bootstrap_resamples, config.seed
+        )
+        report.policies.append(
+            PolicyPoint(
+                name.strip(),
+                path.strip(),
+                float(per_prompt.mean()),
+                float(low[0]),
+                float(high[0]),
+                float(gain.mean()),
+                float(low[1]),
+                float(high[1]),
+                float(kl.mean()),
+                float(low[2]),
+                float(high[2]),
+            )
+        )
         del policy
     report.write(config.output_dir, plot=config.plot)
     return report
@@ -337,7 +418,10 @@ def _scorer(base, sft_model_name_or_path: str, settings: dict, model_init_kwargs
     model_paths = dict(settings.get("dense_reward_models") or {})
     if base.sft_adapter is not None:  # adapters on one base: load the pair as the recipes do
         return CheckpointRewardModel.from_pretrained(
-            sft_model_name_or_path, settings.get("ref_model_name_or_path"), reward=reward, model_paths=model_paths,
+            sft_model_name_or_path,
+            settings.get("ref_model_name_or_path"),
+            reward=reward,
+            model_paths=model_paths,
             **model_init_kwargs,
         )
     ref_model, ref_tokenizer = None, None
@@ -347,10 +431,17 @@ def _scorer(base, sft_model_name_or_path: str, settings: dict, model_init_kwargs
         with contextlib.suppress(OSError, ValueError):  # a π_ref saved without its tokenizer is checked by vocabulary
             ref_tokenizer = AutoTokenizer.from_pretrained(ref_path)
     return CheckpointRewardModel(
-        base.sft_model, ref_model, processing_class=base.processing_class, ref_processing_class=ref_tokenizer,
-        token_chunk_size=base.token_chunk_size, reward=reward,
-        models={n: create_model_from_path(p, **model_init_kwargs).to(base.device) for n, p in model_paths.items()
-                if n in reward.model_names},
+        base.sft_model,
+        ref_model,
+        processing_class=base.processing_class,
+        ref_processing_class=ref_tokenizer,
+        token_chunk_size=base.token_chunk_size,
+        reward=reward,
+        models={
+            n: create_model_from_path(p, **model_init_kwargs).to(base.device)
+            for n, p in model_paths.items()
+            if n in reward.model_names
+        },
     )
 
 

@@ -52,7 +52,9 @@ def preview_points(
     `rewards` is `{variant: [P, N]}`; ∞ and 0 join the λ grid. The same prompt resamples serve every variant and λ,
     so `delta` has a paired interval.
     """
-    grid = [math.inf] + sorted({float(lam) for lam in lambdas if not math.isinf(lam) and lam > 0}, reverse=True) + [0.0]
+    grid = (
+        [math.inf] + sorted({float(lam) for lam in lambdas if not math.isinf(lam) and lam > 0}, reverse=True) + [0.0]
+    )
     points = []
     for variant, variant_rewards in rewards.items():
         tilted = tilted_quality(variant_rewards, quality, grid)
@@ -147,12 +149,19 @@ class PreviewReport:
         rows = []
         for variant in dict.fromkeys(p.variant for p in self.points):
             best = self.best(variant)
-            rows.append({
-                "variant": variant, "slope_per_nat": self.slope(variant), "best_kl_coef": best.lam,
-                "best_quality": best.quality, "best_delta": best.delta, "best_delta_ci_low": best.delta_ci_low,
-                "best_delta_ci_high": best.delta_ci_high, "best_kl": best.kl,
-                "helps": None if self.undecided else best.delta_ci_low > 0,
-            })
+            rows.append(
+                {
+                    "variant": variant,
+                    "slope_per_nat": self.slope(variant),
+                    "best_kl_coef": best.lam,
+                    "best_quality": best.quality,
+                    "best_delta": best.delta,
+                    "best_delta_ci_low": best.delta_ci_low,
+                    "best_delta_ci_high": best.delta_ci_high,
+                    "best_kl": best.kl,
+                    "helps": None if self.undecided else best.delta_ci_low > 0,
+                }
+            )
         return rows
 
     def markdown(self) -> str:
@@ -170,7 +179,11 @@ class PreviewReport:
                 f"| {p.variant} | {lam} | {p.quality:.3f} ({p.ci_low:.3f}–{p.ci_high:.3f}) | {p.delta:+.3f} "
                 f"({p.delta_ci_low:+.3f}–{p.delta_ci_high:+.3f}) | {p.kl:.3f} | {p.ess:.1f} | {'yes' if p.trusted else 'no'} |"
             )
-        lines += ["", "| reward | gain per nat near kl_coef = ∞ | best kl_coef | best gain (95% CI) | helps |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| reward | gain per nat near kl_coef = ∞ | best kl_coef | best gain (95% CI) | helps |",
+            "|---|---|---|---|---|",
+        ]
         for row in self.summary_rows():
             slope = "n/a" if math.isnan(row["slope_per_nat"]) else f"{row['slope_per_nat']:+.3f}"
             helps = "cannot tell" if row["helps"] is None else "yes" if row["helps"] else "no"
@@ -193,25 +206,39 @@ class PreviewReport:
         """The report a preview wrote (`preview.json`), e.g. to plot it again or compare two runs."""
         payload = json.loads(Path(path).read_text())
         return cls(
-            payload["quality_name"], payload["num_prompts"], payload["samples_per_prompt"],
-            [PreviewPoint(**p) for p in payload["points"]], payload["sft_quality"], payload["pass_at_n"],
-            [PolicyPoint(**p) for p in payload["policies"]], payload.get("settings", {}),
+            payload["quality_name"],
+            payload["num_prompts"],
+            payload["samples_per_prompt"],
+            [PreviewPoint(**p) for p in payload["points"]],
+            payload["sft_quality"],
+            payload["pass_at_n"],
+            [PolicyPoint(**p) for p in payload["policies"]],
+            payload.get("settings", {}),
         )
 
     def write(self, output_dir: str | Path, plot: bool = True) -> dict[str, Path]:
         """`preview.csv` (every point), `preview.json` (everything), `preview.md` and, with `plot`, `preview.png`."""
         output_dir = Path(output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
-        paths = {"csv": output_dir / "preview.csv", "json": output_dir / "preview.json", "md": output_dir / "preview.md"}
+        paths = {
+            "csv": output_dir / "preview.csv",
+            "json": output_dir / "preview.json",
+            "md": output_dir / "preview.md",
+        }
         with open(paths["csv"], "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(asdict(self.points[0])))
             writer.writeheader()
             writer.writerows(asdict(p) for p in self.points)
         payload = {
-            "quality_name": self.quality_name, "num_prompts": self.num_prompts,
-            "samples_per_prompt": self.samples_per_prompt, "sft_quality": self.sft_quality,
-            "pass_at_n": self.pass_at_n, "points": [asdict(p) for p in self.points],
-            "summary": self.summary_rows(), "policies": [asdict(p) for p in self.policies], "settings": self.settings,
+            "quality_name": self.quality_name,
+            "num_prompts": self.num_prompts,
+            "samples_per_prompt": self.samples_per_prompt,
+            "sft_quality": self.sft_quality,
+            "pass_at_n": self.pass_at_n,
+            "points": [asdict(p) for p in self.points],
+            "summary": self.summary_rows(),
+            "policies": [asdict(p) for p in self.policies],
+            "settings": self.settings,
         }
         paths["json"].write_text(json.dumps(payload, indent=2, default=str) + "\n")
         paths["md"].write_text(self.markdown() + "\n")
@@ -231,32 +258,54 @@ def plot_preview(report: PreviewReport, path: str | Path) -> Path:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ImportError('The preview plot needs matplotlib: pip install "trl_dpr[plots]".', name="matplotlib") from None
+        raise ImportError(
+            'The preview plot needs matplotlib: pip install "trl_dpr[plots]".', name="matplotlib"
+        ) from None
     figure, axes = plt.subplots(figsize=(7.5, 4.8))
     for index, variant in enumerate(dict.fromkeys(p.variant for p in report.points)):
         points = sorted(report.variant_points(variant), key=lambda p: p.kl)
         colour = f"C{index}"
         kls = [p.kl for p in points]
-        axes.fill_between(kls, [p.delta_ci_low for p in points], [p.delta_ci_high for p in points], color=colour,
-                          alpha=0.15)
+        axes.fill_between(
+            kls, [p.delta_ci_low for p in points], [p.delta_ci_high for p in points], color=colour, alpha=0.15
+        )
         axes.plot(kls, [p.delta for p in points], color=colour, label=variant)
         for p in points:
             axes.scatter([p.kl], [p.delta], color=colour if p.trusted else "white", edgecolors=colour, zorder=3, s=28)
     axes.axhline(0.0, color="black", linestyle="--", linewidth=1, label=f"π_SFT ({report.sft_quality:.3f})")
-    axes.axhline(report.pass_at_n - report.sft_quality, color="grey", linestyle=":", linewidth=1,
-                 label=f"pass@{report.samples_per_prompt} ({report.pass_at_n:.3f})")
+    axes.axhline(
+        report.pass_at_n - report.sft_quality,
+        color="grey",
+        linestyle=":",
+        linewidth=1,
+        label=f"pass@{report.samples_per_prompt} ({report.pass_at_n:.3f})",
+    )
     for policy in report.policies:
-        axes.errorbar([policy.kl], [policy.delta],
-                      yerr=[[policy.delta - policy.delta_ci_low], [policy.delta_ci_high - policy.delta]],
-                      xerr=[[policy.kl - policy.kl_ci_low], [policy.kl_ci_high - policy.kl]], fmt="x", color="black",
-                      capsize=3)
-    for index, policy in enumerate(sorted(report.policies, key=lambda p: p.kl)):  # staggered: nearby labels stay legible
-        axes.annotate(policy.name, (policy.kl, policy.delta), textcoords="offset points", xytext=(6, 6 - 12 * (index % 3)),
-                      fontsize=8)
+        axes.errorbar(
+            [policy.kl],
+            [policy.delta],
+            yerr=[[policy.delta - policy.delta_ci_low], [policy.delta_ci_high - policy.delta]],
+            xerr=[[policy.kl - policy.kl_ci_low], [policy.kl_ci_high - policy.kl]],
+            fmt="x",
+            color="black",
+            capsize=3,
+        )
+    for index, policy in enumerate(
+        sorted(report.policies, key=lambda p: p.kl)
+    ):  # staggered: nearby labels stay legible
+        axes.annotate(
+            policy.name,
+            (policy.kl, policy.delta),
+            textcoords="offset points",
+            xytext=(6, 6 - 12 * (index % 3)),
+            fontsize=8,
+        )
     axes.set_xlabel("KL(π_λ ‖ π_SFT), nats per response")
     axes.set_ylabel(f"{report.quality_name} quality − π_SFT's (paired 95% CI)")
-    axes.set_title(f"DPR preview: {report.num_prompts} prompts × {report.samples_per_prompt} samples of π_SFT "
-                   "(hollow: low ESS)", fontsize=10)
+    axes.set_title(
+        f"DPR preview: {report.num_prompts} prompts × {report.samples_per_prompt} samples of π_SFT (hollow: low ESS)",
+        fontsize=10,
+    )
     axes.legend(fontsize=8)
     figure.tight_layout()
     path = Path(path)

@@ -33,7 +33,12 @@ def recent_token_rewards(trainer, num_samples: int) -> tuple[list, list[dict]]:
             continue  # an empty completion: nothing to draw
         rewards = [float(r) for r in rewards]
         scored.append(
-            {"tokens": [tokenizer.decode([i]) for i in ids], "token_ids": list(ids), "rewards": rewards, "total": sum(rewards)}
+            {
+                "tokens": [tokenizer.decode([i]) for i in ids],
+                "token_ids": list(ids),
+                "rewards": rewards,
+                "total": sum(rewards),
+            }
         )
         kept_prompts.append(prompt)
     return kept_prompts, scored

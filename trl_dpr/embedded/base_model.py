@@ -45,7 +45,10 @@ def resolve_embedded_base(model_name_or_path: str, output_dir: str | os.PathLike
         if problem is None:
             return str(SHIPPED_BASE)
         if PartialState().is_main_process:
-            print(f"The shipped embedded base cannot be used ({problem}): rebuilding it beside the run, about 20 min on "
-                  "one CPU thread.", flush=True)
+            print(
+                f"The shipped embedded base cannot be used ({problem}): rebuilding it beside the run, about 20 min on "
+                "one CPU thread.",
+                flush=True,
+            )
         return build_pretrained_base(Path(output_dir).parent / "embedded-pretrained-base")
     return model_name_or_path

@@ -79,17 +79,26 @@ def _alternative_solution(kind: str, prompt: str, rng: random.Random, rate: floa
         a, b = numbers
         result = _slip(a + b if kind == "add" else a - b, rng, rate)
         if kind == "add":
-            options = [f"{a} plus {b} is {result}, so {name} has {result} now.", f"We add: {a} + {b} = {result}.",
-                       f"Adding {b} to {a} gives {result}."]
+            options = [
+                f"{a} plus {b} is {result}, so {name} has {result} now.",
+                f"We add: {a} + {b} = {result}.",
+                f"Adding {b} to {a} gives {result}.",
+            ]
         else:
-            options = [f"{a} minus {b} is {result}, so {result} are left.", f"We subtract: {a} - {b} = {result}.",
-                       f"Taking {b} from {a} leaves {result}."]
+            options = [
+                f"{a} minus {b} is {result}, so {result} are left.",
+                f"We subtract: {a} - {b} = {result}.",
+                f"Taking {b} from {a} leaves {result}.",
+            ]
         return f"{rng.choice(options)} The answer is {result}."
     if kind == "multiply":
         boxes, per_box = numbers
         product = _slip(per_box * boxes, rng, rate)
-        options = [f"{boxes} times {per_box} is {product}.", f"We multiply: {per_box} * {boxes} = {product}.",
-                   f"{boxes} boxes of {per_box} make {product}."]
+        options = [
+            f"{boxes} times {per_box} is {product}.",
+            f"We multiply: {per_box} * {boxes} = {product}.",
+            f"{boxes} boxes of {per_box} make {product}.",
+        ]
         return f"{rng.choice(options)} The answer is {product}."
     if kind == "wages":
         rate_, hours, extra_rate, worked = numbers
@@ -97,20 +106,23 @@ def _alternative_solution(kind: str, prompt: str, rng: random.Random, rate: floa
         extra_hours = _slip(worked - hours, rng, rate)
         overtime = _slip(extra_hours * extra_rate, rng, rate)
         total = _slip(regular + overtime, rng, rate)
-        return rng.choice([
-            f"Regular pay is {hours} * {rate_} = {regular}. Extra hours are {worked} - {hours} = {extra_hours}, paid "
-            f"{extra_hours} * {extra_rate} = {overtime}. Together {regular} + {overtime} = {total}. The answer is {total}.",
-            f"{name} gets {regular} for the first {hours} hours and {overtime} for the other {extra_hours}. "
-            f"{regular} + {overtime} = {total}. The answer is {total}.",
-        ])
+        return rng.choice(
+            [
+                f"Regular pay is {hours} * {rate_} = {regular}. Extra hours are {worked} - {hours} = {extra_hours}, paid "
+                f"{extra_hours} * {extra_rate} = {overtime}. Together {regular} + {overtime} = {total}. The answer is {total}.",
+                f"{name} gets {regular} for the first {hours} hours and {overtime} for the other {extra_hours}. "
+                f"{regular} + {overtime} = {total}. The answer is {total}.",
+            ]
+        )
     if kind == "sort":
         ordered = sorted(numbers)
         if rate and rng.random() < rate:
             i = rng.randrange(len(ordered) - 1)
             ordered[i], ordered[i + 1] = ordered[i + 1], ordered[i]
         shown = " ".join(map(str, ordered))
-        return rng.choice([f"In order: {shown}. The answer is {shown}.",
-                           f"From small to large: {shown}. The answer is {shown}."])
+        return rng.choice(
+            [f"In order: {shown}. The answer is {shown}.", f"From small to large: {shown}. The answer is {shown}."]
+        )
     raise ValueError(f"Unknown kind {kind!r}; expected one of {KINDS}.")
 
 
@@ -136,11 +148,13 @@ def _other_text(rng: random.Random) -> str:
         return f"The numbers {' '.join(map(str, numbers))} in order are {' '.join(map(str, sorted(numbers)))}."
     name, item, other = rng.choice(NAMES), rng.choice(ITEMS), rng.choice(NAMES)
     n = rng.randint(2, 30)
-    return rng.choice([
-        f"{name} likes {item}. {_pronoun(name)} keeps {n} {item} in a box and shows them to {other}.",
-        f"{name} and {other} went to the shop. They looked at {item} and bought {n} of them.",
-        f"Every day {name} counts {item}. Today {_pronoun(name).lower()} counted {n}.",
-    ])
+    return rng.choice(
+        [
+            f"{name} likes {item}. {_pronoun(name)} keeps {n} {item} in a box and shows them to {other}.",
+            f"{name} and {other} went to the shop. They looked at {item} and bought {n} of them.",
+            f"Every day {name} counts {item}. Today {_pronoun(name).lower()} counted {n}.",
+        ]
+    )
 
 
 def _document(style: str, rng: random.Random, held_out: set[str]) -> str:
@@ -180,7 +194,7 @@ def _packed_blocks(tokenizer, documents: list[str], block_size: int) -> torch.Te
     backend = getattr(tokenizer, "backend_tokenizer", None)
     ids: list[int] = []
     for start in range(0, len(documents), 5000):
-        chunk = documents[start:start + 5000]
+        chunk = documents[start : start + 5000]
         if backend is not None:
             rows = [encoding.ids for encoding in backend.encode_batch(chunk, add_special_tokens=False)]
         else:  # a slow (Python) tokenizer
@@ -216,7 +230,7 @@ def _pretrain(
     for step in progress:
         if position + settings.batch_size > len(blocks):  # next epoch
             order, position = torch.randperm(len(blocks), generator=generator), 0
-        batch = blocks[order[position:position + settings.batch_size]]
+        batch = blocks[order[position : position + settings.batch_size]]
         position += settings.batch_size
         loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
@@ -248,13 +262,24 @@ def build_pretrained_base(path: str | os.PathLike, settings: PretrainingSettings
             documents = pretraining_corpus(settings.num_documents, seed=settings.seed)
             tokenizer = build_tokenizer(documents[:20_000] + demo_corpus(seed=settings.seed), settings.vocab_size)
             blocks = _packed_blocks(tokenizer, documents, settings.block_size)
-            model = build_tiny_causal_lm(tokenizer, "llama", hidden_size=settings.hidden_size,
-                                         num_layers=settings.num_layers, num_heads=4, seed=settings.seed)
+            model = build_tiny_causal_lm(
+                tokenizer,
+                "llama",
+                hidden_size=settings.hidden_size,
+                num_layers=settings.num_layers,
+                num_heads=4,
+                seed=settings.seed,
+            )
             losses = _pretrain(model, blocks, settings)
             model.save_pretrained(partial)
             tokenizer.save_pretrained(partial)
-            record = {"settings": asdict(settings), "num_blocks": len(blocks), "losses": losses,
-                      "torch_threads": torch.get_num_threads(), "wall_s": round(time.time() - started, 1)}
+            record = {
+                "settings": asdict(settings),
+                "num_blocks": len(blocks),
+                "losses": losses,
+                "torch_threads": torch.get_num_threads(),
+                "wall_s": round(time.time() - started, 1),
+            }
             (partial / "pretraining.json").write_text(json.dumps(record, indent=1))
             shutil.rmtree(path, ignore_errors=True)
             partial.rename(path)
@@ -283,7 +308,9 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def ship_pretrained_base(built: str | os.PathLike, target: str | os.PathLike = SHIPPED_BASE, command: str = "") -> Path:
+def ship_pretrained_base(
+    built: str | os.PathLike, target: str | os.PathLike = SHIPPED_BASE, command: str = ""
+) -> Path:
     """Copy a complete build into `target` (the package's shipped base) with `shipped.json`: its settings, held-out
     loss, the SHA-256 of each file, and how it was built.
     """
@@ -321,7 +348,9 @@ def shipped_base_problem(path: str | os.PathLike = SHIPPED_BASE) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Rebuild the embedded pretrained base (about 20 min on one CPU thread).")
+    parser = argparse.ArgumentParser(
+        description="Rebuild the embedded pretrained base (about 20 min on one CPU thread)."
+    )
     parser.add_argument("--output", required=True, help="Folder to build into (reused when complete).")
     parser.add_argument("--ship", action="store_true", help=f"Then copy it into the package ({SHIPPED_BASE}).")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the shipped base: 1).")

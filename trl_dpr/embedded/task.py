@@ -137,7 +137,9 @@ def held_out_split(num_prompts: int = 500, seed: int = 0) -> Dataset:
     return build_demo_dataset(num_train=0, num_test=num_prompts, seed=seed)["test"]
 
 
-def load_demonstrations(dataset_name: str, dataset_config: str | None = None, split: str = "train", **kwargs) -> Dataset:
+def load_demonstrations(
+    dataset_name: str, dataset_config: str | None = None, split: str = "train", **kwargs
+) -> Dataset:
     """`trl_dpr.data.load_demonstrations` for every `dataset_name` a recipe may give, this task's included: `trl_dpr/
     embedded-demo` is built (`build_demo_dataset` with the same `seed`), anything else loaded.
 

@@ -85,7 +85,9 @@ def build_tiny_causal_lm(
         "bos_token_id": None,
     }
     if architecture in ("llama", "qwen2"):
-        config_class, model_class = (LlamaConfig, LlamaForCausalLM) if architecture == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+        config_class, model_class = (
+            (LlamaConfig, LlamaForCausalLM) if architecture == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+        )
         config = config_class(
             hidden_size=hidden_size,
             intermediate_size=hidden_size * 2,

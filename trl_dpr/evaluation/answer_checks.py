@@ -25,7 +25,9 @@ class AnswerCheck:
         self.function = function
         self.name = name
 
-    def __call__(self, completions: Sequence[str], answers: Sequence[str], prompts: Sequence | None = None) -> list[float]:
+    def __call__(
+        self, completions: Sequence[str], answers: Sequence[str], prompts: Sequence | None = None
+    ) -> list[float]:
         if len(completions) != len(answers):
             raise ValueError(f"{len(completions)} completions for {len(answers)} answers.")
         if not completions:
@@ -122,8 +124,9 @@ def import_named(spec: str, key: str, example: str, needs: str):
 
 def load_answer_check(spec: str) -> AnswerCheck:
     """`answer_check: module:function`, a function of yours (`import_named`)."""
-    function = import_named(spec, "answer_check", "my_checks:fahrenheit",
-                            "`def {}(completions, answer, **kwargs) -> list[float]`")
+    function = import_named(
+        spec, "answer_check", "my_checks:fahrenheit", "`def {}(completions, answer, **kwargs) -> list[float]`"
+    )
     return AnswerCheck(function, spec)
 
 

@@ -63,7 +63,9 @@ class TransformersAnswerGenerator:
         }
 
     @classmethod
-    def from_pretrained(cls, path: str, dtype: str = "auto", device: str = "auto", **kwargs) -> TransformersAnswerGenerator:
+    def from_pretrained(
+        cls, path: str, dtype: str = "auto", device: str = "auto", **kwargs
+    ) -> TransformersAnswerGenerator:
         """Load a model folder or Hub id (a PEFT adapter folder loads on its base) onto `device` ("auto": the GPU when
         there is one).
         """
@@ -112,7 +114,9 @@ def answer_prompts(
     for turn in range(num_turns):
         todo = [p for p in prompts if len(p.turns) > turn and (model_name, p.prompt_id, turn) not in cache]
         chunks = range(0, len(todo), chunk_size)
-        for start in tqdm(chunks, desc=f"{model_name}: turn {turn + 1} answers", disable=not show_progress or not todo):
+        for start in tqdm(
+            chunks, desc=f"{model_name}: turn {turn + 1} answers", disable=not show_progress or not todo
+        ):
             chunk = todo[start : start + chunk_size]
             conversations = [p.conversation(_previous_answers(cache, model_name, p, turn)) for p in chunk]
             answers = generator.generate(conversations)
@@ -157,7 +161,15 @@ class VLLMAnswerGenerator:
     use the transformers backend.
     """
 
-    def __init__(self, model_path: str, temperature: float = 0.7, max_new_tokens: int = 1024, seed: int = 0, dtype: str = "auto", **llm_kwargs):
+    def __init__(
+        self,
+        model_path: str,
+        temperature: float = 0.7,
+        max_new_tokens: int = 1024,
+        seed: int = 0,
+        dtype: str = "auto",
+        **llm_kwargs,
+    ):
         if not is_vllm_available():
             raise ImportError("generation_backend='vllm' needs vLLM: `pip install vllm` (GPU), or use 'transformers'.")
         if (Path(model_path) / "adapter_config.json").is_file():
@@ -204,8 +216,15 @@ def load_answer_generator(
         on_gpu = device != "cpu" and torch.cuda.is_available()
         backend = "vllm" if is_vllm_available() and on_gpu and not is_adapter else "transformers"
     if backend == "vllm":
-        return VLLMAnswerGenerator(model_path, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, dtype=dtype)
+        return VLLMAnswerGenerator(
+            model_path, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, dtype=dtype
+        )
     return TransformersAnswerGenerator.from_pretrained(
-        model_path, dtype=dtype, device=device, temperature=temperature, max_new_tokens=max_new_tokens,
-        batch_size=batch_size, seed=seed,
+        model_path,
+        dtype=dtype,
+        device=device,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        seed=seed,
     )

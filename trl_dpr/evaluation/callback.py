@@ -78,7 +78,9 @@ class WinRateCallback(TrainerCallback):
         self.references = list(references) if references is not None else None
         self.eval_steps = eval_steps
         self.sft_model = sft_model
-        self.generation = dict(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed)
+        self.generation = dict(
+            temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed
+        )
         self.confidence = confidence
         self.num_resamples = num_resamples
         self.sft_answers: list[str] | None = None
@@ -99,7 +101,9 @@ class WinRateCallback(TrainerCallback):
                 yield unwrapped
 
     def _answers(self, model) -> list[str]:
-        return generate_answers(model, self.trainer.processing_class, self.prompts, show_progress=False, **self.generation)
+        return generate_answers(
+            model, self.trainer.processing_class, self.prompts, show_progress=False, **self.generation
+        )
 
     def evaluate(self, is_main_process: bool = True) -> dict[str, float] | None:
         """Generate, judge and return the metrics the callback logs (None on processes other than the main one).
@@ -129,7 +133,11 @@ class WinRateCallback(TrainerCallback):
             logger.warning(f"WinRateCallback: none of the {len(pairs)} verdicts of {self.judge.name} could be parsed.")
         else:
             metrics.update(
-                {"eval/win_rate": rate.value, "eval/win_rate_ci_low": rate.ci_low, "eval/win_rate_ci_high": rate.ci_high}
+                {
+                    "eval/win_rate": rate.value,
+                    "eval/win_rate_ci_low": rate.ci_low,
+                    "eval/win_rate_ci_high": rate.ci_high,
+                }
             )
         return metrics
 

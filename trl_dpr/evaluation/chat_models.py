@@ -94,7 +94,9 @@ class OpenAIChatModel:
         self.check_api_key()
         # A client per request: the key is read now, so a rotated key is picked up and none is kept on `self`.
         client = openai.OpenAI(
-            api_key=os.environ[self.api_key_env], base_url=self.base_url, timeout=self.timeout_s,
+            api_key=os.environ[self.api_key_env],
+            base_url=self.base_url,
+            timeout=self.timeout_s,
             max_retries=self.max_retries,
         )
         where = f"POST {self.base_url.rstrip('/')}/chat/completions (model {self.model!r})"
@@ -146,7 +148,7 @@ def _import_openai():
         import openai
     except ImportError:
         raise ImportError(
-            "The OpenAI-compatible judge needs the `openai` client: `pip install \"trl_dpr[judge]\"` (or `pip install "
+            'The OpenAI-compatible judge needs the `openai` client: `pip install "trl_dpr[judge]"` (or `pip install '
             "openai`). The exact judge (embedded task) and local judges need nothing more."
         ) from None
     return openai
@@ -188,8 +190,7 @@ class LocalChatModel:
 
     @classmethod
     def from_pretrained(cls, path: str, dtype: str = "auto", device: str = "auto", **kwargs) -> LocalChatModel:
-        """Load a judge model and its tokenizer from a folder or Hub id onto `device` ("auto": the GPU when there is one).
-        """
+        """Load a judge model and its tokenizer from a folder or Hub id onto `device` ("auto": the GPU when there is one)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(path)

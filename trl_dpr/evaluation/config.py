@@ -33,7 +33,9 @@ class EvaluationConfig:
         {'SFT': 'runs/demo/sft', 'DPR': 'runs/demo/dpr'}
     """
 
-    output_dir: str = field(default="runs/eval", metadata={"help": "Where answers, judgements and results are written."})
+    output_dir: str = field(
+        default="runs/eval", metadata={"help": "Where answers, judgements and results are written."}
+    )
     baseline: str = field(
         default="SFT=runs/demo/sft",
         metadata={"help": "NAME=PATH of the model every method is compared with (the paper: the SFT model)."},
@@ -47,27 +49,41 @@ class EvaluationConfig:
         metadata={"help": f"Prompt sets, among {sorted(PROMPT_SETS)}. mt_bench is graded 1–10, the others pairwise."},
     )
     alpaca_eval_path: str | None = field(default=None, metadata={"help": "Local alpaca_eval.json (else the Hub)."})
-    arena_hard_path: str | None = field(default=None, metadata={"help": "Local Arena-Hard v0.1 question.jsonl (else the Hub)."})
+    arena_hard_path: str | None = field(
+        default=None, metadata={"help": "Local Arena-Hard v0.1 question.jsonl (else the Hub)."}
+    )
     lima_path: str | None = field(default=None, metadata={"help": "Local LIMA test.jsonl (else the gated Hub repo)."})
     mt_bench_path: str | None = field(default=None, metadata={"help": "Local MT-Bench question.jsonl (else the Hub)."})
     jsonl_path: str | None = field(
         default=None,
-        metadata={"help": "benchmarks: [jsonl]: your own .jsonl of `prompt` + `answer` rows (or SFT's demonstrations: "
-                  "`messages`, `prompt` + `completion`, the answer then read from the assistant's text)."},
+        metadata={
+            "help": "benchmarks: [jsonl]: your own .jsonl of `prompt` + `answer` rows (or SFT's demonstrations: "
+            "`messages`, `prompt` + `completion`, the answer then read from the assistant's text)."
+        },
     )
     answer_check: str | None = field(
         default=None,
-        metadata={"help": "judge: exact on your own task: 'module:function' in your folder, "
-                  "`def f(completions, answer, **kw) -> list[float]` (1 = right), as TRL's reward_funcs."},
+        metadata={
+            "help": "judge: exact on your own task: 'module:function' in your folder, "
+            "`def f(completions, answer, **kw) -> list[float]` (1 = right), as TRL's reward_funcs."
+        },
     )
     answer_pattern: str | None = field(
         default=None,
-        metadata={"help": "judge: exact on your own task, instead of answer_check: a regular expression whose last "
-                  "match's group 1 is the answer, e.g. 'The answer is (-?[0-9.]+)' (numbers compare as numbers)."},
+        metadata={
+            "help": "judge: exact on your own task, instead of answer_check: a regular expression whose last "
+            "match's group 1 is the answer, e.g. 'The answer is (-?[0-9.]+)' (numbers compare as numbers)."
+        },
     )
-    demo_num_prompts: int = field(default=100, metadata={"help": "Held-out prompts of the embedded task (benchmark demo)."})
-    demo_seed: int = field(default=0, metadata={"help": "Seed of the embedded task's split (the one SFT and DPR used)."})
-    max_prompts: int | None = field(default=None, metadata={"help": "Only the first N prompts of each benchmark (smoke tests)."})
+    demo_num_prompts: int = field(
+        default=100, metadata={"help": "Held-out prompts of the embedded task (benchmark demo)."}
+    )
+    demo_seed: int = field(
+        default=0, metadata={"help": "Seed of the embedded task's split (the one SFT and DPR used)."}
+    )
+    max_prompts: int | None = field(
+        default=None, metadata={"help": "Only the first N prompts of each benchmark (smoke tests)."}
+    )
     samples_per_prompt: int = field(
         default=1,
         metadata={
@@ -78,10 +94,15 @@ class EvaluationConfig:
 
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature of the answers (paper: 0.7)."})
     max_new_tokens: int = field(default=1024, metadata={"help": "Fixed maximum answer length, in tokens."})
-    generation_batch_size: int = field(default=16, metadata={"help": "Prompts per generate call (transformers backend)."})
+    generation_batch_size: int = field(
+        default=16, metadata={"help": "Prompts per generate call (transformers backend)."}
+    )
     generation_backend: str = field(
         default="auto",
-        metadata={"help": "auto (vLLM when installed and on GPU), transformers or vllm.", "choices": list(GENERATION_BACKENDS)},
+        metadata={
+            "help": "auto (vLLM when installed and on GPU), transformers or vllm.",
+            "choices": list(GENERATION_BACKENDS),
+        },
     )
     dtype: str = field(
         default="auto",
@@ -89,9 +110,11 @@ class EvaluationConfig:
     )
     device: str = field(
         default="auto",
-        metadata={"help": "Where the models answer (and a local judge runs): auto (the GPU when there is one), cpu or "
-                  "cuda. A training recipe's evaluation_config runs on the training run's device.",
-                  "choices": ["auto", "cpu", "cuda"]},
+        metadata={
+            "help": "Where the models answer (and a local judge runs): auto (the GPU when there is one), cpu or "
+            "cuda. A training recipe's evaluation_config runs on the training run's device.",
+            "choices": ["auto", "cpu", "cuda"],
+        },
     )
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
 
@@ -103,17 +126,22 @@ class EvaluationConfig:
             "answer_pattern), or module:Class, a judge of yours with judge_pairs(pairs) -> 'win' / 'tie' / 'loss'.",
         },
     )
-    judge_model: str = field(default="gpt-4o", metadata={"help": "Judge model name (openai) or path / Hub id (local)."})
+    judge_model: str = field(
+        default="gpt-4o", metadata={"help": "Judge model name (openai) or path / Hub id (local)."}
+    )
     judge_base_url: str = field(default="https://api.openai.com/v1", metadata={"help": "OpenAI-compatible API root."})
     judge_api_key_env: str = field(
         default="OPENAI_API_KEY",
-        metadata={"help": "NAME of the environment variable holding the API key (the key itself never goes in a file)."},
+        metadata={
+            "help": "NAME of the environment variable holding the API key (the key itself never goes in a file)."
+        },
     )
     judge_temperature: float = field(default=0.0, metadata={"help": "Judge temperature (paper: 0)."})
     judge_max_tokens: int = field(default=1024, metadata={"help": "Longest judge reply (explanation + verdict)."})
     judge_timeout_s: float = field(default=120.0, metadata={"help": "Seconds to wait for one judge response."})
     judge_max_retries: int = field(
-        default=6, metadata={"help": "Retries on 408 / 409 / 429 / 5xx / timeouts (the openai client's exponential backoff)."}
+        default=6,
+        metadata={"help": "Retries on 408 / 409 / 429 / 5xx / timeouts (the openai client's exponential backoff)."},
     )
     judge_max_workers: int = field(default=8, metadata={"help": "Parallel judge requests."})
     position_rule: str = field(
@@ -132,10 +160,14 @@ class EvaluationConfig:
         if unknown or not self.benchmarks:
             raise ValueError(f"Unknown benchmarks {unknown or '(none given)'}; choose among {sorted(PROMPT_SETS)}.")
         if self.judge not in JUDGES and ":" not in self.judge:
-            raise ValueError(f"judge must be one of {JUDGES} or 'module:Class' (a judge of yours), got {self.judge!r}.")
+            raise ValueError(
+                f"judge must be one of {JUDGES} or 'module:Class' (a judge of yours), got {self.judge!r}."
+            )
         if ":" in self.judge and "mt_bench" in self.benchmarks:
-            raise ValueError(f"mt_bench is graded 1–10 by a chat model (judge: openai or local), not by {self.judge}: "
-                             "evaluate it in a run of its own.")
+            raise ValueError(
+                f"mt_bench is graded 1–10 by a chat model (judge: openai or local), not by {self.judge}: "
+                "evaluate it in a run of its own."
+            )
         open_ended = [b for b in self.benchmarks if b not in ("demo", "jsonl")]
         if self.judge == "exact" and open_ended:
             raise ValueError(
@@ -164,7 +196,9 @@ class EvaluationConfig:
         if self.samples_per_prompt < 1:
             raise ValueError(f"samples_per_prompt must be >= 1, got {self.samples_per_prompt}.")
         if self.temperature < 0 or self.max_new_tokens < 1:
-            raise ValueError(f"Need temperature >= 0 and max_new_tokens >= 1; got {self.temperature}, {self.max_new_tokens}.")
+            raise ValueError(
+                f"Need temperature >= 0 and max_new_tokens >= 1; got {self.temperature}, {self.max_new_tokens}."
+            )
 
     @property
     def baseline_name(self) -> str:

@@ -33,6 +33,7 @@ from .verdicts import single_grade_messages as single_grade_messages
 
 # ---- pairwise judges ---------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class PairToJudge:
     """One comparison: `candidate` against `baseline` (SFT) on `question`, with the benchmark's `reference` if any."""
@@ -104,7 +105,9 @@ class LLMPairwiseJudge(PairwiseJudge):
         outcome = combine_orders(
             candidate_outcome(parsed[0].label, "A"), candidate_outcome(parsed[1].label, "B"), self.position_rule
         )
-        problems = [f"{order}: {p.problem}" for order, p in zip(("candidate as A", "candidate as B"), parsed) if p.problem]
+        problems = [
+            f"{order}: {p.problem}" for order, p in zip(("candidate as A", "candidate as B"), parsed) if p.problem
+        ]
         return PairJudgement(
             outcome=outcome,
             verdicts=(parsed[0].label, parsed[1].label),
@@ -134,13 +137,19 @@ class ExactAnswerJudge(PairwiseJudge):
 
     def _outcomes(self, pairs: Sequence[PairToJudge]) -> list[str]:
         if self.check is None:
-            scores = [(float(is_correct(p.candidate, p.reference)), float(is_correct(p.baseline, p.reference)))
-                      for p in pairs]
+            scores = [
+                (float(is_correct(p.candidate, p.reference)), float(is_correct(p.baseline, p.reference)))
+                for p in pairs
+            ]
         else:
             answers = [p.reference for p in pairs]
             prompts = [p.question for p in pairs]
-            scores = list(zip(self.check([p.candidate for p in pairs], answers, prompts),
-                              self.check([p.baseline for p in pairs], answers, prompts)))
+            scores = list(
+                zip(
+                    self.check([p.candidate for p in pairs], answers, prompts),
+                    self.check([p.baseline for p in pairs], answers, prompts),
+                )
+            )
         return ["tie" if c == b else "win" if c > b else "loss" for c, b in scores]
 
     def judge_pairs(self, pairs: Sequence[PairToJudge]) -> list[PairJudgement]:
@@ -164,13 +173,17 @@ class _YourJudge(PairwiseJudge):
     def judge_pairs(self, pairs: Sequence[PairToJudge]) -> list[PairJudgement]:
         answers = list(self.judge.judge_pairs(list(pairs)))
         if len(answers) != len(pairs):
-            raise ValueError(f"judge {self.name} returned {len(answers)} judgements for {len(pairs)} pairs; it must "
-                             "return one per pair.")
+            raise ValueError(
+                f"judge {self.name} returned {len(answers)} judgements for {len(pairs)} pairs; it must "
+                "return one per pair."
+            )
         judgements = [a if isinstance(a, PairJudgement) else PairJudgement(a) for a in answers]
         bad = [j.outcome for j in judgements if j.outcome not in ("win", "tie", "loss", None)]
         if bad:
-            raise ValueError(f"judge {self.name} returned the outcome {bad[0]!r}; each must be 'win', 'tie' or 'loss' "
-                             "(the candidate's, against the baseline), None when it cannot say, or a PairJudgement.")
+            raise ValueError(
+                f"judge {self.name} returned the outcome {bad[0]!r}; each must be 'win', 'tie' or 'loss' "
+                "(the candidate's, against the baseline), None when it cannot say, or a PairJudgement."
+            )
         return judgements
 
 
@@ -190,12 +203,15 @@ def load_judge(spec: str) -> PairwiseJudge:
     factory = import_named(spec, "judge", "my_judges:MyJudge", "a class {}() with judge_pairs(pairs) -> outcomes")
     judge = factory()
     if not callable(getattr(judge, "judge_pairs", None)):
-        raise ValueError(f"judge {spec!r} has no judge_pairs(pairs) method: it must return 'win' / 'tie' / 'loss' (or "
-                         "None) for each PairToJudge(question, candidate, baseline, reference).")
+        raise ValueError(
+            f"judge {spec!r} has no judge_pairs(pairs) method: it must return 'win' / 'tie' / 'loss' (or "
+            "None) for each PairToJudge(question, candidate, baseline, reference)."
+        )
     return _YourJudge(judge, spec)
 
 
 # ---- judging with a cache ---------------------------------------------------------------------------------------
+
 
 def judge_pairs_cached(
     judge: PairwiseJudge,
@@ -212,11 +228,14 @@ def judge_pairs_cached(
     cache = JsonlCache(cache_path, ("prompt_id", "answers"), settings=settings or {"judge": judge.name})
     keys = [(pid, text_digest(p.candidate, p.baseline, p.reference or "")) for pid, p in zip(prompt_ids, pairs)]
     todo = [i for i, key in enumerate(keys) if key not in cache]
-    for start in tqdm(range(0, len(todo), chunk_size), desc=f"Judging ({judge.name})", disable=not show_progress or not todo):
+    for start in tqdm(
+        range(0, len(todo), chunk_size), desc=f"Judging ({judge.name})", disable=not show_progress or not todo
+    ):
         chunk = todo[start : start + chunk_size]
         judgements = judge.judge_pairs([pairs[i] for i in chunk])
         cache.add_many(
-            {"prompt_id": keys[i][0], "answers": keys[i][1], **judgement.as_dict()} for i, judgement in zip(chunk, judgements)
+            {"prompt_id": keys[i][0], "answers": keys[i][1], **judgement.as_dict()}
+            for i, judgement in zip(chunk, judgements)
         )
     return [_judgement_from_record(cache.get(key)) for key in keys]
 

@@ -90,7 +90,9 @@ class MTBenchGrader:
         for (prompt, turn, _, used_reference), reply in zip(jobs, replies):
             parsed = parse_rating(reply)
             grades.append(
-                MTBenchGrade(prompt.prompt_id, turn, prompt.category, parsed.value, parsed.problem, reply, used_reference)
+                MTBenchGrade(
+                    prompt.prompt_id, turn, prompt.category, parsed.value, parsed.problem, reply, used_reference
+                )
             )
         return grades
 
@@ -126,7 +128,9 @@ def grade_mt_bench_cached(
         return (prompt.prompt_id, turn, text_digest(*(answers[(prompt.prompt_id, t)] for t in range(turn + 1))))
 
     todo = [p for p in prompts if any(key(p, t) not in cache for t in range(len(p.turns)))]
-    for start in tqdm(range(0, len(todo), chunk_size), desc=f"Grading ({grader.name})", disable=not show_progress or not todo):
+    for start in tqdm(
+        range(0, len(todo), chunk_size), desc=f"Grading ({grader.name})", disable=not show_progress or not todo
+    ):
         chunk = todo[start : start + chunk_size]
         grades = grader.grade(chunk, answers)
         by_id = {p.prompt_id: p for p in chunk}

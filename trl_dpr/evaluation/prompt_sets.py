@@ -52,7 +52,9 @@ def read_json_rows(path: str | Path) -> list[dict]:
     """Rows of a local `.jsonl` (one object per line) or `.json` (a list of objects) file."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"Prompt file {path} does not exist. Download it first (see trl_dpr.evaluation.prompt_sets).")
+        raise FileNotFoundError(
+            f"Prompt file {path} does not exist. Download it first (see trl_dpr.evaluation.prompt_sets)."
+        )
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".json":
         rows = json.loads(text)
@@ -67,7 +69,9 @@ def read_json_rows(path: str | Path) -> list[dict]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number} is not a JSON object ({error.msg}); expected one object per line.") from None
+                raise ValueError(
+                    f"{path}:{number} is not a JSON object ({error.msg}); expected one object per line."
+                ) from None
     return rows
 
 
@@ -134,7 +138,9 @@ def load_arena_hard(path: str | None = None) -> list[EvalPrompt]:
     for i, row in enumerate(rows):
         _require(row, ("question_id", "turns"), source, i)
         turns = _text_turns(row["turns"], source, i)
-        prompts.append(EvalPrompt(str(row["question_id"]), turns[:1], category=row.get("cluster") or row.get("category")))
+        prompts.append(
+            EvalPrompt(str(row["question_id"]), turns[:1], category=row.get("cluster") or row.get("category"))
+        )
     return prompts
 
 
@@ -187,7 +193,9 @@ def load_jsonl_prompts(path: str | None = None) -> list[EvalPrompt]:
     from ..data import prompt_and_demonstration
 
     if not path:
-        raise ValueError("benchmarks: [jsonl] needs jsonl_path: your .jsonl file of `prompt` + `answer` (or messages) rows.")
+        raise ValueError(
+            "benchmarks: [jsonl] needs jsonl_path: your .jsonl file of `prompt` + `answer` (or messages) rows."
+        )
     prompts = []
     for i, row in enumerate(read_json_rows(path)):
         if not isinstance(row, dict):
@@ -195,7 +203,9 @@ def load_jsonl_prompts(path: str | None = None) -> list[EvalPrompt]:
         prompt, demonstration = prompt_and_demonstration(row, path)
         answer = row.get("answer", demonstration)
         if answer is None:
-            raise ValueError(f"Row {i} of {path} has a `prompt` but no `answer` (or `completion`) to check answers by.")
+            raise ValueError(
+                f"Row {i} of {path} has a `prompt` but no `answer` (or `completion`) to check answers by."
+            )
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
         system = [m["content"] for m in messages if m.get("role") == "system"]
         turns = [m["content"] for m in messages if m.get("role") != "system"]
@@ -205,20 +215,50 @@ def load_jsonl_prompts(path: str | None = None) -> list[EvalPrompt]:
                 f"{[m.get('role') for m in messages]}."
             )
         category = row.get("kind") or row.get("category")
-        prompts.append(EvalPrompt(str(row.get("id", i)), _text_turns(turns, path, i), category, (str(answer),),
-                                  system[0] if system else None))
+        prompts.append(
+            EvalPrompt(
+                str(row.get("id", i)),
+                _text_turns(turns, path, i),
+                category,
+                (str(answer),),
+                system[0] if system else None,
+            )
+        )
     return prompts
 
 
 PROMPT_SETS: dict[str, PromptSetSource] = {
     source.name: source
     for source in (
-        PromptSetSource("alpaca_eval", "AlpacaEval", 805, "tatsu-lab/alpaca_eval: alpaca_eval.json", "instruction", load_alpaca_eval),
-        PromptSetSource("arena_hard", "Arena-Hard", 500, "lmarena-ai/arena-hard-auto-v0.1 (train)", "question_id, turns", load_arena_hard),
+        PromptSetSource(
+            "alpaca_eval",
+            "AlpacaEval",
+            805,
+            "tatsu-lab/alpaca_eval: alpaca_eval.json",
+            "instruction",
+            load_alpaca_eval,
+        ),
+        PromptSetSource(
+            "arena_hard",
+            "Arena-Hard",
+            500,
+            "lmarena-ai/arena-hard-auto-v0.1 (train)",
+            "question_id, turns",
+            load_arena_hard,
+        ),
         PromptSetSource("lima", "LIMA", 300, "GAIR/lima: test.jsonl (gated)", "conversations", load_lima),
-        PromptSetSource("mt_bench", "MT-Bench", 80, "HuggingFaceH4/mt_bench_prompts (train)", "turns, category, reference", load_mt_bench),
+        PromptSetSource(
+            "mt_bench",
+            "MT-Bench",
+            80,
+            "HuggingFaceH4/mt_bench_prompts (train)",
+            "turns, category, reference",
+            load_mt_bench,
+        ),
         PromptSetSource("demo", "Embedded task", None, "generated by trl_dpr.embedded.task", "—", load_demo_prompts),
-        PromptSetSource("jsonl", "Your prompts", None, "your file (jsonl_path)", "prompt + answer, or messages", load_jsonl_prompts),
+        PromptSetSource(
+            "jsonl", "Your prompts", None, "your file (jsonl_path)", "prompt + answer, or messages", load_jsonl_prompts
+        ),
     )
 }
 

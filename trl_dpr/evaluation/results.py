@@ -363,7 +363,12 @@ def results_markdown(report: EvaluationReport) -> str:
             cells = [f"{100 * result.accuracy:.1f} ({100 * result.ci_low:.1f}–{100 * result.ci_high:.1f})"]
             cells += [f"{100 * result.by_category[c]:.1f}" if c in result.by_category else "—" for c in categories]
             accuracy_rows.append([model, *cells])
-        lines += ["", f"{_display(benchmark)}: exact-answer accuracy (%):", "", *_table(accuracy_header, accuracy_rows)]
+        lines += [
+            "",
+            f"{_display(benchmark)}: exact-answer accuracy (%):",
+            "",
+            *_table(accuracy_header, accuracy_rows),
+        ]
 
     length_header = ["Method"] + [f"{_display(b)} words mean / median" for b in report.benchmarks]
     length_rows = []

@@ -67,11 +67,16 @@ def _generate_all_answers(config, models, prompt_sets, output_dir: Path, show_pr
     for name, path in models.items():
         settings = _generation_settings(config, path)
         caches = {
-            b: JsonlCache(output_dir / "answers" / b / f"{_file_name(name)}.jsonl", ("model", "prompt_id", "turn"), settings)
+            b: JsonlCache(
+                output_dir / "answers" / b / f"{_file_name(name)}.jsonl", ("model", "prompt_id", "turn"), settings
+            )
             for b in prompt_sets
         }
         missing = any(
-            (name, p.prompt_id, t) not in caches[b] for b, prompts in prompt_sets.items() for p in prompts for t in range(len(p.turns))
+            (name, p.prompt_id, t) not in caches[b]
+            for b, prompts in prompt_sets.items()
+            for p in prompts
+            for t in range(len(p.turns))
         )
         generator = None
         if missing:
@@ -88,7 +93,12 @@ def _generate_all_answers(config, models, prompt_sets, output_dir: Path, show_pr
             )
         for benchmark, prompts in prompt_sets.items():
             answers[benchmark][name] = answer_prompts(
-                generator, name, prompts, caches[benchmark], chunk_size=4 * config.generation_batch_size, show_progress=show_progress
+                generator,
+                name,
+                prompts,
+                caches[benchmark],
+                chunk_size=4 * config.generation_batch_size,
+                show_progress=show_progress,
             )
         del generator
         free_memory()
@@ -109,8 +119,9 @@ def chat_model_from_config(config: EvaluationConfig) -> ChatModel | None:
             max_workers=config.judge_max_workers,
         )
     if config.judge == "local":
-        return LocalChatModel.from_pretrained(config.judge_model, dtype=config.dtype, device=config.device,
-                                              max_new_tokens=config.judge_max_tokens)
+        return LocalChatModel.from_pretrained(
+            config.judge_model, dtype=config.dtype, device=config.device, max_new_tokens=config.judge_max_tokens
+        )
     return None
 
 
@@ -124,7 +135,9 @@ def judge_from_config(config: EvaluationConfig, chat: ChatModel | None = None) -
     return LLMPairwiseJudge(chat or chat_model_from_config(config), config.position_rule)
 
 
-def _pairwise_result(judge, config, benchmark, method, prompts: list[EvalPrompt], answers, output_dir, tokenizer, show_progress):
+def _pairwise_result(
+    judge, config, benchmark, method, prompts: list[EvalPrompt], answers, output_dir, tokenizer, show_progress
+):
     baseline = config.baseline_name
     pairs = [
         PairToJudge(
@@ -151,7 +164,9 @@ def _pairwise_result(judge, config, benchmark, method, prompts: list[EvalPrompt]
         groups=[_source_prompt_id(p) for p in prompts],
     )
     if unparseable:
-        logger.warning(f"{benchmark}, {method} vs {baseline}: {unparseable} of {len(pairs)} verdicts unparseable (left out).")
+        logger.warning(
+            f"{benchmark}, {method} vs {baseline}: {unparseable} of {len(pairs)} verdicts unparseable (left out)."
+        )
     return PairwiseResult(
         benchmark=benchmark,
         method=method,
@@ -177,13 +192,18 @@ def _source_prompt_id(prompt: EvalPrompt) -> str:
     return prompt.prompt_id.split("#")[0]
 
 
-def _exact_accuracy(config: EvaluationConfig, benchmark: str, name: str, prompts: list[EvalPrompt], answers,
-                    check: AnswerCheck):
+def _exact_accuracy(
+    config: EvaluationConfig, benchmark: str, name: str, prompts: list[EvalPrompt], answers, check: AnswerCheck
+):
     """Accuracy of one model on a benchmark with right answers (the embedded task, yours), bootstrapped over prompts."""
     return exact_accuracy(
         benchmark,
         name,
-        check([answers[(p.prompt_id, 0)] for p in prompts], [p.references[0] for p in prompts], [p.turns[0] for p in prompts]),
+        check(
+            [answers[(p.prompt_id, 0)] for p in prompts],
+            [p.references[0] for p in prompts],
+            [p.turns[0] for p in prompts],
+        ),
         groups=[_source_prompt_id(p) for p in prompts],
         categories=[p.category for p in prompts],
         confidence=config.confidence,
@@ -205,7 +225,9 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
     models = config.models()
     for name, path in models.items():
         check_model_source(path, f"Model {name}")
-    check = answer_check_from(config.answer_check, config.answer_pattern)  # an unimportable check fails before any model
+    check = answer_check_from(
+        config.answer_check, config.answer_pattern
+    )  # an unimportable check fails before any model
     prompt_sets = {
         b: _replicated(
             load_prompt_set(
@@ -218,8 +240,12 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
         )
         for b in config.benchmarks
     }
-    chat = chat_model_from_config(config) if config.judge == "openai" else None  # checks the API key before any generation
-    yours = load_judge(config.judge) if ":" in config.judge else None  # an unimportable judge of yours: before any model
+    chat = (
+        chat_model_from_config(config) if config.judge == "openai" else None
+    )  # checks the API key before any generation
+    yours = (
+        load_judge(config.judge) if ":" in config.judge else None
+    )  # an unimportable judge of yours: before any model
     check_output_dir(config.output_dir)  # answers and verdicts are written there as they come: writable first
     output_dir = Path(config.output_dir)
 
@@ -239,19 +265,28 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
     for benchmark, prompts in prompt_sets.items():
         if benchmark == "mt_bench":
             continue
-        if benchmark == "demo" or (benchmark == "jsonl" and check is not None):  # right answers: every model's accuracy
-            report.accuracy += [_exact_accuracy(config, benchmark, name, prompts, answers[benchmark][name],
-                                                check or embedded_check()) for name in models]
+        if benchmark == "demo" or (
+            benchmark == "jsonl" and check is not None
+        ):  # right answers: every model's accuracy
+            report.accuracy += [
+                _exact_accuracy(config, benchmark, name, prompts, answers[benchmark][name], check or embedded_check())
+                for name in models
+            ]
         for method in candidates:
             report.pairwise.append(
-                _pairwise_result(judge, config, benchmark, method, prompts, answers[benchmark], output_dir, tokenizer, show_progress)
+                _pairwise_result(
+                    judge, config, benchmark, method, prompts, answers[benchmark], output_dir, tokenizer, show_progress
+                )
             )
     if "mt_bench" in prompt_sets:
         grader = MTBenchGrader(chat)
         prompts = prompt_sets["mt_bench"]
         for name in models:
             grades = grade_mt_bench_cached(
-                grader, prompts, answers["mt_bench"][name], output_dir / "grades" / "mt_bench" / f"{_file_name(name)}.jsonl",
+                grader,
+                prompts,
+                answers["mt_bench"][name],
+                output_dir / "grades" / "mt_bench" / f"{_file_name(name)}.jsonl",
                 show_progress=show_progress,
             )
             lengths = length_stats(list(answers["mt_bench"][name].values()), tokenizer)

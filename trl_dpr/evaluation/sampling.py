@@ -80,9 +80,14 @@ def sample_completions(
     # A full generation config, not the checkpoint's: its defaults (top-k / top-p, a repetition penalty) would change
     # the distribution the samples come from.
     sampling = GenerationConfig(
-        max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
-        top_k=0 if temperature > 0 else None, top_p=top_p if temperature > 0 else None, eos_token_id=stop_ids,
-        pad_token_id=_pad_id(tokenizer), bos_token_id=None,
+        max_new_tokens=max_new_tokens,
+        do_sample=temperature > 0,
+        temperature=temperature if temperature > 0 else None,
+        top_k=0 if temperature > 0 else None,
+        top_p=top_p if temperature > 0 else None,
+        eos_token_id=stop_ids,
+        pad_token_id=_pad_id(tokenizer),
+        bos_token_id=None,
     )
     samples: list[Sample] = []
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -93,7 +98,9 @@ def sample_completions(
                 rows = render_prompts(tokenizer, batch)
                 input_ids, attention_mask = pad_prompts(rows, _pad_id(tokenizer))
                 output = model.generate(
-                    input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=sampling
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention_mask.to(device),
+                    generation_config=sampling,
                 )
                 for offset, generated in enumerate(output[:, input_ids.size(1) :].tolist()):
                     end = next((i + 1 for i, t in enumerate(generated) if t in stop_ids), len(generated))
@@ -126,8 +133,15 @@ def generate_answers(
 ) -> list[str]:
     """The text of one sampled answer per prompt (`sample_completions`); the paper's evaluation samples at 0.7."""
     samples = sample_completions(
-        model, tokenizer, prompts, temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size,
-        seed=seed, desc=desc, show_progress=show_progress,
+        model,
+        tokenizer,
+        prompts,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        seed=seed,
+        desc=desc,
+        show_progress=show_progress,
     )
     return [sample.text for sample in samples]
 
@@ -136,7 +150,9 @@ def score_samples(
     reward_model: CheckpointRewardModel, samples: list[Sample], batch_size: int = 32
 ) -> tuple[TokenRewardOutput, torch.Tensor]:
     """The reward model's output on the sampled ids (`[N, T]` on CPU) and the completion mask."""
-    batch = pad_batch([s.prompt_ids for s in samples], [s.completion_ids for s in samples], _pad_id(reward_model.processing_class))
+    batch = pad_batch(
+        [s.prompt_ids for s in samples], [s.completion_ids for s in samples], _pad_id(reward_model.processing_class)
+    )
     out = reward_model(*batch.as_tuple(), batch_size=batch_size)
     cpu = TokenRewardOutput(
         rewards=out.rewards.cpu(),

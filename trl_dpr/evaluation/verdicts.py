@@ -57,13 +57,13 @@ def pairwise_messages(question: str, answer_a: str, answer_b: str, reference: st
     reference_block = (
         f"[The Start of Reference Answer]\n{reference}\n[The End of Reference Answer]\n\n" if reference else ""
     )
-    user = _PAIRWISE_USER.format(question=question, answer_a=answer_a, answer_b=answer_b, reference_block=reference_block)
+    user = _PAIRWISE_USER.format(
+        question=question, answer_a=answer_a, answer_b=answer_b, reference_block=reference_block
+    )
     return [{"role": "system", "content": PAIRWISE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def single_grade_messages(
-    questions: list[str], answers: list[str], references: list[str] | None = None
-) -> list[dict]:
+def single_grade_messages(questions: list[str], answers: list[str], references: list[str] | None = None) -> list[dict]:
     """Chat messages asking a grader to rate the assistant's last answer from 1 to 10 (MT-Bench single grading).
 
     With two questions the grader sees the conversation and grades the second answer; `references` switch to
@@ -161,7 +161,7 @@ def parse_rating(text: str, low: float = 1.0, high: float = 10.0) -> ParsedRatin
 
 
 def candidate_outcome(label: str | None, candidate_position: str) -> str | None:
-    """"win" / "tie" / "loss" of the candidate from a verdict label, given whether it was shown as "A" or "B".
+    """ "win" / "tie" / "loss" of the candidate from a verdict label, given whether it was shown as "A" or "B".
 
     Strength (`>>` vs `>`) does not change the outcome; None (unparseable) stays None.
     """

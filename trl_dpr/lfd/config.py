@@ -21,29 +21,44 @@ class SelfPlayConfig(ActivationCheckpointingAlias, DPOConfig):
     (`generations/iteration-<t>.jsonl`) and, at the end, the last iterate.
     """
 
-    num_iterations: int = field(default=1, metadata={"help": "Self-play iterations: π_t answers, then π_{t+1} is trained."})
-    generation_temperature: float = field(
-        default=1.0, metadata={"help": "Temperature of the answers π_t writes for the demonstration prompts (0: greedy)."}
+    num_iterations: int = field(
+        default=1, metadata={"help": "Self-play iterations: π_t answers, then π_{t+1} is trained."}
     )
-    generation_top_p: float = field(default=1.0, metadata={"help": "Nucleus (top-p) sampling of π_t's answers; 1 = off."})
+    generation_temperature: float = field(
+        default=1.0,
+        metadata={"help": "Temperature of the answers π_t writes for the demonstration prompts (0: greedy)."},
+    )
+    generation_top_p: float = field(
+        default=1.0, metadata={"help": "Nucleus (top-p) sampling of π_t's answers; 1 = off."}
+    )
     max_new_tokens: int = field(
-        default=256, metadata={"help": "Longest answer π_t writes, in tokens (uclaml/SPIN and tengxiao1/GSIL generate.py: 256)."}
+        default=256,
+        metadata={"help": "Longest answer π_t writes, in tokens (uclaml/SPIN and tengxiao1/GSIL generate.py: 256)."},
     )
     # The defaults both papers share (uclaml/SPIN configs/config.yaml, tengxiao1/GSIL scripts/finetune.sh).
     beta: float = field(
         default=0.1,
-        metadata={"help": "Scale of the log-ratio to π_t: SPIN's λ, GSIL's β in f = β log π_θ/π_t + b (both papers: 0.1)."},
+        metadata={
+            "help": "Scale of the log-ratio to π_t: SPIN's λ, GSIL's β in f = β log π_θ/π_t + b (both papers: 0.1)."
+        },
     )
-    learning_rate: float = field(default=5e-7, metadata={"help": "Learning rate of each iteration (both papers: 5e-7)."})
+    learning_rate: float = field(
+        default=5e-7, metadata={"help": "Learning rate of each iteration (both papers: 5e-7)."}
+    )
     optim: str = field(default="rmsprop", metadata={"help": "Optimizer (both papers: RMSProp)."})
-    lr_scheduler_type: str = field(default="linear", metadata={"help": "Learning-rate schedule of each iteration (linear)."})
+    lr_scheduler_type: str = field(
+        default="linear", metadata={"help": "Learning-rate schedule of each iteration (linear)."}
+    )
     warmup_steps: float = field(
-        default=0.1, metadata={"help": "Warmup: steps, or a ratio of each iteration's steps when < 1 (both papers: 0.1)."}
+        default=0.1,
+        metadata={"help": "Warmup: steps, or a ratio of each iteration's steps when < 1 (both papers: 0.1)."},
     )
     generation_batch_size: int = field(default=32, metadata={"help": "Prompts per generate call while π_t answers."})
     previous_iteration_pairs: bool = field(
         default=False,
-        metadata={"help": "Train iteration t on its pairs and on iteration t−1's (the old answers, the old reference's)."},
+        metadata={
+            "help": "Train iteration t on its pairs and on iteration t−1's (the old answers, the old reference's)."
+        },
     )
     overwrite_output_dir: bool = field(
         default=False,
@@ -55,15 +70,18 @@ class SelfPlayConfig(ActivationCheckpointingAlias, DPOConfig):
 
     # DPO fields that would change the loss or the reference these methods define: refused when set, not ignored
     # (`refuse_unused_fields`).
-    _UNUSED_FIELDS = unused_parent_fields(DPOConfig, {
-        "loss_type": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
-        "loss_weights": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
-        "ld_alpha": "the loss uses whole-sequence log-probabilities, as the papers do",
-        "f_divergence_type": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
-        "use_weighting": "the papers weight every pair equally",
-        "label_smoothing": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
-        "sync_ref_model": "the reference is π_t, the iterate that wrote the answers, frozen for the whole iteration",
-    })
+    _UNUSED_FIELDS = unused_parent_fields(
+        DPOConfig,
+        {
+            "loss_type": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
+            "loss_weights": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
+            "ld_alpha": "the loss uses whole-sequence log-probabilities, as the papers do",
+            "f_divergence_type": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
+            "use_weighting": "the papers weight every pair equally",
+            "label_smoothing": "the loss is the method's own (`spin_loss_type` / `gsil_loss_type`)",
+            "sync_ref_model": "the reference is π_t, the iterate that wrote the answers, frozen for the whole iteration",
+        },
+    )
 
     def __post_init__(self):
         refuse_unused_fields(self)
@@ -136,7 +154,9 @@ class SPINConfig(SelfPlayConfig):
 
     def __post_init__(self):
         if self.spin_loss_type not in SPIN_LOSSES:
-            raise ValueError(f"spin_loss_type must be one of {SPIN_LOSSES} ('sigmoid' is the paper's), got {self.spin_loss_type!r}.")
+            raise ValueError(
+                f"spin_loss_type must be one of {SPIN_LOSSES} ('sigmoid' is the paper's), got {self.spin_loss_type!r}."
+            )
         super().__post_init__()
 
 

@@ -49,7 +49,9 @@ def spin_loss(
         (0.3133, 0.0)
     """
     if loss_type not in SPIN_LOSSES:
-        raise ValueError(f"SPIN loss_type must be one of {SPIN_LOSSES} (the paper's logistic loss is 'sigmoid'), got {loss_type!r}.")
+        raise ValueError(
+            f"SPIN loss_type must be one of {SPIN_LOSSES} (the paper's logistic loss is 'sigmoid'), got {loss_type!r}."
+        )
     _check_same_shape(policy_real_logps, policy_generated_logps, ref_real_logps, ref_generated_logps)
     # Δ: how much more the update raised the demonstration than the model's own answer, both relative to π_t.
     delta = (policy_real_logps - ref_real_logps) - (policy_generated_logps - ref_generated_logps)
@@ -58,7 +60,9 @@ def spin_loss(
     return torch.relu(1.0 - beta * delta)
 
 
-def gsil_discriminator(policy_logps: torch.Tensor, ref_logps: torch.Tensor, beta: float = 0.1, shift: float = 0.0) -> torch.Tensor:
+def gsil_discriminator(
+    policy_logps: torch.Tensor, ref_logps: torch.Tensor, beta: float = 0.1, shift: float = 0.0
+) -> torch.Tensor:
     r"""GSIL's implicit classifier logit f_θ(x, y) = β·(log π_θ(y|x) − log π_t(y|x)) + b.
 
     f estimates log π_data(y|x)/π_t(y|x); the paper has b = 0, the authors' code an optional shift b.

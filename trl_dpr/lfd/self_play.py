@@ -51,11 +51,36 @@ RUN_RECORD = "self_play.json"
 ITERATION_RECORD = "self_play_iteration.json"
 # Settings that decide what a self-play run trains (num_iterations is not one: raising it continues a finished run).
 _SETTINGS = (
-    "model_name_or_path", "dataset_name", "dataset_config", "dataset_train_split", "num_train_samples", "dataset_format",
-    "seed", "learning_rate", "optim", "lr_scheduler_type", "warmup_steps", "weight_decay", "num_train_epochs",
-    "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length", "beta", "spin_loss_type",
-    "gsil_loss_type", "gsil_shift", "generation_temperature", "generation_top_p", "max_new_tokens",
-    "generation_batch_size", "previous_iteration_pairs", "use_peft", "lora_r", "lora_alpha", "load_in_4bit",
+    "model_name_or_path",
+    "dataset_name",
+    "dataset_config",
+    "dataset_train_split",
+    "num_train_samples",
+    "dataset_format",
+    "seed",
+    "learning_rate",
+    "optim",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "weight_decay",
+    "num_train_epochs",
+    "max_steps",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_length",
+    "beta",
+    "spin_loss_type",
+    "gsil_loss_type",
+    "gsil_shift",
+    "generation_temperature",
+    "generation_top_p",
+    "max_new_tokens",
+    "generation_batch_size",
+    "previous_iteration_pairs",
+    "use_peft",
+    "lora_r",
+    "lora_alpha",
+    "load_in_4bit",
 )
 
 
@@ -110,7 +135,9 @@ def prompts_and_demonstrations(dataset: Dataset, name: str) -> tuple[list, list]
         prompts, completions = [], []
         for messages in dataset["messages"]:
             if len(messages) < 2 or messages[-1]["role"] != "assistant":
-                raise ValueError(f"A `messages` row of {name!r} does not end with an assistant turn after a prompt: {messages!r}")
+                raise ValueError(
+                    f"A `messages` row of {name!r} does not end with an assistant turn after a prompt: {messages!r}"
+                )
             prompts.append(messages[:-1])
             completions.append(messages[-1:])
         return prompts, completions
@@ -125,7 +152,9 @@ def demonstration_ids(tokenizer, prompt, completion, prompt_ids: Sequence[int]) 
     rendered prompt (`render_prompts`, what π_t answered) must be its prefix.
     """
     if is_conversational({"prompt": prompt}):
-        full = tokenizer.apply_chat_template(conversation=list(prompt) + list(completion), tokenize=True, return_dict=True)
+        full = tokenizer.apply_chat_template(
+            conversation=list(prompt) + list(completion), tokenize=True, return_dict=True
+        )
         full = list(full["input_ids"])
     else:
         full = list(tokenizer(text=prompt + completion)["input_ids"])
@@ -197,21 +226,38 @@ def answer_prompts(
     Batch seeds are `seed + <first prompt index>` (reproducible); `settings` must match the file's.
     """
     state = PartialState()
-    settings = {**(settings or {}), "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
-                "batch_size": batch_size, "seed": seed, "prompts": _fingerprint(list(prompts))}
+    settings = {
+        **(settings or {}),
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_new_tokens": max_new_tokens,
+        "batch_size": batch_size,
+        "seed": seed,
+        "prompts": _fingerprint(list(prompts)),
+    }
     cache = JsonlCache(cache_path, ("prompt_index",), settings)
     missing = [i for i in range(len(prompts)) if (i,) not in cache]
     per_round = batch_size * state.num_processes
     rounds = range(0, len(missing), per_round)
     for start in tqdm(rounds, desc="π_t answers", disable=not (show_progress and state.is_main_process)):
-        mine = missing[start : start + per_round][state.process_index * batch_size : (state.process_index + 1) * batch_size]
+        mine = missing[start : start + per_round][
+            state.process_index * batch_size : (state.process_index + 1) * batch_size
+        ]
         # Under ZeRO-3, generate synchronises the processes at every step: a process with no prompt left in this round
         # answers the round's first one too (and drops it), so that every process calls generate in every round.
         work = mine or missing[start : start + 1]
-        with _full_weights(model):  # seeded by the batch's first prompt: the same batch gets the same answers in any run
+        with _full_weights(
+            model
+        ):  # seeded by the batch's first prompt: the same batch gets the same answers in any run
             samples = sample_completions(
-                model, tokenizer, [prompts[i] for i in work], temperature=temperature, top_p=top_p,
-                max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed + work[0],
+                model,
+                tokenizer,
+                [prompts[i] for i in work],
+                temperature=temperature,
+                top_p=top_p,
+                max_new_tokens=max_new_tokens,
+                batch_size=batch_size,
+                seed=seed + work[0],
             )
         records = [
             {"prompt_index": i, "prompt_ids": s.prompt_ids, "completion_ids": s.completion_ids, "text": s.text}
@@ -237,7 +283,9 @@ def load_policy(path: str, model_init_kwargs: dict):
 
     base_name = json.loads(config.read_text()).get("base_model_name_or_path")
     if not base_name:
-        raise ValueError(f"{config} names no base model (base_model_name_or_path); set it to the base's Hub id or folder.")
+        raise ValueError(
+            f"{config} names no base model (base_model_name_or_path); set it to the base's Hub id or folder."
+        )
     return PeftModel.from_pretrained(create_model_from_path(base_name, **model_init_kwargs), path, is_trainable=True)
 
 
@@ -319,7 +367,9 @@ def run_self_play(
     """
     trainer_cls = trainer_class(training_args)  # before any loading
     method = trainer_cls._name
-    check_model_source(model_args.model_name_or_path, "π_0, the SFT output (model_name_or_path)")  # before the folder is claimed
+    check_model_source(
+        model_args.model_name_or_path, "π_0, the SFT output (model_name_or_path)"
+    )  # before the folder is claimed
     root = Path(training_args.output_dir)
     claim_output_dir(root, resuming=True)  # one run per folder; reruns are checked against self_play.json below
     settings = _run_settings(script_args, training_args, model_args)
@@ -345,7 +395,9 @@ def run_self_play(
         return root / "generations" / f"iteration-{t}.jsonl"
 
     def pairs_of(t: int, answers: list[dict]) -> Dataset:
-        return demonstration_pairs(tokenizer, prompts, completions, answers).add_column("iteration", [t] * len(prompts))
+        return demonstration_pairs(tokenizer, prompts, completions, answers).add_column(
+            "iteration", [t] * len(prompts)
+        )
 
     policy_path, iterations, previous_pairs = sft_path, [], None
     for t in range(training_args.num_iterations):
@@ -356,15 +408,24 @@ def run_self_play(
             policy_path, previous_pairs = str(iteration_dir), None
             continue
         if state.is_main_process:  # a line, not a stage banner: the iterations are one stage of the recipe
-            print(f"\n{method} iteration {t} ({t + 1} of {training_args.num_iterations}): {policy_path} answers, then "
-                  f"trains against itself into {iteration_dir}", flush=True)
+            print(
+                f"\n{method} iteration {t} ({t + 1} of {training_args.num_iterations}): {policy_path} answers, then "
+                f"trains against itself into {iteration_dir}",
+                flush=True,
+            )
         start = time.perf_counter()
         policy = load_policy(policy_path, init_kwargs)
         answers = answer_prompts(
-            policy, tokenizer, prompts, answers_path(t),
-            temperature=training_args.generation_temperature, top_p=training_args.generation_top_p,
-            max_new_tokens=training_args.max_new_tokens, batch_size=training_args.generation_batch_size,
-            seed=training_args.seed + 100_003 * t, settings={"model": str(policy_path), "iteration": t},
+            policy,
+            tokenizer,
+            prompts,
+            answers_path(t),
+            temperature=training_args.generation_temperature,
+            top_p=training_args.generation_top_p,
+            max_new_tokens=training_args.max_new_tokens,
+            batch_size=training_args.generation_batch_size,
+            seed=training_args.seed + 100_003 * t,
+            settings={"model": str(policy_path), "iteration": t},
         )
         pairs = current_pairs = pairs_of(t, answers)
         if training_args.previous_iteration_pairs and t > 0:
@@ -376,15 +437,25 @@ def run_self_play(
         args = copy.copy(training_args)  # the same settings (processed fields kept), in this iteration's folder
         args.output_dir, args.push_to_hub = str(iteration_dir), False
         trainer = trainer_cls(
-            model=policy, args=args, train_dataset=pairs, processing_class=tokenizer, callbacks=callbacks,
+            model=policy,
+            args=args,
+            train_dataset=pairs,
+            processing_class=tokenizer,
+            callbacks=callbacks,
             peft_config=None if is_peft_model(policy) else get_peft_config(model_args),  # an adapter π_t stays one
         )
         resume = last_complete_checkpoint(iteration_dir) if training_args.resume_from_checkpoint else None
         trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(str(iteration_dir))
         trainer.create_model_card(model_name=f"{root.name}-iteration-{t}", dataset_name=script_args.dataset_name)
-        record = {"iteration": t, "policy": str(policy_path), "reference": str(policy_path), "pairs": len(pairs),
-                  **_final_metrics(trainer.state.log_history), "wall_time_s": time.perf_counter() - start}
+        record = {
+            "iteration": t,
+            "policy": str(policy_path),
+            "reference": str(policy_path),
+            "pairs": len(pairs),
+            **_final_metrics(trainer.state.log_history),
+            "wall_time_s": time.perf_counter() - start,
+        }
         if state.is_main_process:
             record_path.write_text(json.dumps(record, indent=2))
         state.wait_for_everyone()
@@ -415,8 +486,9 @@ def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRu
     state = PartialState()
     results: dict = {}
     if state.is_main_process:
-        config = load_evaluation_config(evaluation_config, baseline=f"SFT={sft_path}",
-                                        candidates=[f"{run.method}={run.output_dir}"], device=device)
+        config = load_evaluation_config(
+            evaluation_config, baseline=f"SFT={sft_path}", candidates=[f"{run.method}={run.output_dir}"], device=device
+        )
         results = run_evaluation(config).as_dict()
         print(results["table_markdown"], flush=True)
         print(f"\nWritten to {config.output_dir}/results.md", flush=True)
@@ -446,7 +518,11 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
     method = trainer_class(training_args)._name
     sft_path = model_args.model_name_or_path
     return run_stages(
-        method, sft_path, placement, script_args.sft_config, script_args.evaluation_config,
+        method,
+        sft_path,
+        placement,
+        script_args.sft_config,
+        script_args.evaluation_config,
         train=lambda: run_self_play(script_args, training_args, model_args),
         train_title=f"{method} from {sft_path}: {training_args.num_iterations} iteration(s)",
         evaluate=lambda run, device: evaluate_last_iterate(script_args.evaluation_config, sft_path, run, device),

@@ -41,7 +41,11 @@ class SelfPlayTrainer(AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixi
     """
 
     def pair_loss(
-        self, policy_real: torch.Tensor, policy_generated: torch.Tensor, ref_real: torch.Tensor, ref_generated: torch.Tensor
+        self,
+        policy_real: torch.Tensor,
+        policy_generated: torch.Tensor,
+        ref_real: torch.Tensor,
+        ref_generated: torch.Tensor,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """`[B]` losses and the metrics to log (`[B]` tensors), from the four `[B]` sequence log-probabilities."""
         raise NotImplementedError
@@ -74,7 +78,9 @@ class SelfPlayTrainer(AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixi
         for name, values in metrics.items():
             self._metrics[mode][name].append(self.accelerator.gather(values.detach().float()).mean().item())
         loss = losses.mean()
-        if return_outputs:  # as DPOTrainer: the fused head builds no logits, so `compute_metrics` gets a second forward
+        if (
+            return_outputs
+        ):  # as DPOTrainer: the fused head builds no logits, so `compute_metrics` gets a second forward
             with torch.no_grad():
                 outputs = model(**model_kwargs)
             return loss, outputs
@@ -120,7 +126,12 @@ class SPINTrainer(SelfPlayTrainer):
 
     def pair_loss(self, policy_real, policy_generated, ref_real, ref_generated):
         losses = spin_loss(
-            policy_real, policy_generated, ref_real, ref_generated, beta=self.args.beta, loss_type=self.args.spin_loss_type
+            policy_real,
+            policy_generated,
+            ref_real,
+            ref_generated,
+            beta=self.args.beta,
+            loss_type=self.args.spin_loss_type,
         )
         real = self.args.beta * (policy_real - ref_real)  # SPIN's implicit rewards, as DPO logs them
         generated = self.args.beta * (policy_generated - ref_generated)
@@ -172,11 +183,18 @@ class GSILTrainer(SelfPlayTrainer):
     def pair_loss(self, policy_real, policy_generated, ref_real, ref_generated):
         args = self.args
         losses, real_losses, generated_losses = gsil_loss(
-            policy_real, policy_generated, ref_real, ref_generated, beta=args.beta, loss_type=args.gsil_loss_type,
+            policy_real,
+            policy_generated,
+            ref_real,
+            ref_generated,
+            beta=args.beta,
+            loss_type=args.gsil_loss_type,
             shift=args.gsil_shift,
         )
         real = gsil_discriminator(policy_real, ref_real, args.beta, args.gsil_shift)  # f on demonstrations: pushed up
-        generated = gsil_discriminator(policy_generated, ref_generated, args.beta, args.gsil_shift)  # own answers: down
+        generated = gsil_discriminator(
+            policy_generated, ref_generated, args.beta, args.gsil_shift
+        )  # own answers: down
         return losses, {
             "rewards/real": real,
             "rewards/generated": generated,

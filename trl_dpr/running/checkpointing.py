@@ -171,7 +171,10 @@ _HELD_LOCKS: dict[str, tuple[Path, _FolderLock, int]] = {}
 
 
 def _is_main_process() -> bool:
-    return not (torch.distributed.is_available() and torch.distributed.is_initialized()) or torch.distributed.get_rank() == 0
+    return (
+        not (torch.distributed.is_available() and torch.distributed.is_initialized())
+        or torch.distributed.get_rank() == 0
+    )
 
 
 def _agree(error: str | None) -> str | None:
@@ -327,7 +330,11 @@ class AtomicCheckpointsMixin:
                     "resume_from_checkpoint, or point it at a checkpoint folder."
                 )
         elif resume_from_checkpoint is not None:
-            problem = checkpoint_problem(resume_from_checkpoint) if os.path.isdir(resume_from_checkpoint) else "it is not a folder"
+            problem = (
+                checkpoint_problem(resume_from_checkpoint)
+                if os.path.isdir(resume_from_checkpoint)
+                else "it is not a folder"
+            )
             if problem and not problem.startswith("no checkpoint_manifest"):
                 raise ValueError(f"Cannot resume from {resume_from_checkpoint!r}: {problem}.")
         if resume_from_checkpoint is not None and self.is_world_process_zero():

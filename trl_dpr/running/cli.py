@@ -32,10 +32,19 @@ PACKAGE = Path(__file__).resolve().parents[1]  # trl_dpr/
 SCRIPTS = PACKAGE / "scripts"  # one module per stage, each with make_parser() and main(argv)
 
 TRAINING_STAGES = ("sft", "dpr", "spin", "gsil")
-IN_PROCESS = {"evaluate": "evaluate", "preview": "preview"}  # command → its module in trl_dpr.scripts (and YAML subfolder)
+IN_PROCESS = {
+    "evaluate": "evaluate",
+    "preview": "preview",
+}  # command → its module in trl_dpr.scripts (and YAML subfolder)
 STAGES = (*TRAINING_STAGES, *IN_PROCESS)
-EXAMPLE_RECIPES = {"sft": "demo/sft.yaml", "dpr": "demo/dpr.yaml", "spin": "demo/spin.yaml", "gsil": "demo/gsil.yaml",
-                   "evaluate": "demo.yaml", "preview": "demo.yaml"}
+EXAMPLE_RECIPES = {
+    "sft": "demo/sft.yaml",
+    "dpr": "demo/dpr.yaml",
+    "spin": "demo/spin.yaml",
+    "gsil": "demo/gsil.yaml",
+    "evaluate": "demo.yaml",
+    "preview": "demo.yaml",
+}
 
 # Modules of the optional extras (pyproject.toml) → the extra that installs them. A missing one is a fact about the
 # install, not a bug: the command says which extra to install and exits 2, as for any other mistake in the input.
@@ -57,7 +66,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     errors = [ValueError, OSError]
     # A folder held by another run, a missing API key: their modules import torch, and an error of a class whose
     # module was never imported cannot have been raised, so only the loaded ones are asked for.
-    for module, name in (("trl_dpr.running.checkpointing", "OutputDirInUse"), ("trl_dpr.evaluation.chat_models", "MissingAPIKeyError")):
+    for module, name in (
+        ("trl_dpr.running.checkpointing", "OutputDirInUse"),
+        ("trl_dpr.evaluation.chat_models", "MissingAPIKeyError"),
+    ):
         if module in sys.modules:
             errors.append(getattr(sys.modules[module], name))
     return tuple(errors)
@@ -94,8 +106,10 @@ def run(main_function: Callable[[list[str]], object], argv: Sequence[str] | None
         if debug or extra is None:  # a module the base install has: a broken environment or a bug, with its traceback
             raise
         install = f'pip install "trl_dpr[{extra}]"'
-        _exit_with_message(error, str(error) if install in str(error) else f"{error} (`{install}` installs "
-                           f"{error.name.split('.')[0]})")
+        _exit_with_message(
+            error,
+            str(error) if install in str(error) else f"{error} (`{install}` installs {error.name.split('.')[0]})",
+        )
     except Exception as error:  # not `except _user_errors()`: Python would evaluate it for --help's SystemExit too
         if debug or not isinstance(error, _user_errors()):
             raise
@@ -109,10 +123,13 @@ def _interrupted() -> str:
     saved = [(folder, checkpointing.last_complete_checkpoint(folder)) for folder in held]
     if any(checkpoint for _, checkpoint in saved):
         where = "; ".join(f"{folder}: {checkpoint}" for folder, checkpoint in saved if checkpoint)
-        return (f"Interrupted. Saved: {where}. Resume with the same command and --resume_from_checkpoint true.")
+        return f"Interrupted. Saved: {where}. Resume with the same command and --resume_from_checkpoint true."
     folders = ", ".join(str(folder) for folder, _ in saved)
-    return ("Interrupted. " + (f"No checkpoint was saved yet in {folders}: " if folders else "Nothing was saved: ")
-            + "run the same command again to start over.")
+    return (
+        "Interrupted. "
+        + (f"No checkpoint was saved yet in {folders}: " if folders else "Nothing was saved: ")
+        + "run the same command again to start over."
+    )
 
 
 def _exit_with_message(error: BaseException, message: str):
@@ -141,8 +158,11 @@ def _resolve_accelerate_config(launch_args: list[str]) -> list[str]:
     except ValueError:
         import importlib.resources
 
-        theirs = sorted(p.name.removesuffix(".yaml") for p in importlib.resources.files("trl.accelerate_configs").iterdir()
-                        if p.name.endswith(".yaml"))
+        theirs = sorted(
+            p.name.removesuffix(".yaml")
+            for p in importlib.resources.files("trl.accelerate_configs").iterdir()
+            if p.name.endswith(".yaml")
+        )
         raise ValueError(
             f"--accelerate_config {name!r} is not a file, nor one of trl_dpr's {sorted(p.stem for p in ours.glob('*.yaml'))} "
             f"or TRL's {theirs}."
@@ -171,13 +191,20 @@ def _launch_defaults(launch_args: list[str], run=None) -> list[str]:
             processes = given.num_processes or gpus
             precision = run.mixed_precision if run is not None else "no"
             values = {"num_processes": gpus, "num_machines": 1, "mixed_precision": precision, "dynamo_backend": "no"}
-            extra += [item for key, value in values.items() if getattr(given, key) is None
-                      for item in (f"--{key}", str(value))]
+            extra += [
+                item
+                for key, value in values.items()
+                if getattr(given, key) is None
+                for item in (f"--{key}", str(value))
+            ]
             launchers = (given.multi_gpu, given.use_deepspeed, given.use_fsdp, given.use_megatron_lm, given.tpu)
             if gpus > 1 and processes > 1 and not any(launchers):
                 extra.append("--multi_gpu")  # what accelerate enables itself, with a warning, for several GPUs
-    settings = load_config_from_file(config_file or default_config_file) if (
-        config_file or os.path.isfile(default_config_file)) else None
+    settings = (
+        load_config_from_file(config_file or default_config_file)
+        if (config_file or os.path.isfile(default_config_file))
+        else None
+    )
     if (given.cpu or getattr(settings, "use_cpu", False)) and given.num_cpu_threads_per_process is None:
         extra += ["--num_cpu_threads_per_process", str(_cpu_threads())]
     return [*extra, *launch_args]
@@ -279,7 +306,9 @@ def _stage_parser(stage: str):
     parser = module.make_parser()
     parser.prog = f"trl-dpr {stage}"
     training = stage in TRAINING_STAGES
-    parser.usage = f"{parser.prog} --config RECIPE [--KEY VALUE ...]" + (" [accelerate launch flags]" if training else "")
+    parser.usage = f"{parser.prog} --config RECIPE [--KEY VALUE ...]" + (
+        " [accelerate launch flags]" if training else ""
+    )
     parser.description = module.__doc__.split("\n\n")[0] + "\n\n" + CONFIG_HELP
     if training:
         parser.epilog = LAUNCHER_HELP
@@ -314,9 +343,12 @@ def _cache_file() -> Path:
             return "absent"
 
     files = list(PACKAGE.rglob("*.py"))  # the scripts included: trl_dpr/scripts/<stage>.py
-    key = _fingerprint(PACKAGE, files, {name: version(name) for name in ("trl", "transformers", "accelerate", "peft", "torch")})
+    key = _fingerprint(
+        PACKAGE, files, {name: version(name) for name in ("trl", "transformers", "accelerate", "peft", "torch")}
+    )
     root = os.environ.get("TRL_DPR_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trl_dpr")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trl_dpr"
+    )
     return Path(root) / f"cli-{key}.json"
 
 
@@ -411,7 +443,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _dispatch(argv: list[str]) -> None:
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: trl-dpr <command> [--config YAML] [options]\n\n" + _help() + "\n\n" + __doc__.split("\n\n", 2)[2])
+        print(
+            "usage: trl-dpr <command> [--config YAML] [options]\n\n" + _help() + "\n\n" + __doc__.split("\n\n", 2)[2]
+        )
         return
     command, rest = argv[0], argv[1:]
     if command in STAGES:
@@ -431,9 +465,12 @@ def _dispatch(argv: list[str]) -> None:
     elif command == "recipes":
         _list_recipes()
     else:
-        print(f"trl-dpr: unknown command {command!r}. Commands: {', '.join([*STAGES, 'heatmap', 'memory', 'push', 'recipes'])}.",
-              file=sys.stderr)
+        print(
+            f"trl-dpr: unknown command {command!r}. Commands: {', '.join([*STAGES, 'heatmap', 'memory', 'push', 'recipes'])}.",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
+
 
 if __name__ == "__main__":
     main()

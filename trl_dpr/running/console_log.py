@@ -44,7 +44,9 @@ class ConsoleLogMixin:
         for callback in list(self.callback_handler.callbacks):
             if type(callback) in (ProgressCallback, PrinterCallback):  # transformers' defaults, not a user's subclass
                 self.remove_callback(callback)
-                self.add_callback(NumericPrinterCallback if type(callback) is PrinterCallback else NumericProgressCallback)
+                self.add_callback(
+                    NumericPrinterCallback if type(callback) is PrinterCallback else NumericProgressCallback
+                )
 
     def train(self, *args, **kwargs):
         with warnings.catch_warnings():

@@ -130,8 +130,12 @@ def _write_converted(gguf_file: Path, folder: Path) -> None:
     model.generation_config = loaded.generation_config
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    record = {"gguf_file": str(gguf_file), "bytes": gguf_file.stat().st_size, "dtype": "float32",
-              "wall_s": round(time.time() - started, 1)}
+    record = {
+        "gguf_file": str(gguf_file),
+        "bytes": gguf_file.stat().st_size,
+        "dtype": "float32",
+        "wall_s": round(time.time() - started, 1),
+    }
     (folder / PROVENANCE_FILE).write_text(json.dumps(record, indent=1))
 
 

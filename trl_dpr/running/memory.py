@@ -132,7 +132,9 @@ class MemoryPlan:
         verdict = ""
         if self.gpu_memory_gib is not None:
             verdict = f" of {self.gpu_memory_gib:g} GiB: {'fits' if self.fits else 'DOES NOT FIT'}"
-        rows.append(f"| **total per {self.unit}** | **{self.total_gib:.2f}** | static + {self.peak_phase} + margin{verdict} |")
+        rows.append(
+            f"| **total per {self.unit}** | **{self.total_gib:.2f}** | static + {self.peak_phase} + margin{verdict} |"
+        )
         rows += [""] + [f"- {note}" for note in self.notes]
         return "\n".join(rows)
 
@@ -288,21 +290,30 @@ def plan(
     if quantized:
         constants = 0.0159 if getattr(model_args, "use_bnb_nested_quant", False) else 0.0625
         other = shape.parameters - shape.linear_parameters
-        static.append(_term(
-            "base weights (NF4)", copies * (shape.linear_parameters * (0.5 + constants) + other * BF16),
-            f"{copies} × ({shape.linear_parameters / 1e9:.2f} B linear × {0.5 + constants:.4f} B + "
-            f"{other / 1e9:.2f} B other × 2 B)" + held,
-        ))
+        static.append(
+            _term(
+                "base weights (NF4)",
+                copies * (shape.linear_parameters * (0.5 + constants) + other * BF16),
+                f"{copies} × ({shape.linear_parameters / 1e9:.2f} B linear × {0.5 + constants:.4f} B + "
+                f"{other / 1e9:.2f} B other × 2 B)" + held,
+            )
+        )
     else:
-        static.append(_term(
-            "weights (bf16)", copies * shape.parameters * BF16 / shards,
-            f"{copies} × {shape.parameters / 1e9:.2f} B params × 2 B" + over + held,
-        ))
+        static.append(
+            _term(
+                "weights (bf16)",
+                copies * shape.parameters * BF16 / shards,
+                f"{copies} × {shape.parameters / 1e9:.2f} B params × 2 B" + over + held,
+            )
+        )
     if sharded:
-        static.append(_term(
-            "gathered layer (ZeRO-3 / FSDP)", 2 * shape.largest_layer_parameters * BF16,
-            f"2 × {shape.largest_layer_parameters / 1e6:.0f} M params × 2 B (the layer computed + the one prefetched)",
-        ))
+        static.append(
+            _term(
+                "gathered layer (ZeRO-3 / FSDP)",
+                2 * shape.largest_layer_parameters * BF16,
+                f"2 × {shape.largest_layer_parameters / 1e6:.0f} M params × 2 B (the layer computed + the one prefetched)",
+            )
+        )
 
     # -- adapters, gradients, optimizer ------------------------------------------------------------------------------
     if use_peft:
@@ -310,19 +321,28 @@ def plan(
         lora = shape.lora_parameters(rank, getattr(model_args, "lora_target_modules", None) or "all-linear")
         trainable_bytes = BF16 if quantized else FP32
         if is_dpr and adapter_sft:
-            static.append(_term(
-                f"frozen adapter{'s' if len(frozen) > 1 else ''} {', '.join(frozen)} (fp32)", len(frozen) * lora * FP32,
-                f"{len(frozen)} × {lora / 1e6:.1f} M × 4 B",
-            ))
-        static.append(_term(
-            "trainable adapter + grad + AdamW m, v", lora * 4 * trainable_bytes,
-            f"{lora / 1e6:.1f} M (r={rank}) × 4 × {trainable_bytes} B",
-        ))
+            static.append(
+                _term(
+                    f"frozen adapter{'s' if len(frozen) > 1 else ''} {', '.join(frozen)} (fp32)",
+                    len(frozen) * lora * FP32,
+                    f"{len(frozen)} × {lora / 1e6:.1f} M × 4 B",
+                )
+            )
+        static.append(
+            _term(
+                "trainable adapter + grad + AdamW m, v",
+                lora * 4 * trainable_bytes,
+                f"{lora / 1e6:.1f} M (r={rank}) × 4 × {trainable_bytes} B",
+            )
+        )
     else:
-        static.append(_term(
-            "grad + fp32 master + AdamW m, v", shape.parameters * (BF16 + 3 * FP32) / shards,
-            f"{shape.parameters / 1e9:.2f} B × 14 B" + over,
-        ))
+        static.append(
+            _term(
+                "grad + fp32 master + AdamW m, v",
+                shape.parameters * (BF16 + 3 * FP32) / shards,
+                f"{shape.parameters / 1e9:.2f} B × 14 B" + over,
+            )
+        )
 
     # -- phases ----------------------------------------------------------------------------------------------------
     def one_layer(rows: int, length: int) -> float:  # no-grad forward, one layer's tensors live
@@ -334,14 +354,19 @@ def plan(
             _term("one layer live", one_layer(batch, tokens), f"{batch} × {tokens} × (4·{hidden} + 3·{mlp}) × 2 B"),
             _term("last hidden states", batch * tokens * hidden * BF16, f"{batch} × {tokens} × {hidden} × 2 B"),
             _term(
-                "LM-head chunk", training_args.reward_token_chunk_size * vocab * FP32 * 3,
+                "LM-head chunk",
+                training_args.reward_token_chunk_size * vocab * FP32 * 3,
                 f"reward_token_chunk_size {training_args.reward_token_chunk_size} × {vocab} × 4 B × 3",
             ),
         ]
         if sharded:
-            scoring.append(_term(
-                "root params gathered", shape.root_parameters * BF16, f"{shape.root_parameters / 1e6:.0f} M × 2 B",
-            ))
+            scoring.append(
+                _term(
+                    "root params gathered",
+                    shape.root_parameters * BF16,
+                    f"{shape.root_parameters / 1e6:.0f} M × 2 B",
+                )
+            )
         phases[f"scoring {', '.join(frozen)}"] = scoring
         phases["log π_old forward"] = [
             _term("one layer live", one_layer(batch, tokens), f"{batch} × {tokens} × (4·{hidden} + 3·{mlp}) × 2 B"),
@@ -360,27 +385,42 @@ def plan(
     logit_tokens, logit_bytes = (completion, 8) if is_dpr else (tokens, 12)
     if training_args.gradient_checkpointing:
         training = [
-            _term("checkpoints", layers * batch * tokens * hidden * BF16, f"{layers} × {batch} × {tokens} × {hidden} × 2 B"),
             _term(
-                "layer recompute + backward", 2 * batch * tokens * (8 * hidden + 5 * mlp) * BF16,
+                "checkpoints",
+                layers * batch * tokens * hidden * BF16,
+                f"{layers} × {batch} × {tokens} × {hidden} × 2 B",
+            ),
+            _term(
+                "layer recompute + backward",
+                2 * batch * tokens * (8 * hidden + 5 * mlp) * BF16,
                 f"2 × {batch} × {tokens} × (8·{hidden} + 5·{mlp}) × 2 B",
             ),
         ]
     else:
-        training = [_term(
-            "activations (no checkpointing)", layers * batch * tokens * (8 * hidden + 5 * mlp) * BF16,
-            f"{layers} × {batch} × {tokens} × (8·{hidden} + 5·{mlp}) × 2 B",
-        )]
-    training.append(_term(
-        "loss logits", batch * logit_tokens * vocab * logit_bytes,
-        f"{batch} × {logit_tokens} × {vocab} × {logit_bytes} B",
-    ))
+        training = [
+            _term(
+                "activations (no checkpointing)",
+                layers * batch * tokens * (8 * hidden + 5 * mlp) * BF16,
+                f"{layers} × {batch} × {tokens} × (8·{hidden} + 5·{mlp}) × 2 B",
+            )
+        ]
+    training.append(
+        _term(
+            "loss logits",
+            batch * logit_tokens * vocab * logit_bytes,
+            f"{batch} × {logit_tokens} × {vocab} × {logit_bytes} B",
+        )
+    )
     phases["training step"] = training
     kind = "DPR" if is_dpr else "SFT"
     layout = "QLoRA" if quantized else ("LoRA" if use_peft else "full")
     return MemoryPlan(
-        title=title or f"{kind}, {layout}, {num_gpus} {'process(es)' if on_cpu else 'GPU(s)'}", static=static,
-        phases=phases, gpu_memory_gib=gpu_memory_gib, notes=notes, on_cpu=on_cpu,
+        title=title or f"{kind}, {layout}, {num_gpus} {'process(es)' if on_cpu else 'GPU(s)'}",
+        static=static,
+        phases=phases,
+        gpu_memory_gib=gpu_memory_gib,
+        notes=notes,
+        on_cpu=on_cpu,
     )
 
 
@@ -392,10 +432,13 @@ def _generation_phase(args, shape, num_gpus, prompt, completion, static, phases,
             if gpu_memory_gib is None:
                 raise ValueError("A vLLM colocate plan needs gpu_memory_gib: vLLM takes a fraction of the GPU.")
             pool = args.vllm_gpu_memory_utilization * gpu_memory_gib * GIB
-            static.append(_term(
-                "vLLM colocate pool", pool,
-                f"vllm_gpu_memory_utilization {args.vllm_gpu_memory_utilization} × {gpu_memory_gib:g} GiB",
-            ))
+            static.append(
+                _term(
+                    "vLLM colocate pool",
+                    pool,
+                    f"vllm_gpu_memory_utilization {args.vllm_gpu_memory_utilization} × {gpu_memory_gib:g} GiB",
+                )
+            )
             # vLLM holds a whole bf16 copy of the policy (no tensor parallelism in these plans) and must fit the KV
             # cache of at least one sequence of its max_model_len in what is left of the pool.
             max_len = args.vllm_max_model_length or text.max_position_embeddings
@@ -424,8 +467,11 @@ def _generation_phase(args, shape, num_gpus, prompt, completion, static, phases,
     kv = kv_cache_bytes_per_token(text, tokens=tokens)
     phases["generation (one generate call)"] = [
         _term("KV cache", rows * tokens * kv, f"{rows} sequences × {tokens} tokens × {kv // 1024} KiB"),
-        _term("prefill, one layer", rows * prompt * (4 * hidden + 3 * mlp) * BF16,
-              f"{rows} × {prompt} × (4·{hidden} + 3·{mlp}) × 2 B"),
+        _term(
+            "prefill, one layer",
+            rows * prompt * (4 * hidden + 3 * mlp) * BF16,
+            f"{rows} × {prompt} × (4·{hidden} + 3·{mlp}) × 2 B",
+        ),
         _term("sampling logits", rows * vocab * 18, f"{rows} × {vocab} × 18 B"),
     ]
     notes.append(
@@ -451,14 +497,27 @@ def continuous_batching_terms(text, head_dim: int, cb: dict) -> list[MemoryTerm]
     per_token_kv = layers * 2 * kv_heads * head_dim * BF16
     at_peak = 2 * heads + kv_heads  # SDPA reads K and V repeated to every query head, plus V
     return [
-        _term("paged KV cache", cached * per_token_kv,
-              f"num_blocks {blocks} × page_size {page} × {per_token_kv // 1024} KiB"),
+        _term(
+            "paged KV cache",
+            cached * per_token_kv,
+            f"num_blocks {blocks} × page_size {page} × {per_token_kv // 1024} KiB",
+        ),
         _term("K/V read back", cached * at_peak * head_dim * BF16, f"{cached} tokens × {at_peak} × {head_dim} × 2 B"),
-        _term("batch activations", batch_tokens * (hidden + heads * head_dim + 2 * kv_heads * head_dim + at_peak * head_dim) * BF16,
-              f"max_batch_tokens {batch_tokens} × attention peak"),
-        _term("logit rows", requests * (hidden * BF16 + vocab * FP32), f"{requests} requests × (2·{hidden} + 4·{vocab}) B"),
-        _term("attention masks (SDPA)", batch_tokens * (cached + batch_tokens) * BF16 * (2 if _has_sliding(text) else 1),
-              f"{batch_tokens} × ({cached} + {batch_tokens}) × 2 B"),
+        _term(
+            "batch activations",
+            batch_tokens * (hidden + heads * head_dim + 2 * kv_heads * head_dim + at_peak * head_dim) * BF16,
+            f"max_batch_tokens {batch_tokens} × attention peak",
+        ),
+        _term(
+            "logit rows",
+            requests * (hidden * BF16 + vocab * FP32),
+            f"{requests} requests × (2·{hidden} + 4·{vocab}) B",
+        ),
+        _term(
+            "attention masks (SDPA)",
+            batch_tokens * (cached + batch_tokens) * BF16 * (2 if _has_sliding(text) else 1),
+            f"{batch_tokens} × ({cached} + {batch_tokens}) × 2 B",
+        ),
     ]
 
 
@@ -531,8 +590,13 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
     """
     recipe = _parse_recipe(config_path, model_config)
     return plan(
-        recipe.training_args, recipe.model_config, recipe.model_args, gpu_memory_gib=recipe.target.gpu_memory_gib,
-        num_gpus=recipe.target.num_gpus, title=recipe.path, on_cpu=recipe.on_cpu,
+        recipe.training_args,
+        recipe.model_config,
+        recipe.model_args,
+        gpu_memory_gib=recipe.target.gpu_memory_gib,
+        num_gpus=recipe.target.num_gpus,
+        title=recipe.path,
+        on_cpu=recipe.on_cpu,
     )
 
 
@@ -616,8 +680,15 @@ def fit_recipe(config_path: str, gpu_memory_gib: float, model_config=None) -> Me
         trial = copy.copy(args)
         for key, value in changes.items():
             setattr(trial, key, value)
-        return plan(trial, recipe.model_config, recipe.model_args, gpu_memory_gib=gpu_memory_gib, num_gpus=num_gpus,
-                    title=recipe.path, on_cpu=recipe.on_cpu)
+        return plan(
+            trial,
+            recipe.model_config,
+            recipe.model_args,
+            gpu_memory_gib=gpu_memory_gib,
+            num_gpus=num_gpus,
+            title=recipe.path,
+            on_cpu=recipe.on_cpu,
+        )
 
     def largest(candidates, fits):  # candidates ascending; the largest whose plan fits, or None
         low, high, best = 0, len(candidates) - 1, None
@@ -647,8 +718,11 @@ def fit_recipe(config_path: str, gpu_memory_gib: float, model_config=None) -> Me
     global_batch = micro * accumulation
     values = {"per_device_train_batch_size": best_micro, "gradient_accumulation_steps": global_batch // best_micro}
     if generation:
+
         def cache_fits(n: int) -> bool:
-            trial = planned(per_device_train_batch_size=best_micro, transformers_continuous_batching_config={**cb, "num_blocks": n})
+            trial = planned(
+                per_device_train_batch_size=best_micro, transformers_continuous_batching_config={**cb, "num_blocks": n}
+            )
             # transformers refuses a paged cache over max_memory_percent of the memory free when generation starts
             free = gpu_memory_gib * GIB - trial.static_bytes
             return trial.fits and trial.phase_bytes(CONTINUOUS_BATCHING) <= cb.get("max_memory_percent", 0.9) * free
@@ -661,9 +735,13 @@ def fit_recipe(config_path: str, gpu_memory_gib: float, model_config=None) -> Me
     elif not args.use_vllm:  # one `generate` call: the rollout batch is its KV cache; a multiple of the global batch
         step = best_micro * values["gradient_accumulation_steps"] * num_gpus
         rollouts = list(range(step, max(args.generation_batch_size, step) + 1, step))
-        best_rollout = largest(rollouts, lambda n: planned(per_device_train_batch_size=best_micro, generation_batch_size=n).fits)
+        best_rollout = largest(
+            rollouts, lambda n: planned(per_device_train_batch_size=best_micro, generation_batch_size=n).fits
+        )
         if best_rollout is None:
-            return MemoryFit(gpu_memory_gib, None, planned(per_device_train_batch_size=best_micro, generation_batch_size=step))
+            return MemoryFit(
+                gpu_memory_gib, None, planned(per_device_train_batch_size=best_micro, generation_batch_size=step)
+            )
         values["generation_batch_size"] = best_rollout
     values["gpu_memory_gib"] = int(gpu_memory_gib) if float(gpu_memory_gib).is_integer() else gpu_memory_gib
     changes = {k: v for k, v in values.items() if k != "gpu_memory_gib"}
@@ -762,19 +840,36 @@ def _script_arguments_class(is_dpr: bool):
 
 
 def main(argv=None, prog: str = "python -m trl_dpr.running.memory") -> None:
-    """`trl-dpr memory` / `python -m trl_dpr.running.memory`: print the plan of recipe YAMLs (paths or shipped names).
-    """
+    """`trl-dpr memory` / `python -m trl_dpr.running.memory`: print the plan of recipe YAMLs (paths or shipped names)."""
     from .recipe_checks import CommandParser
 
     parser = CommandParser(prog=prog, description="Print the GPU memory plan of a trl_dpr recipe YAML.")
-    parser.add_argument("--config", required=True, nargs="+", help="recipe YAML(s) of `trl-dpr sft` or `trl-dpr dpr` (paths or shipped names)")
-    parser.add_argument("--model-config", help="folder with the model's config.json (default: the config of the "
-                        "recipe's model_name_or_path, or of the backbone its first line `# <hub id>: ...` names)")
-    parser.add_argument("--model-config-dir", help="folder of <backbone>/config.json, <backbone> = the recipe's folder")
-    parser.add_argument("--details", action="store_true", help="each table in a <details> block with a one-line summary")
-    parser.add_argument("--fit", action="store_true", help="print the recipe keys (update micro-batch, paged-cache "
-                        "num_blocks or rollout batch) that fit --gpu_memory_gib, as YAML lines, or one line if none do")
-    parser.add_argument("--gpu_memory_gib", "--gpu-memory-gib", type=float, help="the GPU memory --fit sizes for (GiB)")
+    parser.add_argument(
+        "--config",
+        required=True,
+        nargs="+",
+        help="recipe YAML(s) of `trl-dpr sft` or `trl-dpr dpr` (paths or shipped names)",
+    )
+    parser.add_argument(
+        "--model-config",
+        help="folder with the model's config.json (default: the config of the "
+        "recipe's model_name_or_path, or of the backbone its first line `# <hub id>: ...` names)",
+    )
+    parser.add_argument(
+        "--model-config-dir", help="folder of <backbone>/config.json, <backbone> = the recipe's folder"
+    )
+    parser.add_argument(
+        "--details", action="store_true", help="each table in a <details> block with a one-line summary"
+    )
+    parser.add_argument(
+        "--fit",
+        action="store_true",
+        help="print the recipe keys (update micro-batch, paged-cache "
+        "num_blocks or rollout batch) that fit --gpu_memory_gib, as YAML lines, or one line if none do",
+    )
+    parser.add_argument(
+        "--gpu_memory_gib", "--gpu-memory-gib", type=float, help="the GPU memory --fit sizes for (GiB)"
+    )
     args = parser.parse_args(argv)
     if args.fit and not args.gpu_memory_gib:
         parser.error("--fit needs --gpu_memory_gib N (the GPU's memory in GiB, e.g. 24 for an RTX 4090)")
@@ -791,8 +886,10 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.memory") -> None:
         result = plan_recipe(path, config)
         if args.details:
             of = f" of {result.gpu_memory_gib:g} GiB" if result.gpu_memory_gib is not None else ""
-            print(f"<details><summary><code>{path}</code>: {result.total_gib:.1f} GiB{of} per {result.unit} "
-                  f"({result.peak_phase})</summary>\n\n{result.table()}\n</details>\n")
+            print(
+                f"<details><summary><code>{path}</code>: {result.total_gib:.1f} GiB{of} per {result.unit} "
+                f"({result.peak_phase})</summary>\n\n{result.table()}\n</details>\n"
+            )
         else:
             print(result.table() + "\n")
 

@@ -18,7 +18,11 @@ def merged_folder(output_dir: str | os.PathLike) -> str:
 def check_merge_target(folder: str | os.PathLike) -> None:
     """A `FileExistsError` (one line) when `folder` exists, is not empty and was not written by a merge."""
     folder = Path(folder)
-    if folder.exists() and not (folder.is_dir() and not any(folder.iterdir())) and not (folder / MERGED_MARKER).is_file():
+    if (
+        folder.exists()
+        and not (folder.is_dir() and not any(folder.iterdir()))
+        and not (folder / MERGED_MARKER).is_file()
+    ):
         raise FileExistsError(
             f"{str(folder)!r} already exists and was not written by merge_adapter_folder; move it away or "
             "merge into another folder (trl_dpr never replaces a folder it did not create)."

@@ -52,8 +52,12 @@ def recorded_base_model(folder: str | os.PathLike | None) -> str | None:
         except (ValueError, AttributeError):
             return None
 
-    base = (field(SFT_COMPLETE_NAME, "base_model") or _front_matter(folder / "README.md").get("base_model")
-            or field("adapter_config.json", "base_model_name_or_path") or field(MANIFEST_NAME, "base_model"))
+    base = (
+        field(SFT_COMPLETE_NAME, "base_model")
+        or _front_matter(folder / "README.md").get("base_model")
+        or field("adapter_config.json", "base_model_name_or_path")
+        or field(MANIFEST_NAME, "base_model")
+    )
     if isinstance(base, list):  # a card may list several bases
         base = base[0] if base else None
     return _embedded_name(str(base)) if base else None
@@ -139,7 +143,7 @@ def _known_license(*folders_or_names: str | None) -> str | None:
 
 
 def _dataset_phrase(dataset_name: str | None) -> str:
-    """" on <the dataset>" for the card's first sentence: a Hub link, the embedded task, or a local file's name."""
+    """ " on <the dataset>" for the card's first sentence: a Hub link, the embedded task, or a local file's name."""
     from ..embedded.task import EMBEDDED_DATASET
 
     if not dataset_name:
@@ -171,11 +175,16 @@ def _quick_start(repo: str, prompt: list | str | None, max_new_tokens: int) -> l
         prompt = [{"role": "user", "content": "What can you do?"}]
     literal = json.dumps(prompt, ensure_ascii=False)  # JSON strings, lists and dicts of strings are Python literals
     return [
-        "## Quick start", "", "```python", "from transformers import pipeline", "",
+        "## Quick start",
+        "",
+        "```python",
+        "from transformers import pipeline",
+        "",
         f"prompt = {literal}  # from the training data",
         f'generator = pipeline("text-generation", model="{repo}", device_map="auto")',
         f"output = generator(prompt, max_new_tokens={max_new_tokens}, return_full_text=False)[0]",
-        'print(output["generated_text"])', "```",
+        'print(output["generated_text"])',
+        "```",
     ]
 
 
@@ -247,23 +256,43 @@ class BaseModelCardMixin:
             tags=["trl", *sorted(tags - {"trl"})],
         )
         paper = getattr(self, "_paper", None) or {}
-        method = self._name + (f", a method introduced in [{paper['title']}](https://huggingface.co/papers/{paper['id']})"
-                               if paper.get("id") else "")
+        method = self._name + (
+            f", a method introduced in [{paper['title']}](https://huggingface.co/papers/{paper['id']})"
+            if paper.get("id")
+            else ""
+        )
         max_new_tokens = getattr(args, "max_completion_length", None) or 128
         precision = _precision_phrase(args, self.accelerator.device, self.accelerator.unwrap_model(self.model))
         lines = [
-            f"# {model_name}", "",
+            f"# {model_name}",
+            "",
             f"This model is a fine-tuned version of {self._card_base_model()}{_dataset_phrase(dataset_name)}. "
-            "It has been trained using [TRL](https://github.com/huggingface/trl) and trl_dpr.", "",
-            *_quick_start(repo, _card_prompt(self.train_dataset), max_new_tokens), "",
-            "## Training procedure", "", f"This model was trained with {method}, {precision}.",
+            "It has been trained using [TRL](https://github.com/huggingface/trl) and trl_dpr.",
+            "",
+            *_quick_start(repo, _card_prompt(self.train_dataset), max_new_tokens),
+            "",
+            "## Training procedure",
+            "",
+            f"This model was trained with {method}, {precision}.",
             *(["", *_tracker_links()] if _tracker_links() else []),
-            *self._card_sections(), "",
-            "### Framework versions", "",
-            *[f"- {name}: {_version(package)}" for name, package in (
-                ("trl_dpr", "trl_dpr"), ("TRL", "trl"), ("Transformers", "transformers"), ("PyTorch", "torch"),
-                ("Datasets", "datasets"), ("Tokenizers", "tokenizers"))], "",
-            "## Citations", "",
+            *self._card_sections(),
+            "",
+            "### Framework versions",
+            "",
+            *[
+                f"- {name}: {_version(package)}"
+                for name, package in (
+                    ("trl_dpr", "trl_dpr"),
+                    ("TRL", "trl"),
+                    ("Transformers", "transformers"),
+                    ("PyTorch", "torch"),
+                    ("Datasets", "datasets"),
+                    ("Tokenizers", "tokenizers"),
+                )
+            ],
+            "",
+            "## Citations",
+            "",
         ]
         if paper.get("citation"):
             lines += [f"Cite {self._name} as:", "", "```bibtex", paper["citation"], "```", ""]
@@ -291,9 +320,22 @@ def _version(package: str) -> str:
 
 # Hyperparameters shown on a DPR model card: DPR's own fields and the parent fields the paper fixes (Table 5).
 CARD_HYPERPARAMETERS = (
-    "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size",
-    "num_generations", "temperature", "kl_coef", "gamma", "epsilon", "reward_granularity", "dense_reward",
-    "whiten_advantages", "max_prompt_length", "max_completion_length", "warmup_steps", "seed",
+    "learning_rate",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "generation_batch_size",
+    "num_generations",
+    "temperature",
+    "kl_coef",
+    "gamma",
+    "epsilon",
+    "reward_granularity",
+    "dense_reward",
+    "whiten_advantages",
+    "max_prompt_length",
+    "max_completion_length",
+    "warmup_steps",
+    "seed",
 )
 
 
@@ -305,17 +347,27 @@ def dpr_model_card_section(args, reward_model) -> str:
     reward = getattr(reward_model, "reward", None)
     rule = reward_label(reward) if reward is not None else "r̂ = log π_SFT − log π_ref"
     origin = _sft_phrase(source)  # a local folder by its name: its path means nothing to a reader
-    lines = ["", "## Dense-Path REINFORCE", "",
-             "The policy starts from π_SFT and is trained with REINFORCE on a dense token reward recovered from "
-             "supervised fine-tuning, with a KL penalty to π_SFT.", "",
-             f"- **Reward**: {rule}, from {origin}."]
+    lines = [
+        "",
+        "## Dense-Path REINFORCE",
+        "",
+        "The policy starts from π_SFT and is trained with REINFORCE on a dense token reward recovered from "
+        "supervised fine-tuning, with a KL penalty to π_SFT.",
+        "",
+        f"- **Reward**: {rule}, from {origin}.",
+    ]
     if manifest:
-        lines.append(f"- **α**: π_ref is the SFT checkpoint at step {manifest.step} of {manifest.total_steps} "
-                     f"(α = {manifest.fraction}).")
+        lines.append(
+            f"- **α**: π_ref is the SFT checkpoint at step {manifest.step} of {manifest.total_steps} "
+            f"(α = {manifest.fraction})."
+        )
     lines.append(f"- **`kl_coef`** (the weight of the KL to π_SFT in the reward): {args.kl_coef}.")
     if getattr(args, "dense_reward", None):
-        lines.append(f"- **Reward class**: `{args.dense_reward}` with `{args.dense_reward_kwargs}`"
-                     + (f", models {sorted(args.dense_reward_models)}" if args.dense_reward_models else "") + ".")
+        lines.append(
+            f"- **Reward class**: `{args.dense_reward}` with `{args.dense_reward_kwargs}`"
+            + (f", models {sorted(args.dense_reward_models)}" if args.dense_reward_models else "")
+            + "."
+        )
     lines += ["", "| hyperparameter | value |", "|---|---|"]
     lines += [f"| `{name}` | {getattr(args, name)} |" for name in CARD_HYPERPARAMETERS]
     length = ("max_steps", args.max_steps) if args.max_steps > 0 else ("num_train_epochs", args.num_train_epochs)

@@ -48,7 +48,10 @@ class SFTScriptArguments(ScriptArguments):
     )
     dataset_format: str = field(
         default="auto",
-        metadata={"help": "auto | openorca | messages | prompt_completion.", "choices": ["auto", "openorca", "messages", "prompt_completion"]},
+        metadata={
+            "help": "auto | openorca | messages | prompt_completion.",
+            "choices": ["auto", "openorca", "messages", "prompt_completion"],
+        },
     )
 
     # Fields of TRL's ScriptArguments and training configs that the recipes have no use for: set in a recipe, each
@@ -56,12 +59,21 @@ class SFTScriptArguments(ScriptArguments):
     # the value is one of those listed (the "off" value). field → (accepted values, why not). Unlike a config's own
     # `_UNUSED_FIELDS`, these are not refused from Python: run_sft and run_dpr simply do not read them.
     _UNUSED_FIELDS = {
-        "dataset_test_split": ((), "the recipes train on dataset_train_split only; they evaluate after training with "
-                               "evaluation_config (`trl-dpr evaluate`), on its own benchmarks"),
-        "dataset_streaming": ((False,), "the recipes subsample (num_train_samples) and filter the training set, which "
-                              "needs the whole dataset; streaming is not supported"),
-        "eval_strategy": (("no",), "the recipes pass no eval_dataset to the trainer (they evaluate after training "
-                          "with evaluation_config: `trl-dpr evaluate`); from Python, give the trainer an eval_dataset"),
+        "dataset_test_split": (
+            (),
+            "the recipes train on dataset_train_split only; they evaluate after training with "
+            "evaluation_config (`trl-dpr evaluate`), on its own benchmarks",
+        ),
+        "dataset_streaming": (
+            (False,),
+            "the recipes subsample (num_train_samples) and filter the training set, which "
+            "needs the whole dataset; streaming is not supported",
+        ),
+        "eval_strategy": (
+            ("no",),
+            "the recipes pass no eval_dataset to the trainer (they evaluate after training "
+            "with evaluation_config: `trl-dpr evaluate`); from Python, give the trainer an eval_dataset",
+        ),
     }
 
     def __post_init__(self):
@@ -117,7 +129,9 @@ class DPRScriptArguments(SFTScriptArguments):
     def __post_init__(self):
         super().__post_init__()
         if self.heatmap_steps and self.heatmap_samples < 1:
-            raise ValueError(f"heatmap_samples must be at least 1 rollout per heatmap page, got {self.heatmap_samples}.")
+            raise ValueError(
+                f"heatmap_samples must be at least 1 rollout per heatmap page, got {self.heatmap_samples}."
+            )
 
 
 def print_stage(index: int, total: int, title: str) -> None:
@@ -153,7 +167,8 @@ def run_sft(
     """
     # Everything that can be checked before a model loads: the folder, the push, α, the data, the tokenizer.
     claim_output_dir(
-        training_args.output_dir, resuming=parse_resume_from_checkpoint(training_args.resume_from_checkpoint) is not None
+        training_args.output_dir,
+        resuming=parse_resume_from_checkpoint(training_args.resume_from_checkpoint) is not None,
     )
     check_hub_push(training_args)
     callback = ReferenceCheckpointCallback(fraction=script_args.reference_fraction)
@@ -213,7 +228,11 @@ def check_adapter_settings(sft_path: str, model_args: ModelConfig) -> None:
         return
     adapter = json.loads(config_path.read_text())
     asked = {"lora_r": model_args.lora_r, "lora_alpha": model_args.lora_alpha, "lora_dropout": model_args.lora_dropout}
-    found = {"lora_r": adapter.get("r"), "lora_alpha": adapter.get("lora_alpha"), "lora_dropout": adapter.get("lora_dropout")}
+    found = {
+        "lora_r": adapter.get("r"),
+        "lora_alpha": adapter.get("lora_alpha"),
+        "lora_dropout": adapter.get("lora_dropout"),
+    }
     if model_args.lora_target_modules not in (None, "all-linear", ["all-linear"]) and adapter.get("target_modules"):
         asked["lora_target_modules"] = sorted(model_args.lora_target_modules)
         found["lora_target_modules"] = sorted(adapter["target_modules"])
@@ -231,8 +250,13 @@ def dpr_prompts(script_args: DPRScriptArguments, seed: int):
     """The prompts DPR samples from: the recipe's dataset, subsampled as the SFT stage did (same count and seed)."""
     return prompts_for_rl(
         load_demonstrations(
-            script_args.dataset_name, script_args.dataset_config, split=script_args.dataset_train_split,
-            num_samples=script_args.num_train_samples, seed=seed, dataset_format=script_args.dataset_format, stage="rl",
+            script_args.dataset_name,
+            script_args.dataset_config,
+            split=script_args.dataset_train_split,
+            num_samples=script_args.num_train_samples,
+            seed=seed,
+            dataset_format=script_args.dataset_format,
+            stage="rl",
         ),
         script_args.dataset_name,
     )
@@ -245,7 +269,9 @@ class DPRInputs:
     prompts: Dataset
 
 
-def check_dpr_inputs(script_args: DPRScriptArguments, training_args: DensePathConfig, num_reward_funcs: int = 0) -> DPRInputs:
+def check_dpr_inputs(
+    script_args: DPRScriptArguments, training_args: DensePathConfig, num_reward_funcs: int = 0
+) -> DPRInputs:
     """What the DPR stage can check without the SFT output, each once: `reward_weights`, its folder (claimed), the Hub
     push and the prompts. `trl-dpr dpr` runs it before its SFT stage, so a mistake is found before the SFT is spent.
     """
@@ -363,8 +389,11 @@ def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str, dev
     state = PartialState()
     results: dict = {}
     if state.is_main_process:
-        replaced = {"baseline": f"SFT={sft_path}", "candidates": [f"DPR={policy_path}"],
-                    "output_dir": str(Path(policy_path).parent / "eval")}
+        replaced = {
+            "baseline": f"SFT={sft_path}",
+            "candidates": [f"DPR={policy_path}"],
+            "output_dir": str(Path(policy_path).parent / "eval"),
+        }
         if device is not None:
             replaced["device"] = device
         if isinstance(evaluation_config, EvaluationConfig):

@@ -40,8 +40,14 @@ class RunPlacement:
     def flags(self) -> list[str]:
         """The recipe flags that give another recipe (the pipeline's SFT stage) this placement."""
         as_text = lambda value: "true" if value else "false"  # noqa: E731
-        return ["--use_cpu", as_text(self.use_cpu), "--bf16", as_text(self.mixed_precision == "bf16"),
-                "--fp16", as_text(self.mixed_precision == "fp16")]
+        return [
+            "--use_cpu",
+            as_text(self.use_cpu),
+            "--bf16",
+            as_text(self.mixed_precision == "bf16"),
+            "--fp16",
+            as_text(self.mixed_precision == "fp16"),
+        ]
 
     def __str__(self) -> str:
         return f"{'CPU' if self.use_cpu else 'GPU'}, {self.precision_name}"
@@ -77,8 +83,12 @@ class LaunchPlacement:
         where = os.path.basename(path) if path else "accelerate's defaults"
         source = "--mixed_precision" if given.mixed_precision and given.mixed_precision != config_precision else where
         distributed = str(getattr(settings, "distributed_type", "") or "")
-        return cls(use_cpu=bool(given.cpu or getattr(settings, "use_cpu", False)), mixed_precision=precision,
-                   deepspeed=bool(given.use_deepspeed) or distributed.endswith("DEEPSPEED"), source=source)
+        return cls(
+            use_cpu=bool(given.cpu or getattr(settings, "use_cpu", False)),
+            mixed_precision=precision,
+            deepspeed=bool(given.use_deepspeed) or distributed.endswith("DEEPSPEED"),
+            source=source,
+        )
 
     @classmethod
     def from_environment(cls, environ=None) -> LaunchPlacement | None:
@@ -88,10 +98,12 @@ class LaunchPlacement:
         if "ACCELERATE_MIXED_PRECISION" not in environ:
             return None
         use_cpu = environ.get("ACCELERATE_USE_CPU")
-        return cls(use_cpu=None if use_cpu is None else use_cpu.lower() in ("1", "true", "yes"),
-                   mixed_precision=environ["ACCELERATE_MIXED_PRECISION"].lower(),
-                   deepspeed=environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true",
-                   source="accelerate launch")
+        return cls(
+            use_cpu=None if use_cpu is None else use_cpu.lower() in ("1", "true", "yes"),
+            mixed_precision=environ["ACCELERATE_MIXED_PRECISION"].lower(),
+            deepspeed=environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true",
+            source="accelerate launch",
+        )
 
 
 def check_placement(run: RunPlacement, launch: LaunchPlacement | None, gpu_available: bool) -> None:
@@ -101,24 +113,33 @@ def check_placement(run: RunPlacement, launch: LaunchPlacement | None, gpu_avail
     """
     deepspeed = launch is not None and launch.deepspeed
     if deepspeed and run.use_cpu:
-        raise ValueError(f"The recipe sets use_cpu: true but {launch.source} runs DeepSpeed, which accelerate switches "
-                         "off under use_cpu: set --use_cpu false (without CUDA, DeepSpeed runs on its CPU accelerator).")
+        raise ValueError(
+            f"The recipe sets use_cpu: true but {launch.source} runs DeepSpeed, which accelerate switches "
+            "off under use_cpu: set --use_cpu false (without CUDA, DeepSpeed runs on its CPU accelerator)."
+        )
     if not run.use_cpu and not gpu_available and not deepspeed:
-        raise ValueError("The recipe trains on the GPU (use_cpu: false) but no GPU is visible here: set --use_cpu true, "
-                         "or run on a machine with a GPU.")
+        raise ValueError(
+            "The recipe trains on the GPU (use_cpu: false) but no GPU is visible here: set --use_cpu true, "
+            "or run on a machine with a GPU."
+        )
     if launch is None:
         return
     if launch.use_cpu is not None and launch.use_cpu != run.use_cpu and not deepspeed:
         if run.use_cpu:
-            raise ValueError(f"The recipe trains on the CPU (use_cpu: true) but {launch.source} is set up for the GPU "
-                             "(use_cpu: false): set --use_cpu false, or launch on the CPU (--accelerate_config cpu).")
-        raise ValueError(f"The recipe trains on the GPU (use_cpu: false) but {launch.source} runs on the CPU "
-                         "(use_cpu: true): set --use_cpu true, or pick a GPU config (--accelerate_config single_gpu).")
+            raise ValueError(
+                f"The recipe trains on the CPU (use_cpu: true) but {launch.source} is set up for the GPU "
+                "(use_cpu: false): set --use_cpu false, or launch on the CPU (--accelerate_config cpu)."
+            )
+        raise ValueError(
+            f"The recipe trains on the GPU (use_cpu: false) but {launch.source} runs on the CPU "
+            "(use_cpu: true): set --use_cpu true, or pick a GPU config (--accelerate_config single_gpu)."
+        )
     if launch.mixed_precision != run.mixed_precision:
         raise ValueError(
             f"The recipe trains in {_SHOWN[run.mixed_precision]} but {launch.source} sets mixed_precision: "
             f"{launch.mixed_precision}; change one of them: {_RECIPE_SETTING.get(launch.mixed_precision, '--bf16/--fp16')} "
-            f"(the recipe), or --mixed_precision {run.mixed_precision} (accelerate launch).")
+            f"(the recipe), or --mixed_precision {run.mixed_precision} (accelerate launch)."
+        )
 
 
 def check_launched_run(training_args, launch: LaunchPlacement | None) -> RunPlacement:

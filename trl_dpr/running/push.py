@@ -96,8 +96,12 @@ def push_problems(folder: str | os.PathLike, files: list[str], secrets: Mapping[
 
 
 def check_push(
-    folder: str | os.PathLike, *, secrets: Mapping[str, str] | None = None, token: str | None = None,
-    allow: Iterable[str] = (), portable: bool = True,
+    folder: str | os.PathLike,
+    *,
+    secrets: Mapping[str, str] | None = None,
+    token: str | None = None,
+    allow: Iterable[str] = (),
+    portable: bool = True,
 ) -> list[str]:
     """The one check before any push (to the Hub, to a folder, the dry run): `files_to_push(folder)`, returned when
     `push_problems` finds nothing (and, for the Hub, `portable`, nothing names a local path); else a `ValueError`
@@ -108,8 +112,10 @@ def check_push(
         raise ValueError(f"{str(folder)!r} holds no file to push (save the model there first: trainer.save_model()).")
     allow = [Path(name).as_posix() for name in allow]
     if unknown := sorted(set(allow) - set(files)):
-        raise ValueError(f"Allowed {unknown}, but a push of {str(folder)!r} holds no such file: name files relative "
-                         f"to the folder, as `files_to_push` lists them.")
+        raise ValueError(
+            f"Allowed {unknown}, but a push of {str(folder)!r} holds no such file: name files relative "
+            f"to the folder, as `files_to_push` lists them."
+        )
     problems = portability_problems(folder) if portable else []
     if problems:
         raise ValueError(f"Not pushing {str(folder)!r}: " + " ".join(problems))
@@ -212,7 +218,9 @@ def check_hub_push(args) -> None:
     `hub_strategy` that pushes once at the end (the checkpoint strategies would upload optimizer state)."""
     if not getattr(args, "push_to_hub", False):
         return
-    strategy = str(getattr(getattr(args, "hub_strategy", "every_save"), "value", getattr(args, "hub_strategy", "every_save")))
+    strategy = str(
+        getattr(getattr(args, "hub_strategy", "every_save"), "value", getattr(args, "hub_strategy", "every_save"))
+    )
     if strategy not in ("every_save", "end"):
         raise ValueError(
             f"hub_strategy={strategy!r} uploads checkpoint folders (optimizer state, and training_args.bin, which "
@@ -250,8 +258,15 @@ class SafeHubPushMixin:
             push_trainer_output(self)
         return output
 
-    def push_to_hub(self, commit_message: str | None = "End of training", blocking: bool = True, token=None, revision=None,
-                    private=None, **kwargs):
+    def push_to_hub(
+        self,
+        commit_message: str | None = "End of training",
+        blocking: bool = True,
+        token=None,
+        revision=None,
+        private=None,
+        **kwargs,
+    ):
         """Save the model and push it with `push_trainer_output` (the card's `dataset_name` may be given)."""
         if token is not None:
             self.args.hub_token = token
@@ -331,22 +346,36 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
     after `check_push`."""
     from .recipe_checks import CommandParser
 
-    parser = CommandParser(prog=prog, description="Push a finished run's output folder, π_ref included, to a Hub repo "
-                           "or a new local folder, after the secret check.")
+    parser = CommandParser(
+        prog=prog,
+        description="Push a finished run's output folder, π_ref included, to a Hub repo "
+        "or a new local folder, after the secret check.",
+    )
     parser.add_argument("output_dir", help="the output_dir of a finished `trl-dpr sft` or `trl-dpr dpr` run")
-    parser.add_argument("--to", required=True, metavar="REPO_OR_DIR",
-                        help="a Hub repo id (me/model), or a new folder: a path (./x, /x, ~/x) or one whose parent exists")
-    parser.add_argument("--allow", action="append", default=[], metavar="FILE",
-                        help="a file of OUTPUT_DIR you have checked and vouch for: pushed though a key shape, a .env "
-                        "name or a link would refuse it (never with the value of one of your own credentials)")
+    parser.add_argument(
+        "--to",
+        required=True,
+        metavar="REPO_OR_DIR",
+        help="a Hub repo id (me/model), or a new folder: a path (./x, /x, ~/x) or one whose parent exists",
+    )
+    parser.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a file of OUTPUT_DIR you have checked and vouch for: pushed though a key shape, a .env "
+        "name or a link would refuse it (never with the value of one of your own credentials)",
+    )
     parser.add_argument("--private", action="store_true", help="create the Hub repo private")
     parser.add_argument("--revision", help="the Hub branch to push to (default: main)")
     parser.add_argument("--commit_message", default="Upload with trl-dpr push")
     args = parser.parse_args(argv)
     folder = Path(args.output_dir)
     if problem := _unfinished(folder):
-        raise ValueError(f"{args.output_dir!r} is not a finished run to push: {problem}. Expected the output_dir of a "
-                         "trl-dpr sft or trl-dpr dpr run that ended.")
+        raise ValueError(
+            f"{args.output_dir!r} is not a finished run to push: {problem}. Expected the output_dir of a "
+            "trl-dpr sft or trl-dpr dpr run that ended."
+        )
     if _is_folder(args.to):
         destination = Path(args.to).expanduser()
         if destination.resolve().is_relative_to(folder.resolve()):
@@ -362,10 +391,18 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
     except HFValidationError as error:
         raise ValueError(f"--to {args.to!r} is neither a folder path nor a Hub repo id ({error}).") from None
     if constants.HF_HUB_OFFLINE:
-        raise ValueError("The Hub is switched off here (HF_HUB_OFFLINE=1): unset it to push to a Hub repo, or push to "
-                         "a folder (--to ./some-folder).")
-    commit = push_folder(folder, args.to, private=args.private or None, revision=args.revision,
-                         commit_message=args.commit_message, allow=args.allow)
+        raise ValueError(
+            "The Hub is switched off here (HF_HUB_OFFLINE=1): unset it to push to a Hub repo, or push to "
+            "a folder (--to ./some-folder)."
+        )
+    commit = push_folder(
+        folder,
+        args.to,
+        private=args.private or None,
+        revision=args.revision,
+        commit_message=args.commit_message,
+        allow=args.allow,
+    )
     print(f"Pushed {args.output_dir} to https://huggingface.co/{args.to} ({getattr(commit, 'commit_url', commit)}).")
 
 

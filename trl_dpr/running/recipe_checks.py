@@ -20,11 +20,13 @@ from ..field_checks import LEGACY_REWARD_KEYS
 # The numeric fields whose negative values mean something. Every other number in the recipe dataclasses is a count, a
 # size, a length, a rate, a coefficient, a probability or a time, and negative is a typo; a negative default is a
 # sentinel (`max_steps: -1` = "train num_train_epochs"), accepted as itself and nothing else.
-MAY_BE_NEGATIVE = frozenset({
-    "gsil_shift",  # b in GSIL's f = β log π_θ/π_t + b
-    "reward_weights",  # weights of several rewards (a negative one is a penalty)
-    "loss_weights",  # weights of several DPO losses
-})
+MAY_BE_NEGATIVE = frozenset(
+    {
+        "gsil_shift",  # b in GSIL's f = β log π_θ/π_t + b
+        "reward_weights",  # weights of several rewards (a negative one is a penalty)
+        "loss_weights",  # weights of several DPO losses
+    }
+)
 
 # Keys that older TRL / transformers / alignment-handbook recipes use, and what replaced them.
 RENAMED_KEYS = {
@@ -154,8 +156,15 @@ def _matches(value, spec) -> bool:
 
 
 def _describe(spec) -> str:
-    names = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string", "null": "null",
-             "dict": "a mapping", "any": "anything"}
+    names = {
+        "bool": "true or false",
+        "int": "an integer",
+        "float": "a number",
+        "str": "a string",
+        "null": "null",
+        "dict": "a mapping",
+        "any": "anything",
+    }
     parts = []
     for member in _members(spec):
         if not isinstance(member, dict):
@@ -164,7 +173,9 @@ def _describe(spec) -> str:
             parts.append(f"one of {member['one_of']}")
         elif "list_of" in member:
             inner = member["list_of"]
-            parts.append(f"a list of {_describe(inner).removeprefix('a ').removeprefix('an ')}s" if inner else "a list")
+            parts.append(
+                f"a list of {_describe(inner).removeprefix('a ').removeprefix('an ')}s" if inner else "a list"
+            )
         else:
             parts.append(member["other"])
     return " or ".join(dict.fromkeys(parts))
@@ -257,8 +268,10 @@ def parse_mapping(text: str) -> dict:
             if isinstance(value, dict):
                 return value
         elif all("=" in item for item in text.split(",")) or not text:
-            return {key.strip(): yaml.safe_load(value) for key, value in
-                    (item.split("=", 1) for item in text.split(",") if item.strip())}
+            return {
+                key.strip(): yaml.safe_load(value)
+                for key, value in (item.split("=", 1) for item in text.split(",") if item.strip())
+            }
     except yaml.YAMLError:
         pass
     raise argparse.ArgumentTypeError(

@@ -51,8 +51,13 @@ class RecipeParser(TrlParser):
         self.launcher_flags: dict[str, bool] = {}  # `trl-dpr <stage>` accepts accelerate's flags (cli.py sets them)
         # Keys of TRL's / transformers' dataclasses that no trl_dpr class declares (or re-declares with its default):
         # `--help` names them after trl_dpr's own, `--help-all` describes them.
-        own = {name for dataclass_type in self.dataclass_types for cls in dataclass_type.__mro__
-               if cls.__module__.startswith("trl_dpr") for name in cls.__dict__.get("__annotations__", {})}
+        own = {
+            name
+            for dataclass_type in self.dataclass_types
+            for cls in dataclass_type.__mro__
+            if cls.__module__.startswith("trl_dpr")
+            for name in cls.__dict__.get("__annotations__", {})
+        }
         self.inherited_keys = {f.name for t in self.dataclass_types for f in dataclasses.fields(t)} - own
         # dest → what each value is checked against: its field's type, default and choices (the first dataclass that
         # has the field wins, as HfArgumentParser registers it once).
@@ -77,26 +82,50 @@ class RecipeParser(TrlParser):
     def from_description(cls, description: dict) -> RecipeParser:
         """The parser `describe()` described, rebuilt without its dataclasses (TRL's configs import torch: seconds):
         the same flags, types, choices, defaults, help and checks. It checks and parses; it builds no dataclass."""
-        parser = cls(None, recipe_subfolder=description["recipe_subfolder"], prog=description["prog"],
-                     usage=description["usage"], description=description["description"], epilog=description["epilog"],
-                     allow_abbrev=description["allow_abbrev"])
-        converters = {"int": int, "float": float, "bool": _string_to_bool, "other": _as_given, "mapping": parse_mapping}
+        parser = cls(
+            None,
+            recipe_subfolder=description["recipe_subfolder"],
+            prog=description["prog"],
+            usage=description["usage"],
+            description=description["description"],
+            epilog=description["epilog"],
+            allow_abbrev=description["allow_abbrev"],
+        )
+        converters = {
+            "int": int,
+            "float": float,
+            "bool": _string_to_bool,
+            "other": _as_given,
+            "mapping": parse_mapping,
+        }
         for argument in description["arguments"]:
             hidden = argument["help"] == argparse.SUPPRESS  # argparse tests `help is SUPPRESS`, its own object
-            kwargs = {"dest": argument["dest"], "action": argument["action"], "default": argument["default"],
-                      "required": argument["required"], "help": argparse.SUPPRESS if hidden else argument["help"]}
+            kwargs = {
+                "dest": argument["dest"],
+                "action": argument["action"],
+                "default": argument["default"],
+                "required": argument["required"],
+                "help": argparse.SUPPRESS if hidden else argument["help"],
+            }
             if argument["action"] == "store":
                 kind, choices = argument["type"] or "", argument["choices"]
                 converter = _choice_type(choices) if kind.startswith("choice") else converters.get(kind.split("|")[0])
                 if converter is not None and kind.endswith("|null"):
                     converter = _nullable(converter)
-                kwargs.update(nargs=argument["nargs"], const=argument["const"], choices=choices,
-                              metavar=argument["metavar"], type=converter)
+                kwargs.update(
+                    nargs=argument["nargs"],
+                    const=argument["const"],
+                    choices=choices,
+                    metavar=argument["metavar"],
+                    type=converter,
+                )
             elif argument["action"] == "store_const":
                 kwargs["const"] = argument["const"]
             parser.add_argument(*argument["flags"], **kwargs)
         parser._rules = description["rules"]
-        parser._unused = {name: (tuple(accepted), reason) for name, (accepted, reason) in description["unused"].items()}
+        parser._unused = {
+            name: (tuple(accepted), reason) for name, (accepted, reason) in description["unused"].items()
+        }
         parser.launcher_flags = description["launcher_flags"]
         parser.inherited_keys = set(description["inherited"])
         parser._start_checks()
@@ -271,9 +300,15 @@ class RecipeParser(TrlParser):
             for action, text in zip(hidden, saved):
                 action.help = text
         names = ", ".join(a.option_strings[0] for a in hidden)
-        return own + "\n" + textwrap.fill(
-            f"Inherited from TRL and transformers ({len(hidden)} keys; `{self.prog} --help-all` describes each): {names}",
-            width=120) + "\n"
+        return (
+            own
+            + "\n"
+            + textwrap.fill(
+                f"Inherited from TRL and transformers ({len(hidden)} keys; `{self.prog} --help-all` describes each): {names}",
+                width=120,
+            )
+            + "\n"
+        )
 
     def describe(self) -> dict:
         """This parser's arguments and checks as plain JSON data, from which `from_description` rebuilds them. Call it
@@ -285,15 +320,29 @@ class RecipeParser(TrlParser):
             kind = _ACTION_KINDS.get(type(action))
             if kind is None:
                 raise TypeError(f"{action.option_strings}: {type(action).__name__} cannot be described for the cache.")
-            arguments.append({
-                "flags": list(action.option_strings), "dest": action.dest, "action": kind, "nargs": action.nargs,
-                "const": _plain(action.const), "default": _jsonable(_plain(action.default)),
-                "type": _type_name(action), "choices": _plain(action.choices) if action.choices is not None else None,
-                "required": action.required, "help": action.help, "metavar": action.metavar,  # SUPPRESS is a string
-            })
+            arguments.append(
+                {
+                    "flags": list(action.option_strings),
+                    "dest": action.dest,
+                    "action": kind,
+                    "nargs": action.nargs,
+                    "const": _plain(action.const),
+                    "default": _jsonable(_plain(action.default)),
+                    "type": _type_name(action),
+                    "choices": _plain(action.choices) if action.choices is not None else None,
+                    "required": action.required,
+                    "help": action.help,
+                    "metavar": action.metavar,  # SUPPRESS is a string
+                }
+            )
         return {
-            "prog": self.prog, "usage": self.usage, "description": self.description, "epilog": self.epilog,
-            "allow_abbrev": self.allow_abbrev, "recipe_subfolder": self.recipe_subfolder, "arguments": arguments,
+            "prog": self.prog,
+            "usage": self.usage,
+            "description": self.description,
+            "epilog": self.epilog,
+            "allow_abbrev": self.allow_abbrev,
+            "recipe_subfolder": self.recipe_subfolder,
+            "arguments": arguments,
             # a rule whose default JSON cannot hold is left out: the rebuilt parser does not check that field, the
             # recipe's own parser still does
             "rules": {dest: rule for dest, rule in self._rules.items() if _jsonable(rule) is rule},
@@ -328,8 +377,14 @@ def _rule(field: dataclasses.Field, annotation) -> dict:
 
 # ---- the description's converters: how argparse reads each argument's text, by name --------------------------------
 
-_ACTION_KINDS = {argparse._StoreAction: "store", argparse._StoreTrueAction: "store_true",
-                 argparse._StoreFalseAction: "store_false", argparse._StoreConstAction: "store_const"}
+_ACTION_KINDS = {
+    argparse._StoreAction: "store",
+    argparse._StoreTrueAction: "store_true",
+    argparse._StoreFalseAction: "store_false",
+    argparse._StoreConstAction: "store_const",
+}
+
+
 def _jsonable(value):
     """`value` when JSON holds it as it is; else its text (a default shown in --help, never compared)."""
     try:
@@ -394,5 +449,3 @@ def _choice_type(choices):
     """HfArgumentParser's type of a Literal or Enum field: the text of a choice → the choice."""
     by_text = {str(choice): choice for choice in choices}
     return lambda text: by_text.get(text, text)
-
-

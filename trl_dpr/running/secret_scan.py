@@ -213,8 +213,10 @@ def secrets_in_file(
             data = _decompressed(path)
         except Exception as error:  # a truncated archive, or one that only looks compressed
             return [(0, f"content that could not be decompressed to check it ({type(error).__name__})")]
-        return [(line, f"{what} (decompressed)") for line, what in
-                lined(data, _hits(data, needles, shapes) + _decoded_base64_hits(data, needles, shapes))]
+        return [
+            (line, f"{what} (decompressed)")
+            for line, what in lined(data, _hits(data, needles, shapes) + _decoded_base64_hits(data, needles, shapes))
+        ]
     if path.suffix not in _BINARY and path.stat().st_size <= _READ_WHOLE_MAX:
         data = path.read_bytes()
         return lined(data, _hits(data, needles, shapes) + _decoded_base64_hits(data, needles, shapes))

@@ -1,6 +1,6 @@
 """The stages of `trl-dpr dpr`, `trl-dpr spin` and `trl-dpr gsil`, written once:
 
-    sft_config (skipped when done, resumed when unfinished) ──► train ──► evaluation_config (against SFT)
+sft_config (skipped when done, resumed when unfinished) ──► train ──► evaluation_config (against SFT)
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _sft_stage(method: str, sft_path: str, placement: RunPlacement, sft_config: 
         raise ValueError(
             f"{sft_config} writes the SFT model to {sft_training_args.output_dir!r} but {method} starts from "
             f"model_name_or_path={sft_path!r}. To start from your own SFT output in {sft_path!r}, run without the "
-            f"SFT stage: --sft_config \"\" (or sft_config: null in the recipe); else make them the same folder."
+            f'SFT stage: --sft_config "" (or sft_config: null in the recipe); else make them the same folder.'
         )
     title = f"SFT of {sft_model_args.model_name_or_path} (reference checkpoint at α={sft_args.reference_fraction})"
     finished = has_sft_output(sft_path)
@@ -86,7 +86,9 @@ def sft_stage_of_pipeline(sft_config: str, run: RunPlacement) -> tuple:
         written = yaml.safe_load(handle) or {}
     own = RunPlacement.of(SimpleNamespace(**{key: written.get(key, False) for key in PLACEMENT_KEYS}))
     if own != run and PartialState().is_main_process:
-        print(f"{sft_config} runs as the rest of this run, on {run} (its own use_cpu/bf16/fp16 say {own}).", flush=True)
+        print(
+            f"{sft_config} runs as the rest of this run, on {run} (its own use_cpu/bf16/fp16 say {own}).", flush=True
+        )
     parser = RecipeParser((SFTScriptArguments, SFTRecipeConfig, ModelConfig, MemoryTarget), prog="trl-dpr sft")
     sft_args, training_args, model_args, _ = parser.parse_args_and_config(["--config", sft_config, *run.flags()])
     return sft_args, training_args, model_args

@@ -44,10 +44,13 @@ class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixi
         if not manifest.is_file():
             return []
         recorded = json.loads(manifest.read_text())
-        return ["", f"The reference checkpoint π_ref (step {recorded['step']} of {recorded['total_steps']}, "
-                f"α = {recorded['fraction']}) is saved beside the model in `{recorded['path']}/`: "
-                "`trl_dpr.CheckpointRewardModel.from_pretrained` on this model loads the dense reward "
-                "r̂_t = log π_SFT − log π_ref that Dense-Path REINFORCE trains with."]
+        return [
+            "",
+            f"The reference checkpoint π_ref (step {recorded['step']} of {recorded['total_steps']}, "
+            f"α = {recorded['fraction']}) is saved beside the model in `{recorded['path']}/`: "
+            "`trl_dpr.CheckpointRewardModel.from_pretrained` on this model loads the dense reward "
+            "r̂_t = log π_SFT − log π_ref that Dense-Path REINFORCE trains with.",
+        ]
 
 
 class DPRRunTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, DensePathTrainer):

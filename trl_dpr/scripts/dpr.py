@@ -40,7 +40,11 @@ def main(argv=None):
         trainer.create_model_card(dataset_name=script_args.dataset_name)  # now with the evaluation table
 
     trainer = run_stages(
-        "DPR", sft_path, placement, script_args.sft_config, script_args.evaluation_config,
+        "DPR",
+        sft_path,
+        placement,
+        script_args.sft_config,
+        script_args.evaluation_config,
         train=lambda: run_dpr(script_args, training_args, model_args, inputs=dpr_inputs),
         train_title=f"Dense-Path REINFORCE from {sft_path} ({placement}, dtype {model_args.dtype})",
         evaluate=evaluate,

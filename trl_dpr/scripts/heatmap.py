@@ -25,7 +25,9 @@ def _read_pairs(path: str) -> tuple[list, list[str]]:
         row = json.loads(line)
         response = row.get("response", row.get("completion"))
         if "prompt" not in row or not isinstance(response, str):
-            raise ValueError(f"{path}:{number} needs a `prompt` (text or chat messages) and a `response` (text); got {sorted(row)}.")
+            raise ValueError(
+                f"{path}:{number} needs a `prompt` (text or chat messages) and a `response` (text); got {sorted(row)}."
+            )
         prompts.append(row["prompt"])
         responses.append(response)
     if not prompts:
@@ -36,17 +38,29 @@ def _read_pairs(path: str) -> tuple[list, list[str]]:
 def main(argv: Sequence[str] | None = None, prog: str = "trl-dpr heatmap") -> list[Path]:
     """The command-line interface (see the module docstring); returns the files written."""
     parser = CommandParser(prog=prog, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sft", required=True, help="SFT output folder (π_SFT, with π_ref recorded by the SFT stage).")
+    parser.add_argument(
+        "--sft", required=True, help="SFT output folder (π_SFT, with π_ref recorded by the SFT stage)."
+    )
     parser.add_argument("--ref", default=None, help="π_ref folder, if not the one recorded in the SFT output.")
-    parser.add_argument("--prompt", action="append", default=[], help="A prompt (repeat with --response for several pairs).")
+    parser.add_argument(
+        "--prompt", action="append", default=[], help="A prompt (repeat with --response for several pairs)."
+    )
     parser.add_argument("--response", action="append", default=[], help="The response to score, one per --prompt.")
-    parser.add_argument("--pairs", default=None, help="JSONL of {\"prompt\": ..., \"response\": ...} objects.")
-    parser.add_argument("--output", default="token_rewards", help="Output path without extension (default: token_rewards).")
+    parser.add_argument("--pairs", default=None, help='JSONL of {"prompt": ..., "response": ...} objects.')
+    parser.add_argument(
+        "--output", default="token_rewards", help="Output path without extension (default: token_rewards)."
+    )
     parser.add_argument("--formats", nargs="+", default=["html", "png"], choices=["html", "png"])
-    parser.add_argument("--raw-prompt", action="store_true", help="Score prompts as plain text, not as a user chat turn.")
+    parser.add_argument(
+        "--raw-prompt", action="store_true", help="Score prompts as plain text, not as a user chat turn."
+    )
     parser.add_argument("--no-eos", action="store_true", help="Do not append the EOS token to each response.")
-    parser.add_argument("--vmin", type=float, default=None, help="Reward at the lightest colour (default: the minimum).")
-    parser.add_argument("--vmax", type=float, default=None, help="Reward at the darkest colour (default: the maximum).")
+    parser.add_argument(
+        "--vmin", type=float, default=None, help="Reward at the lightest colour (default: the minimum)."
+    )
+    parser.add_argument(
+        "--vmax", type=float, default=None, help="Reward at the darkest colour (default: the maximum)."
+    )
     parser.add_argument("--title", default="Dense token rewards")
     args = parser.parse_args(argv)
 
@@ -55,7 +69,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "trl-dpr heatmap") -> li
     elif args.prompt and len(args.prompt) == len(args.response):
         prompts, responses = list(args.prompt), list(args.response)
     else:
-        parser.error(f"give --pairs FILE, or as many --prompt as --response (got {len(args.prompt)} and {len(args.response)}).")
+        parser.error(
+            f"give --pairs FILE, or as many --prompt as --response (got {len(args.prompt)} and {len(args.response)})."
+        )
 
     import importlib.util
 
@@ -75,7 +91,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "trl-dpr heatmap") -> li
     if "html" in args.formats:
         html_path = Path(f"{args.output}.html")
         html_path.parent.mkdir(parents=True, exist_ok=True)
-        html_path.write_text(heatmap_html(scored, prompts, title=args.title, vmin=args.vmin, vmax=args.vmax), encoding="utf-8")
+        html_path.write_text(
+            heatmap_html(scored, prompts, title=args.title, vmin=args.vmin, vmax=args.vmax), encoding="utf-8"
+        )
         written.append(html_path)
     if "png" in args.formats:
         png_path = Path(f"{args.output}.png")

@@ -21,10 +21,13 @@ def make_parser() -> RecipeParser:
 def main(argv=None):
     config, model_args = make_parser().parse_args_and_config(argv)
     judge_config = load_evaluation_config(config.evaluation_config) if config.quality == "pairwise" else None
-    report = run_preview(config, model_args.model_name_or_path, model_init_kwargs_from(model_args),
-                         judge_config=judge_config)
+    report = run_preview(
+        config, model_args.model_name_or_path, model_init_kwargs_from(model_args), judge_config=judge_config
+    )
     print(report.markdown(), flush=True)
-    print(f"\nWritten to {config.output_dir}/preview.csv, .json, .md" + (" and .png" if config.plot else ""), flush=True)
+    print(
+        f"\nWritten to {config.output_dir}/preview.csv, .json, .md" + (" and .png" if config.plot else ""), flush=True
+    )
 
 
 if __name__ == "__main__":

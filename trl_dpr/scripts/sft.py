@@ -26,8 +26,12 @@ def main(argv=None):
     script_args, training_args, model_args, _ = make_parser().parse_args_and_config(argv)
     placement = check_launched_run(training_args, launch)  # the recipe's device and precision are the launcher's
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
-    print_stage(1, 1, f"SFT of {model_args.model_name_or_path} (reference checkpoint at α={script_args.reference_fraction}; "
-                f"{placement}, dtype {model_args.dtype})")
+    print_stage(
+        1,
+        1,
+        f"SFT of {model_args.model_name_or_path} (reference checkpoint at α={script_args.reference_fraction}; "
+        f"{placement}, dtype {model_args.dtype})",
+    )
     run_sft(script_args, training_args, model_args)
 
 
