@@ -435,8 +435,12 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
              f"(α = {sft['alpha']:.2f} of π_SFT's Σ lr). Held-out loss per response token at each snapshot: "
              + ", ".join(f"{s}: {v:.3f}" for s, v in sorted(((int(s), v) for s, v in sft["held_out_loss"].items())))
              + "."]
-    if sft.get("sft_step") == sft.get("cap"):
-        lines.append(f"The minimum sits at the epoch cap ({sft['cap']} steps): SFT may not have finished.")
+    if sft.get("sft_step") == sft.get("cap"):  # the minimum at the cap: do SFT's further epochs still lower it?
+        after = [v for s, v in sft["held_out_loss"].items() if int(s) > sft["cap"]]
+        at_cap = sft["held_out_loss"][str(sft["cap"])]
+        lines.append(f"The minimum within the cap sits at the cap ({sft['cap']} steps, {at_cap:.4f})"
+                     + (f"; SFT's further steps give {min(after):.4f} to {max(after):.4f}." if after else
+                        ": SFT may not have finished."))
     lines += ["", "| policy | rollouts | KL to π_SFT per response | preview's gain at that KL | answer length (T = 1) | "
               "T = 1 | T = 0.7 | greedy |", "|---|---|---|---|---|---|---|---|"]
     base = {d: correct.get(("SFT", d)) for d in DECODINGS}
@@ -445,7 +449,7 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
     lines.append(f"| π_SFT (accuracy) | — | 0 | — | {'—' if length is None else f'{length:.1f}'} | " + " | ".join(sft_cells) + " |")
     policies = [p for p, d in table if d == "T=1" and p != "SFT"]
     rl = summary["rl"]
-    for policy in sorted(set(policies), key=lambda p: (p.startswith("SFT"), p)):
+    for policy in sorted(set(policies), key=lambda p: (p.startswith("SFT"), " at " in p and not p.endswith("100%"), p)):
         run = next((r for n, r in rl.items() if policy.startswith(n)), None)
         share = policy.rsplit(" at ", 1)[-1] if " at " in policy else "100%"
         rollouts = "—" if run is None else str(round(run["rollouts"] * float(share.rstrip("%")) / 100))
@@ -458,7 +462,9 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
         length = mean((policy, "T=1"), "length")
         gains = [_gain(paired(correct[(policy, d)], base[d])) if (policy, d) in correct and base[d] else "not run"
                  for d in DECODINGS]
-        lines.append(f"| {policy} | {rollouts} | {'—' if kl is None else f'{kl:.3f}'} | "
+        n = len(correct[(policy, "T=1")])
+        label = policy if not base["T=1"] or n == len(base["T=1"]) else f"{policy} (n = {n})"
+        lines.append(f"| {label} | {rollouts} | {'—' if kl is None else f'{kl:.3f}'} | "
                      f"{'—' if predicted is None else f'{100 * predicted:+.1f}'} | "
                      f"{'—' if length is None else f'{length:.1f}'} | " + " | ".join(gains) + " |")
     if base["T=1"] and base["T=0.7"] and base["greedy"]:
