@@ -361,7 +361,9 @@ def _evaluate_all(args, output_dir: Path, sft: dict, runs: dict) -> None:
     records = {n: r for n in runs if wanted(n) and (r := _read(_folder(output_dir, n) / "rl_record.json"))}
     for name, record in records.items():  # the final policies first: the question's answer
         _evaluate(args, output_dir, f"{name} at 100%", record["snapshots"]["1.0"], sft_path)
-    if wanted("SFT-continued") and (control := _control(args, output_dir, sft)):
+    # matched once, to the DPR runs there when first evaluated: a later seed must not relabel an evaluated snapshot
+    control = _read(output_dir / "control.json") or _control(args, output_dir, sft)
+    if wanted("SFT-continued") and control:
         _write(output_dir / "control.json", control)
         _evaluate(args, output_dir, "SFT-continued", control["path"], sft_path)
     small = copy.copy(args)
@@ -467,6 +469,24 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
         lines.append(f"| {label} | {rollouts} | {'—' if kl is None else f'{kl:.3f}'} | "
                      f"{'—' if predicted is None else f'{100 * predicted:+.1f}'} | "
                      f"{'—' if length is None else f'{length:.1f}'} | " + " | ".join(gains) + " |")
+    groups: dict[str, list[str]] = {}  # DPR's seeds at one λ, final policies: pooled per prompt, then paired
+    for policy in policies:
+        if policy.startswith("DPR") and policy.endswith(" at 100%") and " seed" in policy:
+            groups.setdefault(policy.split(" seed")[0], []).append(policy)
+    for group, members in sorted(groups.items()):
+        if len(members) < 2:
+            continue
+        gains = []
+        for d in DECODINGS:
+            found = [correct[(m, d)] for m in members if (m, d) in correct]
+            if len(found) < len(members) or not base[d]:
+                gains.append("not run")
+                continue
+            ids = set.intersection(*(set(f) for f in found))
+            gains.append(_gain(paired({i: sum(f[i] for f in found) / len(found) for i in ids}, base[d])))
+        kls = [mean((m, "T=1"), "kl") for m in members]
+        lines.append(f"| {group}, {len(members)} seeds pooled, at 100% | {rl[members[0].split(' at ')[0]]['rollouts']} each"
+                     f" | {sum(kls) / len(kls):.3f} | — | — | " + " | ".join(gains) + " |")
     if base["T=1"] and base["T=0.7"] and base["greedy"]:
         lines += ["", "Sharpening by decoding alone (π_SFT against itself at T = 1): T = 0.7 "
                   f"{_gain(paired(base['T=0.7'], base['T=1']))}, greedy {_gain(paired(base['greedy'], base['T=1']))}."]

@@ -112,3 +112,18 @@ def test_every_stage_runs_end_to_end_on_the_tiny_model_and_a_rerun_trains_nothin
     report = finished_sft.main(["--stage", "report", "--results_dir", str(results)])
     del report
     assert "| SFT-continued |" in (results / "report.md").read_text()
+
+
+def test_the_report_pools_dpr_seeds_per_prompt_before_pairing():
+    rows = []
+    for i in range(4):  # π_SFT right on 0–1; seed0 right on 0–2, seed1 on 0–3: per prompt (1, 1, 1, 0.5) − (1, 1, 0, 0)
+        rows.append({"policy": "SFT", "decoding": "T=1", "prompt": i, "correct": int(i < 2), "kl": 0.0})
+        rows.append({"policy": "DPR λ=1e-05 seed0 at 100%", "decoding": "T=1", "prompt": i, "correct": int(i < 3), "kl": 0.2})
+        rows.append({"policy": "DPR λ=1e-05 seed1 at 100%", "decoding": "T=1", "prompt": i, "correct": 1, "kl": 0.4})
+    summary = {"settings": {"num_demonstrations": 8}, "control": None, "choice": None, "preview": [],
+               "sft": {"sft_step": 2, "cap": 4, "steps_per_epoch": 1, "ref_step": 1, "alpha": 0.5, "held_out_loss": {}},
+               "rl": {"DPR λ=1e-05 seed0": {"rollouts": 64}, "DPR λ=1e-05 seed1": {"rollouts": 64}}}
+    text = finished_sft.render_report(rows, summary)
+    line = next(x for x in text.splitlines() if "2 seeds pooled" in x)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[2] == "0.300" and cells[5].startswith("+37.5 (")  # mean KL (0.2 + 0.4) / 2; gain 1.5 / 4
