@@ -48,6 +48,7 @@ from .real_model import (
 
 STAGES = ("all", "data", "sft", "preview", "train", "evaluate", "export", "report")
 ABLATIONS = {"wo/Baseline": {"use_baseline": False}, "SR": {"reward_granularity": "sentence"}}
+SFT_SMALL = "SFT on the snapshots' prompts"
 HELD_OUT_OFFSET = 2000  # the evaluation may grow to this many prompts without touching the preview's or the loss's
 
 
@@ -368,6 +369,10 @@ def _evaluate_all(args, output_dir: Path, sft: dict, runs: dict) -> None:
         _evaluate(args, output_dir, "SFT-continued", control["path"], sft_path)
     small = copy.copy(args)
     small.eval_prompts, small.decodings = args.snapshot_eval_prompts, ["T=1"]
+    # π_SFT on the snapshots' prompts too: a different prompt count batches differently, so the shared seed pairs a
+    # snapshot's samples only with π_SFT's drawn on the same prompts
+    if wanted(SFT_SMALL) and any((_folder(output_dir, n) / "rl_record.json").is_file() for n in runs):
+        _evaluate(small, output_dir, SFT_SMALL, sft_path, sft_path)
     for name, record in records.items():
         for fraction in (f for f in args.eval_fractions if f != 1.0 and Path(record["snapshots"][str(f)]).is_dir()):
             _evaluate(small, output_dir, f"{name} at {round(100 * fraction)}%", record["snapshots"][str(fraction)],
@@ -382,7 +387,7 @@ def _export(args, output_dir: Path, sft: dict, report, choice: dict, runs: dict)
     results = Path(args.results_dir)
     results.mkdir(parents=True, exist_ok=True)
     lines = []
-    names = {"SFT", "SFT-continued", *(f"{n} at {round(100 * f)}%" for n in runs for f in args.eval_fractions)}
+    names = {"SFT", SFT_SMALL, "SFT-continued", *(f"{n} at {round(100 * f)}%" for n in runs for f in args.eval_fractions)}
     names = {_policy_folder(output_dir, n).name: n for n in names}
     for path in sorted((output_dir / "evaluation").glob("*.json")):
         evaluation = _read(path)
@@ -449,7 +454,7 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
     sft_cells = [f"{100 * sum(c.values()) / len(c):.1f}% (n = {len(c)})" if c else "not run" for c in base.values()]
     length = mean(("SFT", "T=1"), "length")
     lines.append(f"| π_SFT (accuracy) | — | 0 | — | {'—' if length is None else f'{length:.1f}'} | " + " | ".join(sft_cells) + " |")
-    policies = [p for p, d in table if d == "T=1" and p != "SFT"]
+    policies = [p for p, d in table if d == "T=1" and p not in ("SFT", SFT_SMALL)]
     rl = summary["rl"]
     for policy in sorted(set(policies), key=lambda p: (p.startswith("SFT"), " at " in p and not p.endswith("100%"), p)):
         run = next((r for n, r in rl.items() if policy.startswith(n)), None)
@@ -462,9 +467,14 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
         variant = "wo/Baseline" if policy.startswith("wo/") else "DPR" if policy.startswith("DPR") else None
         predicted = interpolate_at_kl(curves[variant], kl) if variant and kl is not None and curves[variant] else None
         length = mean((policy, "T=1"), "length")
-        gains = [_gain(paired(correct[(policy, d)], base[d])) if (policy, d) in correct and base[d] else "not run"
-                 for d in DECODINGS]
+        small = correct.get((SFT_SMALL, "T=1"))
         n = len(correct[(policy, "T=1")])
+        if base["T=1"] and n != len(base["T=1"]) and not (small and len(small) == n):
+            gains = ["not paired (π_SFT not run on these prompts)"] + ["not run"] * (len(DECODINGS) - 1)
+        else:
+            own = {d: small if small and n == len(small) and d == "T=1" else base[d] for d in DECODINGS}
+            gains = [_gain(paired(correct[(policy, d)], own[d])) if (policy, d) in correct and own[d] else "not run"
+                     for d in DECODINGS]
         label = policy if not base["T=1"] or n == len(base["T=1"]) else f"{policy} (n = {n})"
         lines.append(f"| {label} | {rollouts} | {'—' if kl is None else f'{kl:.3f}'} | "
                      f"{'—' if predicted is None else f'{100 * predicted:+.1f}'} | "
