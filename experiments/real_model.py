@@ -473,6 +473,7 @@ def _evaluate(args, output_dir: Path, name: str, path: str, sft_path: str) -> di
                                      batch_size=args.eval_batch_size, seed=0)
         entry = {"correct": {str(order[i]): float(is_correct(s.text, answers[i])) for i, s in enumerate(samples)},
                  "mean_length": sum(len(s.completion_ids) for s in samples) / len(samples),
+                 "length": {str(order[i]): len(s.completion_ids) for i, s in enumerate(samples)},
                  "examples": [s.text for s in samples[:: max(1, len(samples) // 5)]][:5]}
         if temperature == 1.0:
             own = policy_logprobs(policy, tokenizer, samples, batch_size=args.eval_batch_size)

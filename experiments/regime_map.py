@@ -539,7 +539,10 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
         if base and r and info:
             gains = {d: paired_gain(r[d]["correct"], base[d]["correct"]) for d in DECODINGS if d in r and d in base}
             kl = sum(r["T=1"]["kl_per_response"].values()) / len(r["T=1"]["kl_per_response"])
-            readme_lines.append(f"| SFT continued (its own optimizer, steps {info['from_step']} → {info['to_step']}: "
+            new = min(args.num_demonstrations, info["to_step"] * sft["batch_size"]) - info["from_step"] * sft["batch_size"]
+            # the rest of one pass: a data control (demonstrations π_SFT never saw), not a compute control
+            readme_lines.append(f"| SFT finished on the rest of the pass ({new} demonstrations new to π_SFT; its own "
+                                f"optimizer, steps {info['from_step']} → {info['to_step']}: "
                                 f"{100 * info['flops_share']:.0f}% of DPR's FLOPs) | — | {kl:.3f} | — | "
                                 + " | ".join(_gain_text(gains[d]) if d in gains else "not run" for d in DECODINGS) + " |")
             trained_rows.append({"name": "SFT-continued", "kl": kl, **gains})
