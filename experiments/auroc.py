@@ -138,9 +138,7 @@ def computed_number_rewards(
     return numbers, digits
 
 
-def top_token_rewards(
-    scored: list[dict], k: int, largest: bool = True, context_chars: int = 60
-) -> list[dict]:
+def top_token_rewards(scored: list[dict], k: int, largest: bool = True, context_chars: int = 60) -> list[dict]:
     """The `k` largest (or smallest) token rewards over responses, with where they occur.
 
     `scored` holds one dict per response with `tokens` and `rewards` (as `CheckpointRewardModel.score_text` returns)

@@ -79,15 +79,22 @@ def _gains(report, arms_by_name: dict) -> dict:
 def _both_vs_verifier(evaluation_yaml: str, runs: dict, seed: int, folder: Path, replaced: dict) -> tuple:
     """Paired gain of `both_s<seed>` over `verifier_s<seed>`: their cached answers, judged with the verifier as baseline."""
     pair_dir = folder / f"both_vs_verifier_s{seed}"
-    for name in (f"verifier_s{seed}", f"both_s{seed}"):  # the answers of the main evaluation (same settings, same seeds)
+    for name in (
+        f"verifier_s{seed}",
+        f"both_s{seed}",
+    ):  # the answers of the main evaluation (same settings, same seeds)
         source, target = folder / "answers" / "demo" / f"{name}.jsonl", pair_dir / "answers" / "demo" / f"{name}.jsonl"
         if not source.is_file():
             raise FileNotFoundError(f"{source} is missing: the main evaluation in {folder} must run first.")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
-    config = evaluation_config(evaluation_yaml, baseline=f"verifier_s{seed}={runs[f'verifier_s{seed}'].output_dir}",
-                               candidates=[f"both_s{seed}={runs[f'both_s{seed}'].output_dir}"], output_dir=str(pair_dir),
-                               **replaced)
+    config = evaluation_config(
+        evaluation_yaml,
+        baseline=f"verifier_s{seed}={runs[f'verifier_s{seed}'].output_dir}",
+        candidates=[f"both_s{seed}={runs[f'both_s{seed}'].output_dir}"],
+        output_dir=str(pair_dir),
+        **replaced,
+    )
     report = run_evaluation(config, show_progress=False)
     return exact_paired_gain(report.pairwise_result("demo", f"both_s{seed}").as_dict())
 
@@ -102,7 +109,9 @@ def main(argv=None):
     if unknown:
         raise ValueError(f"Unknown arms {unknown}: choose among {list(METHODS)}.")
     if not script_args.evaluation_config:
-        raise ValueError("Set evaluation_config: the recipes/evaluate.py YAML (exact judge) every arm is evaluated with.")
+        raise ValueError(
+            "Set evaluation_config: the recipes/evaluate.py YAML (exact judge) every arm is evaluated with."
+        )
     evaluation_config(script_args.evaluation_config)  # a bad evaluation YAML fails before any training
     ensure_sft_output(script_args, model_args)
 
@@ -113,23 +122,32 @@ def main(argv=None):
         weights, funcs = METHODS[arm]
         name = f"{arm}_s{seed}"
         print_stage(index, len(todo), f"{name}: reward_weights={weights}, reward_funcs={[f.__name__ for f in funcs]}")
-        overrides = {"seed": seed, "output_dir": str(output_dir / name), **({"reward_weights": weights} if weights else {})}
+        overrides = {
+            "seed": seed,
+            "output_dir": str(output_dir / name),
+            **({"reward_weights": weights} if weights else {}),
+        }
         v_script, v_training, v_model = parse_with_overrides(types, argv, overrides)[-3:]
-        settings = variant_settings(v_script, v_training, v_model, reward_weights=weights,
-                                    reward_funcs=[f.__name__ for f in funcs])
+        settings = variant_settings(
+            v_script, v_training, v_model, reward_weights=weights, reward_funcs=[f.__name__ for f in funcs]
+        )
         already_trained = (Path(v_training.output_dir) / "analysis_run.json").is_file()
         runs[name] = train_variant(name, v_script, v_training, v_model, settings, reward_funcs=funcs or None)
         if not already_trained:
             for decoding in DECODINGS:  # answers of an earlier model with this name are stale
                 forget_cached_answers(output_dir / f"evaluation_{decoding}", name)
 
-    results = {"runs": {n: {"train_runtime_s": r.train_runtime_s, "final_metrics": r.final_metrics} for n, r in runs.items()}}
+    results = {
+        "runs": {n: {"train_runtime_s": r.train_runtime_s, "final_metrics": r.final_metrics} for n, r in runs.items()}
+    }
     for index, (decoding, replaced) in enumerate(DECODINGS.items(), start=1):
         print_stage(index, len(DECODINGS), f"evaluation at {decoding}")
         config = evaluation_config(
-            script_args.evaluation_config, baseline=f"SFT={model_args.model_name_or_path}",
+            script_args.evaluation_config,
+            baseline=f"SFT={model_args.model_name_or_path}",
             candidates=[f"{name}={run.output_dir}" for name, run in runs.items()],
-            output_dir=str(output_dir / f"evaluation_{decoding}"), **replaced,
+            output_dir=str(output_dir / f"evaluation_{decoding}"),
+            **replaced,
         )
         report = run_evaluation(config, show_progress=False)
         results[decoding] = {
@@ -139,8 +157,9 @@ def main(argv=None):
         }
         if {"both", "verifier"} <= set(args.arms):
             results[decoding]["both_vs_verifier"] = {
-                f"s{seed}": _both_vs_verifier(script_args.evaluation_config, runs, seed,
-                                              output_dir / f"evaluation_{decoding}", replaced)
+                f"s{seed}": _both_vs_verifier(
+                    script_args.evaluation_config, runs, seed, output_dir / f"evaluation_{decoding}", replaced
+                )
                 for seed in args.seeds
             }
     text = summary_markdown(results, args.seeds, args.arms)
@@ -159,15 +178,23 @@ def summary_markdown(results: dict, seeds: list[int], arms: list[str]) -> str:
         >>> text.splitlines()[4]
         '| greedy | DPR | 54.0 | +5.0 (+1.0 to +9.0) | +3.0 (-1.0 to +7.0) | +4.0 (-8.7 to +16.7) |'
     """
+
     def signed(value, low, high):
         return f"{100 * value:+.1f} ({100 * low:+.1f} to {100 * high:+.1f})"
 
     decodings = [d for d in results if d != "runs"]
-    header = ["decoding", "arm", "mean accuracy %", *[f"seed {s}: gain vs π_SFT, paired (95% CI)" for s in seeds],
-              "mean gain over seeds (95% t-interval)"]
+    header = [
+        "decoding",
+        "arm",
+        "mean accuracy %",
+        *[f"seed {s}: gain vs π_SFT, paired (95% CI)" for s in seeds],
+        "mean gain over seeds (95% t-interval)",
+    ]
     lines = [
-        "π_SFT accuracy: " + ", ".join(f"{d} {100 * results[d]['accuracy']['SFT']:.1f}%" for d in decodings) + ".", "",
-        "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+        "π_SFT accuracy: " + ", ".join(f"{d} {100 * results[d]['accuracy']['SFT']:.1f}%" for d in decodings) + ".",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
     ]
     for decoding in decodings:
         accuracy, gain = results[decoding]["accuracy"], results[decoding]["gain"]
@@ -175,11 +202,17 @@ def summary_markdown(results: dict, seeds: list[int], arms: list[str]) -> str:
             names = [f"{arm}_s{s}" for s in seeds]
             mean_accuracy = sum(accuracy[n] for n in names) / len(names)
             cells = [signed(*gain[n]) for n in names]
-            lines.append(f"| {decoding} | {arm} | {100 * mean_accuracy:.1f} | {' | '.join(cells)} | "
-                         f"{signed(*mean_t_interval([gain[n][0] for n in names]))} |")
+            lines.append(
+                f"| {decoding} | {arm} | {100 * mean_accuracy:.1f} | {' | '.join(cells)} | "
+                f"{signed(*mean_t_interval([gain[n][0] for n in names]))} |"
+            )
     if {"both", "verifier"} <= set(arms) and all("both_vs_verifier" in results[d] for d in decodings):
-        lines += ["", "both − verifier, accuracy points, paired over the same answers' prompts (95% bootstrap CI) per "
-                  "seed; mean over seeds (95% t-interval):", ""]
+        lines += [
+            "",
+            "both − verifier, accuracy points, paired over the same answers' prompts (95% bootstrap CI) per "
+            "seed; mean over seeds (95% t-interval):",
+            "",
+        ]
         for decoding in decodings:
             paired = results[decoding]["both_vs_verifier"]
             per_seed = ", ".join(f"seed {s}: {signed(*paired[f's{s}'])}" for s in seeds)

@@ -41,13 +41,14 @@ from .real_model import (
     _parameters,
     _policy_folder,
     _read,
+    _reads_reference,
     _write,
     dpr_step_flops,
     interpolate_at_kl,
 )
 
 STAGES = ("all", "data", "sft", "preview", "train", "evaluate", "export", "report")
-ABLATIONS = {"wo/Baseline": {"use_baseline": False}, "SR": {"reward_granularity": "sentence"}}
+ABLATIONS = {"wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"}, "SR": {"reward_granularity": "sentence"}}
 SFT_SMALL = "SFT on the snapshots' prompts"
 HELD_OUT_OFFSET = 2000  # the evaluation may grow to this many prompts without touching the preview's or the loss's
 
@@ -57,32 +58,44 @@ class FinishedSFTArguments:
     """Settings of `experiments/finished_sft.py` (`experiments/configs/finished_sft.yaml`: the issue's full design)."""
 
     output_dir: str = field(default="runs/finished_sft", metadata={"help": "Every stage's output (models included)."})
-    results_dir: str = field(default="experiments/results/finished_sft",
-                             metadata={"help": "Committed per-prompt results and summary; `report` reads only these."})
+    results_dir: str = field(
+        default="experiments/results/finished_sft",
+        metadata={"help": "Committed per-prompt results and summary; `report` reads only these."},
+    )
     sft_config: str = field(default="experiments/configs/finished_sft/sft.yaml", metadata={"help": "SFT recipe YAML."})
     dpr_config: str = field(default="experiments/configs/finished_sft/dpr.yaml", metadata={"help": "DPR recipe YAML."})
     num_demonstrations: int = field(default=1000, metadata={"help": "|D|."})
     sft_epochs: float = field(default=4.0, metadata={"help": "Cap on SFT's epochs; π_SFT: the held-out loss minimum."})
     control_epochs: float = field(default=1.0, metadata={"help": "SFT's further epochs over D (the compute control)."})
-    snapshot_every: int = field(default=25, metadata={"help": "SFT snapshot (and held-out loss) every this many steps."})
+    snapshot_every: int = field(
+        default=25, metadata={"help": "SFT snapshot (and held-out loss) every this many steps."}
+    )
     control_snapshot_every: int = field(default=4, metadata={"help": "The same past the cap (the control's grain)."})
     loss_demonstrations: int = field(default=64, metadata={"help": "Held-out demonstrations of SFT's loss."})
     preview_prompts: int = field(default=48, metadata={"help": "Held-out prompts of the preview."})
     preview_samples: int = field(default=8, metadata={"help": "π_SFT samples per preview prompt (T = 1)."})
-    lambdas: list[float] = field(default_factory=lambda: [math.inf, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.0],
-                                 metadata={"help": "The preview's λ grid."})
+    lambdas: list[float] = field(
+        default_factory=lambda: [math.inf, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.0],
+        metadata={"help": "The preview's λ grid."},
+    )
     paper_lambda: float = field(default=1e-5, metadata={"help": "The paper's KL weight."})
     learning_rate: float = field(default=3e-6, metadata={"help": "RL learning rate (every RL run)."})
     seeds: list[int] = field(default_factory=lambda: [0, 1], metadata={"help": "DPR seeds at the paper's λ."})
-    ablations: list[str] = field(default_factory=lambda: list(ABLATIONS), metadata={"help": f"Among {list(ABLATIONS)}."})
+    ablations: list[str] = field(
+        default_factory=lambda: list(ABLATIONS), metadata={"help": f"Among {list(ABLATIONS)}."}
+    )
     preview_lambda_run: bool = field(default=True, metadata={"help": "Also train DPR at the preview's λ (seed 0)."})
     rollouts: int = field(default=800, metadata={"help": "Rollouts (prompts sampled) per RL run."})
     rollouts_per_step: int = field(default=16, metadata={"help": "Rollouts per optimizer step."})
-    eval_fractions: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0],
-                                        metadata={"help": "Shares of the RL budget at which policies are kept."})
+    eval_fractions: list[float] = field(
+        default_factory=lambda: [0.25, 0.5, 1.0],
+        metadata={"help": "Shares of the RL budget at which policies are kept."},
+    )
     eval_prompts: int = field(default=1000, metadata={"help": "Held-out prompts of the final evaluation."})
     snapshot_eval_prompts: int = field(default=400, metadata={"help": "Held-out prompts for the 25/50% snapshots."})
-    max_new_tokens: int = field(default=72, metadata={"help": "Longest answer (the longest demonstration: 67 tokens)."})
+    max_new_tokens: int = field(
+        default=72, metadata={"help": "Longest answer (the longest demonstration: 67 tokens)."}
+    )
     eval_batch_size: int = field(default=100, metadata={"help": "Prompts per generate call."})
     decodings: list[str] = field(default_factory=lambda: list(DECODINGS), metadata={"help": "Final decodings."})
     stage: str = field(default="all", metadata={"help": f"One of {STAGES}.", "choices": list(STAGES)})
@@ -92,11 +105,15 @@ class FinishedSFTArguments:
         if unknown := [a for a in self.ablations if a not in ABLATIONS]:
             raise ValueError(f"Unknown ablations {unknown}; choose among {list(ABLATIONS)}.")
         if self.rollouts % self.rollouts_per_step:
-            raise ValueError(f"rollouts ({self.rollouts}) must be a multiple of rollouts_per_step "
-                             f"({self.rollouts_per_step}): set rollouts to {self.rollouts_per_step} × the steps wanted.")
+            raise ValueError(
+                f"rollouts ({self.rollouts}) must be a multiple of rollouts_per_step "
+                f"({self.rollouts_per_step}): set rollouts to {self.rollouts_per_step} × the steps wanted."
+            )
         if self.eval_prompts > HELD_OUT_OFFSET or self.snapshot_eval_prompts > self.eval_prompts:
-            raise ValueError(f"eval_prompts must be ≤ {HELD_OUT_OFFSET} and snapshot_eval_prompts ≤ eval_prompts, got "
-                             f"{self.eval_prompts} and {self.snapshot_eval_prompts}.")
+            raise ValueError(
+                f"eval_prompts must be ≤ {HELD_OUT_OFFSET} and snapshot_eval_prompts ≤ eval_prompts, got "
+                f"{self.eval_prompts} and {self.snapshot_eval_prompts}."
+            )
 
 
 # ---- pure pieces ----------------------------------------------------------------------------------------------------
@@ -169,8 +186,12 @@ def paired(method: dict[str, float], baseline: dict[str, float], resamples: int 
     diffs = [method[i] - baseline[i] for i in ids]
     rng = random.Random(seed)
     means = sorted(sum(rng.choices(diffs, k=len(diffs))) / len(diffs) for _ in range(resamples))
-    return {"gain": sum(diffs) / len(diffs), "ci": [means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]],
-            "prompts": len(ids), "mean": sum(method[i] for i in ids) / len(ids)}
+    return {
+        "gain": sum(diffs) / len(diffs),
+        "ci": [means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]],
+        "prompts": len(ids),
+        "mean": sum(method[i] for i in ids) / len(ids),
+    }
 
 
 # ---- stages ---------------------------------------------------------------------------------------------------------
@@ -218,15 +239,24 @@ def _sft(args, output_dir: Path, data: Path) -> dict:
     if (record := _read(record_path)) is not None:
         return record
     script_args, training_args, model_args = _recipe(
-        (SFTScriptArguments, SFTConfig, ModelConfig), args.sft_config,
-        {"dataset_name": str(data), "output_dir": str(output_dir / "SFT" / "trainer")})
+        (SFTScriptArguments, SFTConfig, ModelConfig),
+        args.sft_config,
+        {"dataset_name": str(data), "output_dir": str(output_dir / "SFT" / "trainer")},
+    )
     per_epoch = math.ceil(args.num_demonstrations / training_args.per_device_train_batch_size)
     cap, steps = round(args.sft_epochs * per_epoch), round((args.sft_epochs + args.control_epochs) * per_epoch)
     training_args.max_steps = steps
     held_out = [list(r["prompt"]) + list(r["completion"]) for r in _rows(args, "loss")]
-    record = {"steps": steps, "cap": cap, "steps_per_epoch": per_epoch, "batch_size":
-              training_args.per_device_train_batch_size, "learning_rates": [], "snapshots": {}, "held_out_loss": {},
-              "tokens": None}
+    record = {
+        "steps": steps,
+        "cap": cap,
+        "steps_per_epoch": per_epoch,
+        "batch_size": training_args.per_device_train_batch_size,
+        "learning_rates": [],
+        "snapshots": {},
+        "held_out_loss": {},
+        "tokens": None,
+    }
     keep: set[int] = set()
 
     class Snapshots(TrainerCallback):
@@ -234,8 +264,12 @@ def _sft(args, output_dir: Path, data: Path) -> dict:
             base = optimizer.param_groups[0].get("initial_lr", _args.learning_rate)
             schedule = [base * lr_scheduler.lr_lambdas[0](t) for t in range(steps)]
             candidates = [*range(args.snapshot_every, cap + 1, args.snapshot_every), cap]
-            keep.update(candidates, (half_lr_step(schedule, c) for c in candidates), [steps],
-                        range(cap + args.control_snapshot_every, steps + 1, args.control_snapshot_every))
+            keep.update(
+                candidates,
+                (half_lr_step(schedule, c) for c in candidates),
+                [steps],
+                range(cap + args.control_snapshot_every, steps + 1, args.control_snapshot_every),
+            )
 
         def on_step_begin(self, _args, state, control, lr_scheduler=None, **kw):
             record["learning_rates"].append(float(lr_scheduler.get_last_lr()[0]))
@@ -260,9 +294,12 @@ def _sft(args, output_dir: Path, data: Path) -> dict:
     losses = {int(s): v for s, v in record["held_out_loss"].items()}
     record["sft_step"] = finished_step(losses, cap)
     record["ref_step"] = half_lr_step(record["learning_rates"], record["sft_step"])
-    record["alpha"] = sum(record["learning_rates"][: record["ref_step"]]) / sum(record["learning_rates"][: record["sft_step"]])
+    record["alpha"] = sum(record["learning_rates"][: record["ref_step"]]) / sum(
+        record["learning_rates"][: record["sft_step"]]
+    )
     record["loss_still_falling_at_cap"] = record["sft_step"] == cap and any(
-        losses[s] < losses[cap] for s in losses if s > cap)
+        losses[s] < losses[cap] for s in losses if s > cap
+    )
     _write(record_path, record)
     return record
 
@@ -280,11 +317,23 @@ def _preview(args, output_dir: Path, sft: dict):
     prompts_file = output_dir / "preview_prompts.jsonl"
     prompts_file.write_text("".join(json.dumps(row) + "\n" for row in _rows(args, "preview")))
     config = PreviewConfig(
-        output_dir=str(folder), dataset_name=str(prompts_file), dataset_split="train", num_prompts=args.preview_prompts,
-        samples_per_prompt=args.preview_samples, max_new_tokens=args.max_new_tokens, batch_size=args.eval_batch_size,
-        lambdas=args.lambdas, quality="exact", seed=0, plot=False,
-        variants={"DPR": {"ref_model_name_or_path": sft["snapshots"][str(sft["ref_step"])]},
-                  "wo/Baseline": {"use_baseline": False}, "oracle": {"oracle": True}})
+        output_dir=str(folder),
+        dataset_name=str(prompts_file),
+        dataset_split="train",
+        num_prompts=args.preview_prompts,
+        samples_per_prompt=args.preview_samples,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.eval_batch_size,
+        kl_coefs=args.lambdas,
+        quality="exact",
+        seed=0,
+        plot=False,
+        variants={
+            "DPR": {"ref_model_name_or_path": sft["snapshots"][str(sft["ref_step"])]},
+            "wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"},
+            "oracle": {"oracle": True},
+        },
+    )
     start = time.perf_counter()
     report = run_preview(config, _sft_path(sft), {"dtype": "float32"}, show_progress=False)
     _write(folder / "wall.json", {"wall_s": round(time.perf_counter() - start, 1)})
@@ -303,10 +352,16 @@ def _train(args, output_dir: Path, data: Path, sft: dict, name: str, keys: dict)
     if (record := _read(folder / "rl_record.json")) is not None:
         return record
     steps = args.rollouts // args.rollouts_per_step
-    overrides = {"learning_rate": args.learning_rate, "max_steps": steps, **keys, "model_name_or_path": _sft_path(sft),
-                 "per_device_train_batch_size": args.rollouts_per_step, "output_dir": str(folder / "trainer"),
-                 "dataset_name": str(data)}
-    if keys.get("use_baseline", True):
+    overrides = {
+        "learning_rate": args.learning_rate,
+        "max_steps": steps,
+        **keys,
+        "model_name_or_path": _sft_path(sft),
+        "per_device_train_batch_size": args.rollouts_per_step,
+        "output_dir": str(folder / "trainer"),
+        "dataset_name": str(data),
+    }
+    if _reads_reference(keys):
         overrides["ref_model_name_or_path"] = sft["snapshots"][str(sft["ref_step"])]
     script_args, training_args, model_args = _recipe(DPR_ARGUMENTS, args.dpr_config, overrides)
     save_at = {max(1, round(f * steps)): f for f in args.eval_fractions}
@@ -315,8 +370,12 @@ def _train(args, output_dir: Path, data: Path, sft: dict, name: str, keys: dict)
     class Record(TrainerCallback):
         def on_log(self, _args, state, control, logs=None, **kw):
             if logs and "kl_sft/per_response" in logs:
-                history.append({"step": state.global_step,
-                                **{k: float(v) for k, v in logs.items() if isinstance(v, (int, float))}})
+                history.append(
+                    {
+                        "step": state.global_step,
+                        **{k: float(v) for k, v in logs.items() if isinstance(v, (int, float))},
+                    }
+                )
 
         def on_step_end(self, _args, state, control, model=None, processing_class=None, **kw):
             if state.global_step in save_at:
@@ -327,10 +386,18 @@ def _train(args, output_dir: Path, data: Path, sft: dict, name: str, keys: dict)
     start = time.perf_counter()
     trainer = run_dpr(script_args, training_args, model_args, callbacks=[Record()])
     tokens = next((h["num_tokens"] for h in reversed(trainer.state.log_history) if "num_tokens" in h), None)
-    record = {"name": name, "steps": trainer.state.global_step, "rollouts": args.rollouts, "keys": keys,
-              "learning_rate": args.learning_rate, "wall_s": round(time.perf_counter() - start, 1), "tokens": tokens,
-              "frozen_scorers": 2 if keys.get("use_baseline", True) else 1, "history": history,
-              "snapshots": {str(f): str(folder / f"at{round(100 * f)}") for f in args.eval_fractions}}
+    record = {
+        "name": name,
+        "steps": trainer.state.global_step,
+        "rollouts": args.rollouts,
+        "keys": keys,
+        "learning_rate": args.learning_rate,
+        "wall_s": round(time.perf_counter() - start, 1),
+        "tokens": tokens,
+        "frozen_scorers": 2 if _reads_reference(keys) else 1,
+        "history": history,
+        "snapshots": {str(f): str(folder / f"at{round(100 * f)}") for f in args.eval_fractions},
+    }
     del trainer
     _write(folder / "rl_record.json", record)
     return record
@@ -338,8 +405,11 @@ def _train(args, output_dir: Path, data: Path, sft: dict, name: str, keys: dict)
 
 def _control(args, output_dir: Path, sft: dict) -> dict | None:
     """SFT's own later snapshot at the mean FLOPs of the DPR runs at the paper's λ trained so far."""
-    records = [r for s in args.seeds if (r := _read(_folder(output_dir, f"DPR λ={args.paper_lambda:g} seed{s}")
-                                                     / "rl_record.json"))]
+    records = [
+        r
+        for s in args.seeds
+        if (r := _read(_folder(output_dir, f"DPR λ={args.paper_lambda:g} seed{s}") / "rl_record.json"))
+    ]
     if not records:
         return None
     parameters = _parameters(_sft_path(sft))
@@ -348,9 +418,14 @@ def _control(args, output_dir: Path, sft: dict) -> dict | None:
     step = control_step(sft["sft_step"], dpr_flops, sft_step_flops, [int(s) for s in sft["snapshots"]])
     if step is None:
         return None
-    return {"from_step": sft["sft_step"], "to_step": step, "dpr_mean_flops": dpr_flops,
-            "sft_flops": (step - sft["sft_step"]) * sft_step_flops,
-            "flops_share": (step - sft["sft_step"]) * sft_step_flops / dpr_flops, "path": sft["snapshots"][str(step)]}
+    return {
+        "from_step": sft["sft_step"],
+        "to_step": step,
+        "dpr_mean_flops": dpr_flops,
+        "sft_flops": (step - sft["sft_step"]) * sft_step_flops,
+        "flops_share": (step - sft["sft_step"]) * sft_step_flops / dpr_flops,
+        "path": sft["snapshots"][str(step)],
+    }
 
 
 def _evaluate_all(args, output_dir: Path, sft: dict, runs: dict) -> None:
@@ -375,8 +450,9 @@ def _evaluate_all(args, output_dir: Path, sft: dict, runs: dict) -> None:
         _evaluate(small, output_dir, SFT_SMALL, sft_path, sft_path)
     for name, record in records.items():
         for fraction in (f for f in args.eval_fractions if f != 1.0 and Path(record["snapshots"][str(f)]).is_dir()):
-            _evaluate(small, output_dir, f"{name} at {round(100 * fraction)}%", record["snapshots"][str(fraction)],
-                      sft_path)
+            _evaluate(
+                small, output_dir, f"{name} at {round(100 * fraction)}%", record["snapshots"][str(fraction)], sft_path
+            )
 
 
 # ---- export and report ----------------------------------------------------------------------------------------------
@@ -387,7 +463,12 @@ def _export(args, output_dir: Path, sft: dict, report, choice: dict, runs: dict)
     results = Path(args.results_dir)
     results.mkdir(parents=True, exist_ok=True)
     lines = []
-    names = {"SFT", SFT_SMALL, "SFT-continued", *(f"{n} at {round(100 * f)}%" for n in runs for f in args.eval_fractions)}
+    names = {
+        "SFT",
+        SFT_SMALL,
+        "SFT-continued",
+        *(f"{n} at {round(100 * f)}%" for n in runs for f in args.eval_fractions),
+    }
     names = {_policy_folder(output_dir, n).name: n for n in names}
     for path in sorted((output_dir / "evaluation").glob("*.json")):
         evaluation = _read(path)
@@ -403,19 +484,29 @@ def _export(args, output_dir: Path, sft: dict, report, choice: dict, runs: dict)
                     row["kl"] = round(entry["kl_per_response"][i], 4)
                 lines.append(json.dumps(row, separators=(",", ":")))
     (results / "per_prompt.jsonl").write_text("\n".join(lines) + "\n")
-    rl = {name: {k: v for k, v in r.items() if k != "history"} | {"kl_history": [h["kl_sft/per_response"]
-                                                                                  for h in r["history"]]}
-          for name in runs if (r := _read(_folder(output_dir, name) / "rl_record.json"))}
+    rl = {
+        name: {k: v for k, v in r.items() if k != "history"}
+        | {"kl_history": [h["kl_sft/per_response"] for h in r["history"]]}
+        for name in runs
+        if (r := _read(_folder(output_dir, name) / "rl_record.json"))
+    }
     parameters = _parameters(_sft_path(sft))
     for r in rl.values():
         r["flops"] = dpr_step_flops(parameters, r["tokens"], r["frozen_scorers"])
-    summary = {"settings": asdict(args), "parameters": parameters, "choice": choice, "rl": rl,
-               "control": _read(output_dir / "control.json"),
-               "sft": {k: v for k, v in sft.items() if k not in ("learning_rates", "snapshots")},
-               "preview": [asdict(p) for p in report.points] if report else [],
-               "preview_wall_s": (_read(output_dir / "preview" / "wall.json") or {}).get("wall_s"),
-               "evaluation_wall_s": {names.get(p.stem, p.stem): {d: e["wall_s"] for d, e in _read(p).items()}
-                                     for p in (output_dir / "evaluation").glob("*.json")}}
+    summary = {
+        "settings": asdict(args),
+        "parameters": parameters,
+        "choice": choice,
+        "rl": rl,
+        "control": _read(output_dir / "control.json"),
+        "sft": {k: v for k, v in sft.items() if k not in ("learning_rates", "snapshots")},
+        "preview": [asdict(p) for p in report.points] if report else [],
+        "preview_wall_s": (_read(output_dir / "preview" / "wall.json") or {}).get("wall_s"),
+        "evaluation_wall_s": {
+            names.get(p.stem, p.stem): {d: e["wall_s"] for d, e in _read(p).items()}
+            for p in (output_dir / "evaluation").glob("*.json")
+        },
+    }
     _write(results / "run.json", summary)
 
 
@@ -435,28 +526,48 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
         return sum(values) / len(values) if values else None
 
     points = summary["preview"]
-    curves = {v: [(p["kl"], p["delta"]) for p in points if p["variant"] == v and p["lam"] > 0] for v in ("DPR", "wo/Baseline")}
+    curves = {
+        v: [(p["kl"], p["delta"]) for p in points if p["variant"] == v and p["lam"] > 0]
+        for v in ("DPR", "wo/Baseline")
+    }
     sft = summary["sft"]
-    lines = [f"π_SFT: step {sft['sft_step']} of SFT ({sft['sft_step'] / sft['steps_per_epoch']:.2f} epochs over "
-             f"|D| = {summary['settings']['num_demonstrations']}), π_ref at step {sft['ref_step']} "
-             f"(α = {sft['alpha']:.2f} of π_SFT's Σ lr). Held-out loss per response token at each snapshot: "
-             + ", ".join(f"{s}: {v:.3f}" for s, v in sorted(((int(s), v) for s, v in sft["held_out_loss"].items())))
-             + "."]
+    lines = [
+        f"π_SFT: step {sft['sft_step']} of SFT ({sft['sft_step'] / sft['steps_per_epoch']:.2f} epochs over "
+        f"|D| = {summary['settings']['num_demonstrations']}), π_ref at step {sft['ref_step']} "
+        f"(α = {sft['alpha']:.2f} of π_SFT's Σ lr). Held-out loss per response token at each snapshot: "
+        + ", ".join(f"{s}: {v:.3f}" for s, v in sorted(((int(s), v) for s, v in sft["held_out_loss"].items())))
+        + "."
+    ]
     if sft.get("sft_step") == sft.get("cap"):  # the minimum at the cap: do SFT's further epochs still lower it?
         after = [v for s, v in sft["held_out_loss"].items() if int(s) > sft["cap"]]
         at_cap = sft["held_out_loss"][str(sft["cap"])]
-        lines.append(f"The minimum within the cap sits at the cap ({sft['cap']} steps, {at_cap:.4f})"
-                     + (f"; SFT's further steps give {min(after):.4f} to {max(after):.4f}." if after else
-                        ": SFT may not have finished."))
-    lines += ["", "| policy | rollouts | KL to π_SFT per response | preview's gain at that KL | answer length (T = 1) | "
-              "T = 1 | T = 0.7 | greedy |", "|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"The minimum within the cap sits at the cap ({sft['cap']} steps, {at_cap:.4f})"
+            + (
+                f"; SFT's further steps give {min(after):.4f} to {max(after):.4f}."
+                if after
+                else ": SFT may not have finished."
+            )
+        )
+    lines += [
+        "",
+        "| policy | rollouts | KL to π_SFT per response | preview's gain at that KL | answer length (T = 1) | "
+        "T = 1 | T = 0.7 | greedy |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     base = {d: correct.get(("SFT", d)) for d in DECODINGS}
     sft_cells = [f"{100 * sum(c.values()) / len(c):.1f}% (n = {len(c)})" if c else "not run" for c in base.values()]
     length = mean(("SFT", "T=1"), "length")
-    lines.append(f"| π_SFT (accuracy) | — | 0 | — | {'—' if length is None else f'{length:.1f}'} | " + " | ".join(sft_cells) + " |")
+    lines.append(
+        f"| π_SFT (accuracy) | — | 0 | — | {'—' if length is None else f'{length:.1f}'} | "
+        + " | ".join(sft_cells)
+        + " |"
+    )
     policies = [p for p, d in table if d == "T=1" and p not in ("SFT", SFT_SMALL)]
     rl = summary["rl"]
-    for policy in sorted(set(policies), key=lambda p: (p.startswith("SFT"), " at " in p and not p.endswith("100%"), p)):
+    for policy in sorted(
+        set(policies), key=lambda p: (p.startswith("SFT"), " at " in p and not p.endswith("100%"), p)
+    ):
         run = next((r for n, r in rl.items() if policy.startswith(n)), None)
         share = policy.rsplit(" at ", 1)[-1] if " at " in policy else "100%"
         rollouts = "—" if run is None else str(round(run["rollouts"] * float(share.rstrip("%")) / 100))
@@ -473,12 +584,16 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
             gains = ["not paired (π_SFT not run on these prompts)"] + ["not run"] * (len(DECODINGS) - 1)
         else:
             own = {d: small if small and n == len(small) and d == "T=1" else base[d] for d in DECODINGS}
-            gains = [_gain(paired(correct[(policy, d)], own[d])) if (policy, d) in correct and own[d] else "not run"
-                     for d in DECODINGS]
+            gains = [
+                _gain(paired(correct[(policy, d)], own[d])) if (policy, d) in correct and own[d] else "not run"
+                for d in DECODINGS
+            ]
         label = policy if not base["T=1"] or n == len(base["T=1"]) else f"{policy} (n = {n})"
-        lines.append(f"| {label} | {rollouts} | {'—' if kl is None else f'{kl:.3f}'} | "
-                     f"{'—' if predicted is None else f'{100 * predicted:+.1f}'} | "
-                     f"{'—' if length is None else f'{length:.1f}'} | " + " | ".join(gains) + " |")
+        lines.append(
+            f"| {label} | {rollouts} | {'—' if kl is None else f'{kl:.3f}'} | "
+            f"{'—' if predicted is None else f'{100 * predicted:+.1f}'} | "
+            f"{'—' if length is None else f'{length:.1f}'} | " + " | ".join(gains) + " |"
+        )
     groups: dict[str, list[str]] = {}  # DPR's seeds at one λ, final policies: pooled per prompt, then paired
     for policy in policies:
         if policy.startswith("DPR") and policy.endswith(" at 100%") and " seed" in policy:
@@ -495,19 +610,35 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
             ids = set.intersection(*(set(f) for f in found))
             gains.append(_gain(paired({i: sum(f[i] for f in found) / len(found) for i in ids}, base[d])))
         kls = [mean((m, "T=1"), "kl") for m in members]
-        lines.append(f"| {group}, {len(members)} seeds pooled, at 100% | {rl[members[0].split(' at ')[0]]['rollouts']} each"
-                     f" | {sum(kls) / len(kls):.3f} | — | — | " + " | ".join(gains) + " |")
+        lines.append(
+            f"| {group}, {len(members)} seeds pooled, at 100% | {rl[members[0].split(' at ')[0]]['rollouts']} each"
+            f" | {sum(kls) / len(kls):.3f} | — | — | " + " | ".join(gains) + " |"
+        )
     if base["T=1"] and base["T=0.7"] and base["greedy"]:
-        lines += ["", "Sharpening by decoding alone (π_SFT against itself at T = 1): T = 0.7 "
-                  f"{_gain(paired(base['T=0.7'], base['T=1']))}, greedy {_gain(paired(base['greedy'], base['T=1']))}."]
-    lines += ["", "The preview at π_SFT (T = 1, its own held-out prompts): predicted gain over π_SFT, 95% CI, KL per "
-              "response, trusted (ESS)", "", "| variant | λ | gain | KL | trusted |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "Sharpening by decoding alone (π_SFT against itself at T = 1): T = 0.7 "
+            f"{_gain(paired(base['T=0.7'], base['T=1']))}, greedy {_gain(paired(base['greedy'], base['T=1']))}.",
+        ]
+    lines += [
+        "",
+        "The preview at π_SFT (T = 1, its own held-out prompts): predicted gain over π_SFT, 95% CI, KL per "
+        "response, trusted (ESS)",
+        "",
+        "| variant | λ | gain | KL | trusted |",
+        "|---|---|---|---|---|",
+    ]
     for p in points:
-        lines.append(f"| {p['variant']} | {p['lam']:g} | {100 * p['delta']:+.1f} ({100 * p['delta_ci_low']:+.1f} to "
-                     f"{100 * p['delta_ci_high']:+.1f}) | {p['kl']:.3f} | {p['trusted']} |")
+        lines.append(
+            f"| {p['variant']} | {p['lam']:g} | {100 * p['delta']:+.1f} ({100 * p['delta_ci_low']:+.1f} to "
+            f"{100 * p['delta_ci_high']:+.1f}) | {p['kl']:.3f} | {p['trusted']} |"
+        )
     if (choice := summary.get("choice")) and choice.get("lambda") is not None:
-        lines += ["", f"The preview's choice: {choice['verdict']} (best finite λ = {choice['lambda']:g}, predicted "
-                  f"{100 * choice['preview_gain']:+.1f} at KL {choice['target_kl']:.3f})."]
+        lines += [
+            "",
+            f"The preview's choice: {choice['verdict']} (best finite λ = {choice['lambda']:g}, predicted "
+            f"{100 * choice['preview_gain']:+.1f} at KL {choice['target_kl']:.3f}).",
+        ]
     elif choice:
         lines += ["", f"The preview's choice: {choice['verdict']}"]
     return "\n".join(lines) + "\n"
@@ -516,8 +647,10 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
 def _report(args) -> str:
     results = Path(args.results_dir)
     if not (results / "per_prompt.jsonl").is_file() or not (results / "run.json").is_file():
-        raise SystemExit(f"No results in {results}: run the stages up to `export` first (or check out the committed "
-                         "per_prompt.jsonl and run.json there).")
+        raise SystemExit(
+            f"No results in {results}: run the stages up to `export` first (or check out the committed "
+            "per_prompt.jsonl and run.json there)."
+        )
     per_prompt = [json.loads(line) for line in (results / "per_prompt.jsonl").read_text().splitlines() if line]
     text = render_report(per_prompt, _read(results / "run.json"))
     (results / "report.md").write_text(text)
@@ -542,7 +675,9 @@ def main(argv=None):
     data = _data(args, output_dir)
     if args.stage == "data":
         return
-    print_stage(2, 7, f"SFT over {args.num_demonstrations} demonstrations, ≤ {args.sft_epochs} + {args.control_epochs} epochs")
+    print_stage(
+        2, 7, f"SFT over {args.num_demonstrations} demonstrations, ≤ {args.sft_epochs} + {args.control_epochs} epochs"
+    )
     sft = _sft(args, output_dir, data)
     print(f"π_SFT at step {sft['sft_step']}, π_ref at step {sft['ref_step']} (α = {sft['alpha']:.3f})", flush=True)
     if args.stage == "sft":

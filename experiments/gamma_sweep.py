@@ -32,7 +32,9 @@ COLUMNS = ("gamma", *WIN_RATE_COLUMNS, "train_runtime_s", "kl_sft_final", "train
 class GammaSweepArguments(WinRateSweepArguments):
     gammas: list[float] = field(
         default_factory=lambda: [0.93, 0.95, 0.97, 0.99, 1.0],
-        metadata={"help": "Discounts γ of the returns G_t = Σ_k γ^(k−t) r_k to train with (paper Fig. 2: 0.93 to 1.00)."},
+        metadata={
+            "help": "Discounts γ of the returns G_t = Σ_k γ^(k−t) r_k to train with (paper Fig. 2: 0.93 to 1.00)."
+        },
     )
 
 
@@ -45,7 +47,11 @@ def main(argv=None):
 
     variants = {f"gamma{gamma:g}": {"gamma": gamma} for gamma in sweep.gammas}
     runs, rows = sweep_win_rates(
-        types, argv, variants, evaluation_config_path=script_args.evaluation_config, output_dir=training_args.output_dir,
+        types,
+        argv,
+        variants,
+        evaluation_config_path=script_args.evaluation_config,
+        output_dir=training_args.output_dir,
         stage=sweep.stage,
     )
     if not rows or not PartialState().is_main_process:
@@ -53,8 +59,12 @@ def main(argv=None):
     gamma_of = dict(zip(variants, sweep.gammas))
     for row in rows:
         run = runs[row["method"]]
-        row.update(gamma=gamma_of[row["method"]], train_runtime_s=run.train_runtime_s,
-                   kl_sft_final=run.final_metrics.get("kl_sft/per_token"), train_reward_final=run.final_metrics.get("reward"))
+        row.update(
+            gamma=gamma_of[row["method"]],
+            train_runtime_s=run.train_runtime_s,
+            kl_sft_final=run.final_metrics.get("kl_sft/per_token"),
+            train_reward_final=run.final_metrics.get("reward"),
+        )
     output_dir = Path(training_args.output_dir)
     csv_path = write_csv(rows, output_dir / "gamma_sweep.csv", COLUMNS)
     pairwise = {}
@@ -62,12 +72,23 @@ def main(argv=None):
         if row["benchmark"] != "mt_bench":
             pairwise.setdefault(row["benchmark"], []).append(row)
     png_path = plot_series(
-        pairwise, output_dir / "gamma_sweep.png", x="gamma", y="win_rate", low="ci_low", high="ci_high",
-        xlabel="discount γ", ylabel="win rate vs SFT", title="DPR win rate vs γ (paper Fig. 2)", reference_line=0.5,
+        pairwise,
+        output_dir / "gamma_sweep.png",
+        x="gamma",
+        y="win_rate",
+        low="ci_low",
+        high="ci_high",
+        xlabel="discount γ",
+        ylabel="win rate vs SFT",
+        title="DPR win rate vs γ (paper Fig. 2)",
+        reference_line=0.5,
     )
     for row in rows:
-        print(f"γ={row['gamma']:<5g} {row['benchmark']:<12} win rate {row['win_rate']:.3f} "
-              f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}] (n={row['n']})", flush=True)
+        print(
+            f"γ={row['gamma']:<5g} {row['benchmark']:<12} win rate {row['win_rate']:.3f} "
+            f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}] (n={row['n']})",
+            flush=True,
+        )
     print(f"\nWritten to {csv_path} and {png_path}", flush=True)
 
 

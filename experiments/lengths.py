@@ -20,7 +20,9 @@ from trl_dpr.reward_model import CheckpointRewardModel
 __all__ = ["LengthBin", "bin_by_length", "length_bin_edges", "response_stats"]
 
 
-def response_stats(policy, reward_model: CheckpointRewardModel, samples: list[Sample], batch_size: int = 32) -> list[dict]:
+def response_stats(
+    policy, reward_model: CheckpointRewardModel, samples: list[Sample], batch_size: int = 32
+) -> list[dict]:
     """Per response: `length` (tokens), `kl` = Σ_t log π_θ − log π_SFT, `reward` = Σ_t r̂_t.
 
     Example:
@@ -37,9 +39,7 @@ def response_stats(policy, reward_model: CheckpointRewardModel, samples: list[Sa
     mask = mask.bool()
     kl = ((logps - scored.sft_logps) * mask).sum(dim=1)
     reward = (scored.rewards * mask).sum(dim=1)
-    return [
-        {"length": s.length, "kl": float(kl[i]), "reward": float(reward[i])} for i, s in enumerate(samples)
-    ]
+    return [{"length": s.length, "kl": float(kl[i]), "reward": float(reward[i])} for i, s in enumerate(samples)]
 
 
 @dataclass(frozen=True)

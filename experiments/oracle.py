@@ -57,7 +57,14 @@ class CorrectnessOracleRewardModel(CheckpointRewardModel):
 
     @torch.no_grad()
     def forward(
-        self, prompt_ids, prompt_mask, completion_ids, completion_mask, is_terminal=None, batch_size=None, temperature=1.0
+        self,
+        prompt_ids,
+        prompt_mask,
+        completion_ids,
+        completion_mask,
+        is_terminal=None,
+        batch_size=None,
+        temperature=1.0,
     ):
         scored = super().forward(
             prompt_ids, prompt_mask, completion_ids, completion_mask, is_terminal, batch_size, temperature

@@ -18,7 +18,12 @@ from trl_dpr.running.pipeline import DPRScriptArguments
 from trl_dpr.running.recipe_parser import RecipeParser, load_evaluation_config
 
 __all__ = [
-    "DPR_ARGUMENTS", "to_command_line", "check_override_keys", "select_overrides", "parse_with_overrides", "evaluation_config",
+    "DPR_ARGUMENTS",
+    "to_command_line",
+    "check_override_keys",
+    "select_overrides",
+    "parse_with_overrides",
+    "evaluation_config",
 ]
 
 # The dataclasses of recipes/dpr.py: a sweep's variants may override any of their keys.
@@ -49,7 +54,9 @@ def to_command_line(values: dict) -> list[str]:
     return args
 
 
-def check_override_keys(overrides: dict, dataclass_types: Sequence[type], extra_keys: Iterable[str], where: str) -> None:
+def check_override_keys(
+    overrides: dict, dataclass_types: Sequence[type], extra_keys: Iterable[str], where: str
+) -> None:
     """Raise naming every key of `overrides` that is neither a field of `dataclass_types` nor in `extra_keys`.
 
     Example:
@@ -68,8 +75,13 @@ def check_override_keys(overrides: dict, dataclass_types: Sequence[type], extra_
 
 
 def select_overrides(
-    overrides_by_name: dict, only: Sequence[str] | None, dataclass_types: Sequence[type], extra_keys: Iterable[str],
-    *, kind: str, yaml_key: str,
+    overrides_by_name: dict,
+    only: Sequence[str] | None,
+    dataclass_types: Sequence[type],
+    extra_keys: Iterable[str],
+    *,
+    kind: str,
+    yaml_key: str,
 ) -> list[str]:
     """The names to run (`only`, or every name in YAML order), each one's keys checked: a misspelled name or key is an
     error before anything trains.

@@ -35,8 +35,18 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["SOURCES", "decoding_markdown", "documents", "exact_paired_gain", "find_block", "main", "regime_markdown",
-           "replace_block", "table1_markdown", "table_text"]
+__all__ = [
+    "SOURCES",
+    "decoding_markdown",
+    "documents",
+    "exact_paired_gain",
+    "find_block",
+    "main",
+    "regime_markdown",
+    "replace_block",
+    "table1_markdown",
+    "table_text",
+]
 
 SOURCES = {
     "demo": "runs/demo/dpr/eval_results.json",
@@ -106,19 +116,26 @@ def decoding_markdown(reports: list[dict]) -> str:
     rows, gains = [], []
     for (decoding, temperature), report in zip(DECODINGS.items(), reports, strict=True):
         if report["settings"]["temperature"] != temperature:
-            raise ValueError(f"the {decoding} row needs answers at temperature {temperature}, not "
-                             f"{report['settings']['temperature']} ({report['settings']['output_dir']}).")
+            raise ValueError(
+                f"the {decoding} row needs answers at temperature {temperature}, not "
+                f"{report['settings']['temperature']} ({report['settings']['output_dir']})."
+            )
         accuracy = {row["method"]: row for row in report["accuracy"]}
         (pairwise,) = report["pairwise"]
         gain = exact_paired_gain(pairwise)
         gains.append(gain[0])
         settings = report["settings"]
         answers = f"{settings['demo_num_prompts']} × {settings['samples_per_prompt']}"
-        cells = [_percent(accuracy[m]["accuracy"], accuracy[m]["ci_low"], accuracy[m]["ci_high"]) for m in ("SFT", "DPR")]
+        cells = [
+            _percent(accuracy[m]["accuracy"], accuracy[m]["ci_low"], accuracy[m]["ci_high"]) for m in ("SFT", "DPR")
+        ]
         share = f"{100 * gain[0] / gains[0]:.0f}%" if gains[0] else "—"
         rows.append(f"| {decoding} | {answers} | {cells[0]} | {cells[1]} | {_signed(*gain)} | {share} |")
-    header = ["| decoding | prompts × answers | SFT accuracy % (95% CI) | DPR accuracy % (95% CI) | DPR − SFT, points, "
-              "paired (95% CI) | share of DPR's T = 1 gain |", "|---|---|---|---|---|---|"]
+    header = [
+        "| decoding | prompts × answers | SFT accuracy % (95% CI) | DPR accuracy % (95% CI) | DPR − SFT, points, "
+        "paired (95% CI) | share of DPR's T = 1 gain |",
+        "|---|---|---|---|---|---|",
+    ]
     return "\n".join([*header, *rows]) + "\n"
 
 
@@ -130,16 +147,23 @@ def table1_markdown(report: dict, table1_md: str) -> str:
     methods = [report["baseline"], *report["methods"]]
     categories = list(dict.fromkeys(c for row in report["accuracy"] for c in row["by_category"]))
     best = max(accuracy[m]["accuracy"] for m in methods)
-    lines = [f"| Method | accuracy % (95% CI) | {' | '.join(categories)} | win rate vs SFT % (95% CI) |",
-             "|---|---|" + "---|" * len(categories) + "---|"]
+    lines = [
+        f"| Method | accuracy % (95% CI) | {' | '.join(categories)} | win rate vs SFT % (95% CI) |",
+        "|---|---|" + "---|" * len(categories) + "---|",
+    ]
     for method in methods:
         row = accuracy[method]
         cell = f"{100 * row['accuracy']:.1f}"
-        cell = (f"**{cell}**" if row["accuracy"] == best else cell) + f" ({100 * row['ci_low']:.1f}–{100 * row['ci_high']:.1f})"
+        cell = (
+            f"**{cell}**" if row["accuracy"] == best else cell
+        ) + f" ({100 * row['ci_low']:.1f}–{100 * row['ci_high']:.1f})"
         rate = pairwise[method]["win_rate"] if method in pairwise else None
         win = _percent(rate["win_rate"], rate["ci_low"], rate["ci_high"]) if rate else "—"
-        lines.append(f"| {method} | {cell} | " + " | ".join(f"{100 * row['by_category'][c]:.1f}" for c in categories)
-                     + f" | {win} |")
+        lines.append(
+            f"| {method} | {cell} | "
+            + " | ".join(f"{100 * row['by_category'][c]:.1f}" for c in categories)
+            + f" | {win} |"
+        )
     times = [line for line in table1_md.splitlines() if line.startswith("Training time")]
     return "\n".join([*lines, "", *times]) + "\n"
 
@@ -152,8 +176,11 @@ def regime_markdown(rows: list[dict]) -> str:
     for row in rows:
         by_point.setdefault(row["point"], {})[row["variant"]] = row
     lam = float(rows[0]["lambda"])
-    lines = [f"| base | SFT steps × lr, α | π_SFT accuracy | DPR tilt: gain at λ = {lam:g} (95% CI) | DPR tilt: best λ, "
-             "gain (95% CI) | wo/Baseline tilt: best gain | DPR helps |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| base | SFT steps × lr, α | π_SFT accuracy | DPR tilt: gain at λ = {lam:g} (95% CI) | DPR tilt: best λ, "
+        "gain (95% CI) | wo/Baseline tilt: best gain | DPR helps |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for point, variants in by_point.items():
         dpr, baseline_free = variants["DPR"], variants["wo/Baseline"]
         base = "random init" if "tiny-llama" in dpr["base"] else "pretrained"
@@ -170,11 +197,18 @@ def regime_markdown(rows: list[dict]) -> str:
         best = f"{float(dpr['best_gain']):+.3f} ({float(dpr['best_gain_ci_low']):+.3f} to {float(dpr['best_gain_ci_high']):+.3f})"
         best = "∞ (none)" if math.isinf(best_lambda) else f"{best_lambda:g}: {best}"
         helps = dpr["helps"] in ("True", "true", "1", True)
-        verdict = "no" if not helps else (
-            "**yes**" if float(dpr["best_gain"]) >= 0.01 else f"yes, by {100 * float(dpr['best_gain']):.1f} points")
-        lines.append(f"| {base} | {setting} | {float(dpr['sft_quality']):.3f} | {float(dpr['gain']):+.3f} "
-                     f"({float(dpr['gain_ci_low']):+.3f} to {float(dpr['gain_ci_high']):+.3f}) | {best} | "
-                     f"{float(baseline_free['best_gain']):+.3f} | {verdict} |")
+        verdict = (
+            "no"
+            if not helps
+            else (
+                "**yes**" if float(dpr["best_gain"]) >= 0.01 else f"yes, by {100 * float(dpr['best_gain']):.1f} points"
+            )
+        )
+        lines.append(
+            f"| {base} | {setting} | {float(dpr['sft_quality']):.3f} | {float(dpr['gain']):+.3f} "
+            f"({float(dpr['gain_ci_low']):+.3f} to {float(dpr['gain_ci_high']):+.3f}) | {best} | "
+            f"{float(baseline_free['best_gain']):+.3f} | {verdict} |"
+        )
     return "\n".join(lines).replace("-0.", "−0.") + "\n"  # the README's minus sign
 
 
@@ -185,8 +219,11 @@ def documents(readme: Path) -> list[Path]:
         >>> documents(Path("/nowhere/README.md"))
         [PosixPath('/nowhere/README.md')]
     """
-    return [readme, *sorted((readme.parent / "docs").glob("*.md")),
-            *[p for p in [readme.parent / "experiments" / "README.md"] if p.is_file()]]
+    return [
+        readme,
+        *sorted((readme.parent / "docs").glob("*.md")),
+        *[p for p in [readme.parent / "experiments" / "README.md"] if p.is_file()],
+    ]
 
 
 def find_block(files: list[Path], name: str) -> Path | None:
@@ -225,8 +262,9 @@ def main(argv=None) -> int:
                 continue
             path = find_block(files, name)
             if path is None:
-                raise ValueError(f"No block <!-- table:{name} --> ... <!-- /table:{name} --> in "
-                                 f"{', '.join(map(str, files))}.")
+                raise ValueError(
+                    f"No block <!-- table:{name} --> ... <!-- /table:{name} --> in {', '.join(map(str, files))}."
+                )
             path.write_text(replace_block(path.read_text(), name, text))
             print(f"{name}: written from {SOURCES[name]} into {path}")
     status = 0
@@ -239,10 +277,17 @@ def main(argv=None) -> int:
         path = find_block(files, name)
         shown = _block(name).search(path.read_text()) if path else None
         if shown is None or shown.group(2) != text:
-            diff = difflib.unified_diff((shown.group(2) if shown else "").splitlines(), text.splitlines(),
-                                        str(path or args.readme), SOURCES[name], lineterm="")
-            print(f"{name}: the table in {path or args.readme} differs from the run:\n" + "\n".join(diff),
-                  file=sys.stderr)
+            diff = difflib.unified_diff(
+                (shown.group(2) if shown else "").splitlines(),
+                text.splitlines(),
+                str(path or args.readme),
+                SOURCES[name],
+                lineterm="",
+            )
+            print(
+                f"{name}: the table in {path or args.readme} differs from the run:\n" + "\n".join(diff),
+                file=sys.stderr,
+            )
             status = 1
         else:
             print(f"{name}: the table in {path} is the run's, byte for byte")

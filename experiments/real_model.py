@@ -37,7 +37,13 @@ from pathlib import Path
 import torch
 
 __all__ = [
-    "RealModelArguments", "dpr_step_flops", "interpolate_at_kl", "lr_share", "matched_steps", "per_response_kl", "main",
+    "RealModelArguments",
+    "dpr_step_flops",
+    "interpolate_at_kl",
+    "lr_share",
+    "matched_steps",
+    "per_response_kl",
+    "main",
 ]
 
 STAGES = ("all", "data", "sft", "preview", "train", "evaluate", "report")
@@ -61,37 +67,58 @@ class RealModelArguments:
         [0.25, 0.5, 0.75]
     """
 
-    output_dir: str = field(default="runs/real_model_lfd", metadata={"help": "Every run of the experiment, and the report."})
-    sft_config: str = field(default="experiments/configs/real_model_lfd/sft.yaml", metadata={"help": "SFT recipe YAML."})
-    dpr_config: str = field(default="experiments/configs/real_model_lfd/dpr.yaml", metadata={"help": "DPR recipe YAML."})
+    output_dir: str = field(
+        default="runs/real_model_lfd", metadata={"help": "Every run of the experiment, and the report."}
+    )
+    sft_config: str = field(
+        default="experiments/configs/real_model_lfd/sft.yaml", metadata={"help": "SFT recipe YAML."}
+    )
+    dpr_config: str = field(
+        default="experiments/configs/real_model_lfd/dpr.yaml", metadata={"help": "DPR recipe YAML."}
+    )
     num_demonstrations: int = field(default=160, metadata={"help": "|D|: demonstrations every method learns from."})
     sft_epochs: int = field(default=3, metadata={"help": "Passes of SFT over D."})
-    alphas: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75], metadata={"help": "π_ref fractions previewed."})
-    preview_prompts: int = field(default=64, metadata={"help": "Held-out prompts of the preview (not the evaluation's)."})
+    alphas: list[float] = field(
+        default_factory=lambda: [0.25, 0.5, 0.75], metadata={"help": "π_ref fractions previewed."}
+    )
+    preview_prompts: int = field(
+        default=64, metadata={"help": "Held-out prompts of the preview (not the evaluation's)."}
+    )
     preview_samples: int = field(default=8, metadata={"help": "π_SFT samples per preview prompt (T = 1)."})
-    lambdas: list[float] = field(default_factory=lambda: [math.inf, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.0],
-                                 metadata={"help": "The preview's λ grid."})
+    lambdas: list[float] = field(
+        default_factory=lambda: [math.inf, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.0],
+        metadata={"help": "The preview's λ grid."},
+    )
     kl_coef: float | None = field(default=None, metadata={"help": "DPR's λ; default: the preview's best trusted λ."})
     alpha: float | None = field(default=None, metadata={"help": "DPR's α; default: the preview's best."})
     dpr_seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "DPR seeds."})
-    ablations: list[str] = field(default_factory=lambda: list(ABLATIONS), metadata={"help": f"Among {list(ABLATIONS)}."})
+    ablations: list[str] = field(
+        default_factory=lambda: list(ABLATIONS), metadata={"help": f"Among {list(ABLATIONS)}."}
+    )
     probe_lambdas: list[float] = field(
         default_factory=list,
-        metadata={"help": "Extra DPR runs (seed 0, α chosen, all max_steps, no KL stop) at these λ: the preview's "
-                          "prediction tested farther from π_SFT than the chosen point."},
+        metadata={
+            "help": "Extra DPR runs (seed 0, α chosen, all max_steps, no KL stop) at these λ: the preview's "
+            "prediction tested farther from π_SFT than the chosen point."
+        },
     )
     earlier_runs: list[str] = field(
         default_factory=list,
-        metadata={"help": "Runs kept from an earlier setting of this experiment (their folders and evaluations are "
-                          "there): reported beside the current ones, never trained or evaluated again."},
+        metadata={
+            "help": "Runs kept from an earlier setting of this experiment (their folders and evaluations are "
+            "there): reported beside the current ones, never trained or evaluated again."
+        },
     )
-    kl_window: int = field(default=4, metadata={"help": "DPR stops when the mean KL per response of this many steps "
-                                                        "reaches the target."})
+    kl_window: int = field(
+        default=4, metadata={"help": "DPR stops when the mean KL per response of this many steps reaches the target."}
+    )
     eval_prompts: int = field(default=400, metadata={"help": "Held-out prompts of the evaluation."})
     max_new_tokens: int = field(default=96, metadata={"help": "Longest answer (evaluation and preview)."})
     eval_batch_size: int = field(default=50, metadata={"help": "Prompts per generate call."})
-    decodings: list[str] = field(default_factory=lambda: list(DECODINGS),
-                                 metadata={"help": f"evaluate: these decodings only (a worker), among {list(DECODINGS)}."})
+    decodings: list[str] = field(
+        default_factory=lambda: list(DECODINGS),
+        metadata={"help": f"evaluate: these decodings only (a worker), among {list(DECODINGS)}."},
+    )
     stage: str = field(default="all", metadata={"help": f"One of {STAGES}.", "choices": list(STAGES)})
     only: list[str] = field(default_factory=list, metadata={"help": "train / evaluate: only these runs (a worker)."})
 
@@ -268,7 +295,9 @@ def _sft(args: RealModelArguments, output_dir: Path, data: Path) -> str:
     run_sft(script_args, training_args, model_args, callbacks=[Recorder()])
     record["wall_s"] = round(time.perf_counter() - start, 1)
     record["reference_steps"]["0.5"] = math.floor(0.5 * steps)
-    record["lr_share_at_reference"] = {a: lr_share(record["learning_rates"], s) for a, s in record["reference_steps"].items()}
+    record["lr_share_at_reference"] = {
+        a: lr_share(record["learning_rates"], s) for a, s in record["reference_steps"].items()
+    }
     _write(record_path, record)
     _record_timing(output_dir, "SFT", {"wall_s": record["wall_s"], "steps": steps, "tokens": record["tokens"]})
     return str(folder)
@@ -287,11 +316,12 @@ def _held_out_loss(model, tokenizer, conversations: list, batch_size: int = 16) 
         batch = conversations[start : start + batch_size]
         prompts = render_prompts(tokenizer, [c[:-1] for c in batch])
         full = [tokenizer.apply_chat_template(c, tokenize=True, return_dict=False) for c in batch]
-        completions = [f[len(p):] for f, p in zip(full, prompts)]
+        completions = [f[len(p) :] for f, p in zip(full, prompts)]
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         padded = pad_batch(prompts, completions, pad)
-        logps, _, _ = completion_logprobs(model, padded.prompt_ids, padded.prompt_mask, padded.completion_ids,
-                                          padded.completion_mask)
+        logps, _, _ = completion_logprobs(
+            model, padded.prompt_ids, padded.prompt_mask, padded.completion_ids, padded.completion_mask
+        )
         total += float(-(logps * padded.completion_mask).sum())
         count += int(padded.completion_mask.sum())
     model.train(was_training)
@@ -314,13 +344,24 @@ def _preview(args: RealModelArguments, sft_path: str, output_dir: Path):
     with prompts_file.open("w") as f:
         for row in preview_rows:
             f.write(json.dumps(row) + "\n")
-    variants = {f"DPR α={a}": ({} if a == 0.5 else {"ref_model_name_or_path": _reference_path(sft_path, a)})
-                for a in args.alphas}
+    variants = {
+        f"DPR α={a}": ({} if a == 0.5 else {"ref_model_name_or_path": _reference_path(sft_path, a)})
+        for a in args.alphas
+    }
     variants.update({"wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"}, "oracle": {"oracle": True}})
     config = PreviewConfig(
-        output_dir=str(folder), dataset_name=str(prompts_file), dataset_split="train", num_prompts=args.preview_prompts,
-        samples_per_prompt=args.preview_samples, max_new_tokens=args.max_new_tokens, batch_size=args.eval_batch_size,
-        kl_coefs=args.lambdas, variants=variants, quality="exact", seed=0, plot=False,
+        output_dir=str(folder),
+        dataset_name=str(prompts_file),
+        dataset_split="train",
+        num_prompts=args.preview_prompts,
+        samples_per_prompt=args.preview_samples,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.eval_batch_size,
+        kl_coefs=args.lambdas,
+        variants=variants,
+        quality="exact",
+        seed=0,
+        plot=False,
     )
     start = time.perf_counter()
     report = run_preview(config, sft_path, {"dtype": "float32"}, show_progress=False)
@@ -343,9 +384,15 @@ def choose(args: RealModelArguments, report) -> dict:
         raise ValueError("The preview has no trusted finite λ for the asked α / kl_coef: widen the λ grid.")
     _, alpha, point = max(candidates, key=lambda c: c[0])
     # A procedure that picks a setting must be able to answer "none": the least-bad loss is no reason to train.
-    return {"alpha": alpha, "lambda": point.lam, "target_kl": point.kl, "preview_gain": point.delta,
-            "preview_gain_ci": [point.delta_ci_low, point.delta_ci_high], "train": point.delta > 0,
-            "verdict": "train DPR" if point.delta > 0 else "do not train DPR: no λ is predicted to beat π_SFT"}
+    return {
+        "alpha": alpha,
+        "lambda": point.lam,
+        "target_kl": point.kl,
+        "preview_gain": point.delta,
+        "preview_gain_ci": [point.delta_ci_low, point.delta_ci_high],
+        "train": point.delta > 0,
+        "verdict": "train DPR" if point.delta > 0 else "do not train DPR: no λ is predicted to beat π_SFT",
+    }
 
 
 def _dpr_recipe(args: RealModelArguments, data: Path, overrides: dict):
@@ -354,8 +401,17 @@ def _dpr_recipe(args: RealModelArguments, data: Path, overrides: dict):
     return parse_with_overrides(DPR_ARGUMENTS, ["--config", args.dpr_config], {"dataset_name": str(data), **overrides})
 
 
-def _train_dpr(args, name: str, changes: dict, sft_path: str, choice: dict, data: Path, output_dir: Path,
-               max_steps: int | None = None, stop_at_kl: bool = True) -> dict:
+def _train_dpr(
+    args,
+    name: str,
+    changes: dict,
+    sft_path: str,
+    choice: dict,
+    data: Path,
+    output_dir: Path,
+    max_steps: int | None = None,
+    stop_at_kl: bool = True,
+) -> dict:
     """One RL run on D's prompts, stopped when its KL per response (mean of `kl_window` steps) reaches the target."""
     from transformers import TrainerCallback
 
@@ -365,8 +421,13 @@ def _train_dpr(args, name: str, changes: dict, sft_path: str, choice: dict, data
     record_path = folder / "rl_record.json"
     if (recorded := _read(record_path)) is not None:
         return recorded
-    overrides = {"kl_coef": choice["lambda"], **changes, "model_name_or_path": sft_path, "output_dir": str(folder),
-                 "overwrite_output_dir": True}
+    overrides = {
+        "kl_coef": choice["lambda"],
+        **changes,
+        "model_name_or_path": sft_path,
+        "output_dir": str(folder),
+        "overwrite_output_dir": True,
+    }
     if _reads_reference(changes) and (ref := _reference_path(sft_path, choice["alpha"])):
         overrides["ref_model_name_or_path"] = ref
     if max_steps is not None:
@@ -378,8 +439,10 @@ def _train_dpr(args, name: str, changes: dict, sft_path: str, choice: dict, data
         def on_log(self, _args, state, control, logs=None, **kw):
             if not logs or "kl_sft/per_response" not in logs:
                 return
-            history.append({"step": state.global_step, **{k: float(v) for k, v in logs.items() if isinstance(v, (int, float))}})
-            recent = [h["kl_sft/per_response"] for h in history[-args.kl_window:]]
+            history.append(
+                {"step": state.global_step, **{k: float(v) for k, v in logs.items() if isinstance(v, (int, float))}}
+            )
+            recent = [h["kl_sft/per_response"] for h in history[-args.kl_window :]]
             if stop_at_kl and len(recent) == args.kl_window and sum(recent) / len(recent) >= choice["target_kl"]:
                 control.should_training_stop = True
 
@@ -387,13 +450,23 @@ def _train_dpr(args, name: str, changes: dict, sft_path: str, choice: dict, data
     trainer = run_dpr(script_args, training_args, model_args, callbacks=[StopAtTargetKL()])
     wall = time.perf_counter() - start
     steps = trainer.state.global_step
-    train_runtime = next((h["train_runtime"] for h in reversed(trainer.state.log_history) if "train_runtime" in h), wall)
+    train_runtime = next(
+        (h["train_runtime"] for h in reversed(trainer.state.log_history) if "train_runtime" in h), wall
+    )
     tokens = next((h["num_tokens"] for h in reversed(trainer.state.log_history) if "num_tokens" in h), None)
-    recent = [h["kl_sft/per_response"] for h in history[-args.kl_window:]]
-    record = {"name": name, "steps": steps, "max_steps": training_args.max_steps, "train_runtime_s": round(train_runtime, 1),
-              "tokens": tokens, "frozen_scorers": 2 if _reads_reference(changes) else 1,
-              "stops_at_target": stop_at_kl, "reached_target": bool(recent) and sum(recent) / len(recent) >= choice["target_kl"],
-              "final_kl_per_response": sum(recent) / len(recent) if recent else None, "history": history}
+    recent = [h["kl_sft/per_response"] for h in history[-args.kl_window :]]
+    record = {
+        "name": name,
+        "steps": steps,
+        "max_steps": training_args.max_steps,
+        "train_runtime_s": round(train_runtime, 1),
+        "tokens": tokens,
+        "frozen_scorers": 2 if _reads_reference(changes) else 1,
+        "stops_at_target": stop_at_kl,
+        "reached_target": bool(recent) and sum(recent) / len(recent) >= choice["target_kl"],
+        "final_kl_per_response": sum(recent) / len(recent) if recent else None,
+        "history": history,
+    }
     del trainer
     _write(record_path, record)
     _record_timing(output_dir, name, {"wall_s": record["train_runtime_s"], "steps": steps, "tokens": tokens})
@@ -415,13 +488,25 @@ def _sft_continued(args, output_dir: Path, data: Path, sft_path: str, dpr_record
     sft_step_s = sft["wall_s"] / sft["steps"]
     sft_step_flops = 6 * parameters * sft["tokens"] / sft["steps"]
     dpr_wall = sum(r["train_runtime_s"] for r in dpr_records) / len(dpr_records)
-    dpr_flops = sum(dpr_step_flops(parameters, r["tokens"], r["frozen_scorers"]) for r in dpr_records) / len(dpr_records)
-    targets = {"SFT-continued (wall)": matched_steps(dpr_wall, sft_step_s),
-               "SFT-continued (FLOPs)": matched_steps(dpr_flops, sft_step_flops)}
+    dpr_flops = sum(dpr_step_flops(parameters, r["tokens"], r["frozen_scorers"]) for r in dpr_records) / len(
+        dpr_records
+    )
+    targets = {
+        "SFT-continued (wall)": matched_steps(dpr_wall, sft_step_s),
+        "SFT-continued (FLOPs)": matched_steps(dpr_flops, sft_step_flops),
+    }
     folder = output_dir / "SFT-continued"
-    script_args, training_args, model_args = _sft_recipe(args, data, {
-        "output_dir": str(folder), "model_name_or_path": sft_path, "seed": 1, "warmup_steps": 0,
-        "lr_scheduler_type": "constant"})
+    script_args, training_args, model_args = _sft_recipe(
+        args,
+        data,
+        {
+            "output_dir": str(folder),
+            "model_name_or_path": sft_path,
+            "seed": 1,
+            "warmup_steps": 0,
+            "lr_scheduler_type": "constant",
+        },
+    )
     if folder.exists():  # a stopped continuation is restarted: its saves are cheap to redo, a mixed one is not
         __import__("shutil").rmtree(folder)
     training_args.max_steps = max(targets.values())
@@ -436,8 +521,14 @@ def _sft_continued(args, output_dir: Path, data: Path, sft_path: str, dpr_record
 
     start = time.perf_counter()
     run_sft(script_args, training_args, model_args, callbacks=[SaveAt()])
-    record = {"targets": targets, "dpr_mean_wall_s": dpr_wall, "dpr_mean_flops": dpr_flops, "sft_step_s": sft_step_s,
-              "sft_step_flops": sft_step_flops, "wall_s": round(time.perf_counter() - start, 1)}
+    record = {
+        "targets": targets,
+        "dpr_mean_wall_s": dpr_wall,
+        "dpr_mean_flops": dpr_flops,
+        "sft_step_s": sft_step_s,
+        "sft_step_flops": sft_step_flops,
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
     _write(path, record)
     return record
 
@@ -469,15 +560,26 @@ def _evaluate(args, output_dir: Path, name: str, path: str, sft_path: str) -> di
         if decoding in result or decoding not in args.decodings:
             continue
         start = time.perf_counter()
-        samples = sample_completions(policy, tokenizer, prompts, temperature=temperature, max_new_tokens=args.max_new_tokens,
-                                     batch_size=args.eval_batch_size, seed=0)
-        entry = {"correct": {str(order[i]): float(is_correct(s.text, answers[i])) for i, s in enumerate(samples)},
-                 "mean_length": sum(len(s.completion_ids) for s in samples) / len(samples),
-                 "length": {str(order[i]): len(s.completion_ids) for i, s in enumerate(samples)},
-                 "examples": [s.text for s in samples[:: max(1, len(samples) // 5)]][:5]}
+        samples = sample_completions(
+            policy,
+            tokenizer,
+            prompts,
+            temperature=temperature,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.eval_batch_size,
+            seed=0,
+        )
+        entry = {
+            "correct": {str(order[i]): float(is_correct(s.text, answers[i])) for i, s in enumerate(samples)},
+            "mean_length": sum(len(s.completion_ids) for s in samples) / len(samples),
+            "length": {str(order[i]): len(s.completion_ids) for i, s in enumerate(samples)},
+            "examples": [s.text for s in samples[:: max(1, len(samples) // 5)]][:5],
+        }
         if temperature == 1.0:
             own = policy_logprobs(policy, tokenizer, samples, batch_size=args.eval_batch_size)
-            reference = own if sft is policy else policy_logprobs(sft, tokenizer, samples, batch_size=args.eval_batch_size)
+            reference = (
+                own if sft is policy else policy_logprobs(sft, tokenizer, samples, batch_size=args.eval_batch_size)
+            )
             mask = torch.zeros_like(own)
             for i, s in enumerate(samples):
                 mask[i, : len(s.completion_ids)] = 1.0
@@ -499,7 +601,11 @@ def _parameters(path: str) -> int:
 
 
 def _policies(args: RealModelArguments, output_dir: Path, sft_path: str) -> dict[str, str]:
-    names = [f"DPR-seed{s}" for s in args.dpr_seeds] + [f"DPR-λ{lam:g}" for lam in args.probe_lambdas] + list(args.ablations)
+    names = (
+        [f"DPR-seed{s}" for s in args.dpr_seeds]
+        + [f"DPR-λ{lam:g}" for lam in args.probe_lambdas]
+        + list(args.ablations)
+    )
     policies = {"SFT": sft_path, **{n: str(_policy_folder(output_dir, n)) for n in names}}
     for name in ("SFT-continued (wall)", "SFT-continued (FLOPs)", *args.earlier_runs):
         policies[name] = str(_policy_folder(output_dir, name))
@@ -540,29 +646,61 @@ def main(argv=None):
         return
 
     if (every or args.stage == "train") and not choice["train"] and args.kl_coef is None:
-        raise SystemExit(f"The preview says: {choice['verdict']} (best predicted gain {100 * choice['preview_gain']:+.1f} "
-                         "points). Pass --kl_coef to train at a λ of your choice anyway.")
+        raise SystemExit(
+            f"The preview says: {choice['verdict']} (best predicted gain {100 * choice['preview_gain']:+.1f} "
+            "points). Pass --kl_coef to train at a λ of your choice anyway."
+        )
     if every or args.stage == "train":
-        print_stage(4, 6, f"RL on D's prompts at α = {choice['alpha']}, λ = {choice['lambda']}, until KL ≥ {choice['target_kl']:.3f}")
-        wanted = args.only or [*(f"DPR-seed{s}" for s in args.dpr_seeds), *(f"DPR-λ{lam:g}" for lam in args.probe_lambdas),
-                               *args.ablations, "SFT-continued"]
-        dpr = [_train_dpr(args, f"DPR-seed{s}", {"seed": s}, sft_path, choice, data, output_dir)
-               for s in args.dpr_seeds if f"DPR-seed{s}" in wanted]
+        print_stage(
+            4,
+            6,
+            f"RL on D's prompts at α = {choice['alpha']}, λ = {choice['lambda']}, until KL ≥ {choice['target_kl']:.3f}",
+        )
+        wanted = args.only or [
+            *(f"DPR-seed{s}" for s in args.dpr_seeds),
+            *(f"DPR-λ{lam:g}" for lam in args.probe_lambdas),
+            *args.ablations,
+            "SFT-continued",
+        ]
+        dpr = [
+            _train_dpr(args, f"DPR-seed{s}", {"seed": s}, sft_path, choice, data, output_dir)
+            for s in args.dpr_seeds
+            if f"DPR-seed{s}" in wanted
+        ]
         done = [_read(_policy_folder(output_dir, f"DPR-seed{s}") / "rl_record.json") for s in args.dpr_seeds]
         done = [d for d in done if d]
         for name in [a for a in args.ablations if a in wanted]:
             if not done:
                 raise ValueError(f"{name} trains for DPR's mean number of steps: train a DPR seed first.")
             steps = round(sum(d["steps"] for d in done) / len(done))
-            _train_dpr(args, name, {"seed": args.dpr_seeds[0], **ABLATIONS[name]}, sft_path, choice, data, output_dir,
-                       max_steps=steps, stop_at_kl=False)
+            _train_dpr(
+                args,
+                name,
+                {"seed": args.dpr_seeds[0], **ABLATIONS[name]},
+                sft_path,
+                choice,
+                data,
+                output_dir,
+                max_steps=steps,
+                stop_at_kl=False,
+            )
         for lam in args.probe_lambdas:
             if f"DPR-λ{lam:g}" in wanted:
-                _train_dpr(args, f"DPR-λ{lam:g}", {"seed": args.dpr_seeds[0], "kl_coef": lam}, sft_path, choice, data,
-                           output_dir, stop_at_kl=False)
+                _train_dpr(
+                    args,
+                    f"DPR-λ{lam:g}",
+                    {"seed": args.dpr_seeds[0], "kl_coef": lam},
+                    sft_path,
+                    choice,
+                    data,
+                    output_dir,
+                    stop_at_kl=False,
+                )
         if "SFT-continued" in wanted:
             if len(done) < len(args.dpr_seeds):
-                raise ValueError("SFT-continued is matched to DPR's mean wall time and FLOPs: train every DPR seed first.")
+                raise ValueError(
+                    "SFT-continued is matched to DPR's mean wall time and FLOPs: train every DPR seed first."
+                )
             print(_sft_continued(args, output_dir, data, sft_path, done), flush=True)
         del dpr
         if args.stage == "train":
@@ -594,8 +732,13 @@ def paired_gain(method: dict[str, float], baseline: dict[str, float], seed: int 
     a = torch.tensor([method[i] for i in ids], dtype=torch.float64)
     b = torch.tensor([baseline[i] for i in ids], dtype=torch.float64)
     low, high = bootstrap_mean_ci(torch.stack([a, a - b]), seed=seed)
-    return {"mean": float(a.mean()), "ci": [float(low[0]), float(high[0])], "gain": float((a - b).mean()),
-            "gain_ci": [float(low[1]), float(high[1])], "prompts": len(ids)}
+    return {
+        "mean": float(a.mean()),
+        "ci": [float(low[0]), float(high[0])],
+        "gain": float((a - b).mean()),
+        "gain_ci": [float(low[1]), float(high[1])],
+        "prompts": len(ids),
+    }
 
 
 def write_report(args, output_dir: Path, report, choice: dict, policies: dict[str, str], sft_path: str) -> None:
@@ -608,8 +751,10 @@ def write_report(args, output_dir: Path, report, choice: dict, policies: dict[st
     continued = _read(output_dir / "sft_continued_record.json") or {}
     rl = {n: _read(_policy_folder(output_dir, n) / "rl_record.json") for n in policies}
     timings = _read(output_dir / "timings.json") or {}
-    curves = {v: [(p.kl, p.delta) for p in report.variant_points(v) if p.lam > 0 or math.isinf(p.lam)]
-              for v in {p.variant for p in report.points}}
+    curves = {
+        v: [(p.kl, p.delta) for p in report.variant_points(v) if p.lam > 0 or math.isinf(p.lam)]
+        for v in {p.variant for p in report.points}
+    }
     dpr_curve = curves[f"DPR α={choice['alpha']}"]
     sft_t1 = results["SFT"]["T=1"]["correct"]
     rows = []
@@ -628,21 +773,33 @@ def write_report(args, output_dir: Path, report, choice: dict, policies: dict[st
         if name.startswith(("DPR", "wo/Baseline")):  # the preview predicts these tilts, not SR's or more SFT's
             row["preview_gain_at_kl"] = interpolate_at_kl(curve, row["kl_per_response"])
         if rl.get(name):
-            row.update(steps=rl[name]["steps"], reached_target=rl[name]["reached_target"], wall_s=rl[name]["train_runtime_s"],
-                       stops_at_target=rl[name].get("stops_at_target", False))
+            row.update(
+                steps=rl[name]["steps"],
+                reached_target=rl[name]["reached_target"],
+                wall_s=rl[name]["train_runtime_s"],
+                stops_at_target=rl[name].get("stops_at_target", False),
+            )
         if name.startswith("SFT-continued") and continued:
             row["steps"] = continued["targets"][name]
         rows.append(row)
-    summary = {"settings": asdict(args), "choice": choice, "sft": {k: v for k, v in (sft_record or {}).items()
-               if k != "learning_rates"}, "sft_continued": continued, "timings": timings, "rows": rows,
-               "preview": report.summary_rows(), "parameters": _parameters(sft_path)}
+    summary = {
+        "settings": asdict(args),
+        "choice": choice,
+        "sft": {k: v for k, v in (sft_record or {}).items() if k != "learning_rates"},
+        "sft_continued": continued,
+        "timings": timings,
+        "rows": rows,
+        "preview": report.summary_rows(),
+        "parameters": _parameters(sft_path),
+    }
     _write(output_dir / "real_model.json", summary)
     seeds = [rl[f"DPR-seed{s}"] for s in args.dpr_seeds if rl.get(f"DPR-seed{s}")]
     if seeds and continued:  # the SFT continuation's budget against the DPR runs reported now
         parameters = summary["parameters"]
-        continued["dpr_now"] = {"wall_s": sum(r["train_runtime_s"] for r in seeds) / len(seeds),
-                                "flops": sum(dpr_step_flops(parameters, r["tokens"], r["frozen_scorers"]) for r in seeds)
-                                / len(seeds)}
+        continued["dpr_now"] = {
+            "wall_s": sum(r["train_runtime_s"] for r in seeds) / len(seeds),
+            "flops": sum(dpr_step_flops(parameters, r["tokens"], r["frozen_scorers"]) for r in seeds) / len(seeds),
+        }
     text = render_table(rows, choice, sft_record, continued)
     (output_dir / "real_model.md").write_text(text)
     print(text, flush=True)
@@ -654,9 +811,11 @@ def _pct(x: float) -> str:
 
 def render_table(rows: list[dict], choice: dict, sft_record: dict | None, continued: dict) -> str:
     """The table of docs/real_model.md: accuracy gains over π_SFT at each decoding (paired, 95% CI), KL and the preview at that KL."""
-    lines = ["| policy | steps | KL to π_SFT, nats per response (per token) | T = 1: accuracy, gain vs π_SFT | "
-             "T = 0.7 | greedy | preview's DPR gain at that KL | sharpening (wo/Baseline tilt) at that KL |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| policy | steps | KL to π_SFT, nats per response (per token) | T = 1: accuracy, gain vs π_SFT | "
+        "T = 0.7 | greedy | preview's DPR gain at that KL | sharpening (wo/Baseline tilt) at that KL |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         cells = []
         for decoding in DECODINGS:
@@ -666,37 +825,54 @@ def render_table(rows: list[dict], choice: dict, sft_record: dict | None, contin
             elif row["method"] == "SFT":
                 cells.append(f"{100 * r['mean']:.1f}%")
             else:
-                cells.append(f"{100 * r['mean']:.1f}%, {_pct(r['gain'])} ({_pct(r['gain_ci'][0])} to {_pct(r['gain_ci'][1])})")
+                cells.append(
+                    f"{100 * r['mean']:.1f}%, {_pct(r['gain'])} ({_pct(r['gain_ci'][0])} to {_pct(r['gain_ci'][1])})"
+                )
         preview = row.get("preview_gain_at_kl")
         sharpen = row.get("sharpening_at_kl")
         steps = row.get("steps", "—")
         if row.get("stops_at_target") and not row.get("reached_target"):
             steps = f"{steps} (target KL not reached)"
         # "—" where the preview has no curve for this row (π_SFT itself; SR and more SFT for the DPR column)
-        at_kl = ["—" if key not in row else "— (beyond the preview's KL)" if value is None else _pct(value)
-                 for key, value in (("preview_gain_at_kl", preview), ("sharpening_at_kl", sharpen))]
-        lines.append(f"| {row['method']} | {steps} | {row['kl_per_response']:.3f} ({row['kl_per_token']:.4f}) | "
-                     + " | ".join(cells + at_kl) + " |")
+        at_kl = [
+            "—" if key not in row else "— (beyond the preview's KL)" if value is None else _pct(value)
+            for key, value in (("preview_gain_at_kl", preview), ("sharpening_at_kl", sharpen))
+        ]
+        lines.append(
+            f"| {row['method']} | {steps} | {row['kl_per_response']:.3f} ({row['kl_per_token']:.4f}) | "
+            + " | ".join(cells + at_kl)
+            + " |"
+        )
     sft = rows[0]
-    lines += ["", "Sharpening controls (no training): π_SFT at T = 0.7 and greedily, paired against π_SFT at T = 1: "
-              f"T = 0.7 {_pct(sft['T=0.7 vs SFT at T=1']['gain'])} ({_pct(sft['T=0.7 vs SFT at T=1']['gain_ci'][0])} to "
-              f"{_pct(sft['T=0.7 vs SFT at T=1']['gain_ci'][1])}), greedy {_pct(sft['greedy vs SFT at T=1']['gain'])} "
-              f"({_pct(sft['greedy vs SFT at T=1']['gain_ci'][0])} to {_pct(sft['greedy vs SFT at T=1']['gain_ci'][1])}) points."]
-    lines.append(f"\nPreview's choice: α = {choice['alpha']}, λ = {choice['lambda']}, target KL "
-                 f"{choice['target_kl']:.3f} nats per response, predicted gain {_pct(choice['preview_gain'])} "
-                 f"({_pct(choice['preview_gain_ci'][0])} to {_pct(choice['preview_gain_ci'][1])}) points at T = 1.")
+    lines += [
+        "",
+        "Sharpening controls (no training): π_SFT at T = 0.7 and greedily, paired against π_SFT at T = 1: "
+        f"T = 0.7 {_pct(sft['T=0.7 vs SFT at T=1']['gain'])} ({_pct(sft['T=0.7 vs SFT at T=1']['gain_ci'][0])} to "
+        f"{_pct(sft['T=0.7 vs SFT at T=1']['gain_ci'][1])}), greedy {_pct(sft['greedy vs SFT at T=1']['gain'])} "
+        f"({_pct(sft['greedy vs SFT at T=1']['gain_ci'][0])} to {_pct(sft['greedy vs SFT at T=1']['gain_ci'][1])}) points.",
+    ]
+    lines.append(
+        f"\nPreview's choice: α = {choice['alpha']}, λ = {choice['lambda']}, target KL "
+        f"{choice['target_kl']:.3f} nats per response, predicted gain {_pct(choice['preview_gain'])} "
+        f"({_pct(choice['preview_gain_ci'][0])} to {_pct(choice['preview_gain_ci'][1])}) points at T = 1."
+    )
     if sft_record:
         shares = ", ".join(f"α = {a}: {100 * s:.0f}%" for a, s in sorted(sft_record["lr_share_at_reference"].items()))
         losses = ", ".join(f"step {s}: {v:.3f}" for s, v in sft_record["held_out_loss"].items())
-        lines.append(f"SFT: {sft_record['steps']} steps; share of its Σ lr reached at each π_ref: {shares}; held-out "
-                     f"loss per response token after each epoch: {losses}.")
+        lines.append(
+            f"SFT: {sft_record['steps']} steps; share of its Σ lr reached at each π_ref: {shares}; held-out "
+            f"loss per response token after each epoch: {losses}."
+        )
     if continued:
-        lines.append(f"SFT continued on D: {continued['targets']['SFT-continued (wall)']} steps = DPR's mean wall time "
-                     f"({continued['dpr_mean_wall_s'] / 60:.1f} min), {continued['targets']['SFT-continued (FLOPs)']} "
-                     f"steps = DPR's mean FLOPs ({continued['dpr_mean_flops']:.2e}).")
+        lines.append(
+            f"SFT continued on D: {continued['targets']['SFT-continued (wall)']} steps = DPR's mean wall time "
+            f"({continued['dpr_mean_wall_s'] / 60:.1f} min), {continued['targets']['SFT-continued (FLOPs)']} "
+            f"steps = DPR's mean FLOPs ({continued['dpr_mean_flops']:.2e})."
+        )
         if now := continued.get("dpr_now"):
-            lines[-1] += (f" The DPR seeds reported here: {now['wall_s'] / 60:.1f} min and {now['flops']:.2e} FLOPs on "
-                          "average.")
+            lines[-1] += (
+                f" The DPR seeds reported here: {now['wall_s'] / 60:.1f} min and {now['flops']:.2e} FLOPs on average."
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -33,11 +33,15 @@ COLUMNS = ("alpha", "reference", *WIN_RATE_COLUMNS, "train_runtime_s", "kl_sft_f
 class ReferenceSweepArguments(WinRateSweepArguments):
     reference_fractions: list[float] = field(
         default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9],
-        metadata={"help": "Fractions α of SFT training at which π_ref is taken (paper default 0.5; Fig. 3 sweeps it)."},
+        metadata={
+            "help": "Fractions α of SFT training at which π_ref is taken (paper default 0.5; Fig. 3 sweeps it)."
+        },
     )
     checkpoints_dir: str | None = field(
         default=None,
-        metadata={"help": "SFT run holding the checkpoint-N folders (save_strategy: steps); default: model_name_or_path."},
+        metadata={
+            "help": "SFT run holding the checkpoint-N folders (save_strategy: steps); default: model_name_or_path."
+        },
     )
 
 
@@ -52,7 +56,11 @@ def main(argv=None):
     references = {alpha: reference_at(alpha, sft_path, sweep.checkpoints_dir) for alpha in sweep.reference_fractions}
     variants = {f"alpha{alpha:g}": {"ref_model_name_or_path": path} for alpha, path in references.items()}
     runs, rows = sweep_win_rates(
-        types, argv, variants, evaluation_config_path=script_args.evaluation_config, output_dir=training_args.output_dir,
+        types,
+        argv,
+        variants,
+        evaluation_config_path=script_args.evaluation_config,
+        output_dir=training_args.output_dir,
         stage=sweep.stage,
     )
     if not rows or not PartialState().is_main_process:
@@ -60,8 +68,13 @@ def main(argv=None):
     alpha_of = dict(zip(variants, sweep.reference_fractions))
     for row in rows:
         run, alpha = runs[row["method"]], alpha_of[row["method"]]
-        row.update(alpha=alpha, reference=references[alpha], train_runtime_s=run.train_runtime_s,
-                   kl_sft_final=run.final_metrics.get("kl_sft/per_token"), train_reward_final=run.final_metrics.get("reward"))
+        row.update(
+            alpha=alpha,
+            reference=references[alpha],
+            train_runtime_s=run.train_runtime_s,
+            kl_sft_final=run.final_metrics.get("kl_sft/per_token"),
+            train_reward_final=run.final_metrics.get("reward"),
+        )
     output_dir = Path(training_args.output_dir)
     csv_path = write_csv(rows, output_dir / "reference_sweep.csv", COLUMNS)
     pairwise = {}
@@ -69,13 +82,23 @@ def main(argv=None):
         if row["benchmark"] != "mt_bench":
             pairwise.setdefault(row["benchmark"], []).append(row)
     png_path = plot_series(
-        pairwise, output_dir / "reference_sweep.png", x="alpha", y="win_rate", low="ci_low", high="ci_high",
-        xlabel="α (fraction of SFT training at which π_ref was taken)", ylabel="win rate vs SFT",
-        title="DPR win rate vs reference checkpoint (paper Fig. 3)", reference_line=0.5,
+        pairwise,
+        output_dir / "reference_sweep.png",
+        x="alpha",
+        y="win_rate",
+        low="ci_low",
+        high="ci_high",
+        xlabel="α (fraction of SFT training at which π_ref was taken)",
+        ylabel="win rate vs SFT",
+        title="DPR win rate vs reference checkpoint (paper Fig. 3)",
+        reference_line=0.5,
     )
     for row in rows:
-        print(f"α={row['alpha']:<4g} {row['benchmark']:<12} win rate {row['win_rate']:.3f} "
-              f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}] (n={row['n']})", flush=True)
+        print(
+            f"α={row['alpha']:<4g} {row['benchmark']:<12} win rate {row['win_rate']:.3f} "
+            f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}] (n={row['n']})",
+            flush=True,
+        )
     print(f"\nWritten to {csv_path} and {png_path}", flush=True)
 
 

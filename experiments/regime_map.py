@@ -45,6 +45,8 @@ from .real_model import (
 )
 
 STAGES = ("all", "data", "sft", "curve", "map", "train", "evaluate", "report")
+
+
 def _reads_reference(keys: dict) -> bool:
     """Whether the reward these recipe keys name reads π_ref (DPR's does; wo/Baseline's does not)."""
     from trl_dpr.rewards import reward_from_settings
@@ -63,26 +65,40 @@ class RegimeMapArguments:
     sft_config: str = field(default="experiments/configs/regime_map/sft.yaml", metadata={"help": "SFT recipe YAML."})
     dpr_config: str = field(default="experiments/configs/regime_map/dpr.yaml", metadata={"help": "DPR recipe YAML."})
     num_demonstrations: int = field(default=480, metadata={"help": "|D|, seen once by SFT."})
-    progress: list[float] = field(default_factory=lambda: [0.1, 0.25, 0.5, 0.75, 1.0],
-                                  metadata={"help": "Shares of SFT's Σ lr at which π_SFT snapshots are kept."})
-    map_progress: list[float] = field(default_factory=lambda: [0.1, 0.25, 1.0],
-                                      metadata={"help": "Snapshots the preview maps (a subset of progress)."})
+    progress: list[float] = field(
+        default_factory=lambda: [0.1, 0.25, 0.5, 0.75, 1.0],
+        metadata={"help": "Shares of SFT's Σ lr at which π_SFT snapshots are kept."},
+    )
+    map_progress: list[float] = field(
+        default_factory=lambda: [0.1, 0.25, 1.0],
+        metadata={"help": "Snapshots the preview maps (a subset of progress)."},
+    )
     snapshot_every: int = field(default=10, metadata={"help": "Also keep a snapshot every this many SFT steps."})
-    preview_prompts: int = field(default=32, metadata={"help": "Held-out prompts of the preview (not the evaluation's)."})
+    preview_prompts: int = field(
+        default=32, metadata={"help": "Held-out prompts of the preview (not the evaluation's)."}
+    )
     preview_samples: int = field(default=8, metadata={"help": "π_SFT samples per preview prompt (T = 1)."})
-    lambdas: list[float] = field(default_factory=lambda: [math.inf, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.0],
-                                 metadata={"help": "The preview's λ grid."})
+    lambdas: list[float] = field(
+        default_factory=lambda: [math.inf, 8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.0],
+        metadata={"help": "The preview's λ grid."},
+    )
     eval_prompts: int = field(default=400, metadata={"help": "Held-out prompts of the evaluation."})
-    max_new_tokens: int = field(default=72, metadata={"help": "Longest answer (the longest demonstration is 67 tokens)."})
+    max_new_tokens: int = field(
+        default=72, metadata={"help": "Longest answer (the longest demonstration is 67 tokens)."}
+    )
     eval_batch_size: int = field(default=200, metadata={"help": "Prompts per generate call."})
     decodings: list[str] = field(default_factory=lambda: list(DECODINGS), metadata={"help": "Decodings evaluated."})
     rollouts: int = field(default=400, metadata={"help": "Rollouts (prompts sampled) per RL run."})
     rollouts_per_step: int = field(default=16, metadata={"help": "Rollouts per optimizer step."})
     learning_rate: float = field(default=3e-6, metadata={"help": "RL learning rate (DPR and its ablations)."})
     dpr_seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "DPR seeds."})
-    ablations: list[str] = field(default_factory=lambda: list(ABLATIONS), metadata={"help": f"Among {list(ABLATIONS)}."})
-    eval_fractions: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0],
-                                        metadata={"help": "Shares of the RL budget at which policies are evaluated."})
+    ablations: list[str] = field(
+        default_factory=lambda: list(ABLATIONS), metadata={"help": f"Among {list(ABLATIONS)}."}
+    )
+    eval_fractions: list[float] = field(
+        default_factory=lambda: [0.25, 0.5, 1.0],
+        metadata={"help": "Shares of the RL budget at which policies are evaluated."},
+    )
     stage: str = field(default="all", metadata={"help": f"One of {STAGES}.", "choices": list(STAGES)})
     only: list[str] = field(default_factory=list, metadata={"help": "train / evaluate: only these runs (a worker)."})
 
@@ -90,9 +106,13 @@ class RegimeMapArguments:
         if unknown := [a for a in self.ablations if a not in ABLATIONS]:
             raise ValueError(f"Unknown ablations {unknown}; choose among {list(ABLATIONS)}.")
         if missing := [p for p in self.map_progress if p not in self.progress]:
-            raise ValueError(f"map_progress {missing} are not in progress {self.progress}: the map needs their snapshots.")
+            raise ValueError(
+                f"map_progress {missing} are not in progress {self.progress}: the map needs their snapshots."
+            )
         if self.rollouts % self.rollouts_per_step:
-            raise ValueError(f"rollouts ({self.rollouts}) must be a multiple of rollouts_per_step ({self.rollouts_per_step}).")
+            raise ValueError(
+                f"rollouts ({self.rollouts}) must be a multiple of rollouts_per_step ({self.rollouts_per_step})."
+            )
 
 
 # ---- pure pieces ----------------------------------------------------------------------------------------------------
@@ -129,14 +149,24 @@ def choose(map_points: dict[float, list]) -> dict:
         >>> choose({1.0: pts[1.0]})["train"]
         False
     """
-    candidates = [(p.delta, progress, p) for progress, points in map_points.items() for p in points
-                  if math.isfinite(p.lam) and p.lam > 0 and p.trusted]
+    candidates = [
+        (p.delta, progress, p)
+        for progress, points in map_points.items()
+        for p in points
+        if math.isfinite(p.lam) and p.lam > 0 and p.trusted
+    ]
     if not candidates:
         raise ValueError("The preview has no trusted finite λ > 0: widen the λ grid or sample more per prompt.")
     gain, progress, point = max(candidates, key=lambda c: (c[0], -c[1]))
-    return {"progress": progress, "lambda": point.lam, "target_kl": point.kl, "preview_gain": gain,
-            "preview_gain_ci": [point.delta_ci_low, point.delta_ci_high], "train": gain > 0,
-            "verdict": "train DPR" if gain > 0 else "do not train DPR: no λ is predicted to beat π_SFT"}
+    return {
+        "progress": progress,
+        "lambda": point.lam,
+        "target_kl": point.kl,
+        "preview_gain": gain,
+        "preview_gain_ci": [point.delta_ci_low, point.delta_ci_high],
+        "train": gain > 0,
+        "verdict": "train DPR" if gain > 0 else "do not train DPR: no λ is predicted to beat π_SFT",
+    }
 
 
 # ---- stages ---------------------------------------------------------------------------------------------------------
@@ -175,12 +205,20 @@ def _sft(args, output_dir: Path, data: Path) -> dict:
     if (record := _read(record_path)) is not None:
         return record
     script_args, training_args, model_args = _recipe(
-        (SFTScriptArguments, SFTConfig, ModelConfig), args.sft_config,
-        {"dataset_name": str(data), "output_dir": str(output_dir / "SFT" / "trainer")})
+        (SFTScriptArguments, SFTConfig, ModelConfig),
+        args.sft_config,
+        {"dataset_name": str(data), "output_dir": str(output_dir / "SFT" / "trainer")},
+    )
     steps = math.ceil(args.num_demonstrations / training_args.per_device_train_batch_size)
     training_args.max_steps = steps
     shares = sorted({*args.progress, *(p / 2 for p in args.progress)})
-    record = {"steps": steps, "batch_size": training_args.per_device_train_batch_size, "learning_rates": [], "snapshots": {}, "tokens": None}
+    record = {
+        "steps": steps,
+        "batch_size": training_args.per_device_train_batch_size,
+        "learning_rates": [],
+        "snapshots": {},
+        "tokens": None,
+    }
 
     class Snapshots(TrainerCallback):
         def on_train_begin(self, _args, state, control, lr_scheduler=None, optimizer=None, **kw):
@@ -208,8 +246,8 @@ def _sft(args, output_dir: Path, data: Path) -> dict:
     run_sft(script_args, training_args, model_args, callbacks=[Snapshots()])
     record["wall_s"] = round(time.perf_counter() - start, 1)
     assert record["learning_rates"] == record["schedule"] or all(
-        math.isclose(a, b, rel_tol=1e-6) for a, b in zip(record["learning_rates"], record["schedule"])), \
-        "the recorded learning rates differ from the schedule the snapshots were placed by"
+        math.isclose(a, b, rel_tol=1e-6) for a, b in zip(record["learning_rates"], record["schedule"])
+    ), "the recorded learning rates differ from the schedule the snapshots were placed by"
     _write(record_path, record)
     return record
 
@@ -238,7 +276,9 @@ def _curve(args, output_dir: Path, sft: dict) -> None:
             continue
         _evaluate(args, output_dir, name, path, path)
         if name not in losses:
-            held_out = [list(r["prompt"]) + list(r["completion"]) for r in eval_rows.select(range(min(64, len(eval_rows))))]
+            held_out = [
+                list(r["prompt"]) + list(r["completion"]) for r in eval_rows.select(range(min(64, len(eval_rows))))
+            ]
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
             losses[name] = _held_out_loss(model, AutoTokenizer.from_pretrained(path), held_out)
             _write(output_dir / "held_out_loss.json", {**(_read(output_dir / "held_out_loss.json") or {}), **losses})
@@ -259,11 +299,23 @@ def _map(args, output_dir: Path, sft: dict) -> dict:
             reports[progress] = PreviewReport.read(folder / "preview.json")
             continue
         config = PreviewConfig(
-            output_dir=str(folder), dataset_name=str(prompts_file), dataset_split="train", num_prompts=args.preview_prompts,
-            samples_per_prompt=args.preview_samples, max_new_tokens=args.max_new_tokens, batch_size=args.eval_batch_size,
-            kl_coefs=args.lambdas, quality="exact", seed=0, plot=False,
-            variants={"DPR": {"ref_model_name_or_path": _ref_path(sft, progress)}, "wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"},
-                      "oracle": {"oracle": True}})
+            output_dir=str(folder),
+            dataset_name=str(prompts_file),
+            dataset_split="train",
+            num_prompts=args.preview_prompts,
+            samples_per_prompt=args.preview_samples,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.eval_batch_size,
+            kl_coefs=args.lambdas,
+            quality="exact",
+            seed=0,
+            plot=False,
+            variants={
+                "DPR": {"ref_model_name_or_path": _ref_path(sft, progress)},
+                "wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"},
+                "oracle": {"oracle": True},
+            },
+        )
         start = time.perf_counter()
         reports[progress] = run_preview(config, _sft_path(sft, progress), {"dtype": "float32"}, show_progress=False)
         _write(folder / "wall.json", {"wall_s": round(time.perf_counter() - start, 1)})
@@ -273,8 +325,9 @@ def _map(args, output_dir: Path, sft: dict) -> dict:
 def _runs(args, choice: dict) -> dict[str, tuple[float, dict]]:
     """Run name → (π_SFT's progress, the run's own keys)."""
     runs = {}
-    where = [choice["progress"]] + ([] if choice["train"] or min(args.map_progress) == choice["progress"]
-                                    else [min(args.map_progress)])
+    where = [choice["progress"]] + (
+        [] if choice["train"] or min(args.map_progress) == choice["progress"] else [min(args.map_progress)]
+    )
     for progress in where:
         suffix = "" if progress == choice["progress"] else f" @{round(100 * progress)}%"
         runs.update({f"DPR-seed{s}{suffix}": (progress, {"seed": s}) for s in args.dpr_seeds})
@@ -298,9 +351,16 @@ def _train(args, output_dir: Path, data: Path, sft: dict, name: str, progress: f
     if (record := _read(folder / "rl_record.json")) is not None:
         return record
     steps = args.rollouts // args.rollouts_per_step
-    overrides = {"kl_coef": lam, "learning_rate": args.learning_rate, "max_steps": steps, **keys,
-                 "per_device_train_batch_size": args.rollouts_per_step, "model_name_or_path": _sft_path(sft, progress),
-                 "output_dir": str(folder / "trainer"), "dataset_name": str(data)}
+    overrides = {
+        "kl_coef": lam,
+        "learning_rate": args.learning_rate,
+        "max_steps": steps,
+        **keys,
+        "per_device_train_batch_size": args.rollouts_per_step,
+        "model_name_or_path": _sft_path(sft, progress),
+        "output_dir": str(folder / "trainer"),
+        "dataset_name": str(data),
+    }
     if _reads_reference(keys):
         overrides["ref_model_name_or_path"] = _ref_path(sft, progress)
     script_args, training_args, model_args = _recipe(DPR_ARGUMENTS, args.dpr_config, overrides)
@@ -310,8 +370,12 @@ def _train(args, output_dir: Path, data: Path, sft: dict, name: str, progress: f
     class Record(TrainerCallback):
         def on_log(self, _args, state, control, logs=None, **kw):
             if logs and "kl_sft/per_response" in logs:
-                history.append({"step": state.global_step,
-                                **{k: float(v) for k, v in logs.items() if isinstance(v, (int, float))}})
+                history.append(
+                    {
+                        "step": state.global_step,
+                        **{k: float(v) for k, v in logs.items() if isinstance(v, (int, float))},
+                    }
+                )
 
         def on_step_end(self, _args, state, control, model=None, processing_class=None, **kw):
             if state.global_step in save_at:
@@ -322,10 +386,19 @@ def _train(args, output_dir: Path, data: Path, sft: dict, name: str, progress: f
     start = time.perf_counter()
     trainer = run_dpr(script_args, training_args, model_args, callbacks=[Record()])
     tokens = next((h["num_tokens"] for h in reversed(trainer.state.log_history) if "num_tokens" in h), None)
-    record = {"name": name, "progress": progress, "steps": trainer.state.global_step, "rollouts": args.rollouts,
-              "lambda": lam, "learning_rate": args.learning_rate, "wall_s": round(time.perf_counter() - start, 1),
-              "tokens": tokens, "frozen_scorers": 2 if _reads_reference(keys) else 1, "history": history,
-              "snapshots": {str(f): str(folder / f"at{round(100 * f)}") for f in args.eval_fractions}}
+    record = {
+        "name": name,
+        "progress": progress,
+        "steps": trainer.state.global_step,
+        "rollouts": args.rollouts,
+        "lambda": lam,
+        "learning_rate": args.learning_rate,
+        "wall_s": round(time.perf_counter() - start, 1),
+        "tokens": tokens,
+        "frozen_scorers": 2 if _reads_reference(keys) else 1,
+        "history": history,
+        "snapshots": {str(f): str(folder / f"at{round(100 * f)}") for f in args.eval_fractions},
+    }
     del trainer
     _write(folder / "rl_record.json", record)
     return record
@@ -343,8 +416,13 @@ def _continued(args, output_dir: Path, sft: dict, records: list[dict], progress:
     later = sorted(int(s) for s in sft["snapshots"] if int(s) >= wanted) or [sft["steps"]]
     if later[0] <= start:
         return None
-    info = {"from_step": start, "to_step": later[0], "dpr_mean_flops": dpr_flops,
-            "sft_flops": (later[0] - start) * sft_step_flops, "flops_share": (later[0] - start) * sft_step_flops / dpr_flops}
+    info = {
+        "from_step": start,
+        "to_step": later[0],
+        "dpr_mean_flops": dpr_flops,
+        "sft_flops": (later[0] - start) * sft_step_flops,
+        "flops_share": (later[0] - start) * sft_step_flops / dpr_flops,
+    }
     return sft["snapshots"][str(later[0])], info
 
 
@@ -399,8 +477,11 @@ def _evaluate_trained(args, output_dir: Path, sft: dict, runs: dict) -> None:
             _evaluate(args, output_dir, f"{name} at {round(100 * float(fraction))}%", path, _sft_path(sft, progress))
     args.decodings = full
     for progress in {p for p, _ in runs.values()}:
-        records = [r for n, (p, _) in runs.items() if p == progress and n.startswith("DPR-seed")
-                   and (r := _read(_folder(output_dir, n) / "rl_record.json"))]
+        records = [
+            r
+            for n, (p, _) in runs.items()
+            if p == progress and n.startswith("DPR-seed") and (r := _read(_folder(output_dir, n) / "rl_record.json"))
+        ]
         if records and (continued := _continued(args, output_dir, sft, records, progress)):
             path, info = continued
             _write(output_dir / f"continued_{round(100 * progress)}.json", info)
@@ -434,9 +515,12 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
         return evaluation.get(name.replace("/", "_").replace(" ", "_").replace("(", "").replace(")", ""))
 
     losses = _read(output_dir / "held_out_loss.json") or {}
-    lines = ["### SFT's learning curve", "",
-             "| π_SFT (share of SFT's Σ lr) | step | demonstrations seen | held-out loss per token | T = 1 | T = 0.7 | greedy |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "### SFT's learning curve",
+        "",
+        "| π_SFT (share of SFT's Σ lr) | step | demonstrations seen | held-out loss per token | T = 1 | T = 0.7 | greedy |",
+        "|---|---|---|---|---|---|---|",
+    ]
     first = result(_sft_name(args.progress[0]))
     curve_rows = []
     for progress in args.progress:
@@ -453,51 +537,91 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
                 cells.append("not run")
         loss = losses.get(name)
         seen = min(args.num_demonstrations, step * sft["batch_size"])
-        lines.append(f"| {name} | {step} | {seen} | {'—' if loss is None else f'{loss:.3f}'} | " + " | ".join(cells) + " |")
-        curve_rows.append({"progress": progress, "step": step, "loss": loss,
-                           **{d: r[d] and paired_gain(r[d]["correct"], r[d]["correct"])["mean"] for d in DECODINGS
-                              if r and d in r}})
+        lines.append(
+            f"| {name} | {step} | {seen} | {'—' if loss is None else f'{loss:.3f}'} | " + " | ".join(cells) + " |"
+        )
+        curve_rows.append(
+            {
+                "progress": progress,
+                "step": step,
+                "loss": loss,
+                **{
+                    d: r[d] and paired_gain(r[d]["correct"], r[d]["correct"])["mean"]
+                    for d in DECODINGS
+                    if r and d in r
+                },
+            }
+        )
     del first
-    lines += ["", "### The regime map: the preview at each π_SFT (π_ref at half of its own Σ lr), gains at T = 1", "",
-              "| π_SFT | π_SFT's accuracy (preview prompts) | DPR: best finite λ, predicted gain (95% CI), KL | "
-              "wo/Baseline (sharpening): best λ, gain | oracle: best λ, gain | verdict |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "### The regime map: the preview at each π_SFT (π_ref at half of its own Σ lr), gains at T = 1",
+        "",
+        "| π_SFT | π_SFT's accuracy (preview prompts) | DPR: best finite λ, predicted gain (95% CI), KL | "
+        "wo/Baseline (sharpening): best λ, gain | oracle: best λ, gain | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     map_rows = []
     for progress, report in sorted(reports.items()):
         cells, row = [], {"progress": progress}
         for variant in ("DPR", "wo/Baseline", "oracle"):
             points = [p for p in report.variant_points(variant) if math.isfinite(p.lam) and p.lam > 0 and p.trusted]
             best = max(points, key=lambda p: p.delta) if points else None
-            row[variant] = best and {"lam": best.lam, "gain": best.delta, "ci": [best.delta_ci_low, best.delta_ci_high],
-                                     "kl": best.kl}
-            cells.append("—" if best is None else
-                         f"λ = {best.lam:g}: {100 * best.delta:+.1f} ({100 * best.delta_ci_low:+.1f} to "
-                         f"{100 * best.delta_ci_high:+.1f})" + (f", KL {best.kl:.2f}" if variant == "DPR" else ""))
+            row[variant] = best and {
+                "lam": best.lam,
+                "gain": best.delta,
+                "ci": [best.delta_ci_low, best.delta_ci_high],
+                "kl": best.kl,
+            }
+            cells.append(
+                "—"
+                if best is None
+                else f"λ = {best.lam:g}: {100 * best.delta:+.1f} ({100 * best.delta_ci_low:+.1f} to "
+                f"{100 * best.delta_ci_high:+.1f})" + (f", KL {best.kl:.2f}" if variant == "DPR" else "")
+            )
         sft_quality = next(p.quality for p in report.variant_points("DPR") if math.isinf(p.lam))
-        verdict = ("do not train" if not row["DPR"] or row["DPR"]["gain"] <= 0 else
-                   "train (interval includes 0)" if row["DPR"]["ci"][0] <= 0 else "train")
+        verdict = (
+            "do not train"
+            if not row["DPR"] or row["DPR"]["gain"] <= 0
+            else "train (interval includes 0)"
+            if row["DPR"]["ci"][0] <= 0
+            else "train"
+        )
         lines.append(f"| {_sft_name(progress)} | {100 * sft_quality:.1f}% | " + " | ".join(cells) + f" | {verdict} |")
         map_rows.append(row)
-    lines += ["", f"Choice: {choice['verdict']} — π_SFT at {round(100 * choice['progress'])}% of SFT's Σ lr, "
-              f"λ = {choice['lambda']:g}, predicted gain {100 * choice['preview_gain']:+.1f} "
-              f"({100 * choice['preview_gain_ci'][0]:+.1f} to {100 * choice['preview_gain_ci'][1]:+.1f}) at a KL of "
-              f"{choice['target_kl']:.3f} nats per response."]
-    lines += ["", "### Trained: gains over π_SFT at the same decoding (paired over prompts, shared sampling seed)", "",
-              "| policy | rollouts (steps) | KL to π_SFT per response | preview's gain at that KL (its own tilt) | T = 1 | T = 0.7 | greedy |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"Choice: {choice['verdict']} — π_SFT at {round(100 * choice['progress'])}% of SFT's Σ lr, "
+        f"λ = {choice['lambda']:g}, predicted gain {100 * choice['preview_gain']:+.1f} "
+        f"({100 * choice['preview_gain_ci'][0]:+.1f} to {100 * choice['preview_gain_ci'][1]:+.1f}) at a KL of "
+        f"{choice['target_kl']:.3f} nats per response.",
+    ]
+    lines += [
+        "",
+        "### Trained: gains over π_SFT at the same decoding (paired over prompts, shared sampling seed)",
+        "",
+        "| policy | rollouts (steps) | KL to π_SFT per response | preview's gain at that KL (its own tilt) | T = 1 | T = 0.7 | greedy |",
+        "|---|---|---|---|---|---|---|",
+    ]
     trained_rows, per_run_lines, readme_lines = [], [], []  # the README: seeds pooled, ablations at the full budget
     for progress in sorted({p for p, _ in runs.values()}):  # sharpening by decoding alone, the control DPR must beat
         base = result(_sft_name(progress))
         if base and all(d in base for d in DECODINGS):
             gains = {d: paired_gain(base[d]["correct"], base["T=1"]["correct"]) for d in ("T=0.7", "greedy")}
-            readme_lines.append(f"| {_sft_name(progress)} decoded at T = 0.7 / greedily, vs itself at T = 1 (no training) | "
-                                f"0 | — | — | — | {_gain_text(gains['T=0.7'])} | {_gain_text(gains['greedy'])} |")
+            readme_lines.append(
+                f"| {_sft_name(progress)} decoded at T = 0.7 / greedily, vs itself at T = 1 (no training) | "
+                f"0 | — | — | — | {_gain_text(gains['T=0.7'])} | {_gain_text(gains['greedy'])} |"
+            )
     for name, (progress, _) in runs.items():
         base = result(_sft_name(progress))
         record = _read(_folder(output_dir, name) / "rl_record.json")
         if not base or not record:
             continue
-        curve = [(p.kl, p.delta) for p in reports[progress].variant_points("wo/Baseline" if name.startswith("wo/") else "DPR")
-                 if p.lam > 0]
+        curve = [
+            (p.kl, p.delta)
+            for p in reports[progress].variant_points("wo/Baseline" if name.startswith("wo/") else "DPR")
+            if p.lam > 0
+        ]
         for fraction in args.eval_fractions:
             r = result(f"{name} at {round(100 * fraction)}%")
             if not r or "T=1" not in r:
@@ -506,21 +630,33 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
             predicted = interpolate_at_kl(curve, kl) if not name.startswith("SR") else None
             gains = {d: paired_gain(r[d]["correct"], base[d]["correct"]) for d in DECODINGS if d in r and d in base}
             rollouts = round(fraction * record["rollouts"])
-            row = (f"| {name} at {round(100 * fraction)}% | {rollouts} ({round(fraction * record['steps'])}) | "
-                   f"{kl:.3f} | {'—' if predicted is None else f'{100 * predicted:+.1f}'} | "
-                   + " | ".join(_gain_text(gains[d]) if d in gains else "not run" for d in DECODINGS) + " |")
+            row = (
+                f"| {name} at {round(100 * fraction)}% | {rollouts} ({round(fraction * record['steps'])}) | "
+                f"{kl:.3f} | {'—' if predicted is None else f'{100 * predicted:+.1f}'} | "
+                + " | ".join(_gain_text(gains[d]) if d in gains else "not run" for d in DECODINGS)
+                + " |"
+            )
             per_run_lines.append(row)
             if fraction == 1.0 and not name.startswith("DPR-seed"):
                 readme_lines.append(row)
-            trained_rows.append({"name": name, "fraction": fraction, "kl": kl, "predicted": predicted,
-                                 **{d: g for d, g in gains.items()}})
+            trained_rows.append(
+                {
+                    "name": name,
+                    "fraction": fraction,
+                    "kl": kl,
+                    "predicted": predicted,
+                    **{d: g for d, g in gains.items()},
+                }
+            )
     for progress in sorted({p for p, _ in runs.values()}):  # DPR's seeds pooled: per prompt, the mean over the seeds
         seeds = [n for n, (p, _) in runs.items() if p == progress and n.startswith("DPR-seed")]
         for position, fraction in enumerate(args.eval_fractions):
             found = [r for n in seeds if (r := result(f"{n} at {round(100 * fraction)}%")) and "T=1" in r]
             if len(found) < 2 or not (base := result(_sft_name(progress))):
                 continue
-            kl = sum(sum(r["T=1"]["kl_per_response"].values()) / len(r["T=1"]["kl_per_response"]) for r in found) / len(found)
+            kl = sum(
+                sum(r["T=1"]["kl_per_response"].values()) / len(r["T=1"]["kl_per_response"]) for r in found
+            ) / len(found)
             curve = [(p.kl, p.delta) for p in reports[progress].variant_points("DPR") if p.lam > 0]
             gains = {}
             for d in DECODINGS:
@@ -528,9 +664,13 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
                     gains[d] = paired_gain(pooled_over_seeds([r[d]["correct"] for r in found]), base[d]["correct"])
             record = _read(_folder(output_dir, seeds[0]) / "rl_record.json")
             rollouts = round(fraction * record["rollouts"])
-            readme_lines.insert(1 + position, f"| DPR, {len(found)} seeds pooled, at {round(100 * fraction)}% | {rollouts} "
-                                f"({round(fraction * record['steps'])}) | {kl:.3f} | {100 * interpolate_at_kl(curve, kl):+.1f} | "
-                                + " | ".join(_gain_text(gains[d]) if d in gains else "not run" for d in DECODINGS) + " |")
+            readme_lines.insert(
+                1 + position,
+                f"| DPR, {len(found)} seeds pooled, at {round(100 * fraction)}% | {rollouts} "
+                f"({round(fraction * record['steps'])}) | {kl:.3f} | {100 * interpolate_at_kl(curve, kl):+.1f} | "
+                + " | ".join(_gain_text(gains[d]) if d in gains else "not run" for d in DECODINGS)
+                + " |",
+            )
             trained_rows.append({"name": f"DPR, {len(found)} seeds pooled", "fraction": fraction, "kl": kl, **gains})
     for progress in sorted({p for p, _ in runs.values()}):
         base = result(_sft_name(progress))
@@ -539,26 +679,47 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
         if base and r and info:
             gains = {d: paired_gain(r[d]["correct"], base[d]["correct"]) for d in DECODINGS if d in r and d in base}
             kl = sum(r["T=1"]["kl_per_response"].values()) / len(r["T=1"]["kl_per_response"])
-            new = min(args.num_demonstrations, info["to_step"] * sft["batch_size"]) - info["from_step"] * sft["batch_size"]
+            new = (
+                min(args.num_demonstrations, info["to_step"] * sft["batch_size"])
+                - info["from_step"] * sft["batch_size"]
+            )
             # the rest of one pass: a data control (demonstrations π_SFT never saw), not a compute control
-            readme_lines.append(f"| SFT finished on the rest of the pass ({new} demonstrations new to π_SFT; its own "
-                                f"optimizer, steps {info['from_step']} → {info['to_step']}: "
-                                f"{100 * info['flops_share']:.0f}% of DPR's FLOPs) | — | {kl:.3f} | — | "
-                                + " | ".join(_gain_text(gains[d]) if d in gains else "not run" for d in DECODINGS) + " |")
+            readme_lines.append(
+                f"| SFT finished on the rest of the pass ({new} demonstrations new to π_SFT; its own "
+                f"optimizer, steps {info['from_step']} → {info['to_step']}: "
+                f"{100 * info['flops_share']:.0f}% of DPR's FLOPs) | — | {kl:.3f} | — | "
+                + " | ".join(_gain_text(gains[d]) if d in gains else "not run" for d in DECODINGS)
+                + " |"
+            )
             trained_rows.append({"name": "SFT-continued", "kl": kl, **gains})
     header = lines[-2:]
-    per_run = ["", "### Each trained run (DPR per seed; every run at 25, 50 and 100% of its rollouts)", "", *header,
-               *per_run_lines]
+    per_run = [
+        "",
+        "### Each trained run (DPR per seed; every run at 25, 50 and 100% of its rollouts)",
+        "",
+        *header,
+        *per_run_lines,
+    ]
     text = "\n".join(lines + readme_lines + per_run) + "\n"
     (output_dir / "regime_map.md").write_text(text)
     # the README shows the map and the trained policies (seeds pooled); the learning curve and each run's rows sit in
     # experiments/README.md, section 11
-    curve_end = lines.index("### The regime map: the preview at each π_SFT (π_ref at half of its own Σ lr), gains at T = 1")
+    curve_end = lines.index(
+        "### The regime map: the preview at each π_SFT (π_ref at half of its own Σ lr), gains at T = 1"
+    )
     (output_dir / "regime_map_curve.md").write_text("\n".join(lines[2:curve_end] + per_run).strip() + "\n")
     (output_dir / "regime_map_readme.md").write_text("\n".join(lines[curve_end:] + readme_lines).strip() + "\n")
-    _write(output_dir / "regime_map.json", {"settings": asdict(args), "choice": choice, "curve": curve_rows,
-                                            "map": map_rows, "trained": trained_rows,
-                                            "sft": {k: v for k, v in sft.items() if k not in ("learning_rates", "schedule")}})
+    _write(
+        output_dir / "regime_map.json",
+        {
+            "settings": asdict(args),
+            "choice": choice,
+            "curve": curve_rows,
+            "map": map_rows,
+            "trained": trained_rows,
+            "sft": {k: v for k, v in sft.items() if k not in ("learning_rates", "schedule")},
+        },
+    )
     _plot(output_dir, map_rows, runs)
     print(text, flush=True)
 
@@ -576,19 +737,26 @@ def _plot(output_dir: Path, map_rows: list[dict], runs: dict) -> None:
         rows = [r for r in map_rows if r.get(variant)]
         x = [100 * r["progress"] for r in rows]
         y = [100 * r[variant]["gain"] for r in rows]
-        err = [[100 * (r[variant]["gain"] - r[variant]["ci"][0]) for r in rows],
-               [100 * (r[variant]["ci"][1] - r[variant]["gain"]) for r in rows]]
+        err = [
+            [100 * (r[variant]["gain"] - r[variant]["ci"][0]) for r in rows],
+            [100 * (r[variant]["ci"][1] - r[variant]["gain"]) for r in rows],
+        ]
         left.errorbar(x, y, yerr=err, fmt=style, capsize=3, label=f"{variant} (best λ)")
     left.axhline(0, color="grey", lw=0.8)
-    left.set(xlabel="π_SFT: share of SFT's Σ lr (%)", ylabel="predicted accuracy gain at T = 1 (points)",
-             title="The preview along SFT")
+    left.set(
+        xlabel="π_SFT: share of SFT's Σ lr (%)",
+        ylabel="predicted accuracy gain at T = 1 (points)",
+        title="The preview along SFT",
+    )
     left.legend()
-    for name in runs:  # one step's KL is an estimate from its 16 samples (it can be < 0): shown faint, 5-step mean bold
+    for (
+        name
+    ) in runs:  # one step's KL is an estimate from its 16 samples (it can be < 0): shown faint, 5-step mean bold
         record = _read(_folder(output_dir, name) / "rl_record.json")
         if record:
             steps = [h["step"] for h in record["history"]]
             kl = [h["kl_sft/per_response"] for h in record["history"]]
-            mean = [sum(kl[max(0, i - 4): i + 1]) / len(kl[max(0, i - 4): i + 1]) for i in range(len(kl))]
+            mean = [sum(kl[max(0, i - 4) : i + 1]) / len(kl[max(0, i - 4) : i + 1]) for i in range(len(kl))]
             (line,) = right.plot(steps, mean, label=f"{name} (5-step mean)")
             right.plot(steps, kl, color=line.get_color(), alpha=0.25, lw=0.8)
     choice = _read(output_dir / "choice.json")

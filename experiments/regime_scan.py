@@ -33,17 +33,39 @@ from .sweeps import free_memory
 
 SFT_ARGUMENTS = (SFTScriptArguments, SFTConfig, ModelConfig)
 COLUMNS = (
-    "point", "base", "sft_steps", "sft_learning_rate", "reference_fraction", "variant", "sft_quality", "pass_at_n",
-    "lambda", "gain", "gain_ci_low", "gain_ci_high", "kl",
-    "best_lambda", "best_gain", "best_gain_ci_low", "best_gain_ci_high", "best_kl", "helps",
+    "point",
+    "base",
+    "sft_steps",
+    "sft_learning_rate",
+    "reference_fraction",
+    "variant",
+    "sft_quality",
+    "pass_at_n",
+    "lambda",
+    "gain",
+    "gain_ci_low",
+    "gain_ci_high",
+    "kl",
+    "best_lambda",
+    "best_gain",
+    "best_gain_ci_low",
+    "best_gain_ci_high",
+    "best_kl",
+    "helps",
 )
 
 
 @dataclass
 class RegimeScanArguments:
-    output_dir: str = field(default="runs/regime_scan", metadata={"help": "The scan's folder (one subfolder per point)."})
-    sft_config: str = field(default="recipes/demo/sft.yaml", metadata={"help": "The SFT recipe every point starts from."})
-    preview_config: str = field(default="recipes/preview/demo.yaml", metadata={"help": "The preview recipe of every point."})
+    output_dir: str = field(
+        default="runs/regime_scan", metadata={"help": "The scan's folder (one subfolder per point)."}
+    )
+    sft_config: str = field(
+        default="recipes/demo/sft.yaml", metadata={"help": "The SFT recipe every point starts from."}
+    )
+    preview_config: str = field(
+        default="recipes/preview/demo.yaml", metadata={"help": "The preview recipe of every point."}
+    )
     grid: dict = field(default_factory=dict, metadata={"help": "Point name → the SFT recipe keys it changes."})
     only: list[str] | None = field(default=None, metadata={"help": "Run only these points (names from `grid`)."})
     lambda_of_interest: float = field(default=1.0, metadata={"help": "The λ (kl_coef) whose gain is tabulated."})
@@ -54,18 +76,40 @@ def _point_row(name: str, sft_args, sft_training, model_base: str, preview: dict
     for summary in preview["summary"]:
         variant = summary["variant"]
         at = [p for p in preview["points"] if p["variant"] == variant and float(p["lam"]) == lam]
-        at = at[0] if at else {"lam": math.nan, "delta": math.nan, "delta_ci_low": math.nan, "delta_ci_high": math.nan,
-                               "kl": math.nan}
-        rows.append({
-            "point": name, "base": model_base, "sft_steps": sft_training.max_steps,
-            "sft_learning_rate": sft_training.learning_rate, "reference_fraction": sft_args.reference_fraction,
-            "variant": variant,
-            "sft_quality": preview["sft_quality"], "pass_at_n": preview["pass_at_n"],
-            "lambda": lam, "gain": at["delta"], "gain_ci_low": at["delta_ci_low"], "gain_ci_high": at["delta_ci_high"],
-            "kl": at["kl"], "best_lambda": summary["best_kl_coef"], "best_gain": summary["best_delta"],
-            "best_gain_ci_low": summary["best_delta_ci_low"], "best_gain_ci_high": summary["best_delta_ci_high"],
-            "best_kl": summary["best_kl"], "helps": summary["helps"],
-        })
+        at = (
+            at[0]
+            if at
+            else {
+                "lam": math.nan,
+                "delta": math.nan,
+                "delta_ci_low": math.nan,
+                "delta_ci_high": math.nan,
+                "kl": math.nan,
+            }
+        )
+        rows.append(
+            {
+                "point": name,
+                "base": model_base,
+                "sft_steps": sft_training.max_steps,
+                "sft_learning_rate": sft_training.learning_rate,
+                "reference_fraction": sft_args.reference_fraction,
+                "variant": variant,
+                "sft_quality": preview["sft_quality"],
+                "pass_at_n": preview["pass_at_n"],
+                "lambda": lam,
+                "gain": at["delta"],
+                "gain_ci_low": at["delta_ci_low"],
+                "gain_ci_high": at["delta_ci_high"],
+                "kl": at["kl"],
+                "best_lambda": summary["best_kl_coef"],
+                "best_gain": summary["best_delta"],
+                "best_gain_ci_low": summary["best_delta_ci_low"],
+                "best_gain_ci_high": summary["best_delta_ci_high"],
+                "best_kl": summary["best_kl"],
+                "helps": summary["helps"],
+            }
+        )
     return rows
 
 
@@ -98,7 +142,9 @@ def main(argv=None):
         point_dir = output_dir / name
         print_stage(index, len(selected), f"point {name}: {scan.grid[name]}")
         overrides = {**scan.grid[name], "output_dir": str(point_dir / "sft")}
-        sft_args, sft_training, sft_model = parse_with_overrides(SFT_ARGUMENTS, ["--config", scan.sft_config], overrides)
+        sft_args, sft_training, sft_model = parse_with_overrides(
+            SFT_ARGUMENTS, ["--config", scan.sft_config], overrides
+        )
         base = sft_model.model_name_or_path
         if base in EMBEDDED_MODELS:  # one build for the whole scan, beside the points
             sft_model.model_name_or_path = resolve_embedded_base(base, output_dir / "sft", seed=0)
@@ -108,24 +154,38 @@ def main(argv=None):
         preview_json = point_dir / "preview" / "preview.json"
         if not preview_json.is_file():
             (config, preview_model) = parse_with_overrides(
-                (PreviewConfig, ModelConfig), ["--config", scan.preview_config],
-                {"output_dir": str(point_dir / "preview"), "model_name_or_path": sft_training.output_dir})
+                (PreviewConfig, ModelConfig),
+                ["--config", scan.preview_config],
+                {"output_dir": str(point_dir / "preview"), "model_name_or_path": sft_training.output_dir},
+            )
             report = run_preview(config, sft_training.output_dir, model_init_kwargs_from(preview_model))
             print(report.markdown(), flush=True)
             free_memory()
-        rows += _point_row(name, sft_args, sft_training, base, json.loads(preview_json.read_text()), scan.lambda_of_interest)
+        rows += _point_row(
+            name, sft_args, sft_training, base, json.loads(preview_json.read_text()), scan.lambda_of_interest
+        )
 
     csv_path = write_csv(rows, output_dir / "regime_scan.csv", COLUMNS)
     (output_dir / "regime_scan.md").write_text(_markdown(rows) + "\n")
     labels = [f"{r['point']} · {r['variant']}" for r in rows]
     png_path = plot_intervals(
         labels,
-        {f"λ = {scan.lambda_of_interest:g}": ([r["gain"] for r in rows], [r["gain_ci_low"] for r in rows],
-                                              [r["gain_ci_high"] for r in rows]),
-         "best λ": ([r["best_gain"] for r in rows], [r["best_gain_ci_low"] for r in rows],
-                    [r["best_gain_ci_high"] for r in rows])},
-        output_dir / "regime_scan.png", xlabel="quality of π_λ − π_SFT's (paired 95% CI)",
-        title="Where DPR's tilt helps: the preview per base and SFT length", reference_line=0.0,
+        {
+            f"λ = {scan.lambda_of_interest:g}": (
+                [r["gain"] for r in rows],
+                [r["gain_ci_low"] for r in rows],
+                [r["gain_ci_high"] for r in rows],
+            ),
+            "best λ": (
+                [r["best_gain"] for r in rows],
+                [r["best_gain_ci_low"] for r in rows],
+                [r["best_gain_ci_high"] for r in rows],
+            ),
+        },
+        output_dir / "regime_scan.png",
+        xlabel="quality of π_λ − π_SFT's (paired 95% CI)",
+        title="Where DPR's tilt helps: the preview per base and SFT length",
+        reference_line=0.0,
     )
     print(_markdown(rows), flush=True)
     print(f"\nWritten to {csv_path}, {output_dir / 'regime_scan.md'} and {png_path}", flush=True)

@@ -39,7 +39,9 @@ SFT_ALONE = "log π_SFT (no baseline)"
 
 @dataclass
 class RewardDiagnosticsArguments:
-    model_name_or_path: str = field(default="runs/demo_from_scratch/sft", metadata={"help": "The SFT output (π_SFT) to sample and score with."})
+    model_name_or_path: str = field(
+        default="runs/demo_from_scratch/sft", metadata={"help": "The SFT output (π_SFT) to sample and score with."}
+    )
     references: list[str] = field(
         default_factory=lambda: ["0.1", "0.5", "0.8"],
         metadata={
@@ -48,9 +50,12 @@ class RewardDiagnosticsArguments:
         },
     )
     checkpoints_dir: str | None = field(
-        default=None, metadata={"help": "SFT run with checkpoint-N folders for the α references; default: model_name_or_path."}
+        default=None,
+        metadata={"help": "SFT run with checkpoint-N folders for the α references; default: model_name_or_path."},
     )
-    include_sft_alone: bool = field(default=True, metadata={"help": "Also score with log π_SFT alone (use_baseline=False)."})
+    include_sft_alone: bool = field(
+        default=True, metadata={"help": "Also score with log π_SFT alone (use_baseline=False)."}
+    )
     num_prompts: int = field(default=300, metadata={"help": "Held-out prompts of the embedded task."})
     samples_per_prompt: int = field(default=4, metadata={"help": "Responses sampled from π_SFT per prompt (K)."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (DPR's rollouts: 1)."})
@@ -79,8 +84,16 @@ def _reference_path(spec: str, args) -> str:
 
 def _stats(label: str, level: str, group: str, correct: list[float], wrong: list[float]) -> dict:
     mean = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
-    return {"reward": label, "level": level, "group": group, "auroc": auroc(correct, wrong), "n_correct": len(correct),
-            "n_wrong": len(wrong), "mean_correct": mean(correct), "mean_wrong": mean(wrong)}
+    return {
+        "reward": label,
+        "level": level,
+        "group": group,
+        "auroc": auroc(correct, wrong),
+        "n_correct": len(correct),
+        "n_wrong": len(wrong),
+        "mean_correct": mean(correct),
+        "mean_wrong": mean(wrong),
+    }
 
 
 def diagnose(label, reward_model, samples, correct, kinds, token_strings, batch_size):
@@ -91,8 +104,15 @@ def diagnose(label, reward_model, samples, correct, kinds, token_strings, batch_
     rows = []
     for group in [*KINDS, "all"]:
         chosen = [i for i in range(len(samples)) if group == "all" or kinds[i] == group]
-        rows.append(_stats(label, "sequence", group, [totals[i] for i in chosen if correct[i]],
-                           [totals[i] for i in chosen if not correct[i]]))
+        rows.append(
+            _stats(
+                label,
+                "sequence",
+                group,
+                [totals[i] for i in chosen if correct[i]],
+                [totals[i] for i in chosen if not correct[i]],
+            )
+        )
     numbers, digits = [], []
     per_response = []
     for i, n in enumerate(lengths):
@@ -100,8 +120,12 @@ def diagnose(label, reward_model, samples, correct, kinds, token_strings, batch_
         found_numbers, found_digits = computed_number_rewards(token_strings[i], rewards)
         numbers += found_numbers
         digits += found_digits
-        view = {"tokens": token_strings[i], "rewards": rewards, "correct": correct[i],
-                "sft_prob": scored.sft_logps[i, :n].exp().tolist()}
+        view = {
+            "tokens": token_strings[i],
+            "rewards": rewards,
+            "correct": correct[i],
+            "sft_prob": scored.sft_logps[i, :n].exp().tolist(),
+        }
         if scored.ref_logps is not None:
             view["ref_prob"] = scored.ref_logps[i, :n].exp().tolist()
         per_response.append(view)
@@ -117,12 +141,16 @@ def _top_token_lines(label: str, per_response: list[dict], k: int) -> list[str]:
         for row in top_token_rewards(per_response, k, largest=largest):
             probs = f"π_SFT {row['sft_prob']:.3g}" + (f", π_ref {row['ref_prob']:.3g}" if "ref_prob" in row else "")
             context = (row["before"] + "[" + row["token"] + "]" + row["after"]).replace("\n", " ")
-            lines.append(f"{row['reward']:+8.3f}  {row['token']!r:<8} {probs:<28} correct={row['correct']!s:<5}  {context}")
+            lines.append(
+                f"{row['reward']:+8.3f}  {row['token']!r:<8} {probs:<28} correct={row['correct']!s:<5}  {context}"
+            )
     return lines + [""]
 
 
 def main(argv=None):
-    (args,) = RecipeParser((RewardDiagnosticsArguments,)).parse_args_and_config(list(sys.argv[1:] if argv is None else argv))
+    (args,) = RecipeParser((RewardDiagnosticsArguments,)).parse_args_and_config(
+        list(sys.argv[1:] if argv is None else argv)
+    )
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     references = {_label(spec): _reference_path(spec, args) for spec in args.references}  # fails early on a missing α
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
@@ -130,11 +158,21 @@ def main(argv=None):
 
     held_out = held_out_split(args.num_prompts, seed=args.seed)
     k = args.samples_per_prompt
-    prompts, answers = [p for p in held_out["prompt"] for _ in range(k)], [a for a in held_out["answer"] for _ in range(k)]
+    prompts, answers = (
+        [p for p in held_out["prompt"] for _ in range(k)],
+        [a for a in held_out["answer"] for _ in range(k)],
+    )
     kinds = [c for c in held_out["kind"] for _ in range(k)]
     print(f"Sampling {len(prompts)} responses from π_SFT at temperature {args.temperature:g}", flush=True)
-    samples = sample_completions(sft_model, tokenizer, prompts, temperature=args.temperature,
-                                 max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed)
+    samples = sample_completions(
+        sft_model,
+        tokenizer,
+        prompts,
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
     correct = [is_correct(s.text, a) for s, a in zip(samples, answers)]
     token_strings = [[tokenizer.decode([t]) for t in s.completion_ids] for s in samples]
 
@@ -146,10 +184,15 @@ def main(argv=None):
         print(f"Scoring with {label}", flush=True)
         ref_model = AutoModelForCausalLM.from_pretrained(path, dtype=args.dtype).to(device) if use_baseline else None
         reward_model = CheckpointRewardModel(
-            sft_model, ref_model, CheckpointDifference() if use_baseline else SFTLogProb(), processing_class=tokenizer,
+            sft_model,
+            ref_model,
+            CheckpointDifference() if use_baseline else SFTLogProb(),
+            processing_class=tokenizer,
             ref_processing_class=AutoTokenizer.from_pretrained(path) if use_baseline else None,
         )
-        reward_rows, per_response = diagnose(label, reward_model, samples, correct, kinds, token_strings, args.batch_size)
+        reward_rows, per_response = diagnose(
+            label, reward_model, samples, correct, kinds, token_strings, args.batch_size
+        )
         rows += reward_rows
         lines += _top_token_lines(label, per_response, args.top_k)
         del reward_model, ref_model
@@ -157,14 +200,21 @@ def main(argv=None):
     output_dir = Path(args.output_dir)
     csv_path = write_csv(rows, output_dir / "reward_diagnostics.csv", COLUMNS)
     accuracy = sum(correct) / len(correct)
-    header = [f"{len(samples)} responses from {args.model_name_or_path} at temperature {args.temperature:g}: "
-              f"{accuracy:.3f} have the exact answer.", ""]
+    header = [
+        f"{len(samples)} responses from {args.model_name_or_path} at temperature {args.temperature:g}: "
+        f"{accuracy:.3f} have the exact answer.",
+        "",
+    ]
     (output_dir / "reward_diagnostics_top_tokens.txt").write_text("\n".join(header + lines))
     groups = [f"{r['level']}: {r['group']}" for r in rows if r["reward"] == rows[0]["reward"]]
     bars = {label: [r["auroc"] for r in rows if r["reward"] == label] for label in rewards}
     png_path = plot_grouped_bars(
-        groups, bars, output_dir / "reward_diagnostics.png", ylabel="AUROC (correct vs wrong)",
-        title=f"Does the reward rank correct above wrong? (π_SFT samples, accuracy {accuracy:.2f})", reference_line=0.5,
+        groups,
+        bars,
+        output_dir / "reward_diagnostics.png",
+        ylabel="AUROC (correct vs wrong)",
+        title=f"Does the reward rank correct above wrong? (π_SFT samples, accuracy {accuracy:.2f})",
+        reference_line=0.5,
     )
     print(f"π_SFT sample accuracy {accuracy:.3f}")
     print(f"{'reward':<32} " + " ".join(f"{g.split(': ')[1][:15]:>15}" for g in groups))

@@ -48,7 +48,9 @@ class SeedSpreadArguments:
     output_dir: str = field(default="runs/seed_spread", metadata={"help": "seed<s>/ folders and the report."})
     sft_config: str = field(default="recipes/demo/sft.yaml", metadata={"help": "recipes/sft.py YAML (the demo's)."})
     dpr_config: str = field(default="recipes/demo/dpr.yaml", metadata={"help": "recipes/dpr.py YAML (the demo's)."})
-    evaluation_config: str = field(default="recipes/evaluate/demo.yaml", metadata={"help": "recipes/evaluate.py YAML."})
+    evaluation_config: str = field(
+        default="recipes/evaluate/demo.yaml", metadata={"help": "recipes/evaluate.py YAML."}
+    )
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4], metadata={"help": "SFT and DPR seeds."})
 
 
@@ -71,20 +73,35 @@ def mean_t_interval(values: list[float]) -> tuple[float, float, float]:
 def _run_seed(args: SeedSpreadArguments, seed: int) -> dict:
     folder = Path(args.output_dir) / f"seed{seed}"
     sft_argv = ["--config", args.sft_config, *to_command_line({"seed": seed, "output_dir": str(folder / "sft")})]
-    sft_args, sft_training_args, sft_model_args = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig)).parse_args_and_config(sft_argv)
+    sft_args, sft_training_args, sft_model_args = RecipeParser(
+        (SFTScriptArguments, SFTConfig, ModelConfig)
+    ).parse_args_and_config(sft_argv)
     start = time.perf_counter()
     if not has_sft_output(str(folder / "sft")):
         run_sft(sft_args, sft_training_args, sft_model_args)
     row = {"seed": seed, "sft_wall_s": round(time.perf_counter() - start, 1)}
     candidates = []
     for name, changes in METHODS.items():
-        overrides = {**changes, "seed": seed, "model_name_or_path": str(folder / "sft"), "output_dir": str(folder / name)}
-        script_args, training_args, model_args = parse_with_overrides(DPR_ARGUMENTS, ["--config", args.dpr_config], overrides)
-        run = train_variant(name, script_args, training_args, model_args, variant_settings(script_args, training_args, model_args))
+        overrides = {
+            **changes,
+            "seed": seed,
+            "model_name_or_path": str(folder / "sft"),
+            "output_dir": str(folder / name),
+        }
+        script_args, training_args, model_args = parse_with_overrides(
+            DPR_ARGUMENTS, ["--config", args.dpr_config], overrides
+        )
+        run = train_variant(
+            name, script_args, training_args, model_args, variant_settings(script_args, training_args, model_args)
+        )
         row[f"{name}_train_s"] = round(run.train_runtime_s, 1)
         candidates.append(f"{name}={folder / name}")
-    config = evaluation_config(args.evaluation_config, baseline=f"SFT={folder / 'sft'}", candidates=candidates,
-                               output_dir=str(folder / "evaluation"))
+    config = evaluation_config(
+        args.evaluation_config,
+        baseline=f"SFT={folder / 'sft'}",
+        candidates=candidates,
+        output_dir=str(folder / "evaluation"),
+    )
     report = run_evaluation(config, show_progress=False)
     for name in ("SFT", *METHODS):
         row[f"{name}_accuracy"] = report.accuracy_result("demo", name).accuracy
@@ -117,22 +134,29 @@ def seed_spread_markdown(rows: list[dict]) -> str:
         >>> print(seed_spread_markdown(rows).splitlines()[-3])
         - DPR beats SFT in 2 of 3 seeds: mean gain +2.3 points (95% t-interval -5.3 to +9.9).
     """
+
     def pct(x):
         return f"{100 * x:.1f}"
 
-    lines = ["| seed | SFT accuracy % | DPR accuracy % | SR accuracy % | DPR − SFT | SR − SFT | DPR − SR |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| seed | SFT accuracy % | DPR accuracy % | SR accuracy % | DPR − SFT | SR − SFT | DPR − SR |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['seed']} | {pct(r['SFT_accuracy'])} | {pct(r['DPR_accuracy'])} | {pct(r['SR_accuracy'])} | "
-                     f"{100 * (r['DPR_accuracy'] - r['SFT_accuracy']):+.1f} | {100 * (r['SR_accuracy'] - r['SFT_accuracy']):+.1f} | "
-                     f"{100 * (r['DPR_accuracy'] - r['SR_accuracy']):+.1f} |")
+        lines.append(
+            f"| {r['seed']} | {pct(r['SFT_accuracy'])} | {pct(r['DPR_accuracy'])} | {pct(r['SR_accuracy'])} | "
+            f"{100 * (r['DPR_accuracy'] - r['SFT_accuracy']):+.1f} | {100 * (r['SR_accuracy'] - r['SFT_accuracy']):+.1f} | "
+            f"{100 * (r['DPR_accuracy'] - r['SR_accuracy']):+.1f} |"
+        )
     lines.append("")
     n = len(rows)
     for label, a, b in (("DPR beats SFT", "DPR", "SFT"), ("SR beats SFT", "SR", "SFT"), ("DPR beats SR", "DPR", "SR")):
         gains = [r[f"{a}_accuracy"] - r[f"{b}_accuracy"] for r in rows]
         mean, low, high = mean_t_interval(gains)
-        lines.append(f"- {label} in {sum(g > 0 for g in gains)} of {n} seeds: mean gain {100 * mean:+.1f} points "
-                     f"(95% t-interval {100 * low:+.1f} to {100 * high:+.1f}).")
+        lines.append(
+            f"- {label} in {sum(g > 0 for g in gains)} of {n} seeds: mean gain {100 * mean:+.1f} points "
+            f"(95% t-interval {100 * low:+.1f} to {100 * high:+.1f})."
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -39,13 +39,35 @@ from .sweeps import ensure_sft_output, free_memory, reference_at, train_variant,
 from .win_rates import forget_cached_answers, win_rate_rows
 
 SETTINGS_COLUMNS = (
-    "variant", "oracle", "reference", "dense_reward", "learning_rate", "kl_coef", "gamma", "max_steps",
-    "per_device_train_batch_size", "gradient_accumulation_steps",
+    "variant",
+    "oracle",
+    "reference",
+    "dense_reward",
+    "learning_rate",
+    "kl_coef",
+    "gamma",
+    "max_steps",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
 )
 METRIC_COLUMNS = (
-    "sft_accuracy_greedy", "dpr_accuracy_greedy", "win_rate_greedy", "ci_low_greedy", "ci_high_greedy",
-    "sft_accuracy_sampled", "dpr_accuracy_sampled", "win_rate", "ci_low", "ci_high", "wins", "ties", "losses", "n",
-    "kl_sft_final", "train_reward_final", "train_runtime_s",
+    "sft_accuracy_greedy",
+    "dpr_accuracy_greedy",
+    "win_rate_greedy",
+    "ci_low_greedy",
+    "ci_high_greedy",
+    "sft_accuracy_sampled",
+    "dpr_accuracy_sampled",
+    "win_rate",
+    "ci_low",
+    "ci_high",
+    "wins",
+    "ties",
+    "losses",
+    "n",
+    "kl_sft_final",
+    "train_reward_final",
+    "train_runtime_s",
 )
 
 
@@ -61,7 +83,9 @@ class SettingsSweepArguments:
     only: list[str] | None = field(default=None, metadata={"help": "Run only these variants (names from `variants`)."})
     checkpoints_dir: str | None = field(
         default=None,
-        metadata={"help": "SFT run with checkpoint-N folders, for `reference_fraction` variants; default: model_name_or_path."},
+        metadata={
+            "help": "SFT run with checkpoint-N folders, for `reference_fraction` variants; default: model_name_or_path."
+        },
     )
 
 
@@ -71,10 +95,16 @@ def _oracle(script_args, training_args, model_args) -> CorrectnessOracleRewardMo
     oracle = CorrectnessOracleRewardModel.from_pretrained(
         model_args.model_name_or_path,
         reward=reward_from_settings({"dense_reward": "trl_dpr.rewards:SFTLogProb"}),
-        token_chunk_size=training_args.reward_token_chunk_size, **init_kwargs,
+        token_chunk_size=training_args.reward_token_chunk_size,
+        **init_kwargs,
     )
-    train = load_demonstrations(script_args.dataset_name, script_args.dataset_config, split=script_args.dataset_train_split,
-                                num_samples=script_args.num_train_samples, seed=training_args.seed)
+    train = load_demonstrations(
+        script_args.dataset_name,
+        script_args.dataset_config,
+        split=script_args.dataset_train_split,
+        num_samples=script_args.num_train_samples,
+        seed=training_args.seed,
+    )
     oracle.add_answers(train["prompt"], train["answer"])
     held_out = held_out_split()
     oracle.add_answers(held_out["prompt"], held_out["answer"])
@@ -105,7 +135,9 @@ def _evaluate(evaluation_yaml: str, sft_path: str, runs: dict, output_dir: Path)
             values = metrics[row["method"]]
             values[f"sft_accuracy{label}"], values[f"dpr_accuracy{label}"] = row["sft_accuracy"], row["accuracy"]
             values[f"win_rate{suffix}"], values[f"ci_low{suffix}"], values[f"ci_high{suffix}"] = (
-                row["win_rate"], row["ci_low"], row["ci_high"],
+                row["win_rate"],
+                row["ci_low"],
+                row["ci_high"],
             )
             if not suffix:
                 values.update({k: row[k] for k in ("wins", "ties", "losses", "n")})
@@ -122,11 +154,17 @@ def main(argv=None):
             "The settings sweep measures exact accuracy, which only the embedded task has (dataset_name: "
             f"{EMBEDDED_DATASET}). For other datasets, use gamma_sweep.py / reference_sweep.py with an LLM judge."
         )
-    selected = select_overrides(sweep.variants, sweep.only, DPR_ARGUMENTS, {"oracle"}, kind="variant", yaml_key="variants")
+    selected = select_overrides(
+        sweep.variants, sweep.only, DPR_ARGUMENTS, {"oracle"}, kind="variant", yaml_key="variants"
+    )
     if PartialState().num_processes != 1:
-        raise ValueError("The settings sweep runs in one process (embedded task, CPU or one GPU): launch it with python.")
+        raise ValueError(
+            "The settings sweep runs in one process (embedded task, CPU or one GPU): launch it with python."
+        )
     if not script_args.evaluation_config:
-        raise ValueError("Set evaluation_config: the recipes/evaluate.py YAML of the sampled evaluation (exact judge).")
+        raise ValueError(
+            "Set evaluation_config: the recipes/evaluate.py YAML of the sampled evaluation (exact judge)."
+        )
     evaluation_config(script_args.evaluation_config)  # a bad evaluation YAML fails before any training
     ensure_sft_output(script_args, model_args)
 
@@ -137,15 +175,21 @@ def main(argv=None):
         oracle_wanted = bool(overrides.pop("oracle", False))
         if "reference_fraction" in overrides:
             sft_path = overrides.get("model_name_or_path", model_args.model_name_or_path)
-            overrides["ref_model_name_or_path"] = reference_at(overrides.pop("reference_fraction"), sft_path, sweep.checkpoints_dir)
+            overrides["ref_model_name_or_path"] = reference_at(
+                overrides.pop("reference_fraction"), sft_path, sweep.checkpoints_dir
+            )
         if oracle_wanted:
             if "ref_model_name_or_path" in overrides or overrides.get("dense_reward"):
                 raise ValueError(f"Variant {name!r}: the oracle uses no π_ref; remove its reference settings.")
             overrides["dense_reward"] = "trl_dpr.rewards:SFTLogProb"
         print_stage(index, len(selected), f"variant {name}: {sweep.variants[name]}")
-        v_script, v_training, v_model = parse_with_overrides(types, argv, {**overrides, "output_dir": str(output_dir / name)})[-3:]
+        v_script, v_training, v_model = parse_with_overrides(
+            types, argv, {**overrides, "output_dir": str(output_dir / name)}
+        )[-3:]
         if v_model.model_name_or_path != model_args.model_name_or_path:
-            raise ValueError(f"Variant {name!r} starts from another SFT model; every variant is compared with one SFT.")
+            raise ValueError(
+                f"Variant {name!r} starts from another SFT model; every variant is compared with one SFT."
+            )
         settings = variant_settings(v_script, v_training, v_model, oracle=oracle_wanted)
         already_trained = (Path(v_training.output_dir) / "analysis_run.json").is_file()
         oracle = _oracle(v_script, v_training, v_model) if oracle_wanted and not already_trained else None
@@ -155,33 +199,48 @@ def main(argv=None):
                 forget_cached_answers(output_dir / folder, name)
         del oracle
         free_memory()
-        rows.append({
-            "variant": name, "oracle": oracle_wanted, "reference": _reference_label(v_script, v_training, oracle_wanted),
-            "dense_reward": v_training.dense_reward, "learning_rate": v_training.learning_rate, "kl_coef": v_training.kl_coef,
-            "gamma": v_training.gamma, "max_steps": v_training.max_steps,
-            "per_device_train_batch_size": v_training.per_device_train_batch_size,
-            "gradient_accumulation_steps": v_training.gradient_accumulation_steps,
-            "kl_sft_final": runs[name].final_metrics.get("kl_sft/per_token"), "train_reward_final": runs[name].final_metrics.get("reward"),
-            "train_runtime_s": runs[name].train_runtime_s,
-        })
+        rows.append(
+            {
+                "variant": name,
+                "oracle": oracle_wanted,
+                "reference": _reference_label(v_script, v_training, oracle_wanted),
+                "dense_reward": v_training.dense_reward,
+                "learning_rate": v_training.learning_rate,
+                "kl_coef": v_training.kl_coef,
+                "gamma": v_training.gamma,
+                "max_steps": v_training.max_steps,
+                "per_device_train_batch_size": v_training.per_device_train_batch_size,
+                "gradient_accumulation_steps": v_training.gradient_accumulation_steps,
+                "kl_sft_final": runs[name].final_metrics.get("kl_sft/per_token"),
+                "train_reward_final": runs[name].final_metrics.get("reward"),
+                "train_runtime_s": runs[name].train_runtime_s,
+            }
+        )
 
     metrics = _evaluate(script_args.evaluation_config, model_args.model_name_or_path, runs, output_dir)
     for row in rows:
         row.update(metrics[row["variant"]])
-        print(f"{row['variant']}: greedy accuracy {row['sft_accuracy_greedy']:.3f} → {row['dpr_accuracy_greedy']:.3f}, "
-              f"sampled {row['sft_accuracy_sampled']:.3f} → {row['dpr_accuracy_sampled']:.3f}, win rate "
-              f"{row['win_rate']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]", flush=True)
+        print(
+            f"{row['variant']}: greedy accuracy {row['sft_accuracy_greedy']:.3f} → {row['dpr_accuracy_greedy']:.3f}, "
+            f"sampled {row['sft_accuracy_sampled']:.3f} → {row['dpr_accuracy_sampled']:.3f}, win rate "
+            f"{row['win_rate']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]",
+            flush=True,
+        )
     csv_path = write_csv(rows, output_dir / "settings_sweep.csv", (*SETTINGS_COLUMNS, *METRIC_COLUMNS))
     names = [r["variant"] for r in rows]
     png_path = plot_intervals(
         names,
         {
             "sampled": ([r["win_rate"] for r in rows], [r["ci_low"] for r in rows], [r["ci_high"] for r in rows]),
-            "greedy": ([r["win_rate_greedy"] for r in rows], [r["ci_low_greedy"] for r in rows],
-                       [r["ci_high_greedy"] for r in rows]),
+            "greedy": (
+                [r["win_rate_greedy"] for r in rows],
+                [r["ci_low_greedy"] for r in rows],
+                [r["ci_high_greedy"] for r in rows],
+            ),
         },
         output_dir / "settings_sweep.png",
-        xlabel="win rate of DPR vs SFT (exact judge, 95% CI)", title="DPR settings on the embedded task",
+        xlabel="win rate of DPR vs SFT (exact judge, 95% CI)",
+        title="DPR settings on the embedded task",
         reference_line=0.5,
     )
     print(f"\nWritten to {csv_path} and {png_path}", flush=True)

@@ -1,12 +1,12 @@
 """DPR runs for the sweeps: each variant trained once into `<output_dir>/<name>`, and π_ref taken at any α.
 
-    ensure_sft_output       run the SFT stage first when `sft_config` is set and the SFT output is missing
-    train_variant           `run_dpr` (or a run with another reward model) unless the folder already holds that run;
-                            what it measured (time, final kl_sft/per_token and reward) goes to `analysis_run.json`
-    sweep_win_rates         train every variant, then evaluate them all against SFT (recipes/evaluate.py's evaluation)
-    sft_checkpoints         the `checkpoint-N` folders of an SFT run saved with `save_strategy: steps`
-    reference_checkpoint    π_ref at α: the checkpoint at step ⌊α·N⌋, as `ReferenceCheckpointCallback` picks it
-    reference_at            the same, or the recorded `dpr_reference/` when it was taken at that α
+ensure_sft_output       run the SFT stage first when `sft_config` is set and the SFT output is missing
+train_variant           `run_dpr` (or a run with another reward model) unless the folder already holds that run;
+                        what it measured (time, final kl_sft/per_token and reward) goes to `analysis_run.json`
+sweep_win_rates         train every variant, then evaluate them all against SFT (recipes/evaluate.py's evaluation)
+sft_checkpoints         the `checkpoint-N` folders of an SFT run saved with `save_strategy: steps`
+reference_checkpoint    π_ref at α: the checkpoint at step ⌊α·N⌋, as `ReferenceCheckpointCallback` picks it
+reference_at            the same, or the recorded `dpr_reference/` when it was taken at that α
 """
 
 from __future__ import annotations
@@ -52,10 +52,29 @@ RUN_SUMMARY_NAME = "analysis_run.json"
 
 # The settings that decide what a DPR run trains: a folder trained with other values is not reused.
 SETTINGS_KEYS = (
-    "model_name_or_path", "ref_model_name_or_path", "dataset_name", "dataset_config", "num_train_samples",
-    "learning_rate", "lr_scheduler_type", "warmup_steps", "max_steps", "num_train_epochs", "per_device_train_batch_size",
-    "gradient_accumulation_steps", "generation_batch_size", "num_generations", "temperature", "max_completion_length",
-    "kl_coef", "gamma", "epsilon", "beta", "reward_granularity", "dense_reward", "whiten_advantages",
+    "model_name_or_path",
+    "ref_model_name_or_path",
+    "dataset_name",
+    "dataset_config",
+    "num_train_samples",
+    "learning_rate",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "max_steps",
+    "num_train_epochs",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "generation_batch_size",
+    "num_generations",
+    "temperature",
+    "max_completion_length",
+    "kl_coef",
+    "gamma",
+    "epsilon",
+    "beta",
+    "reward_granularity",
+    "dense_reward",
+    "whiten_advantages",
     "seed",
 )
 
@@ -89,16 +108,19 @@ def ensure_sft_output(script_args, model_args) -> None:
     """
     if not script_args.sft_config or has_sft_output(model_args.model_name_or_path):
         return
-    sft_args, sft_training_args, sft_model_args = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig)).parse_args_and_config(
-        ["--config", script_args.sft_config]
-    )
+    sft_args, sft_training_args, sft_model_args = RecipeParser(
+        (SFTScriptArguments, SFTConfig, ModelConfig)
+    ).parse_args_and_config(["--config", script_args.sft_config])
     if sft_training_args.output_dir != model_args.model_name_or_path:
         raise ValueError(
             f"{script_args.sft_config} writes the SFT model to {sft_training_args.output_dir!r} but the analysis starts "
             f"from model_name_or_path={model_args.model_name_or_path!r}; make them the same folder."
         )
     if PartialState().is_main_process:
-        print(f"No SFT output in {model_args.model_name_or_path} yet: running {script_args.sft_config} first.", flush=True)
+        print(
+            f"No SFT output in {model_args.model_name_or_path} yet: running {script_args.sft_config} first.",
+            flush=True,
+        )
     run_sft(sft_args, sft_training_args, sft_model_args)
 
 
@@ -138,7 +160,15 @@ def free_memory() -> None:
 
 def _final_metrics(log_history: list[dict]) -> dict:
     """The last logged value of DPR's training metrics (`kl_sft/per_token`, `reward`, ...) and TRL's `train_runtime`."""
-    wanted = ("kl_sft/per_token", "kl_sft/per_response", "reward", "reward_std", "dense_reward/token_mean", "completions/mean_length", "train_runtime")
+    wanted = (
+        "kl_sft/per_token",
+        "kl_sft/per_response",
+        "reward",
+        "reward_std",
+        "dense_reward/token_mean",
+        "completions/mean_length",
+        "train_runtime",
+    )
     final = {}
     for entry in log_history:
         final.update({k: float(entry[k]) for k in wanted if k in entry})
@@ -146,7 +176,12 @@ def _final_metrics(log_history: list[dict]) -> dict:
 
 
 def train_variant(
-    name: str, script_args, training_args, model_args, settings: dict, reward_model: CheckpointRewardModel | None = None,
+    name: str,
+    script_args,
+    training_args,
+    model_args,
+    settings: dict,
+    reward_model: CheckpointRewardModel | None = None,
     reward_funcs: list | None = None,
 ) -> VariantRun:
     """Train variant `name` into `training_args.output_dir`, or reuse the run already there.
@@ -169,7 +204,9 @@ def train_variant(
     if summary_path.is_file():
         recorded = json.loads(summary_path.read_text())
         if recorded["settings"] != settings:
-            changed = sorted(k for k in set(settings) | set(recorded["settings"]) if settings.get(k) != recorded["settings"].get(k))
+            changed = sorted(
+                k for k in set(settings) | set(recorded["settings"]) if settings.get(k) != recorded["settings"].get(k)
+            )
             details = ", ".join(f"{k}: {recorded['settings'].get(k)!r} → {settings.get(k)!r}" for k in changed)
             raise ValueError(
                 f"{output_dir} already holds variant {name!r} trained with other settings ({details}). Delete the folder "
@@ -330,7 +367,9 @@ def sweep_win_rates(
                 f"stage=evaluate, but variant {name!r} has not been trained ({training_args.output_dir} has no "
                 f"{RUN_SUMMARY_NAME}). Train it first (stage=train or all)."
             )
-        print_stage(index, len(variants), f"DPR variant {name} ({', '.join(f'{k}={v}' for k, v in overrides.items())})")
+        print_stage(
+            index, len(variants), f"DPR variant {name} ({', '.join(f'{k}={v}' for k, v in overrides.items())})"
+        )
         settings = variant_settings(script_args, training_args, model_args)
         runs[name] = train_variant(name, script_args, training_args, model_args, settings)
         if not already_trained and PartialState().is_main_process:
@@ -338,7 +377,9 @@ def sweep_win_rates(
     if stage == "train":
         return runs, []
     if len(sft_paths) != 1:
-        raise ValueError(f"A win-rate sweep compares every variant with one SFT model; the variants start from {sorted(sft_paths)}.")
+        raise ValueError(
+            f"A win-rate sweep compares every variant with one SFT model; the variants start from {sorted(sft_paths)}."
+        )
     rows: list[dict] = []
     state = PartialState()
     if state.is_main_process:

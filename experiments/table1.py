@@ -54,7 +54,9 @@ class Table1Arguments:
         ['DPR', 'SR', 'SPIN', 'GSIL']
     """
 
-    output_dir: str = field(default="runs/table1_demo", metadata={"help": "Each method's folder, the evaluation, table1.md."})
+    output_dir: str = field(
+        default="runs/table1_demo", metadata={"help": "Each method's folder, the evaluation, table1.md."}
+    )
     sft_config: str = field(
         default="recipes/demo/sft.yaml",
         metadata={"help": "recipes/sft.py YAML; run first when its output_dir holds no SFT output."},
@@ -63,7 +65,8 @@ class Table1Arguments:
     spin_config: str = field(default="recipes/demo/spin.yaml", metadata={"help": "recipes/spin.py YAML of SPIN."})
     gsil_config: str = field(default="recipes/demo/gsil.yaml", metadata={"help": "recipes/gsil.py YAML of GSIL."})
     methods: list[str] = field(
-        default_factory=lambda: list(METHODS), metadata={"help": f"Methods to train and compare, among {list(METHODS)}."}
+        default_factory=lambda: list(METHODS),
+        metadata={"help": f"Methods to train and compare, among {list(METHODS)}."},
     )
     evaluation_config: str = field(
         default="recipes/evaluate/demo.yaml",
@@ -81,14 +84,18 @@ def _train_dpr(name: str, recipe: str, changes: dict, output_dir: Path) -> tuple
     overrides = {**changes, "output_dir": str(output_dir)}
     script_args, training_args, model_args = parse_with_overrides(DPR_ARGUMENTS, ["--config", recipe], overrides)
     already = (output_dir / RUN_SUMMARY_NAME).is_file()
-    run = train_variant(name, script_args, training_args, model_args, variant_settings(script_args, training_args, model_args))
+    run = train_variant(
+        name, script_args, training_args, model_args, variant_settings(script_args, training_args, model_args)
+    )
     return model_args.model_name_or_path, run.output_dir, run.train_runtime_s, not already
 
 
 def _train_self_play(name: str, recipe: str, output_dir: Path) -> tuple[str, str, float, bool]:
     """SPIN or GSIL from its recipe (finished iterations are kept): `(sft_path, folder, seconds, trained now)`."""
     types = (SelfPlayScriptArguments, SELF_PLAY[name], ModelConfig)
-    script_args, training_args, model_args = parse_with_overrides(types, ["--config", recipe], {"output_dir": str(output_dir)})
+    script_args, training_args, model_args = parse_with_overrides(
+        types, ["--config", recipe], {"output_dir": str(output_dir)}
+    )
     already = (output_dir / RUN_RECORD).is_file() and all(
         (output_dir / f"iteration-{t}" / ITERATION_RECORD).is_file() for t in range(training_args.num_iterations)
     )
@@ -105,9 +112,9 @@ def main(argv=None):
     output_dir = Path(table.output_dir)
     stages = 2 + len(table.methods)
 
-    sft_args, sft_training_args, sft_model_args = RecipeParser((SFTScriptArguments, SFTConfig, ModelConfig)).parse_args_and_config(
-        ["--config", table.sft_config]
-    )
+    sft_args, sft_training_args, sft_model_args = RecipeParser(
+        (SFTScriptArguments, SFTConfig, ModelConfig)
+    ).parse_args_and_config(["--config", table.sft_config])
     sft_path = sft_training_args.output_dir
     found = has_sft_output(sft_path)
     print_stage(1, stages, f"SFT ({table.sft_config})" + (f": found in {sft_path}, skipped" if found else ""))
@@ -137,7 +144,9 @@ def main(argv=None):
 
     print_stage(stages, stages, f"Evaluation vs SFT ({table.evaluation_config})")
     config = evaluation_config(
-        table.evaluation_config, baseline=f"SFT={sft_path}", candidates=[f"{n}={folder}" for n, (folder, _) in trained.items()],
+        table.evaluation_config,
+        baseline=f"SFT={sft_path}",
+        candidates=[f"{n}={folder}" for n, (folder, _) in trained.items()],
         output_dir=str(output_dir / "evaluation"),
     )
     report = run_evaluation(config, show_progress=False)
@@ -150,7 +159,10 @@ def main(argv=None):
     (output_dir / "table1.md").write_text(text)
     write_csv(rows, output_dir / "table1.csv", COLUMNS)
     print(text, flush=True)
-    print(f"Written to {output_dir / 'table1.md'}, {output_dir / 'table1.csv'} and {output_dir / 'evaluation'}", flush=True)
+    print(
+        f"Written to {output_dir / 'table1.md'}, {output_dir / 'table1.csv'} and {output_dir / 'evaluation'}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

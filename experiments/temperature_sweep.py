@@ -50,7 +50,9 @@ def main(argv=None):
     rows = []
     for temperature in sweep.temperatures:
         print(f"\n=== Answers at temperature {temperature:g} ===", flush=True)
-        run_config = dataclasses.replace(config, temperature=temperature, output_dir=str(output_dir / f"temperature{temperature:g}"))
+        run_config = dataclasses.replace(
+            config, temperature=temperature, output_dir=str(output_dir / f"temperature{temperature:g}")
+        )
         try:
             report = run_evaluation(run_config, show_progress=False)
         except (FileNotFoundError, MissingAPIKeyError) as error:  # a setup problem, explained: no traceback needed
@@ -63,13 +65,23 @@ def main(argv=None):
         if row["benchmark"] != "mt_bench":
             series.setdefault(f"{row['method']} ({row['benchmark']})", []).append(row)
     png_path = plot_series(
-        series, output_dir / "temperature_sweep.png", x="temperature", y="win_rate", low="ci_low", high="ci_high",
-        xlabel="evaluation temperature", ylabel=f"win rate vs {config.baseline_name}",
-        title="Win rate vs evaluation temperature (paper Fig. 4b)", reference_line=0.5,
+        series,
+        output_dir / "temperature_sweep.png",
+        x="temperature",
+        y="win_rate",
+        low="ci_low",
+        high="ci_high",
+        xlabel="evaluation temperature",
+        ylabel=f"win rate vs {config.baseline_name}",
+        title="Win rate vs evaluation temperature (paper Fig. 4b)",
+        reference_line=0.5,
     )
     for row in rows:
-        print(f"T={row['temperature']:<4g} {row['method']:<10} {row['benchmark']:<12} win rate {row['win_rate']:.3f} "
-              f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}] (n={row['n']})", flush=True)
+        print(
+            f"T={row['temperature']:<4g} {row['method']:<10} {row['benchmark']:<12} win rate {row['win_rate']:.3f} "
+            f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}] (n={row['n']})",
+            flush=True,
+        )
     print(f"\nWritten to {csv_path} and {png_path}", flush=True)
 
 

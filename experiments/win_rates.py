@@ -17,8 +17,22 @@ from trl_dpr.evaluation import EvaluationReport
 __all__ = ["WIN_RATE_COLUMNS", "forget_cached_answers", "win_rate_rows"]
 
 WIN_RATE_COLUMNS = (
-    "method", "benchmark", "judge", "win_rate", "ci_low", "ci_high", "wins", "ties", "losses", "n", "unparseable",
-    "mt_bench_score", "mean_words", "sft_mean_words", "accuracy", "sft_accuracy",
+    "method",
+    "benchmark",
+    "judge",
+    "win_rate",
+    "ci_low",
+    "ci_high",
+    "wins",
+    "ties",
+    "losses",
+    "n",
+    "unparseable",
+    "mt_bench_score",
+    "mean_words",
+    "sft_mean_words",
+    "accuracy",
+    "sft_accuracy",
 )
 
 
@@ -76,8 +90,14 @@ def win_rate_rows(report: EvaluationReport) -> list[dict]:
                 "method": result.method,
                 "benchmark": "mt_bench",
                 "judge": result.judge,
-                "win_rate": math.nan, "ci_low": math.nan, "ci_high": math.nan,
-                "wins": 0, "ties": 0, "losses": 0, "n": result.score.graded, "unparseable": result.score.unparseable,
+                "win_rate": math.nan,
+                "ci_low": math.nan,
+                "ci_high": math.nan,
+                "wins": 0,
+                "ties": 0,
+                "losses": 0,
+                "n": result.score.graded,
+                "unparseable": result.score.unparseable,
                 "mt_bench_score": _nan_if_none(result.score.score),
                 "mean_words": result.lengths.mean_words,
                 "sft_mean_words": None,

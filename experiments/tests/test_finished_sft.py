@@ -13,7 +13,14 @@ from trl_dpr.embedded import EMBEDDED_MODEL
 
 
 def test_pi_ref_sits_where_half_of_pi_sft_sum_of_rates_is_reached():
-    rates = [0.5, 1.0, 1.0, 1.0, 1.0, 1.0]  # Σ over 6 steps = 5.5, half = 2.75: reached after step 4 (3.5), not 3 (2.5)
+    rates = [
+        0.5,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+    ]  # Σ over 6 steps = 5.5, half = 2.75: reached after step 4 (3.5), not 3 (2.5)
     assert half_lr_step(rates, 6) == 4
     assert half_lr_step(rates, 2) == 2  # Σ = 1.5, half = 0.75: step 1 has 0.5
 
@@ -36,7 +43,9 @@ def test_paired_gain_and_interval_match_a_hand_computation():
     r = paired(method, baseline)
     assert r["gain"] == pytest.approx(0.25) and r["prompts"] == 200
     se = math.sqrt(0.25 * 0.75 / 200)
-    assert r["ci"][0] == pytest.approx(0.25 - 1.96 * se, abs=0.02) and r["ci"][1] == pytest.approx(0.25 + 1.96 * se, abs=0.02)
+    assert r["ci"][0] == pytest.approx(0.25 - 1.96 * se, abs=0.02) and r["ci"][1] == pytest.approx(
+        0.25 + 1.96 * se, abs=0.02
+    )
 
 
 def test_rollouts_not_a_multiple_of_the_step_size_are_refused():
@@ -50,16 +59,49 @@ def test_the_report_recomputes_gains_kl_and_the_preview_at_that_kl_from_planted_
         for decoding in ("T=1", "T=0.7", "greedy"):
             rows.append({"policy": "SFT", "decoding": decoding, "prompt": i, "correct": int(i < 5), "length": 10})
             dpr = i < 7 if decoding == "T=1" else i < 5
-            rows.append({"policy": "DPR λ=1e-05 seed0 at 100%", "decoding": decoding, "prompt": i,
-                         "correct": int(dpr), **({"kl": 0.5 * (i % 2) * 2, "length": 20} if decoding == "T=1" else {})})
-    summary = {"settings": {"num_demonstrations": 1000},
-               "sft": {"sft_step": 250, "cap": 500, "steps_per_epoch": 125, "ref_step": 128, "alpha": 0.5,
-                       "held_out_loss": {"125": 0.4, "250": 0.3}},
-               "rl": {"DPR λ=1e-05 seed0": {"rollouts": 800}}, "control": None, "choice": None,
-               "preview": [{"variant": "DPR", "lam": 1.0, "delta": 0.1, "kl": 1.0, "delta_ci_low": 0.0,
-                            "delta_ci_high": 0.2, "trusted": True},
-                           {"variant": "DPR", "lam": 2.0, "delta": 0.0, "kl": 0.0, "delta_ci_low": 0.0,
-                            "delta_ci_high": 0.0, "trusted": True}]}
+            rows.append(
+                {
+                    "policy": "DPR λ=1e-05 seed0 at 100%",
+                    "decoding": decoding,
+                    "prompt": i,
+                    "correct": int(dpr),
+                    **({"kl": 0.5 * (i % 2) * 2, "length": 20} if decoding == "T=1" else {}),
+                }
+            )
+    summary = {
+        "settings": {"num_demonstrations": 1000},
+        "sft": {
+            "sft_step": 250,
+            "cap": 500,
+            "steps_per_epoch": 125,
+            "ref_step": 128,
+            "alpha": 0.5,
+            "held_out_loss": {"125": 0.4, "250": 0.3},
+        },
+        "rl": {"DPR λ=1e-05 seed0": {"rollouts": 800}},
+        "control": None,
+        "choice": None,
+        "preview": [
+            {
+                "variant": "DPR",
+                "lam": 1.0,
+                "delta": 0.1,
+                "kl": 1.0,
+                "delta_ci_low": 0.0,
+                "delta_ci_high": 0.2,
+                "trusted": True,
+            },
+            {
+                "variant": "DPR",
+                "lam": 2.0,
+                "delta": 0.0,
+                "kl": 0.0,
+                "delta_ci_low": 0.0,
+                "delta_ci_high": 0.0,
+                "trusted": True,
+            },
+        ],
+    }
     text = finished_sft.render_report(rows, summary)
     line = next(x for x in text.splitlines() if x.startswith("| DPR λ=1e-05 seed0 at 100%"))
     cells = [c.strip() for c in line.strip("|").split("|")]
@@ -77,20 +119,89 @@ def test_the_report_without_results_says_what_to_run(tmp_path, capsys):
 @pytest.mark.slow
 def test_every_stage_runs_end_to_end_on_the_tiny_model_and_a_rerun_trains_nothing(tmp_path):
     sft_yaml, dpr_yaml = tmp_path / "sft.yaml", tmp_path / "dpr.yaml"
-    common = {"model_name_or_path": EMBEDDED_MODEL, "dtype": "float32", "bf16": False, "use_cpu": True,
-              "save_strategy": "no", "report_to": "none", "seed": 0, "logging_steps": 1, "disable_tqdm": True}
-    sft_yaml.write_text(yaml.safe_dump({**common, "per_device_train_batch_size": 8, "learning_rate": 1e-3,
-                                        "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 1,
-                                        "max_length": 128, "gradient_checkpointing": False}))
-    dpr_yaml.write_text(yaml.safe_dump({**common, "learning_rate": 1e-3, "lr_scheduler_type": "constant",
-                                        "warmup_steps": 0, "max_completion_length": 8, "gradient_checkpointing": False}))
+    common = {
+        "model_name_or_path": EMBEDDED_MODEL,
+        "dtype": "float32",
+        "bf16": False,
+        "use_cpu": True,
+        "save_strategy": "no",
+        "report_to": "none",
+        "seed": 0,
+        "logging_steps": 1,
+        "disable_tqdm": True,
+    }
+    sft_yaml.write_text(
+        yaml.safe_dump(
+            {
+                **common,
+                "per_device_train_batch_size": 8,
+                "learning_rate": 1e-3,
+                "lr_scheduler_type": "constant_with_warmup",
+                "warmup_steps": 1,
+                "max_length": 128,
+                "gradient_checkpointing": False,
+            }
+        )
+    )
+    dpr_yaml.write_text(
+        yaml.safe_dump(
+            {
+                **common,
+                "learning_rate": 1e-3,
+                "lr_scheduler_type": "constant",
+                "warmup_steps": 0,
+                "max_completion_length": 8,
+                "gradient_checkpointing": False,
+            }
+        )
+    )
     results = tmp_path / "results"
-    argv = ["--output_dir", str(tmp_path / "run"), "--results_dir", str(results), "--sft_config", str(sft_yaml),
-            "--dpr_config", str(dpr_yaml), "--num_demonstrations", "16", "--sft_epochs", "2", "--control_epochs", "1",
-            "--snapshot_every", "1", "--control_snapshot_every", "1", "--loss_demonstrations", "4",
-            "--preview_prompts", "4", "--preview_samples", "2", "--lambdas", "inf", "1.0", "0.0", "--seeds", "0",
-            "--ablations", "wo/Baseline", "--rollouts", "16", "--rollouts_per_step", "4", "--eval_prompts", "6",
-            "--snapshot_eval_prompts", "3", "--max_new_tokens", "8", "--eval_batch_size", "8"]
+    argv = [
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--results_dir",
+        str(results),
+        "--sft_config",
+        str(sft_yaml),
+        "--dpr_config",
+        str(dpr_yaml),
+        "--num_demonstrations",
+        "16",
+        "--sft_epochs",
+        "2",
+        "--control_epochs",
+        "1",
+        "--snapshot_every",
+        "1",
+        "--control_snapshot_every",
+        "1",
+        "--loss_demonstrations",
+        "4",
+        "--preview_prompts",
+        "4",
+        "--preview_samples",
+        "2",
+        "--lambdas",
+        "inf",
+        "1.0",
+        "0.0",
+        "--seeds",
+        "0",
+        "--ablations",
+        "wo/Baseline",
+        "--rollouts",
+        "16",
+        "--rollouts_per_step",
+        "4",
+        "--eval_prompts",
+        "6",
+        "--snapshot_eval_prompts",
+        "3",
+        "--max_new_tokens",
+        "8",
+        "--eval_batch_size",
+        "8",
+    ]
     finished_sft.main(argv)
     rows = [json.loads(x) for x in (results / "per_prompt.jsonl").read_text().splitlines()]
     sft = json.loads((tmp_path / "run" / "sft_record.json").read_text())
@@ -116,13 +227,22 @@ def test_every_stage_runs_end_to_end_on_the_tiny_model_and_a_rerun_trains_nothin
 
 def test_the_report_pools_dpr_seeds_per_prompt_before_pairing():
     rows = []
-    for i in range(4):  # π_SFT right on 0–1; seed0 right on 0–2, seed1 on 0–3: per prompt (1, 1, 1, 0.5) − (1, 1, 0, 0)
+    for i in range(
+        4
+    ):  # π_SFT right on 0–1; seed0 right on 0–2, seed1 on 0–3: per prompt (1, 1, 1, 0.5) − (1, 1, 0, 0)
         rows.append({"policy": "SFT", "decoding": "T=1", "prompt": i, "correct": int(i < 2), "kl": 0.0})
-        rows.append({"policy": "DPR λ=1e-05 seed0 at 100%", "decoding": "T=1", "prompt": i, "correct": int(i < 3), "kl": 0.2})
+        rows.append(
+            {"policy": "DPR λ=1e-05 seed0 at 100%", "decoding": "T=1", "prompt": i, "correct": int(i < 3), "kl": 0.2}
+        )
         rows.append({"policy": "DPR λ=1e-05 seed1 at 100%", "decoding": "T=1", "prompt": i, "correct": 1, "kl": 0.4})
-    summary = {"settings": {"num_demonstrations": 8}, "control": None, "choice": None, "preview": [],
-               "sft": {"sft_step": 2, "cap": 4, "steps_per_epoch": 1, "ref_step": 1, "alpha": 0.5, "held_out_loss": {}},
-               "rl": {"DPR λ=1e-05 seed0": {"rollouts": 64}, "DPR λ=1e-05 seed1": {"rollouts": 64}}}
+    summary = {
+        "settings": {"num_demonstrations": 8},
+        "control": None,
+        "choice": None,
+        "preview": [],
+        "sft": {"sft_step": 2, "cap": 4, "steps_per_epoch": 1, "ref_step": 1, "alpha": 0.5, "held_out_loss": {}},
+        "rl": {"DPR λ=1e-05 seed0": {"rollouts": 64}, "DPR λ=1e-05 seed1": {"rollouts": 64}},
+    }
     text = finished_sft.render_report(rows, summary)
     line = next(x for x in text.splitlines() if "2 seeds pooled" in x)
     cells = [c.strip() for c in line.strip("|").split("|")]

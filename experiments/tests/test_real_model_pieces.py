@@ -71,14 +71,26 @@ def test_paired_gain_is_per_prompt_with_a_bootstrap_interval():
 
 
 def _point(variant, lam, delta, kl, trusted=True):
-    return SimpleNamespace(variant=variant, lam=lam, delta=delta, kl=kl, trusted=trusted, delta_ci_low=delta - 0.01,
-                           delta_ci_high=delta + 0.01)
+    return SimpleNamespace(
+        variant=variant,
+        lam=lam,
+        delta=delta,
+        kl=kl,
+        trusted=trusted,
+        delta_ci_low=delta - 0.01,
+        delta_ci_high=delta + 0.01,
+    )
 
 
 def test_the_preview_chooses_alpha_and_lambda_among_trusted_finite_points():
-    points = [_point("DPR α=0.25", 1.0, 0.03, 0.5), _point("DPR α=0.5", 2.0, 0.02, 0.3),
-              _point("DPR α=0.5", 0.25, 0.09, 2.0, trusted=False), _point("DPR α=0.5", math.inf, 0.0, 0.0),
-              _point("DPR α=0.75", 0.0, 0.2, 2.07), _point("wo/Baseline", 1.0, 0.5, 0.4)]
+    points = [
+        _point("DPR α=0.25", 1.0, 0.03, 0.5),
+        _point("DPR α=0.5", 2.0, 0.02, 0.3),
+        _point("DPR α=0.5", 0.25, 0.09, 2.0, trusted=False),
+        _point("DPR α=0.5", math.inf, 0.0, 0.0),
+        _point("DPR α=0.75", 0.0, 0.2, 2.07),
+        _point("wo/Baseline", 1.0, 0.5, 0.4),
+    ]
     report = SimpleNamespace(variant_points=lambda v: [p for p in points if p.variant == v])
     choice = choose(RealModelArguments(), report)
     assert (choice["alpha"], choice["lambda"], choice["target_kl"]) == (0.25, 1.0, 0.5)  # not untrusted, ∞, best-of-N
@@ -98,7 +110,9 @@ def test_every_stage_resumes_from_what_it_wrote(tmp_path, monkeypatch):
     folder.mkdir()
     (folder / "rl_record.json").write_text(json.dumps({"steps": 7}))
     monkeypatch.setattr("trl_dpr.running.pipeline.run_dpr", lambda *a, **k: pytest.fail("trained again"))
-    assert real_model._train_dpr(args, "DPR-seed0", {}, "sft", {"lambda": 1.0, "alpha": 0.5}, data, tmp_path) == {"steps": 7}
+    assert real_model._train_dpr(args, "DPR-seed0", {}, "sft", {"lambda": 1.0, "alpha": 0.5}, data, tmp_path) == {
+        "steps": 7
+    }
     # evaluate: decodings already answered are not answered again
     recorded = {d: {"correct": {}} for d in real_model.DECODINGS}
     (tmp_path / "evaluation").mkdir()
@@ -145,7 +159,8 @@ def test_a_table_is_written_and_checked_in_whichever_document_holds_it(tmp_path,
     assert readme_tables_main(["--check", "seed_spread"]) == 1
     assert readme_tables_main(["--write", "--check", "seed_spread"]) == 0
     assert (tmp_path / "docs/results.md").read_text() == (
-        "<!-- table:seed_spread -->\n| seed |\n| 0 |\n<!-- /table:seed_spread -->\n")
+        "<!-- table:seed_spread -->\n| seed |\n| 0 |\n<!-- /table:seed_spread -->\n"
+    )
     assert (tmp_path / "README.md").read_text() == "no tables here\n"
 
 
@@ -167,24 +182,61 @@ def _gain(mean, gain, low, high):
 
 def test_the_table_reads_the_preview_only_for_the_tilts_it_predicts():
     rows = [
-        {"method": "SFT", "kl_per_response": 0.0, "kl_per_token": 0.0, "T=1": _gain(0.7, 0.0, 0.0, 0.0),
-         "T=0.7 vs SFT at T=1": _gain(0.74, 0.04, 0.0, 0.08), "greedy vs SFT at T=1": _gain(0.75, 0.05, 0.01, 0.09)},
-        {"method": "DPR-seed0", "steps": 3, "kl_per_response": 0.1, "kl_per_token": 0.002,
-         "T=1": _gain(0.69, -0.01, -0.03, 0.01), "preview_gain_at_kl": -0.02, "sharpening_at_kl": 0.01},
-        {"method": "DPR-seed0 (lr 5e-5)", "steps": 4, "kl_per_response": 5.0, "kl_per_token": 0.1,
-         "T=1": _gain(0.5, -0.2, -0.25, -0.15), "preview_gain_at_kl": None, "sharpening_at_kl": None},
-        {"method": "SFT-continued (wall)", "steps": 16, "kl_per_response": 0.8, "kl_per_token": 0.02,
-         "T=1": _gain(0.62, -0.085, -0.13, -0.04), "sharpening_at_kl": 0.03},
+        {
+            "method": "SFT",
+            "kl_per_response": 0.0,
+            "kl_per_token": 0.0,
+            "T=1": _gain(0.7, 0.0, 0.0, 0.0),
+            "T=0.7 vs SFT at T=1": _gain(0.74, 0.04, 0.0, 0.08),
+            "greedy vs SFT at T=1": _gain(0.75, 0.05, 0.01, 0.09),
+        },
+        {
+            "method": "DPR-seed0",
+            "steps": 3,
+            "kl_per_response": 0.1,
+            "kl_per_token": 0.002,
+            "T=1": _gain(0.69, -0.01, -0.03, 0.01),
+            "preview_gain_at_kl": -0.02,
+            "sharpening_at_kl": 0.01,
+        },
+        {
+            "method": "DPR-seed0 (lr 5e-5)",
+            "steps": 4,
+            "kl_per_response": 5.0,
+            "kl_per_token": 0.1,
+            "T=1": _gain(0.5, -0.2, -0.25, -0.15),
+            "preview_gain_at_kl": None,
+            "sharpening_at_kl": None,
+        },
+        {
+            "method": "SFT-continued (wall)",
+            "steps": 16,
+            "kl_per_response": 0.8,
+            "kl_per_token": 0.02,
+            "T=1": _gain(0.62, -0.085, -0.13, -0.04),
+            "sharpening_at_kl": 0.03,
+        },
     ]
-    lines = real_model.render_table(rows, {"alpha": 0.25, "lambda": 8.0, "target_kl": 0.017, "preview_gain": -0.011,
-                                           "preview_gain_ci": [-0.03, 0.005]}, None,
-                                    {"targets": {"SFT-continued (wall)": 16, "SFT-continued (FLOPs)": 8},
-                                     "dpr_mean_wall_s": 324.0, "dpr_mean_flops": 4.7e12,
-                                     "dpr_now": {"wall_s": 180.0, "flops": 3.6e12}}).splitlines()
-    by_method = {line.split(" | ")[0][2:]: line.split(" | ") for line in lines if line.startswith("| ") and "---" not in line}
+    lines = real_model.render_table(
+        rows,
+        {"alpha": 0.25, "lambda": 8.0, "target_kl": 0.017, "preview_gain": -0.011, "preview_gain_ci": [-0.03, 0.005]},
+        None,
+        {
+            "targets": {"SFT-continued (wall)": 16, "SFT-continued (FLOPs)": 8},
+            "dpr_mean_wall_s": 324.0,
+            "dpr_mean_flops": 4.7e12,
+            "dpr_now": {"wall_s": 180.0, "flops": 3.6e12},
+        },
+    ).splitlines()
+    by_method = {
+        line.split(" | ")[0][2:]: line.split(" | ") for line in lines if line.startswith("| ") and "---" not in line
+    }
     assert by_method["DPR-seed0"][-2:] == ["-2.0", "+1.0 |"]
     assert by_method["DPR-seed0 (lr 5e-5)"][-2:] == ["— (beyond the preview's KL)", "— (beyond the preview's KL) |"]
-    assert by_method["SFT-continued (wall)"][-2:] == ["—", "+3.0 |"]  # no preview curve of its own; sharpening still read
+    assert by_method["SFT-continued (wall)"][-2:] == [
+        "—",
+        "+3.0 |",
+    ]  # no preview curve of its own; sharpening still read
     assert by_method["SFT"][-2:] == ["—", "— |"]
     assert by_method["DPR-seed0"][3] == "69.0%, -1.0 (-3.0 to +1.0)" and by_method["DPR-seed0"][4] == "not run"
     assert "DPR seeds reported here: 3.0 min and 3.60e+12 FLOPs" in lines[-1]
@@ -209,12 +261,22 @@ def _exact_report(sft_right: list[int], dpr_right: list[int], prompts: list[int]
 
     outcomes = ["win" if d > s else "loss" if s > d else "tie" for s, d in zip(sft_right, dpr_right)]
     rate = win_rate(outcomes, groups=prompts).as_dict()
-    accuracy = [{**exact_accuracy("demo", name, [bool(x) for x in right], prompts, ["add"] * len(right)).as_dict()}
-                for name, right in (("SFT", sft_right), ("DPR", dpr_right))]
-    return {"baseline": "SFT", "methods": ["DPR"], "accuracy": accuracy,
-            "pairwise": [{"method": "DPR", "judge": "exact-answer", "win_rate": rate}],
-            "settings": {"temperature": temperature, "demo_num_prompts": len(set(prompts)),
-                         "samples_per_prompt": len(prompts) // len(set(prompts)), "output_dir": "x"}}
+    accuracy = [
+        {**exact_accuracy("demo", name, [bool(x) for x in right], prompts, ["add"] * len(right)).as_dict()}
+        for name, right in (("SFT", sft_right), ("DPR", dpr_right))
+    ]
+    return {
+        "baseline": "SFT",
+        "methods": ["DPR"],
+        "accuracy": accuracy,
+        "pairwise": [{"method": "DPR", "judge": "exact-answer", "win_rate": rate}],
+        "settings": {
+            "temperature": temperature,
+            "demo_num_prompts": len(set(prompts)),
+            "samples_per_prompt": len(prompts) // len(set(prompts)),
+            "output_dir": "x",
+        },
+    }
 
 
 def test_the_paired_gain_is_the_accuracy_difference_with_the_bootstrap_interval_of_the_differences():
@@ -255,9 +317,12 @@ def test_table1_has_one_row_per_method_with_the_best_accuracy_in_bold(tmp_path, 
 
     report = _exact_report([1, 0, 0, 1], [1, 1, 0, 1], [0, 1, 2, 3], 1.0)
     report["methods"] = ["DPR", "SPIN"]
-    report["accuracy"].append({**report["accuracy"][0], "method": "SPIN", "accuracy": 0.25, "by_category": {"add": 0.25}})
-    report["pairwise"].append({"method": "SPIN", "judge": "exact-answer",
-                               "win_rate": {"win_rate": 0.375, "ci_low": 0.25, "ci_high": 0.5}})
+    report["accuracy"].append(
+        {**report["accuracy"][0], "method": "SPIN", "accuracy": 0.25, "by_category": {"add": 0.25}}
+    )
+    report["pairwise"].append(
+        {"method": "SPIN", "judge": "exact-answer", "win_rate": {"win_rate": 0.375, "ci_low": 0.25, "ci_high": 0.5}}
+    )
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs/table1_demo/evaluation").mkdir(parents=True)
     (tmp_path / "runs/table1_demo/evaluation/results.json").write_text(json.dumps(report))
@@ -277,24 +342,41 @@ def test_the_regime_table_has_one_row_per_point_from_its_dpr_and_wo_baseline_row
     from experiments.regime_scan import COLUMNS
 
     def row(point, base, steps, lr, alpha, variant, quality, gain, best_lambda, best_gain, helps):
-        values = dict(point=point, base=base, sft_steps=steps, sft_learning_rate=lr, reference_fraction=alpha,
-                      variant=variant, sft_quality=quality, pass_at_n=0.9, **{"lambda": 1.0}, gain=gain,
-                      gain_ci_low=gain - 0.01, gain_ci_high=gain + 0.01, kl=0.1, best_lambda=best_lambda,
-                      best_gain=best_gain, best_gain_ci_low=best_gain - 0.004, best_gain_ci_high=best_gain + 0.004,
-                      best_kl=0.2, helps=helps)
+        values = dict(
+            point=point,
+            base=base,
+            sft_steps=steps,
+            sft_learning_rate=lr,
+            reference_fraction=alpha,
+            variant=variant,
+            sft_quality=quality,
+            pass_at_n=0.9,
+            **{"lambda": 1.0},
+            gain=gain,
+            gain_ci_low=gain - 0.01,
+            gain_ci_high=gain + 0.01,
+            kl=0.1,
+            best_lambda=best_lambda,
+            best_gain=best_gain,
+            best_gain_ci_low=best_gain - 0.004,
+            best_gain_ci_high=best_gain + 0.004,
+            best_kl=0.2,
+            helps=helps,
+        )
         return [values[c] for c in COLUMNS]
 
     scratch, pretrained = "trl_dpr/embedded-tiny-llama", "trl_dpr/embedded-pretrained-llama"
-    rows = [row("scratch_s600_lr2e-3", scratch, 600, 2e-3, 0.5, "DPR", 0.4, -0.1, float("inf"), 0.0, False),
-            row("scratch_s600_lr2e-3", scratch, 600, 2e-3, 0.5, "wo/Baseline", 0.4, 0.05, 0.0, 0.1, True),
-            row("scratch_s600_lr2e-3", scratch, 600, 2e-3, 0.5, "oracle", 0.4, 0.3, 0.0, 0.5, True),
-            row("pretrained_s50_lr1e-4", pretrained, 50, 1e-4, 0.5, "DPR", 0.8, 0.04, 0.5, 0.05, True),
-            row("pretrained_s50_lr1e-4", pretrained, 50, 1e-4, 0.5, "wo/Baseline", 0.8, 0.2, 0.0, 0.25, True),
-            row("pretrained_s50_lr1e-4_alpha0.25", pretrained, 50, 1e-4, 0.25, "DPR", 0.8, -0.04, 8.0, 0.007, True),
-            row("pretrained_s50_lr1e-4_alpha0.25", pretrained, 50, 1e-4, 0.25, "wo/Baseline", 0.8, 0.2, 0.0, 0.25,
-                True),
-            row("pretrained_s50_lr1e-4_seed1", pretrained, 50, 1e-4, 0.5, "DPR", 0.78, 0.04, 0.5, 0.06, True),
-            row("pretrained_s50_lr1e-4_seed1", pretrained, 50, 1e-4, 0.5, "wo/Baseline", 0.78, 0.2, 0.0, 0.22, True)]
+    rows = [
+        row("scratch_s600_lr2e-3", scratch, 600, 2e-3, 0.5, "DPR", 0.4, -0.1, float("inf"), 0.0, False),
+        row("scratch_s600_lr2e-3", scratch, 600, 2e-3, 0.5, "wo/Baseline", 0.4, 0.05, 0.0, 0.1, True),
+        row("scratch_s600_lr2e-3", scratch, 600, 2e-3, 0.5, "oracle", 0.4, 0.3, 0.0, 0.5, True),
+        row("pretrained_s50_lr1e-4", pretrained, 50, 1e-4, 0.5, "DPR", 0.8, 0.04, 0.5, 0.05, True),
+        row("pretrained_s50_lr1e-4", pretrained, 50, 1e-4, 0.5, "wo/Baseline", 0.8, 0.2, 0.0, 0.25, True),
+        row("pretrained_s50_lr1e-4_alpha0.25", pretrained, 50, 1e-4, 0.25, "DPR", 0.8, -0.04, 8.0, 0.007, True),
+        row("pretrained_s50_lr1e-4_alpha0.25", pretrained, 50, 1e-4, 0.25, "wo/Baseline", 0.8, 0.2, 0.0, 0.25, True),
+        row("pretrained_s50_lr1e-4_seed1", pretrained, 50, 1e-4, 0.5, "DPR", 0.78, 0.04, 0.5, 0.06, True),
+        row("pretrained_s50_lr1e-4_seed1", pretrained, 50, 1e-4, 0.5, "wo/Baseline", 0.78, 0.2, 0.0, 0.22, True),
+    ]
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs/regime_scan").mkdir(parents=True)
     with open(tmp_path / "runs/regime_scan/regime_scan.csv", "w", newline="") as out:
@@ -342,7 +424,11 @@ def test_the_regime_map_trains_where_the_gain_is_largest_or_says_do_not_train():
     from experiments.regime_map import RegimeMapArguments, _runs
     from experiments.regime_map import choose as choose_point
 
-    early = [_point("DPR", 2.0, 0.03, 0.4), _point("DPR", 0.25, 0.2, 3.0, trusted=False), _point("DPR", math.inf, 0, 0)]
+    early = [
+        _point("DPR", 2.0, 0.03, 0.4),
+        _point("DPR", 0.25, 0.2, 3.0, trusted=False),
+        _point("DPR", math.inf, 0, 0),
+    ]
     late = [_point("DPR", 2.0, 0.05, 0.2), _point("DPR", 0.0, 0.3, 2.0)]  # best-of-N (λ = 0) is never a choice
     choice = choose_point({0.1: early, 1.0: late})
     assert (choice["progress"], choice["lambda"], choice["target_kl"], choice["train"]) == (1.0, 2.0, 0.2, True)
@@ -352,7 +438,11 @@ def test_the_regime_map_trains_where_the_gain_is_largest_or_says_do_not_train():
     losing = choose_point({0.25: [_point("DPR", 4.0, -0.01, 0.1)], 1.0: [_point("DPR", 8.0, -0.02, 0.05)]})
     assert (losing["progress"], losing["train"]) == (0.25, False)
     runs = _runs(args, losing)
-    assert runs["DPR-seed0"][0] == 0.25 and runs["DPR-seed0 @10%"][0] == 0.1 and runs["SR @10%"][1]["reward_granularity"] == "sentence"
+    assert (
+        runs["DPR-seed0"][0] == 0.25
+        and runs["DPR-seed0 @10%"][0] == 0.1
+        and runs["SR @10%"][1]["reward_granularity"] == "sentence"
+    )
     with pytest.raises(ValueError, match="no trusted finite"):
         choose_point({1.0: [_point("DPR", math.inf, 0.0, 0.0), _point("DPR", 0.0, 0.2, 1.0)]})
 
@@ -361,7 +451,12 @@ def test_sft_continued_is_the_sft_runs_own_snapshot_past_dprs_flops(monkeypatch)
     from experiments import regime_map
 
     monkeypatch.setattr(regime_map, "_parameters", lambda path: 100)
-    sft = {"steps": 60, "tokens": 60_000.0, "share_steps": {"0.25": 15}, "snapshots": {str(s): f"s{s}" for s in range(10, 61, 10)}}
+    sft = {
+        "steps": 60,
+        "tokens": 60_000.0,
+        "share_steps": {"0.25": 15},
+        "snapshots": {str(s): f"s{s}" for s in range(10, 61, 10)},
+    }
     sft["snapshots"]["15"] = "s15"
     # DPR: (2 + 2·2 + 6)·100·5000 = 6e6 FLOPs; an SFT step: 6·100·1000 = 6e5 → 10 steps, 15 → 25, next snapshot 30
     path, info = regime_map._continued(None, None, sft, [{"tokens": 5000, "frozen_scorers": 2}], 0.25)

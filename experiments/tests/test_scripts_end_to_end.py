@@ -98,13 +98,19 @@ def test_auroc_is_nan_when_a_class_is_empty():
 
 
 def test_the_equation_parser_finds_every_computed_number_and_checks_it_locally():
-    text = ("For the first 4 hours: 4 * 7 = 28. Overtime hours: 6 - 4 = 2. Overtime pay: 2 * 9 = 19. "
-            "Total: 28 + 19 = 47. The answer is 47.")
+    text = (
+        "For the first 4 hours: 4 * 7 = 28. Overtime hours: 6 - 4 = 2. Overtime pay: 2 * 9 = 19. "
+        "Total: 28 + 19 = 47. The answer is 47."
+    )
     numbers = find_computed_numbers(text)
     assert [(n.left, n.op, n.right, n.written) for n in numbers] == [
-        (4, "*", 7, "28"), (6, "-", 4, "2"), (2, "*", 9, "19"), (28, "+", 19, "47")]
+        (4, "*", 7, "28"),
+        (6, "-", 4, "2"),
+        (2, "*", 9, "19"),
+        (28, "+", 19, "47"),
+    ]
     assert [n.is_correct for n in numbers] == [True, True, False, True]  # 28 + 19 = 47 is right, given 19
-    assert [text[n.start:n.end] for n in numbers] == ["28", "2", "19", "47"]
+    assert [text[n.start : n.end] for n in numbers] == ["28", "2", "19", "47"]
 
 
 def test_the_equation_parser_ignores_text_without_a_complete_equation():
@@ -166,7 +172,9 @@ def demo_tokenizer():
 
 
 def tokenize_pair(tokenizer, prompt, completion):
-    prompt_ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    prompt_ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)[
+        "input_ids"
+    ]
     return prompt_ids, tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
 
 
@@ -176,7 +184,11 @@ def test_the_oracle_rewards_the_last_token_of_an_exact_answer_and_nothing_else(d
     add = [{"role": "user", "content": "Mia has 23 apples. She gets 5 more. How many apples does Mia have now?"}]
     sort = [{"role": "user", "content": "Sort these numbers from smallest to largest: 3 1 2."}]
     oracle.add_answers([add, sort], ["28", "1 2 3"])
-    pairs = [(add, "23 + 5 = 28. The answer is 28."), (add, "23 + 5 = 27. The answer is 27."), (sort, "The answer is 1 2 3.")]
+    pairs = [
+        (add, "23 + 5 = 28. The answer is 28."),
+        (add, "23 + 5 = 27. The answer is 27."),
+        (sort, "The answer is 1 2 3."),
+    ]
     samples = [Sample(i, p, *tokenize_pair(demo_tokenizer, p, c), c) for i, (p, c) in enumerate(pairs)]
     prompt_ids, prompt_mask, completion_ids, completion_mask = pad_batch(
         [s.prompt_ids for s in samples], [s.completion_ids for s in samples], demo_tokenizer.pad_token_id
@@ -211,11 +223,13 @@ def test_the_oracle_takes_no_reference_model(demo_tokenizer):
 
 
 def test_a_variant_overrides_both_the_yaml_and_the_command_line(tmp_path):
-    config = write_yaml(tmp_path / "dpr.yaml", {"output_dir": str(tmp_path / "sweep"), "kl_coef": 0.1, "gamma": 0.9,
-                                                "use_cpu": True})
+    config = write_yaml(
+        tmp_path / "dpr.yaml", {"output_dir": str(tmp_path / "sweep"), "kl_coef": 0.1, "gamma": 0.9, "use_cpu": True}
+    )
     argv = ["--config", config, "--kl_coef", "0.3"]
-    _, args, _ = parse_with_overrides(DPR_ARGUMENTS, argv, {"gamma": 0.95, "whiten_advantages": False,
-                                                            "output_dir": str(tmp_path / "sweep" / "g")})
+    _, args, _ = parse_with_overrides(
+        DPR_ARGUMENTS, argv, {"gamma": 0.95, "whiten_advantages": False, "output_dir": str(tmp_path / "sweep" / "g")}
+    )
     assert (args.gamma, args.kl_coef, args.whiten_advantages) == (0.95, 0.3, False)
     assert args.output_dir == str(tmp_path / "sweep" / "g")
     _, again, _ = parse_with_overrides(DPR_ARGUMENTS, argv, {})
@@ -224,12 +238,21 @@ def test_a_variant_overrides_both_the_yaml_and_the_command_line(tmp_path):
 
 def test_unknown_variant_keys_are_an_error_that_names_them():
     with pytest.raises(ValueError, match="variant 'x': unknown key\\(s\\) learnin_rate"):
-        check_override_keys({"learnin_rate": 1e-4, "oracle": True, "kl_coef": 0.2}, DPR_ARGUMENTS, {"oracle"}, "variant 'x'")
+        check_override_keys(
+            {"learnin_rate": 1e-4, "oracle": True, "kl_coef": 0.2}, DPR_ARGUMENTS, {"oracle"}, "variant 'x'"
+        )
 
 
 def test_values_become_command_line_words():
     assert to_command_line({"learning_rate": 3e-05, "oracle": True, "gammas": [0.9, 1.0]}) == [
-        "--learning_rate", "3e-05", "--oracle", "true", "--gammas", "0.9", "1.0"]
+        "--learning_rate",
+        "3e-05",
+        "--oracle",
+        "true",
+        "--gammas",
+        "0.9",
+        "1.0",
+    ]
     with pytest.raises(ValueError, match="null"):
         to_command_line({"ref_model_name_or_path": None})
 
@@ -289,9 +312,18 @@ def test_a_reference_step_that_was_not_saved_is_an_error_naming_the_saved_steps(
 
 def test_docstring_examples_run(monkeypatch):
     monkeypatch.chdir(ROOT)  # examples read recipes/evaluate/demo.yaml
-    for module in (experiments.overrides, experiments.figures, experiments.oracle, experiments.auroc,
-                   experiments.lengths, experiments.sweeps, experiments.win_rates, experiments.dense_plus_outcome,
-                   experiments.real_model, experiments.regime_map):
+    for module in (
+        experiments.overrides,
+        experiments.figures,
+        experiments.oracle,
+        experiments.auroc,
+        experiments.lengths,
+        experiments.sweeps,
+        experiments.win_rates,
+        experiments.dense_plus_outcome,
+        experiments.real_model,
+        experiments.regime_map,
+    ):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.failed == 0 and result.attempted > 0, module.__name__
 
@@ -305,34 +337,80 @@ def tiny_sft(tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("analysis") / "sft"
     run_sft(
         SFTScriptArguments(dataset_name=EMBEDDED_DATASET, num_train_samples=64),
-        SFTConfig(output_dir=str(output_dir), max_steps=4, per_device_train_batch_size=8, learning_rate=1e-3,
-                  max_length=128, save_strategy="steps", save_steps=1, save_only_model=True, use_cpu=True, bf16=False,
-                  report_to="none", gradient_checkpointing=False, seed=0, disable_tqdm=True),
+        SFTConfig(
+            output_dir=str(output_dir),
+            max_steps=4,
+            per_device_train_batch_size=8,
+            learning_rate=1e-3,
+            max_length=128,
+            save_strategy="steps",
+            save_steps=1,
+            save_only_model=True,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            gradient_checkpointing=False,
+            seed=0,
+            disable_tqdm=True,
+        ),
         ModelConfig(model_name_or_path=EMBEDDED_MODEL, dtype="float32"),
     )
     return output_dir
 
 
 def dpr_settings(sft_dir, output_dir):
-    return {"model_name_or_path": str(sft_dir), "dtype": "float32", "dataset_name": EMBEDDED_DATASET,
-            "num_train_samples": 64, "output_dir": str(output_dir), "max_steps": 2, "warmup_steps": 0,
-            "per_device_train_batch_size": 4, "learning_rate": 1e-3, "max_completion_length": 8, "bf16": False,
-            "use_cpu": True, "save_strategy": "no", "report_to": "none", "gradient_checkpointing": False,
-            "disable_tqdm": True, "logging_steps": 1, "seed": 0}
+    return {
+        "model_name_or_path": str(sft_dir),
+        "dtype": "float32",
+        "dataset_name": EMBEDDED_DATASET,
+        "num_train_samples": 64,
+        "output_dir": str(output_dir),
+        "max_steps": 2,
+        "warmup_steps": 0,
+        "per_device_train_batch_size": 4,
+        "learning_rate": 1e-3,
+        "max_completion_length": 8,
+        "bf16": False,
+        "use_cpu": True,
+        "save_strategy": "no",
+        "report_to": "none",
+        "gradient_checkpointing": False,
+        "disable_tqdm": True,
+        "logging_steps": 1,
+        "seed": 0,
+    }
 
 
 def evaluation_yaml(path):
-    return write_yaml(path, {"output_dir": "unused", "baseline": "SFT=unused", "candidates": ["DPR=unused"],
-                             "benchmarks": ["demo"], "demo_num_prompts": 5, "max_new_tokens": 8,
-                             "generation_batch_size": 8, "generation_backend": "transformers", "dtype": "float32",
-                             "judge": "exact", "bootstrap_resamples": 200})
+    return write_yaml(
+        path,
+        {
+            "output_dir": "unused",
+            "baseline": "SFT=unused",
+            "candidates": ["DPR=unused"],
+            "benchmarks": ["demo"],
+            "demo_num_prompts": 5,
+            "max_new_tokens": 8,
+            "generation_batch_size": 8,
+            "generation_backend": "transformers",
+            "dtype": "float32",
+            "judge": "exact",
+            "bootstrap_resamples": 200,
+        },
+    )
 
 
 @pytest.fixture(scope="module")
 def gamma_sweep(tiny_sft):
     root = tiny_sft.parent
-    config = write_yaml(root / "gamma.yaml", {"gammas": [0.9, 1.0], "evaluation_config": evaluation_yaml(root / "eval.yaml"),
-                                              **dpr_settings(tiny_sft, root / "gamma_sweep")})
+    config = write_yaml(
+        root / "gamma.yaml",
+        {
+            "gammas": [0.9, 1.0],
+            "evaluation_config": evaluation_yaml(root / "eval.yaml"),
+            **dpr_settings(tiny_sft, root / "gamma_sweep"),
+        },
+    )
     load_script("gamma_sweep").main(["--config", config])
     return root / "gamma_sweep", config
 
@@ -343,7 +421,9 @@ def test_the_gamma_sweep_writes_one_win_rate_per_gamma_and_a_plot(gamma_sweep):
     columns, rows = read_csv(output_dir / "gamma_sweep.csv")
     assert tuple(columns) == load_script("gamma_sweep").COLUMNS
     assert [(float(r["gamma"]), r["method"], r["benchmark"], int(r["n"])) for r in rows] == [
-        (0.9, "gamma0.9", "demo", 5), (1.0, "gamma1", "demo", 5)]
+        (0.9, "gamma0.9", "demo", 5),
+        (1.0, "gamma1", "demo", 5),
+    ]
     for row in rows:
         assert float(row["ci_low"]) <= float(row["win_rate"]) <= float(row["ci_high"])
         assert float(row["train_runtime_s"]) > 0 and row["kl_sft_final"] != ""
@@ -364,9 +444,14 @@ def test_a_rerun_reuses_trained_variants_and_refuses_one_trained_with_other_sett
 @pytest.mark.slow
 def test_the_reference_sweep_takes_pi_ref_at_each_alpha_from_the_sft_checkpoints(tiny_sft):
     root = tiny_sft.parent
-    config = write_yaml(root / "reference.yaml", {"reference_fractions": [0.25, 0.5],
-                                                  "evaluation_config": evaluation_yaml(root / "eval_ref.yaml"),
-                                                  **dpr_settings(tiny_sft, root / "reference_sweep")})
+    config = write_yaml(
+        root / "reference.yaml",
+        {
+            "reference_fractions": [0.25, 0.5],
+            "evaluation_config": evaluation_yaml(root / "eval_ref.yaml"),
+            **dpr_settings(tiny_sft, root / "reference_sweep"),
+        },
+    )
     load_script("reference_sweep").main(["--config", config])
     columns, rows = read_csv(root / "reference_sweep" / "reference_sweep.csv")
     assert tuple(columns) == load_script("reference_sweep").COLUMNS
@@ -379,15 +464,32 @@ def test_the_reference_sweep_takes_pi_ref_at_each_alpha_from_the_sft_checkpoints
 @pytest.mark.slow
 def test_the_temperature_sweep_evaluates_each_method_at_each_temperature(tiny_sft, gamma_sweep):
     root, (policies, _) = tiny_sft.parent, gamma_sweep
-    config = write_yaml(root / "temperature.yaml", {
-        "temperatures": [0.0, 1.0], "output_dir": str(root / "temperature_sweep"), "baseline": f"SFT={tiny_sft}",
-        "candidates": [f"G1={policies / 'gamma1'}", f"G09={policies / 'gamma0.9'}"], "benchmarks": ["demo"],
-        "demo_num_prompts": 4, "max_new_tokens": 8, "generation_batch_size": 8, "generation_backend": "transformers",
-        "dtype": "float32", "judge": "exact", "bootstrap_resamples": 200})
+    config = write_yaml(
+        root / "temperature.yaml",
+        {
+            "temperatures": [0.0, 1.0],
+            "output_dir": str(root / "temperature_sweep"),
+            "baseline": f"SFT={tiny_sft}",
+            "candidates": [f"G1={policies / 'gamma1'}", f"G09={policies / 'gamma0.9'}"],
+            "benchmarks": ["demo"],
+            "demo_num_prompts": 4,
+            "max_new_tokens": 8,
+            "generation_batch_size": 8,
+            "generation_backend": "transformers",
+            "dtype": "float32",
+            "judge": "exact",
+            "bootstrap_resamples": 200,
+        },
+    )
     load_script("temperature_sweep").main(["--config", config])
     columns, rows = read_csv(root / "temperature_sweep" / "temperature_sweep.csv")
     assert tuple(columns) == load_script("temperature_sweep").COLUMNS
-    assert sorted((float(r["temperature"]), r["method"]) for r in rows) == [(0.0, "G09"), (0.0, "G1"), (1.0, "G09"), (1.0, "G1")]
+    assert sorted((float(r["temperature"]), r["method"]) for r in rows) == [
+        (0.0, "G09"),
+        (0.0, "G1"),
+        (1.0, "G09"),
+        (1.0, "G1"),
+    ]
     assert (root / "temperature_sweep" / "temperature1" / "results.json").is_file()
     assert_valid_png(root / "temperature_sweep" / "temperature_sweep.png")
 
@@ -395,10 +497,20 @@ def test_the_temperature_sweep_evaluates_each_method_at_each_temperature(tiny_sf
 @pytest.mark.slow
 def test_the_length_analysis_bins_kl_and_reward_by_length_for_each_policy(tiny_sft, gamma_sweep):
     root, (policies, _) = tiny_sft.parent, gamma_sweep
-    config = write_yaml(root / "length.yaml", {
-        "sft_model_name_or_path": str(tiny_sft), "policies": [f"gamma1={policies / 'gamma1'}", f"gamma0.9={policies / 'gamma0.9'}"],
-        "num_prompts": 4, "samples_per_prompt": 2, "max_new_tokens": 10, "num_length_bins": 3, "min_bin_count": 1,
-        "batch_size": 8, "output_dir": str(root / "length_analysis")})
+    config = write_yaml(
+        root / "length.yaml",
+        {
+            "sft_model_name_or_path": str(tiny_sft),
+            "policies": [f"gamma1={policies / 'gamma1'}", f"gamma0.9={policies / 'gamma0.9'}"],
+            "num_prompts": 4,
+            "samples_per_prompt": 2,
+            "max_new_tokens": 10,
+            "num_length_bins": 3,
+            "min_bin_count": 1,
+            "batch_size": 8,
+            "output_dir": str(root / "length_analysis"),
+        },
+    )
     load_script("length_analysis").main(["--config", config])
     columns, rows = read_csv(root / "length_analysis" / "length_analysis.csv")
     assert tuple(columns) == load_script("length_analysis").COLUMNS
@@ -415,10 +527,19 @@ def test_the_length_analysis_bins_kl_and_reward_by_length_for_each_policy(tiny_s
 @pytest.mark.slow
 def test_the_reward_diagnostics_report_auroc_per_kind_and_at_computed_numbers(tiny_sft):
     root = tiny_sft.parent
-    config = write_yaml(root / "diagnostics.yaml", {
-        "model_name_or_path": str(tiny_sft), "references": ["0.25", str(tiny_sft / "checkpoint-3")], "num_prompts": 5,
-        "samples_per_prompt": 2, "max_new_tokens": 10, "batch_size": 10, "top_k": 3,
-        "output_dir": str(root / "reward_diagnostics")})
+    config = write_yaml(
+        root / "diagnostics.yaml",
+        {
+            "model_name_or_path": str(tiny_sft),
+            "references": ["0.25", str(tiny_sft / "checkpoint-3")],
+            "num_prompts": 5,
+            "samples_per_prompt": 2,
+            "max_new_tokens": 10,
+            "batch_size": 10,
+            "top_k": 3,
+            "output_dir": str(root / "reward_diagnostics"),
+        },
+    )
     load_script("reward_diagnostics").main(["--config", config])
     columns, rows = read_csv(root / "reward_diagnostics" / "reward_diagnostics.csv")
     assert tuple(columns) == load_script("reward_diagnostics").COLUMNS
@@ -426,7 +547,9 @@ def test_the_reward_diagnostics_report_auroc_per_kind_and_at_computed_numbers(ti
     assert sorted({r["reward"] for r in rows}) == sorted(rewards)
     groups = [(r["level"], r["group"]) for r in rows if r["reward"] == rewards[0]]
     assert groups == [("sequence", k) for k in ("add", "subtract", "multiply", "wages", "sort", "all")] + [
-        ("token", "computed_number"), ("token", "computed_digit")]
+        ("token", "computed_number"),
+        ("token", "computed_digit"),
+    ]
     everything = [r for r in rows if r["group"] == "all"][0]
     assert int(everything["n_correct"]) + int(everything["n_wrong"]) == 10
     top = (root / "reward_diagnostics" / "reward_diagnostics_top_tokens.txt").read_text()
@@ -437,14 +560,34 @@ def test_the_reward_diagnostics_report_auroc_per_kind_and_at_computed_numbers(ti
 @pytest.mark.slow
 def test_the_settings_sweep_trains_and_compares_each_variant_including_the_oracle(tiny_sft):
     root = tiny_sft.parent
-    config = write_yaml(root / "settings.yaml", {
-        "variants": {"plain": {"learning_rate": 1e-3}, "early_ref": {"reference_fraction": 0.25, "max_steps": 1},
-                     "oracle": {"oracle": True}},
-        "evaluation_config": write_yaml(root / "eval_settings.yaml", {
-            "output_dir": "unused", "baseline": "SFT=unused", "candidates": ["DPR=unused"], "benchmarks": ["demo"],
-            "demo_num_prompts": 4, "samples_per_prompt": 2, "max_new_tokens": 8, "generation_batch_size": 8,
-            "generation_backend": "transformers", "dtype": "float32", "judge": "exact", "bootstrap_resamples": 200}),
-        **dpr_settings(tiny_sft, root / "settings_sweep")})
+    config = write_yaml(
+        root / "settings.yaml",
+        {
+            "variants": {
+                "plain": {"learning_rate": 1e-3},
+                "early_ref": {"reference_fraction": 0.25, "max_steps": 1},
+                "oracle": {"oracle": True},
+            },
+            "evaluation_config": write_yaml(
+                root / "eval_settings.yaml",
+                {
+                    "output_dir": "unused",
+                    "baseline": "SFT=unused",
+                    "candidates": ["DPR=unused"],
+                    "benchmarks": ["demo"],
+                    "demo_num_prompts": 4,
+                    "samples_per_prompt": 2,
+                    "max_new_tokens": 8,
+                    "generation_batch_size": 8,
+                    "generation_backend": "transformers",
+                    "dtype": "float32",
+                    "judge": "exact",
+                    "bootstrap_resamples": 200,
+                },
+            ),
+            **dpr_settings(tiny_sft, root / "settings_sweep"),
+        },
+    )
     settings_sweep = load_script("settings_sweep")
     settings_sweep.main(["--config", config])
     columns, rows = read_csv(root / "settings_sweep" / "settings_sweep.csv")
@@ -464,15 +607,23 @@ def test_the_settings_sweep_trains_and_compares_each_variant_including_the_oracl
 @pytest.mark.slow
 def test_dense_plus_outcome_trains_each_arm_per_seed_with_its_rewards_and_reports_paired_gains(tiny_sft):
     root = tiny_sft.parent
-    config = write_yaml(root / "dense_plus_outcome.yaml", {
-        "seeds": [0], "evaluation_config": evaluation_yaml(root / "eval_dpo.yaml"),
-        **dpr_settings(tiny_sft, root / "dense_plus_outcome"), "max_steps": 1})
+    config = write_yaml(
+        root / "dense_plus_outcome.yaml",
+        {
+            "seeds": [0],
+            "evaluation_config": evaluation_yaml(root / "eval_dpo.yaml"),
+            **dpr_settings(tiny_sft, root / "dense_plus_outcome"),
+            "max_steps": 1,
+        },
+    )
     load_script("dense_plus_outcome").main(["--config", config])
     output_dir = root / "dense_plus_outcome"
     results = json.loads((output_dir / "dense_plus_outcome.json").read_text())
     for arm, weights in (("DPR", None), ("verifier", [0.0, 1.0]), ("both", [1.0, 1.0])):
         settings = json.loads((output_dir / f"{arm}_s0" / "analysis_run.json").read_text())["settings"]
-        assert settings["reward_weights"] == (weights if weights is None else str(weights))  # settings keep plain values
+        assert settings["reward_weights"] == (
+            weights if weights is None else str(weights)
+        )  # settings keep plain values
         assert settings["reward_funcs"] == ("[]" if arm == "DPR" else "['exact']")
         for decoding in ("T=0.7", "greedy"):
             gain, low, high = results[decoding]["gain"][f"{arm}_s0"]
@@ -488,17 +639,46 @@ def test_dense_plus_outcome_trains_each_arm_per_seed_with_its_rewards_and_report
 
 @pytest.mark.slow
 def test_the_regime_scan_runs_sft_and_the_preview_per_point_and_tabulates_the_chosen_lambda(tmp_path):
-    common = {"model_name_or_path": EMBEDDED_MODEL, "dtype": "float32", "dataset_name": EMBEDDED_DATASET,
-              "num_train_samples": 64, "output_dir": "unused", "per_device_train_batch_size": 8,
-              "learning_rate": 1e-3, "max_length": 128, "save_strategy": "no", "use_cpu": True, "bf16": False,
-              "report_to": "none", "gradient_checkpointing": False, "seed": 0, "disable_tqdm": True}
-    preview = {"output_dir": "unused", "model_name_or_path": "unused", "dtype": "float32", "num_prompts": 4,
-               "samples_per_prompt": 3, "max_new_tokens": 8, "batch_size": 12, "kl_coefs": [math.inf, 1.0, 0.0],
-               "variants": {"DPR": {}, "oracle": {"oracle": True}}, "bootstrap_resamples": 100, "plot": False}
-    config = write_yaml(tmp_path / "scan.yaml", {
-        "output_dir": str(tmp_path / "scan"), "sft_config": write_yaml(tmp_path / "sft.yaml", {**common, "max_steps": 4}),
-        "preview_config": write_yaml(tmp_path / "preview.yaml", preview), "lambda_of_interest": 1.0,
-        "grid": {"short": {"max_steps": 2}, "long": {"reference_fraction": 0.75}}})
+    common = {
+        "model_name_or_path": EMBEDDED_MODEL,
+        "dtype": "float32",
+        "dataset_name": EMBEDDED_DATASET,
+        "num_train_samples": 64,
+        "output_dir": "unused",
+        "per_device_train_batch_size": 8,
+        "learning_rate": 1e-3,
+        "max_length": 128,
+        "save_strategy": "no",
+        "use_cpu": True,
+        "bf16": False,
+        "report_to": "none",
+        "gradient_checkpointing": False,
+        "seed": 0,
+        "disable_tqdm": True,
+    }
+    preview = {
+        "output_dir": "unused",
+        "model_name_or_path": "unused",
+        "dtype": "float32",
+        "num_prompts": 4,
+        "samples_per_prompt": 3,
+        "max_new_tokens": 8,
+        "batch_size": 12,
+        "kl_coefs": [math.inf, 1.0, 0.0],
+        "variants": {"DPR": {}, "oracle": {"oracle": True}},
+        "bootstrap_resamples": 100,
+        "plot": False,
+    }
+    config = write_yaml(
+        tmp_path / "scan.yaml",
+        {
+            "output_dir": str(tmp_path / "scan"),
+            "sft_config": write_yaml(tmp_path / "sft.yaml", {**common, "max_steps": 4}),
+            "preview_config": write_yaml(tmp_path / "preview.yaml", preview),
+            "lambda_of_interest": 1.0,
+            "grid": {"short": {"max_steps": 2}, "long": {"reference_fraction": 0.75}},
+        },
+    )
     regime_scan = load_script("regime_scan")
     regime_scan.main(["--config", config])
     scan = tmp_path / "scan"
@@ -507,7 +687,11 @@ def test_the_regime_scan_runs_sft_and_the_preview_per_point_and_tabulates_the_ch
         assert (manifest["total_steps"], manifest["step"]) == (steps, ref_step), manifest
     columns, rows = read_csv(scan / "regime_scan.csv")
     assert tuple(columns) == regime_scan.COLUMNS and [(r["point"], r["variant"]) for r in rows] == [
-        ("short", "DPR"), ("short", "oracle"), ("long", "DPR"), ("long", "oracle")]
+        ("short", "DPR"),
+        ("short", "oracle"),
+        ("long", "DPR"),
+        ("long", "oracle"),
+    ]
     for row in rows:  # the row holds its own point's preview at λ = 1
         points = json.loads((scan / row["point"] / "preview" / "preview.json").read_text())["points"]
         (at,) = [p for p in points if p["variant"] == row["variant"] and p["lam"] == 1.0]

@@ -19,21 +19,52 @@ def tiny_recipes(root: Path) -> dict:
     """SFT (4 steps), DPR (2 steps), SPIN (2 iterations of 2 steps), GSIL (1 iteration of 2 steps), and an evaluation on
     5 held-out prompts: the demo recipes' structure at test size."""
     sft_dir = root / "sft"
-    common = {"dtype": "float32", "dataset_name": "trl_dpr/embedded-demo", "num_train_samples": 12, "use_cpu": True,
-              "bf16": False, "report_to": "none", "gradient_checkpointing": False, "disable_tqdm": True, "seed": 0,
-              "save_strategy": "no", "learning_rate": 1e-3, "per_device_train_batch_size": 4}
+    common = {
+        "dtype": "float32",
+        "dataset_name": "trl_dpr/embedded-demo",
+        "num_train_samples": 12,
+        "use_cpu": True,
+        "bf16": False,
+        "report_to": "none",
+        "gradient_checkpointing": False,
+        "disable_tqdm": True,
+        "seed": 0,
+        "save_strategy": "no",
+        "learning_rate": 1e-3,
+        "per_device_train_batch_size": 4,
+    }
     method = {**common, "model_name_or_path": str(sft_dir), "max_steps": 2, "warmup_steps": 0, "logging_steps": 1}
     self_play = {**method, "max_new_tokens": 8, "generation_batch_size": 6}
     return {
-        "sft_config": write_yaml(root / "sft.yaml", {**common, "model_name_or_path": "trl_dpr/embedded-tiny-llama",
-                                                     "output_dir": str(sft_dir), "max_steps": 4, "max_length": 128}),
+        "sft_config": write_yaml(
+            root / "sft.yaml",
+            {
+                **common,
+                "model_name_or_path": "trl_dpr/embedded-tiny-llama",
+                "output_dir": str(sft_dir),
+                "max_steps": 4,
+                "max_length": 128,
+            },
+        ),
         "dpr_config": write_yaml(root / "dpr.yaml", {**method, "output_dir": "unused", "max_completion_length": 8}),
         "spin_config": write_yaml(root / "spin.yaml", {**self_play, "output_dir": "unused", "num_iterations": 2}),
         "gsil_config": write_yaml(root / "gsil.yaml", {**self_play, "output_dir": "unused", "num_iterations": 1}),
-        "evaluation_config": write_yaml(root / "eval.yaml", {
-            "output_dir": "unused", "baseline": "SFT=unused", "candidates": ["DPR=unused"], "benchmarks": ["demo"],
-            "demo_num_prompts": 5, "max_new_tokens": 8, "generation_batch_size": 8, "generation_backend": "transformers",
-            "dtype": "float32", "judge": "exact", "bootstrap_resamples": 200}),
+        "evaluation_config": write_yaml(
+            root / "eval.yaml",
+            {
+                "output_dir": "unused",
+                "baseline": "SFT=unused",
+                "candidates": ["DPR=unused"],
+                "benchmarks": ["demo"],
+                "demo_num_prompts": 5,
+                "max_new_tokens": 8,
+                "generation_batch_size": 8,
+                "generation_backend": "transformers",
+                "dtype": "float32",
+                "judge": "exact",
+                "bootstrap_resamples": 200,
+            },
+        ),
     }
 
 
@@ -51,7 +82,9 @@ def test_table1_trains_every_method_from_one_sft_and_prints_the_table(tmp_path, 
     assert [r["method"] for r in rows] == ["DPR", "SR", "SPIN", "GSIL"] and {r["n"] for r in rows} == {"5"}
     for row in rows:
         assert float(row["ci_low"]) <= float(row["win_rate"]) <= float(row["ci_high"])
-    assert (tmp_path / "table1" / "SR" / "analysis_run.json").read_text().count('"reward_granularity": "sentence"') == 1
+    assert (tmp_path / "table1" / "SR" / "analysis_run.json").read_text().count(
+        '"reward_granularity": "sentence"'
+    ) == 1
     assert (tmp_path / "table1" / "SPIN" / "iteration-1" / "model.safetensors").is_file()
 
     # A rerun trains nothing and answers nothing again: the same table.
