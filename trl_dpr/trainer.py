@@ -228,9 +228,8 @@ class DensePathTrainer(GRPOTrainer):
         # GRPO logs `reward` / `reward_std` of the scalar functions only (it cannot see r̂): DPR's replace them below.
         logged = {name: len(self._metrics[mode][name]) for name in ("reward", "reward_std")}
         started = _synchronized_clock(self.accelerator.device)
-        output = super()._generate_and_score_completions(
-            inputs
-        )  # generation, padding, rewards, log π_old if off-policy
+        # generation, padding, rewards, log π_old if off-policy
+        output = super()._generate_and_score_completions(inputs)
         generated = _synchronized_clock(self.accelerator.device)
         all_outcome_rewards, self._outcome_rewards = self._outcome_rewards, None
         if all_outcome_rewards is None:

@@ -256,9 +256,8 @@ def run_preview(
     check_model_source(sft_model_name_or_path, "The SFT output")
     needs_manifest = False
     for settings in (dict(s or {}) for s in config.variants.values() if not (s or {}).get("oracle")):
-        reward = reward_from_settings(
-            settings
-        )  # conflicting keys or an unimportable reward fail before any model loads
+        # conflicting keys or an unimportable reward fail before any model loads
+        reward = reward_from_settings(settings)
         check_models_given(reward, settings.get("dense_reward_models") or {})
         needs_manifest |= "ref" in reward.model_names and not settings.get("ref_model_name_or_path")
     if needs_manifest:

@@ -192,9 +192,7 @@ class GSILTrainer(SelfPlayTrainer):
             shift=args.gsil_shift,
         )
         real = gsil_discriminator(policy_real, ref_real, args.beta, args.gsil_shift)  # f on demonstrations: pushed up
-        generated = gsil_discriminator(
-            policy_generated, ref_generated, args.beta, args.gsil_shift
-        )  # own answers: down
+        generated = gsil_discriminator(policy_generated, ref_generated, args.beta, args.gsil_shift)  # own: down
         return losses, {
             "rewards/real": real,
             "rewards/generated": generated,
