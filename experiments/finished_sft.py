@@ -283,6 +283,8 @@ def _sft(args, output_dir: Path, data: Path) -> dict:
                 record["snapshots"][str(step)] = str(target)
                 record["held_out_loss"][str(step)] = _held_out_loss(model, processing_class, held_out)
                 print(f"SFT step {step}: held-out loss {record['held_out_loss'][str(step)]:.4f}", flush=True)
+            if step == cap:  # π_SFT and π_ref are known here: another worker may start RL while the control goes on
+                _write(output_dir / "sft_cap.json", _finish(dict(record, steps=cap), cap))
 
         def on_log(self, _args, state, control, logs=None, **kw):
             if logs and "num_tokens" in logs:
@@ -291,6 +293,12 @@ def _sft(args, output_dir: Path, data: Path) -> dict:
     start = time.perf_counter()
     run_sft(script_args, training_args, model_args, callbacks=[Snapshots()])
     record["wall_s"] = round(time.perf_counter() - start, 1)
+    _write(record_path, _finish(record, cap))
+    return record
+
+
+def _finish(record: dict, cap: int) -> dict:
+    """π_SFT's step (the held-out minimum up to the cap), π_ref's (half its Σ lr) and α, into `record`."""
     losses = {int(s): v for s, v in record["held_out_loss"].items()}
     record["sft_step"] = finished_step(losses, cap)
     record["ref_step"] = half_lr_step(record["learning_rates"], record["sft_step"])
@@ -300,8 +308,15 @@ def _sft(args, output_dir: Path, data: Path) -> dict:
     record["loss_still_falling_at_cap"] = record["sft_step"] == cap and any(
         losses[s] < losses[cap] for s in losses if s > cap
     )
-    _write(record_path, record)
     return record
+
+
+def _sft_so_far(args, output_dir: Path, data: Path) -> dict:
+    """SFT's record for a worker that does not train SFT: the finished one, else the one written at the cap."""
+    for name in ("sft_record.json", "sft_cap.json"):
+        if (record := _read(output_dir / name)) is not None:
+            return record
+    raise SystemExit(f"SFT has not reached its cap in {output_dir} yet: run `--stage sft` first (or wait for it).")
 
 
 def _sft_path(sft: dict) -> str:
@@ -412,6 +427,8 @@ def _control(args, output_dir: Path, sft: dict) -> dict | None:
     ]
     if not records:
         return None
+    if (sft := _read(output_dir / "sft_record.json")) is None:  # SFT's control epochs still running
+        return None
     parameters = _parameters(_sft_path(sft))
     dpr_flops = sum(dpr_step_flops(parameters, r["tokens"], r["frozen_scorers"]) for r in records) / len(records)
     sft_step_flops = 6 * parameters * sft["tokens"] / sft["steps"]
@@ -482,6 +499,8 @@ def _export(args, output_dir: Path, sft: dict, report, choice: dict, runs: dict)
                     row["length"] = entry["length"][i]
                 if "kl_per_response" in entry:
                     row["kl"] = round(entry["kl_per_response"][i], 4)
+                if "entropy_per_response" in entry:
+                    row["entropy"] = round(entry["entropy_per_response"][i], 3)
                 lines.append(json.dumps(row, separators=(",", ":")))
     (results / "per_prompt.jsonl").write_text("\n".join(lines) + "\n")
     rl = {
@@ -508,6 +527,10 @@ def _export(args, output_dir: Path, sft: dict, report, choice: dict, runs: dict)
         },
     }
     _write(results / "run.json", summary)
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
 
 
 def _gain(g: dict | None) -> str:
@@ -552,14 +575,14 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
     lines += [
         "",
         "| policy | rollouts | KL to π_SFT per response | preview's gain at that KL | answer length (T = 1) | "
-        "T = 1 | T = 0.7 | greedy |",
-        "|---|---|---|---|---|---|---|---|",
+        "entropy per response (T = 1) | T = 1 | T = 0.7 | greedy |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     base = {d: correct.get(("SFT", d)) for d in DECODINGS}
     sft_cells = [f"{100 * sum(c.values()) / len(c):.1f}% (n = {len(c)})" if c else "not run" for c in base.values()]
-    length = mean(("SFT", "T=1"), "length")
+    length, entropy = mean(("SFT", "T=1"), "length"), mean(("SFT", "T=1"), "entropy")
     lines.append(
-        f"| π_SFT (accuracy) | — | 0 | — | {'—' if length is None else f'{length:.1f}'} | "
+        f"| π_SFT (accuracy) | — | 0 | — | {_number(length)} | {_number(entropy, 2)} | "
         + " | ".join(sft_cells)
         + " |"
     )
@@ -577,7 +600,7 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
         kl = mean((policy, "T=1"), "kl")
         variant = "wo/Baseline" if policy.startswith("wo/") else "DPR" if policy.startswith("DPR") else None
         predicted = interpolate_at_kl(curves[variant], kl) if variant and kl is not None and curves[variant] else None
-        length = mean((policy, "T=1"), "length")
+        length, entropy = mean((policy, "T=1"), "length"), mean((policy, "T=1"), "entropy")
         small = correct.get((SFT_SMALL, "T=1"))
         n = len(correct[(policy, "T=1")])
         if base["T=1"] and n != len(base["T=1"]) and not (small and len(small) == n):
@@ -592,7 +615,7 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
         lines.append(
             f"| {label} | {rollouts} | {'—' if kl is None else f'{kl:.3f}'} | "
             f"{'—' if predicted is None else f'{100 * predicted:+.1f}'} | "
-            f"{'—' if length is None else f'{length:.1f}'} | " + " | ".join(gains) + " |"
+            f"{_number(length)} | {_number(entropy, 2)} | " + " | ".join(gains) + " |"
         )
     groups: dict[str, list[str]] = {}  # DPR's seeds at one λ, final policies: pooled per prompt, then paired
     for policy in policies:
@@ -612,7 +635,7 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
         kls = [mean((m, "T=1"), "kl") for m in members]
         lines.append(
             f"| {group}, {len(members)} seeds pooled, at 100% | {rl[members[0].split(' at ')[0]]['rollouts']} each"
-            f" | {sum(kls) / len(kls):.3f} | — | — | " + " | ".join(gains) + " |"
+            f" | {sum(kls) / len(kls):.3f} | — | — | — | " + " | ".join(gains) + " |"
         )
     if base["T=1"] and base["T=0.7"] and base["greedy"]:
         lines += [
@@ -678,7 +701,7 @@ def main(argv=None):
     print_stage(
         2, 7, f"SFT over {args.num_demonstrations} demonstrations, ≤ {args.sft_epochs} + {args.control_epochs} epochs"
     )
-    sft = _sft(args, output_dir, data)
+    sft = _sft(args, output_dir, data) if args.stage in ("all", "sft") else _sft_so_far(args, output_dir, data)
     print(f"π_SFT at step {sft['sft_step']}, π_ref at step {sft['ref_step']} (α = {sft['alpha']:.3f})", flush=True)
     if args.stage == "sft":
         return

@@ -586,6 +586,9 @@ def _evaluate(args, output_dir: Path, name: str, path: str, sft_path: str) -> di
             kl = per_response_kl(own, reference, mask)
             entry["kl_per_response"] = {str(order[i]): float(v) for i, v in enumerate(kl)}
             entry["kl_per_token"] = float(kl.sum() / mask.sum())
+            # -log π(y|x) of a sample drawn from π at T = 1: an unbiased estimate of the response's entropy, free here
+            entropy = -(own * mask).sum(-1)
+            entry["entropy_per_response"] = {str(order[i]): float(v) for i, v in enumerate(entropy)}
         entry["wall_s"] = round(time.perf_counter() - start, 1)
         result = {**(_read(result_path) or {}), decoding: entry}  # another worker may have added a decoding meanwhile
         _write(result_path, result)

@@ -137,17 +137,20 @@ def steps_at_shares(learning_rates: list[float], shares: list[float]) -> dict[fl
 def choose(map_points: dict[float, list]) -> dict:
     """The mapped snapshot and λ where DPR's predicted gain is largest, and whether to train at all.
 
-    `map_points`: progress → the preview's DPR points. Only finite λ > 0 with a trusted ESS count. `train` is False when
-    no predicted gain is above 0: the answer is then "do not train DPR here", not the least-bad point.
+    `map_points`: progress → the preview's DPR points. Only finite λ > 0 with a trusted ESS count. `train` is True only
+    when the best point's 95% interval lies above 0. Otherwise the answer is "none": "do not train DPR" when no point
+    estimate is above 0, "cannot tell" when the best one is but its interval includes 0. `lambda` still names the
+    best point, so an experiment can check the verdict against a policy trained there.
 
     Example:
         >>> from types import SimpleNamespace as P
         >>> pts = {0.1: [P(lam=2.0, trusted=True, delta=0.04, kl=0.3, delta_ci_low=0.0, delta_ci_high=0.08)],
         ...        1.0: [P(lam=2.0, trusted=True, delta=-0.02, kl=0.2, delta_ci_low=-0.05, delta_ci_high=0.01)]}
-        >>> c = choose(pts); c["progress"], c["train"]
-        (0.1, True)
-        >>> choose({1.0: pts[1.0]})["train"]
-        False
+        >>> c = choose(pts); c["progress"], c["train"], c["verdict"][:11]
+        (0.1, False, 'cannot tell')
+        >>> pts[0.1][0].delta_ci_low = 0.01
+        >>> choose(pts)["train"], choose({1.0: pts[1.0]})["verdict"][:16]
+        (True, 'do not train DPR')
     """
     candidates = [
         (p.delta, progress, p)
@@ -164,8 +167,12 @@ def choose(map_points: dict[float, list]) -> dict:
         "target_kl": point.kl,
         "preview_gain": gain,
         "preview_gain_ci": [point.delta_ci_low, point.delta_ci_high],
-        "train": gain > 0,
-        "verdict": "train DPR" if gain > 0 else "do not train DPR: no λ is predicted to beat π_SFT",
+        "train": point.delta_ci_low > 0,
+        "verdict": "train DPR"
+        if point.delta_ci_low > 0
+        else "cannot tell: the best λ's predicted gain has a 95% interval that includes 0, so no λ is chosen"
+        if gain > 0
+        else "do not train DPR: no λ is predicted to beat π_SFT",
     }
 
 

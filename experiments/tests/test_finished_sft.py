@@ -65,7 +65,7 @@ def test_the_report_recomputes_gains_kl_and_the_preview_at_that_kl_from_planted_
                     "decoding": decoding,
                     "prompt": i,
                     "correct": int(dpr),
-                    **({"kl": 0.5 * (i % 2) * 2, "length": 20} if decoding == "T=1" else {}),
+                    **({"kl": 0.5 * (i % 2) * 2, "length": 20, "entropy": float(i)} if decoding == "T=1" else {}),
                 }
             )
     summary = {
@@ -106,9 +106,10 @@ def test_the_report_recomputes_gains_kl_and_the_preview_at_that_kl_from_planted_
     line = next(x for x in text.splitlines() if x.startswith("| DPR λ=1e-05 seed0 at 100%"))
     cells = [c.strip() for c in line.strip("|").split("|")]
     # mean KL 0.5 → the preview's line from (0, 0) to (1, +10) gives +5.0; T = 1: (7 − 5) / 10 = +20 points
-    assert cells[1:5] == ["800", "0.500", "+5.0", "20.0"]
-    assert cells[5].startswith("+20.0 (") and cells[7].startswith("+0.0 (")
-    assert "| π_SFT (accuracy) | — | 0 | — | 10.0 | 50.0% (n = 10) |" in text
+    # entropy: the mean of the planted 0, 1, ..., 9 nats; π_SFT planted none
+    assert cells[1:6] == ["800", "0.500", "+5.0", "20.0", "4.50"]
+    assert cells[6].startswith("+20.0 (") and cells[8].startswith("+0.0 (")
+    assert "| π_SFT (accuracy) | — | 0 | — | 10.0 | — | 50.0% (n = 10) |" in text
 
 
 def test_the_report_without_results_says_what_to_run(tmp_path, capsys):
@@ -246,4 +247,25 @@ def test_the_report_pools_dpr_seeds_per_prompt_before_pairing():
     text = finished_sft.render_report(rows, summary)
     line = next(x for x in text.splitlines() if "2 seeds pooled" in x)
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[2] == "0.300" and cells[5].startswith("+37.5 (")  # mean KL (0.2 + 0.4) / 2; gain 1.5 / 4
+    assert cells[2] == "0.300" and cells[6].startswith("+37.5 (")  # mean KL (0.2 + 0.4) / 2; gain 1.5 / 4
+
+
+def test_a_second_worker_starts_from_the_cap_record_and_the_control_waits_for_sft_to_finish(tmp_path):
+    args = finished_sft.FinishedSFTArguments(output_dir=str(tmp_path))
+    with pytest.raises(SystemExit, match="run `--stage sft` first"):
+        finished_sft._sft_so_far(args, tmp_path, tmp_path / "demonstrations.jsonl")
+    # the record SFT writes at its cap: losses 0.5, 0.3, 0.4 at steps 2, 4, 6; the minimum is step 4; a constant
+    # rate puts half of its Σ lr at step 2
+    cap = finished_sft._finish(
+        {"learning_rates": [1.0] * 6, "held_out_loss": {"2": 0.5, "4": 0.3, "6": 0.4}, "snapshots": {}}, cap=6
+    )
+    assert (cap["sft_step"], cap["ref_step"], cap["alpha"]) == (4, 2, 0.5)
+    (tmp_path / "sft_cap.json").write_text(json.dumps(cap))
+    assert finished_sft._sft_so_far(args, tmp_path, tmp_path / "d.jsonl")["sft_step"] == 4
+    # a DPR run has finished, but SFT's control epochs have not: no control yet
+    rl = finished_sft._folder(tmp_path, "DPR λ=1e-05 seed0")
+    rl.mkdir(parents=True)
+    (rl / "rl_record.json").write_text(json.dumps({"tokens": 1000.0, "frozen_scorers": 2}))
+    assert finished_sft._control(args, tmp_path, cap) is None
+    (tmp_path / "sft_record.json").write_text(json.dumps({**cap, "sft_step": 6}))
+    assert finished_sft._sft_so_far(args, tmp_path, tmp_path / "d.jsonl")["sft_step"] == 6  # the finished one wins
