@@ -97,6 +97,10 @@ class FinishedSFTArguments:
         default=72, metadata={"help": "Longest answer (the longest demonstration: 67 tokens)."}
     )
     eval_batch_size: int = field(default=100, metadata={"help": "Prompts per generate call."})
+    pass_k: int = field(
+        default=4,
+        metadata={"help": "pass@1 and pass@k at T = 1 from k draws on `snapshot_eval_prompts` prompts (0: none)."},
+    )
     decodings: list[str] = field(default_factory=lambda: list(DECODINGS), metadata={"help": "Final decodings."})
     stage: str = field(default="all", metadata={"help": f"One of {STAGES}.", "choices": list(STAGES)})
     only: list[str] = field(default_factory=list, metadata={"help": "train / evaluate: only these runs (a worker)."})
@@ -445,6 +449,53 @@ def _control(args, output_dir: Path, sft: dict) -> dict | None:
     }
 
 
+def _more_draws(args, output_dir: Path, name: str, path: str) -> None:
+    """k − 1 more answers at T = 1 (seeds 1 … k − 1) on the first `snapshot_eval_prompts` evaluation prompts: with the
+    main evaluation's T = 1 answer, k independent draws per prompt, for pass@1 and pass@k (sharpening or skill)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_dpr.embedded.task import is_correct
+    from trl_dpr.evaluation.sampling import sample_completions
+
+    from .real_model import _held_out
+
+    result_path = output_dir / "evaluation" / f"{_policy_folder(output_dir, name).name}.json"
+    result = _read(result_path) or {}
+    if args.pass_k < 2 or "T=1" not in result or "T=1 draws" in result:
+        return
+    rows, _ = _held_out(args)
+    ids = sorted(range(min(args.snapshot_eval_prompts, len(rows))), key=lambda i: (rows[i]["kind"], i))
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    policy = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    start, draws = time.perf_counter(), {str(i): [] for i in ids}
+    for seed in range(1, args.pass_k):
+        samples = sample_completions(
+            policy,
+            tokenizer,
+            [rows[i]["prompt"] for i in ids],
+            temperature=1.0,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.eval_batch_size,
+            seed=seed,
+        )
+        for i, sample in zip(ids, samples):
+            draws[str(i)].append(float(is_correct(sample.text, rows[i]["answer"])))
+    entry = {"seeds": list(range(1, args.pass_k)), "correct": draws, "wall_s": round(time.perf_counter() - start, 1)}
+    _write(result_path, {**(_read(result_path) or {}), "T=1 draws": entry})
+
+
+def pass_at(first: float, more: list[float]) -> dict[str, float]:
+    """pass@1 (the mean of the k draws) and pass@k (any of them right) of one prompt.
+
+    Example:
+        >>> pass_at(0.0, [1.0, 0.0, 0.0])
+        {'pass@1': 0.25, 'pass@4': 1.0}
+    """
+    every = [first, *more]
+    return {"pass@1": sum(every) / len(every), f"pass@{len(every)}": max(every)}
+
+
 def _evaluate_all(args, output_dir: Path, sft: dict, runs: dict) -> None:
     """π_SFT, the control and each final policy at every decoding; the earlier snapshots at T = 1."""
     sft_path = _sft_path(sft)
@@ -459,6 +510,11 @@ def _evaluate_all(args, output_dir: Path, sft: dict, runs: dict) -> None:
     if wanted("SFT-continued") and control:
         _write(output_dir / "control.json", control)
         _evaluate(args, output_dir, "SFT-continued", control["path"], sft_path)
+    finals = {"SFT": sft_path, **{f"{n} at 100%": r["snapshots"]["1.0"] for n, r in records.items()}}
+    if control and wanted("SFT-continued"):
+        finals["SFT-continued"] = control["path"]
+    for name, path in finals.items():  # pass@k: is a gain sharpening (pass@1 only) or skill (pass@k too)?
+        _more_draws(args, output_dir, name, path)
     small = copy.copy(args)
     small.eval_prompts, small.decodings = args.snapshot_eval_prompts, ["T=1"]
     # π_SFT on the snapshots' prompts too: a different prompt count batches differently, so the shared seed pairs a
@@ -490,6 +546,12 @@ def _export(args, output_dir: Path, sft: dict, report, choice: dict, runs: dict)
     for path in sorted((output_dir / "evaluation").glob("*.json")):
         evaluation = _read(path)
         policy = names.get(path.stem, path.stem)
+        if "T=1 draws" in evaluation and "T=1" in evaluation:
+            first = evaluation["T=1"]["correct"]
+            for i, more in evaluation["T=1 draws"]["correct"].items():
+                for decoding, value in pass_at(first[i], more).items():
+                    row = {"policy": policy, "decoding": decoding, "prompt": int(i), "correct": value}
+                    lines.append(json.dumps(row, separators=(",", ":")))
         for decoding, entry in evaluation.items():
             if decoding not in DECODINGS:
                 continue
@@ -637,6 +699,21 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
             f"| {group}, {len(members)} seeds pooled, at 100% | {rl[members[0].split(' at ')[0]]['rollouts']} each"
             f" | {sum(kls) / len(kls):.3f} | — | — | — | " + " | ".join(gains) + " |"
         )
+    ks = sorted({d for _, d in table if d.startswith("pass@")}, key=lambda d: int(d.removeprefix("pass@")))
+    if ks and all(("SFT", k) in correct for k in ks):
+        n = len(correct[("SFT", ks[0])])
+        lines += [
+            "",
+            f"Sharpening or skill: pass@1 (the mean of {ks[-1][5:]} draws) and {ks[-1]} at T = 1 on {n} prompts "
+            "(shared seeds): π_SFT's rate, then each policy's paired gain over it.",
+            "",
+            "| policy | " + " | ".join(ks) + " |",
+            "|---|" + "---|" * len(ks),
+            "| π_SFT | " + " | ".join(f"{100 * sum(correct[('SFT', k)].values()) / n:.1f}%" for k in ks) + " |",
+        ]
+        for policy in sorted({p for p, d in table if d == ks[0] and p != "SFT"}):
+            cells = [_gain(paired(correct[(policy, k)], correct[("SFT", k)])) for k in ks]
+            lines.append(f"| {policy} | " + " | ".join(cells) + " |")
     if base["T=1"] and base["T=0.7"] and base["greedy"]:
         lines += [
             "",

@@ -269,3 +269,26 @@ def test_a_second_worker_starts_from_the_cap_record_and_the_control_waits_for_sf
     assert finished_sft._control(args, tmp_path, cap) is None
     (tmp_path / "sft_record.json").write_text(json.dumps({**cap, "sft_step": 6}))
     assert finished_sft._sft_so_far(args, tmp_path, tmp_path / "d.jsonl")["sft_step"] == 6  # the finished one wins
+
+
+def test_pass_at_k_rows_give_sharpening_and_skill_apart():
+    # π_SFT: prompts 0-3 right in 1 of 4 draws, 4-7 never. The policy: 0-3 right in 4 of 4 (sharpened), 4-7 never.
+    # pass@1 gains (1 − 0.25) × 4/8 = +37.5 points; pass@4 gains nothing (0-3 were already reached by π_SFT).
+    rows = []
+    for i in range(8):
+        sft = finished_sft.pass_at(1.0 if i < 4 else 0.0, [0.0, 0.0, 0.0])
+        policy = finished_sft.pass_at(1.0 if i < 4 else 0.0, [1.0 if i < 4 else 0.0] * 3)
+        for name, values in (("SFT", sft), ("DPR λ=1e-05 seed0 at 100%", policy)):
+            rows += [{"policy": name, "decoding": k, "prompt": i, "correct": v} for k, v in values.items()]
+    summary = {
+        "settings": {"num_demonstrations": 8},
+        "control": None,
+        "choice": None,
+        "preview": [],
+        "sft": {"sft_step": 2, "cap": 4, "steps_per_epoch": 1, "ref_step": 1, "alpha": 0.5, "held_out_loss": {}},
+        "rl": {},
+    }
+    text = finished_sft.render_report(rows, summary)
+    assert "| π_SFT | 12.5% | 50.0% |" in text
+    line = next(x for x in text.splitlines() if x.startswith("| DPR λ=1e-05 seed0 at 100% | +37.5"))
+    assert line.split("|")[3].strip().startswith("+0.0 (")
