@@ -510,9 +510,9 @@ def _evaluate_all(args, output_dir: Path, sft: dict, runs: dict) -> None:
     if wanted("SFT-continued") and control:
         _write(output_dir / "control.json", control)
         _evaluate(args, output_dir, "SFT-continued", control["path"], sft_path)
-    finals = {"SFT": sft_path, **{f"{n} at 100%": r["snapshots"]["1.0"] for n, r in records.items()}}
-    if control and wanted("SFT-continued"):
-        finals["SFT-continued"] = control["path"]
+    finals = {f"{n} at 100%": r["snapshots"]["1.0"] for n, r in records.items()}
+    finals |= {"SFT": sft_path} if wanted("SFT") else {}
+    finals |= {"SFT-continued": control["path"]} if control and wanted("SFT-continued") else {}
     for name, path in finals.items():  # pass@k: is a gain sharpening (pass@1 only) or skill (pass@k too)?
         _more_draws(args, output_dir, name, path)
     small = copy.copy(args)
