@@ -23,7 +23,9 @@ from trl_dpr.running.checkpointing import (
     OutputDirInUse,
     checkpoint_problem,
     claim_output_dir,
+    finished_run,
     last_complete_checkpoint,
+    mark_run_finished,
     release_output_dir,
     write_checkpoint_manifest,
 )
@@ -260,6 +262,26 @@ def test_a_fresh_run_refuses_a_folder_holding_a_finished_run(tmp_path):
         claim_output_dir(tmp_path)
     claim_output_dir(tmp_path, resuming=True)
     claim_output_dir(tmp_path, overwrite=True)
+
+
+def test_a_run_is_finished_for_the_arguments_it_recorded_while_its_model_is_there(tmp_path):
+    arguments = {"DensePathConfig": {"kl_coef": 1.0, "output_dir": str(tmp_path)}}
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    assert not finished_run(tmp_path, arguments)  # no record: a run of another version, or killed before its end
+    mark_run_finished(tmp_path, arguments)
+    assert finished_run(tmp_path, arguments)
+    assert not finished_run(tmp_path, {"DensePathConfig": {"kl_coef": 0.5, "output_dir": str(tmp_path)}})
+    (tmp_path / "model.safetensors").unlink()
+    assert not finished_run(tmp_path, arguments)  # its model removed: nothing finished to show
+
+
+def test_a_run_that_starts_over_in_a_finished_runs_folder_removes_its_record_of_being_finished(tmp_path):
+    arguments = {"DensePathConfig": {"kl_coef": 1.0}}
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    mark_run_finished(tmp_path, arguments)
+    claim_output_dir(tmp_path, overwrite=True)
+    release_output_dir(tmp_path)  # killed here, its old model still in place: not taken for the finished run
+    assert not finished_run(tmp_path, arguments)
 
 
 def test_a_run_that_fails_before_writing_leaves_no_empty_folder_it_created(tmp_path):
