@@ -456,7 +456,7 @@ def test_without_a_cache_the_same_mistake_gets_the_same_message(tmp_path):
 def test_the_readmes_demo_command_again_on_its_finished_run_exits_0_with_its_table_and_no_traceback(
     tmp_path, monkeypatch
 ):
-    from trl_dpr.running.checkpointing import mark_run_finished, run_arguments
+    from trl_dpr.running.checkpointing import mark_run_finished, run_fingerprint
     from trl_dpr.scripts.dpr import make_parser
 
     recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
@@ -470,7 +470,7 @@ def test_the_readmes_demo_command_again_on_its_finished_run_exits_0_with_its_tab
     (tmp_path / "dpr" / "eval_results.json").write_text(json.dumps({"table_markdown": table}))
     monkeypatch.chdir(ROOT)  # the recipe's paths are the repository's, as for `make demo`
     script_args, training_args, model_args, _ = make_parser().parse_args_and_config(["--config", str(path)])
-    mark_run_finished(training_args.output_dir, run_arguments(script_args, training_args, model_args))
+    mark_run_finished(training_args.output_dir, run_fingerprint(script_args, training_args, model_args))
     cpu = str(ROOT / "recipes" / "accelerate_configs" / "cpu.yaml")
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", cpu, "recipes/dpr.py"]
     result = run_launch([*command, "--config", str(path)], cwd=ROOT, env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=300)

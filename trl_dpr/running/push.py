@@ -33,7 +33,7 @@ SAFETY_IGNORE_PATTERNS = [
     ".write-test-*",  # the output-dir probe of check_output_dir
     ".trl_dpr.lock*",  # the run's lock and its holder (PID, host name)
     MERGED_MARKER,  # merge_adapter_folder's mark on its own output
-    f"*{RUN_COMPLETE_NAME}*",  # the run's arguments (local paths), and the record while it is being written
+    f"*{RUN_COMPLETE_NAME}*",  # this clone's record that the run finished (and the record while it is written)
 ]
 
 

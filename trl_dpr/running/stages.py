@@ -48,9 +48,9 @@ def run_stages(
     return trained
 
 
-def finished_already(training_args, arguments: dict) -> bool:
-    """Whether this command already ran to its end in `training_args.output_dir` with the same `arguments`
-    (`run_arguments`, `finished_run`): then it says so, shows the run's evaluation, and says how to train again.
+def finished_already(training_args, fingerprint: str) -> bool:
+    """Whether this command already ran to its end in `training_args.output_dir` with the same arguments
+    (`run_fingerprint`, `finished_run`): then it says so, shows the run's evaluation, and says how to train again.
 
     A re-run of the README's `make demo` then ends with exit code 0 rather than refusing the folder (a refusal under
     `accelerate launch` also prints the launcher's traceback). A run that resumes or overwrites is never finished.
@@ -58,7 +58,7 @@ def finished_already(training_args, arguments: dict) -> bool:
     if training_args.overwrite_output_dir or parse_resume_from_checkpoint(training_args.resume_from_checkpoint):
         return False
     output_dir = training_args.output_dir
-    if not finished_run(output_dir, arguments):
+    if not finished_run(output_dir, fingerprint):
         return False
     from accelerate import PartialState
 
