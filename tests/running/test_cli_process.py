@@ -478,3 +478,24 @@ def test_the_readmes_demo_command_again_on_its_finished_run_exits_0_with_its_tab
     assert f"Already finished: {tmp_path / 'dpr'} holds this run" in result.stdout
     assert table in result.stdout and "--overwrite_output_dir true" in result.stdout
     assert (tmp_path / "dpr" / "model.safetensors").read_bytes() == b"weights of the finished run"
+
+
+@pytest.mark.slow  # a process that imports torch and TRL: seconds
+def test_make_demos_launch_on_a_folder_holding_another_run_ends_with_one_line_and_no_traceback(tmp_path):
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    recipe["output_dir"] = str(tmp_path / "dpr")
+    path = tmp_path / "dpr.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    (tmp_path / "dpr").mkdir()
+    (tmp_path / "dpr" / "model.safetensors").write_bytes(b"weights of a run with other arguments")
+    cpu = str(ROOT / "recipes" / "accelerate_configs" / "cpu.yaml")
+    assert (
+        "accelerate launch --quiet --config_file recipes/accelerate_configs/cpu.yaml"
+        in (ROOT / "Makefile").read_text()
+    )
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--quiet", "--config_file", cpu, "recipes/dpr.py"]
+    result = run_launch([*command, "--config", str(path)], cwd=ROOT, env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert "already holds a run (model.safetensors)" in line and "--overwrite_output_dir true" in line
+    assert (tmp_path / "dpr" / "model.safetensors").read_bytes() == b"weights of a run with other arguments"
