@@ -196,14 +196,14 @@ def regime_markdown(rows: list[dict]) -> str:
         best_lambda = float(dpr["best_lambda"])
         best = f"{float(dpr['best_gain']):+.3f} ({float(dpr['best_gain_ci_low']):+.3f} to {float(dpr['best_gain_ci_high']):+.3f})"
         best = "∞ (none)" if math.isinf(best_lambda) else f"{best_lambda:g}: {best}"
-        helps = dpr["helps"] in ("True", "true", "1", True)
-        verdict = (
-            "no"
-            if not helps
-            else (
+        if dpr["helps"] in ("", None):  # the preview's None (π_SFT never right), an empty cell in the CSV
+            verdict = "cannot tell"
+        elif dpr["helps"] not in ("True", "true", "1", True):
+            verdict = "no"
+        else:
+            verdict = (
                 "**yes**" if float(dpr["best_gain"]) >= 0.01 else f"yes, by {100 * float(dpr['best_gain']):.1f} points"
             )
-        )
         lines.append(
             f"| {base} | {setting} | {float(dpr['sft_quality']):.3f} | {float(dpr['gain']):+.3f} "
             f"({float(dpr['gain_ci_low']):+.3f} to {float(dpr['gain_ci_high']):+.3f}) | {best} | "

@@ -23,6 +23,7 @@ from pathlib import Path
 from trl import ModelConfig, SFTConfig
 
 from trl_dpr.analysis.preview import PreviewConfig, run_preview
+from trl_dpr.analysis.preview_report import helps_verdict
 from trl_dpr.embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from trl_dpr.running.pipeline import SFTScriptArguments, has_sft_output, model_init_kwargs_from, print_stage, run_sft
 from trl_dpr.running.recipe_parser import RecipeParser
@@ -127,7 +128,7 @@ def _markdown(rows: list[dict]) -> str:
             f"{float(r['reference_fraction']):g} | {r['variant']} | "
             f"{r['sft_quality']:.3f} | {r['gain']:+.3f} ({r['gain_ci_low']:+.3f}–{r['gain_ci_high']:+.3f}) | "
             f"{r['kl']:.2f} | {best_lam} | {r['best_gain']:+.3f} ({r['best_gain_ci_low']:+.3f}–"
-            f"{r['best_gain_ci_high']:+.3f}) | {'yes' if r['helps'] else 'no'} |"
+            f"{r['best_gain_ci_high']:+.3f}) | {helps_verdict(r['helps'])} |"
         )
     return "\n".join(lines)
 

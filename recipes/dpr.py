@@ -1,4 +1,4 @@
-"""`trl-dpr dpr` in a clone: `accelerate launch --config_file recipes/accelerate_configs/cpu.yaml recipes/dpr.py --config recipes/demo/dpr.yaml`.
+"""`trl-dpr dpr` in a clone: `accelerate launch --quiet --config_file recipes/accelerate_configs/cpu.yaml recipes/dpr.py --config recipes/demo/dpr.yaml`.
 
 The stage is the package's module `trl_dpr.scripts.dpr`; this file only runs its `main`."""
 

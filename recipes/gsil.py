@@ -1,4 +1,4 @@
-"""`trl-dpr gsil` in a clone: `accelerate launch --config_file recipes/accelerate_configs/cpu.yaml recipes/gsil.py --config recipes/demo/gsil.yaml`.
+"""`trl-dpr gsil` in a clone: `accelerate launch --quiet --config_file recipes/accelerate_configs/cpu.yaml recipes/gsil.py --config recipes/demo/gsil.yaml`.
 
 The stage is the package's module `trl_dpr.scripts.gsil`; this file only runs its `main`."""
 

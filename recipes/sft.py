@@ -1,4 +1,4 @@
-"""`trl-dpr sft` in a clone: `accelerate launch --config_file recipes/accelerate_configs/cpu.yaml recipes/sft.py --config recipes/demo/sft.yaml`.
+"""`trl-dpr sft` in a clone: `accelerate launch --quiet --config_file recipes/accelerate_configs/cpu.yaml recipes/sft.py --config recipes/demo/sft.yaml`.
 
 The stage is the package's module `trl_dpr.scripts.sft`; this file only runs its `main`."""
 

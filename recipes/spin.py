@@ -1,4 +1,4 @@
-"""`trl-dpr spin` in a clone: `accelerate launch --config_file recipes/accelerate_configs/cpu.yaml recipes/spin.py --config recipes/demo/spin.yaml`.
+"""`trl-dpr spin` in a clone: `accelerate launch --quiet --config_file recipes/accelerate_configs/cpu.yaml recipes/spin.py --config recipes/demo/spin.yaml`.
 
 The stage is the package's module `trl_dpr.scripts.spin`; this file only runs its `main`."""
 

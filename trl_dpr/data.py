@@ -131,6 +131,17 @@ def prompts_for_rl(dataset: Dataset, name: str) -> Dataset:
     )
 
 
+def split_at_last_answer(messages: list[dict], name: str) -> tuple[list[dict], dict]:
+    """A `messages` conversation as `(its prompt, the assistant's final message)`: one line when it does not end with
+    an assistant turn after a prompt. The stages that read demonstrations (DPR, self-play, preview, evaluation) agree."""
+    if len(messages) < 2 or not isinstance(messages[-1], dict) or messages[-1].get("role") != "assistant":
+        raise ValueError(
+            f"A `messages` row of {name!r} does not end with an assistant turn after a prompt ({messages!r:.200}): "
+            "give each conversation its assistant answer last."
+        )
+    return messages[:-1], messages[-1]
+
+
 def prompt_and_demonstration(row: dict, name: str) -> tuple[str | list[dict], str | None]:
     """`(prompt, demonstration text or None)` of one row, in any format the stages take: `prompt` (+ `completion`), or
     `messages` whose last turn is the assistant's answer. What the preview and `trl-dpr evaluate` read a row as."""
@@ -141,12 +152,8 @@ def prompt_and_demonstration(row: dict, name: str) -> tuple[str | list[dict], st
         return row["prompt"], completion
     messages = row.get("messages")
     if isinstance(messages, list):
-        if len(messages) < 2 or messages[-1].get("role") != "assistant":
-            raise ValueError(
-                f"A `messages` row of {name!r} does not end with an assistant turn after a prompt ({messages!r:.200}): "
-                "give each conversation its assistant answer last."
-            )
-        return messages[:-1], messages[-1]["content"]
+        prompt, answer = split_at_last_answer(messages, name)
+        return prompt, answer["content"]
     raise ValueError(
         f"A row of {name!r} has columns {sorted(row)}; it needs `prompt` (with `answer` or `completion`) or `messages` "
         "(a conversation ending with the assistant's answer)."

@@ -468,3 +468,64 @@ def test_sft_continued_is_the_sft_runs_own_snapshot_past_dprs_flops(monkeypatch)
     # π_SFT at the end of the pass has no continuation of its own to compare with
     sft["share_steps"]["1.0"] = 60
     assert regime_map._continued(None, None, sft, [{"tokens": 5000, "frozen_scorers": 2}], 1.0) is None
+
+
+def test_the_regime_scan_says_cannot_tell_where_the_preview_could_not_tell():
+    from types import SimpleNamespace
+
+    from experiments.regime_scan import _markdown, _point_row
+
+    def preview(helps):
+        summary = {
+            "variant": "DPR",
+            "best_kl_coef": float("inf") if helps is None else 1.0,
+            "best_delta": 0.0 if helps is None else 0.05 if helps else -0.01,
+            "best_delta_ci_low": 0.0 if helps is None else 0.01 if helps else -0.03,
+            "best_delta_ci_high": 0.0 if helps is None else 0.09 if helps else 0.01,
+            "best_kl": 0.0,
+            "helps": helps,
+        }
+        point = {"variant": "DPR", "lam": 1.0, "delta": 0.0, "delta_ci_low": 0.0, "delta_ci_high": 0.0, "kl": 0.0}
+        return {
+            "summary": [summary],
+            "points": [point],
+            "sft_quality": 0.0 if helps is None else 0.5,
+            "pass_at_n": 0.0,
+        }
+
+    sft_args, sft_training = SimpleNamespace(reference_fraction=0.5), SimpleNamespace(max_steps=50, learning_rate=1e-4)
+    rows = [
+        row
+        for name, helps in (("never_right", None), ("helps", True), ("does_not", False))
+        for row in _point_row(name, sft_args, sft_training, "trl_dpr/embedded-pretrained-llama", preview(helps), 1.0)
+    ]
+    verdicts = [line.rsplit("|", 2)[1].strip() for line in _markdown(rows).splitlines()[2:]]
+    assert verdicts == ["cannot tell", "yes", "no"]
+
+
+def test_the_readmes_regime_table_says_cannot_tell_for_a_point_whose_preview_could_not_tell():
+    from experiments.readme_tables import regime_markdown
+
+    def row(variant, helps):
+        return {
+            "point": "pretrained_s50_lr1e-4",
+            "base": "trl_dpr/embedded-pretrained-llama",
+            "sft_steps": "50",
+            "sft_learning_rate": "0.0001",
+            "reference_fraction": "0.5",
+            "variant": variant,
+            "sft_quality": "0.0",
+            "lambda": "1.0",
+            "gain": "0.0",
+            "gain_ci_low": "0.0",
+            "gain_ci_high": "0.0",
+            "best_lambda": "inf",
+            "best_gain": "0.0",
+            "best_gain_ci_low": "0.0",
+            "best_gain_ci_high": "0.0",
+            "helps": helps,
+        }
+
+    # `helps` None is written to regime_scan.csv as an empty cell (experiments/figures.py's write_csv)
+    table = regime_markdown([row("DPR", ""), row("wo/Baseline", "")])
+    assert table.splitlines()[2].endswith("| cannot tell |")

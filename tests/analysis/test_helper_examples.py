@@ -21,6 +21,10 @@ CASES = {
     >>> save_heatmap_png(scored, os.path.join(tempfile.mkdtemp(), "h.png")).stat().st_size > 1000
     True
 """,
+    "trl_dpr.analysis.preview_report:helps_verdict": r"""
+    >>> helps_verdict(True), helps_verdict(False), helps_verdict(None)
+    ('yes', 'no', 'cannot tell')
+""",
     "trl_dpr.analysis.preview_report:PolicyPoint": r"""
     >>> PolicyPoint("DPR", "runs/dpr", 0.5, 0.4, 0.6, 0.05, 0.01, 0.09, 0.3, 0.2, 0.4).delta
     0.05

@@ -51,6 +51,14 @@ CASES = {
     >>> kept.num_rows, dropped
     (1, 1)
 """,
+    "trl_dpr.data:split_at_last_answer": r"""
+    >>> split_at_last_answer([{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}], "toy")
+    ([{'role': 'user', 'content': '2+2?'}], {'role': 'assistant', 'content': '4'})
+    >>> split_at_last_answer([{"role": "user", "content": "2+2?"}], "toy")
+    Traceback (most recent call last):
+    ...
+    ValueError: A `messages` row of 'toy' does not end with an assistant turn after a prompt (...): give each ...
+""",
     "trl_dpr.data:load_demonstrations": r"""
     >>> rows = Dataset.from_dict({"prompt": ["1+1?", "2+2?"], "completion": ["2", "4"]})
     >>> load_demonstrations("my-rows", num_samples=1, rows=rows).num_rows

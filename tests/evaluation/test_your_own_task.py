@@ -180,6 +180,89 @@ def test_a_judge_of_yours_named_as_module_class_decides_the_win_rate(user_folder
     assert report.accuracy == []  # no answer check: no accuracy
 
 
+def test_a_check_written_for_trls_conversational_format_decides_the_evaluation_of_your_sft_file(
+    user_folder, tmp_path, monkeypatch
+):
+    """The SFT file (`messages`) as `jsonl_path`, checked by a function as TRL's docs write a reward function for a
+    conversational dataset (`completion[0]["content"]`): it gets message lists, and its verdicts are the README
+    check's on the same planted answers (the references are the demonstrations, read by the same pattern)."""
+    from trl_dpr.evaluation import run_evaluation
+
+    (user_folder / "chat_checks.py").write_text(
+        "import re\n\n"
+        "def last(text):\n"
+        "    found = re.findall(r'(-?\\d+(?:\\.\\d+)?) ?°F', text)\n"
+        "    return float(found[-1]) if found else None\n\n"
+        "def fahrenheit(completions, answer, prompts, **kwargs):\n"
+        "    assert all(prompt[-1]['role'] == 'user' for prompt in prompts)\n"
+        "    contents = [completion[0]['content'] for completion in completions]\n"
+        "    return [float(last(c) is not None and abs(last(c) - last(a)) < 0.05) for c, a in zip(contents, answer)]\n"
+    )
+    monkeypatch.chdir(user_folder)
+    output = tmp_path / "eval"
+    for name, (answers, _) in PLANTED.items():
+        settings = {
+            "model_path": f"runs/my-{name.lower()}",
+            "backend": "transformers",
+            "temperature": 0.7,
+            "max_new_tokens": 8,
+            "seed": 0,
+        }
+        cache = output / "answers" / "jsonl" / f"{name}.jsonl"
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(
+            "".join(
+                json.dumps({"model": name, "prompt_id": str(i), "turn": 0, "answer": a, "settings": settings}) + "\n"
+                for i, a in enumerate(answers)
+            )
+        )
+    config = EvaluationConfig(
+        output_dir=str(output),
+        baseline="SFT=runs/my-sft",
+        candidates=["DPR=runs/my-dpr"],
+        benchmarks=["jsonl"],
+        jsonl_path="demonstrations.jsonl",
+        judge="exact",
+        answer_check="chat_checks:fahrenheit",
+        max_new_tokens=8,
+        generation_backend="transformers",
+        bootstrap_resamples=100,
+    )
+    report = run_evaluation(config, show_progress=False)
+    accuracy = {r.method: r.accuracy for r in report.accuracy}
+    assert accuracy == {name: sum(right) / 4 for name, (_, right) in PLANTED.items()}  # 0.5 and 0.75
+    (pairwise,) = report.pairwise
+    assert (pairwise.win_rate.wins, pairwise.win_rate.ties, pairwise.win_rate.losses) == (2, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "Convert 37 °C to Fahrenheit.",
+        [{"role": "system", "content": "Answer in °F."}, {"role": "user", "content": "37?"}],
+    ],
+    ids=["standard", "conversational"],
+)
+def test_a_check_gets_completions_and_prompts_as_trl_gives_them_to_a_reward_function(prompt):
+    from trl.data_utils import is_conversational
+
+    from trl_dpr.evaluation.answer_checks import AnswerCheck
+
+    given = {}
+
+    def record(completions, answer, prompts, **kwargs):
+        given.update(completions=completions, answer=answer, prompts=prompts)
+        return [1.0] * len(completions)
+
+    AnswerCheck(record, "record")(["98.6 °F", "99 °F"], ["98.6", "98.6"], [prompt, prompt])
+    # What GRPOTrainer decodes for each format (without a response parser), and passes on with the prompts unchanged.
+    if is_conversational({"prompt": prompt}):
+        expected = [[{"role": "assistant", "content": "98.6 °F"}], [{"role": "assistant", "content": "99 °F"}]]
+    else:
+        expected = ["98.6 °F", "99 °F"]
+    assert given == {"completions": expected, "answer": ["98.6", "98.6"], "prompts": [prompt, prompt]}
+
+
 def test_your_demonstrations_preview_with_your_check_and_it_says_when_it_cannot_tell(user_folder):
     """`trl-dpr preview --config my_preview.yaml` on the SFT file itself (`messages`): the answers are read from the
     assistant's turns by the user's check; a tiny random π_SFT is never right, so the preview cannot tell, and says so."""

@@ -413,3 +413,23 @@ def test_docstring_examples_run(monkeypatch):
         result = doctest.testmod(module)
         examples = result.attempted + sum(key.startswith(f"{module.__name__}:") for key in CASES)
         assert result.failed == 0 and examples > 0, module.__name__
+
+
+def test_a_conversation_that_does_not_end_with_an_answer_gets_the_one_line_every_stage_gives():
+    from trl_dpr.data import prompt_and_demonstration, prompts_for_rl
+
+    unanswered = [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "And 3+3?"},
+    ]
+    rows = Dataset.from_dict({"messages": [unanswered]})
+    with pytest.raises(ValueError) as self_play:
+        prompts_and_demonstrations(rows, "my-data")
+    with pytest.raises(ValueError) as preview_and_evaluation:
+        prompt_and_demonstration({"messages": unanswered}, "my-data")
+    with pytest.raises(ValueError) as dpr:
+        prompts_for_rl(rows, "my-data")
+    assert str(self_play.value) == str(preview_and_evaluation.value) == str(dpr.value)
+    assert str(self_play.value).startswith("A `messages` row of 'my-data' does not end with an assistant turn after a")
+    assert str(self_play.value).endswith("give each conversation its assistant answer last.")

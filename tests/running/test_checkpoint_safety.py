@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,11 +21,15 @@ from safetensors.torch import load_file
 
 from trl_dpr.reference_manifest import MANIFEST_NAME
 from trl_dpr.running.checkpointing import (
+    RUN_COMPLETE_NAME,
     OutputDirInUse,
     checkpoint_problem,
     claim_output_dir,
+    finished_run,
     last_complete_checkpoint,
+    mark_run_finished,
     release_output_dir,
+    run_fingerprint,
     write_checkpoint_manifest,
 )
 
@@ -260,6 +265,37 @@ def test_a_fresh_run_refuses_a_folder_holding_a_finished_run(tmp_path):
         claim_output_dir(tmp_path)
     claim_output_dir(tmp_path, resuming=True)
     claim_output_dir(tmp_path, overwrite=True)
+
+
+@dataclass
+class Recipe:
+    kl_coef: float = 1.0
+    model_init_kwargs: dict | None = None
+    overwrite_output_dir: bool = False
+
+
+def test_a_run_is_finished_for_the_arguments_it_recorded_while_its_model_is_there(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    assert not finished_run(tmp_path, run_fingerprint(Recipe()))  # no record: another version's run, or a killed one
+    mark_run_finished(tmp_path, run_fingerprint(Recipe()))
+    assert finished_run(tmp_path, run_fingerprint(Recipe()))
+    assert finished_run(tmp_path, run_fingerprint(Recipe(overwrite_output_dir=True)))  # how it starts, not what it is
+    assert not finished_run(tmp_path, run_fingerprint(Recipe(kl_coef=0.5)))
+    (tmp_path / "model.safetensors").unlink()
+    assert not finished_run(tmp_path, run_fingerprint(Recipe()))  # its model removed: nothing finished to show
+
+
+def test_the_record_of_a_finished_run_holds_no_argument_in_clear(tmp_path):
+    mark_run_finished(tmp_path, run_fingerprint(Recipe(model_init_kwargs={"token": "hf_FAKEtokenINaRECIPE"})))
+    assert "hf_FAKE" not in (tmp_path / RUN_COMPLETE_NAME).read_text()
+
+
+def test_a_run_that_starts_over_in_a_finished_runs_folder_removes_its_record_of_being_finished(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    mark_run_finished(tmp_path, run_fingerprint(Recipe()))
+    claim_output_dir(tmp_path, overwrite=True)
+    release_output_dir(tmp_path)  # killed here, its old model still in place: not taken for the finished run
+    assert not finished_run(tmp_path, run_fingerprint(Recipe()))
 
 
 def test_a_run_that_fails_before_writing_leaves_no_empty_folder_it_created(tmp_path):

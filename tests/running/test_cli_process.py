@@ -2,6 +2,7 @@
 imports before it knows it needs it. A command that imports torch and TRL anyway runs in a process forked from this
 one (`trl_dpr_forked`), which has imported them: the same process behaviour, without ~13 s of imports per call."""
 
+import json
 import os
 import re
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ..conftest import run_forked
+from ..conftest import run_forked, run_launch
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -449,3 +450,52 @@ def test_without_a_cache_the_same_mistake_gets_the_same_message(tmp_path):
     warm = trl_dpr(*args)
     assert cold.returncode == warm.returncode == 2 and cold.stderr == warm.stderr, cold.stderr[-2000:]
     assert list((tmp_path / "empty").glob("cli-*.json"))  # written for the next call
+
+
+@pytest.mark.slow  # a process that imports torch and TRL: seconds
+def test_the_readmes_demo_command_again_on_its_finished_run_exits_0_with_its_table_and_no_traceback(
+    tmp_path, monkeypatch
+):
+    from trl_dpr.running.checkpointing import mark_run_finished, run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    recipe["output_dir"] = str(tmp_path / "dpr")
+    path = tmp_path / "dpr.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    # What `make demo` leaves in runs/demo/dpr: the model, its evaluation, and, written last, the record of the run.
+    (tmp_path / "dpr").mkdir()
+    (tmp_path / "dpr" / "model.safetensors").write_bytes(b"weights of the finished run")
+    table = "| Method | accuracy % (95% CI) |\n|---|---|\n| DPR | 84.2 (82.5–85.9) |"
+    (tmp_path / "dpr" / "eval_results.json").write_text(json.dumps({"table_markdown": table}))
+    monkeypatch.chdir(ROOT)  # the recipe's paths are the repository's, as for `make demo`
+    script_args, training_args, model_args, _ = make_parser().parse_args_and_config(["--config", str(path)])
+    mark_run_finished(training_args.output_dir, run_fingerprint(script_args, training_args, model_args))
+    cpu = str(ROOT / "recipes" / "accelerate_configs" / "cpu.yaml")
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", cpu, "recipes/dpr.py"]
+    result = run_launch([*command, "--config", str(path)], cwd=ROOT, env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert f"Already finished: {tmp_path / 'dpr'} holds this run" in result.stdout
+    assert table in result.stdout and "--overwrite_output_dir true" in result.stdout
+    assert (tmp_path / "dpr" / "model.safetensors").read_bytes() == b"weights of the finished run"
+
+
+@pytest.mark.slow  # a process that imports torch and TRL: seconds
+def test_make_demos_launch_on_a_folder_holding_another_run_ends_with_one_line_and_no_traceback(tmp_path):
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    recipe["output_dir"] = str(tmp_path / "dpr")
+    path = tmp_path / "dpr.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    (tmp_path / "dpr").mkdir()
+    (tmp_path / "dpr" / "model.safetensors").write_bytes(b"weights of a run with other arguments")
+    cpu = str(ROOT / "recipes" / "accelerate_configs" / "cpu.yaml")
+    assert (
+        "accelerate launch --quiet --config_file recipes/accelerate_configs/cpu.yaml"
+        in (ROOT / "Makefile").read_text()
+    )
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--quiet", "--config_file", cpu, "recipes/dpr.py"]
+    result = run_launch([*command, "--config", str(path)], cwd=ROOT, env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert "already holds a run (model.safetensors)" in line and "--overwrite_output_dir true" in line
+    assert (tmp_path / "dpr" / "model.safetensors").read_bytes() == b"weights of a run with other arguments"

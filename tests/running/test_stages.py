@@ -1,6 +1,7 @@
 """`trl-dpr dpr`, `spin` and `gsil` run one stage flow (`trl_dpr.running.stages`): sft_config → train →
 evaluation_config, with an unfinished SFT resumed and a finished one skipped."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,50 @@ def test_every_pipeline_refuses_an_sft_stage_that_writes_another_folder(stages, 
     name = {"dpr": "DPR", "spin": "SPIN", "gsil": "GSIL"}[method]
     with pytest.raises(ValueError, match=rf"writes the SFT model to .* but {name} starts from.*--sft_config \"\""):
         stages(method, tmp_path / "elsewhere")
+
+
+# ---- the same command again -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def dpr_runs(tmp_path, monkeypatch):
+    """`dpr_runs(*overrides)`: `trl-dpr dpr`'s main on the demo recipe into tmp_path/dpr (no SFT stage, no
+    evaluation), its training replaced by a recorder that writes a model and an evaluation table; returns the KL
+    coefficients trained with so far."""
+    import trl_dpr.scripts.dpr
+
+    trained = []
+
+    def train(script_args, training_args, model_args, inputs):
+        trained.append(training_args.kl_coef)
+        output = Path(training_args.output_dir)
+        (output / "model.safetensors").write_bytes(b"weights")
+        (output / "eval_results.json").write_text(json.dumps({"table_markdown": "| DPR | 84.2 |"}))
+
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "run_dpr", train)
+
+    def run(*overrides: str) -> list[float]:
+        recipe = ["--config", str(ROOT / "recipes/demo/dpr.yaml"), "--sft_config", "", "--evaluation_config", ""]
+        run_recipe("dpr", [*recipe, "--output_dir", str(tmp_path / "dpr"), "--num_train_samples", "8", *overrides])
+        return trained
+
+    return run
+
+
+def test_the_same_dpr_command_again_trains_nothing_and_shows_the_finished_runs_evaluation(dpr_runs, tmp_path, capsys):
+    assert dpr_runs() == [1.0]
+    capsys.readouterr()
+    assert dpr_runs() == [1.0]  # returned normally: exit code 0
+    shown = capsys.readouterr().out
+    assert f"Already finished: {tmp_path / 'dpr'} holds this run" in shown
+    assert "| DPR | 84.2 |" in shown and "--overwrite_output_dir true" in shown
+
+
+def test_a_changed_dpr_command_is_refused_a_finished_runs_folder_unless_it_overwrites(dpr_runs):
+    assert dpr_runs() == [1.0]
+    with pytest.raises(ValueError, match=r"already holds a run \(model.safetensors\).*--overwrite_output_dir true"):
+        dpr_runs("--kl_coef", "0.5")
+    assert dpr_runs("--kl_coef", "0.5", "--overwrite_output_dir", "true") == [1.0, 0.5]
+    assert dpr_runs("--kl_coef", "0.5") == [1.0, 0.5]  # the folder now holds the kl_coef 0.5 run, finished
+    with pytest.raises(ValueError, match="already holds a run"):
+        dpr_runs()  # and no longer the first one

@@ -211,7 +211,9 @@ def _quality_function(config: PreviewConfig, held: _HeldOut) -> Callable[[list, 
             )
         check = answer_check_from(config.answer_check, config.answer_pattern) or embedded_check()
         return lambda indices, responses: check(
-            responses, [answers[i] for i in indices], [_question(held.prompts[i]) for i in indices]
+            responses,
+            [answers[i] for i in indices],
+            [held.prompts[i] for i in indices],  # as the file wrote them
         )
     if config.quality == "demonstration":
         if any(d is None for d in held.demonstrations):

@@ -101,6 +101,11 @@ class PolicyPoint:
     kl_ci_high: float
 
 
+def helps_verdict(helps: bool | None) -> str:
+    """A preview's `helps` in words; None is "cannot tell" (π_SFT was never right: `PreviewReport.undecided`)."""
+    return "cannot tell" if helps is None else "yes" if helps else "no"
+
+
 @dataclass
 class PreviewReport:
     """What `run_preview` measured: one `PreviewPoint` per (variant, λ), π_SFT's level, the pass@N ceiling (no
@@ -186,7 +191,7 @@ class PreviewReport:
         ]
         for row in self.summary_rows():
             slope = "n/a" if math.isnan(row["slope_per_nat"]) else f"{row['slope_per_nat']:+.3f}"
-            helps = "cannot tell" if row["helps"] is None else "yes" if row["helps"] else "no"
+            helps = helps_verdict(row["helps"])
             lines.append(
                 f"| {row['variant']} | {slope} | {row['best_kl_coef']:g} | {row['best_delta']:+.3f} "
                 f"({row['best_delta_ci_low']:+.3f}–{row['best_delta_ci_high']:+.3f}) | {helps} |"

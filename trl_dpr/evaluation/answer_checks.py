@@ -3,8 +3,10 @@
     answer_check: my_checks:fahrenheit      def fahrenheit(completions, answer, **kw) -> list[float]   (TRL's reward_funcs)
     answer_pattern: 'The answer is (-?[0-9.]+)'    the last match's group 1 equals the answer (numbers compared as numbers)
 
-`completions` are the model's answers as strings, `answer` the file's `answer` column (or, without one, the
-demonstration's text), `prompts` the questions; each score is in [0, 1] (1 = right). The preview (`quality: exact`) and
+A check gets what TRL's GRPOTrainer passes a reward function for the file's format: for a conversational file (`prompt`
+as chat messages, or `messages` rows) `prompts` are message lists and each completion is `[{"role": "assistant",
+"content": text}]`; for a standard one (`prompt` a string) both are strings. `answer` is the file's `answer` column (or,
+without one, the demonstration's text); each score is in [0, 1] (1 = right). The preview (`quality: exact`) and
 `trl-dpr evaluate` (`judge: exact`, `benchmarks: [jsonl]`) both reach a check through `answer_check_from`.
 """
 
@@ -18,8 +20,19 @@ from ..embedded.task import extract_answer, is_correct
 from ..rewards import _import_from_working_directory
 
 
+def _is_conversational(prompt) -> bool:
+    # TRL's rule (`trl.data_utils.is_conversational`): a prompt that is a list of chat messages.
+    return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], dict) and "role" in prompt[0]
+
+
+def _text(completion) -> str:
+    # A completion as TRL passes it, back to its text: a string, or the assistant's message(s) of a conversation.
+    return completion if isinstance(completion, str) else "".join(m.get("content") or "" for m in completion)
+
+
 class AnswerCheck:
-    """A user's check, called as TRL calls a reward function (keyword arguments), its scores checked on the way out."""
+    """A user's check, called as TRL calls a reward function (keyword arguments, completions in the prompts' format),
+    its scores checked on the way out. `prompts` are the file's, as written: strings, or chat messages."""
 
     def __init__(self, function: Callable[..., Sequence[float]], name: str):
         self.function = function
@@ -32,13 +45,22 @@ class AnswerCheck:
             raise ValueError(f"{len(completions)} completions for {len(answers)} answers.")
         if not completions:
             return []
+        prompts = list(prompts or [])
+        conversational = bool(prompts) and _is_conversational(prompts[0])
+        if conversational:  # as GRPOTrainer decodes them without a response parser: one assistant message each
+            completions = [[{"role": "assistant", "content": text}] for text in completions]
         try:
-            scores = self.function(completions=list(completions), answer=list(answers), prompts=list(prompts or []))
+            scores = self.function(completions=list(completions), answer=list(answers), prompts=prompts)
         except Exception as error:  # the user's code: say what it was given, not only where it broke
+            given = (
+                'lists [{"role": "assistant", "content": text}], as TRL passes them for a conversational file'
+                if conversational
+                else "strings, as TRL passes them for a file whose prompts are strings"
+            )
             raise ValueError(
-                f"answer_check {self.name} raised {type(error).__name__}: {error}. It is called with completions (the "
-                "answers, as strings), answer (the `answer` column, or the demonstration's text when the file has "
-                f"none; the first: {answers[0]!r:.80}) and prompts."
+                f"answer_check {self.name} raised {type(error).__name__}: {error}. It is called with completions "
+                f"({given}), answer (the `answer` column, or the demonstration's text when the file has none; the "
+                f"first: {answers[0]!r:.80}) and prompts."
             ) from error
         if not isinstance(scores, Sequence) or isinstance(scores, str) or len(scores) != len(completions):
             raise ValueError(
@@ -95,7 +117,7 @@ def pattern_check(pattern: str) -> AnswerCheck:
         return match.group(1) if compiled.groups else match.group(0)
 
     def check(completions, answer, **kwargs):
-        return [float(_same_answer(last(c), last(a) or a)) for c, a in zip(completions, answer)]
+        return [float(_same_answer(last(_text(c)), last(a) or a)) for c, a in zip(completions, answer)]
 
     return AnswerCheck(check, f"pattern {pattern!r}")
 
@@ -135,7 +157,7 @@ def embedded_check() -> AnswerCheck:
     an answer that is a whole demonstration is read the same way."""
 
     def check(completions, answer, **kwargs):
-        return [float(is_correct(c, extract_answer(a) or a)) for c, a in zip(completions, answer)]
+        return [float(is_correct(_text(c), extract_answer(a) or a)) for c, a in zip(completions, answer)]
 
     return AnswerCheck(check, "embedded task")
 

@@ -121,7 +121,11 @@ class WinRateCallback(TrainerCallback):
             return None
         pairs = [
             PairToJudge(
-                _question_text(prompt), answer, baseline, self.references[i] if self.references is not None else None
+                _question_text(prompt),
+                answer,
+                baseline,
+                self.references[i] if self.references is not None else None,
+                prompt,  # as the dataset wrote it: an answer check gets TRL's format
             )
             for i, (prompt, answer, baseline) in enumerate(zip(self.prompts, policy_answers, self.sft_answers))
         ]

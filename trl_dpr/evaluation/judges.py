@@ -42,6 +42,9 @@ class PairToJudge:
     candidate: str
     baseline: str
     reference: str | None = None
+    prompt: str | list[dict] | None = (
+        None  # as the file wrote it, for an answer check (TRL's format); None: `question`
+    )
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ class ExactAnswerJudge(PairwiseJudge):
             ]
         else:
             answers = [p.reference for p in pairs]
-            prompts = [p.question for p in pairs]
+            prompts = [p.question if p.prompt is None else p.prompt for p in pairs]
             scores = list(
                 zip(
                     self.check([p.candidate for p in pairs], answers, prompts),

@@ -25,6 +25,11 @@ class EvalPrompt:
     category: str | None = None
     references: tuple[str, ...] = ()
     system: str | None = None
+    conversational: bool = False  # written as chat messages (TRL's conversational format), not as a string
+
+    def as_written(self) -> str | list[dict]:
+        """The prompt in its file's format, as TRL would pass it to a reward function: messages, or the text."""
+        return self.conversation([]) if self.conversational else self.turns[0]
 
     def conversation(self, previous_answers: list[str]) -> list[dict]:
         """The chat up to the next user turn: user turn 1, answer 1, ..., user turn len(previous_answers) + 1."""
@@ -222,6 +227,7 @@ def load_jsonl_prompts(path: str | None = None) -> list[EvalPrompt]:
                 category,
                 (str(answer),),
                 system[0] if system else None,
+                conversational=not isinstance(prompt, str),
             )
         )
     return prompts

@@ -145,6 +145,7 @@ def _pairwise_result(
             answers[method][(p.prompt_id, 0)],
             answers[baseline][(p.prompt_id, 0)],
             p.references[0] if p.references else None,
+            p.as_written(),
         )
         for p in prompts
     ]
@@ -202,7 +203,7 @@ def _exact_accuracy(
         check(
             [answers[(p.prompt_id, 0)] for p in prompts],
             [p.references[0] for p in prompts],
-            [p.turns[0] for p in prompts],
+            [p.as_written() for p in prompts],
         ),
         groups=[_source_prompt_id(p) for p in prompts],
         categories=[p.category for p in prompts],

@@ -31,6 +31,7 @@ from transformers import AutoTokenizer
 from trl import ModelConfig, get_peft_config
 from trl.data_utils import is_conversational
 
+from ..data import split_at_last_answer
 from ..embedded.task import load_demonstrations
 from ..evaluation.cache import JsonlCache
 from ..evaluation.sampling import sample_completions
@@ -134,12 +135,9 @@ def prompts_and_demonstrations(dataset: Dataset, name: str) -> tuple[list, list]
     if "messages" in columns:
         prompts, completions = [], []
         for messages in dataset["messages"]:
-            if len(messages) < 2 or messages[-1]["role"] != "assistant":
-                raise ValueError(
-                    f"A `messages` row of {name!r} does not end with an assistant turn after a prompt: {messages!r}"
-                )
-            prompts.append(messages[:-1])
-            completions.append(messages[-1:])
+            prompt, answer = split_at_last_answer(messages, name)
+            prompts.append(prompt)
+            completions.append([answer])  # TRL's conversational completion: the assistant's message(s)
         return prompts, completions
     raise ValueError(
         f"Dataset {name!r} has columns {sorted(columns)}; self-play needs demonstrations: `prompt` and `completion` "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import shutil
 import socket
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -37,6 +39,11 @@ LOCK_NAME = ".trl_dpr.lock"
 LOCK_HOLDER_NAME = ".trl_dpr.lock.json"  # who holds the lock; a file of its own (Windows locks the lock file's bytes)
 # What a finished or checkpointed run leaves in its folder (a fresh run must not silently replace it).
 _RUN_OUTPUTS = ("trainer_state.json", "model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
+# Written last by a recipe's run that got to its end (model, evaluation, push): a digest of the arguments it ran with.
+# The same command run again finds it and says the run is finished (`finished_run`) instead of refusing the folder.
+RUN_COMPLETE_NAME = "run_complete.json"
+# Arguments that say how a run is started, not what it produces: a re-run that differs only in them is the same run.
+_NOT_THE_RUN = ("overwrite_output_dir", "resume_from_checkpoint", "local_rank", "hub_token")
 
 
 # ---- checkpoint completeness --------------------------------------------------------------------------------------
@@ -263,12 +270,46 @@ def claim_output_dir(output_dir: str | os.PathLike, *, resuming: bool = False, o
         if previous:
             error = (
                 f"{str(output_dir)!r} already holds a run ({previous}). A fresh run would replace its checkpoints and "
-                "model. Resume it (resume_from_checkpoint: true), choose another output_dir, or set "
-                "overwrite_output_dir: true to start over in this folder."
+                "model. Resume it (--resume_from_checkpoint true), choose another --output_dir, or start over in "
+                "this folder: --overwrite_output_dir true (or overwrite_output_dir: true in the recipe)."
             )
+        if not error:  # this run's now: a finished run's record no longer describes what the folder will hold
+            (output_dir / RUN_COMPLETE_NAME).unlink(missing_ok=True)
     error = _agree(error)
     if error:
         raise (OutputDirInUse if error.startswith("Another run") else ValueError)(error)
+
+
+def run_fingerprint(*parsed) -> str:
+    """A digest of a recipe's parsed arguments (its dataclasses: TRL's configs, the script's): what `run_complete.json`
+    records and a re-run compares. A digest, not the values: they may hold a token (`model_init_kwargs`)."""
+    arguments = {}
+    for values in parsed:
+        fields = values.to_dict() if hasattr(values, "to_dict") else asdict(values)  # to_dict: TrainingArguments' own
+        arguments[type(values).__name__] = {key: value for key, value in fields.items() if key not in _NOT_THE_RUN}
+    return hashlib.sha256(json.dumps(arguments, default=str, sort_keys=True).encode()).hexdigest()
+
+
+def mark_run_finished(output_dir: str | os.PathLike, fingerprint: str) -> None:
+    """Record, last, that the run in `output_dir` got to its end with the arguments of `fingerprint`; main process."""
+    if _is_main_process():
+        record = Path(output_dir) / RUN_COMPLETE_NAME
+        partial = record.with_name(f".{RUN_COMPLETE_NAME}.partial")  # renamed: a reader never sees half a file
+        partial.write_text(json.dumps({"arguments_sha256": fingerprint}) + "\n")
+        os.replace(partial, record)
+
+
+def finished_run(output_dir: str | os.PathLike, fingerprint: str) -> bool:
+    """Whether `output_dir` holds a run that got to its end with the arguments of `fingerprint` and still has its
+    model: the same command again has nothing to do. Every process gets the main process's answer."""
+    finished = None
+    if _is_main_process():
+        try:
+            recorded = json.loads((Path(output_dir) / RUN_COMPLETE_NAME).read_text())["arguments_sha256"]
+        except (OSError, ValueError, KeyError, TypeError):  # none, or not one this version wrote: not finished
+            recorded = None
+        finished = "yes" if recorded == fingerprint and _previous_run(Path(output_dir)) else None
+    return _agree(finished) == "yes"
 
 
 def _barrier() -> None:

@@ -17,7 +17,7 @@ from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..reference_manifest import MANIFEST_NAME
-from .checkpointing import STAGING_DIRNAME
+from .checkpointing import RUN_COMPLETE_NAME, STAGING_DIRNAME
 from .merge import MERGED_MARKER, merge_adapter_folder, merged_folder
 from .model_card import _looks_local
 from .secret_scan import secrets_from_environment, secrets_in_file
@@ -33,6 +33,7 @@ SAFETY_IGNORE_PATTERNS = [
     ".write-test-*",  # the output-dir probe of check_output_dir
     ".trl_dpr.lock*",  # the run's lock and its holder (PID, host name)
     MERGED_MARKER,  # merge_adapter_folder's mark on its own output
+    f"*{RUN_COMPLETE_NAME}*",  # this clone's record that the run finished (and the record while it is written)
 ]
 
 

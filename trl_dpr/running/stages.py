@@ -5,10 +5,12 @@ sft_config (skipped when done, resumed when unfinished) ──► train ──�
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
-from .checkpointing import last_complete_checkpoint
+from .checkpointing import finished_run, last_complete_checkpoint, parse_resume_from_checkpoint
 from .pipeline import SFTScriptArguments, check_evaluation_config, has_sft_output, print_stage, run_sft
 from .placement import PLACEMENT_KEYS, RunPlacement
 
@@ -44,6 +46,32 @@ def run_stages(
         print_stage(stage + 1, stages, f"Evaluation: {method} vs SFT ({evaluation_config})")
         evaluate(trained, "cpu" if placement.use_cpu else "auto")
     return trained
+
+
+def finished_already(training_args, fingerprint: str) -> bool:
+    """Whether this command already ran to its end in `training_args.output_dir` with the same arguments
+    (`run_fingerprint`, `finished_run`): then it says so, shows the run's evaluation, and says how to train again.
+
+    A re-run of the README's `make demo` then ends with exit code 0 rather than refusing the folder (a refusal under
+    `accelerate launch` also prints the launcher's traceback). A run that resumes or overwrites is never finished.
+    """
+    if training_args.overwrite_output_dir or parse_resume_from_checkpoint(training_args.resume_from_checkpoint):
+        return False
+    output_dir = training_args.output_dir
+    if not finished_run(output_dir, fingerprint):
+        return False
+    from accelerate import PartialState
+
+    if PartialState().is_main_process:
+        try:
+            table = json.loads((Path(output_dir) / "eval_results.json").read_text())["table_markdown"]
+        except (OSError, ValueError, KeyError, TypeError):  # a run without an evaluation stage
+            table = None
+        print(f"Already finished: {output_dir} holds this run (same recipe and arguments); nothing to train.")
+        if table:
+            print(f"\n{table}\n")
+        print(f"To train it again: --overwrite_output_dir true, or remove {output_dir}.", flush=True)
+    return True
 
 
 def _sft_stage(method: str, sft_path: str, placement: RunPlacement, sft_config: str, stage: int, stages: int) -> None:

@@ -9,14 +9,14 @@
 from trl import ModelConfig
 
 from trl_dpr import DensePathConfig
-from trl_dpr.running.checkpointing import release_output_dir
+from trl_dpr.running.checkpointing import mark_run_finished, release_output_dir, run_fingerprint
 from trl_dpr.running.cli import run
 from trl_dpr.running.memory import MemoryTarget
 from trl_dpr.running.pipeline import DPRScriptArguments, check_dpr_inputs, evaluate_against_sft, run_dpr
 from trl_dpr.running.placement import LaunchPlacement, check_launched_run
 from trl_dpr.running.push import defer_push_to_hub, push_trainer_output
 from trl_dpr.running.recipe_parser import RecipeParser
-from trl_dpr.running.stages import run_stages
+from trl_dpr.running.stages import finished_already, run_stages
 
 
 def make_parser() -> RecipeParser:
@@ -29,6 +29,9 @@ def main(argv=None):
     script_args, training_args, model_args, _ = make_parser().parse_args_and_config(argv)
     placement = check_launched_run(training_args, launch)  # the recipe's device and precision are the launcher's
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
+    fingerprint = run_fingerprint(script_args, training_args, model_args)
+    if finished_already(training_args, fingerprint):  # the same command run again: says so, exit code 0
+        return
     sft_path = model_args.model_name_or_path
     # The DPR stage's own input is checked before the SFT stage spends anything: its folder (claimed), the push, the
     # prompts (loaded). run_dpr takes what was claimed and loaded rather than doing it again.
@@ -51,6 +54,7 @@ def main(argv=None):
     )
     if push:
         push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
+    mark_run_finished(training_args.output_dir, fingerprint)  # last: the same command again finds the run finished
     release_output_dir(training_args.output_dir)  # after the evaluation's eval_results.json and the push
 
 
