@@ -215,6 +215,22 @@ def _rows(args, which: str):
     return rows.select(range(HELD_OUT_OFFSET + args.preview_prompts, len(rows)))
 
 
+def _evaluation_rows(args, output_dir: Path, count: int):
+    """The first `count` held-out rows (before HELD_OUT_OFFSET) whose prompt is in none of D, the preview's and the
+    loss's rows. The held-out split's rows past its first 500 are drawn from the same stream as D's, so about a third
+    of them are D's own prompts: an evaluation that kept them would score memorised prompts."""
+    from trl_dpr.embedded.task import held_out_split
+
+    seen = [json.loads(line)["prompt"] for line in (output_dir / "demonstrations.jsonl").read_text().splitlines()]
+    seen += [r["prompt"] for r in _rows(args, "preview")] + [r["prompt"] for r in _rows(args, "loss")]
+    taken = {json.dumps(p, sort_keys=True) for p in seen}
+    rows = held_out_split(HELD_OUT_OFFSET, seed=0)
+    keep = [i for i, r in enumerate(rows) if json.dumps(r["prompt"], sort_keys=True) not in taken][:count]
+    if len(keep) < count:
+        raise SystemExit(f"Only {len(keep)} held-out prompts are outside D: set eval_prompts ≤ {len(keep)}.")
+    return rows.select(keep)
+
+
 def _data(args, output_dir: Path) -> Path:
     from trl_dpr.embedded.task import build_demo_dataset
 
@@ -241,7 +257,7 @@ def _sft(args, output_dir: Path, data: Path) -> dict:
 
     record_path = output_dir / "sft_record.json"
     if (record := _read(record_path)) is not None:
-        return record
+        return _finish(record, record["cap"], args.snapshot_every)
     script_args, training_args, model_args = _recipe(
         (SFTScriptArguments, SFTConfig, ModelConfig),
         args.sft_config,
@@ -288,7 +304,7 @@ def _sft(args, output_dir: Path, data: Path) -> dict:
                 record["held_out_loss"][str(step)] = _held_out_loss(model, processing_class, held_out)
                 print(f"SFT step {step}: held-out loss {record['held_out_loss'][str(step)]:.4f}", flush=True)
             if step == cap:  # π_SFT and π_ref are known here: another worker may start RL while the control goes on
-                _write(output_dir / "sft_cap.json", _finish(dict(record, steps=cap), cap))
+                _write(output_dir / "sft_cap.json", _finish(dict(record, steps=cap), cap, args.snapshot_every))
 
         def on_log(self, _args, state, control, logs=None, **kw):
             if logs and "num_tokens" in logs:
@@ -297,14 +313,17 @@ def _sft(args, output_dir: Path, data: Path) -> dict:
     start = time.perf_counter()
     run_sft(script_args, training_args, model_args, callbacks=[Snapshots()])
     record["wall_s"] = round(time.perf_counter() - start, 1)
-    _write(record_path, _finish(record, cap))
+    _write(record_path, _finish(record, cap, args.snapshot_every))
     return record
 
 
-def _finish(record: dict, cap: int) -> dict:
-    """π_SFT's step (the held-out minimum up to the cap), π_ref's (half its Σ lr) and α, into `record`."""
+def _finish(record: dict, cap: int, snapshot_every: int) -> dict:
+    """π_SFT's step (the held-out minimum among the candidates up to the cap), π_ref's (half its Σ lr) and α, into
+    `record`. Candidates: every `snapshot_every` steps and the cap, the snapshots whose π_ref was saved; the half-Σ-lr
+    snapshots have a loss too but no π_ref of their own."""
     losses = {int(s): v for s, v in record["held_out_loss"].items()}
-    record["sft_step"] = finished_step(losses, cap)
+    candidates = {s: v for s, v in losses.items() if s % snapshot_every == 0 or s == cap}
+    record["sft_step"] = finished_step(candidates, cap)
     record["ref_step"] = half_lr_step(record["learning_rates"], record["sft_step"])
     record["alpha"] = sum(record["learning_rates"][: record["ref_step"]]) / sum(
         record["learning_rates"][: record["sft_step"]]
@@ -318,8 +337,8 @@ def _finish(record: dict, cap: int) -> dict:
 def _sft_so_far(args, output_dir: Path, data: Path) -> dict:
     """SFT's record for a worker that does not train SFT: the finished one, else the one written at the cap."""
     for name in ("sft_record.json", "sft_cap.json"):
-        if (record := _read(output_dir / name)) is not None:
-            return record
+        if (record := _read(output_dir / name)) is not None:  # recomputed: a record may predate `_finish`'s rule
+            return _finish(record, record["cap"], args.snapshot_every)
     raise SystemExit(f"SFT has not reached its cap in {output_dir} yet: run `--stage sft` first (or wait for it).")
 
 
@@ -449,23 +468,20 @@ def _control(args, output_dir: Path, sft: dict) -> dict | None:
     }
 
 
-def _more_draws(args, output_dir: Path, name: str, path: str) -> None:
-    """k − 1 more answers at T = 1 (seeds 1 … k − 1) on the first `snapshot_eval_prompts` evaluation prompts: with the
-    main evaluation's T = 1 answer, k independent draws per prompt, for pass@1 and pass@k (sharpening or skill)."""
+def _more_draws(args, output_dir: Path, name: str, path: str, rows) -> None:
+    """k − 1 more answers at T = 1 (seeds 1 … k − 1) on `rows`, the evaluation's first prompts: with the main
+    evaluation's T = 1 answer, k independent draws per prompt, for pass@1 and pass@k (sharpening or skill)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trl_dpr.embedded.task import is_correct
     from trl_dpr.evaluation.sampling import sample_completions
 
-    from .real_model import _held_out
-
     result_path = output_dir / "evaluation" / f"{_policy_folder(output_dir, name).name}.json"
     result = _read(result_path) or {}
     if args.pass_k < 2 or "T=1" not in result or "T=1 draws" in result:
         return
-    rows, _ = _held_out(args)
-    ids = sorted(range(min(args.snapshot_eval_prompts, len(rows))), key=lambda i: (rows[i]["kind"], i))
+    ids = sorted(range(len(rows)), key=lambda i: (rows[i]["kind"], i))
     tokenizer = AutoTokenizer.from_pretrained(path)
     policy = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     start, draws = time.perf_counter(), {str(i): [] for i in ids}
@@ -500,32 +516,35 @@ def _evaluate_all(args, output_dir: Path, sft: dict, runs: dict) -> None:
     """π_SFT, the control and each final policy at every decoding; the earlier snapshots at T = 1."""
     sft_path = _sft_path(sft)
     wanted = lambda name: not args.only or name in args.only  # noqa: E731
+    rows = _evaluation_rows(args, output_dir, args.eval_prompts)
+    first = rows.select(range(args.snapshot_eval_prompts))  # the snapshots' and the pass@k draws' prompts
     if wanted("SFT"):
-        _evaluate(args, output_dir, "SFT", sft_path, sft_path)
+        _evaluate(args, output_dir, "SFT", sft_path, sft_path, rows)
     records = {n: r for n in runs if wanted(n) and (r := _read(_folder(output_dir, n) / "rl_record.json"))}
     for name, record in records.items():  # the final policies first: the question's answer
-        _evaluate(args, output_dir, f"{name} at 100%", record["snapshots"]["1.0"], sft_path)
+        _evaluate(args, output_dir, f"{name} at 100%", record["snapshots"]["1.0"], sft_path, rows)
     # matched once, to the DPR runs there when first evaluated: a later seed must not relabel an evaluated snapshot
     control = _read(output_dir / "control.json") or _control(args, output_dir, sft)
     if wanted("SFT-continued") and control:
         _write(output_dir / "control.json", control)
-        _evaluate(args, output_dir, "SFT-continued", control["path"], sft_path)
+        _evaluate(args, output_dir, "SFT-continued", control["path"], sft_path, rows)
     finals = {f"{n} at 100%": r["snapshots"]["1.0"] for n, r in records.items()}
     finals |= {"SFT": sft_path} if wanted("SFT") else {}
     finals |= {"SFT-continued": control["path"]} if control and wanted("SFT-continued") else {}
     for name, path in finals.items():  # pass@k: is a gain sharpening (pass@1 only) or skill (pass@k too)?
-        _more_draws(args, output_dir, name, path)
+        _more_draws(args, output_dir, name, path, first)
     small = copy.copy(args)
     small.eval_prompts, small.decodings = args.snapshot_eval_prompts, ["T=1"]
     # π_SFT on the snapshots' prompts too: a different prompt count batches differently, so the shared seed pairs a
     # snapshot's samples only with π_SFT's drawn on the same prompts
-    if wanted(SFT_SMALL) and any((_folder(output_dir, n) / "rl_record.json").is_file() for n in runs):
-        _evaluate(small, output_dir, SFT_SMALL, sft_path, sft_path)
+    if SFT_SMALL in args.only or (
+        wanted(SFT_SMALL) and any((_folder(output_dir, n) / "rl_record.json").is_file() for n in runs)
+    ):
+        _evaluate(small, output_dir, SFT_SMALL, sft_path, sft_path, first)
     for name, record in records.items():
         for fraction in (f for f in args.eval_fractions if f != 1.0 and Path(record["snapshots"][str(f)]).is_dir()):
-            _evaluate(
-                small, output_dir, f"{name} at {round(100 * fraction)}%", record["snapshots"][str(fraction)], sft_path
-            )
+            snapshot = record["snapshots"][str(fraction)]
+            _evaluate(small, output_dir, f"{name} at {round(100 * fraction)}%", snapshot, sft_path, first)
 
 
 # ---- export and report ----------------------------------------------------------------------------------------------
@@ -644,9 +663,7 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
     sft_cells = [f"{100 * sum(c.values()) / len(c):.1f}% (n = {len(c)})" if c else "not run" for c in base.values()]
     length, entropy = mean(("SFT", "T=1"), "length"), mean(("SFT", "T=1"), "entropy")
     lines.append(
-        f"| π_SFT (accuracy) | — | 0 | — | {_number(length)} | {_number(entropy, 2)} | "
-        + " | ".join(sft_cells)
-        + " |"
+        f"| π_SFT (accuracy) | — | 0 | — | {_number(length)} | {_number(entropy, 2)} | " + " | ".join(sft_cells) + " |"
     )
     policies = [p for p, d in table if d == "T=1" and p not in ("SFT", SFT_SMALL)]
     rl = summary["rl"]

@@ -537,8 +537,9 @@ def _policy_folder(output_dir: Path, name: str) -> Path:
     return output_dir / name.replace("/", "_").replace(" ", "_").replace("(", "").replace(")", "")
 
 
-def _evaluate(args, output_dir: Path, name: str, path: str, sft_path: str) -> dict:
-    """`name`'s answers at every decoding (one shared seed), their exactness, and at T = 1 its KL per response."""
+def _evaluate(args, output_dir: Path, name: str, path: str, sft_path: str, rows=None) -> dict:
+    """`name`'s answers at every decoding (one shared seed), their exactness, and at T = 1 its KL per response.
+    `rows`: the evaluation's prompts (default: the first `args.eval_prompts` of the held-out split)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trl_dpr.embedded.task import is_correct
@@ -549,7 +550,7 @@ def _evaluate(args, output_dir: Path, name: str, path: str, sft_path: str) -> di
     if all(d in result for d in args.decodings):
         return result
     result_path.parent.mkdir(parents=True, exist_ok=True)
-    rows, _ = _held_out(args)
+    rows = _held_out(args)[0] if rows is None else rows
     order = sorted(range(len(rows)), key=lambda i: (rows[i]["kind"], i))  # like lengths batched together
     prompts = [rows[i]["prompt"] for i in order]
     answers = [rows[i]["answer"] for i in order]

@@ -251,13 +251,15 @@ def test_the_report_pools_dpr_seeds_per_prompt_before_pairing():
 
 
 def test_a_second_worker_starts_from_the_cap_record_and_the_control_waits_for_sft_to_finish(tmp_path):
-    args = finished_sft.FinishedSFTArguments(output_dir=str(tmp_path))
+    args = finished_sft.FinishedSFTArguments(output_dir=str(tmp_path), snapshot_every=2)
     with pytest.raises(SystemExit, match="run `--stage sft` first"):
         finished_sft._sft_so_far(args, tmp_path, tmp_path / "demonstrations.jsonl")
     # the record SFT writes at its cap: losses 0.5, 0.3, 0.4 at steps 2, 4, 6; the minimum is step 4; a constant
     # rate puts half of its Σ lr at step 2
     cap = finished_sft._finish(
-        {"learning_rates": [1.0] * 6, "held_out_loss": {"2": 0.5, "4": 0.3, "6": 0.4}, "snapshots": {}}, cap=6
+        {"learning_rates": [1.0] * 6, "held_out_loss": {"2": 0.5, "4": 0.3, "6": 0.4}, "snapshots": {}, "cap": 6},
+        cap=6,
+        snapshot_every=2,
     )
     assert (cap["sft_step"], cap["ref_step"], cap["alpha"]) == (4, 2, 0.5)
     (tmp_path / "sft_cap.json").write_text(json.dumps(cap))
@@ -267,8 +269,9 @@ def test_a_second_worker_starts_from_the_cap_record_and_the_control_waits_for_sf
     rl.mkdir(parents=True)
     (rl / "rl_record.json").write_text(json.dumps({"tokens": 1000.0, "frozen_scorers": 2}))
     assert finished_sft._control(args, tmp_path, cap) is None
-    (tmp_path / "sft_record.json").write_text(json.dumps({**cap, "sft_step": 6}))
-    assert finished_sft._sft_so_far(args, tmp_path, tmp_path / "d.jsonl")["sft_step"] == 6  # the finished one wins
+    finished = {**cap, "held_out_loss": {"2": 0.5, "4": 0.3, "6": 0.2}}  # the one SFT writes at its end wins
+    (tmp_path / "sft_record.json").write_text(json.dumps(finished))
+    assert finished_sft._sft_so_far(args, tmp_path, tmp_path / "d.jsonl")["sft_step"] == 6
 
 
 def test_pass_at_k_rows_give_sharpening_and_skill_apart():
@@ -292,3 +295,28 @@ def test_pass_at_k_rows_give_sharpening_and_skill_apart():
     assert "| π_SFT | 12.5% | 50.0% |" in text
     line = next(x for x in text.splitlines() if x.startswith("| DPR λ=1e-05 seed0 at 100% | +37.5"))
     assert line.split("|")[3].strip().startswith("+0.0 (")
+
+
+def test_the_evaluation_prompts_are_none_of_ds_the_previews_or_the_losss(tmp_path):
+    from trl_dpr.embedded.task import held_out_split
+
+    args = FinishedSFTArguments(output_dir=str(tmp_path), eval_prompts=1000)
+    finished_sft._data(args, tmp_path)
+    key = lambda prompt: json.dumps(prompt, sort_keys=True)  # noqa: E731
+    d = {key(json.loads(line)["prompt"]) for line in (tmp_path / "demonstrations.jsonl").read_text().splitlines()}
+    # the plain held-out prefix is not held out from this D past its first 500 rows: what the evaluation must skip
+    assert sum(key(r["prompt"]) in d for r in held_out_split(1000, seed=0)) > 100
+    rows = finished_sft._evaluation_rows(args, tmp_path, 1000)
+    others = [r["prompt"] for r in finished_sft._rows(args, "preview")] + [
+        r["prompt"] for r in finished_sft._rows(args, "loss")
+    ]
+    assert len(rows) == 1000 and not {key(r["prompt"]) for r in rows} & (d | {key(p) for p in others})
+    # the snapshots' prompts are the first of the same rows, so prompt ids pair across both evaluations
+    assert finished_sft._evaluation_rows(args, tmp_path, 400)["prompt"] == rows.select(range(400))["prompt"]
+
+
+def test_pi_sft_is_chosen_only_among_snapshots_whose_pi_ref_was_saved():
+    # step 6 is a half-Σ-lr snapshot (of the cap 12): lowest loss, but its own π_ref (step 3) was never saved
+    record = {"learning_rates": [1.0] * 12, "held_out_loss": {"4": 0.5, "6": 0.1, "8": 0.3, "12": 0.4}}
+    finished = finished_sft._finish(record, cap=12, snapshot_every=4)
+    assert (finished["sft_step"], finished["ref_step"]) == (8, 4)

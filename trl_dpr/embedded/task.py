@@ -131,7 +131,11 @@ def build_demo_dataset(num_train: int = 6000, num_test: int = 500, seed: int = 0
 
 
 def held_out_split(num_prompts: int = 500, seed: int = 0) -> Dataset:
-    """The first `num_prompts` rows of the held-out split (a prefix: the same rows for any larger `num_prompts`)."""
+    """The first `num_prompts` rows of the held-out split (a prefix: the same rows for any larger `num_prompts`).
+
+    Held out only from a train split built with `num_test ≥ num_prompts`: the default `build_demo_dataset` keeps its
+    first 500 out, and rows past them come from the stream its train rows were drawn from (about a third repeat them).
+    """
     if num_prompts < 1:
         raise ValueError(f"num_prompts must be >= 1, got {num_prompts}.")
     return build_demo_dataset(num_train=0, num_test=num_prompts, seed=seed)["test"]
