@@ -590,7 +590,7 @@ def write_report(args, output_dir: Path, sft: dict, reports: dict, choice: dict,
         verdict = (
             "do not train"
             if not row["DPR"] or row["DPR"]["gain"] <= 0
-            else "train (interval includes 0)"
+            else "cannot tell (interval includes 0)"
             if row["DPR"]["ci"][0] <= 0
             else "train"
         )
