@@ -87,6 +87,7 @@ class FinishedSFTArguments:
     preview_lambda_run: bool = field(default=True, metadata={"help": "Also train DPR at the preview's λ (seed 0)."})
     rollouts: int = field(default=800, metadata={"help": "Rollouts (prompts sampled) per RL run."})
     rollouts_per_step: int = field(default=16, metadata={"help": "Rollouts per optimizer step."})
+    checkpoint_every: int = field(default=5, metadata={"help": "RL checkpoint every this many steps (resumable)."})
     eval_fractions: list[float] = field(
         default_factory=lambda: [0.25, 0.5, 1.0],
         metadata={"help": "Shares of the RL budget at which policies are kept."},
@@ -401,20 +402,14 @@ def _train(args, output_dir: Path, data: Path, sft: dict, name: str, keys: dict)
     }
     if _reads_reference(keys):
         overrides["ref_model_name_or_path"] = sft["snapshots"][str(sft["ref_step"])]
+    # a checkpoint every `checkpoint_every` steps: a run stopped with its session resumes there in the next one
+    overrides |= {"save_strategy": "steps", "save_steps": args.checkpoint_every, "save_total_limit": 1}
+    if any((folder / "trainer").glob("checkpoint-*")):
+        overrides["resume_from_checkpoint"] = "true"
     script_args, training_args, model_args = _recipe(DPR_ARGUMENTS, args.dpr_config, overrides)
     save_at = {max(1, round(f * steps)): f for f in args.eval_fractions}
-    history: list[dict] = []
 
     class Record(TrainerCallback):
-        def on_log(self, _args, state, control, logs=None, **kw):
-            if logs and "kl_sft/per_response" in logs:
-                history.append(
-                    {
-                        "step": state.global_step,
-                        **{k: float(v) for k, v in logs.items() if isinstance(v, (int, float))},
-                    }
-                )
-
         def on_step_end(self, _args, state, control, model=None, processing_class=None, **kw):
             if state.global_step in save_at:
                 target = folder / f"at{round(100 * save_at[state.global_step])}"
@@ -424,6 +419,11 @@ def _train(args, output_dir: Path, data: Path, sft: dict, name: str, keys: dict)
     start = time.perf_counter()
     trainer = run_dpr(script_args, training_args, model_args, callbacks=[Record()])
     tokens = next((h["num_tokens"] for h in reversed(trainer.state.log_history) if "num_tokens" in h), None)
+    history = [  # the whole run's, a resumed one's included (the trainer state keeps the logs before the stop)
+        {"step": h["step"], **{k: float(v) for k, v in h.items() if isinstance(v, (int, float))}}
+        for h in trainer.state.log_history
+        if "kl_sft/per_response" in h
+    ]
     record = {
         "name": name,
         "steps": trainer.state.global_step,

@@ -202,6 +202,8 @@ def test_every_stage_runs_end_to_end_on_the_tiny_model_and_a_rerun_trains_nothin
         "8",
         "--eval_batch_size",
         "8",
+        "--checkpoint_every",
+        "2",
     ]
     finished_sft.main(argv)
     rows = [json.loads(x) for x in (results / "per_prompt.jsonl").read_text().splitlines()]
@@ -217,10 +219,25 @@ def test_every_stage_runs_end_to_end_on_the_tiny_model_and_a_rerun_trains_nothin
     assert counts[("SFT-continued", "T=1")] == 6 and counts[("wo/Baseline λ=1e-05 at 100%", "T=1")] == 6
     assert all("kl" in r for r in rows if r["decoding"] == "T=1")
     assert all(r["kl"] == 0 for r in rows if r["policy"] == "SFT" and r["decoding"] == "T=1")
+    # pass@1 and pass@4 from 4 draws on the snapshots' 3 prompts: pass@4 is at least pass@1 on each
+    assert counts[("SFT", "pass@4")] == 3 and counts[("SFT-continued", "pass@1")] == 3
+    passes = {
+        (r["policy"], r["prompt"], r["decoding"]): r["correct"] for r in rows if r["decoding"].startswith("pass")
+    }
+    assert all(v >= passes[(p, i, "pass@1")] for (p, i, d), v in passes.items() if d == "pass@4")
     trained = tmp_path / "run" / "rl" / "DPR_λ1e-05_seed0" / "rl_record.json"
     stamp = trained.stat().st_mtime_ns
+    # a run stopped after its last checkpoint (its record not yet written) resumes there: no step trained again
+    stopped = tmp_path / "run" / "rl" / "wo_Baseline_λ1e-05"
+    assert [c.name for c in (stopped / "trainer").glob("checkpoint-*")] == ["checkpoint-4"]
+    first = json.loads((stopped / "rl_record.json").read_text())
+    (stopped / "rl_record.json").unlink()
+    snapshot = (stopped / "at100" / "model.safetensors").stat().st_mtime_ns
     finished_sft.main(argv)  # everything there: nothing trained again
     assert trained.stat().st_mtime_ns == stamp
+    resumed = json.loads((stopped / "rl_record.json").read_text())
+    assert (stopped / "at100" / "model.safetensors").stat().st_mtime_ns == snapshot  # no step 4 again
+    assert [h["step"] for h in resumed["history"]] == [h["step"] for h in first["history"]] == [1, 2, 3, 4]
     report = finished_sft.main(["--stage", "report", "--results_dir", str(results)])
     del report
     assert "| SFT-continued |" in (results / "report.md").read_text()
