@@ -631,7 +631,7 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
 
     points = summary["preview"]
     curves = {
-        v: [(p["kl"], p["delta"]) for p in points if p["variant"] == v and p["lam"] > 0]
+        v: [(p["kl"], p["delta"]) for p in points if p["variant"] == v]  # λ = 0 (best-of-N) ends the curve
         for v in ("DPR", "wo/Baseline")
     }
     sft = summary["sft"]

@@ -337,3 +337,28 @@ def test_pi_sft_is_chosen_only_among_snapshots_whose_pi_ref_was_saved():
     record = {"learning_rates": [1.0] * 12, "held_out_loss": {"4": 0.5, "6": 0.1, "8": 0.3, "12": 0.4}}
     finished = finished_sft._finish(record, cap=12, snapshot_every=4)
     assert (finished["sft_step"], finished["ref_step"]) == (8, 4)
+
+
+def test_a_policy_past_every_finite_tilts_kl_reads_the_previews_best_of_n_end():
+    # the preview's DPR curve: λ = ∞ at (0, 0), λ = 1 at (1, +10), λ = 0 (best-of-N) at (3, +50); KL 2 → +30
+    points = [
+        {"variant": "DPR", "lam": lam, "delta": d, "kl": kl, "delta_ci_low": d, "delta_ci_high": d, "trusted": True}
+        for lam, kl, d in ((math.inf, 0.0, 0.0), (1.0, 1.0, 0.1), (0.0, 3.0, 0.5))
+    ]
+    rows = [{"policy": "SFT", "decoding": "T=1", "prompt": i, "correct": 1, "kl": 0.0} for i in range(4)]
+    rows += [
+        {"policy": "DPR λ=1e-05 seed0 at 100%", "decoding": "T=1", "prompt": i, "correct": 1, "kl": 2.0}
+        for i in range(4)
+    ]
+    summary = {
+        "settings": {"num_demonstrations": 8},
+        "control": None,
+        "choice": None,
+        "preview": points,
+        "sft": {"sft_step": 2, "cap": 4, "steps_per_epoch": 1, "ref_step": 1, "alpha": 0.5, "held_out_loss": {}},
+        "rl": {"DPR λ=1e-05 seed0": {"rollouts": 64}},
+    }
+    line = next(
+        x for x in finished_sft.render_report(rows, summary).splitlines() if x.startswith("| DPR λ=1e-05 seed0")
+    )
+    assert line.split("|")[4].strip() == "+30.0"
