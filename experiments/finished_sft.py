@@ -713,7 +713,8 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
             gains.append(_gain(paired({i: sum(f[i] for f in found) / len(found) for i in ids}, base[d])))
         kls = [mean((m, "T=1"), "kl") for m in members]
         lines.append(
-            f"| {group}, {len(members)} seeds pooled, at 100% | {rl[members[0].split(' at ')[0]]['rollouts']} each"
+            f"| {group}, {len(members)} seeds pooled per prompt, at 100% (the interval resamples prompts, not "
+            f"seeds) | {rl[members[0].split(' at ')[0]]['rollouts']} each"
             f" | {sum(kls) / len(kls):.3f} | — | — | — | " + " | ".join(gains) + " |"
         )
     ks = sorted({d for _, d in table if d.startswith("pass@")}, key=lambda d: int(d.removeprefix("pass@")))
