@@ -677,7 +677,8 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
             c = summary["control"]
             rollouts = f"— (steps {c['from_step']} → {c['to_step']}, {100 * c['flops_share']:.0f}% of DPR's FLOPs)"
         kl = mean((policy, "T=1"), "kl")
-        variant = "wo/Baseline" if policy.startswith("wo/") else "DPR" if policy.startswith("DPR") else None
+        # SR reads DPR's curve: Σ_t r̂_t paid at the end has the same KL-regularised optimum, π_SFT·exp(Σ r̂ / λ)
+        variant = "wo/Baseline" if policy.startswith("wo/") else "DPR" if policy.startswith(("DPR", "SR")) else None
         predicted = interpolate_at_kl(curves[variant], kl) if variant and kl is not None and curves[variant] else None
         length, entropy = mean((policy, "T=1"), "length"), mean((policy, "T=1"), "entropy")
         small = correct.get((SFT_SMALL, "T=1"))

@@ -362,3 +362,26 @@ def test_a_policy_past_every_finite_tilts_kl_reads_the_previews_best_of_n_end():
         x for x in finished_sft.render_report(rows, summary).splitlines() if x.startswith("| DPR λ=1e-05 seed0")
     )
     assert line.split("|")[4].strip() == "+30.0"
+
+
+def test_sr_reads_dprs_preview_curve_and_wo_baseline_its_own():
+    # SR pays Σ r̂ at the end: the same KL-regularised optimum as DPR's dense r̂, so the same tilt curve
+    points = [
+        {"variant": v, "lam": lam, "delta": d, "kl": kl, "delta_ci_low": d, "delta_ci_high": d, "trusted": True}
+        for v, scale in (("DPR", -1.0), ("wo/Baseline", 1.0))
+        for lam, kl, d in ((math.inf, 0.0, 0.0), (0.0, 1.0, 0.2 * scale))
+    ]
+    rows = [{"policy": "SFT", "decoding": "T=1", "prompt": i, "correct": 1, "kl": 0.0} for i in range(4)]
+    for policy in ("SR λ=1e-05 at 100%", "wo/Baseline λ=1e-05 at 100%"):
+        rows += [{"policy": policy, "decoding": "T=1", "prompt": i, "correct": 1, "kl": 0.5} for i in range(4)]
+    summary = {
+        "settings": {"num_demonstrations": 8},
+        "control": None,
+        "choice": None,
+        "preview": points,
+        "sft": {"sft_step": 2, "cap": 4, "steps_per_epoch": 1, "ref_step": 1, "alpha": 0.5, "held_out_loss": {}},
+        "rl": {"SR λ=1e-05": {"rollouts": 64}, "wo/Baseline λ=1e-05": {"rollouts": 64}},
+    }
+    lines = finished_sft.render_report(rows, summary).splitlines()
+    predicted = {x.split("|")[1].strip(): x.split("|")[4].strip() for x in lines if "at 100%" in x}
+    assert predicted == {"SR λ=1e-05 at 100%": "-10.0", "wo/Baseline λ=1e-05 at 100%": "+10.0"}
