@@ -134,6 +134,18 @@ def test_trl_helpers_trl_dpr_imports_exist():
     )
 
 
+def test_trl_dprs_checkpoint_prefix_is_transformers_own():
+    """checkpointing.py keeps a copy (importing transformers for one string would cost `trl-dpr push` seconds)."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    from trl_dpr.running import checkpointing
+
+    assert checkpointing.PREFIX_CHECKPOINT_DIR == PREFIX_CHECKPOINT_DIR, (
+        f"transformers names checkpoints {PREFIX_CHECKPOINT_DIR!r}-N now: set PREFIX_CHECKPOINT_DIR in "
+        "trl_dpr/running/checkpointing.py to it (resuming, rotation and the push's ignore patterns read it)."
+    )
+
+
 # ---- behaviour trl_dpr depends on --------------------------------------------------------------------------------
 
 

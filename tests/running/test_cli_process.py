@@ -343,12 +343,48 @@ def test_a_training_stage_help_hides_the_keys_the_recipes_refuse_and_names_the_l
 
 @pytest.mark.parametrize(
     ("command", "usage"),
-    [("heatmap", "usage: trl-dpr heatmap [-h] --sft SFT"), ("memory", "usage: trl-dpr memory [-h] --config CONFIG")],
+    [
+        ("heatmap", "usage: trl-dpr heatmap [-h] --sft SFT"),
+        ("memory", "usage: trl-dpr memory [-h] --config CONFIG"),
+        ("push", "usage: trl-dpr push [-h] --to REPO_OR_DIR"),
+    ],
 )
-def test_heatmap_and_memory_help_show_their_own_usage_without_importing_torch(command, usage):
+def test_heatmap_memory_and_push_help_show_their_own_usage_without_importing_torch(command, usage):
     result = trl_dpr(command, "--help", prelude=REPORT_IMPORTS)
     assert result.returncode == 0 and result.stdout.startswith(usage), result.stdout[:500]
     assert NO_HEAVY_IMPORTS in result.stderr
+
+
+def test_parsing_push_help_in_python_imports_neither_torch_nor_transformers():
+    """`push.main` itself, not only the CLI's dispatch: its module and its parser stay light (a fresh interpreter, so
+    this process's own imports do not count)."""
+    code = (
+        "import sys\nfrom trl_dpr.running.push import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit as end:\n    assert end.code == 0, end.code\n"
+        "print(sorted({'torch', 'transformers'} & set(sys.modules)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[-1] == "[]" and "--to REPO_OR_DIR" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["push", "runs/x"], "the following arguments are required: --to"),
+        (
+            ["push", "no-such-run", "--to", "./pushed"],
+            "'no-such-run' is not a finished run to push: the folder does not",
+        ),
+        (["push", ".", "--to", "./pushed"], "'.' is not a finished run to push: no final model"),
+    ],
+    ids=["missing --to", "missing folder", "not a run"],
+)
+def test_a_push_mistake_is_one_message_before_torch(tmp_path, args, message):
+    result = trl_dpr(*args, prelude=REPORT_IMPORTS, cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and NO_HEAVY_IMPORTS in result.stderr
+    assert not (tmp_path / "pushed").exists()
 
 
 @pytest.mark.parametrize(

@@ -21,9 +21,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
 from filelock import FileLock, Timeout
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from ..reference_manifest import files_problem
 from ..resources import check_output_dir, remove_created_dirs, remove_if_empty
@@ -32,6 +30,9 @@ from ..resources import check_output_dir, remove_created_dirs, remove_if_empty
 # (`trl-dpr dpr` looking for an unfinished SFT's checkpoint), where accelerate's logger raises.
 logger = logging.getLogger(__name__)
 
+# torch and transformers are imported where they are used: `trl-dpr push` reads this module's names and checks its
+# arguments in about a second. transformers' `trainer_utils.PREFIX_CHECKPOINT_DIR`, pinned by a test to theirs.
+PREFIX_CHECKPOINT_DIR = "checkpoint"
 _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 STAGING_DIRNAME = ".partial"
 CHECKPOINT_MANIFEST = "checkpoint_manifest.json"
@@ -178,6 +179,8 @@ _HELD_LOCKS: dict[str, tuple[Path, _FolderLock, int]] = {}
 
 
 def _is_main_process() -> bool:
+    import torch
+
     return (
         not (torch.distributed.is_available() and torch.distributed.is_initialized())
         or torch.distributed.get_rank() == 0
@@ -186,6 +189,8 @@ def _is_main_process() -> bool:
 
 def _agree(error: str | None) -> str | None:
     """Every process gets the main process's verdict (so a refused run stops everywhere, not only on rank 0)."""
+    import torch
+
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         verdict = [error]
         torch.distributed.broadcast_object_list(verdict, src=0)
@@ -313,6 +318,8 @@ def finished_run(output_dir: str | os.PathLike, fingerprint: str) -> bool:
 
 
 def _barrier() -> None:
+    import torch
+
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()
 
@@ -323,6 +330,8 @@ class AtomicCheckpointsMixin:
     """
 
     def _save_checkpoint(self, model, trial):
+        from transformers.trainer_utils import rotate_checkpoints
+
         run_dir = self._get_output_dir(trial=trial)
         staging_root = os.path.join(run_dir, STAGING_DIRNAME)
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"

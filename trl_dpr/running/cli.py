@@ -64,8 +64,8 @@ OPTIONAL_DEPENDENCIES = {
 def _user_errors() -> tuple[type[BaseException], ...]:
     # OSError covers the folders and files a user points at (missing, unwritable, full disk); the rest are checks.
     errors = [ValueError, OSError]
-    # A folder held by another run, a missing API key: their modules import torch, and an error of a class whose
-    # module was never imported cannot have been raised, so only the loaded ones are asked for.
+    # A folder held by another run, a missing API key: an error of a class whose module was never imported cannot
+    # have been raised, so only the loaded ones are asked for (none is imported for this: chat_models loads torch).
     for module, name in (
         ("trl_dpr.running.checkpointing", "OutputDirInUse"),
         ("trl_dpr.evaluation.chat_models", "MissingAPIKeyError"),

@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 
 from ..reference_manifest import MANIFEST_NAME
-from ..rewards import reward_label
 
 
 def _looks_local(name_or_path: str) -> bool:
@@ -343,6 +342,8 @@ def dpr_model_card_section(args, reward_model) -> str:
     """The DPR part of a policy's model card (`args` a `DensePathConfig`): hyperparameters, the dense reward's source,
     and the evaluation table from `<output_dir>/eval_results.json` when there is one.
     """
+    from ..rewards import reward_label  # imports torch: not at module level (`trl-dpr push --help` loads this module)
+
     manifest, source = reward_model.reference_manifest, reward_model.sft_model_name_or_path
     reward = getattr(reward_model, "reward", None)
     rule = reward_label(reward) if reward is not None else "r̂ = log π_SFT − log π_ref"

@@ -14,10 +14,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..reference_manifest import MANIFEST_NAME
-from .checkpointing import RUN_COMPLETE_NAME, STAGING_DIRNAME
+from .checkpointing import PREFIX_CHECKPOINT_DIR, RUN_COMPLETE_NAME, STAGING_DIRNAME
 from .merge import MERGED_MARKER, merge_adapter_folder, merged_folder
 from .model_card import _looks_local
 from .secret_scan import secrets_from_environment, secrets_in_file
