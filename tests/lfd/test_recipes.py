@@ -2,6 +2,7 @@
 demonstrations as SFT and DPR, and the embedded default end to end."""
 
 import importlib
+import json
 from pathlib import Path
 
 import pytest
@@ -79,15 +80,17 @@ def test_demo_config_starts_from_the_demo_sft_on_its_demonstrations(method):
     assert script.evaluation_config == "recipes/evaluate/demo.yaml" and args.seed == sft["seed"]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("method", ["spin", "gsil"])
-def test_the_recipe_runs_self_play_then_the_evaluation_against_sft(method, tmp_path, tokenizer):
-    from ..conftest import save_sft_output
-
-    sft = save_sft_output(tmp_path / "sft", tokenizer)
-    evaluation = demo_evaluation_yaml(tmp_path / "evaluate.yaml", demo_num_prompts=4, samples_per_prompt=1)
+def run_demo_recipe(method, tmp_path, tokenizer):
+    """recipes/<method>.py's `main` on the demo recipe, shrunk (one iteration, 6 prompts, a 4-prompt evaluation), from a
+    tiny SFT output into tmp_path/<method>, in a forked process as the script runs it; returns the finished process."""
     from trl_dpr.running.cli import run
 
+    from ..conftest import save_sft_output
+
+    sft = tmp_path / "sft"
+    if not sft.exists():
+        save_sft_output(sft, tokenizer)
+    evaluation = demo_evaluation_yaml(tmp_path / "evaluate.yaml", demo_num_prompts=4, samples_per_prompt=1)
     recipe = importlib.import_module(f"trl_dpr.scripts.{method}")  # what recipes/<method>.py runs, as it runs it
     argv = [
         "--config",
@@ -111,9 +114,30 @@ def test_the_recipe_runs_self_play_then_the_evaluation_against_sft(method, tmp_p
         "--generation_batch_size",
         "3",
     ]
-    result = run_forked(lambda args: run(recipe.main, args), argv, folder=tmp_path, cwd=ROOT)
+    return run_forked(lambda args: run(recipe.main, args), argv, folder=tmp_path, cwd=ROOT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["spin", "gsil"])
+def test_the_recipe_runs_self_play_then_the_evaluation_against_sft(method, tmp_path, tokenizer):
+    result = run_demo_recipe(method, tmp_path, tokenizer)
     assert result.returncode == 0, result.stderr[-3000:]
     name = method.upper()
     assert f"| {name} |" in result.stdout and "accuracy % (95% CI)" in result.stdout
     assert (tmp_path / method / "model.safetensors").is_file()
     assert (tmp_path / method / "generations" / "iteration-0.jsonl").read_text().count("\n") == 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["spin", "gsil"])
+def test_the_same_recipe_again_on_its_finished_run_exits_0_with_its_evaluation_table(method, tmp_path, tokenizer):
+    first = run_demo_recipe(method, tmp_path, tokenizer)
+    assert first.returncode == 0, first.stderr[-3000:]
+    table = json.loads((tmp_path / method / "eval_results.json").read_text())["table_markdown"]
+    assert table in first.stdout and f"| {method.upper()} |" in table  # the evaluation it printed, kept for a re-run
+    weights = (tmp_path / method / "model.safetensors").read_bytes()
+    again = run_demo_recipe(method, tmp_path, tokenizer)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-3000:]
+    assert f"Already finished: {tmp_path / method} holds this run" in again.stdout and table in again.stdout
+    assert "Stage" not in again.stdout  # nothing trained or evaluated again
+    assert (tmp_path / method / "model.safetensors").read_bytes() == weights

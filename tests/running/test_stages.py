@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_dpr.running.checkpointing import write_checkpoint_manifest
+from trl_dpr.running.checkpointing import RUN_COMPLETE_NAME, write_checkpoint_manifest
+
+from ..conftest import save_sft_output
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +38,12 @@ def stages(tmp_path, monkeypatch):
         trl_dpr.running.stages, "run_sft", lambda args, training_args, model_args: sft_runs.append(training_args)
     )
     monkeypatch.setattr(trl_dpr.scripts.dpr, "run_dpr", lambda *args, **kwargs: trained.append("DPR"))
-    monkeypatch.setattr(trl_dpr.lfd.self_play, "run_self_play", lambda *args: trained.append("self-play"))
+
+    def self_play(script_args, training_args, model_args, **kwargs):
+        Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)  # as the run's claim of its folder
+        trained.append("self-play")
+
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "run_self_play", self_play)
 
     def run(method: str, sft_output_dir: Path):
         sft_recipe = yaml.safe_load((ROOT / "recipes/demo/sft.yaml").read_text()) | {"output_dir": str(sft_output_dir)}
@@ -127,3 +134,86 @@ def test_a_changed_dpr_command_is_refused_a_finished_runs_folder_unless_it_overw
     assert dpr_runs("--kl_coef", "0.5") == [1.0, 0.5]  # the folder now holds the kl_coef 0.5 run, finished
     with pytest.raises(ValueError, match="already holds a run"):
         dpr_runs()  # and no longer the first one
+
+
+class Trained(Exception):
+    """Raised where a self-play iteration would start training (`load_policy`): the tests ask whether it would."""
+
+
+@pytest.fixture
+def self_play_runs(tmp_path, tokenizer, monkeypatch):
+    """`self_play_runs(method, *overrides)`: `trl-dpr spin|gsil`'s main on its demo recipe (one iteration, no SFT stage,
+    no evaluation) from a tiny SFT output into tmp_path/<method>, where iteration 0 is planted as trained, with an
+    evaluation table: the real self-play run claims, checks and publishes it, and trains nothing. Returns how many
+    times the self-play stage ran; an iteration that would train appends its π_t's folder name to `started` and raises
+    `Trained`."""
+    import trl_dpr.lfd.self_play
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    stages_run, real_run = [], trl_dpr.lfd.self_play.run_self_play
+
+    def load_policy(path, init_kwargs):
+        self_play_runs.started.append(Path(path).name)
+        raise Trained
+
+    def run_self_play(*args, **kwargs):
+        stages_run.append(1)
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "load_policy", load_policy)
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "run_self_play", run_self_play)
+
+    def self_play_runs(method: str, *overrides: str) -> int:
+        output = tmp_path / method
+        if not output.exists():
+            (output / "iteration-0").mkdir(parents=True)
+            (output / "iteration-0" / "model.safetensors").write_bytes(b"weights of iteration 0")
+            (output / "iteration-0" / "self_play_iteration.json").write_text(json.dumps({"iteration": 0}))
+            (output / "eval_results.json").write_text(json.dumps({"table_markdown": "| SPIN | 80.1 |"}))
+        recipe = ["--config", str(ROOT / f"recipes/demo/{method}.yaml"), "--sft_config", "", "--evaluation_config", ""]
+        run_recipe(
+            method,
+            [*recipe, "--model_name_or_path", str(sft), "--output_dir", str(output), "--num_train_samples", "8"]
+            + ["--num_iterations", "1", *overrides],
+        )
+        return len(stages_run)
+
+    self_play_runs.started = []
+    return self_play_runs
+
+
+@pytest.mark.parametrize("method", ["spin", "gsil"])
+def test_the_same_self_play_command_again_trains_nothing_and_shows_the_finished_runs_evaluation(
+    self_play_runs, tmp_path, capsys, method
+):
+    assert self_play_runs(method) == 1
+    assert (tmp_path / method / "model.safetensors").read_bytes() == b"weights of iteration 0"  # π_T published
+    capsys.readouterr()
+    assert self_play_runs(method) == 1  # the stage did not run again; returned normally: exit code 0
+    shown = capsys.readouterr().out
+    assert f"Already finished: {tmp_path / method} holds this run" in shown
+    assert "| SPIN | 80.1 |" in shown and "--overwrite_output_dir true" in shown
+    assert self_play_runs.started == []
+
+
+@pytest.mark.parametrize("method", ["spin", "gsil"])
+def test_a_self_play_command_with_other_settings_is_refused_naming_them_unless_it_overwrites(self_play_runs, method):
+    assert self_play_runs(method) == 1
+    with pytest.raises(
+        ValueError, match=r"other settings \(learning_rate: 1e-05 → 2e-05\).*overwrite_output_dir: true"
+    ):
+        self_play_runs(method, "--learning_rate", "2e-5")
+    with pytest.raises(Trained):  # starts over: π_0 (the SFT output) answers for iteration 0 again
+        self_play_runs(method, "--learning_rate", "2e-5", "--overwrite_output_dir", "true")
+    assert self_play_runs.started == ["sft"]
+    with pytest.raises(ValueError, match=r"other settings \(learning_rate: 2e-05 → 1e-05\)"):
+        self_play_runs(method)  # the folder is no longer the first run's
+
+
+def test_more_self_play_iterations_continue_the_finished_run_instead_of_calling_it_finished(self_play_runs, tmp_path):
+    assert self_play_runs("spin") == 1
+    assert (tmp_path / "spin" / RUN_COMPLETE_NAME).is_file()
+    with pytest.raises(Trained):
+        self_play_runs("spin", "--num_iterations", "2")
+    assert self_play_runs.started == ["iteration-0"]  # π_1 answers for iteration 1; iteration 0 is kept
+    assert not (tmp_path / "spin" / RUN_COMPLETE_NAME).exists()  # claimed, not finished: no longer a finished run

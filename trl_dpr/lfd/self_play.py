@@ -8,6 +8,7 @@
     <output_dir> gets π_T (the files of iteration-<T−1>/)
 
 A rerun resumes (cached answers, finished iterations, the last checkpoint); `self_play.json` refuses other settings.
+The same `trl-dpr spin|gsil` command again on a run it finished trains nothing: it says `Already finished` (as DPR's).
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ from ..running.checkpointing import (
     LOCK_NAME,
     claim_output_dir,
     last_complete_checkpoint,
+    mark_run_finished,
     release_output_dir,
+    run_fingerprint,
 )
 from ..running.pipeline import SFTScriptArguments, model_init_kwargs_from
 from .config import GSILConfig, SelfPlayConfig, SPINConfig
@@ -306,7 +309,8 @@ def _run_settings(script_args, training_args, model_args) -> dict:
 
 
 def _claim(root: Path, settings: dict, overwrite: bool) -> None:
-    """Record the run's settings in `root/self_play.json`, or check them against a run already there."""
+    """Record the run's settings in `root/self_play.json`, or check them against a run already there: the same
+    settings resume it, others are refused; `overwrite` starts over (its iterations and answers deleted)."""
     record = root / RUN_RECORD
     state = PartialState()
     if record.is_file():
@@ -319,8 +323,8 @@ def _claim(root: Path, settings: dict, overwrite: bool) -> None:
                 "belong to those settings: choose another output_dir, or set overwrite_output_dir: true to delete them "
                 "and start over."
             )
-        if recorded != settings and state.is_main_process:
-            for stale in [root / "generations", *root.glob("iteration-*")]:
+        if (recorded != settings or overwrite) and state.is_main_process:
+            for stale in [*root.glob("generations"), *root.glob("iteration-*")]:  # those there
                 shutil.rmtree(stale)
     if state.is_main_process:
         record.write_text(json.dumps({"settings": settings, "iterations": []}, indent=2))
@@ -359,9 +363,12 @@ def run_self_play(
     training_args: SelfPlayConfig,
     model_args: ModelConfig,
     callbacks: list | None = None,
+    *,
+    keep_output_dir: bool = False,
 ) -> SelfPlayRun:
     """SPIN or GSIL (by the type of `training_args`) from the SFT output `model_args.model_name_or_path`: each
     iteration answers, pairs and trains π_t into `iteration-<t>/` against itself (module docstring); π_T lands in `output_dir`.
+    `keep_output_dir=True` leaves `output_dir` claimed: the caller writes there after (`recipe_main`) and releases it.
     """
     trainer_cls = trainer_class(training_args)  # before any loading
     method = trainer_cls._name
@@ -470,13 +477,15 @@ def run_self_play(
         summary = json.loads((root / RUN_RECORD).read_text())
         (root / RUN_RECORD).write_text(json.dumps({**summary, "iterations": iterations}, indent=2))
     state.wait_for_everyone()
-    release_output_dir(root)
+    if not keep_output_dir:
+        release_output_dir(root)
     return SelfPlayRun(output_dir=str(root), method=method, iterations=iterations)
 
 
 def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRun, device: str = "auto") -> dict:
     """Evaluate the last iterate against π_SFT as `trl-dpr evaluate` does, on the main process and `device`; returns the
-    report as a dict (empty on the other processes).
+    report as a dict (empty on the other processes), also written to `<output_dir>/eval_results.json` (as DPR's: the
+    same command again shows its table).
     """
     from ..evaluation import run_evaluation
     from ..running.recipe_parser import load_evaluation_config
@@ -488,6 +497,7 @@ def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRu
             evaluation_config, baseline=f"SFT={sft_path}", candidates=[f"{run.method}={run.output_dir}"], device=device
         )
         results = run_evaluation(config).as_dict()
+        (Path(run.output_dir) / "eval_results.json").write_text(json.dumps(results, indent=2))
         print(results["table_markdown"], flush=True)
         print(f"\nWritten to {config.output_dir}/results.md", flush=True)
     state.wait_for_everyone()
@@ -505,23 +515,31 @@ def recipe_parser(config_class: type[SelfPlayConfig]):
 
 
 def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None = None) -> SelfPlayRun:
-    """`trl-dpr spin` / `trl-dpr gsil`: parse the recipe, then `run_stages`: SFT (skipped when done), self-play, evaluation."""
+    """`trl-dpr spin` / `trl-dpr gsil`: parse the recipe, then `run_stages`: SFT (skipped when done), self-play, evaluation;
+    the same command again on the run it finished says so (`finished_already`) and returns the recorded run."""
     from ..running.placement import LaunchPlacement, check_launched_run
-    from ..running.stages import run_stages
+    from ..running.stages import finished_already, run_stages
 
     launch = LaunchPlacement.from_environment()  # before parsing: what accelerate launched this process with
     script_args, training_args, model_args, _ = recipe_parser(config_class).parse_args_and_config(argv)
     placement = check_launched_run(training_args, launch)  # the recipe's device and precision are the launcher's
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
     method = trainer_class(training_args)._name
+    root = Path(training_args.output_dir)
+    fingerprint = run_fingerprint(script_args, training_args, model_args)
+    if finished_already(training_args, fingerprint):  # the same command run again: says so, exit code 0
+        return SelfPlayRun(str(root), method, json.loads((root / RUN_RECORD).read_text())["iterations"])
     sft_path = model_args.model_name_or_path
-    return run_stages(
+    run = run_stages(
         method,
         sft_path,
         placement,
         script_args.sft_config,
         script_args.evaluation_config,
-        train=lambda: run_self_play(script_args, training_args, model_args),
+        train=lambda: run_self_play(script_args, training_args, model_args, keep_output_dir=True),
         train_title=f"{method} from {sft_path}: {training_args.num_iterations} iteration(s)",
         evaluate=lambda run, device: evaluate_last_iterate(script_args.evaluation_config, sft_path, run, device),
     )
+    mark_run_finished(root, fingerprint)  # last: the same command again finds the run finished
+    release_output_dir(root)  # after the evaluation's eval_results.json
+    return run
