@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig, SFTConfig
 
-from .field_checks import _plain, unused_field_problem
+from .field_checks import _plain, check_fits_context, unused_field_problem
 from .scoring import check_temperature, check_token_chunk_size
 
 
@@ -200,18 +200,10 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
 
     def check_fits_context(self, model_config, model_name: str) -> None:
         """The longest completion (after the longest prompt, when `max_prompt_length` bounds it) must fit the model's
-        context (`max_position_embeddings`): past it, a rotary model samples from positions it never saw, and nothing
-        fails. Without a prompt bound only a completion longer than the context is refused (TRL's own defaults
-        fill a small model's context exactly). Called once π_SFT's config is known."""
-        context = getattr(model_config.get_text_config(), "max_position_embeddings", None)
-        needed = (self.max_prompt_length or 0) + (self.max_completion_length or 0)
-        if isinstance(context, int) and needed > context:
-            prompt = f"max_prompt_length {self.max_prompt_length} + " if self.max_prompt_length else ""
-            raise ValueError(
-                f"{prompt}max_completion_length {self.max_completion_length} is more than {model_name}'s context of "
-                f"{context} tokens (max_position_embeddings in its config.json): lower max_completion_length to at most "
-                f"{context - (self.max_prompt_length or 0)}."
-            )
+        context (`field_checks.check_fits_context`). Without a prompt bound only a completion longer than the context
+        is refused (TRL's own defaults fill a small model's context exactly). Called once π_SFT's config is known."""
+        lengths = {"max_prompt_length": self.max_prompt_length, "max_completion_length": self.max_completion_length}
+        check_fits_context(model_config, model_name, lengths, lower="max_completion_length")
 
     def __post_init__(self):
         # Before GRPOConfig's own checks: it divides by num_generations, so 0 would be a ZeroDivisionError.

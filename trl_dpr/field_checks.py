@@ -1,10 +1,14 @@
 """The rule of a config's unused fields, with no TRL import: `DensePathConfig.__post_init__` (the core) and the
-recipe parsers (`trl_dpr.running.recipe_checks`, before torch is imported) refuse a field with the same message."""
+recipe parsers (`trl_dpr.running.recipe_checks`, before torch is imported) refuse a field with the same message. And
+the one check of a run's token lengths against the model's context (DPR's rollouts, SFT's `max_length`, evaluation).
+"""
 
 from __future__ import annotations
 
 import collections.abc
 import enum
+import json
+from pathlib import Path
 
 
 def unused_field_problem(name: str, value, accepted, reason: str) -> str | None:
@@ -35,3 +39,42 @@ LEGACY_REWARD_KEYS = {
     "eliminate_value": "dense_reward: trl_dpr.rewards:WithSoftValue for eliminate_value: false (w/V); remove the key "
     "for true",
 }
+
+
+# ---- token lengths against the model's context ----------------------------------------------------------------------
+
+
+def model_config_of(path: str):
+    """The `config.json` of the model at `path` (an adapter's: its base model's), or None when it cannot be read
+    without loading more (offline and not cached): the lengths are then checked once the model is loaded, or not."""
+    from transformers import AutoConfig
+
+    adapter = Path(path) / "adapter_config.json"
+    source = json.loads(adapter.read_text()).get("base_model_name_or_path") if adapter.is_file() else path
+    try:
+        return AutoConfig.from_pretrained(source) if source else None
+    except (OSError, ValueError):
+        return None
+
+
+def check_fits_context(model_config, model_name: str, lengths: dict[str, int | None], lower: str) -> None:
+    """Refuse `lengths` (name → tokens, the parts of one sequence; None or 0 is unbounded and not counted) whose sum is
+    more than the model's context (`max_position_embeddings`): past it a rotary model reads positions it never saw,
+    and nothing fails. The message names the value of `lower` that fits."""
+    context = getattr(model_config.get_text_config(), "max_position_embeddings", None)
+    counted = {name: tokens for name, tokens in lengths.items() if tokens}
+    if not isinstance(context, int) or sum(counted.values()) <= context:
+        return
+    others = [name for name in counted if name != lower]
+    room = context - sum(counted[name] for name in others)
+    fix = (
+        f"lower {lower} to at most {room}"
+        if room >= 1
+        else f"{' + '.join(others)} alone {'fill' if len(others) > 1 else 'fills'} it: shorten it first, or use a model "
+        "with a longer context"
+    )
+    raise ValueError(
+        " + ".join(f"{name} {tokens}" for name, tokens in counted.items())
+        + f" is more than {model_name}'s context of {context} tokens (max_position_embeddings in its config.json): "
+        + f"{fix}."
+    )

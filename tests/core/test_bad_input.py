@@ -98,6 +98,21 @@ def test_a_prompt_and_completion_longer_than_the_models_context_are_refused_befo
     )  # 512 fits
 
 
+def test_a_length_that_alone_fills_the_context_says_so_and_an_unbounded_one_is_not_counted(tokenizer):
+    from trl_dpr.field_checks import check_fits_context
+
+    config = build_tiny_causal_lm(tokenizer).config  # 512 positions
+    check_fits_context(config, "m", {"max_prompt_length": None, "max_completion_length": 512}, "max_completion_length")
+    with pytest.raises(ValueError) as error:
+        check_fits_context(
+            config, "m", {"max_prompt_length": 512, "max_completion_length": 8}, "max_completion_length"
+        )
+    assert str(error.value) == (
+        "max_prompt_length 512 + max_completion_length 8 is more than m's context of 512 tokens (max_position_embeddings "
+        "in its config.json): max_prompt_length alone fills it: shorten it first, or use a model with a longer context."
+    )
+
+
 def test_max_prompt_length_must_be_positive():
     with pytest.raises(ValueError, match="max_prompt_length"):
         DensePathConfig(output_dir="unused", report_to="none", bf16=False, max_prompt_length=0)

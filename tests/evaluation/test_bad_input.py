@@ -48,6 +48,53 @@ def test_a_config_holding_a_secret_is_refused(tmp_path):
         load_recipe().main(["--config", str(path)])
 
 
+class ModelWouldLoad(Exception):
+    """Raised where a model would be loaded to answer: every check before it passed."""
+
+
+@pytest.mark.parametrize("fits", [False, True])
+def test_answers_past_a_models_context_are_refused_before_any_model_loads(tokenizer, tmp_path, monkeypatch, fits):
+    """The longest prompt counts as the model reads it (its chat template, the generation prompt); each model's own
+    context: here the baseline's 128 positions, the candidate has 512."""
+    import trl_dpr.evaluation.runner
+    from trl_dpr.evaluation import run_evaluation
+
+    for name, context in (("sft", 128), ("dpr", 512)):
+        build_tiny_causal_lm(tokenizer, max_positions=context).save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+    prompts = load_prompt_set("demo", num_prompts=4, seed=0)
+    longest = max(
+        len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        for text in (
+            tokenizer.apply_chat_template(p.conversation([]), add_generation_prompt=True, tokenize=False)
+            for p in prompts
+        )
+    )
+
+    def load_answer_generator(*args, **kwargs):
+        raise ModelWouldLoad
+
+    monkeypatch.setattr(trl_dpr.evaluation.runner, "load_answer_generator", load_answer_generator)
+    config = EvaluationConfig(
+        baseline=f"SFT={tmp_path / 'sft'}",
+        candidates=[f"DPR={tmp_path / 'dpr'}"],
+        benchmarks=["demo"],
+        demo_num_prompts=4,
+        demo_seed=0,
+        max_new_tokens=128 - longest + (0 if fits else 1),
+        judge="exact",
+        generation_backend="transformers",
+        output_dir=str(tmp_path / "eval"),
+    )
+    with pytest.raises(ModelWouldLoad if fits else ValueError) as error:
+        run_evaluation(config, show_progress=False)
+    if not fits:
+        assert str(error.value) == (
+            f"the longest demo prompt {longest} + max_new_tokens {129 - longest} is more than model SFT's context of "
+            f"128 tokens (max_position_embeddings in its config.json): lower max_new_tokens to at most {128 - longest}."
+        )
+
+
 def test_the_callback_checks_its_inputs(tokenizer, tmp_path):
     trainer = make_trainer(tokenizer, tmp_path, max_steps=1)
     prompts, answers = held_out(2)

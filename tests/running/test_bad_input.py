@@ -242,6 +242,24 @@ CASES = [
         r"lower max_completion_length to at most 512",
         True,
     ),
+    (
+        "SFT sequences past the model's context",
+        "sft",
+        {"max_length": 1000},
+        [],
+        r"max_length 1000 is more than trl_dpr/embedded-tiny-llama's context of 512 tokens \(max_position_embeddings "
+        r"in its config.json\): lower max_length to at most 512\.",
+        True,
+    ),
+    (
+        "answers past the model's context",
+        "evaluate",
+        {"max_new_tokens": 1000},
+        [],
+        r"the longest demo prompt \d+ \+ max_new_tokens 1000 is more than model SFT's context of 512 tokens "
+        r"\(max_position_embeddings in its config.json\): lower max_new_tokens to at most \d+\.",
+        True,
+    ),
     ("num_generations 0", "dpr", {"num_generations": 0}, [], r"num_generations must be >= 1", True),
     (
         "max_completion_length 0",
@@ -669,6 +687,40 @@ def test_the_config_checks_hold_for_python_users_too():
         from trl_dpr.data import check_prompt_dataset
 
         check_prompt_dataset(prompts_dataset().rename_column("prompt", "question"), "train_dataset")
+
+
+class ModelWouldLoad(Exception):
+    """Raised where the model would be built: every check before it passed."""
+
+
+@pytest.mark.parametrize(("max_length", "fits"), [(65, False), (64, True)])
+def test_sft_sequences_past_the_base_models_context_are_refused_before_it_loads(
+    tokenizer, tmp_path, monkeypatch, max_length, fits
+):
+    from trl import ModelConfig, SFTConfig
+
+    import trl_dpr.running.pipeline
+    from trl_dpr.running.pipeline import SFTScriptArguments, run_sft
+
+    base = tmp_path / "base"  # a model of 64 positions
+    build_tiny_causal_lm(tokenizer, max_positions=64).save_pretrained(base)
+    tokenizer.save_pretrained(base)
+
+    def build_trainer(*args, **kwargs):
+        raise ModelWouldLoad
+
+    monkeypatch.setattr(trl_dpr.running.pipeline, "SafeSFTTrainer", build_trainer)
+    training_args = SFTConfig(
+        output_dir=str(tmp_path / "sft"), max_length=max_length, use_cpu=True, bf16=False, report_to="none"
+    )
+    script_args = SFTScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=4)
+    with pytest.raises(ModelWouldLoad if fits else ValueError) as error:
+        run_sft(script_args, training_args, ModelConfig(model_name_or_path=str(base), dtype="float32"))
+    if not fits:
+        assert str(error.value) == (
+            f"max_length 65 is more than {base}'s context of 64 tokens (max_position_embeddings in its config.json): "
+            "lower max_length to at most 64."
+        )
 
 
 # A recipe launched by `accelerate launch` directly (not through `trl-dpr`, which checks this before launching): its

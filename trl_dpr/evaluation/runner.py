@@ -15,6 +15,7 @@ import logging
 import re
 from pathlib import Path
 
+from ..field_checks import check_fits_context, model_config_of
 from ..reference_manifest import check_model_source
 from ..resources import check_output_dir, free_memory
 from .answer_checks import AnswerCheck, answer_check_from, embedded_check
@@ -59,6 +60,25 @@ def _generation_settings(config: EvaluationConfig, model_path: str) -> dict:
         "max_new_tokens": config.max_new_tokens,
         "seed": config.seed,
     }
+
+
+def _check_answers_fit_context(config: EvaluationConfig, models: dict[str, str], prompt_sets: dict) -> None:
+    """Each model's longest prompt (its first turn, rendered as the model reads it) + `max_new_tokens` must fit the
+    model's context (`check_fits_context`), before any model loads. A later turn also holds the earlier answers, whose
+    lengths are not known yet."""
+    from transformers import AutoTokenizer
+
+    from ..token_batches import render_prompts
+
+    for name, path in models.items():
+        if (model_config := model_config_of(path)) is None:
+            continue
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        for benchmark, prompts in prompt_sets.items():
+            rendered = render_prompts(tokenizer, [prompt.conversation([]) for prompt in prompts])
+            longest = max(map(len, rendered), default=0)
+            lengths = {f"the longest {benchmark} prompt": longest, "max_new_tokens": config.max_new_tokens}
+            check_fits_context(model_config, f"model {name}", lengths, lower="max_new_tokens")
 
 
 def _generate_all_answers(config, models, prompt_sets, output_dir: Path, show_progress: bool) -> dict:
@@ -248,6 +268,7 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
         load_judge(config.judge) if ":" in config.judge else None
     )  # an unimportable judge of yours: before any model
     check_output_dir(config.output_dir)  # answers and verdicts are written there as they come: writable first
+    _check_answers_fit_context(config, models, prompt_sets)
     output_dir = Path(config.output_dir)
 
     answers = _generate_all_answers(config, models, prompt_sets, output_dir, show_progress)

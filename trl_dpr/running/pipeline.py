@@ -22,6 +22,7 @@ from ..config import DensePathConfig
 from ..data import check_chat_template, prompts_for_rl
 from ..embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from ..embedded.task import load_demonstrations
+from ..field_checks import check_fits_context, model_config_of
 from ..reference_callback import ReferenceCheckpointCallback, check_reference_fraction
 from ..reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
 from ..resources import free_memory
@@ -189,6 +190,10 @@ def run_sft(
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
     base = resolve_embedded_base(model_args.model_name_or_path, training_args.output_dir, training_args.seed)
     base = resolve_gguf_base(base, training_args.output_dir)  # a .gguf file: a normal HF folder beside the run
+    if (model_config := model_config_of(base)) is not None:  # before the model loads
+        check_fits_context(
+            model_config, model_args.model_name_or_path, {"max_length": training_args.max_length}, lower="max_length"
+        )
     tokenizer = AutoTokenizer.from_pretrained(base, revision=model_args.model_revision)
     if not training_args.chat_template_path:
         check_chat_template(tokenizer, train_dataset, script_args.dataset_name)
@@ -321,7 +326,7 @@ def run_dpr(
         raise ValueError(f"{sft_path!r} is not a finished SFT output: {problem}. {UNFINISHED_SFT_HELP}")
     check_model_source(sft_path, "The SFT output (model_name_or_path)")
     check_adapter_settings(sft_path, model_args)
-    if (model_config := _sft_model_config(sft_path)) is not None:
+    if (model_config := model_config_of(sft_path)) is not None:
         training_args.check_fits_context(model_config, sft_path)  # before any model loads (the trainer checks again)
     tokenizer = AutoTokenizer.from_pretrained(sft_path, padding_side="left")
     check_chat_template(tokenizer, inputs.prompts, script_args.dataset_name)
@@ -355,18 +360,6 @@ def run_dpr(
     if push:
         push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
     return trainer
-
-
-def _sft_model_config(sft_path: str):
-    """π_SFT's `config.json` (an adapter's: its base model's), or None when it cannot be read without loading more."""
-    from transformers import AutoConfig
-
-    adapter = Path(sft_path) / "adapter_config.json"
-    source = json.loads(adapter.read_text()).get("base_model_name_or_path") if adapter.is_file() else sft_path
-    try:
-        return AutoConfig.from_pretrained(source) if source else None
-    except (OSError, ValueError):
-        return None
 
 
 UNFINISHED_SFT_HELP = (
