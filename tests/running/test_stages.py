@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_dpr.running.checkpointing import RUN_COMPLETE_NAME, write_checkpoint_manifest
+from trl_dpr.running.checkpointing import RUN_COMPLETE_NAME, release_output_dir, write_checkpoint_manifest
 
 from ..conftest import save_sft_output
 
@@ -179,7 +179,9 @@ def self_play_runs(tmp_path, tokenizer, monkeypatch):
         return len(stages_run)
 
     self_play_runs.started = []
-    return self_play_runs
+    yield self_play_runs
+    for method in ("spin", "gsil"):  # a run stopped by `Trained` still holds its folder
+        release_output_dir(tmp_path / method)
 
 
 @pytest.mark.parametrize("method", ["spin", "gsil"])
