@@ -718,6 +718,17 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
             f"seeds) | {rl[members[0].split(' at ')[0]]['rollouts']} each"
             f" | {sum(kls) / len(kls):.3f} | — | — | — | " + " | ".join(gains) + " |"
         )
+    if rl and all("flops" in r for r in rl.values()):  # compute: what each run spent, and the control against it
+        control = summary.get("control")
+        spent = [
+            f"{name} {r['flops']:.3g}"
+            + (f" (the control {control['sft_flops'] / r['flops']:.2f}×)" if control else "")
+            for name, r in rl.items()
+        ]
+        lines += ["", "FLOPs of each RL run (its tokens × (2N generation + 2N per frozen scorer + 6N update)): "]
+        lines[-1] += "; ".join(spent) + (
+            f"; the control {control['sft_flops']:.3g} (6N per SFT token)." if control else "."
+        )
     ks = sorted({d for _, d in table if d.startswith("pass@")}, key=lambda d: int(d.removeprefix("pass@")))
     if ks and all(("SFT", k) in correct for k in ks):
         n = len(correct[("SFT", ks[0])])

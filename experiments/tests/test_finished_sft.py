@@ -385,3 +385,21 @@ def test_sr_reads_dprs_preview_curve_and_wo_baseline_its_own():
     lines = finished_sft.render_report(rows, summary).splitlines()
     predicted = {x.split("|")[1].strip(): x.split("|")[4].strip() for x in lines if "at 100%" in x}
     assert predicted == {"SR λ=1e-05 at 100%": "-10.0", "wo/Baseline λ=1e-05 at 100%": "+10.0"}
+
+
+def test_the_report_states_each_runs_flops_and_the_controls_ratio_to_it():
+    rows = [{"policy": "SFT", "decoding": "T=1", "prompt": 0, "correct": 1}]
+    summary = {
+        "settings": {"num_demonstrations": 8},
+        "choice": None,
+        "preview": [],
+        "sft": {"sft_step": 2, "cap": 4, "steps_per_epoch": 1, "ref_step": 1, "alpha": 0.5, "held_out_loss": {}},
+        "rl": {"DPR λ=1e-05 seed0": {"rollouts": 64, "flops": 4.0e12}, "wo/Baseline λ=1e-05": {"flops": 3.2e12}},
+        "control": {"sft_flops": 4.4e12, "from_step": 2, "to_step": 5, "flops_share": 1.1},
+    }
+    line = next(x for x in finished_sft.render_report(rows, summary).splitlines() if x.startswith("FLOPs"))
+    # 4.4 / 4.0 = 1.10 and 4.4 / 3.2 = 1.375 → 1.38
+    assert "DPR λ=1e-05 seed0 4e+12 (the control 1.10×)" in line
+    assert "wo/Baseline λ=1e-05 3.2e+12 (the control 1.38×)" in line and line.endswith(
+        "the control 4.4e+12 (6N per SFT token)."
+    )
