@@ -95,8 +95,8 @@ def test_every_pipeline_refuses_an_sft_stage_that_writes_another_folder(stages, 
 @pytest.fixture
 def dpr_runs(tmp_path, monkeypatch):
     """`dpr_runs(*overrides)`: `trl-dpr dpr`'s main on the demo recipe into tmp_path/dpr (no SFT stage, no
-    evaluation), its training replaced by a recorder that writes a model and an evaluation table; returns the KL
-    coefficients trained with so far."""
+    evaluation), its training replaced by a recorder that writes a model and the evaluation table `dpr_runs.table`
+    (None: none); returns the KL coefficients trained with so far."""
     import trl_dpr.scripts.dpr
 
     trained = []
@@ -105,7 +105,8 @@ def dpr_runs(tmp_path, monkeypatch):
         trained.append(training_args.kl_coef)
         output = Path(training_args.output_dir)
         (output / "model.safetensors").write_bytes(b"weights")
-        (output / "eval_results.json").write_text(json.dumps({"table_markdown": "| DPR | 84.2 |"}))
+        if run.table:
+            (output / "eval_results.json").write_text(json.dumps({"table_markdown": run.table}))
 
     monkeypatch.setattr(trl_dpr.scripts.dpr, "run_dpr", train)
 
@@ -114,6 +115,7 @@ def dpr_runs(tmp_path, monkeypatch):
         run_recipe("dpr", [*recipe, "--output_dir", str(tmp_path / "dpr"), "--num_train_samples", "8", *overrides])
         return trained
 
+    run.table = "| DPR | 84.2 |"
     return run
 
 
@@ -143,8 +145,9 @@ class Trained(Exception):
 @pytest.fixture
 def self_play_runs(tmp_path, tokenizer, monkeypatch):
     """`self_play_runs(method, *overrides)`: `trl-dpr spin|gsil`'s main on its demo recipe (one iteration, no SFT stage,
-    no evaluation) from a tiny SFT output into tmp_path/<method>, where iteration 0 is planted as trained, with an
-    evaluation table: the real self-play run claims, checks and publishes it, and trains nothing. Returns how many
+    no evaluation) from a tiny SFT output into tmp_path/<method>, where iteration 0 is planted as trained: the real
+    self-play run claims, checks and publishes it, trains nothing, then writes the evaluation table
+    `self_play_runs.table` (None: none). Returns how many
     times the self-play stage ran; an iteration that would train appends its π_t's folder name to `started` and raises
     `Trained`."""
     import trl_dpr.lfd.self_play
@@ -158,7 +161,12 @@ def self_play_runs(tmp_path, tokenizer, monkeypatch):
 
     def run_self_play(*args, **kwargs):
         stages_run.append(1)
-        return real_run(*args, **kwargs)
+        run = real_run(*args, **kwargs)
+        if self_play_runs.table:  # as its evaluation (evaluate_last_iterate) writes it
+            (Path(run.output_dir) / "eval_results.json").write_text(
+                json.dumps({"table_markdown": self_play_runs.table})
+            )
+        return run
 
     monkeypatch.setattr(trl_dpr.lfd.self_play, "load_policy", load_policy)
     monkeypatch.setattr(trl_dpr.lfd.self_play, "run_self_play", run_self_play)
@@ -169,7 +177,6 @@ def self_play_runs(tmp_path, tokenizer, monkeypatch):
             (output / "iteration-0").mkdir(parents=True)
             (output / "iteration-0" / "model.safetensors").write_bytes(b"weights of iteration 0")
             (output / "iteration-0" / "self_play_iteration.json").write_text(json.dumps({"iteration": 0}))
-            (output / "eval_results.json").write_text(json.dumps({"table_markdown": "| SPIN | 80.1 |"}))
         recipe = ["--config", str(ROOT / f"recipes/demo/{method}.yaml"), "--sft_config", "", "--evaluation_config", ""]
         run_recipe(
             method,
@@ -178,7 +185,7 @@ def self_play_runs(tmp_path, tokenizer, monkeypatch):
         )
         return len(stages_run)
 
-    self_play_runs.started = []
+    self_play_runs.started, self_play_runs.table = [], "| SPIN | 80.1 |"
     yield self_play_runs
     for method in ("spin", "gsil"):  # a run stopped by `Trained` still holds its folder
         release_output_dir(tmp_path / method)
@@ -219,3 +226,71 @@ def test_more_self_play_iterations_continue_the_finished_run_instead_of_calling_
         self_play_runs("spin", "--num_iterations", "2")
     assert self_play_runs.started == ["iteration-0"]  # π_1 answers for iteration 1; iteration 0 is kept
     assert not (tmp_path / "spin" / RUN_COMPLETE_NAME).exists()  # claimed, not finished: no longer a finished run
+
+
+def test_a_self_play_command_with_overwrite_output_dir_starts_its_unchanged_run_over(self_play_runs, tmp_path):
+    assert self_play_runs("spin") == 1
+    with pytest.raises(Trained):  # not `Already finished`, nor a resume of iteration 0
+        self_play_runs("spin", "--overwrite_output_dir", "true")
+    assert self_play_runs.started == ["sft"]  # π_0 answers for iteration 0 again
+    assert not (tmp_path / "spin" / "iteration-0").exists()
+
+
+# ---- a new run in the folder drops the old run's evaluation table ------------------------------------------------------
+
+
+def test_a_dpr_run_started_over_without_an_evaluation_does_not_show_the_old_runs_table(dpr_runs, tmp_path, capsys):
+    assert dpr_runs() == [1.0]
+    dpr_runs.table = None  # the new run has no evaluation stage
+    again = ("--learning_rate", "2e-5", "--overwrite_output_dir", "true")
+    assert dpr_runs(*again) == [1.0, 1.0]
+    assert not (tmp_path / "dpr" / "eval_results.json").exists()  # nor does its model card read the old one
+    capsys.readouterr()
+    assert dpr_runs(*again[:2]) == [1.0, 1.0]
+    shown = capsys.readouterr().out
+    assert "Already finished" in shown and "84.2" not in shown
+
+
+@pytest.mark.parametrize("overrides", [("--overwrite_output_dir", "true"), ("--num_iterations", "2")])
+def test_a_self_play_run_started_over_or_continued_drops_the_old_runs_table(self_play_runs, tmp_path, overrides):
+    assert self_play_runs("spin") == 1
+    assert (tmp_path / "spin" / "eval_results.json").is_file()
+    with pytest.raises(Trained):
+        self_play_runs("spin", *overrides)
+    assert not (tmp_path / "spin" / "eval_results.json").exists()  # the table of a model the folder no longer holds
+
+
+# ---- a failed stage releases the folder --------------------------------------------------------------------------------
+
+
+class EvaluationFailed(Exception):
+    """Raised by the evaluation stage: the judge's API is down, a bad benchmark file, a full disk."""
+
+
+def fail_evaluation(*args, **kwargs):
+    raise EvaluationFailed
+
+
+def test_a_dpr_run_whose_evaluation_fails_releases_its_folder_unfinished(dpr_runs, tmp_path, monkeypatch):
+    import trl_dpr.scripts.dpr
+    from trl_dpr.running.checkpointing import is_claimed
+
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "evaluate_against_sft", fail_evaluation)
+    with pytest.raises(EvaluationFailed):
+        dpr_runs("--evaluation_config", "recipes/evaluate/demo.yaml")
+    assert not is_claimed(tmp_path / "dpr")
+    assert not (tmp_path / "dpr" / RUN_COMPLETE_NAME).exists()
+
+
+@pytest.mark.parametrize("method", ["spin", "gsil"])
+def test_a_self_play_run_whose_evaluation_fails_releases_its_folder_unfinished(
+    self_play_runs, tmp_path, monkeypatch, method
+):
+    import trl_dpr.lfd.self_play
+    from trl_dpr.running.checkpointing import is_claimed
+
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "evaluate_last_iterate", fail_evaluation)
+    with pytest.raises(EvaluationFailed):
+        self_play_runs(method, "--evaluation_config", "recipes/evaluate/demo.yaml")
+    assert not is_claimed(tmp_path / method)
+    assert not (tmp_path / method / RUN_COMPLETE_NAME).exists()

@@ -530,16 +530,18 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
     if finished_already(training_args, fingerprint):  # the same command run again: says so, exit code 0
         return SelfPlayRun(str(root), method, json.loads((root / RUN_RECORD).read_text())["iterations"])
     sft_path = model_args.model_name_or_path
-    run = run_stages(
-        method,
-        sft_path,
-        placement,
-        script_args.sft_config,
-        script_args.evaluation_config,
-        train=lambda: run_self_play(script_args, training_args, model_args, keep_output_dir=True),
-        train_title=f"{method} from {sft_path}: {training_args.num_iterations} iteration(s)",
-        evaluate=lambda run, device: evaluate_last_iterate(script_args.evaluation_config, sft_path, run, device),
-    )
-    mark_run_finished(root, fingerprint)  # last: the same command again finds the run finished
-    release_output_dir(root)  # after the evaluation's eval_results.json
+    try:
+        run = run_stages(
+            method,
+            sft_path,
+            placement,
+            script_args.sft_config,
+            script_args.evaluation_config,
+            train=lambda: run_self_play(script_args, training_args, model_args, keep_output_dir=True),
+            train_title=f"{method} from {sft_path}: {training_args.num_iterations} iteration(s)",
+            evaluate=lambda run, device: evaluate_last_iterate(script_args.evaluation_config, sft_path, run, device),
+        )
+        mark_run_finished(root, fingerprint)  # last: the same command again finds the run finished
+    finally:  # after the evaluation's eval_results.json; a failed stage leaves the folder free for the next run too
+        release_output_dir(root)
     return run

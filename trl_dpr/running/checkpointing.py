@@ -43,6 +43,7 @@ _RUN_OUTPUTS = ("trainer_state.json", "model.safetensors", "model.safetensors.in
 # Written last by a recipe's run that got to its end (model, evaluation, push): a digest of the arguments it ran with.
 # The same command run again finds it and says the run is finished (`finished_run`) instead of refusing the folder.
 RUN_COMPLETE_NAME = "run_complete.json"
+EVAL_RESULTS_NAME = "eval_results.json"  # the evaluation a pipeline ran on the run's model
 # Arguments that say how a run is started, not what it produces: a re-run that differs only in them is the same run.
 _NOT_THE_RUN = ("overwrite_output_dir", "resume_from_checkpoint", "local_rank", "hub_token")
 
@@ -278,8 +279,9 @@ def claim_output_dir(output_dir: str | os.PathLike, *, resuming: bool = False, o
                 "model. Resume it (--resume_from_checkpoint true), choose another --output_dir, or start over in "
                 "this folder: --overwrite_output_dir true (or overwrite_output_dir: true in the recipe)."
             )
-        if not error:  # this run's now: a finished run's record no longer describes what the folder will hold
-            (output_dir / RUN_COMPLETE_NAME).unlink(missing_ok=True)
+        if not error:  # this run's now: a finished run's record and table no longer describe what it will hold
+            for stale in (RUN_COMPLETE_NAME, EVAL_RESULTS_NAME):  # the table: `Already finished`, the model card
+                (output_dir / stale).unlink(missing_ok=True)
     error = _agree(error)
     if error:
         raise (OutputDirInUse if error.startswith("Another run") else ValueError)(error)

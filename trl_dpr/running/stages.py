@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from .checkpointing import finished_run, last_complete_checkpoint, parse_resume_from_checkpoint
+from .checkpointing import EVAL_RESULTS_NAME, finished_run, last_complete_checkpoint, parse_resume_from_checkpoint
 from .pipeline import SFTScriptArguments, check_evaluation_config, has_sft_output, print_stage, run_sft
 from .placement import PLACEMENT_KEYS, RunPlacement
 
@@ -64,7 +64,7 @@ def finished_already(training_args, fingerprint: str) -> bool:
 
     if PartialState().is_main_process:
         try:
-            table = json.loads((Path(output_dir) / "eval_results.json").read_text())["table_markdown"]
+            table = json.loads((Path(output_dir) / EVAL_RESULTS_NAME).read_text())["table_markdown"]
         except (OSError, ValueError, KeyError, TypeError):  # a run without an evaluation stage
             table = None
         print(f"Already finished: {output_dir} holds this run (same recipe and arguments); nothing to train.")

@@ -42,20 +42,24 @@ def main(argv=None):
         evaluate_against_sft(script_args.evaluation_config, sft_path, training_args.output_dir, device=device)
         trainer.create_model_card(dataset_name=script_args.dataset_name)  # now with the evaluation table
 
-    trainer = run_stages(
-        "DPR",
-        sft_path,
-        placement,
-        script_args.sft_config,
-        script_args.evaluation_config,
-        train=lambda: run_dpr(script_args, training_args, model_args, inputs=dpr_inputs),
-        train_title=f"Dense-Path REINFORCE from {sft_path} ({placement}, dtype {model_args.dtype})",
-        evaluate=evaluate,
-    )
-    if push:
-        push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
-    mark_run_finished(training_args.output_dir, fingerprint)  # last: the same command again finds the run finished
-    release_output_dir(training_args.output_dir)  # after the evaluation's eval_results.json and the push
+    try:
+        trainer = run_stages(
+            "DPR",
+            sft_path,
+            placement,
+            script_args.sft_config,
+            script_args.evaluation_config,
+            train=lambda: run_dpr(script_args, training_args, model_args, inputs=dpr_inputs),
+            train_title=f"Dense-Path REINFORCE from {sft_path} ({placement}, dtype {model_args.dtype})",
+            evaluate=evaluate,
+        )
+        if push:
+            push_trainer_output(
+                trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter
+            )
+        mark_run_finished(training_args.output_dir, fingerprint)  # last: the same command again finds it finished
+    finally:  # after the evaluation's eval_results.json and the push; a failed stage leaves the folder free too
+        release_output_dir(training_args.output_dir)
 
 
 if __name__ == "__main__":
