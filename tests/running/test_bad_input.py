@@ -243,9 +243,9 @@ CASES = [
         True,
     ),
     (
-        "SFT sequences past the model's context",
+        "packed SFT sequences past the model's context",
         "sft",
-        {"max_length": 1000},
+        {"max_length": 1000, "packing": True},
         [],
         r"max_length 1000 is more than trl_dpr/embedded-tiny-llama's context of 512 tokens \(max_position_embeddings "
         r"in its config.json\): lower max_length to at most 512\.",
@@ -693,9 +693,11 @@ class ModelWouldLoad(Exception):
     """Raised where the model would be built: every check before it passed."""
 
 
-@pytest.mark.parametrize(("max_length", "fits"), [(65, False), (64, True)])
-def test_sft_sequences_past_the_base_models_context_are_refused_before_it_loads(
-    tokenizer, tmp_path, monkeypatch, max_length, fits
+@pytest.mark.parametrize(
+    ("max_length", "packed", "fits"), [(65, "packing", False), (65, "padding_free", False), (64, "packing", True)]
+)
+def test_packed_sft_sequences_past_the_base_models_context_are_refused_before_it_loads(
+    tokenizer, tmp_path, monkeypatch, max_length, packed, fits
 ):
     from trl import ModelConfig, SFTConfig
 
@@ -713,6 +715,7 @@ def test_sft_sequences_past_the_base_models_context_are_refused_before_it_loads(
     training_args = SFTConfig(
         output_dir=str(tmp_path / "sft"), max_length=max_length, use_cpu=True, bf16=False, report_to="none"
     )
+    setattr(training_args, packed, True)
     script_args = SFTScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=4)
     with pytest.raises(ModelWouldLoad if fits else ValueError) as error:
         run_sft(script_args, training_args, ModelConfig(model_name_or_path=str(base), dtype="float32"))
@@ -721,6 +724,35 @@ def test_sft_sequences_past_the_base_models_context_are_refused_before_it_loads(
             f"max_length 65 is more than {base}'s context of 64 tokens (max_position_embeddings in its config.json): "
             "lower max_length to at most 64."
         )
+
+
+def test_an_unpacked_sft_max_length_past_the_context_only_truncates_and_is_a_warning(
+    tokenizer, tmp_path, monkeypatch, caplog
+):
+    """Without packing, max_length caps truncation only: TRL's default 1024 on a 512-token model trains the demo."""
+    from trl import ModelConfig, SFTConfig
+
+    import trl_dpr.running.pipeline
+    from trl_dpr.running.pipeline import SFTScriptArguments, run_sft
+
+    base = tmp_path / "base"  # a model of 64 positions
+    build_tiny_causal_lm(tokenizer, max_positions=64).save_pretrained(base)
+    tokenizer.save_pretrained(base)
+
+    def build_trainer(*args, **kwargs):
+        raise ModelWouldLoad
+
+    monkeypatch.setattr(trl_dpr.running.pipeline, "SafeSFTTrainer", build_trainer)
+    training_args = SFTConfig(
+        output_dir=str(tmp_path / "sft"), max_length=1024, use_cpu=True, bf16=False, report_to="none"
+    )
+    script_args = SFTScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=4)
+    with pytest.raises(ModelWouldLoad), caplog.at_level("WARNING", logger="trl_dpr.running.pipeline"):
+        run_sft(script_args, training_args, ModelConfig(model_name_or_path=str(base), dtype="float32"))
+    assert [record.getMessage() for record in caplog.records if record.name == "trl_dpr.running.pipeline"] == [
+        f"max_length 1024 is more than {base}'s context of 64 tokens (max_position_embeddings in its config.json): "
+        "lower max_length to at most 64. Not packed: only an example longer than the context would reach past it."
+    ]
 
 
 # A recipe launched by `accelerate launch` directly (not through `trl-dpr`, which checks this before launching): its

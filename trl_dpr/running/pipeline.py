@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 from .merge import check_merge_target, merged_folder
 from .push import check_hub_push, defer_push_to_hub, push_trainer_output
 from .trainers import DPRRunTrainer, SafeSFTTrainer
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -191,9 +194,7 @@ def run_sft(
     base = resolve_embedded_base(model_args.model_name_or_path, training_args.output_dir, training_args.seed)
     base = resolve_gguf_base(base, training_args.output_dir)  # a .gguf file: a normal HF folder beside the run
     if (model_config := model_config_of(base)) is not None:  # before the model loads
-        check_fits_context(
-            model_config, model_args.model_name_or_path, {"max_length": training_args.max_length}, lower="max_length"
-        )
+        _check_sft_max_length(model_config, model_args.model_name_or_path, training_args)
     tokenizer = AutoTokenizer.from_pretrained(base, revision=model_args.model_revision)
     if not training_args.chat_template_path:
         check_chat_template(tokenizer, train_dataset, script_args.dataset_name)
@@ -360,6 +361,19 @@ def run_dpr(
     if push:
         push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
     return trainer
+
+
+def _check_sft_max_length(model_config, model_name: str, training_args: SFTConfig) -> None:
+    """Packed (`packing`, `padding_free`), every sequence is `max_length` tokens: past the model's context it is refused.
+    Unpacked, `max_length` only truncates longer examples (TRL's default 1024 on a 512-token model is fine): a warning."""
+    lengths = {"max_length": training_args.max_length}
+    if training_args.packing or training_args.padding_free:
+        check_fits_context(model_config, model_name, lengths, lower="max_length")
+        return
+    try:
+        check_fits_context(model_config, model_name, lengths, lower="max_length")
+    except ValueError as problem:
+        logger.warning(f"{problem} Not packed: only an example longer than the context would reach past it.")
 
 
 UNFINISHED_SFT_HELP = (
