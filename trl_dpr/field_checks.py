@@ -59,9 +59,9 @@ def model_config_of(path: str):
 
 def check_fits_context(model_config, model_name: str, lengths: dict[str, int | None], lower: str) -> None:
     """Refuse `lengths` (name → tokens, the parts of one sequence; None or 0 is unbounded and not counted) whose sum is
-    more than the model's context (`max_position_embeddings`): past it a rotary model reads positions it never saw,
-    and nothing fails. The message names the value of `lower` that fits."""
-    context = getattr(model_config.get_text_config(), "max_position_embeddings", None)
+    more than the model's context (`_context_of`): past it a rotary model reads positions it never saw, and nothing
+    fails. The message names the value of `lower` that fits."""
+    context, source = _context_of(model_config)
     counted = {name: tokens for name, tokens in lengths.items() if tokens}
     if not isinstance(context, int) or sum(counted.values()) <= context:
         return
@@ -75,6 +75,23 @@ def check_fits_context(model_config, model_name: str, lengths: dict[str, int | N
     )
     raise ValueError(
         " + ".join(f"{name} {tokens}" for name, tokens in counted.items())
-        + f" is more than {model_name}'s context of {context} tokens (max_position_embeddings in its config.json): "
+        + f" is more than {model_name}'s context of {context} tokens ({source}): "
         + f"{fix}."
     )
+
+
+def _context_of(model_config) -> tuple[int | None, str]:
+    """The tokens a model reads (None: its config does not say) and where its config says so: `max_position_embeddings`,
+    or a longer `factor × original_max_position_embeddings` of its rope scaling (YaRN: Qwen2.5's 32768 × 4 = 128K).
+    The scaling is `rope_parameters` in transformers 5 (one set, or one per attention type), `rope_scaling` before."""
+    text_config = model_config.get_text_config()
+    context = getattr(text_config, "max_position_embeddings", None)
+    source = "max_position_embeddings in its config.json"
+    rope = getattr(text_config, "rope_parameters", None) or getattr(text_config, "rope_scaling", None) or {}
+    per_attention_type = bool(rope) and all(isinstance(parameters, dict) for parameters in rope.values())
+    for parameters in rope.values() if per_attention_type else [rope]:
+        factor, original = parameters.get("factor"), parameters.get("original_max_position_embeddings")
+        if isinstance(factor, int | float) and isinstance(original, int) and int(factor * original) > (context or 0):
+            context = int(factor * original)
+            source = f"its rope scaling: factor {factor} × original_max_position_embeddings {original}"
+    return context, source

@@ -113,6 +113,50 @@ def test_a_length_that_alone_fills_the_context_says_so_and_an_unbounded_one_is_n
     )
 
 
+@pytest.mark.parametrize(
+    ("rope", "context"),
+    [
+        ({"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}, 131072),
+        ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}, 131072),
+        ({}, 32768),  # no scaling: max_position_embeddings
+    ],
+)
+def test_a_qwen2_config_with_yarn_rope_scaling_counts_its_scaled_context(rope, context):
+    """Qwen2.5's documented 128K: max_position_embeddings 32768 and YaRN factor 4 of original 32768."""
+    from transformers import Qwen2Config
+
+    from trl_dpr.field_checks import check_fits_context
+
+    config = Qwen2Config(max_position_embeddings=32768, **rope)
+    check_fits_context(config, "qwen", {"max_length": context}, "max_length")
+    with pytest.raises(ValueError) as error:
+        check_fits_context(config, "qwen", {"max_length": context + 1}, "max_length")
+    source = (
+        "its rope scaling: factor 4.0 × original_max_position_embeddings 32768"
+        if rope
+        else "max_position_embeddings in its config.json"
+    )
+    assert str(error.value) == (
+        f"max_length {context + 1} is more than qwen's context of {context} tokens ({source}): lower max_length to at "
+        f"most {context}."
+    )
+
+
+def test_a_scaled_context_shorter_than_max_position_embeddings_does_not_lower_it():
+    """Llama 3.1: 131072 positions, llama3 scaling of factor 8 over the original 8192 (65536)."""
+    from transformers import LlamaConfig
+
+    from trl_dpr.field_checks import check_fits_context
+
+    scaling = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}
+    config = LlamaConfig(
+        max_position_embeddings=131072, rope_scaling=scaling | {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    )
+    check_fits_context(config, "llama", {"max_length": 131072}, "max_length")
+    with pytest.raises(ValueError, match=r"context of 131072 tokens \(max_position_embeddings in its config.json\)"):
+        check_fits_context(config, "llama", {"max_length": 131073}, "max_length")
+
+
 def test_max_prompt_length_must_be_positive():
     with pytest.raises(ValueError, match="max_prompt_length"):
         DensePathConfig(output_dir="unused", report_to="none", bf16=False, max_prompt_length=0)
