@@ -57,11 +57,17 @@ def model_config_of(path: str):
         return None
 
 
-def check_fits_context(model_config, model_name: str, lengths: dict[str, int | None], lower: str) -> None:
+def check_fits_context(
+    model_config,
+    model_name: str,
+    lengths: dict[str, int | None],
+    lower: str,
+    alone: str = "shorten it first, or use a model with a longer context",
+) -> None:
     """Refuse `lengths` (name → tokens, the parts of one sequence; None or 0 is unbounded and not counted) whose sum is
-    more than the model's context (`_context_of`): past it a rotary model reads positions it never saw, and nothing
-    fails. The message names the value of `lower` that fits."""
-    context, source = _context_of(model_config)
+    more than the model's context (`context_of`): past it a rotary model reads positions it never saw, and nothing
+    fails. The message names the value of `lower` that fits, or, when the others alone fill the context, `alone`."""
+    context, source = context_of(model_config)
     counted = {name: tokens for name, tokens in lengths.items() if tokens}
     if not isinstance(context, int) or sum(counted.values()) <= context:
         return
@@ -70,8 +76,7 @@ def check_fits_context(model_config, model_name: str, lengths: dict[str, int | N
     fix = (
         f"lower {lower} to at most {room}"
         if room >= 1
-        else f"{' + '.join(others)} alone {'fill' if len(others) > 1 else 'fills'} it: shorten it first, or use a model "
-        "with a longer context"
+        else f"{' + '.join(others)} alone {'fill' if len(others) > 1 else 'fills'} it: {alone}"
     )
     raise ValueError(
         " + ".join(f"{name} {tokens}" for name, tokens in counted.items())
@@ -80,7 +85,7 @@ def check_fits_context(model_config, model_name: str, lengths: dict[str, int | N
     )
 
 
-def _context_of(model_config) -> tuple[int | None, str]:
+def context_of(model_config) -> tuple[int | None, str]:
     """The tokens a model reads (None: its config does not say) and where its config says so: `max_position_embeddings`,
     or a longer `factor × original_max_position_embeddings` of its rope scaling (YaRN: Qwen2.5's 32768 × 4 = 128K).
     The scaling is `rope_parameters` in transformers 5 (one set, or one per attention type), `rope_scaling` before."""

@@ -95,6 +95,91 @@ def test_answers_past_a_models_context_are_refused_before_any_model_loads(tokeni
         )
 
 
+def longest_demo_prompt(tokenizer, num_prompts: int = 4) -> int:
+    """The tokens of the longest of the demo's first `num_prompts` prompts as the model reads it (chat template)."""
+    prompts = load_prompt_set("demo", num_prompts=num_prompts, seed=0)
+    rendered = [
+        tokenizer.apply_chat_template(p.conversation([]), add_generation_prompt=True, tokenize=False) for p in prompts
+    ]
+    return max(len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in rendered)
+
+
+def two_model_evaluation(tokenizer, tmp_path, sft_context: int, dpr_context: int, max_new_tokens: int):
+    """An exact-judged demo evaluation of SFT and DPR, tiny models of the given contexts saved under tmp_path."""
+    for name, context in (("sft", sft_context), ("dpr", dpr_context)):
+        build_tiny_causal_lm(tokenizer, max_positions=context).save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+    return EvaluationConfig(
+        baseline=f"SFT={tmp_path / 'sft'}",
+        candidates=[f"DPR={tmp_path / 'dpr'}"],
+        benchmarks=["demo"],
+        demo_num_prompts=4,
+        demo_seed=0,
+        max_new_tokens=max_new_tokens,
+        judge="exact",
+        generation_backend="transformers",
+        output_dir=str(tmp_path / "eval"),
+    )
+
+
+def test_answers_past_several_contexts_are_refused_with_the_value_that_fits_them_all(tokenizer, tmp_path):
+    """The first model checked (SFT) has room for 40 new tokens, the second (DPR) for 20: 20 fits both."""
+    from trl_dpr.evaluation import run_evaluation
+
+    longest = longest_demo_prompt(tokenizer)
+    config = two_model_evaluation(tokenizer, tmp_path, longest + 40, longest + 20, max_new_tokens=50)
+    with pytest.raises(ValueError) as error:
+        run_evaluation(config, show_progress=False)
+    assert str(error.value) == (
+        f"the longest demo prompt {longest} + max_new_tokens 50 is more than model DPR's context of {longest + 20} "
+        "tokens (max_position_embeddings in its config.json): lower max_new_tokens to at most 20."
+    )
+
+
+def test_a_prompt_that_alone_fills_a_models_context_says_what_can_be_done_about_it(tokenizer, tmp_path):
+    from trl_dpr.evaluation import run_evaluation
+
+    longest = longest_demo_prompt(tokenizer)
+    config = two_model_evaluation(tokenizer, tmp_path, longest, longest + 20, max_new_tokens=8)
+    with pytest.raises(ValueError) as error:
+        run_evaluation(config, show_progress=False)
+    assert str(error.value) == (
+        f"the longest demo prompt {longest} + max_new_tokens 8 is more than model SFT's context of {longest} tokens "
+        "(max_position_embeddings in its config.json): the longest demo prompt alone fills it: leave demo out of "
+        "benchmarks, evaluate fewer of its prompts (max_prompts) so that the longest is left out, or use a model with a "
+        "longer context."
+    )
+
+
+class Answers:
+    """A generator that answers every prompt with the same text, without a model."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def generate(self, conversations):
+        return ["The answer is 7."] * len(conversations)
+
+
+def test_a_model_whose_answers_are_all_cached_is_not_refused_for_its_context(tokenizer, tmp_path, monkeypatch):
+    """Its answers were cached when its config said 512 positions; it now says fewer, but no model loads."""
+    import trl_dpr.evaluation.runner
+    from trl_dpr.evaluation import run_evaluation
+
+    longest = longest_demo_prompt(tokenizer)
+    config = two_model_evaluation(tokenizer, tmp_path, 512, 512, max_new_tokens=32)
+    monkeypatch.setattr(trl_dpr.evaluation.runner, "load_answer_generator", Answers)
+    run_evaluation(config, show_progress=False)  # every answer cached
+    build_tiny_causal_lm(tokenizer, max_positions=longest + 16).save_pretrained(tmp_path / "sft")  # 16 < 32
+
+    def load_answer_generator(*args, **kwargs):
+        raise ModelWouldLoad
+
+    monkeypatch.setattr(trl_dpr.evaluation.runner, "load_answer_generator", load_answer_generator)
+    report = run_evaluation(config, show_progress=False)
+    assert {result.method for result in report.accuracy} == {"SFT", "DPR"}
+
+
 def test_the_callback_checks_its_inputs(tokenizer, tmp_path):
     trainer = make_trainer(tokenizer, tmp_path, max_steps=1)
     prompts, answers = held_out(2)

@@ -15,7 +15,7 @@ import logging
 import re
 from pathlib import Path
 
-from ..field_checks import check_fits_context, model_config_of
+from ..field_checks import check_fits_context, context_of, model_config_of
 from ..reference_manifest import check_model_source
 from ..resources import check_output_dir, free_memory
 from .answer_checks import AnswerCheck, answer_check_from, embedded_check
@@ -62,48 +62,87 @@ def _generation_settings(config: EvaluationConfig, model_path: str) -> dict:
     }
 
 
-def _check_answers_fit_context(config: EvaluationConfig, models: dict[str, str], prompt_sets: dict) -> None:
+def check_answers_fit_context(
+    config: EvaluationConfig, models: dict[str, str], prompt_sets: dict | None = None
+) -> None:
     """Each model's longest prompt (its first turn, rendered as the model reads it) + `max_new_tokens` must fit the
-    model's context (`check_fits_context`), before any model loads. A later turn also holds the earlier answers, whose
-    lengths are not known yet."""
+    model's context (`check_fits_context`), before any model loads. Every model and benchmark is measured first and
+    the tightest is named, so the value it gives fits them all. A later turn also holds the earlier answers, whose
+    lengths are not known yet. `trl-dpr dpr|spin|gsil` run it before training, on π_SFT (the candidate's context)."""
     from transformers import AutoTokenizer
 
     from ..token_batches import render_prompts
 
+    prompt_sets = _prompt_sets(config) if prompt_sets is None else prompt_sets
+    tightest = None  # (room left for the answer, the model's config, its name, the benchmark, its longest prompt)
     for name, path in models.items():
-        if (model_config := model_config_of(path)) is None:
+        model_config = model_config_of(path)
+        if model_config is None or not isinstance(context := context_of(model_config)[0], int):
             continue
         tokenizer = AutoTokenizer.from_pretrained(path)
         for benchmark, prompts in prompt_sets.items():
-            rendered = render_prompts(tokenizer, [prompt.conversation([]) for prompt in prompts])
-            longest = max(map(len, rendered), default=0)
-            lengths = {f"the longest {benchmark} prompt": longest, "max_new_tokens": config.max_new_tokens}
-            check_fits_context(model_config, f"model {name}", lengths, lower="max_new_tokens")
+            longest = max(map(len, render_prompts(tokenizer, [p.conversation([]) for p in prompts])), default=0)
+            if tightest is None or context - longest < tightest[0]:
+                tightest = (context - longest, model_config, name, benchmark, longest)
+    if tightest is not None:
+        _, model_config, name, benchmark, longest = tightest
+        check_fits_context(
+            model_config,
+            f"model {name}",
+            {f"the longest {benchmark} prompt": longest, "max_new_tokens": config.max_new_tokens},
+            lower="max_new_tokens",
+            alone=f"leave {benchmark} out of benchmarks, evaluate fewer of its prompts (max_prompts) so that the longest "
+            "is left out, or use a model with a longer context",
+        )
+
+
+def _prompt_sets(config: EvaluationConfig) -> dict[str, list[EvalPrompt]]:
+    """Each benchmark's prompts, each `samples_per_prompt` times."""
+    return {
+        b: _replicated(
+            load_prompt_set(
+                b,
+                config.prompt_path(b),
+                limit=config.max_prompts,
+                **({"num_prompts": config.demo_num_prompts, "seed": config.demo_seed} if b == "demo" else {}),
+            ),
+            config.samples_per_prompt,
+        )
+        for b in config.benchmarks
+    }
+
+
+def _answer_caches(config: EvaluationConfig, name: str, path: str, prompt_sets: dict, output_dir: Path) -> dict:
+    """The answers of model `name` cached under `output_dir`, one cache per benchmark (those of its settings)."""
+    settings = _generation_settings(config, path)
+    return {
+        b: JsonlCache(
+            output_dir / "answers" / b / f"{_file_name(name)}.jsonl", ("model", "prompt_id", "turn"), settings
+        )
+        for b in prompt_sets
+    }
+
+
+def _answers_missing(name: str, caches: dict, prompt_sets: dict) -> bool:
+    return any(
+        (name, p.prompt_id, t) not in caches[b]
+        for b, prompts in prompt_sets.items()
+        for p in prompts
+        for t in range(len(p.turns))
+    )
 
 
 def _generate_all_answers(config, models, prompt_sets, output_dir: Path, show_progress: bool) -> dict:
     """`answers[benchmark][model][(prompt_id, turn)]`; a model is loaded only when some of its answers are missing."""
     answers: dict = {benchmark: {} for benchmark in prompt_sets}
     for name, path in models.items():
-        settings = _generation_settings(config, path)
-        caches = {
-            b: JsonlCache(
-                output_dir / "answers" / b / f"{_file_name(name)}.jsonl", ("model", "prompt_id", "turn"), settings
-            )
-            for b in prompt_sets
-        }
-        missing = any(
-            (name, p.prompt_id, t) not in caches[b]
-            for b, prompts in prompt_sets.items()
-            for p in prompts
-            for t in range(len(p.turns))
-        )
+        caches = _answer_caches(config, name, path, prompt_sets, output_dir)
         generator = None
-        if missing:
+        if _answers_missing(name, caches, prompt_sets):
             logger.info(f"Loading {name} from {path} to answer the missing prompts.")
             generator = load_answer_generator(
                 path,
-                backend=settings["backend"],
+                backend=_generation_settings(config, path)["backend"],
                 temperature=config.temperature,
                 max_new_tokens=config.max_new_tokens,
                 batch_size=config.generation_batch_size,
@@ -249,18 +288,7 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
     check = answer_check_from(
         config.answer_check, config.answer_pattern
     )  # an unimportable check fails before any model
-    prompt_sets = {
-        b: _replicated(
-            load_prompt_set(
-                b,
-                config.prompt_path(b),
-                limit=config.max_prompts,
-                **({"num_prompts": config.demo_num_prompts, "seed": config.demo_seed} if b == "demo" else {}),
-            ),
-            config.samples_per_prompt,
-        )
-        for b in config.benchmarks
-    }
+    prompt_sets = _prompt_sets(config)
     chat = (
         chat_model_from_config(config) if config.judge == "openai" else None
     )  # checks the API key before any generation
@@ -268,8 +296,13 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
         load_judge(config.judge) if ":" in config.judge else None
     )  # an unimportable judge of yours: before any model
     check_output_dir(config.output_dir)  # answers and verdicts are written there as they come: writable first
-    _check_answers_fit_context(config, models, prompt_sets)
     output_dir = Path(config.output_dir)
+    to_answer = {  # a model whose answers are all cached is not loaded: its context is not checked
+        name: path
+        for name, path in models.items()
+        if _answers_missing(name, _answer_caches(config, name, path, prompt_sets, output_dir), prompt_sets)
+    }
+    check_answers_fit_context(config, to_answer, prompt_sets)
 
     answers = _generate_all_answers(config, models, prompt_sets, output_dir, show_progress)
 
