@@ -9,7 +9,7 @@ import yaml
 
 from trl_dpr.running.checkpointing import RUN_COMPLETE_NAME, release_output_dir, write_checkpoint_manifest
 
-from ..conftest import save_sft_output
+from ..conftest import demo_evaluation_yaml, save_sft_output
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,17 +26,21 @@ def run_recipe(method: str, argv: list[str]):
 
 
 @pytest.fixture
-def stages(tmp_path, monkeypatch):
-    """`stages(method, sft_output_dir)`: the demo recipe of `method` with its SFT stage writing `sft_output_dir`, its
-    training and SFT replaced by recorders; returns `(sft_training_args given to run_sft or None, trained)`."""
+def stages(tmp_path, monkeypatch, tokenizer):
+    """`stages(method, sft_output_dir, evaluation_config="")`: the demo recipe of `method` with its SFT stage writing
+    `sft_output_dir`, its training and SFT replaced by recorders (the SFT one leaves a tiny SFT output); returns
+    `(sft_training_args given to run_sft or None, trained)`."""
     import trl_dpr.lfd.self_play
     import trl_dpr.running.stages
     import trl_dpr.scripts.dpr
 
     sft_runs, trained = [], []
-    monkeypatch.setattr(
-        trl_dpr.running.stages, "run_sft", lambda args, training_args, model_args: sft_runs.append(training_args)
-    )
+
+    def sft(args, training_args, model_args):
+        sft_runs.append(training_args)
+        save_sft_output(Path(training_args.output_dir), tokenizer)
+
+    monkeypatch.setattr(trl_dpr.running.stages, "run_sft", sft)
     monkeypatch.setattr(trl_dpr.scripts.dpr, "run_dpr", lambda *args, **kwargs: trained.append("DPR"))
 
     def self_play(script_args, training_args, model_args, **kwargs):
@@ -45,7 +49,7 @@ def stages(tmp_path, monkeypatch):
 
     monkeypatch.setattr(trl_dpr.lfd.self_play, "run_self_play", self_play)
 
-    def run(method: str, sft_output_dir: Path):
+    def run(method: str, sft_output_dir: Path, evaluation_config: str = ""):
         sft_recipe = yaml.safe_load((ROOT / "recipes/demo/sft.yaml").read_text()) | {"output_dir": str(sft_output_dir)}
         (tmp_path / "sft.yaml").write_text(yaml.safe_dump(sft_recipe))
         run_recipe(
@@ -60,13 +64,14 @@ def stages(tmp_path, monkeypatch):
                 "--output_dir",
                 str(tmp_path / method),
                 "--evaluation_config",
-                "",
+                evaluation_config,
                 "--num_train_samples",
                 "8",
             ],
         )
         return (sft_runs[0] if sft_runs else None), trained
 
+    run.sft_runs, run.trained = sft_runs, trained
     return run
 
 
@@ -87,6 +92,22 @@ def test_every_pipeline_refuses_an_sft_stage_that_writes_another_folder(stages, 
     name = {"dpr": "DPR", "spin": "SPIN", "gsil": "GSIL"}[method]
     with pytest.raises(ValueError, match=rf"writes the SFT model to .* but {name} starts from.*--sft_config \"\""):
         stages(method, tmp_path / "elsewhere")
+
+
+@pytest.mark.parametrize("sft_stage", ["found", "trained first"])
+@pytest.mark.parametrize("method", ["dpr", "spin", "gsil"])
+def test_every_pipeline_refuses_answers_past_the_sft_models_context_before_it_trains(
+    stages, tmp_path, tokenizer, method, sft_stage
+):
+    """The candidate shares π_SFT's context (512 positions): an evaluation of max_new_tokens 1000 is refused before the
+    training, whether π_SFT was there or its SFT stage wrote it in the same command."""
+    if sft_stage == "found":
+        save_sft_output(tmp_path / "sft", tokenizer)
+    evaluation = demo_evaluation_yaml(tmp_path / "evaluate.yaml", demo_num_prompts=4, max_new_tokens=1000)
+    with pytest.raises(ValueError, match=r"\+ max_new_tokens 1000 is more than model SFT's context of 512 tokens"):
+        stages(method, tmp_path / "sft", str(evaluation))
+    assert stages.trained == []  # refused before the RL stage
+    assert len(stages.sft_runs) == (sft_stage == "trained first")  # after the SFT stage that wrote π_SFT
 
 
 # ---- the same command again -------------------------------------------------------------------------------------------

@@ -305,6 +305,15 @@ def check_evaluation_config(evaluation_config: str) -> None:
         OpenAIChatModel(api_key_env=evaluation.judge_api_key_env).check_api_key()
 
 
+def check_evaluation_fits_context(evaluation_config: str, sft_path: str) -> None:
+    """The evaluation's longest prompt + `max_new_tokens` against π_SFT's context (`check_answers_fit_context`), whose
+    context the candidate trained from it shares: checked once π_SFT is there and before training, not after it."""
+    from ..evaluation.runner import check_answers_fit_context
+    from .recipe_parser import load_evaluation_config
+
+    check_answers_fit_context(load_evaluation_config(evaluation_config), {"SFT": sft_path})
+
+
 def run_dpr(
     script_args: DPRScriptArguments,
     training_args: DensePathConfig,

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from .checkpointing import EVAL_RESULTS_NAME, finished_run, last_complete_checkpoint, parse_resume_from_checkpoint
-from .pipeline import SFTScriptArguments, check_evaluation_config, has_sft_output, print_stage, run_sft
+from .pipeline import (
+    SFTScriptArguments,
+    check_evaluation_config,
+    check_evaluation_fits_context,
+    has_sft_output,
+    print_stage,
+    run_sft,
+)
 from .placement import PLACEMENT_KEYS, RunPlacement
 
 Trained = TypeVar("Trained")
@@ -30,8 +37,8 @@ def run_stages(
     """Run a pipeline recipe's stages: the SFT stage of `sft_config` (when set) writing `sft_path`, then `train()`,
     then `evaluate(trained, device)` against SFT (when `evaluation_config` is set); returns what `train()` returned.
 
-    The evaluation YAML is checked before anything trains; a finished SFT output is not trained again, an unfinished
-    one resumes.
+    The evaluation YAML is checked before anything trains, its lengths against π_SFT's context before `train()`; a
+    finished SFT output is not trained again, an unfinished one resumes.
     """
     if evaluation_config:  # a bad evaluation YAML fails before the SFT stage and the training are spent
         check_evaluation_config(evaluation_config)
@@ -40,6 +47,8 @@ def run_stages(
     if sft_config:
         _sft_stage(method, sft_path, placement, sft_config, stage, stages)
         stage += 1
+    if evaluation_config:  # π_SFT is there now: the answers must fit its context before hours of training
+        check_evaluation_fits_context(evaluation_config, sft_path)
     print_stage(stage, stages, train_title)
     trained = train()
     if evaluation_config:
