@@ -44,15 +44,20 @@ LEGACY_REWARD_KEYS = {
 # ---- token lengths against the model's context ----------------------------------------------------------------------
 
 
-def model_config_of(path: str):
+def model_config_of(path: str, revision: str | None = None, trust_remote_code: bool = False):
     """The `config.json` of the model at `path` (an adapter's: its base model's), or None when it cannot be read
-    without loading more (offline and not cached): the lengths are then checked once the model is loaded, or not."""
+    without loading more (offline and not cached): the lengths are then checked once the model is loaded, or not.
+    `revision` and `trust_remote_code` are the recipe's, as the model will load (the revision names `path`, not the
+    base of a local adapter)."""
     from transformers import AutoConfig
 
     adapter = Path(path) / "adapter_config.json"
-    source = json.loads(adapter.read_text()).get("base_model_name_or_path") if adapter.is_file() else path
+    if adapter.is_file():
+        path, revision = json.loads(adapter.read_text()).get("base_model_name_or_path"), None
     try:
-        return AutoConfig.from_pretrained(source) if source else None
+        return (
+            AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code) if path else None
+        )
     except (OSError, ValueError):
         return None
 

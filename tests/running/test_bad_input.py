@@ -726,6 +726,54 @@ def test_packed_sft_sequences_past_the_base_models_context_are_refused_before_it
         )
 
 
+def save_remote_code_model(folder, tokenizer, max_positions: int):
+    """A model folder whose config is code of its own (`auto_map`): transformers reads it only with trust_remote_code."""
+    folder.mkdir()
+    tokenizer.save_pretrained(folder)
+    (folder / "configuration_ctx.py").write_text(
+        "from transformers import PretrainedConfig\n\n\nclass CtxConfig(PretrainedConfig):\n    model_type = 'ctx'\n"
+    )
+    config = {"model_type": "ctx", "auto_map": {"AutoConfig": "configuration_ctx.CtxConfig"}}
+    (folder / "config.json").write_text(json.dumps(config | {"max_position_embeddings": max_positions}))
+    return folder
+
+
+def test_model_config_of_reads_a_remote_code_config_only_when_trusted(tokenizer, tmp_path):
+    from trl_dpr.field_checks import model_config_of
+
+    folder = save_remote_code_model(tmp_path / "ctx", tokenizer, max_positions=64)
+    assert model_config_of(str(folder)) is None  # unreadable without loading more: not checked here
+    assert model_config_of(str(folder), trust_remote_code=True).max_position_embeddings == 64
+
+
+def test_sft_checks_a_remote_code_base_models_context_with_the_recipes_trust_remote_code(
+    tokenizer, tmp_path, monkeypatch
+):
+    from trl import ModelConfig, SFTConfig
+
+    import trl_dpr.running.pipeline
+    from trl_dpr.running.pipeline import SFTScriptArguments, run_sft
+
+    base = save_remote_code_model(tmp_path / "base", tokenizer, max_positions=64)
+
+    def build_trainer(*args, **kwargs):
+        raise ModelWouldLoad
+
+    monkeypatch.setattr(trl_dpr.running.pipeline, "SafeSFTTrainer", build_trainer)
+    training_args = SFTConfig(
+        output_dir=str(tmp_path / "sft"),
+        max_length=65,
+        packing=True,
+        trust_remote_code=True,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+    )
+    script_args = SFTScriptArguments(dataset_name="trl_dpr/embedded-demo", num_train_samples=4)
+    with pytest.raises(ValueError, match=r"max_length 65 is more than .*'s context of 64 tokens"):
+        run_sft(script_args, training_args, ModelConfig(model_name_or_path=str(base), dtype="float32"))
+
+
 def test_an_unpacked_sft_max_length_past_the_context_only_truncates_and_is_a_warning(
     tokenizer, tmp_path, monkeypatch, caplog
 ):

@@ -193,7 +193,8 @@ def run_sft(
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
     base = resolve_embedded_base(model_args.model_name_or_path, training_args.output_dir, training_args.seed)
     base = resolve_gguf_base(base, training_args.output_dir)  # a .gguf file: a normal HF folder beside the run
-    if (model_config := model_config_of(base)) is not None:  # before the model loads
+    model_config = model_config_of(base, model_args.model_revision, training_args.trust_remote_code)
+    if model_config is not None:  # before the model loads
         _check_sft_max_length(model_config, model_args.model_name_or_path, training_args)
     tokenizer = AutoTokenizer.from_pretrained(base, revision=model_args.model_revision)
     if not training_args.chat_template_path:
@@ -336,7 +337,8 @@ def run_dpr(
         raise ValueError(f"{sft_path!r} is not a finished SFT output: {problem}. {UNFINISHED_SFT_HELP}")
     check_model_source(sft_path, "The SFT output (model_name_or_path)")
     check_adapter_settings(sft_path, model_args)
-    if (model_config := model_config_of(sft_path)) is not None:
+    model_config = model_config_of(sft_path, model_args.model_revision, training_args.trust_remote_code)
+    if model_config is not None:
         training_args.check_fits_context(model_config, sft_path)  # before any model loads (the trainer checks again)
     tokenizer = AutoTokenizer.from_pretrained(sft_path, padding_side="left")
     check_chat_template(tokenizer, inputs.prompts, script_args.dataset_name)
