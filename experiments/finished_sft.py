@@ -729,6 +729,24 @@ def render_report(per_prompt: list[dict], summary: dict) -> str:
         lines[-1] += "; ".join(spent) + (
             f"; the control {control['sft_flops']:.3g} (6N per SFT token)." if control else "."
         )
+    finals = sorted(p for p in set(policies) if p.endswith(" at 100%"))
+    if finals and all(("SFT-continued", d) in correct for d in DECODINGS):  # the question: beyond more epochs?
+        lines += [
+            "",
+            "Each RL run against the control (SFT's next epochs over the same D at the same FLOPs), paired per prompt "
+            "at the same decoding and sampling seed: below 0, the control did better.",
+            "",
+            "| policy − control | T = 1 | T = 0.7 | greedy |",
+            "|---|" + "---|" * len(DECODINGS),
+        ]
+        for policy in finals:
+            cells = [
+                _gain(paired(correct[(policy, d)], correct[("SFT-continued", d)]))
+                if (policy, d) in correct
+                else "not run"
+                for d in DECODINGS
+            ]
+            lines.append(f"| {policy} | " + " | ".join(cells) + " |")
     ks = sorted({d for _, d in table if d.startswith("pass@")}, key=lambda d: int(d.removeprefix("pass@")))
     if ks and all(("SFT", k) in correct for k in ks):
         n = len(correct[("SFT", ks[0])])

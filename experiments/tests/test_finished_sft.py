@@ -403,3 +403,31 @@ def test_the_report_states_each_runs_flops_and_the_controls_ratio_to_it():
     assert "wo/Baseline λ=1e-05 3.2e+12 (the control 1.38×)" in line and line.endswith(
         "the control 4.4e+12 (6N per SFT token)."
     )
+
+
+def test_each_rl_run_is_paired_against_the_control_per_prompt():
+    # 10 prompts at every decoding: the control right on 0–7, DPR right on 0–4 → DPR − control = (5 − 8) / 10 = −30
+    rows = []
+    for i in range(10):
+        for decoding in ("T=1", "T=0.7", "greedy"):
+            rows.append({"policy": "SFT", "decoding": decoding, "prompt": i, "correct": int(i < 6)})
+            rows.append({"policy": "SFT-continued", "decoding": decoding, "prompt": i, "correct": int(i < 8)})
+            rows.append(
+                {"policy": "DPR λ=1e-05 seed0 at 100%", "decoding": decoding, "prompt": i, "correct": int(i < 5)}
+            )
+    summary = {
+        "settings": {"num_demonstrations": 8},
+        "choice": None,
+        "preview": [],
+        "control": None,
+        "sft": {"sft_step": 2, "cap": 4, "steps_per_epoch": 1, "ref_step": 1, "alpha": 0.5, "held_out_loss": {}},
+        "rl": {"DPR λ=1e-05 seed0": {"rollouts": 64}},
+    }
+    lines = finished_sft.render_report(rows, summary).splitlines()
+    header = lines.index("| policy − control | T = 1 | T = 0.7 | greedy |")
+    cells = [c.strip() for c in lines[header + 2].strip("|").split("|")]
+    assert cells[0] == "DPR λ=1e-05 seed0 at 100%"
+    # every paired difference is 0 or −1 (prompts 5–7): the interval stays within [−1, 0] and holds −0.3
+    for cell in cells[1:]:
+        gain, low, high = (float(x) for x in cell.replace("(", "").replace(")", "").replace(" to ", " ").split())
+        assert gain == -30.0 and -100.0 <= low <= gain <= high <= 0.0
