@@ -285,6 +285,24 @@ def test_a_run_is_finished_for_the_arguments_it_recorded_while_its_model_is_ther
     assert not finished_run(tmp_path, run_fingerprint(Recipe()))  # its model removed: nothing finished to show
 
 
+@dataclass
+class Pipeline:
+    evaluation_config: str | None = None
+
+
+def test_an_edited_config_file_the_recipe_names_is_another_run_and_the_same_text_is_the_same(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    evaluation = tmp_path / "evaluation.yaml"
+    evaluation.write_text("max_new_tokens: 96\n")
+    mark_run_finished(tmp_path, run_fingerprint(Pipeline(str(evaluation))))
+    assert finished_run(tmp_path, run_fingerprint(Pipeline(str(evaluation))))
+    evaluation.write_text("max_new_tokens: 128\n")  # same path, other settings: its table would be another run's
+    assert not finished_run(tmp_path, run_fingerprint(Pipeline(str(evaluation))))
+    evaluation.write_text("max_new_tokens: 96\n")
+    assert finished_run(tmp_path, run_fingerprint(Pipeline(str(evaluation))))
+    assert run_fingerprint(Pipeline(None)) == run_fingerprint(Pipeline(None))  # no file named: the arguments alone
+
+
 def test_the_record_of_a_finished_run_holds_no_argument_in_clear(tmp_path):
     mark_run_finished(tmp_path, run_fingerprint(Recipe(model_init_kwargs={"token": "hf_FAKEtokenINaRECIPE"})))
     assert "hf_FAKE" not in (tmp_path / RUN_COMPLETE_NAME).read_text()

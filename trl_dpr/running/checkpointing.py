@@ -288,12 +288,19 @@ def claim_output_dir(output_dir: str | os.PathLike, *, resuming: bool = False, o
 
 
 def run_fingerprint(*parsed) -> str:
-    """A digest of a recipe's parsed arguments (its dataclasses: TRL's configs, the script's): what `run_complete.json`
-    records and a re-run compares. A digest, not the values: they may hold a token (`model_init_kwargs`)."""
+    """A digest of a recipe's parsed arguments (its dataclasses: TRL's configs, the script's) and of the text of the
+    config files they name (`*_config`: an edited evaluation YAML is another run): what `run_complete.json` records and
+    a re-run compares. A digest, not the values: they may hold a token (`model_init_kwargs`)."""
     arguments = {}
     for values in parsed:
         fields = values.to_dict() if hasattr(values, "to_dict") else asdict(values)  # to_dict: TrainingArguments' own
         arguments[type(values).__name__] = {key: value for key, value in fields.items() if key not in _NOT_THE_RUN}
+        for key, value in fields.items():  # a config file the recipe names (sft_config, evaluation_config): its text
+            if (
+                key.endswith("_config") and isinstance(value, str) and value and Path(value).is_file()
+            ):  # is the run too
+                digest = hashlib.sha256(Path(value).read_bytes()).hexdigest()
+                arguments.setdefault("config files", {})[f"{type(values).__name__}.{key}"] = digest
     return hashlib.sha256(json.dumps(arguments, default=str, sort_keys=True).encode()).hexdigest()
 
 
