@@ -135,6 +135,32 @@ def test_continuous_batching_kv_cache_is_num_blocks_times_page_size_whatever_the
     assert term(small, "attention masks (SDPA)").bytes == 4096 * (1024 * 256 + 4096) * 2
 
 
+def test_continuous_batching_reads_back_only_the_tokens_in_flight_as_measured_on_an_h200(shapes):
+    """The paged cache is allocated whole, but a forward reads back (index_select) only its requests' cached tokens:
+    a rollout of 32 × (256 + 128) tokens fills 12288 of the cache's 262144. Measured on an NVIDIA H200 (2026-11-28,
+    `benchmarks/gpu_run.sh`, benchmarks/RESULTS.md): peak 44 775 716 352 B allocated for this run; the plan that
+    read back the whole cache said 0.89 of that, outside ±10%."""
+    cb = {"num_blocks": 1024, "max_batch_tokens": 4096}
+    args = llama_dpr_args(
+        generation_batch_size=32,
+        gradient_accumulation_steps=4,
+        max_prompt_length=256,
+        max_completion_length=128,
+        kl_coef=0.0,
+        use_transformers_continuous_batching=True,
+        transformers_continuous_batching_config=cb,
+    )
+    result = plan(args, shapes["llama-3.1-8b"], qlora_args(), shared_base=True)
+    in_flight = 32 * (256 + 128)
+    assert term(result, "paged KV cache").bytes == 32 * GIB  # allocated whole whatever is in flight
+    assert term(result, "K/V read back").bytes == in_flight * (2 * 32 + 8) * 128 * 2
+    assert term(result, "attention masks (SDPA)").bytes == 4096 * (in_flight + 4096) * 2
+    assert term(result, "logit rows").bytes == 32 * (4096 * 2 + 128256 * 4)  # 32 requests, not 1024
+    measured = 44_775_716_352
+    planned = result.static_bytes + result.phase_bytes(CONTINUOUS_BATCHING)
+    assert result.peak_phase == CONTINUOUS_BATCHING and 0.9 <= measured / planned <= 1.1, measured / planned
+
+
 def test_qlora_base_is_half_a_byte_per_linear_weight_plus_constants_and_bf16_for_the_rest(shapes):
     shape = shapes["llama-3.1-8b"]
     result = plan(llama_dpr_args(), shape, qlora_args())

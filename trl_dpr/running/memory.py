@@ -460,7 +460,11 @@ def _generation_phase(args, shape, num_gpus, prompt, completion, static, phases,
         return
     if args.use_transformers_continuous_batching:
         phases[CONTINUOUS_BATCHING] = continuous_batching_terms(
-            text, shape.head_dim, dict(args.transformers_continuous_batching_config or {})
+            text,
+            shape.head_dim,
+            dict(args.transformers_continuous_batching_config or {}),
+            sequences=args.generation_batch_size // num_gpus,
+            sequence_tokens=tokens,
         )
         return
     rows = args.generation_batch_size // num_gpus
@@ -480,9 +484,14 @@ def _generation_phase(args, shape, num_gpus, prompt, completion, static, phases,
     )
 
 
-def continuous_batching_terms(text, head_dim: int, cb: dict) -> list[MemoryTerm]:
+def continuous_batching_terms(
+    text, head_dim: int, cb: dict, sequences: int | None = None, sequence_tokens: int | None = None
+) -> list[MemoryTerm]:
     """The paged-cache footprint transformers' continuous batching allocates (its `PagedAttentionMemoryHandler`,
-    transformers 5.23, SDPA attention and a model that slices logits with `logits_to_keep`)."""
+    transformers 5.23, SDPA attention and a model that slices logits with `logits_to_keep`). The cache is allocated
+    whole; what a forward reads back (`index_select` of its requests' cached tokens), its masks and its logit rows
+    grow with the tokens in flight: at most the cache, at most `sequences` × `sequence_tokens` (a rollout that
+    does not fill the cache; measured on an H200, benchmarks/RESULTS.md)."""
     if cb.get("num_blocks") is None or cb.get("max_batch_tokens") is None:
         raise ValueError(
             "A continuous-batching plan needs transformers_continuous_batching_config with num_blocks and "
@@ -494,6 +503,8 @@ def continuous_batching_terms(text, head_dim: int, cb: dict) -> list[MemoryTerm]
     layers, heads, kv_heads = text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads
     hidden, vocab = text.hidden_size, text.vocab_size
     cached = blocks * page
+    in_flight = cached if sequences is None or sequence_tokens is None else min(cached, sequences * sequence_tokens)
+    requests = requests if sequences is None else min(requests, sequences)
     per_token_kv = layers * 2 * kv_heads * head_dim * BF16
     at_peak = 2 * heads + kv_heads  # SDPA reads K and V repeated to every query head, plus V
     return [
@@ -502,7 +513,11 @@ def continuous_batching_terms(text, head_dim: int, cb: dict) -> list[MemoryTerm]
             cached * per_token_kv,
             f"num_blocks {blocks} × page_size {page} × {per_token_kv // 1024} KiB",
         ),
-        _term("K/V read back", cached * at_peak * head_dim * BF16, f"{cached} tokens × {at_peak} × {head_dim} × 2 B"),
+        _term(
+            "K/V read back",
+            in_flight * at_peak * head_dim * BF16,
+            f"{in_flight} tokens × {at_peak} × {head_dim} × 2 B",
+        ),
         _term(
             "batch activations",
             batch_tokens * (hidden + heads * head_dim + 2 * kv_heads * head_dim + at_peak * head_dim) * BF16,
@@ -515,8 +530,8 @@ def continuous_batching_terms(text, head_dim: int, cb: dict) -> list[MemoryTerm]
         ),
         _term(
             "attention masks (SDPA)",
-            batch_tokens * (cached + batch_tokens) * BF16 * (2 if _has_sliding(text) else 1),
-            f"{batch_tokens} × ({cached} + {batch_tokens}) × 2 B",
+            batch_tokens * (in_flight + batch_tokens) * BF16 * (2 if _has_sliding(text) else 1),
+            f"{batch_tokens} × ({in_flight} + {batch_tokens}) × 2 B",
         ),
     ]
 
