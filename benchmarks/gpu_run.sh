@@ -9,6 +9,7 @@
 #                                           # transformers 5.24 (the tested one; the GPU image has 5.17), trl_dpr)
 #   bash benchmarks/gpu_run.sh              # there, from the repository root, offline (DEVELOPERS.md)
 #   bash benchmarks/gpu_run.sh --skip-tier  # there, a second window: the benchmarks alone
+#   bash benchmarks/gpu_run.sh --stages dpr_over_grpo,fit_24_gib  # there: only what is still owed (names: gpu_run.py)
 #   bash benchmarks/gpu_run.sh --smoke      # here, on the CPU: the same stages at toy sizes, ≤ 3 minutes
 #
 # Output: benchmarks/results/gpu_run-<UTC time>[-smoke]/ (or $GPU_RUN_OUT): one .log per stage, .jsonl records,
@@ -40,8 +41,9 @@ case "${1:-}" in
   --download) download; exit ;;
   --smoke) mode=smoke; extra=(--smoke) ;;
   --skip-tier) extra=(--skip-tier) ;;
+  --stages) extra=(--stages "${2:?--stages needs a comma-separated list: bash benchmarks/gpu_run.sh --stages dpr_over_grpo,fit_24_gib}") ;;
   "") ;;
-  *) echo "usage: bash benchmarks/gpu_run.sh [--download | --smoke | --skip-tier]" >&2; exit 2 ;;
+  *) echo "usage: bash benchmarks/gpu_run.sh [--download | --smoke | --skip-tier | --stages a,b,...]" >&2; exit 2 ;;
 esac
 
 start=$SECONDS

@@ -3,7 +3,7 @@ adapters (policy, π_SFT, π_ref) against three separate 4-bit models.
 
     python benchmarks/memory_8b.py                       # GPU: 8B shape, random weights (no download), 1024 + 1024 tokens
     python benchmarks/memory_8b.py --tiny --device cpu   # the same code path on a tiny model (checks the script)
-    python benchmarks/memory_8b.py --shape llama-3.2-1b  # a 1B Llama shape: the GPU tier's check (tests/end_to_end/test_gpu.py)
+    python benchmarks/memory_8b.py --shape llama-3.2-1b  # a 1B Llama shape: loads in seconds
 
 The random bf16 base is written once to `--workdir` (16 GB for the 8B shape), then loaded in 4-bit (NF4, double
 quantisation, bf16 compute) like the QLoRA recipes. π_SFT and π_ref are random LoRA adapters (r=64, all linear layers)

@@ -188,26 +188,8 @@ def run_one(args) -> dict:
     }
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    if args.only:
-        print(json.dumps(run_one(args)))
-        return
-    runs = {configuration: [] for configuration in args.configurations}
-    for _ in range(args.repeats):
-        for configuration in args.configurations:
-            command = [
-                sys.executable,
-                __file__,
-                *(argv if argv is not None else sys.argv[1:]),
-                "--only",
-                configuration,
-            ]
-            env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-            done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-            if done.returncode != 0:
-                raise RuntimeError(f"{configuration} failed:\n{done.stderr[-3000:]}")
-            runs[configuration].append(json.loads(done.stdout.strip().splitlines()[-1]))
+def summarize(args, argv, runs: dict, complete: bool) -> dict:
+    """The JSON line of the rounds in `runs` so far: each configuration's median step, peak memory and the ratios."""
     results = {}
     for configuration, repeats in runs.items():
         steps = [seconds for run in repeats for seconds in run["step_seconds"]]
@@ -227,6 +209,8 @@ def main(argv=None):
         "batch": args.batch_size,
         "completion_length": args.completion_length,
         "results": results,
+        "rounds": len(next(iter(runs.values()))),
+        "complete": complete,
     }
     if "grpo" in results:
         for name in ("dpr", "dpr_no_kl"):
@@ -238,9 +222,39 @@ def main(argv=None):
             summary["peak_memory_ratio_dpr_over_grpo"] = (
                 results["dpr"]["peak_memory_bytes"] / results["grpo"]["peak_memory_bytes"]
             )
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.output, "a") as f:
-        f.write(json.dumps(summary) + "\n")
+    return summary
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.only:
+        print(json.dumps(run_one(args)))
+        return
+    runs = {configuration: [] for configuration in args.configurations}
+    for repeat in range(args.repeats):
+        for configuration in args.configurations:
+            command = [
+                sys.executable,
+                __file__,
+                *(argv if argv is not None else sys.argv[1:]),
+                "--only",
+                configuration,
+            ]
+            env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+            done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"{configuration} failed:\n{done.stderr[-3000:]}")
+            runs[configuration].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(
+                f"repeat {repeat + 1}: {configuration} median step {runs[configuration][-1]['median_step_seconds']:.3f} s",
+                flush=True,
+            )
+        # After every round a whole summary line: a run stopped at its time limit keeps the pairs it finished.
+        summary = summarize(args, argv, runs, complete=repeat + 1 == args.repeats)
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.output, "a") as f:
+            f.write(json.dumps(summary) + "\n")
+    results = summary["results"]
     for name, result in results.items():
         repeats = ", ".join(f"{seconds:.3f}" for seconds in result["repeat_median_step_seconds"])
         print(

@@ -69,6 +69,39 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+# ---- a report that survives a killed run (the GPU tier's window) --------------------------------------------------
+
+TEST_REPORT = os.environ.get("TRL_DPR_TEST_REPORT")  # a JSON-lines file: each test's start, then its outcome
+
+
+def _report(record: dict) -> None:
+    import json
+
+    with open(TEST_REPORT, "a") as f:  # one line per event, flushed on close: a killed run keeps what finished
+        f.write(json.dumps(record) + "\n")
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if TEST_REPORT:
+        _report({"test": nodeid, "event": "start"})
+
+
+def pytest_runtest_logreport(report):
+    """Setup, call and teardown of each test as they end; a failure's message goes with it, so a window that runs out
+    still says which tests passed, which failed and why (benchmarks/gpu_run.py reads it)."""
+    if TEST_REPORT and (report.when == "call" or report.outcome != "passed"):
+        message = ""
+        if report.skipped and isinstance(report.longrepr, tuple):
+            message = report.longrepr[2]  # (path, line, reason)
+        elif report.outcome != "passed":  # the error's own line (`E   ...`), else the report's last line
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = (crash.message if crash else report.longreprtext.strip().splitlines()[-1])[:400]
+        _report(
+            {"test": report.nodeid, "event": report.when, "outcome": report.outcome, "seconds": report.duration}
+            | ({"message": message} if message else {})
+        )
+
+
 # ---- subprocesses -----------------------------------------------------------------------------------------------
 
 

@@ -7,10 +7,11 @@ run and only the device differs on the GPU machine. Sized for ≤ 4 minutes on o
 - the demo pipeline (SFT → DPR → evaluation) through `trl-dpr`, on CUDA, in fp32 and in bf16, checked by what a
   finished run leaves (its `cpu-fp32` variant, in the slow tier, proves the check);
 - QLoRA (4-bit base + LoRA adapters, bitsandbytes): SFT → DPR through `trl-dpr`;
-- the shared-base QLoRA peak memory against `trl_dpr.running.memory.plan` within ±10% (benchmarks/memory_8b.py,
-  Llama-3.2-1B shape, short sequences);
 - the dense reward on CUDA against a float64 forward on the CPU;
 - kill-and-resume of DPR on CUDA (tests/scripts/tiny_run.py --device cuda).
+
+The memory plan against a measured peak is not here: the 8B stages of `benchmarks/gpu_run.sh` measure it at the
+recipe's settings (goal: within ±10%), and tests/running/test_memory_plan.py pins what an H200 measured.
 """
 
 import copy
@@ -162,41 +163,6 @@ def test_qlora_sft_then_dpr_on_cuda(tmp_path):
     trl_dpr("dpr", "--config", str(recipe), "--use_cpu", "false", "--bf16", "true", cwd=tmp_path)
     adapter = json.loads((tmp_path / "dpr" / "adapter_config.json").read_text())
     assert adapter["r"] == 8 and (tmp_path / "sft" / "dpr_reference" / "adapter_config.json").is_file()
-
-
-# ---- the memory plan against the measured peak -----------------------------------------------------------------------
-
-
-@pytest.mark.gpu
-def test_the_shared_base_peak_memory_is_the_memory_plan_within_ten_percent(tmp_path):
-    """benchmarks/memory_8b.py on a Llama-3.2-1B shape (random weights, 4-bit, r=64 adapters on one shared base, 256 +
-    128 tokens: it loads and steps in seconds): torch.cuda.max_memory_allocated over a training step against
-    `trl_dpr.running.memory.plan` without its margin. The 8B shape at the recipe's settings: benchmarks/gpu_run.sh."""
-    output = tmp_path / "memory.jsonl"
-    command = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "memory_8b.py"),
-        "--shape",
-        "llama-3.2-1b",
-        "--layouts",
-        "shared_base",
-        "--prompt-length",
-        "256",
-        "--completion-length",
-        "128",
-        "--steps",
-        "1",
-        "--workdir",
-        str(tmp_path / "work"),
-        "--output",
-        str(output),
-    ]
-    result = run_launch(command, timeout=240, cwd=ROOT, env=ENV)
-    assert result.returncode == 0, result.stderr[-5000:]
-    record = json.loads(output.read_text().splitlines()[-1])
-    print(json.dumps(record))  # the tier's log keeps the measurement (benchmarks/RESULTS.md)
-    ratio = record["results"]["shared_base"]["measured_over_planned"]
-    assert 0.9 <= ratio <= 1.1, record
 
 
 # ---- the dense reward on the device against a float64 CPU forward ----------------------------------------------------

@@ -1,0 +1,50 @@
+"""benchmarks/gpu_run.py's reading of the GPU tier, proven here because a GPU window is too scarce to debug it in: a
+real pytest run reporting test by test (tests/conftest.py, `TRL_DPR_TEST_REPORT`), stopped at its time limit."""
+
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = importlib.util.spec_from_file_location("gpu_run", ROOT / "benchmarks" / "gpu_run.py")
+gpu_run = sys.modules["gpu_run"] = importlib.util.module_from_spec(SPEC)  # its dataclasses look it up
+SPEC.loader.exec_module(gpu_run)
+
+TESTS = """
+import time
+
+
+def test_quick():
+    pass
+
+
+def test_wrong():
+    assert 1 + 1 == 3, "arithmetic broke"
+
+
+def test_slow():
+    time.sleep(60)
+"""
+
+
+def test_a_tier_stopped_at_its_limit_still_says_which_tests_passed_failed_or_were_running(tmp_path):
+    (tmp_path / "test_tier.py").write_text(TESTS)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TRL_DPR_TEST_REPORT": str(tmp_path / "tier.jsonl"),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest"]
+    command += ["-p", "no:randomly", str(tmp_path / "test_tier.py"), "--junitxml", str(tmp_path / "tier.xml")]
+    started = time.monotonic()
+    with open(tmp_path / "tier.log", "w") as log:
+        code = gpu_run.run_within(command, log, env, limit=15)
+    assert code is None and time.monotonic() - started < 45  # stopped at the limit, not after test_slow's 60 s
+    rows = {row[0]: row[1] for row in gpu_run.tier_rows(tmp_path)}
+    assert rows["tier: test_quick"].startswith("passed, ")
+    assert rows["tier: test_wrong"].startswith("failed, ") and "arithmetic broke" in rows["tier: test_wrong"]
+    assert rows["tier: test_slow"] == "running when the limit struck"
+    assert (tmp_path / "tier.xml").is_file()  # SIGINT first: pytest wrote its own report on the way out
