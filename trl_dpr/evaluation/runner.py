@@ -76,10 +76,10 @@ def check_answers_fit_context(
     prompt_sets = _prompt_sets(config) if prompt_sets is None else prompt_sets
     tightest = None  # (room left for the answer, the model's config, its name, the benchmark, its longest prompt)
     for name, path in models.items():
-        model_config = model_config_of(path)
+        model_config = model_config_of(path, trust_remote_code=config.trust_remote_code)
         if model_config is None or not isinstance(context := context_of(model_config)[0], int):
             continue
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=config.trust_remote_code)
         for benchmark, prompts in prompt_sets.items():
             longest = max(map(len, render_prompts(tokenizer, [p.conversation([]) for p in prompts])), default=0)
             if tightest is None or context - longest < tightest[0]:
@@ -149,6 +149,7 @@ def _generate_all_answers(config, models, prompt_sets, output_dir: Path, show_pr
                 seed=config.seed,
                 dtype=config.dtype,
                 device=config.device,
+                trust_remote_code=config.trust_remote_code,
             )
         for benchmark, prompts in prompt_sets.items():
             answers[benchmark][name] = answer_prompts(
@@ -179,7 +180,11 @@ def chat_model_from_config(config: EvaluationConfig) -> ChatModel | None:
         )
     if config.judge == "local":
         return LocalChatModel.from_pretrained(
-            config.judge_model, dtype=config.dtype, device=config.device, max_new_tokens=config.judge_max_tokens
+            config.judge_model,
+            dtype=config.dtype,
+            device=config.device,
+            trust_remote_code=config.trust_remote_code,
+            max_new_tokens=config.judge_max_tokens,
         )
     return None
 
@@ -309,7 +314,7 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
     if config.judge == "local":
         chat = chat_model_from_config(config)
     judge = yours or judge_from_config(config, chat)
-    tokenizer = AutoTokenizer.from_pretrained(models[config.baseline_name])
+    tokenizer = AutoTokenizer.from_pretrained(models[config.baseline_name], trust_remote_code=config.trust_remote_code)
     candidates = [name for name in models if name != config.baseline_name]
     report = EvaluationReport(
         baseline=config.baseline_name,
