@@ -90,6 +90,36 @@ def check_fits_context(
     )
 
 
+def tightest_prompt_context(
+    models: dict[str, str],
+    prompt_sets: dict[str, list],
+    tokenizer=None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+):
+    """`(model_config, model name, prompt set name, tokens of its longest prompt)` of the model and prompt set that leave
+    the least room for an answer, or None when no model's context can be read here (`model_config_of`). A prompt counts
+    as the model reads it (`render_prompts`: the chat template, the generation prompt), by `tokenizer` or the model's
+    own. What `check_fits_context` then checks against `max_new_tokens`: the value it names fits every model and set."""
+    from transformers import AutoTokenizer
+
+    from .token_batches import render_prompts
+
+    tightest = None  # (room left for the answer, the model's config, its name, the prompt set, its longest prompt)
+    for name, path in models.items():
+        model_config = model_config_of(path, revision, trust_remote_code)
+        if model_config is None or not isinstance(context := context_of(model_config)[0], int):
+            continue
+        reader = tokenizer or AutoTokenizer.from_pretrained(
+            path, revision=revision, trust_remote_code=trust_remote_code
+        )
+        for set_name, prompts in prompt_sets.items():
+            longest = max(map(len, render_prompts(reader, prompts)), default=0)
+            if tightest is None or context - longest < tightest[0]:
+                tightest = (context - longest, model_config, name, set_name, longest)
+    return None if tightest is None else tightest[1:]
+
+
 def context_of(model_config) -> tuple[int | None, str]:
     """The tokens a model reads (None: its config does not say) and where its config says so: `max_position_embeddings`,
     or a longer `factor × original_max_position_embeddings` of its rope scaling (YaRN: Qwen2.5's 32768 × 4 = 128K).

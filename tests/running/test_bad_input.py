@@ -260,6 +260,15 @@ CASES = [
         r"\(max_position_embeddings in its config.json\): lower max_new_tokens to at most \d+\.",
         True,
     ),
+    (
+        "preview: samples past the model's context",
+        "preview",
+        {"max_new_tokens": 1000},
+        [],
+        r"the longest prompt \d+ \+ max_new_tokens 1000 is more than .*sft's context of 512 tokens "
+        r"\(max_position_embeddings in its config.json\): lower max_new_tokens to at most \d+\.",
+        True,
+    ),
     ("num_generations 0", "dpr", {"num_generations": 0}, [], r"num_generations must be >= 1", True),
     (
         "max_completion_length 0",
