@@ -67,6 +67,15 @@ def world(tmp_path_factory, tokenizer):
     (root / "no_answers.jsonl").write_text(
         "".join(json.dumps({"messages": [{"role": "user", "content": f"Hi {i}"}]}) + "\n" for i in range(2))
     )  # demonstrations with no assistant turn
+    (root / "long_answers.jsonl").write_text(  # a demonstration of 600 tokens: longer than the tiny models' 512
+        json.dumps(
+            {
+                "prompt": [{"role": "user", "content": "Count."}],
+                "completion": [{"role": "assistant", "content": "7 " * 300}],
+            }
+        )
+        + "\n"
+    )
     (root / "blocker").write_text("a file where a folder should be")
     (root / "not_a_mapping.yaml").write_text("- a\n- list\n")
     (root / "broken.yaml").write_text("learning_rate: 1.0e-6\nmax_steps: 10\n  output_dir: runs/x\n")  # stray indent
@@ -121,7 +130,29 @@ PREVIEW_BASE = {
     "max_new_tokens": 4,
     "plot": False,
 }
-BASES = {"sft": SFT_BASE, "dpr": DPR_BASE, "evaluate": EVAL_BASE, "preview": PREVIEW_BASE}
+SELF_PLAY_BASE = {
+    "model_name_or_path": "{root}/sft",
+    "dtype": "float32",
+    "dataset_name": "trl_dpr/embedded-demo",
+    "num_train_samples": 4,
+    "output_dir": "{root}/out_self_play",
+    "max_steps": 1,
+    "per_device_train_batch_size": 2,
+    "max_new_tokens": 4,
+    "max_length": 64,
+    "use_cpu": True,
+    "bf16": False,
+    "save_strategy": "no",
+    "report_to": "none",
+}
+BASES = {
+    "sft": SFT_BASE,
+    "dpr": DPR_BASE,
+    "evaluate": EVAL_BASE,
+    "preview": PREVIEW_BASE,
+    "spin": SELF_PLAY_BASE,
+    "gsil": SELF_PLAY_BASE,
+}
 REMOVE = object()
 
 # (id, recipe, YAML changes (REMOVE deletes a key), extra command line, message the user must get, before any model)
@@ -267,6 +298,25 @@ CASES = [
         [],
         r"the longest prompt \d+ \+ max_new_tokens 1000 is more than .*sft's context of 512 tokens "
         r"\(max_position_embeddings in its config.json\): lower max_new_tokens to at most \d+\.",
+        True,
+    ),
+    (
+        "spin: answers past the model's context",
+        "spin",
+        {"max_new_tokens": 1000},
+        [],
+        r"the longest prompt \d+ \+ max_new_tokens 1000 is more than .*sft's context of 512 tokens "
+        r"\(max_position_embeddings in its config.json\): lower max_new_tokens to at most \d+\.",
+        True,
+    ),
+    (
+        "gsil: demonstration pairs cut past the model's context",
+        "gsil",
+        {"dataset_name": "{root}/long_answers.jsonl", "num_train_samples": 1, "max_length": 1024},
+        [],
+        r"max_length 1024 is more than .*sft's context of 512 tokens \(max_position_embeddings in its config.json\): "
+        r"lower max_length to at most 512\. The longest prompt \+ demonstration is \d+ tokens: cut at max_length "
+        r"1024, it still reaches past the context\.",
         True,
     ),
     ("num_generations 0", "dpr", {"num_generations": 0}, [], r"num_generations must be >= 1", True),
