@@ -805,6 +805,32 @@ def test_model_config_of_reads_a_remote_code_config_only_when_trusted(tokenizer,
     assert model_config_of(str(folder), trust_remote_code=True).max_position_embeddings == 64
 
 
+def save_adapter(folder, base) -> str:
+    """A LoRA output as PEFT saves it: adapter_config.json naming its base, no config.json."""
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(base), "r": 8}))
+    return str(folder)
+
+
+def test_model_config_of_reads_an_adapter_folders_base_as_the_model_loads_it(tokenizer, tmp_path):
+    """A folder with only adapter_config.json resolves to its base's config; a base whose config is code of its own
+    only when trusted. A folder with neither: None, or, when the caller says what named it, an error."""
+    from trl_dpr.field_checks import model_config_of
+
+    base = tmp_path / "base"
+    build_tiny_causal_lm(tokenizer, max_positions=64).save_pretrained(base)
+    assert model_config_of(save_adapter(tmp_path / "lora", base)).max_position_embeddings == 64
+    remote = save_adapter(tmp_path / "lora-ctx", save_remote_code_model(tmp_path / "ctx", tokenizer, max_positions=96))
+    assert model_config_of(remote) is None
+    assert model_config_of(remote, trust_remote_code=True).max_position_embeddings == 96
+    (tmp_path / "empty").mkdir()
+    assert model_config_of(str(tmp_path / "empty")) is None
+    with pytest.raises(
+        ValueError, match=r"^x.yaml's model_name_or_path is the folder .*empty', which holds no config"
+    ):
+        model_config_of(str(tmp_path / "empty"), where="x.yaml's model_name_or_path")
+
+
 def test_sft_checks_a_remote_code_base_models_context_with_the_recipes_trust_remote_code(
     tokenizer, tmp_path, monkeypatch
 ):
