@@ -1,6 +1,7 @@
 """The rule of a config's unused fields, with no TRL import: `DensePathConfig.__post_init__` (the core) and the
 recipe parsers (`trl_dpr.running.recipe_checks`, before torch is imported) refuse a field with the same message. And
-the one check of a run's token lengths against the model's context (DPR's rollouts, SFT's `max_length`, evaluation).
+the one check of a run's token lengths against the model's context (DPR's rollouts, SFT's `max_length`, SPIN/GSIL,
+the preview, evaluation), with the one reader of a model's config without its weights (the memory plan's too).
 """
 
 from __future__ import annotations
@@ -44,22 +45,45 @@ LEGACY_REWARD_KEYS = {
 # ---- token lengths against the model's context ----------------------------------------------------------------------
 
 
-def model_config_of(path: str, revision: str | None = None, trust_remote_code: bool = False):
-    """The `config.json` of the model at `path` (an adapter's: its base model's), or None when it cannot be read
-    without loading more (offline and not cached): the lengths are then checked once the model is loaded, or not.
-    `revision` and `trust_remote_code` are the recipe's, as the model will load (the revision names `path`, not the
-    base of a local adapter)."""
+def model_config_of(
+    path: str,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    *,
+    where: str | None = None,
+    hint: str = "",
+    named: collections.abc.Callable[[str, str], object] | None = None,
+):
+    """The `PretrainedConfig` of the model at `path`, without weights: a folder's `config.json`, an adapter folder's
+    base model's (its `base_model_name_or_path`, followed), else `named(path, where)` (the caller's names: the memory
+    plan's embedded bases, GGUF files and shipped backbones), else a Hub id's (the cache or the Hub). `revision` and
+    `trust_remote_code` are the recipe's, as the model will load (the revision names `path`, not an adapter's base).
+
+    Unreadable (offline and not cached, remote code not trusted): None, and a context check waits for the loaded model;
+    with `where` (what named `path`, for the message) an error, ending with `hint` where the folder holds no config."""
     from transformers import AutoConfig
 
-    adapter = Path(path) / "adapter_config.json"
-    if adapter.is_file():
-        path, revision = json.loads(adapter.read_text()).get("base_model_name_or_path"), None
-    try:
-        return (
-            AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code) if path else None
+    folder = Path(path)
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        adapter = folder / "adapter_config.json"
+        base = json.loads(adapter.read_text()).get("base_model_name_or_path") if adapter.is_file() else None
+        if base:  # a LoRA output: the base it adapts has the config
+            of_base = f"the base_model_name_or_path of {adapter}" if where else None
+            return model_config_of(base, None, trust_remote_code, where=of_base, hint=hint, named=named)
+        if where is None:
+            return None
+        raise ValueError(
+            f"{where} is the folder {str(folder)!r}, which holds no config.json (nor an adapter_config.json naming its "
+            f"base model). Point it at a model folder{hint}."
         )
+    if named is not None and not folder.is_dir() and (config := named(path, where or "model_name_or_path")):
+        return config
+    try:
+        return AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
     except (OSError, ValueError):
-        return None
+        if where is None:
+            return None
+        raise
 
 
 def check_fits_context(
@@ -88,6 +112,36 @@ def check_fits_context(
         + f" is more than {model_name}'s context of {context} tokens ({source}): "
         + f"{fix}."
     )
+
+
+def tightest_prompt_context(
+    models: dict[str, str],
+    prompt_sets: dict[str, list],
+    tokenizer=None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+):
+    """`(model_config, model name, prompt set name, tokens of its longest prompt)` of the model and prompt set that leave
+    the least room for an answer, or None when no model's context can be read here (`model_config_of`). A prompt counts
+    as the model reads it (`render_prompts`: the chat template, the generation prompt), by `tokenizer` or the model's
+    own. What `check_fits_context` then checks against `max_new_tokens`: the value it names fits every model and set."""
+    from transformers import AutoTokenizer
+
+    from .token_batches import render_prompts
+
+    tightest = None  # (room left for the answer, the model's config, its name, the prompt set, its longest prompt)
+    for name, path in models.items():
+        model_config = model_config_of(path, revision, trust_remote_code)
+        if model_config is None or not isinstance(context := context_of(model_config)[0], int):
+            continue
+        reader = tokenizer or AutoTokenizer.from_pretrained(
+            path, revision=revision, trust_remote_code=trust_remote_code
+        )
+        for set_name, prompts in prompt_sets.items():
+            longest = max(map(len, render_prompts(reader, prompts)), default=0)
+            if tightest is None or context - longest < tightest[0]:
+                tightest = (context - longest, model_config, name, set_name, longest)
+    return None if tightest is None else tightest[1:]
 
 
 def context_of(model_config) -> tuple[int | None, str]:

@@ -57,3 +57,68 @@ def test_the_callback_needs_a_dense_path_trainer_and_positive_settings(tokenizer
         TokenHeatmapCallback(trainer, every_n_steps=0)
     with pytest.raises(ValueError, match="num_samples"):
         TokenHeatmapCallback(trainer, num_samples=0)
+
+
+class ModelWouldLoad(Exception):
+    """Raised where π_SFT would load: every check before it passed."""
+
+
+def longest_held_out_prompt(tokenizer, num_prompts: int) -> int:
+    """The tokens of the longest of the preview's held-out prompts as the model reads it (chat template)."""
+    from trl_dpr.data import prompt_and_demonstration
+    from trl_dpr.embedded.task import EMBEDDED_DATASET, held_out_split
+
+    prompts = [prompt_and_demonstration(row, EMBEDDED_DATASET)[0] for row in held_out_split(num_prompts, 0)]
+    rendered = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+    return max(len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in rendered)
+
+
+@pytest.mark.parametrize("fits", [False, True])
+def test_samples_past_the_sft_models_context_are_refused_before_it_loads(tokenizer, tmp_path, monkeypatch, fits):
+    import trl_dpr.reward_model
+    from trl_dpr.analysis.preview import run_preview
+
+    from ..conftest import save_sft_output
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)  # tiny Llamas: 512 positions
+    longest = longest_held_out_prompt(tokenizer, 4)
+
+    def from_pretrained(*args, **kwargs):
+        raise ModelWouldLoad
+
+    monkeypatch.setattr(trl_dpr.reward_model.CheckpointRewardModel, "from_pretrained", from_pretrained)
+    config = PreviewConfig(
+        output_dir=str(tmp_path / "preview"),
+        num_prompts=4,
+        max_new_tokens=512 - longest + (0 if fits else 1),
+        plot=False,
+    )
+    with pytest.raises(ModelWouldLoad if fits else ValueError) as error:
+        run_preview(config, str(sft), show_progress=False)
+    if not fits:
+        assert str(error.value) == (
+            f"the longest prompt {longest} + max_new_tokens {513 - longest} is more than {sft}'s context of 512 tokens "
+            f"(max_position_embeddings in its config.json): lower max_new_tokens to at most {512 - longest}."
+        )
+
+
+def test_a_policy_with_a_shorter_context_than_sft_names_the_value_that_fits_both(tokenizer, tmp_path):
+    from trl_dpr.analysis.preview import run_preview
+    from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+
+    from ..conftest import save_sft_output
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    longest = longest_held_out_prompt(tokenizer, 4)
+    policy = tmp_path / "dpr"  # 20 positions of room for an answer: the tightest
+    build_tiny_causal_lm(tokenizer, max_positions=longest + 20).save_pretrained(policy)
+    tokenizer.save_pretrained(policy)
+    config = PreviewConfig(
+        output_dir=str(tmp_path / "preview"), num_prompts=4, max_new_tokens=32, policies=[f"DPR={policy}"], plot=False
+    )
+    with pytest.raises(ValueError) as error:
+        run_preview(config, str(sft), show_progress=False)
+    assert str(error.value) == (
+        f"the longest prompt {longest} + max_new_tokens 32 is more than policy DPR's context of {longest + 20} tokens "
+        "(max_position_embeddings in its config.json): lower max_new_tokens to at most 20."
+    )

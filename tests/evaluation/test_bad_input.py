@@ -1,6 +1,7 @@
 """Bad input to the evaluation (its settings, its recipe, the win-rate callback, the judges, the prompt files) is a
 clear error that says what was wrong, before any answer is generated or judged."""
 
+import dataclasses
 import json
 
 import pytest
@@ -93,6 +94,59 @@ def test_answers_past_a_models_context_are_refused_before_any_model_loads(tokeni
             f"the longest demo prompt {longest} + max_new_tokens {129 - longest} is more than model SFT's context of "
             f"128 tokens (max_position_embeddings in its config.json): lower max_new_tokens to at most {128 - longest}."
         )
+
+
+@pytest.mark.parametrize("in_yaml", [True, None])
+def test_trust_remote_code_of_the_evaluation_yaml_reaches_the_model_loading(tokenizer, tmp_path, monkeypatch, in_yaml):
+    """A model whose config is code of its own (`auto_map`) is loaded with the YAML's trust_remote_code (not set:
+    false). The loading call is recorded: a model with remote modeling code cannot be fetched offline."""
+    import transformers
+
+    from trl_dpr.evaluation import run_evaluation
+    from trl_dpr.running.recipe_parser import load_evaluation_config
+
+    from ..running.test_bad_input import save_remote_code_model
+
+    model = save_remote_code_model(tmp_path / "ctx", tokenizer, max_positions=512)
+    calls = []
+
+    def from_pretrained(path, **kwargs):
+        calls.append((path, kwargs.get("trust_remote_code")))
+        raise ModelWouldLoad
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", from_pretrained)
+    values = {
+        "baseline": f"SFT={model}",
+        "candidates": [f"DPR={model}"],
+        "benchmarks": ["demo"],
+        "demo_num_prompts": 2,
+        "max_new_tokens": 4,
+        "judge": "exact",
+        "generation_backend": "transformers",
+        "output_dir": str(tmp_path / "eval"),
+    }
+    (tmp_path / "evaluate.yaml").write_text(
+        yaml.safe_dump(values | ({"trust_remote_code": in_yaml} if in_yaml else {}))
+    )
+    config = load_evaluation_config(str(tmp_path / "evaluate.yaml"))
+    with pytest.raises(ModelWouldLoad):
+        run_evaluation(config, show_progress=False)
+    assert calls == [(str(model), bool(in_yaml))]
+
+
+def test_the_context_of_a_remote_code_model_is_checked_with_the_evaluations_trust_remote_code(tokenizer, tmp_path):
+    """Trusted, its config is read and answers past its 64 positions are refused; not trusted, it is unreadable here
+    (not checked before it loads, where transformers refuses it)."""
+    from trl_dpr.evaluation.runner import check_answers_fit_context
+
+    from ..running.test_bad_input import save_remote_code_model
+
+    model = save_remote_code_model(tmp_path / "ctx", tokenizer, max_positions=64)
+    config = two_model_evaluation(tokenizer, tmp_path, 512, 512, max_new_tokens=64)
+    models = {"SFT": str(model)}
+    check_answers_fit_context(config, models)
+    with pytest.raises(ValueError, match=r"max_new_tokens 64 is more than model SFT's context of 64 tokens"):
+        check_answers_fit_context(dataclasses.replace(config, trust_remote_code=True), models)
 
 
 def longest_demo_prompt(tokenizer, num_prompts: int = 4) -> int:

@@ -1,13 +1,17 @@
 """Bad input to SPIN and GSIL (their configs, trainers, losses and recipes) is a clear error that says what was wrong
 and what to do, before any generation or training."""
 
+import json
+
 import pytest
 import yaml
 from datasets import Dataset
+from trl import ModelConfig
 
+import trl_dpr.lfd.self_play
 from trl_dpr.embedded.task import demo_corpus
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm, build_tokenizer
-from trl_dpr.lfd import GSILConfig, SPINConfig, SPINTrainer
+from trl_dpr.lfd import GSILConfig, SelfPlayScriptArguments, SPINConfig, SPINTrainer
 from trl_dpr.lfd.losses import gsil_loss, spin_loss
 
 from .test_losses import as_tensors
@@ -62,3 +66,88 @@ def test_an_unknown_key_in_a_self_play_recipe_is_an_error_that_names_it(tmp_path
     path.write_text(yaml.safe_dump({"output_dir": str(tmp_path), "num_iteration": 2, "loss_type": "sigmoid"}))
     with pytest.raises(ValueError, match=r"num_iteration \(did you mean num_iterations"):
         parse("spin", path)
+
+
+class ModelWouldLoad(Exception):
+    """Raised where π_0 would load to answer: every check before it passed."""
+
+
+def long_demonstrations(path, demonstration_words: int):
+    """Two prompt/completion rows, the second with a demonstration of `demonstration_words` × 2 characters."""
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": "Add 2 and 3."}],
+            "completion": [{"role": "assistant", "content": "5"}],
+        },
+        {
+            "prompt": [{"role": "user", "content": "Count the sevens in this long list of numbers, please."}],
+            "completion": [{"role": "assistant", "content": "7 " * demonstration_words}],
+        },
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return rows
+
+
+def chat_tokens(tokenizer, messages, generation_prompt: bool) -> int:
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def self_play_until_loading(tokenizer, tmp_path, monkeypatch, demonstration_words=4, **overrides):
+    """`run_self_play` (SPIN) from a tiny SFT output of 512 positions on `long_demonstrations`, stopped where π_0 loads."""
+    from trl_dpr.lfd.self_play import run_self_play
+
+    from ..conftest import save_sft_output
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    rows = long_demonstrations(tmp_path / "demos.jsonl", demonstration_words)
+
+    def load_policy(*args, **kwargs):
+        raise ModelWouldLoad
+
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "load_policy", load_policy)
+    script_args = SelfPlayScriptArguments(dataset_name=str(tmp_path / "demos.jsonl"), num_train_samples=2)
+    args = run_args(SPINConfig, tmp_path, **overrides)
+    run = lambda: run_self_play(script_args, args, ModelConfig(model_name_or_path=str(sft), dtype="float32"))  # noqa: E731
+    return sft, rows, run
+
+
+@pytest.mark.parametrize("fits", [False, True])
+def test_answers_past_the_sft_models_context_are_refused_before_any_generation(tokenizer, tmp_path, monkeypatch, fits):
+    """The longest prompt counts as π_t reads it (chat template, generation prompt); a refused run records no settings,
+    so that the corrected command is not refused as another run's."""
+    longest_prompt = chat_tokens(tokenizer, long_demonstrations(tmp_path / "probe.jsonl", 4)[1]["prompt"], True)
+    max_new_tokens = 512 - longest_prompt + (0 if fits else 1)
+    sft, _, run = self_play_until_loading(tokenizer, tmp_path, monkeypatch, max_new_tokens=max_new_tokens)
+    with pytest.raises(ModelWouldLoad if fits else ValueError) as error:
+        run()
+    if not fits:
+        assert str(error.value) == (
+            f"the longest prompt {longest_prompt} + max_new_tokens {max_new_tokens} is more than {sft}'s context of 512 "
+            f"tokens (max_position_embeddings in its config.json): lower max_new_tokens to at most {512 - longest_prompt}."
+        )
+        assert not (tmp_path / "run" / "self_play.json").exists()
+
+
+@pytest.mark.parametrize("max_length", [1024, None, 512])
+def test_demonstration_pairs_past_the_context_are_refused_unless_max_length_cuts_them_to_it(
+    tokenizer, tmp_path, monkeypatch, max_length
+):
+    """A demonstration of 600 tokens: its pair (prompt + demonstration) is longer than the 512 positions; cut at a
+    max_length of at most 512 it fits, longer or not cut it does not."""
+    sft, rows, run = self_play_until_loading(tokenizer, tmp_path, monkeypatch, 300, max_length=max_length)
+    pair = chat_tokens(tokenizer, rows[1]["prompt"] + rows[1]["completion"], False)
+    assert pair > 512
+    with pytest.raises(ModelWouldLoad if max_length == 512 else ValueError) as error:
+        run()
+    context = f"{sft}'s context of 512 tokens (max_position_embeddings in its config.json)"
+    if max_length == 1024:
+        assert str(error.value) == (
+            f"max_length 1024 is more than {context}: lower max_length to at most 512. The longest prompt + "
+            f"demonstration is {pair} tokens: cut at max_length 1024, it still reaches past the context."
+        )
+    elif max_length is None:
+        assert str(error.value) == (
+            f"the longest prompt + demonstration {pair} is more than {context}: the longest prompt + demonstration "
+            "alone fills it: set max_length to at most 512 (DPOTrainer cuts each pair to it)."
+        )

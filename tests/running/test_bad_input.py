@@ -67,6 +67,15 @@ def world(tmp_path_factory, tokenizer):
     (root / "no_answers.jsonl").write_text(
         "".join(json.dumps({"messages": [{"role": "user", "content": f"Hi {i}"}]}) + "\n" for i in range(2))
     )  # demonstrations with no assistant turn
+    (root / "long_answers.jsonl").write_text(  # a demonstration of 600 tokens: longer than the tiny models' 512
+        json.dumps(
+            {
+                "prompt": [{"role": "user", "content": "Count."}],
+                "completion": [{"role": "assistant", "content": "7 " * 300}],
+            }
+        )
+        + "\n"
+    )
     (root / "blocker").write_text("a file where a folder should be")
     (root / "not_a_mapping.yaml").write_text("- a\n- list\n")
     (root / "broken.yaml").write_text("learning_rate: 1.0e-6\nmax_steps: 10\n  output_dir: runs/x\n")  # stray indent
@@ -121,7 +130,29 @@ PREVIEW_BASE = {
     "max_new_tokens": 4,
     "plot": False,
 }
-BASES = {"sft": SFT_BASE, "dpr": DPR_BASE, "evaluate": EVAL_BASE, "preview": PREVIEW_BASE}
+SELF_PLAY_BASE = {
+    "model_name_or_path": "{root}/sft",
+    "dtype": "float32",
+    "dataset_name": "trl_dpr/embedded-demo",
+    "num_train_samples": 4,
+    "output_dir": "{root}/out_self_play",
+    "max_steps": 1,
+    "per_device_train_batch_size": 2,
+    "max_new_tokens": 4,
+    "max_length": 64,
+    "use_cpu": True,
+    "bf16": False,
+    "save_strategy": "no",
+    "report_to": "none",
+}
+BASES = {
+    "sft": SFT_BASE,
+    "dpr": DPR_BASE,
+    "evaluate": EVAL_BASE,
+    "preview": PREVIEW_BASE,
+    "spin": SELF_PLAY_BASE,
+    "gsil": SELF_PLAY_BASE,
+}
 REMOVE = object()
 
 # (id, recipe, YAML changes (REMOVE deletes a key), extra command line, message the user must get, before any model)
@@ -258,6 +289,34 @@ CASES = [
         [],
         r"the longest demo prompt \d+ \+ max_new_tokens 1000 is more than model SFT's context of 512 tokens "
         r"\(max_position_embeddings in its config.json\): lower max_new_tokens to at most \d+\.",
+        True,
+    ),
+    (
+        "preview: samples past the model's context",
+        "preview",
+        {"max_new_tokens": 1000},
+        [],
+        r"the longest prompt \d+ \+ max_new_tokens 1000 is more than .*sft's context of 512 tokens "
+        r"\(max_position_embeddings in its config.json\): lower max_new_tokens to at most \d+\.",
+        True,
+    ),
+    (
+        "spin: answers past the model's context",
+        "spin",
+        {"max_new_tokens": 1000},
+        [],
+        r"the longest prompt \d+ \+ max_new_tokens 1000 is more than .*sft's context of 512 tokens "
+        r"\(max_position_embeddings in its config.json\): lower max_new_tokens to at most \d+\.",
+        True,
+    ),
+    (
+        "gsil: demonstration pairs cut past the model's context",
+        "gsil",
+        {"dataset_name": "{root}/long_answers.jsonl", "num_train_samples": 1, "max_length": 1024},
+        [],
+        r"max_length 1024 is more than .*sft's context of 512 tokens \(max_position_embeddings in its config.json\): "
+        r"lower max_length to at most 512\. The longest prompt \+ demonstration is \d+ tokens: cut at max_length "
+        r"1024, it still reaches past the context\.",
         True,
     ),
     ("num_generations 0", "dpr", {"num_generations": 0}, [], r"num_generations must be >= 1", True),
@@ -744,6 +803,32 @@ def test_model_config_of_reads_a_remote_code_config_only_when_trusted(tokenizer,
     folder = save_remote_code_model(tmp_path / "ctx", tokenizer, max_positions=64)
     assert model_config_of(str(folder)) is None  # unreadable without loading more: not checked here
     assert model_config_of(str(folder), trust_remote_code=True).max_position_embeddings == 64
+
+
+def save_adapter(folder, base) -> str:
+    """A LoRA output as PEFT saves it: adapter_config.json naming its base, no config.json."""
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(base), "r": 8}))
+    return str(folder)
+
+
+def test_model_config_of_reads_an_adapter_folders_base_as_the_model_loads_it(tokenizer, tmp_path):
+    """A folder with only adapter_config.json resolves to its base's config; a base whose config is code of its own
+    only when trusted. A folder with neither: None, or, when the caller says what named it, an error."""
+    from trl_dpr.field_checks import model_config_of
+
+    base = tmp_path / "base"
+    build_tiny_causal_lm(tokenizer, max_positions=64).save_pretrained(base)
+    assert model_config_of(save_adapter(tmp_path / "lora", base)).max_position_embeddings == 64
+    remote = save_adapter(tmp_path / "lora-ctx", save_remote_code_model(tmp_path / "ctx", tokenizer, max_positions=96))
+    assert model_config_of(remote) is None
+    assert model_config_of(remote, trust_remote_code=True).max_position_embeddings == 96
+    (tmp_path / "empty").mkdir()
+    assert model_config_of(str(tmp_path / "empty")) is None
+    with pytest.raises(
+        ValueError, match=r"^x.yaml's model_name_or_path is the folder .*empty', which holds no config"
+    ):
+        model_config_of(str(tmp_path / "empty"), where="x.yaml's model_name_or_path")
 
 
 def test_sft_checks_a_remote_code_base_models_context_with_the_recipes_trust_remote_code(

@@ -185,6 +185,10 @@ CASES = {
     >>> shape.lora_parameters(8, "all-linear")   # 2 layers × r=8 × (q 128 + k 96 + v 96 + o 128 + 3 MLP × 192)
     16384
 """,
+    "trl_dpr.running.memory:_named_model_config": r"""
+    >>> _named_model_config("trl_dpr/embedded-pretrained-llama", "model_name_or_path").hidden_size   # shipped
+    128
+""",
     "trl_dpr.running.memory:backbone_config": r"""
     >>> backbone_config("meta-llama/Llama-3.1-8B").num_hidden_layers   # shipped: no Hub access
     32
@@ -194,10 +198,6 @@ CASES = {
     >>> kv_cache_bytes_per_token(Qwen2Config(num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
     ...                                      hidden_size=3584)) // 1024   # Qwen2.5-7B: 56 KiB per token
     56
-""",
-    "trl_dpr.running.memory:model_config_of": r"""
-    >>> model_config_of("trl_dpr/embedded-pretrained-llama").hidden_size   # shipped with the package
-    128
 """,
     "trl_dpr.running.memory:plan": r"""
     >>> from transformers import LlamaConfig

@@ -285,6 +285,33 @@ def test_a_vllm_pool_too_small_for_the_weights_and_one_sequence_is_an_error(shap
         plan(args, shapes["llama-3.1-8b"], None, gpu_memory_gib=79, num_gpus=8)  # 15.8 GiB pool < 15 GiB + 16 GiB
 
 
+@pytest.mark.parametrize("set_length", [None, 4096])
+def test_vllms_default_max_model_len_in_the_plan_is_the_rope_scaled_context(set_length):
+    """vLLM's max_model_len defaults to the model's context, which a YaRN config scales past max_position_embeddings
+    (Qwen2.5's 32768 × 4): the colocate pool must hold one sequence of that many tokens (the rule of
+    `check_fits_context`). Set, vllm_max_model_length is the recipe's."""
+    from transformers import Qwen2Config
+
+    yarn = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 32768}
+    tiny = Qwen2Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+        max_position_embeddings=32768,
+        rope_parameters=yarn,
+    )
+    args = llama_dpr_args(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=set_length)
+    result = plan(args, tiny, gpu_memory_gib=1)
+    tokens = set_length or 4 * 32768
+    per_token = 2 * 2 * 2 * (64 // 4) * 2  # layers × (K, V) × kv heads × head_dim × bf16
+    assert f"one sequence of vllm_max_model_length {tokens} needs {tokens * per_token / GIB:.2f} GiB" in " ".join(
+        result.notes
+    )
+
+
 # ---- the shipped recipes ----------------------------------------------------------------------------------------
 
 
@@ -431,6 +458,36 @@ def test_a_dpr_recipe_from_an_adapter_sft_output_is_planned_from_its_base_model(
     )
     recipe = users_recipe(tmp_path / "my.yaml", "llama-3.1-8b/dpr/config_qlora.yaml", model_name_or_path=str(adapter))
     assert plan_recipe(recipe).table() == plan_recipe(recipe, AutoConfig.from_pretrained(tiny_model_folder)).table()
+
+
+def test_an_adapter_on_an_embedded_base_is_planned_from_that_base(tmp_path):
+    """The adapter folder is followed by `field_checks.model_config_of`, its base's name by the memory plan's names."""
+    import json
+
+    from trl_dpr.embedded.pretraining import SHIPPED_BASE
+    from trl_dpr.running.memory import recipe_model_config
+
+    adapter = tmp_path / "sft-lora"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(
+        json.dumps({"base_model_name_or_path": "trl_dpr/embedded-pretrained-llama", "r": 8})
+    )
+    recipe = users_recipe(tmp_path / "my.yaml", "demo/dpr.yaml", model_name_or_path=str(adapter), sft_config=None)
+    assert recipe_model_config(recipe).to_dict() == AutoConfig.from_pretrained(SHIPPED_BASE).to_dict()
+
+
+def test_an_empty_model_folder_says_how_to_plan_anyway(tmp_path):
+    (tmp_path / "sft").mkdir()
+    recipe = users_recipe(
+        tmp_path / "my.yaml", "demo/dpr.yaml", model_name_or_path=str(tmp_path / "sft"), sft_config=None
+    )
+    with pytest.raises(ValueError) as error:
+        plan_recipe(recipe)
+    assert str(error.value) == (
+        f"{recipe}'s model_name_or_path is the folder {str(tmp_path / 'sft')!r}, which holds no config.json (nor an "
+        "adapter_config.json naming its base model). Point it at a model folder, or pass --model-config FOLDER (a "
+        "folder holding a config.json)."
+    )
 
 
 def test_a_missing_sft_output_says_how_to_plan_anyway(tmp_path):

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from ..evaluation.results import bootstrap_mean_ci
-from ..field_checks import LEGACY_REWARD_KEYS
+from ..field_checks import LEGACY_REWARD_KEYS, check_fits_context, tightest_prompt_context
 from .preview_report import PolicyPoint, PreviewReport, preview_points
 
 # The preview's math and report, importable from here as before (`from trl_dpr.analysis.preview import ...`).
@@ -268,6 +268,7 @@ def run_preview(
     for name, path in named_policies:
         check_model_source(path.strip(), f"Policy {name.strip()}")
     held = _held_out_rows(config)
+    _check_samples_fit_context(config, sft_model_name_or_path, named_policies, held.prompts, model_init_kwargs)
     if config.quality == "pairwise":
         from ..evaluation.runner import judge_from_config
 
@@ -402,6 +403,33 @@ def run_preview(
         del policy
     report.write(config.output_dir, plot=config.plot)
     return report
+
+
+def _check_samples_fit_context(
+    config: PreviewConfig, sft_model_name_or_path: str, named_policies: list, prompts: list, model_init_kwargs: dict
+) -> None:
+    """The longest prompt (as π_SFT's tokenizer renders it, for every model sampled) + `max_new_tokens` against the
+    context of π_SFT and of each policy (`check_fits_context`), before any model loads: past it the samples are read at
+    positions the model never saw, and nothing fails."""
+    from transformers import AutoTokenizer
+
+    revision, trust_remote_code = model_init_kwargs.get("revision"), model_init_kwargs.get("trust_remote_code", False)
+    tokenizer = AutoTokenizer.from_pretrained(
+        sft_model_name_or_path, revision=revision, trust_remote_code=trust_remote_code
+    )
+    models = {sft_model_name_or_path: sft_model_name_or_path}
+    models.update({f"policy {name.strip()}": path.strip() for name, path in named_policies})
+    tightest = tightest_prompt_context(models, {"prompts": prompts}, tokenizer, revision, trust_remote_code)
+    if tightest is not None:
+        model_config, name, _, longest = tightest
+        check_fits_context(
+            model_config,
+            name,
+            {"the longest prompt": longest, "max_new_tokens": config.max_new_tokens},
+            lower="max_new_tokens",
+            alone="preview fewer prompts (num_prompts) so that the longest is left out, or use a model with a longer "
+            "context",
+        )
 
 
 def _scorer(base, sft_model_name_or_path: str, settings: dict, model_init_kwargs: dict):

@@ -64,17 +64,17 @@ class TransformersAnswerGenerator:
 
     @classmethod
     def from_pretrained(
-        cls, path: str, dtype: str = "auto", device: str = "auto", **kwargs
+        cls, path: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False, **kwargs
     ) -> TransformersAnswerGenerator:
         """Load a model folder or Hub id (a PEFT adapter folder loads on its base) onto `device` ("auto": the GPU when
         there is one).
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
         model.to(resolve_device(device))
         return cls(model, tokenizer, model_path=str(path), **kwargs)
 
@@ -203,6 +203,7 @@ def load_answer_generator(
     seed: int = 0,
     dtype: str = "auto",
     device: str = "auto",
+    trust_remote_code: bool = False,
 ):
     """A generator for `model_path`: vLLM with `backend="vllm"`, or with "auto" when vLLM and a GPU are there (and
     `device` is not "cpu") and the folder is not an adapter; transformers otherwise, on `device`.
@@ -217,12 +218,18 @@ def load_answer_generator(
         backend = "vllm" if is_vllm_available() and on_gpu and not is_adapter else "transformers"
     if backend == "vllm":
         return VLLMAnswerGenerator(
-            model_path, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, dtype=dtype
+            model_path,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            dtype=dtype,
+            trust_remote_code=trust_remote_code,
         )
     return TransformersAnswerGenerator.from_pretrained(
         model_path,
         dtype=dtype,
         device=device,
+        trust_remote_code=trust_remote_code,
         temperature=temperature,
         max_new_tokens=max_new_tokens,
         batch_size=batch_size,

@@ -189,14 +189,16 @@ class LocalChatModel:
         self.name = f"local:{name or getattr(model.config, 'name_or_path', '') or type(model).__name__}"
 
     @classmethod
-    def from_pretrained(cls, path: str, dtype: str = "auto", device: str = "auto", **kwargs) -> LocalChatModel:
+    def from_pretrained(
+        cls, path: str, dtype: str = "auto", device: str = "auto", trust_remote_code: bool = False, **kwargs
+    ) -> LocalChatModel:
         """Load a judge model and its tokenizer from a folder or Hub id onto `device` ("auto": the GPU when there is one)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
         model.to(resolve_device(device))
         return cls(model, tokenizer, name=path, **kwargs)
 

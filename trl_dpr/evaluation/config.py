@@ -108,6 +108,13 @@ class EvaluationConfig:
         default="auto",
         metadata={"help": "dtype the models are loaded in.", "choices": ["auto", "bfloat16", "float16", "float32"]},
     )
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Load the models (their config, tokenizer and weights; a local judge's too) with the code their "
+            "Hub repo or folder ships: only for a model you trust, as transformers' trust_remote_code."
+        },
+    )
     device: str = field(
         default="auto",
         metadata={

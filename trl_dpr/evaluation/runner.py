@@ -15,7 +15,7 @@ import logging
 import re
 from pathlib import Path
 
-from ..field_checks import check_fits_context, context_of, model_config_of
+from ..field_checks import check_fits_context, tightest_prompt_context
 from ..reference_manifest import check_model_source
 from ..resources import check_output_dir, free_memory
 from .answer_checks import AnswerCheck, answer_check_from, embedded_check
@@ -69,23 +69,11 @@ def check_answers_fit_context(
     model's context (`check_fits_context`), before any model loads. Every model and benchmark is measured first and
     the tightest is named, so the value it gives fits them all. A later turn also holds the earlier answers, whose
     lengths are not known yet. `trl-dpr dpr|spin|gsil` run it before training, on π_SFT (the candidate's context)."""
-    from transformers import AutoTokenizer
-
-    from ..token_batches import render_prompts
-
     prompt_sets = _prompt_sets(config) if prompt_sets is None else prompt_sets
-    tightest = None  # (room left for the answer, the model's config, its name, the benchmark, its longest prompt)
-    for name, path in models.items():
-        model_config = model_config_of(path)
-        if model_config is None or not isinstance(context := context_of(model_config)[0], int):
-            continue
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        for benchmark, prompts in prompt_sets.items():
-            longest = max(map(len, render_prompts(tokenizer, [p.conversation([]) for p in prompts])), default=0)
-            if tightest is None or context - longest < tightest[0]:
-                tightest = (context - longest, model_config, name, benchmark, longest)
+    conversations = {benchmark: [p.conversation([]) for p in prompts] for benchmark, prompts in prompt_sets.items()}
+    tightest = tightest_prompt_context(models, conversations, trust_remote_code=config.trust_remote_code)
     if tightest is not None:
-        _, model_config, name, benchmark, longest = tightest
+        model_config, name, benchmark, longest = tightest
         check_fits_context(
             model_config,
             f"model {name}",
@@ -149,6 +137,7 @@ def _generate_all_answers(config, models, prompt_sets, output_dir: Path, show_pr
                 seed=config.seed,
                 dtype=config.dtype,
                 device=config.device,
+                trust_remote_code=config.trust_remote_code,
             )
         for benchmark, prompts in prompt_sets.items():
             answers[benchmark][name] = answer_prompts(
@@ -179,7 +168,11 @@ def chat_model_from_config(config: EvaluationConfig) -> ChatModel | None:
         )
     if config.judge == "local":
         return LocalChatModel.from_pretrained(
-            config.judge_model, dtype=config.dtype, device=config.device, max_new_tokens=config.judge_max_tokens
+            config.judge_model,
+            dtype=config.dtype,
+            device=config.device,
+            trust_remote_code=config.trust_remote_code,
+            max_new_tokens=config.judge_max_tokens,
         )
     return None
 
@@ -309,7 +302,7 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
     if config.judge == "local":
         chat = chat_model_from_config(config)
     judge = yours or judge_from_config(config, chat)
-    tokenizer = AutoTokenizer.from_pretrained(models[config.baseline_name])
+    tokenizer = AutoTokenizer.from_pretrained(models[config.baseline_name], trust_remote_code=config.trust_remote_code)
     candidates = [name for name in models if name != config.baseline_name]
     report = EvaluationReport(
         baseline=config.baseline_name,

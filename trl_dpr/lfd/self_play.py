@@ -36,6 +36,7 @@ from ..data import split_at_last_answer
 from ..embedded.task import load_demonstrations
 from ..evaluation.cache import JsonlCache
 from ..evaluation.sampling import sample_completions
+from ..field_checks import check_fits_context, context_of, model_config_of
 from ..reference_manifest import check_model_source
 from ..resources import free_memory
 from ..running.checkpointing import (
@@ -48,6 +49,7 @@ from ..running.checkpointing import (
     run_fingerprint,
 )
 from ..running.pipeline import SFTScriptArguments, model_init_kwargs_from
+from ..token_batches import render_prompts
 from .config import GSILConfig, SelfPlayConfig, SPINConfig
 from .trainer import GSILTrainer, SelfPlayTrainer, SPINTrainer
 
@@ -187,6 +189,58 @@ def demonstration_pairs(tokenizer, prompts: Sequence, completions: Sequence, ans
         for prompt, completion, answer in zip(prompts, completions, answers)
     ]
     return Dataset.from_list(rows)
+
+
+def check_lengths_fit_context(
+    sft_path: str,
+    tokenizer,
+    prompts: Sequence,
+    completions: Sequence,
+    args: SelfPlayConfig,
+    revision: str | None = None,
+) -> None:
+    """π_t's answers (the longest prompt + `max_new_tokens`) and the pairs trained on (prompt + demonstration or own
+    answer, cut at `max_length` as DPOTrainer cuts them) against π_SFT's context, which every iterate shares
+    (`check_fits_context`), before anything is generated: past it a rotary model reads positions it never saw."""
+    model_config = model_config_of(sft_path, revision, args.trust_remote_code)
+    if model_config is None:
+        return
+    prompt_ids = render_prompts(tokenizer, prompts)  # as π_t reads them (`answer_prompts`)
+    longest = max(map(len, prompt_ids), default=0)
+    check_fits_context(
+        model_config,
+        sft_path,
+        {"the longest prompt": longest, "max_new_tokens": args.max_new_tokens},
+        lower="max_new_tokens",
+        alone="leave the prompts that long out of the dataset, or use a model with a longer context",
+    )
+    context = context_of(model_config)[0]
+    if not isinstance(context, int) or (args.max_length is not None and args.max_length <= context):
+        return  # own answers fit (above); a pair cut at max_length fits
+    pair = max(
+        (
+            len(ids) + len(demonstration_ids(tokenizer, prompt, completion, ids))
+            for prompt, completion, ids in zip(prompts, completions, prompt_ids)
+        ),
+        default=0,
+    )
+    if pair <= context:
+        return
+    if args.max_length is None:  # pairs are not cut
+        check_fits_context(
+            model_config,
+            sft_path,
+            {"the longest prompt + demonstration": pair},
+            lower="max_length",
+            alone=f"set max_length to at most {context} (DPOTrainer cuts each pair to it)",
+        )
+    try:
+        check_fits_context(model_config, sft_path, {"max_length": args.max_length}, lower="max_length")
+    except ValueError as problem:
+        raise ValueError(
+            f"{problem} The longest prompt + demonstration is {pair} tokens: cut at max_length {args.max_length}, it "
+            "still reaches past the context."
+        ) from None
 
 
 # ---- π_t answers ----------------------------------------------------------------------------------------------------
@@ -377,8 +431,6 @@ def run_self_play(
     )  # before the folder is claimed
     root = Path(training_args.output_dir)
     claim_output_dir(root, resuming=True)  # one run per folder; reruns are checked against self_play.json below
-    settings = _run_settings(script_args, training_args, model_args)
-    _claim(root, settings, overwrite=training_args.overwrite_output_dir)
     state = PartialState()
 
     sft_path = model_args.model_name_or_path
@@ -392,6 +444,10 @@ def run_self_play(
     )
     prompts, completions = prompts_and_demonstrations(demonstrations, script_args.dataset_name)
     tokenizer = AutoTokenizer.from_pretrained(sft_path, revision=model_args.model_revision, padding_side="left")
+    # Before the settings are recorded: a run refused here leaves none that its corrected rerun would differ from.
+    check_lengths_fit_context(sft_path, tokenizer, prompts, completions, training_args, model_args.model_revision)
+    settings = _run_settings(script_args, training_args, model_args)
+    _claim(root, settings, overwrite=training_args.overwrite_output_dir)
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     if torch.cuda.is_available():  # each process answers on its own GPU (not "auto", which spreads over all of them)
         init_kwargs.setdefault("device_map", {"": state.local_process_index})

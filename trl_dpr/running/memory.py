@@ -17,10 +17,13 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ..field_checks import context_of, model_config_of
 
 if TYPE_CHECKING:  # torch is imported where a model is built: `trl-dpr memory --help` needs none of it
     from torch import nn
@@ -349,7 +352,13 @@ def plan(
         return rows * length * (4 * hidden + 3 * mlp) * BF16
 
     if is_dpr:
-        _generation_phase(training_args, shape, num_gpus, prompt, completion, static, phases, gpu_memory_gib, notes)
+        generation_args = training_args
+        if training_args.use_vllm and not training_args.vllm_max_model_length:
+            # vLLM's default max_model_len is the model's context, YaRN-scaled as `check_fits_context` reads it
+            # (Qwen2.5: 32768 × 4), not max_position_embeddings alone.
+            generation_args = copy.copy(training_args)
+            generation_args.vllm_max_model_length = context_of(shape.config)[0]
+        _generation_phase(generation_args, shape, num_gpus, prompt, completion, static, phases, gpu_memory_gib, notes)
         scoring = [
             _term("one layer live", one_layer(batch, tokens), f"{batch} × {tokens} × (4·{hidden} + 3·{mlp}) × 2 B"),
             _term("last hidden states", batch * tokens * hidden * BF16, f"{batch} × {tokens} × {hidden} × 2 B"),
@@ -683,7 +692,6 @@ def fit_recipe(config_path: str, gpu_memory_gib: float, model_config=None) -> Me
     Why each alone: the plan is static + the largest phase + a margin, and the micro-batch sizes the scoring, log π_old
     and training phases while the cache (or the rollout) sizes generation alone, so each is the largest that fits.
     """
-    import copy
 
     recipe = _parse_recipe(config_path, model_config)
     args = recipe.training_args
@@ -787,28 +795,21 @@ def recipe_model_config(config_path: str, follow_sft_config: bool = True):
     sft_config = values.get("sft_config") if follow_sft_config else None
     if sft_config and not Path(str(name)).is_dir():
         return recipe_model_config(sft_config, follow_sft_config=False)
-    return model_config_of(str(name), where=f"{path}'s model_name_or_path")
+    return model_config_of(
+        str(name),
+        values.get("model_revision"),
+        bool(values.get("trust_remote_code", False)),
+        where=f"{path}'s model_name_or_path",
+        hint=", or pass --model-config FOLDER (a folder holding a config.json)",
+        named=_named_model_config,
+    )
 
 
-def model_config_of(model_name_or_path: str, where: str = "model_name_or_path"):
-    """The `PretrainedConfig` of a `model_name_or_path` without weights: a folder's (an adapter's base), a `.gguf`'s,
-    an embedded base's, else a Hub id's."""
-    import json
-
+def _named_model_config(model_name_or_path: str, where: str):
+    """The `PretrainedConfig` of a `model_name_or_path` that is no folder (`field_checks.model_config_of` reads those):
+    an embedded base's, a `.gguf`'s (its metadata), else a Hub id's (`backbone_config`)."""
     from transformers import AutoConfig
 
-    folder = Path(model_name_or_path)
-    if folder.is_dir():
-        if (folder / "config.json").is_file():
-            return AutoConfig.from_pretrained(folder)
-        if (folder / "adapter_config.json").is_file():  # a LoRA SFT output: the base it adapts has the shape
-            base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
-            if base:
-                return model_config_of(base, where=f"the base_model_name_or_path of {folder / 'adapter_config.json'}")
-        raise ValueError(
-            f"{where} is the folder {str(folder)!r}, which holds no config.json (nor an adapter_config.json naming its "
-            "base model). Point it at a model folder, or pass --model-config FOLDER (a folder holding a config.json)."
-        )
     from ..embedded.base_model import EMBEDDED_MODEL, EMBEDDED_PRETRAINED_MODEL
     from .gguf import find_gguf_file, is_gguf_path
 
