@@ -352,13 +352,7 @@ def plan(
         return rows * length * (4 * hidden + 3 * mlp) * BF16
 
     if is_dpr:
-        generation_args = training_args
-        if training_args.use_vllm and not training_args.vllm_max_model_length:
-            # vLLM's default max_model_len is the model's context, YaRN-scaled as `check_fits_context` reads it
-            # (Qwen2.5: 32768 × 4), not max_position_embeddings alone.
-            generation_args = copy.copy(training_args)
-            generation_args.vllm_max_model_length = context_of(shape.config)[0]
-        _generation_phase(generation_args, shape, num_gpus, prompt, completion, static, phases, gpu_memory_gib, notes)
+        _generation_phase(training_args, shape, num_gpus, prompt, completion, static, phases, gpu_memory_gib, notes)
         scoring = [
             _term("one layer live", one_layer(batch, tokens), f"{batch} × {tokens} × (4·{hidden} + 3·{mlp}) × 2 B"),
             _term("last hidden states", batch * tokens * hidden * BF16, f"{batch} × {tokens} × {hidden} × 2 B"),
@@ -450,7 +444,9 @@ def _generation_phase(args, shape, num_gpus, prompt, completion, static, phases,
             )
             # vLLM holds a whole bf16 copy of the policy (no tensor parallelism in these plans) and must fit the KV
             # cache of at least one sequence of its max_model_len in what is left of the pool.
-            max_len = args.vllm_max_model_length or text.max_position_embeddings
+            # vLLM's default max_model_len is the model's context, rope-scaled as `check_fits_context` reads it
+            # (Qwen2.5's YaRN: 32768 × 4), not max_position_embeddings alone.
+            max_len = args.vllm_max_model_length or context_of(shape.config)[0]
             kv_cache = pool - shape.parameters * BF16
             needed = max_len * kv_cache_bytes_per_token(text)
             notes.append(
