@@ -493,10 +493,10 @@ def continuous_batching_terms(
     text, head_dim: int, cb: dict, sequences: int | None = None, sequence_tokens: int | None = None
 ) -> list[MemoryTerm]:
     """The paged-cache footprint transformers' continuous batching allocates (its `PagedAttentionMemoryHandler`,
-    transformers 5.23, SDPA attention and a model that slices logits with `logits_to_keep`). The cache is allocated
-    whole; what a forward reads back (`index_select` of its requests' cached tokens), its masks and its logit rows
-    grow with the tokens in flight: at most the cache, at most `sequences` × `sequence_tokens` (a rollout that
-    does not fill the cache; measured on an H200, benchmarks/RESULTS.md)."""
+    transformers 5.23, SDPA attention and a model that slices logits with `logits_to_keep`). The cache and the SDPA
+    mask (max_batch_tokens × the whole cache) are allocated whole; what a forward reads back (`index_select` of its
+    requests' cached tokens) and its logit rows grow with what is in flight: at most the cache, at most `sequences`
+    × `sequence_tokens` (a rollout that does not fill the cache; measured on an H200, benchmarks/RESULTS.md)."""
     if cb.get("num_blocks") is None or cb.get("max_batch_tokens") is None:
         raise ValueError(
             "A continuous-batching plan needs transformers_continuous_batching_config with num_blocks and "
@@ -535,8 +535,8 @@ def continuous_batching_terms(
         ),
         _term(
             "attention masks (SDPA)",
-            batch_tokens * (in_flight + batch_tokens) * BF16 * (2 if _has_sliding(text) else 1),
-            f"{batch_tokens} × ({in_flight} + {batch_tokens}) × 2 B",
+            batch_tokens * (cached + batch_tokens) * BF16 * (2 if _has_sliding(text) else 1),
+            f"{batch_tokens} × ({cached} + {batch_tokens}) × 2 B",
         ),
     ]
 
