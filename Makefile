@@ -10,8 +10,8 @@
 # default because the CI machines reach only package mirrors, which carry the CPU build, and an unreachable index costs
 # retries on every package. On a GPU machine: `make demo TORCH=torch`.
 # `make test-gpu`: the GPU tier (tests/end_to_end/test_gpu.py, pytest marker `gpu`: the demo SFT → DPR → evaluation on CUDA in
-# fp32 and bf16, QLoRA SFT → DPR, the shared-base peak memory against the memory plan, the CUDA dense reward against a
-# float64 CPU forward, kill-and-resume on CUDA). Its tests are skipped without CUDA and left out of the other targets;
+# fp32 and bf16, QLoRA SFT → DPR, the CUDA dense reward against a float64 CPU forward, kill-and-resume on CUDA; the
+# peak memory against the memory plan is in benchmarks/gpu_run.sh). Its tests are skipped without CUDA and left out of the other targets;
 # on a bare GPU machine without TRL: `bash benchmarks/gpu_run.sh --download` here, `bash benchmarks/gpu_run.sh` there (DEVELOPERS.md).
 
 PYTHON ?= python3

@@ -91,21 +91,7 @@ def stages(smoke: bool, fit: dict) -> list[Stage]:
         "--junitxml={out}/tier.xml",
     ]
     return [
-        Stage("tier", "the GPU tier (tests/end_to_end/test_gpu.py)", tier, tier, 250),
-        Stage(
-            "prepare_8b",
-            "the 8B shape's random base and adapters, written once (16 GB)",
-            memory_8b("prepare_8b", False, "--prepare-only"),
-            memory_8b("prepare_8b", True, "--prepare-only"),
-            180,
-        ),
-        eight_b(
-            "recipe_continuous_batching",
-            "8B DPR step, the recipe's generation (continuous batching)",
-            [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps],
-            [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps],
-            220,
-        ),
+        Stage("tier", "the GPU tier (tests/end_to_end/test_gpu.py)", tier, tier, 240),
         Stage(
             "dpr_over_grpo",
             "DPR / GRPO step time, alternating pairs (benchmarks/step_cost.py)",
@@ -123,7 +109,7 @@ def stages(smoke: bool, fit: dict) -> list[Stage]:
                 "--batch-size",
                 "8",
                 "--steps",
-                "4",
+                "3",
                 "--warmup",
                 "1",
                 "--repeats",
@@ -159,7 +145,21 @@ def stages(smoke: bool, fit: dict) -> list[Stage]:
                 "--output",
                 "{out}/dpr_over_grpo.jsonl",
             ],
-            150,
+            130,
+        ),
+        Stage(
+            "prepare_8b",
+            "the 8B shape's random base and adapters, written once (16 GB)",
+            memory_8b("prepare_8b", False, "--prepare-only"),
+            memory_8b("prepare_8b", True, "--prepare-only"),
+            180,
+        ),
+        eight_b(
+            "recipe_continuous_batching",
+            "8B DPR step, the recipe's generation (continuous batching)",
+            [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps],
+            [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps],
+            220,
         ),
         eight_b(
             "fit_24_gib",
@@ -177,28 +177,35 @@ def stages(smoke: bool, fit: dict) -> list[Stage]:
                 *steps,
             ],
             [*cb, "--batch-size", micro, "--generation-batch-size", rollout, "--num-blocks", blocks, *steps],
-            150,
+            180,
         ),
         eight_b(
             "generate_rollout",
             f"8B DPR step, one generate call at the rollout batch ({rollout})",
             ["--batch-size", micro, "--generation-batch-size", rollout, *steps],
             ["--batch-size", micro, "--generation-batch-size", rollout, *steps],
-            120,
+            170,
         ),
         eight_b(
             "fast_generation",
             f"8B DPR step, `fast_generation` (static cache) at the rollout batch ({rollout})",
             ["--batch-size", micro, "--generation-batch-size", rollout, "--fast-generation", *steps],
             ["--batch-size", micro, "--generation-batch-size", rollout, "--fast-generation", *steps],
-            120,
+            170,
         ),
         eight_b(
             "generate_batch_2",
             "8B DPR step, one generate call at batch 2 (the baseline: 81 tokens/s on an H100, 62 on an H200)",
             ["--batch-size", "2", "--steps", "2", "--warmup", "1"],
             ["--batch-size", "2", *steps],
-            90,
+            120,
+        ),
+        eight_b(
+            "memory_1b",
+            "1B-shape DPR step, one generate call (the tier's old memory-plan check, failed on the H200 unread)",
+            ["--shape", "llama-3.2-1b", "--steps", "1"],
+            ["--steps", "1"],
+            120,
         ),
     ]
 
@@ -215,8 +222,10 @@ def tier_rows(out: Path) -> list[list[str]]:
     tests: dict[str, dict] = {}
     for line in path.read_text().splitlines():
         event = json.loads(line)
-        test = tests.setdefault(event["test"].split("::", 1)[-1], {"outcome": None, "seconds": 0.0, "message": ""})
-        if event["event"] == "start":
+        for nodeid in event["tests"] if event["event"] == "collected" else [event["test"]]:
+            test = tests.setdefault(nodeid.split("::", 1)[-1], {"outcome": None, "seconds": 0.0, "message": ""})
+            test["started"] = test.get("started", False) or event["event"] != "collected"
+        if event["event"] in ("collected", "start"):
             continue
         test["seconds"] += event["seconds"]
         if test["outcome"] in (None, "passed"):
@@ -227,12 +236,12 @@ def tier_rows(out: Path) -> list[list[str]]:
     rows = []
     for name, test in tests.items():
         if test["outcome"] is None:
-            result = "running when the limit struck"
+            result = "running when the limit struck" if test["started"] else "not started: the limit struck first"
         else:
             result = f"{test['outcome']}, {test['seconds']:.1f} s" + (
                 f": {test['message']}" if test["message"] else ""
             )
-        rows.append([f"tier: {name}", result.replace("|", "/"), ""])
+        rows.append([f"tier: {name}".replace("|", "/"), result.replace("|", "/"), ""])
     return rows
 
 
@@ -268,7 +277,9 @@ def eight_b_rows(out: Path, stage: Stage, smoke: bool) -> list[list[str]]:
         what = (
             "tiny-shape DPR step (smoke) in the 24 GiB fit's stage: toy values, no cap on the CPU"
             if stage.name == "fit_24_gib"
-            else what.replace("8B DPR step", "tiny-shape DPR step (smoke)")
+            else what.replace("8B DPR step", "tiny-shape DPR step (smoke)").replace(
+                "1B-shape DPR step", "tiny-shape DPR step (smoke)"
+            )
         )
     return [[what, result, goal]]
 
@@ -282,7 +293,8 @@ def ratio_rows(out: Path, smoke: bool) -> list[list[str]]:
         [
             "DPR / GRPO step time",
             f"{ratio:.3f} (median step DPR {steps['dpr']:.3f} s, GRPO {steps['grpo']:.3f} s, "
-            f"{len(record['results']['dpr']['repeat_median_step_seconds'])} alternating pair(s))",
+            f"{record.get('rounds', len(record['results']['dpr']['repeat_median_step_seconds']))} alternating "
+            f"pair(s){'' if record.get('complete', True) else ', stopped before the last'})",
             f"≤ {bound}: {'met' if ratio <= bound else 'NOT met'}" + (" (toy sizes, shared cores)" if smoke else ""),
         ]
     ]
@@ -343,15 +355,35 @@ def fit_values(out: Path) -> tuple[dict, list[list[str]]]:
     return fit24, rows
 
 
+def descendant_groups(pid: int) -> set[int]:
+    """The process groups of `pid`'s descendants (from /proc): a test's subprocesses run in sessions of their own,
+    out of reach of a kill of the stage's group, and would go on using the GPU through the next stage."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents[int(stat.parent.name)] = (int(fields[1]), int(fields[2]))  # (ppid, pgrp)
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, (parent, _) in parents.items() if parent in frontier} - found
+        found |= frontier
+    return {parents[child][1] for child in found}
+
+
 def run_within(command: list[str], log, env: dict, limit: float) -> int | None:
     """Run `command` in a process group of its own; its exit code, or None when it ran past `limit` seconds: then
-    SIGINT (pytest and Python unwind, writing their reports), SIGKILL 20 s later, and the group is gone either way."""
+    SIGINT (pytest and Python unwind, writing their reports) and SIGKILL 20 s later. Either way its group and the
+    groups of its descendants then get SIGKILL, so nothing it started runs on into the next stage."""
     process = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True
     )
+    groups: set[int] = set()
     try:
         return process.wait(timeout=limit)
     except subprocess.TimeoutExpired:
+        groups = descendant_groups(process.pid)
         os.killpg(process.pid, signal.SIGINT)
         try:
             process.wait(timeout=20)
@@ -359,11 +391,15 @@ def run_within(command: list[str], log, env: dict, limit: float) -> int | None:
             pass
         return None
     finally:
+        for group in {process.pid, *groups} - {os.getpgrp()}:
+            try:
+                os.killpg(group, signal.SIGKILL)  # workers a launcher or a test left behind
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
-            os.killpg(process.pid, signal.SIGKILL)  # workers a launcher left behind
-        except ProcessLookupError:
-            pass
-        process.wait()
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # stuck in the driver: the next stage may find less memory
+            print(f"   process {process.pid} did not end 30 s after SIGKILL", flush=True)
 
 
 def main(argv=None) -> int:
@@ -408,13 +444,17 @@ def main(argv=None) -> int:
         parser.error(f"--stages: no stage {sorted(unknown)}; the stages: {', '.join(stage.name for stage in every)}")
     if args.skip_tier:
         asked.discard("tier")
-    if any(name not in ("tier", "dpr_over_grpo") for name in asked):
+    if any(name not in ("tier", "dpr_over_grpo", "memory_1b") for name in asked):
         asked.add("prepare_8b")  # the 8B stages load what it writes (seconds when it is already there)
     (out / "tier.jsonl").unlink(missing_ok=True)
     for stage in every:
         if stage.name not in asked:
             rows.append(
-                [stage.what, "not asked (--skip-tier)" if stage.name == "tier" and args.skip_tier else "not asked (--stages)", ""]
+                [
+                    stage.what,
+                    "not asked (--skip-tier)" if stage.name == "tier" and args.skip_tier else "not asked (--stages)",
+                    "",
+                ]
             )
             continue
         command = [part.replace("{out}", str(out)) for part in (stage.smoke if args.smoke else stage.gpu)]

@@ -81,6 +81,11 @@ def _report(record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def pytest_collection_finish(session):
+    if TEST_REPORT:  # what was meant to run: a test the limit reached first is reported as not started
+        _report({"event": "collected", "tests": [item.nodeid for item in session.items]})
+
+
 def pytest_runtest_logstart(nodeid, location):
     if TEST_REPORT:
         _report({"test": nodeid, "event": "start"})
@@ -93,9 +98,11 @@ def pytest_runtest_logreport(report):
         message = ""
         if report.skipped and isinstance(report.longrepr, tuple):
             message = report.longrepr[2]  # (path, line, reason)
-        elif report.outcome != "passed":  # the error's own line (`E   ...`), else the report's last line
+        elif report.outcome != "passed":  # the error's message (pytest's `E` lines), else the whole report
             crash = getattr(report.longrepr, "reprcrash", None)
-            message = (crash.message if crash else report.longreprtext.strip().splitlines()[-1])[:400]
+            lines = (crash.message if crash else report.longreprtext).strip().splitlines()
+            # the end of the message: a test that asserts with a process's output tail has its error there
+            message = " / ".join(line.strip() for line in lines if line.strip())[-400:]
         _report(
             {"test": report.nodeid, "event": report.when, "outcome": report.outcome, "seconds": report.duration}
             | ({"message": message} if message else {})

@@ -197,7 +197,7 @@ def test_the_dense_reward_on_the_device_is_a_float64_cpu_forward(tokenizer, devi
 # ---- kill-and-resume on CUDA -----------------------------------------------------------------------------------------
 
 
-def tiny_run(*argv) -> subprocess.Popen:
+def start_tiny_run(*argv) -> subprocess.Popen:
     """tests/scripts/tiny_run.py ARGV in a new interpreter (a fork of a process that used CUDA cannot use it)."""
     return subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "scripts" / "tiny_run.py"), *map(str, argv)],
@@ -216,6 +216,23 @@ def finished(process: subprocess.Popen) -> None:
 
 @pytest.mark.gpu
 def test_a_killed_dpr_run_on_cuda_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
+    started = []  # every tiny_run: their own sessions, so a stopped tier (SIGINT) must end them here
+
+    def tiny_run(*argv) -> subprocess.Popen:
+        started.append(start_tiny_run(*argv))
+        return started[-1]
+
+    try:
+        _kill_and_resume(tmp_path, tiny_run)
+    finally:
+        for process in started:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _kill_and_resume(tmp_path, tiny_run) -> None:
     sft = tmp_path / "sft"
     finished(tiny_run("sft", sft, "--device", "cuda"))
     # The uninterrupted run and the one to kill run side by side: tiny models, one GPU, half the tier's wait.

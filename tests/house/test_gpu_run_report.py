@@ -13,7 +13,10 @@ gpu_run = sys.modules["gpu_run"] = importlib.util.module_from_spec(SPEC)  # its 
 SPEC.loader.exec_module(gpu_run)
 
 TESTS = """
+import os
+import subprocess
 import time
+from pathlib import Path
 
 
 def test_quick():
@@ -25,7 +28,14 @@ def test_wrong():
 
 
 def test_slow():
-    time.sleep(60)
+    # a subprocess in a session of its own, as the tier's runs are: out of reach of a kill of pytest's group
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    Path(os.environ["CHILD_PID_FILE"]).write_text(str(child.pid))
+    time.sleep(120)
+
+
+def test_after_slow():
+    pass
 """
 
 
@@ -36,15 +46,30 @@ def test_a_tier_stopped_at_its_limit_still_says_which_tests_passed_failed_or_wer
         "PYTHONPATH": str(ROOT),
         "TRL_DPR_TEST_REPORT": str(tmp_path / "tier.jsonl"),
         "OMP_NUM_THREADS": "1",
+        "CHILD_PID_FILE": str(tmp_path / "child.pid"),
     }
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest"]
     command += ["-p", "no:randomly", str(tmp_path / "test_tier.py"), "--junitxml", str(tmp_path / "tier.xml")]
     started = time.monotonic()
     with open(tmp_path / "tier.log", "w") as log:
-        code = gpu_run.run_within(command, log, env, limit=15)
-    assert code is None and time.monotonic() - started < 45  # stopped at the limit, not after test_slow's 60 s
+        code = gpu_run.run_within(command, log, env, limit=40)  # a loaded 2-core machine: imports take ~5-15 s
+    assert code is None and time.monotonic() - started < 100  # stopped at the limit, not after test_slow's 120 s
     rows = {row[0]: row[1] for row in gpu_run.tier_rows(tmp_path)}
     assert rows["tier: test_quick"].startswith("passed, ")
     assert rows["tier: test_wrong"].startswith("failed, ") and "arithmetic broke" in rows["tier: test_wrong"]
     assert rows["tier: test_slow"] == "running when the limit struck"
+    assert rows["tier: test_after_slow"] == "not started: the limit struck first"
+    child = int((tmp_path / "child.pid").read_text())
+    deadline = time.monotonic() + 10  # SIGKILL is delivered asynchronously
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(child), "a subprocess the stage started in its own session outlived the stage"
     assert (tmp_path / "tier.xml").is_file()  # SIGINT first: pytest wrote its own report on the way out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"  # a zombie has ended; only its parent's reaping is left
