@@ -6,12 +6,14 @@ with a time limit inside one window, its log and JSON lines under one folder, an
 `--smoke` runs every stage on the CPU at toy sizes (a tiny Llama, a few steps), so the script, its parsing and its
 table are proven where no GPU is. On the GPU the 8B stages use the Llama-3.1-8B shape with random weights, QLoRA on one
 shared base (benchmarks/memory_8b.py), with the recipe's generation settings and the lengths cut to fit the window:
-prompt 256 + completion 128 tokens (the recipe: 1024 + 1024), rollout batch 128 (the recipe: 1024). A stage that
-cannot start inside the window, or would start with less of it left than it usually takes, says so in its row; the stages run in order of what is still owed first (the batch-2
-baseline, measured on an H200 on 2026-11-28, last), and `--stages` names the ones a later window runs. A stage that
-runs past its limit gets SIGINT first (pytest then writes its report), SIGKILL 20 s later; the tier's tests are
-reported one by one as they end (tests/conftest.py, `TRL_DPR_TEST_REPORT`), so a window that runs out still says
-which passed, which failed and why.
+prompt 256 + completion 128 tokens (the recipe: 1024 + 1024), rollout batch 128 (the recipe: 1024).
+
+The stages run in order of what is still owed (the batch-2 baseline, measured on an H200 on 2026-11-28, near the end),
+and `--stages` names the ones a later window runs. A stage that would start with less of the window left than it
+usually takes says so in its row and leaves its time to a later, shorter one. A stage that runs past its limit gets
+SIGINT (pytest then writes its report), SIGKILL 20 s later, and so do the process groups of everything it started.
+The tier's tests are reported one by one as they end (tests/conftest.py, `TRL_DPR_TEST_REPORT`), so a window that runs
+out still says which passed, which failed and why.
 """
 
 from __future__ import annotations
