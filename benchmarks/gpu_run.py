@@ -120,7 +120,7 @@ def stages(smoke: bool, fit: dict) -> list[Stage]:
                 "--layers",
                 "8",
                 "--completion-length",
-                "128",
+                "64",  # 4 subprocesses, each paying its imports and CUDA start: two pairs in the stage's limit
                 "--batch-size",
                 "8",
                 "--steps",
