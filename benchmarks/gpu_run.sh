@@ -36,7 +36,8 @@ download() {  # the GPU image: Python 3.12, x86-64, with torch, accelerate, peft
     "${PLATFORMS[@]}" --dest "$WHEELS" "${PINS[@]}" || exit 1
   "$PYTHON" -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir "$WHEELS" . || exit 1
   mv "$WHEELS"/bitsandbytes-*.whl "$FIRST_CARRY"/
-  grep -qx /.gpu_carry/ .git/info/exclude 2>/dev/null || { mkdir -p .git/info && echo /.gpu_carry/ >> .git/info/exclude; }
+  local exclude; exclude=$(git rev-parse --git-path info/exclude)  # a linked worktree's .git is a file
+  grep -qx /.gpu_carry/ "$exclude" 2>/dev/null || { mkdir -p "$(dirname "$exclude")" && echo /.gpu_carry/ >> "$exclude"; }
   ls -l "$FIRST_CARRY" "$WHEELS"
   # One call carries the working tree (tracked and untracked-not-ignored files) plus its carry paths: ≤ 64 MiB each.
   local tree; tree=$(mib_of $( { git ls-files; git ls-files --others --exclude-standard; } | sort -u ))
@@ -49,7 +50,8 @@ check_wheels() {  # every pinned package and trl_dpr, in $WHEELS or in the first
   local missing=()
   for pin in "${PINS[@]}" trl_dpr==; do
     local name=${pin%%==*}
-    ls "$WHEELS"/"$name"-*.whl /tmp/wheels_a/"$name"-*.whl >/dev/null 2>&1 || missing+=("$name")
+    # compgen, not ls: ls fails when either folder lacks the wheel, and each wheel is in only one of them
+    compgen -G "$WHEELS/$name-*.whl" >/dev/null || compgen -G "/tmp/wheels_a/$name-*.whl" >/dev/null || missing+=("$name")
   done
   (( ${#missing[@]} == 0 )) || { echo "no wheel for ${missing[*]} in $WHEELS or /tmp/wheels_a: run bash benchmarks/gpu_run.sh --download here, then the two calls in DEVELOPERS.md" >&2; exit 1; }
 }

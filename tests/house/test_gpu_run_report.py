@@ -73,3 +73,15 @@ def alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"  # a zombie has ended; only its parent's reaping is left
+
+
+def test_a_tier_that_collected_nothing_or_was_cut_mid_line_still_gives_rows(tmp_path):
+    """An import error on the GPU image collects nothing; a SIGKILL can cut the last line: neither may cost the window
+    its summary (gpu_run.py appends the stage's status to the last row)."""
+    (tmp_path / "tier.jsonl").write_text('{"event": "collected", "tests": []}\n')
+    assert gpu_run.tier_rows(tmp_path) == [["tier", "no test collected (tier.log says why)", ""]]
+    (tmp_path / "tier.jsonl").write_text(
+        '{"event": "collected", "tests": ["t.py::test_a"]}\n{"test": "t.py::test_a", "event": "start"}\n'
+        '{"test": "t.py::test_a", "event": "call", "outcome": "passed", "seconds": 1.5}\n{"test": "t.py::te'
+    )
+    assert gpu_run.tier_rows(tmp_path) == [["tier: test_a", "passed, 1.5 s", ""]]
