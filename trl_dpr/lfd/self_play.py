@@ -538,10 +538,12 @@ def run_self_play(
     return SelfPlayRun(output_dir=str(root), method=method, iterations=iterations)
 
 
-def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRun, device: str = "auto") -> dict:
+def evaluate_last_iterate(
+    evaluation_config: str, sft_path: str, run: SelfPlayRun, device: str = "auto", trust_remote_code: bool = False
+) -> dict:
     """Evaluate the last iterate against π_SFT as `trl-dpr evaluate` does, on the main process and `device`; returns the
     report as a dict (empty on the other processes), also written to `<output_dir>/eval_results.json` (as DPR's: the
-    same command again shows its table).
+    same command again shows its table). `trust_remote_code` (the run's) is the evaluation's where its YAML is silent.
     """
     from ..evaluation import run_evaluation
     from ..running.recipe_parser import load_evaluation_config
@@ -550,7 +552,11 @@ def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRu
     results: dict = {}
     if state.is_main_process:
         config = load_evaluation_config(
-            evaluation_config, baseline=f"SFT={sft_path}", candidates=[f"{run.method}={run.output_dir}"], device=device
+            evaluation_config,
+            {"trust_remote_code": trust_remote_code},
+            baseline=f"SFT={sft_path}",
+            candidates=[f"{run.method}={run.output_dir}"],
+            device=device,
         )
         results = run_evaluation(config).as_dict()
         (Path(run.output_dir) / "eval_results.json").write_text(json.dumps(results, indent=2))
@@ -595,7 +601,10 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
             script_args.evaluation_config,
             train=lambda: run_self_play(script_args, training_args, model_args, keep_output_dir=True),
             train_title=f"{method} from {sft_path}: {training_args.num_iterations} iteration(s)",
-            evaluate=lambda run, device: evaluate_last_iterate(script_args.evaluation_config, sft_path, run, device),
+            evaluate=lambda run, device: evaluate_last_iterate(
+                script_args.evaluation_config, sft_path, run, device, training_args.trust_remote_code
+            ),
+            trust_remote_code=training_args.trust_remote_code,
         )
         mark_run_finished(root, fingerprint)  # last: the same command again finds the run finished
     finally:  # after the evaluation's eval_results.json; a failed stage leaves the folder free for the next run too
