@@ -57,8 +57,8 @@ def model_config_of(
     """The `PretrainedConfig` of the model at `path`, without weights: a folder's `config.json`, an adapter folder's
     base model's (its `base_model_name_or_path`, followed), else `named(path, where, revision, trust_remote_code)` (the
     caller's names: the memory plan's embedded bases, GGUF files and backbones), else a Hub id's (the cache or the
-    Hub). `revision` and `trust_remote_code` are the recipe's, as the model will load (the revision names `path`, not an
-    adapter's base).
+    Hub). `revision` and `trust_remote_code` are the recipe's, as the model will load (the revision names `path`, not
+    an adapter's base).
 
     Unreadable (offline and not cached, remote code not trusted): None, and a context check waits for the loaded model;
     with `where` (what named `path`, for the message) an error, ending with `hint` where the folder holds no config."""

@@ -148,9 +148,9 @@ def test_demonstration_pairs_past_the_context_are_refused_unless_max_length_cuts
         )
     elif max_length is None:
         assert str(error.value) == (
-            "max_length is null, so DPOTrainer does not cut the pairs, and the longest prompt + demonstration (prompt 1, "
-            f"counted from 0) is {pair} tokens: more than {context}. Set max_length to at most 512 (DPOTrainer cuts "
-            "each pair to it)."
+            "max_length is null, so DPOTrainer does not cut the pairs, and the longest prompt + demonstration "
+            f"(prompt 1, counted from 0) is {pair} tokens: more than {context}. Set max_length to at most 512 "
+            "(DPOTrainer cuts each pair to it)."
         )
 
 
@@ -227,6 +227,6 @@ def test_prompts_that_alone_fill_the_context_are_counted_and_the_longest_is_name
     assert str(error.value) == (
         f"the longest prompt {tokens[3]} + max_new_tokens 8 is more than {sft}'s context of 512 tokens "
         "(max_position_embeddings in its config.json): the longest prompt alone fills it: 3 of the 5 prompts are 512 "
-        "tokens or more (the longest is prompt 3, counted from 0): leave them out of the dataset, or use a model with a "
-        "longer context."
+        "tokens or more (the longest is prompt 3, counted from 0): leave them out of the dataset, or use a model with "
+        "a longer context."
     )

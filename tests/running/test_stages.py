@@ -114,7 +114,7 @@ def test_every_pipeline_refuses_answers_past_the_sft_models_context_before_it_tr
 
 
 def save_remote_code_sft_output(path: Path, tokenizer, max_positions: int) -> Path:
-    """An SFT output whose config is code of its own (`auto_map`): transformers reads it only with trust_remote_code."""
+    """An SFT output whose config is code of its own (`auto_map`): transformers reads it only trusted."""
     from .test_bad_input import save_remote_code_model
 
     save_sft_output(path, tokenizer)

@@ -217,8 +217,8 @@ def check_lengths_fit_context(
             {"the longest prompt": lengths.longest, "max_new_tokens": args.max_new_tokens},
             lower="max_new_tokens",
             alone=f"{lengths.filling} of the {len(prompts)} prompts {'is' if lengths.filling == 1 else 'are'} "
-            f"{context} tokens or more (the longest is prompt {lengths.longest_index}, counted from 0): leave them out "
-            "of the dataset, or use a model with a longer context",
+            f"{context} tokens or more (the longest is prompt {lengths.longest_index}, counted from 0): leave them "
+            "out of the dataset, or use a model with a longer context",
         )
     except ValueError as problem:
         set_aside = (
@@ -235,9 +235,9 @@ def check_lengths_fit_context(
         return
     if args.max_length is None:
         raise ValueError(
-            f"max_length is null, so DPOTrainer does not cut the pairs, and the longest prompt + demonstration (prompt "
-            f"{index}, counted from 0) is {pair} tokens: more than {sft_path}'s context of {context} tokens ({source}). "
-            f"Set max_length to at most {context} (DPOTrainer cuts each pair to it)."
+            "max_length is null, so DPOTrainer does not cut the pairs, and the longest prompt + demonstration "
+            f"(prompt {index}, counted from 0) is {pair} tokens: more than {sft_path}'s context of {context} tokens "
+            f"({source}). Set max_length to at most {context} (DPOTrainer cuts each pair to it)."
         )
     try:
         check_fits_context(model_config, sft_path, {"max_length": args.max_length}, lower="max_length")

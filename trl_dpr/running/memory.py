@@ -445,8 +445,10 @@ def _generation_phase(args, shape, num_gpus, prompt, completion, static, phases,
             )
             # vLLM holds a whole bf16 copy of the policy (no tensor parallelism in these plans) and must fit the KV
             # cache of at least one sequence of its max_model_len in what is left of the pool.
-            # vLLM's default max_model_len is the model's context, rope-scaled as `check_fits_context` reads it
-            # (Qwen2.5's YaRN: 32768 × 4), not max_position_embeddings alone.
+            # Unset, vllm_max_model_length is taken as the context `context_of` reads: max_position_embeddings, or a
+            # longer YaRN factor × original_max_position_embeddings (Qwen2.5's 32768 × 4). vLLM's default is the same
+            # there and for llama3/longrope ropes (which it does not scale); for linear or dynamic scaling it is
+            # max_position_embeddings × factor, longer than this plan: set vllm_max_model_length for those.
             max_len = args.vllm_max_model_length or context_of(shape.config)[0]
             kv_cache = pool - shape.parameters * BF16
             needed = max_len * kv_cache_bytes_per_token(text)

@@ -355,7 +355,7 @@ class RecipeParser(TrlParser):
 def load_evaluation_config(path: str, unset: dict | None = None, **replaced):
     """The `EvaluationConfig` of a `trl-dpr evaluate` YAML (a file, or a shipped recipe's name), checked as the recipe
     checks it (unknown keys and secrets are errors), with some fields replaced (`baseline=`, `output_dir=`, ...) and
-    those the YAML does not set taken from `unset` (a pipeline's evaluation: the training run's `trust_remote_code`)."""
+    those the YAML does not set taken from `unset` (a pipeline's evaluation: the training's `trust_remote_code`)."""
     import yaml
 
     from ..evaluation.config import EvaluationConfig, check_config_has_no_secrets
