@@ -230,3 +230,28 @@ def test_prompts_that_alone_fill_the_context_are_counted_and_the_longest_is_name
         "tokens or more (the longest is prompt 3, counted from 0): leave them out of the dataset, or use a model with "
         "a longer context."
     )
+
+
+def test_only_the_main_process_measures_the_prompts_and_every_process_stops_on_its_verdict(
+    tokenizer, tmp_path, monkeypatch
+):
+    """Rendering every prompt is the main process's job; another process takes its verdict (broadcast) and raises it,
+    rather than measuring again or waiting at the next barrier for a run that stopped."""
+    from types import SimpleNamespace
+
+    _, _, run = self_play_until_loading(tokenizer, tmp_path, monkeypatch)
+    measured, sent = [], []
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "check_lengths_fit_context", lambda *args: measured.append(args))
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "PartialState", lambda: SimpleNamespace(is_main_process=False))
+
+    def broadcast_object_list(objects):
+        sent.append(list(objects))
+        return ["max_new_tokens 9 is more than the context (the main process's verdict)"]
+
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "broadcast_object_list", broadcast_object_list)
+    with pytest.raises(
+        ValueError, match=r"^max_new_tokens 9 is more than the context \(the main process's verdict\)$"
+    ):
+        run()
+    assert measured == [] and sent == [[None]]
+    assert not (tmp_path / "run" / "self_play.json").exists()
