@@ -193,6 +193,29 @@ def test_a_prompt_whose_pair_the_trainer_drops_does_not_lower_max_new_tokens(
     )
 
 
+def test_prompts_that_all_fill_max_length_are_refused_before_any_answer_is_generated(tokenizer, tmp_path):
+    """Every pair would be dropped: nothing would be trained after π_t answered every prompt."""
+    from trl_dpr.lfd.self_play import check_lengths_fit_context
+
+    from ..conftest import save_sft_output
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    prompts = user_prompts("Add 2 and 3.", "Add 4 and 5.")
+    shortest = min(chat_tokens(tokenizer, prompt, True) for prompt in prompts)
+    demonstrations = [[{"role": "assistant", "content": "5"}]] * 2
+    check_lengths_fit_context(
+        str(sft), tokenizer, prompts, demonstrations, run_args(SPINConfig, tmp_path, max_length=shortest + 1)
+    )
+    with pytest.raises(ValueError) as error:
+        check_lengths_fit_context(
+            str(sft), tokenizer, prompts, demonstrations, run_args(SPINConfig, tmp_path, max_length=shortest)
+        )
+    assert str(error.value) == (
+        f"Every one of the 2 prompts is max_length ({shortest}) tokens or more: DPOTrainer would drop every pair, and "
+        "nothing would be trained. Raise max_length, or use shorter prompts."
+    )
+
+
 def test_the_check_and_the_trainer_drop_the_same_pairs(tmp_path):
     """`SelfPlayTrainer._prepare_dataset` keeps the pairs whose prompt is shorter than max_length, as DPOTrainer does:
     the rule `check_lengths_fit_context` counts by."""

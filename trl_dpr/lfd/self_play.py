@@ -210,6 +210,11 @@ def check_lengths_fit_context(
     if not isinstance(context, int):
         return
     lengths = _prompt_lengths(tokenizer, prompts, args.max_length, context)
+    if prompts and lengths.set_aside == len(prompts):
+        raise ValueError(
+            f"Every one of the {len(prompts)} prompts is max_length ({args.max_length}) tokens or more: DPOTrainer "
+            "would drop every pair, and nothing would be trained. Raise max_length, or use shorter prompts."
+        )
     try:
         check_fits_context(
             model_config,
