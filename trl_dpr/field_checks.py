@@ -52,12 +52,13 @@ def model_config_of(
     *,
     where: str | None = None,
     hint: str = "",
-    named: collections.abc.Callable[[str, str], object] | None = None,
+    named: collections.abc.Callable[[str, str, str | None, bool], object] | None = None,
 ):
     """The `PretrainedConfig` of the model at `path`, without weights: a folder's `config.json`, an adapter folder's
-    base model's (its `base_model_name_or_path`, followed), else `named(path, where)` (the caller's names: the memory
-    plan's embedded bases, GGUF files and shipped backbones), else a Hub id's (the cache or the Hub). `revision` and
-    `trust_remote_code` are the recipe's, as the model will load (the revision names `path`, not an adapter's base).
+    base model's (its `base_model_name_or_path`, followed), else `named(path, where, revision, trust_remote_code)` (the
+    caller's names: the memory plan's embedded bases, GGUF files and backbones), else a Hub id's (the cache or the
+    Hub). `revision` and `trust_remote_code` are the recipe's, as the model will load (the revision names `path`, not
+    an adapter's base).
 
     Unreadable (offline and not cached, remote code not trusted): None, and a context check waits for the loaded model;
     with `where` (what named `path`, for the message) an error, ending with `hint` where the folder holds no config."""
@@ -76,7 +77,11 @@ def model_config_of(
             f"{where} is the folder {str(folder)!r}, which holds no config.json (nor an adapter_config.json naming its "
             f"base model). Point it at a model folder{hint}."
         )
-    if named is not None and not folder.is_dir() and (config := named(path, where or "model_name_or_path")):
+    if (
+        named is not None
+        and not folder.is_dir()
+        and (config := named(path, where or "model_name_or_path", revision, trust_remote_code))
+    ):
         return config
     try:
         return AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)

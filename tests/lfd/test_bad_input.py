@@ -148,6 +148,133 @@ def test_demonstration_pairs_past_the_context_are_refused_unless_max_length_cuts
         )
     elif max_length is None:
         assert str(error.value) == (
-            f"the longest prompt + demonstration {pair} is more than {context}: the longest prompt + demonstration "
-            "alone fills it: set max_length to at most 512 (DPOTrainer cuts each pair to it)."
+            "max_length is null, so DPOTrainer does not cut the pairs, and the longest prompt + demonstration "
+            f"(prompt 1, counted from 0) is {pair} tokens: more than {context}. Set max_length to at most 512 "
+            "(DPOTrainer cuts each pair to it)."
         )
+
+
+def user_prompts(*contents: str) -> list:
+    return [[{"role": "user", "content": content}] for content in contents]
+
+
+@pytest.mark.parametrize("rows", [1, 3, 1000])
+@pytest.mark.parametrize("fits", [False, True])
+def test_a_prompt_whose_pair_the_trainer_drops_does_not_lower_max_new_tokens(
+    tokenizer, tmp_path, monkeypatch, fits, rows
+):
+    """A prompt of max_length tokens or more leaves no room for a completion: DPOTrainer drops its pair, so only the
+    other prompts bound max_new_tokens; the message says how many were not counted. Rendered in chunks of `rows`
+    prompts, the check finds the same."""
+    from trl_dpr.lfd.self_play import check_lengths_fit_context
+
+    from ..conftest import save_sft_output
+
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "_CHECK_ROWS", rows)
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    prompts = user_prompts("Add 2 and 3.", "7 " * 300, "Add 4 and 5, then 6.", "Add 2 and 3.", "7 " * 310)
+    tokens = [chat_tokens(tokenizer, prompt, True) for prompt in prompts]
+    assert min(tokens[1], tokens[4]) >= 256 > max(tokens[0], tokens[2], tokens[3])
+    kept = max(tokens[0], tokens[2])
+    args = run_args(SPINConfig, tmp_path, max_length=256, max_new_tokens=512 - kept + (0 if fits else 1))
+    assert (
+        tokens[4] + args.max_new_tokens > 512
+    )  # counted, the outliers would refuse even the max_new_tokens that fits
+    demonstrations = [[{"role": "assistant", "content": "5"}]] * len(prompts)
+    if fits:
+        check_lengths_fit_context(str(sft), tokenizer, prompts, demonstrations, args)
+        return
+    with pytest.raises(ValueError) as error:
+        check_lengths_fit_context(str(sft), tokenizer, prompts, demonstrations, args)
+    assert str(error.value) == (
+        f"the longest prompt {kept} + max_new_tokens {args.max_new_tokens} is more than {sft}'s context of 512 tokens "
+        f"(max_position_embeddings in its config.json): lower max_new_tokens to at most {512 - kept}. Not counted: 2 "
+        "of the 5 prompts, of max_length (256) tokens or more (DPOTrainer drops their pairs)."
+    )
+
+
+def test_prompts_that_all_fill_max_length_are_refused_before_any_answer_is_generated(tokenizer, tmp_path):
+    """Every pair would be dropped: nothing would be trained after π_t answered every prompt."""
+    from trl_dpr.lfd.self_play import check_lengths_fit_context
+
+    from ..conftest import save_sft_output
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    prompts = user_prompts("Add 2 and 3.", "Add 4 and 5.")
+    shortest = min(chat_tokens(tokenizer, prompt, True) for prompt in prompts)
+    demonstrations = [[{"role": "assistant", "content": "5"}]] * 2
+    check_lengths_fit_context(
+        str(sft), tokenizer, prompts, demonstrations, run_args(SPINConfig, tmp_path, max_length=shortest + 1)
+    )
+    with pytest.raises(ValueError) as error:
+        check_lengths_fit_context(
+            str(sft), tokenizer, prompts, demonstrations, run_args(SPINConfig, tmp_path, max_length=shortest)
+        )
+    assert str(error.value) == (
+        f"Every one of the 2 prompts is max_length ({shortest}) tokens or more: DPOTrainer would drop every pair, and "
+        "nothing would be trained. Raise max_length, or use shorter prompts."
+    )
+
+
+def test_the_check_and_the_trainer_drop_the_same_pairs(tmp_path):
+    """`SelfPlayTrainer._prepare_dataset` keeps the pairs whose prompt is shorter than max_length, as DPOTrainer does:
+    the rule `check_lengths_fit_context` counts by."""
+    from trl_dpr.lfd.trainer import SelfPlayTrainer
+
+    pairs = Dataset.from_list(
+        [{"prompt_ids": [1] * n, "chosen_ids": [2], "rejected_ids": [3]} for n in (254, 255, 256, 257, 3)]
+    )
+    args = run_args(SPINConfig, tmp_path, max_length=256)
+    kept = SelfPlayTrainer._prepare_dataset(None, pairs, None, args, "train")
+    assert [len(ids) for ids in kept["prompt_ids"]] == [254, 255, 3]
+
+
+@pytest.mark.parametrize("rows", [2, 1000])
+def test_prompts_that_alone_fill_the_context_are_counted_and_the_longest_is_named(
+    tokenizer, tmp_path, monkeypatch, rows
+):
+    """Not cut (max_length null), prompts of the context's length or more leave no room for an answer: how many, and
+    the longest's row (in another chunk of `rows` than the first), so that they can be found and left out."""
+    from trl_dpr.lfd.self_play import check_lengths_fit_context
+
+    from ..conftest import save_sft_output
+
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "_CHECK_ROWS", rows)
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    prompts = user_prompts("Add 2 and 3.", "7 " * 600, "Add 2 and 3.", "7 " * 700, "7 " * 650)
+    tokens = [chat_tokens(tokenizer, prompt, True) for prompt in prompts]
+    assert sorted(tokens)[-3] >= 512 and tokens[3] == max(tokens)
+    args = run_args(SPINConfig, tmp_path, max_length=None, max_new_tokens=8)
+    with pytest.raises(ValueError) as error:
+        check_lengths_fit_context(str(sft), tokenizer, prompts, [[{"role": "assistant", "content": "5"}]] * 5, args)
+    assert str(error.value) == (
+        f"the longest prompt {tokens[3]} + max_new_tokens 8 is more than {sft}'s context of 512 tokens "
+        "(max_position_embeddings in its config.json): the longest prompt alone fills it: 3 of the 5 prompts are 512 "
+        "tokens or more (the longest is prompt 3, counted from 0): leave them out of the dataset, or use a model with "
+        "a longer context."
+    )
+
+
+def test_only_the_main_process_measures_the_prompts_and_every_process_stops_on_its_verdict(
+    tokenizer, tmp_path, monkeypatch
+):
+    """Rendering every prompt is the main process's job; another process takes its verdict (broadcast) and raises it,
+    rather than measuring again or waiting at the next barrier for a run that stopped."""
+    from types import SimpleNamespace
+
+    _, _, run = self_play_until_loading(tokenizer, tmp_path, monkeypatch)
+    measured, sent = [], []
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "check_lengths_fit_context", lambda *args: measured.append(args))
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "PartialState", lambda: SimpleNamespace(is_main_process=False))
+
+    def broadcast_object_list(objects):
+        sent.append(list(objects))
+        return ["max_new_tokens 9 is more than the context (the main process's verdict)"]
+
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "broadcast_object_list", broadcast_object_list)
+    with pytest.raises(
+        ValueError, match=r"^max_new_tokens 9 is more than the context \(the main process's verdict\)$"
+    ):
+        run()
+    assert measured == [] and sent == [[None]]
+    assert not (tmp_path / "run" / "self_play.json").exists()

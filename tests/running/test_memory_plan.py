@@ -560,3 +560,32 @@ def test_fit_says_in_one_line_when_nothing_fits(shapes):
     assert fit.values is None and fit.plan.total_gib > 8
     line = fit.yaml_lines()
     assert "\n" not in line and line.startswith("# Nothing fits 8 GiB") and "max_completion_length" in line
+
+
+@pytest.mark.parametrize(("revision", "trust_remote_code"), [("v2", True), (None, False)])
+def test_a_hub_models_config_is_read_at_the_recipes_revision_and_trust_remote_code(
+    tmp_path, monkeypatch, revision, trust_remote_code
+):
+    """A Hub id that is no shipped backbone is read as the model will load: the recipe's model_revision and
+    trust_remote_code reach the cache and then the Hub."""
+    import huggingface_hub.constants
+    import transformers
+    import yaml
+
+    import trl_dpr.running.memory
+    from trl_dpr.running.memory import recipe_model_config
+
+    read = []
+
+    def from_pretrained(name, **kwargs):
+        read.append((name, kwargs.get("revision"), kwargs.get("trust_remote_code")))
+        raise OSError("not there")
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(trl_dpr.running.memory, "_hub_answers", lambda: True)
+    values = {"model_name_or_path": "someorg/remote-model", "model_revision": revision}
+    (tmp_path / "hub.yaml").write_text(yaml.safe_dump(values | {"trust_remote_code": trust_remote_code}))
+    with pytest.raises(OSError, match="No config.json for the backbone 'someorg/remote-model'"):
+        recipe_model_config(str(tmp_path / "hub.yaml"))
+    assert read == [("someorg/remote-model", revision, trust_remote_code)] * 2  # the cache, then the Hub

@@ -46,10 +46,12 @@ def stages(tmp_path, monkeypatch, tokenizer):
     def self_play(script_args, training_args, model_args, **kwargs):
         Path(training_args.output_dir).mkdir(parents=True, exist_ok=True)  # as the run's claim of its folder
         trained.append("self-play")
+        method = trl_dpr.lfd.self_play.trainer_class(training_args)._name
+        return trl_dpr.lfd.self_play.SelfPlayRun(training_args.output_dir, method, [])
 
     monkeypatch.setattr(trl_dpr.lfd.self_play, "run_self_play", self_play)
 
-    def run(method: str, sft_output_dir: Path, evaluation_config: str = ""):
+    def run(method: str, sft_output_dir: Path, evaluation_config: str = "", *extra: str):
         sft_recipe = yaml.safe_load((ROOT / "recipes/demo/sft.yaml").read_text()) | {"output_dir": str(sft_output_dir)}
         (tmp_path / "sft.yaml").write_text(yaml.safe_dump(sft_recipe))
         run_recipe(
@@ -67,6 +69,7 @@ def stages(tmp_path, monkeypatch, tokenizer):
                 evaluation_config,
                 "--num_train_samples",
                 "8",
+                *extra,
             ],
         )
         return (sft_runs[0] if sft_runs else None), trained
@@ -108,6 +111,56 @@ def test_every_pipeline_refuses_answers_past_the_sft_models_context_before_it_tr
         stages(method, tmp_path / "sft", str(evaluation))
     assert stages.trained == []  # refused before the RL stage
     assert len(stages.sft_runs) == (sft_stage == "trained first")  # after the SFT stage that wrote π_SFT
+
+
+def save_remote_code_sft_output(path: Path, tokenizer, max_positions: int) -> Path:
+    """An SFT output whose config is code of its own (`auto_map`): transformers reads it only trusted."""
+    from .test_bad_input import save_remote_code_model
+
+    save_sft_output(path, tokenizer)
+    remote = save_remote_code_model(path.parent / "remote-code", tokenizer, max_positions)
+    for name in ("configuration_ctx.py", "config.json"):
+        (path / name).write_bytes((remote / name).read_bytes())
+    return path
+
+
+@pytest.mark.parametrize("method", ["dpr", "spin", "gsil"])
+def test_every_pipeline_checks_a_remote_code_sft_models_context_with_the_recipes_trust_remote_code(
+    stages, tmp_path, tokenizer, method
+):
+    """The recipe trusts π_SFT's code and its evaluation YAML does not say: the evaluation will load π_SFT trusted, so
+    its context (64 positions, readable only trusted) refuses answers of 96 tokens before the training."""
+    save_remote_code_sft_output(tmp_path / "sft", tokenizer, max_positions=64)
+    evaluation = demo_evaluation_yaml(tmp_path / "evaluate.yaml", demo_num_prompts=4, max_new_tokens=96)
+    with pytest.raises(ValueError, match=r"\+ max_new_tokens 96 is more than model SFT's context of 64 tokens"):
+        stages(method, tmp_path / "sft", str(evaluation), "--trust_remote_code", "true")
+    assert stages.trained == []
+
+
+class EvaluationStarted(Exception):
+    """Raised where the evaluation after training starts (`run_evaluation`), with the config it was given."""
+
+
+@pytest.mark.parametrize("in_yaml", [None, False])
+@pytest.mark.parametrize("method", ["dpr", "spin", "gsil"])
+def test_every_pipelines_evaluation_gets_the_recipes_trust_remote_code_unless_its_yaml_sets_it(
+    stages, tmp_path, tokenizer, monkeypatch, method, in_yaml
+):
+    """Trusted by the recipe, π_SFT and the candidate are evaluated trusted when the evaluation YAML does not set
+    trust_remote_code; `trust_remote_code: false` in it is the user's word and is kept."""
+    import trl_dpr.evaluation
+
+    def run_evaluation(config, *args, **kwargs):
+        raise EvaluationStarted(config)
+
+    monkeypatch.setattr(trl_dpr.evaluation, "run_evaluation", run_evaluation)
+    save_remote_code_sft_output(tmp_path / "sft", tokenizer, max_positions=512)
+    in_yaml = {} if in_yaml is None else {"trust_remote_code": in_yaml}
+    evaluation = demo_evaluation_yaml(tmp_path / "evaluate.yaml", demo_num_prompts=4, **in_yaml)
+    with pytest.raises(EvaluationStarted) as started:
+        stages(method, tmp_path / "sft", str(evaluation), "--trust_remote_code", "true")
+    assert stages.trained == ["DPR" if method == "dpr" else "self-play"]
+    assert started.value.args[0].trust_remote_code is in_yaml.get("trust_remote_code", True)
 
 
 # ---- the same command again -------------------------------------------------------------------------------------------

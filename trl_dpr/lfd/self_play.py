@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 from accelerate import PartialState
-from accelerate.utils import gather_object, is_peft_model
+from accelerate.utils import broadcast_object_list, gather_object, is_peft_model
 from datasets import Dataset, concatenate_datasets
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer
@@ -51,7 +51,7 @@ from ..running.checkpointing import (
 from ..running.pipeline import SFTScriptArguments, model_init_kwargs_from
 from ..token_batches import render_prompts
 from .config import GSILConfig, SelfPlayConfig, SPINConfig
-from .trainer import GSILTrainer, SelfPlayTrainer, SPINTrainer
+from .trainer import GSILTrainer, SelfPlayTrainer, SPINTrainer, trains_on_prompt
 
 RUN_RECORD = "self_play.json"
 ITERATION_RECORD = "self_play_iteration.json"
@@ -201,38 +201,48 @@ def check_lengths_fit_context(
 ) -> None:
     """π_t's answers (the longest prompt + `max_new_tokens`) and the pairs trained on (prompt + demonstration or own
     answer, cut at `max_length` as DPOTrainer cuts them) against π_SFT's context, which every iterate shares
-    (`check_fits_context`), before anything is generated: past it a rotary model reads positions it never saw."""
+    (`check_fits_context`), before anything is generated: past it a rotary model reads positions it never saw. Only
+    the prompts whose pairs are trained on count (`trains_on_prompt`): one outlier does not lower every answer."""
     model_config = model_config_of(sft_path, revision, args.trust_remote_code)
     if model_config is None:
         return
-    prompt_ids = render_prompts(tokenizer, prompts)  # as π_t reads them (`answer_prompts`)
-    longest = max(map(len, prompt_ids), default=0)
-    check_fits_context(
-        model_config,
-        sft_path,
-        {"the longest prompt": longest, "max_new_tokens": args.max_new_tokens},
-        lower="max_new_tokens",
-        alone="leave the prompts that long out of the dataset, or use a model with a longer context",
-    )
-    context = context_of(model_config)[0]
-    if not isinstance(context, int) or (args.max_length is not None and args.max_length <= context):
-        return  # own answers fit (above); a pair cut at max_length fits
-    pair = max(
-        (
-            len(ids) + len(demonstration_ids(tokenizer, prompt, completion, ids))
-            for prompt, completion, ids in zip(prompts, completions, prompt_ids)
-        ),
-        default=0,
-    )
-    if pair <= context:
+    context, source = context_of(model_config)
+    if not isinstance(context, int):
         return
-    if args.max_length is None:  # pairs are not cut
+    lengths = _prompt_lengths(tokenizer, prompts, args.max_length, context)
+    if prompts and lengths.set_aside == len(prompts):
+        raise ValueError(
+            f"Every one of the {len(prompts)} prompts is max_length ({args.max_length}) tokens or more: DPOTrainer "
+            "would drop every pair, and nothing would be trained. Raise max_length, or use shorter prompts."
+        )
+    try:
         check_fits_context(
             model_config,
             sft_path,
-            {"the longest prompt + demonstration": pair},
-            lower="max_length",
-            alone=f"set max_length to at most {context} (DPOTrainer cuts each pair to it)",
+            {"the longest prompt": lengths.longest, "max_new_tokens": args.max_new_tokens},
+            lower="max_new_tokens",
+            alone=f"{lengths.filling} of the {len(prompts)} prompts {'is' if lengths.filling == 1 else 'are'} "
+            f"{context} tokens or more (the longest is prompt {lengths.longest_index}, counted from 0): leave them "
+            "out of the dataset, or use a model with a longer context",
+        )
+    except ValueError as problem:
+        set_aside = (
+            f" Not counted: {lengths.set_aside} of the {len(prompts)} prompts, of max_length ({args.max_length}) "
+            "tokens or more (DPOTrainer drops their pairs)."
+            if lengths.set_aside
+            else ""
+        )
+        raise ValueError(f"{problem}{set_aside}") from None
+    if args.max_length is not None and args.max_length <= context:
+        return  # a pair cut at max_length fits
+    pair, index = _longest_pair(tokenizer, prompts, completions, args.max_length)
+    if pair <= context:
+        return
+    if args.max_length is None:
+        raise ValueError(
+            "max_length is null, so DPOTrainer does not cut the pairs, and the longest prompt + demonstration "
+            f"(prompt {index}, counted from 0) is {pair} tokens: more than {sft_path}'s context of {context} tokens "
+            f"({source}). Set max_length to at most {context} (DPOTrainer cuts each pair to it)."
         )
     try:
         check_fits_context(model_config, sft_path, {"max_length": args.max_length}, lower="max_length")
@@ -241,6 +251,50 @@ def check_lengths_fit_context(
             f"{problem} The longest prompt + demonstration is {pair} tokens: cut at max_length {args.max_length}, it "
             "still reaches past the context."
         ) from None
+
+
+_CHECK_ROWS = 1000  # prompts rendered at a time by the context check: it holds one chunk's token ids, not all
+
+
+@dataclass
+class _PromptLengths:
+    """What `check_lengths_fit_context` reads of the prompts whose pairs are trained on (`trains_on_prompt`)."""
+
+    longest: int = 0  # tokens of the longest prompt as π_t reads it, and its row
+    longest_index: int | None = None
+    filling: int = 0  # prompts of the context's length or more: no room for any answer token
+    set_aside: int = 0  # prompts of max_length tokens or more: their pairs are dropped
+
+
+def _rendered(tokenizer, prompts: Sequence):
+    """`(row, prompt, its ids as π_t reads them)`, rendered `_CHECK_ROWS` at a time (`render_prompts`): 100k prompts
+    are not all held as ids at once."""
+    for start in range(0, len(prompts), _CHECK_ROWS):
+        chunk = prompts[start : start + _CHECK_ROWS]
+        yield from zip(range(start, start + len(chunk)), chunk, render_prompts(tokenizer, chunk))
+
+
+def _prompt_lengths(tokenizer, prompts: Sequence, max_length: int | None, context: int) -> _PromptLengths:
+    lengths = _PromptLengths()
+    for index, _, ids in _rendered(tokenizer, prompts):
+        if not trains_on_prompt(len(ids), max_length):
+            lengths.set_aside += 1
+            continue
+        lengths.filling += len(ids) >= context
+        if lengths.longest_index is None or len(ids) > lengths.longest:
+            lengths.longest, lengths.longest_index = len(ids), index
+    return lengths
+
+
+def _longest_pair(tokenizer, prompts: Sequence, completions: Sequence, max_length: int | None) -> tuple[int, int]:
+    """`(tokens, row)` of the longest prompt + demonstration among the pairs trained on."""
+    longest, longest_index = 0, 0
+    for index, prompt, ids in _rendered(tokenizer, prompts):
+        if trains_on_prompt(len(ids), max_length):
+            pair = len(ids) + len(demonstration_ids(tokenizer, prompt, completions[index], ids))
+            if pair > longest:
+                longest, longest_index = pair, index
+    return longest, longest_index
 
 
 # ---- π_t answers ----------------------------------------------------------------------------------------------------
@@ -445,7 +499,20 @@ def run_self_play(
     prompts, completions = prompts_and_demonstrations(demonstrations, script_args.dataset_name)
     tokenizer = AutoTokenizer.from_pretrained(sft_path, revision=model_args.model_revision, padding_side="left")
     # Before the settings are recorded: a run refused here leaves none that its corrected rerun would differ from.
-    check_lengths_fit_context(sft_path, tokenizer, prompts, completions, training_args, model_args.model_revision)
+    # The main process renders every prompt; the others stop on its verdict (not wait for it at the next barrier).
+    error = None
+    if state.is_main_process:
+        try:
+            check_lengths_fit_context(
+                sft_path, tokenizer, prompts, completions, training_args, model_args.model_revision
+            )
+        except Exception as caught:
+            error = caught
+    (problem,) = broadcast_object_list([None if error is None else str(error)])
+    if error is not None:
+        raise error
+    if problem is not None:
+        raise ValueError(problem)
     settings = _run_settings(script_args, training_args, model_args)
     _claim(root, settings, overwrite=training_args.overwrite_output_dir)
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
@@ -538,10 +605,12 @@ def run_self_play(
     return SelfPlayRun(output_dir=str(root), method=method, iterations=iterations)
 
 
-def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRun, device: str = "auto") -> dict:
+def evaluate_last_iterate(
+    evaluation_config: str, sft_path: str, run: SelfPlayRun, device: str = "auto", trust_remote_code: bool = False
+) -> dict:
     """Evaluate the last iterate against π_SFT as `trl-dpr evaluate` does, on the main process and `device`; returns the
     report as a dict (empty on the other processes), also written to `<output_dir>/eval_results.json` (as DPR's: the
-    same command again shows its table).
+    same command again shows its table). `trust_remote_code` (the run's) is the evaluation's where its YAML is silent.
     """
     from ..evaluation import run_evaluation
     from ..running.recipe_parser import load_evaluation_config
@@ -550,7 +619,11 @@ def evaluate_last_iterate(evaluation_config: str, sft_path: str, run: SelfPlayRu
     results: dict = {}
     if state.is_main_process:
         config = load_evaluation_config(
-            evaluation_config, baseline=f"SFT={sft_path}", candidates=[f"{run.method}={run.output_dir}"], device=device
+            evaluation_config,
+            {"trust_remote_code": trust_remote_code},
+            baseline=f"SFT={sft_path}",
+            candidates=[f"{run.method}={run.output_dir}"],
+            device=device,
         )
         results = run_evaluation(config).as_dict()
         (Path(run.output_dir) / "eval_results.json").write_text(json.dumps(results, indent=2))
@@ -595,7 +668,10 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
             script_args.evaluation_config,
             train=lambda: run_self_play(script_args, training_args, model_args, keep_output_dir=True),
             train_title=f"{method} from {sft_path}: {training_args.num_iterations} iteration(s)",
-            evaluate=lambda run, device: evaluate_last_iterate(script_args.evaluation_config, sft_path, run, device),
+            evaluate=lambda run, device: evaluate_last_iterate(
+                script_args.evaluation_config, sft_path, run, device, training_args.trust_remote_code
+            ),
+            trust_remote_code=training_args.trust_remote_code,
         )
         mark_run_finished(root, fingerprint)  # last: the same command again finds the run finished
     finally:  # after the evaluation's eval_results.json; a failed stage leaves the folder free for the next run too

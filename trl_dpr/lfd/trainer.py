@@ -25,6 +25,13 @@ PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 
 
+def trains_on_prompt(prompt_length: int, max_length: int | None) -> bool:
+    """Whether a pair whose prompt is `prompt_length` tokens is trained on: as DPOTrainer, a prompt that fills
+    `max_length` leaves no completion token, and its pair is dropped. `_prepare_dataset` and the context check
+    before generation (`self_play.check_lengths_fit_context`) both follow it."""
+    return max_length is None or prompt_length < max_length
+
+
 class SelfPlayTrainer(AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixin, DPOTrainer):
     r"""What SPIN and GSIL change in [`~trl.DPOTrainer`]; use `SPINTrainer` or `GSILTrainer`.
 
@@ -53,7 +60,7 @@ class SelfPlayTrainer(AtomicCheckpointsMixin, BaseModelCardMixin, ConsoleLogMixi
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
         if isinstance(dataset, Dataset) and set(PAIR_COLUMNS) <= set(dataset.column_names):
             if args.max_length is not None:  # as DPOTrainer: a prompt that fills max_length leaves no completion token
-                dataset = dataset.filter(lambda row: len(row["prompt_ids"]) < args.max_length)
+                dataset = dataset.filter(lambda row: trains_on_prompt(len(row["prompt_ids"]), args.max_length))
             return dataset
         return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
 

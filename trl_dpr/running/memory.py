@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..field_checks import context_of, model_config_of
+from ..field_checks import context_of
+from ..field_checks import model_config_of as _model_config_of
 
 if TYPE_CHECKING:  # torch is imported where a model is built: `trl-dpr memory --help` needs none of it
     from torch import nn
@@ -444,8 +445,10 @@ def _generation_phase(args, shape, num_gpus, prompt, completion, static, phases,
             )
             # vLLM holds a whole bf16 copy of the policy (no tensor parallelism in these plans) and must fit the KV
             # cache of at least one sequence of its max_model_len in what is left of the pool.
-            # vLLM's default max_model_len is the model's context, rope-scaled as `check_fits_context` reads it
-            # (Qwen2.5's YaRN: 32768 × 4), not max_position_embeddings alone.
+            # Unset, vllm_max_model_length is taken as the context `context_of` reads: max_position_embeddings, or a
+            # longer YaRN factor × original_max_position_embeddings (Qwen2.5's 32768 × 4). vLLM's default is the same
+            # there and for llama3/longrope ropes (which it does not scale); for linear or dynamic scaling it is
+            # max_position_embeddings × factor, longer than this plan: set vllm_max_model_length for those.
             max_len = args.vllm_max_model_length or context_of(shape.config)[0]
             kv_cache = pool - shape.parameters * BF16
             needed = max_len * kv_cache_bytes_per_token(text)
@@ -558,9 +561,10 @@ SHIPPED_MODEL_CONFIGS = {
 }
 
 
-def backbone_config(hub_id: str):
+def backbone_config(hub_id: str, revision: str | None = None, trust_remote_code: bool = False):
     """The `PretrainedConfig` of a recipe's backbone: the shipped copy (`SHIPPED_MODEL_CONFIGS`), else the HF cache,
-    else the Hub; offline, one attempt and an `OSError` that says to pass `--model-config FOLDER`.
+    else the Hub, at the recipe's `revision` and `trust_remote_code` (as the model will load; a shipped copy is the
+    published config); offline, one attempt and an `OSError` that says to pass `--model-config FOLDER`.
     """
     from transformers import AutoConfig
 
@@ -568,8 +572,9 @@ def backbone_config(hub_id: str):
 
     if hub_id in SHIPPED_MODEL_CONFIGS:
         return AutoConfig.from_pretrained(recipes_root() / "model_configs" / SHIPPED_MODEL_CONFIGS[hub_id])
+    loading = {"revision": revision, "trust_remote_code": trust_remote_code}
     try:  # the cache first: no network, no wait
-        return AutoConfig.from_pretrained(hub_id, local_files_only=True)
+        return AutoConfig.from_pretrained(hub_id, **loading, local_files_only=True)
     except OSError:
         pass
     from huggingface_hub import constants
@@ -581,7 +586,7 @@ def backbone_config(hub_id: str):
         reason = f"{constants.ENDPOINT} cannot be reached from here and it is not in the Hugging Face cache"
     else:
         try:
-            return AutoConfig.from_pretrained(hub_id)
+            return AutoConfig.from_pretrained(hub_id, **loading)
         except OSError as error:
             reason = f"the Hub did not give it ({str(error).splitlines()[0][:200]})"
     raise OSError(
@@ -791,7 +796,7 @@ def recipe_model_config(config_path: str, follow_sft_config: bool = True):
     sft_config = values.get("sft_config") if follow_sft_config else None
     if sft_config and not Path(str(name)).is_dir():
         return recipe_model_config(sft_config, follow_sft_config=False)
-    return model_config_of(
+    return _model_config_of(
         str(name),
         values.get("model_revision"),
         bool(values.get("trust_remote_code", False)),
@@ -801,9 +806,11 @@ def recipe_model_config(config_path: str, follow_sft_config: bool = True):
     )
 
 
-def _named_model_config(model_name_or_path: str, where: str):
+def _named_model_config(
+    model_name_or_path: str, where: str, revision: str | None = None, trust_remote_code: bool = False
+):
     """The `PretrainedConfig` of a `model_name_or_path` that is no folder (`field_checks.model_config_of` reads those):
-    an embedded base's, a `.gguf`'s (its metadata), else a Hub id's (`backbone_config`)."""
+    an embedded base's, a `.gguf`'s (its metadata), else a Hub id's (`backbone_config`, at the recipe's revision)."""
     from transformers import AutoConfig
 
     from ..embedded.base_model import EMBEDDED_MODEL, EMBEDDED_PRETRAINED_MODEL
@@ -831,7 +838,7 @@ def _named_model_config(model_name_or_path: str, where: str):
     if model_name_or_path.startswith((".", "/", "~")) or model_name_or_path.count("/") > 1:  # a path, not a Hub id
         raise ValueError(not_a_folder)
     try:
-        return backbone_config(model_name_or_path)
+        return backbone_config(model_name_or_path, revision, trust_remote_code)
     except OSError as error:  # `runs/sft` reads as a Hub id too: say both
         raise OSError(f"{error} Or, if it is a local folder: {not_a_folder}") from error
 

@@ -306,13 +306,15 @@ def check_evaluation_config(evaluation_config: str) -> None:
         OpenAIChatModel(api_key_env=evaluation.judge_api_key_env).check_api_key()
 
 
-def check_evaluation_fits_context(evaluation_config: str, sft_path: str) -> None:
+def check_evaluation_fits_context(evaluation_config: str, sft_path: str, trust_remote_code: bool = False) -> None:
     """The evaluation's longest prompt + `max_new_tokens` against π_SFT's context (`check_answers_fit_context`), whose
-    context the candidate trained from it shares: checked once π_SFT is there and before training, not after it."""
+    context the candidate trained from it shares: checked once π_SFT is there and before training, not after it.
+    `trust_remote_code` is the training run's, the evaluation's where its YAML does not set it (as it will run)."""
     from ..evaluation.runner import check_answers_fit_context
     from .recipe_parser import load_evaluation_config
 
-    check_answers_fit_context(load_evaluation_config(evaluation_config), {"SFT": sft_path})
+    config = load_evaluation_config(evaluation_config, unset={"trust_remote_code": trust_remote_code})
+    check_answers_fit_context(config, {"SFT": sft_path})
 
 
 def run_dpr(
@@ -398,9 +400,12 @@ def has_sft_output(path: str) -> bool:
     return os.path.isdir(path) and sft_output_problem(path) is None
 
 
-def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str, device: str | None = None) -> dict:
+def evaluate_against_sft(
+    evaluation_config, sft_path: str, policy_path: str, device: str | None = None, trust_remote_code: bool = False
+) -> dict:
     """Evaluate the saved policy against π_SFT as `trl-dpr evaluate` does (main process; else an empty dict), and
-    write `policy_path/eval_results.json` for the model card."""
+    write `policy_path/eval_results.json` for the model card. `trust_remote_code` (the training run's) is the
+    evaluation's where its YAML does not set it: the models it trained with load the same way."""
     from ..evaluation import EvaluationConfig, run_evaluation
     from .recipe_parser import load_evaluation_config
 
@@ -417,7 +422,7 @@ def evaluate_against_sft(evaluation_config, sft_path: str, policy_path: str, dev
         if isinstance(evaluation_config, EvaluationConfig):
             config = dataclasses.replace(evaluation_config, **replaced)
         else:
-            config = load_evaluation_config(evaluation_config, **replaced)
+            config = load_evaluation_config(evaluation_config, {"trust_remote_code": trust_remote_code}, **replaced)
         report = run_evaluation(config)
         results = report.as_dict()
         with open(Path(policy_path) / "eval_results.json", "w") as f:

@@ -352,18 +352,20 @@ class RecipeParser(TrlParser):
         }
 
 
-def load_evaluation_config(path: str, **replaced):
+def load_evaluation_config(path: str, unset: dict | None = None, **replaced):
     """The `EvaluationConfig` of a `trl-dpr evaluate` YAML (a file, or a shipped recipe's name), checked as the recipe
-    checks it (unknown keys and secrets are errors), with some fields replaced (`baseline=`, `output_dir=`, ...)."""
+    checks it (unknown keys and secrets are errors), with some fields replaced (`baseline=`, `output_dir=`, ...) and
+    those the YAML does not set taken from `unset` (a pipeline's evaluation: the training's `trust_remote_code`)."""
     import yaml
 
     from ..evaluation.config import EvaluationConfig, check_config_has_no_secrets
 
     path = find_recipe_file(str(path), subfolder="evaluate")
     with open(path) as handle:
-        check_config_has_no_secrets(yaml.safe_load(handle) or {}, path)
+        values = yaml.safe_load(handle) or {}
+    check_config_has_no_secrets(values, path)
     (config,) = RecipeParser((EvaluationConfig,), prog="trl-dpr evaluate").parse_args_and_config(["--config", path])
-    return dataclasses.replace(config, **replaced)
+    return dataclasses.replace(config, **{k: v for k, v in (unset or {}).items() if k not in values} | replaced)
 
 
 def _rule(field: dataclasses.Field, annotation) -> dict:

@@ -33,11 +33,13 @@ def run_stages(
     train: Callable[[], Trained],
     train_title: str,
     evaluate: Callable[[Trained, str], object],
+    trust_remote_code: bool = False,
 ) -> Trained:
     """Run a pipeline recipe's stages: the SFT stage of `sft_config` (when set) writing `sft_path`, then `train()`,
     then `evaluate(trained, device)` against SFT (when `evaluation_config` is set); returns what `train()` returned.
 
-    The evaluation YAML is checked before anything trains, its lengths against π_SFT's context before `train()`; a
+    The evaluation YAML is checked before anything trains, its lengths against π_SFT's context before `train()` (π_SFT
+    read with the training run's `trust_remote_code` where the YAML does not set it, as `evaluate` must load it); a
     finished SFT output is not trained again, an unfinished one resumes.
     """
     if evaluation_config:  # a bad evaluation YAML fails before the SFT stage and the training are spent
@@ -48,7 +50,7 @@ def run_stages(
         _sft_stage(method, sft_path, placement, sft_config, stage, stages)
         stage += 1
     if evaluation_config:  # π_SFT is there now: the answers must fit its context before hours of training
-        check_evaluation_fits_context(evaluation_config, sft_path)
+        check_evaluation_fits_context(evaluation_config, sft_path, trust_remote_code)
     print_stage(stage, stages, train_title)
     trained = train()
     if evaluation_config:

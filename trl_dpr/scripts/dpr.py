@@ -39,7 +39,13 @@ def main(argv=None):
     push = defer_push_to_hub(training_args)  # pushed below, after the evaluation: the model card carries its table
 
     def evaluate(trainer, device):
-        evaluate_against_sft(script_args.evaluation_config, sft_path, training_args.output_dir, device=device)
+        evaluate_against_sft(
+            script_args.evaluation_config,
+            sft_path,
+            training_args.output_dir,
+            device=device,
+            trust_remote_code=training_args.trust_remote_code,
+        )
         trainer.create_model_card(dataset_name=script_args.dataset_name)  # now with the evaluation table
 
     try:
@@ -52,6 +58,7 @@ def main(argv=None):
             train=lambda: run_dpr(script_args, training_args, model_args, inputs=dpr_inputs),
             train_title=f"Dense-Path REINFORCE from {sft_path} ({placement}, dtype {model_args.dtype})",
             evaluate=evaluate,
+            trust_remote_code=training_args.trust_remote_code,
         )
         if push:
             push_trainer_output(
