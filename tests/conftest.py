@@ -21,6 +21,11 @@ import torch  # noqa: E402
 # machine (a subprocess test, a background job) slow each other down many times over.
 torch.set_num_threads(1)
 
+from tests.report_plugin import (  # noqa: E402, F401 - its hooks, registered as this conftest's
+    pytest_collection_finish,
+    pytest_runtest_logreport,
+    pytest_runtest_logstart,
+)
 from trl_dpr.embedded.tiny_lm import build_tokenizer  # noqa: E402
 
 CORPUS = [
@@ -67,46 +72,6 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
-
-
-# ---- a report that survives a killed run (the GPU tier's window) --------------------------------------------------
-
-TEST_REPORT = os.environ.get("TRL_DPR_TEST_REPORT")  # a JSON-lines file: each test's start, then its outcome
-
-
-def _report(record: dict) -> None:
-    import json
-
-    with open(TEST_REPORT, "a") as f:  # one line per event, flushed on close: a killed run keeps what finished
-        f.write(json.dumps(record) + "\n")
-
-
-def pytest_collection_finish(session):
-    if TEST_REPORT:  # what was meant to run: a test the limit reached first is reported as not started
-        _report({"event": "collected", "tests": [item.nodeid for item in session.items]})
-
-
-def pytest_runtest_logstart(nodeid, location):
-    if TEST_REPORT:
-        _report({"test": nodeid, "event": "start"})
-
-
-def pytest_runtest_logreport(report):
-    """Setup, call and teardown of each test as they end; a failure's message goes with it, so a window that runs out
-    still says which tests passed, which failed and why (benchmarks/gpu_run.py reads it)."""
-    if TEST_REPORT and (report.when == "call" or report.outcome != "passed"):
-        message = ""
-        if report.skipped and isinstance(report.longrepr, tuple):
-            message = report.longrepr[2]  # (path, line, reason)
-        elif report.outcome != "passed":  # the error's message (pytest's `E` lines), else the whole report
-            crash = getattr(report.longrepr, "reprcrash", None)
-            lines = (crash.message if crash else report.longreprtext).strip().splitlines()
-            # the end of the message: a test that asserts with a process's output tail has its error there
-            message = " / ".join(line.strip() for line in lines if line.strip())[-400:]
-        _report(
-            {"test": report.nodeid, "event": report.when, "outcome": report.outcome, "seconds": report.duration}
-            | ({"message": message} if message else {})
-        )
 
 
 # ---- subprocesses -----------------------------------------------------------------------------------------------
