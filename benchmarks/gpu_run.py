@@ -12,8 +12,8 @@ The stages run in order of what is still owed (the batch-2 baseline, measured on
 and `--stages` names the ones a later window runs. A stage that would start with less of the window left than it
 usually takes says so in its row and leaves its time to a later, shorter one. A stage that runs past its limit gets
 SIGINT (pytest then writes its report), SIGKILL 20 s later, and so do the process groups of everything it started.
-The tier's tests are reported one by one as they end (tests/report_plugin.py, `TRL_DPR_TEST_REPORT`), so a window that runs
-out still says which passed, which failed and why.
+The tier's tests are reported one by one as they end (tests/report_plugin.py, `TRL_DPR_TEST_REPORT`), so a window
+that runs out still says which passed, which failed and why.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """benchmarks/gpu_run.py's reading of the GPU tier, proven here because a GPU window is too scarce to debug it in: a
-real pytest run reporting test by test (tests/conftest.py, `TRL_DPR_TEST_REPORT`), stopped at its time limit."""
+real pytest run reporting test by test (tests/report_plugin.py, `TRL_DPR_TEST_REPORT`), stopped at its time limit."""
 
 import importlib.util
 import os
