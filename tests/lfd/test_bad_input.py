@@ -160,26 +160,23 @@ def user_prompts(*contents: str) -> list:
 
 @pytest.mark.parametrize("rows", [1, 3, 1000])
 @pytest.mark.parametrize("fits", [False, True])
-def test_a_prompt_whose_pair_the_trainer_drops_does_not_lower_max_new_tokens(
+def test_a_prompt_whose_pair_the_trainer_drops_still_bounds_max_new_tokens_as_pi_t_answers_it(
     tokenizer, tmp_path, monkeypatch, fits, rows
 ):
-    """A prompt of max_length tokens or more leaves no room for a completion: DPOTrainer drops its pair, so only the
-    other prompts bound max_new_tokens; the message says how many were not counted. Rendered in chunks of `rows`
-    prompts, the check finds the same."""
+    """A prompt of max_length tokens or more leaves no room for a completion: DPOTrainer drops its pair, but π_t still
+    answers it, past the context if max_new_tokens allows: it counts, and the message says how many such prompts
+    there are (left out of the dataset, they would not). Rendered in chunks of `rows` prompts, the check finds the
+    same."""
     from trl_dpr.lfd.self_play import check_lengths_fit_context
 
     from ..conftest import save_sft_output
 
     monkeypatch.setattr(trl_dpr.lfd.self_play, "_CHECK_ROWS", rows)
     sft = save_sft_output(tmp_path / "sft", tokenizer)
-    prompts = user_prompts("Add 2 and 3.", "7 " * 300, "Add 4 and 5, then 6.", "Add 2 and 3.", "7 " * 310)
+    prompts = user_prompts("Add 2 and 3.", "7 " * 140, "Add 4 and 5, then 6.", "Add 2 and 3.", "7 " * 150)
     tokens = [chat_tokens(tokenizer, prompt, True) for prompt in prompts]
-    assert min(tokens[1], tokens[4]) >= 256 > max(tokens[0], tokens[2], tokens[3])
-    kept = max(tokens[0], tokens[2])
-    args = run_args(SPINConfig, tmp_path, max_length=256, max_new_tokens=512 - kept + (0 if fits else 1))
-    assert (
-        tokens[4] + args.max_new_tokens > 512
-    )  # counted, the outliers would refuse even the max_new_tokens that fits
+    assert 512 > tokens[4] > tokens[1] >= 256 > max(tokens[0], tokens[2], tokens[3])
+    args = run_args(SPINConfig, tmp_path, max_length=256, max_new_tokens=512 - tokens[4] + (0 if fits else 1))
     demonstrations = [[{"role": "assistant", "content": "5"}]] * len(prompts)
     if fits:
         check_lengths_fit_context(str(sft), tokenizer, prompts, demonstrations, args)
@@ -187,9 +184,10 @@ def test_a_prompt_whose_pair_the_trainer_drops_does_not_lower_max_new_tokens(
     with pytest.raises(ValueError) as error:
         check_lengths_fit_context(str(sft), tokenizer, prompts, demonstrations, args)
     assert str(error.value) == (
-        f"the longest prompt {kept} + max_new_tokens {args.max_new_tokens} is more than {sft}'s context of 512 tokens "
-        f"(max_position_embeddings in its config.json): lower max_new_tokens to at most {512 - kept}. Not counted: 2 "
-        "of the 5 prompts, of max_length (256) tokens or more (DPOTrainer drops their pairs)."
+        f"the longest prompt {tokens[4]} + max_new_tokens {args.max_new_tokens} is more than {sft}'s context of 512 "
+        f"tokens (max_position_embeddings in its config.json): lower max_new_tokens to at most {512 - tokens[4]}. 2 "
+        "of the 5 prompts are max_length (256) tokens or more: DPOTrainer drops their pairs, but π_t still answers "
+        "them. Leaving them out of the dataset may let max_new_tokens stay."
     )
 
 
@@ -214,6 +212,25 @@ def test_prompts_that_all_fill_max_length_are_refused_before_any_answer_is_gener
         f"Every one of the 2 prompts is max_length ({shortest}) tokens or more: DPOTrainer would drop every pair, and "
         "nothing would be trained. Raise max_length, or use shorter prompts."
     )
+    # A model whose context cannot be read (no config.json to read) is refused the same: it needs no context.
+    (sft / "config.json").unlink()
+    with pytest.raises(ValueError, match="Every one of the 2 prompts"):
+        check_lengths_fit_context(
+            str(sft), tokenizer, prompts, demonstrations, run_args(SPINConfig, tmp_path, max_length=shortest)
+        )
+
+
+@pytest.mark.parametrize("config_class", [SPINConfig, GSILConfig])
+def test_truncation_mode_keep_end_is_refused_as_self_play_drops_pairs_as_keep_start_does(tmp_path, config_class):
+    """DPOTrainer keeps a long prompt's pair under keep_end (cutting the prompt's start); self-play's trainer drops it
+    under any mode (`trains_on_prompt`): a keep_end run would silently train on fewer pairs than the user expects."""
+    with pytest.raises(ValueError) as error:
+        run_args(config_class, tmp_path, truncation_mode="keep_end")
+    assert str(error.value) == (
+        "truncation_mode 'keep_end' is not supported by self-play: its trainer drops a pair whose prompt reaches "
+        "max_length, as DPOTrainer does with keep_start. Set truncation_mode: keep_start (the default)."
+    )
+    assert run_args(config_class, tmp_path).truncation_mode == "keep_start"
 
 
 def test_the_check_and_the_trainer_drop_the_same_pairs(tmp_path):

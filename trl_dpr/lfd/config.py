@@ -99,6 +99,12 @@ class SelfPlayConfig(ActivationCheckpointingAlias, DPOConfig):
             )
         if self.beta <= 0:
             raise ValueError(f"beta must be > 0 (it scales the log-ratio to π_t), got {self.beta}.")
+        if getattr(self, "truncation_mode", "keep_start") != "keep_start":
+            raise ValueError(
+                f"truncation_mode {self.truncation_mode!r} is not supported by self-play: its trainer drops a pair "
+                "whose prompt reaches max_length, as DPOTrainer does with keep_start. Set truncation_mode: keep_start "
+                "(the default)."
+            )
         if self.push_to_hub:
             raise ValueError(
                 "push_to_hub is not supported for self-play: every iteration is a training run of its own, and pushes "

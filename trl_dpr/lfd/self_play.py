@@ -17,6 +17,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -201,20 +202,19 @@ def check_lengths_fit_context(
 ) -> None:
     """π_t's answers (the longest prompt + `max_new_tokens`) and the pairs trained on (prompt + demonstration or own
     answer, cut at `max_length` as DPOTrainer cuts them) against π_SFT's context, which every iterate shares
-    (`check_fits_context`), before anything is generated: past it a rotary model reads positions it never saw. Only
-    the prompts whose pairs are trained on count (`trains_on_prompt`): one outlier does not lower every answer."""
+    (`check_fits_context`), before anything is generated: past it a rotary model reads positions it never saw. π_t
+    answers every prompt, so every prompt bounds max_new_tokens, also those whose pairs the trainer then drops
+    (`trains_on_prompt`): the message names them, to be left out of the dataset."""
     model_config = model_config_of(sft_path, revision, args.trust_remote_code)
-    if model_config is None:
-        return
-    context, source = context_of(model_config)
-    if not isinstance(context, int):
-        return
-    lengths = _prompt_lengths(tokenizer, prompts, args.max_length, context)
-    if prompts and lengths.set_aside == len(prompts):
+    context, source = context_of(model_config) if model_config is not None else (None, None)
+    lengths = _prompt_lengths(tokenizer, prompts, args.max_length, context if isinstance(context, int) else None)
+    if prompts and lengths.set_aside == len(prompts):  # whatever the context: nothing would be trained
         raise ValueError(
             f"Every one of the {len(prompts)} prompts is max_length ({args.max_length}) tokens or more: DPOTrainer "
             "would drop every pair, and nothing would be trained. Raise max_length, or use shorter prompts."
         )
+    if not isinstance(context, int):
+        return
     try:
         check_fits_context(
             model_config,
@@ -227,8 +227,9 @@ def check_lengths_fit_context(
         )
     except ValueError as problem:
         set_aside = (
-            f" Not counted: {lengths.set_aside} of the {len(prompts)} prompts, of max_length ({args.max_length}) "
-            "tokens or more (DPOTrainer drops their pairs)."
+            f" {lengths.set_aside} of the {len(prompts)} prompts are max_length ({args.max_length}) tokens or more: "
+            "DPOTrainer drops their pairs, but π_t still answers them. Leaving them out of the dataset may let "
+            "max_new_tokens stay."
             if lengths.set_aside
             else ""
         )
@@ -258,7 +259,7 @@ _CHECK_ROWS = 1000  # prompts rendered at a time by the context check: it holds 
 
 @dataclass
 class _PromptLengths:
-    """What `check_lengths_fit_context` reads of the prompts whose pairs are trained on (`trains_on_prompt`)."""
+    """What `check_lengths_fit_context` reads of the prompts π_t answers (all of them)."""
 
     longest: int = 0  # tokens of the longest prompt as π_t reads it, and its row
     longest_index: int | None = None
@@ -274,13 +275,11 @@ def _rendered(tokenizer, prompts: Sequence):
         yield from zip(range(start, start + len(chunk)), chunk, render_prompts(tokenizer, chunk))
 
 
-def _prompt_lengths(tokenizer, prompts: Sequence, max_length: int | None, context: int) -> _PromptLengths:
+def _prompt_lengths(tokenizer, prompts: Sequence, max_length: int | None, context: int | None) -> _PromptLengths:
     lengths = _PromptLengths()
     for index, _, ids in _rendered(tokenizer, prompts):
-        if not trains_on_prompt(len(ids), max_length):
-            lengths.set_aside += 1
-            continue
-        lengths.filling += len(ids) >= context
+        lengths.set_aside += not trains_on_prompt(len(ids), max_length)
+        lengths.filling += context is not None and len(ids) >= context
         if lengths.longest_index is None or len(ids) > lengths.longest:
             lengths.longest, lengths.longest_index = len(ids), index
     return lengths
@@ -421,7 +420,9 @@ def _claim(root: Path, settings: dict, overwrite: bool) -> None:
     settings resume it, others are refused; `overwrite` starts over (its iterations and answers deleted)."""
     record = root / RUN_RECORD
     state = PartialState()
-    if record.is_file():
+    exists = record.is_file()
+    state.wait_for_everyone()  # every process has looked before the main one writes (a half-written file reads empty)
+    if exists:
         recorded = json.loads(record.read_text())["settings"]
         if recorded != settings and not overwrite:
             changed = sorted(k for k in set(settings) | set(recorded) if settings.get(k) != recorded.get(k))
@@ -434,8 +435,11 @@ def _claim(root: Path, settings: dict, overwrite: bool) -> None:
         if (recorded != settings or overwrite) and state.is_main_process:
             for stale in [*root.glob("generations"), *root.glob("iteration-*")]:  # those there
                 shutil.rmtree(stale)
+    state.wait_for_everyone()  # every process has read and compared before the main one rewrites
     if state.is_main_process:
-        record.write_text(json.dumps({"settings": settings, "iterations": []}, indent=2))
+        written = record.with_suffix(".json.tmp")
+        written.write_text(json.dumps({"settings": settings, "iterations": []}, indent=2))
+        os.replace(written, record)  # whole or not at all
     state.wait_for_everyone()
 
 
