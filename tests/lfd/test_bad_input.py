@@ -186,8 +186,8 @@ def test_a_prompt_whose_pair_the_trainer_drops_still_bounds_max_new_tokens_as_pi
     assert str(error.value) == (
         f"the longest prompt {tokens[4]} + max_new_tokens {args.max_new_tokens} is more than {sft}'s context of 512 "
         f"tokens (max_position_embeddings in its config.json): lower max_new_tokens to at most {512 - tokens[4]}. 2 "
-        "of the 5 prompts are max_length (256) tokens or more: DPOTrainer drops their pairs, but π_t still answers "
-        "them. Leaving them out of the dataset may let max_new_tokens stay."
+        "of the 5 prompts are max_length (256) tokens or more (the longest is prompt 4, counted from 0): DPOTrainer "
+        "drops their pairs, but π_t still answers them. Leaving them out of the dataset may let max_new_tokens stay."
     )
 
 

@@ -204,7 +204,7 @@ def check_lengths_fit_context(
     answer, cut at `max_length` as DPOTrainer cuts them) against π_SFT's context, which every iterate shares
     (`check_fits_context`), before anything is generated: past it a rotary model reads positions it never saw. π_t
     answers every prompt, so every prompt bounds max_new_tokens, also those whose pairs the trainer then drops
-    (`trains_on_prompt`): the message names them, to be left out of the dataset."""
+    (`trains_on_prompt`): the message counts them and names the longest, to be left out of the dataset."""
     model_config = model_config_of(sft_path, revision, args.trust_remote_code)
     context, source = context_of(model_config) if model_config is not None else (None, None)
     lengths = _prompt_lengths(tokenizer, prompts, args.max_length, context if isinstance(context, int) else None)
@@ -226,13 +226,14 @@ def check_lengths_fit_context(
             "out of the dataset, or use a model with a longer context",
         )
     except ValueError as problem:
-        set_aside = (
-            f" {lengths.set_aside} of the {len(prompts)} prompts are max_length ({args.max_length}) tokens or more: "
-            "DPOTrainer drops their pairs, but π_t still answers them. Leaving them out of the dataset may let "
-            "max_new_tokens stay."
-            if lengths.set_aside
-            else ""
-        )
+        set_aside = ""
+        if lengths.set_aside and lengths.longest < context:  # room is left: without them, the bound may be others'
+            set_aside = (
+                f" {lengths.set_aside} of the {len(prompts)} prompts {'is' if lengths.set_aside == 1 else 'are'} "
+                f"max_length ({args.max_length}) tokens or more (the longest is prompt {lengths.longest_index}, "
+                "counted from 0): DPOTrainer drops their pairs, but π_t still answers them. Leaving them out of the "
+                "dataset may let max_new_tokens stay."
+            )
         raise ValueError(f"{problem}{set_aside}") from None
     if args.max_length is not None and args.max_length <= context:
         return  # a pair cut at max_length fits
@@ -420,9 +421,7 @@ def _claim(root: Path, settings: dict, overwrite: bool) -> None:
     settings resume it, others are refused; `overwrite` starts over (its iterations and answers deleted)."""
     record = root / RUN_RECORD
     state = PartialState()
-    exists = record.is_file()
-    state.wait_for_everyone()  # every process has looked before the main one writes (a half-written file reads empty)
-    if exists:
+    if record.is_file():
         recorded = json.loads(record.read_text())["settings"]
         if recorded != settings and not overwrite:
             changed = sorted(k for k in set(settings) | set(recorded) if settings.get(k) != recorded.get(k))
@@ -437,10 +436,16 @@ def _claim(root: Path, settings: dict, overwrite: bool) -> None:
                 shutil.rmtree(stale)
     state.wait_for_everyone()  # every process has read and compared before the main one rewrites
     if state.is_main_process:
-        written = record.with_suffix(".json.tmp")
-        written.write_text(json.dumps({"settings": settings, "iterations": []}, indent=2))
-        os.replace(written, record)  # whole or not at all
+        _write_record(record, {"settings": settings, "iterations": []})
     state.wait_for_everyone()
+
+
+def _write_record(record: Path, values: dict) -> None:
+    """`record` whole or not at all (a temporary file renamed over it): a crash mid-write never leaves a record that
+    the next run cannot read."""
+    partial = record.with_name(f".{record.name}.partial")
+    partial.write_text(json.dumps(values, indent=2))
+    os.replace(partial, record)
 
 
 def _release_deepspeed_accelerator() -> None:
@@ -602,7 +607,7 @@ def run_self_play(
     if state.is_main_process:
         _publish_last_iterate(Path(policy_path), root)
         summary = json.loads((root / RUN_RECORD).read_text())
-        (root / RUN_RECORD).write_text(json.dumps({**summary, "iterations": iterations}, indent=2))
+        _write_record(root / RUN_RECORD, {**summary, "iterations": iterations})
     state.wait_for_everyone()
     if not keep_output_dir:
         release_output_dir(root)
