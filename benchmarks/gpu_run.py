@@ -42,6 +42,7 @@ NEEDS_SECONDS = {
     "prepare_8b": 45 + 110,  # writing the 8B shape is worth it only if an 8B stage can follow
     "recipe_continuous_batching": 165,
     "dpr_over_grpo": 65,  # one alternating pair; step_cost.py writes a summary after each
+    "continuous_batching_cuda_graphs": 165,
     "fit_24_gib": 140,
     "generate_rollout": 110,
     "fast_generation": 110,
@@ -179,6 +180,33 @@ def stages(smoke: bool, fit: dict) -> list[Stage]:
             130,
         ),
         eight_b(
+            "continuous_batching_cuda_graphs",
+            "8B DPR step, the recipe's continuous batching with CUDA graphs (`use_cuda_graph: true`)",
+            [
+                *cb,
+                "--batch-size",
+                micro,
+                "--generation-batch-size",
+                rollout,
+                "--num-blocks",
+                blocks,
+                "--cuda-graph",
+                *steps,
+            ],
+            [
+                *cb,
+                "--batch-size",
+                micro,
+                "--generation-batch-size",
+                rollout,
+                "--num-blocks",
+                blocks,
+                "--cuda-graph",
+                *steps,
+            ],
+            220,
+        ),
+        eight_b(
             "fit_24_gib",
             "8B DPR step at `--fit --gpu_memory_gib 24`'s values, card capped at 24 GiB",
             [
@@ -285,7 +313,7 @@ def eight_b_rows(out: Path, stage: Stage, smoke: bool) -> list[list[str]]:
     if not smoke:  # the memory plan against the measured peak (what the tier's 1B check was)
         ratio = record["measured_over_planned"]
         goals.append(f"peak within ±10% of the plan: {ratio:.2f}, {'met' if 0.9 <= ratio <= 1.1 else 'NOT met'}")
-    if stage.name == "recipe_continuous_batching" and not smoke:
+    if stage.name in ("recipe_continuous_batching", "continuous_batching_cuda_graphs") and not smoke:
         fast = record["tokens_per_second"] >= 810
         used = record.get("card_memory_used") or 0
         goals.append(

@@ -93,6 +93,12 @@ def parse_args(argv=None):
     parser.add_argument("--max-batch-tokens", type=int, default=4096, help="continuous batching: tokens per forward")
     parser.add_argument("--fast-generation", action="store_true", help="DensePathConfig(fast_generation=True)")
     parser.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="continuous batching with CUDA graphs (transformers_continuous_batching_config use_cuda_graph: true; "
+        "transformers leaves them off under SDPA, which needs an attention mask)",
+    )
+    parser.add_argument(
         "--gpu-memory-gib",
         type=float,
         help="cap this process's CUDA memory (torch.cuda.set_per_process_memory_fraction): a smaller card",
@@ -213,6 +219,7 @@ def run_one(args) -> dict:
             "num_blocks": args.num_blocks,
             "max_batch_tokens": args.max_batch_tokens,
             "max_memory_percent": 0.8,
+            **({"use_cuda_graph": True} if args.cuda_graph else {}),
         }
         if continuous
         else None,
@@ -307,7 +314,9 @@ def run_one(args) -> dict:
 def label(args) -> str:
     rollout = args.generation_batch_size or args.batch_size
     if args.generation == "continuous_batching":
-        name = f"continuous batching, rollout {rollout}, {args.num_blocks} blocks"
+        name = f"continuous batching, rollout {rollout}, {args.num_blocks} blocks" + (
+            ", CUDA graphs" if args.cuda_graph else ""
+        )
     else:
         name = f"one generate call at batch {rollout}" + (", static cache" if args.fast_generation else "")
     return name + (f", capped at {args.gpu_memory_gib:g} GiB" if args.gpu_memory_gib else "")
