@@ -81,6 +81,20 @@ def memory_8b(name: str, smoke: bool, *flags: str) -> list[str]:
     ]
 
 
+def tier_workers(smoke: bool) -> list[str]:
+    """pytest-xdist's flags for the tier: its tests side by side (the six GPU tests, each a new process on a tiny model,
+    took ~250 s one after another on the H200, over the 4 minutes the tier gets), or one after another where xdist
+    (carried by gpu_run.sh) does not import with this pytest; `-p no:xdist` then keeps a broken plugin from loading."""
+    try:
+        import pytest
+        import xdist.plugin  # noqa: F401
+
+        usable = int(pytest.__version__.split(".")[0]) >= 7  # pytest-xdist 3's own requirement
+    except Exception:  # noqa: BLE001 - any failure to import means: run the tier one test at a time
+        usable = False
+    return ["-n", "2" if smoke else "6", "--dist", "load"] if usable else ["-p", "no:xdist"]
+
+
 def stages(smoke: bool, fit: dict) -> list[Stage]:
     """The stages in the order they run; `fit` is the `trl-dpr memory --fit --gpu_memory_gib 24` values (or {})."""
     rollout, micro = ("4", "2") if smoke else ("128", "8")
@@ -107,6 +121,7 @@ def stages(smoke: bool, fit: dict) -> list[Stage]:
         "-rs",
         "--tb=short",
         "--junitxml={out}/tier.xml",
+        *tier_workers(smoke),
     ]
     return [
         Stage("tier", "the GPU tier (tests/end_to_end/test_gpu.py)", tier, tier, 240),

@@ -23,7 +23,8 @@ WHEELS=benchmarks/gpu_wheels
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
-PINS=(trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 bitsandbytes==0.50.2 transformers==5.24.0)
+PINS=(trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 bitsandbytes==0.50.2 transformers==5.24.0
+      pytest-xdist==3.8.0 execnet==2.1.2)  # xdist: the tier's tests side by side (gpu_run.py)
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
            --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 
@@ -49,7 +50,7 @@ download() {  # the GPU image: Python 3.12, x86-64, with torch, accelerate, peft
 check_wheels() {  # every pinned package and trl_dpr, in $WHEELS or in the first call's /tmp/wheels_a
   local missing=()
   for pin in "${PINS[@]}" trl_dpr==; do
-    local name=${pin%%==*}
+    local name=${pin%%==*}; name=${name//-/_}  # a wheel file names pytest-xdist pytest_xdist
     # compgen, not ls: ls fails when either folder lacks the wheel, and each wheel is in only one of them
     compgen -G "$WHEELS/$name-*.whl" >/dev/null || compgen -G "/tmp/wheels_a/$name-*.whl" >/dev/null || missing+=("$name")
   done

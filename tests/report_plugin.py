@@ -1,11 +1,14 @@
 """A pytest plugin: each test's outcome as it ends, to a JSON-lines file named by `TRL_DPR_TEST_REPORT` (the GPU
 tier's window, benchmarks/gpu_run.py). Loaded by tests/conftest.py; imports nothing heavy, so a test of the report
-itself starts pytest with `-p tests.report_plugin` alone."""
+itself starts pytest with `-p tests.report_plugin` alone. Under pytest-xdist (`-n`), each worker collects and runs its
+tests while the controller receives every worker's reports: the controller writes the starts and outcomes, one
+worker the collection, so each event is one line."""
 
 import json
 import os
 
 TEST_REPORT = os.environ.get("TRL_DPR_TEST_REPORT")  # a JSON-lines file: each test's start, then its outcome
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1"... in a worker; unset in the controller or alone
 
 
 def _report(record: dict) -> None:
@@ -14,19 +17,21 @@ def _report(record: dict) -> None:
 
 
 def pytest_collection_finish(session):
-    if TEST_REPORT:  # what was meant to run: a test the limit reached first is reported as not started
+    # what was meant to run: a test the limit reached first is reported as not started (xdist's controller collects
+    # nothing; every worker collects the same tests)
+    if TEST_REPORT and XDIST_WORKER in (None, "gw0"):
         _report({"event": "collected", "tests": [item.nodeid for item in session.items]})
 
 
 def pytest_runtest_logstart(nodeid, location):
-    if TEST_REPORT:
+    if TEST_REPORT and not XDIST_WORKER:
         _report({"test": nodeid, "event": "start"})
 
 
 def pytest_runtest_logreport(report):
     """Setup, call and teardown of each test as they end; a failure's message goes with it, so a window that runs out
     still says which tests passed, which failed and why (benchmarks/gpu_run.py reads it)."""
-    if TEST_REPORT and (report.when == "call" or report.outcome != "passed"):
+    if TEST_REPORT and not XDIST_WORKER and (report.when == "call" or report.outcome != "passed"):
         message = ""
         if report.skipped and isinstance(report.longrepr, tuple):
             message = report.longrepr[2]  # (path, line, reason)

@@ -2,6 +2,7 @@
 real pytest run reporting test by test (tests/report_plugin.py, `TRL_DPR_TEST_REPORT`), stopped at its time limit."""
 
 import importlib.util
+import json
 import os
 import sys
 import time
@@ -65,6 +66,36 @@ def test_a_tier_stopped_at_its_limit_still_says_which_tests_passed_failed_or_wer
         time.sleep(0.1)
     assert not alive(child), "a subprocess the stage started in its own session outlived the stage"
     assert (tmp_path / "tier.xml").is_file()  # SIGINT first: pytest wrote its own report on the way out
+
+
+def test_a_tier_on_xdist_workers_reports_each_test_once_with_its_message(tmp_path):
+    """The GPU tier runs its tests side by side (`-n`, gpu_run.py): the controller and every worker load the plugin,
+    and each start, outcome and the collection must still be one line, with a failure's message forwarded."""
+    (tmp_path / "test_tier.py").write_text(TESTS.replace("time.sleep(120)", "time.sleep(1)"))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TRL_DPR_TEST_REPORT": str(tmp_path / "tier.jsonl"),
+        "OMP_NUM_THREADS": "1",
+        "CHILD_PID_FILE": str(tmp_path / "child.pid"),
+    }
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.report_plugin"]
+    command += ["-p", "no:randomly", "-n", "2", "--dist", "load", str(tmp_path / "test_tier.py")]
+    with open(tmp_path / "tier.log", "w") as log:
+        code = gpu_run.run_within(command, log, env, limit=120)
+    assert code == 1, (tmp_path / "tier.log").read_text()[-2000:]  # test_wrong failed; the rest passed
+    events = [json.loads(line) for line in (tmp_path / "tier.jsonl").read_text().splitlines()]
+    names = ["test_quick", "test_wrong", "test_slow", "test_after_slow"]
+    assert [event["tests"] for event in events if event["event"] == "collected"] == [
+        [f"test_tier.py::{name}" for name in names]
+    ]
+    for name in names:
+        for kind in ("start", "call"):
+            mine = [e for e in events if e.get("test", "").endswith(f"::{name}") and e["event"] == kind]
+            assert len(mine) == 1, (name, kind, mine)
+    rows = {row[0]: row[1] for row in gpu_run.tier_rows(tmp_path)}
+    assert rows["tier: test_wrong"].startswith("failed, ") and "arithmetic broke" in rows["tier: test_wrong"]
+    assert all(rows[f"tier: {name}"].startswith("passed, ") for name in names if name != "test_wrong"), rows
 
 
 def alive(pid: int) -> bool:
