@@ -443,7 +443,9 @@ def varied_demonstrations(path, words=(0, 30, 2, 40, 1, 25)) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cache", ["none", "every prompt answered"])
-def test_pi_t_answers_only_the_prompts_whose_pairs_train_and_each_pair_is_its_prompts(tmp_path, monkeypatch, cache):
+def test_pi_t_answers_only_the_prompts_whose_pairs_train_and_each_pair_is_its_prompts(
+    tmp_path, monkeypatch, capsys, cache
+):
     """A prompt of max_length tokens or more would have its pair dropped by DPOTrainer: π_t does not answer it. Each
     pair trained on holds its row's prompt, demonstration and cached answer. A cache of an earlier run that answered
     every prompt (keyed by row) serves the run as it is: nothing is generated again."""
@@ -454,7 +456,7 @@ def test_pi_t_answers_only_the_prompts_whose_pairs_train_and_each_pair_is_its_pr
     lengths = [len(ids) for ids in render_prompts(tok, prompts)]  # the prompt as π_t reads it
     max_length = sorted(lengths)[3]
     kept = [i for i, n in enumerate(lengths) if n < max_length]  # DPOTrainer keeps a prompt shorter than max_length
-    assert 0 < len(kept) < len(prompts)
+    assert 1 < len(kept) < len(prompts) - 1
     args = run_args(SPINConfig, tmp_path, num_iterations=1, max_length=max_length, per_device_train_batch_size=1)
     answers_file = tmp_path / "run" / "generations" / "iteration-0.jsonl"
     if cache != "none":  # as the run before this change cached them: every row, with the run's settings
@@ -481,6 +483,11 @@ def test_pi_t_answers_only_the_prompts_whose_pairs_train_and_each_pair_is_its_pr
     seen = record_training(monkeypatch, SPINTrainer)
     run_self_play(script, args, ModelConfig(model_name_or_path=str(sft), dtype="float32"))
 
+    left_out = len(prompts) - len(kept)
+    assert (
+        f"{left_out} of the {len(prompts)} prompts are max_length ({max_length}) tokens or more: DPOTrainer would "
+        "drop their pairs, so π_t does not answer them." in capsys.readouterr().out
+    )
     expected_asked = [] if cache != "none" else sorted(json.dumps(prompts[i]) for i in kept)
     assert sorted(asked) == expected_asked
     cached = cached_answers(answers_file)

@@ -521,9 +521,11 @@ def run_self_play(
         raise ValueError(problem)
     (kept,) = broadcast_object_list([kept])
     if len(kept) < len(prompts) and state.is_main_process:
+        left_out = len(prompts) - len(kept)
         print(
-            f"{len(prompts) - len(kept)} of the {len(prompts)} prompts are max_length ({training_args.max_length}) "
-            "tokens or more: DPOTrainer would drop their pairs, so π_t does not answer them.",
+            f"{left_out} of the {len(prompts)} prompts {'is' if left_out == 1 else 'are'} max_length "
+            f"({training_args.max_length}) tokens or more: DPOTrainer would drop their pairs, so π_t does not answer "
+            f"{'it' if left_out == 1 else 'them'}.",
             flush=True,
         )
     settings = _run_settings(script_args, training_args, model_args)
