@@ -149,6 +149,14 @@ def tightest_prompt_context(
     return None if tightest is None else tightest[1:]
 
 
+def rope_parameter_sets(text_config) -> list[dict]:
+    """A text config's rope scaling, as a list of parameter sets: `rope_parameters` in transformers 5 (one set, or one
+    per attention type), `rope_scaling` before; none without scaling."""
+    rope = getattr(text_config, "rope_parameters", None) or getattr(text_config, "rope_scaling", None) or {}
+    per_attention_type = bool(rope) and all(isinstance(parameters, dict) for parameters in rope.values())
+    return list(rope.values()) if per_attention_type else [rope] if rope else []
+
+
 def context_of(model_config) -> tuple[int | None, str]:
     """The tokens a model reads (None: its config does not say) and where its config says so: `max_position_embeddings`,
     or a longer `factor × original_max_position_embeddings` of its rope scaling (YaRN: Qwen2.5's 32768 × 4 = 128K).
@@ -156,9 +164,7 @@ def context_of(model_config) -> tuple[int | None, str]:
     text_config = model_config.get_text_config()
     context = getattr(text_config, "max_position_embeddings", None)
     source = "max_position_embeddings in its config.json"
-    rope = getattr(text_config, "rope_parameters", None) or getattr(text_config, "rope_scaling", None) or {}
-    per_attention_type = bool(rope) and all(isinstance(parameters, dict) for parameters in rope.values())
-    for parameters in rope.values() if per_attention_type else [rope]:
+    for parameters in rope_parameter_sets(text_config):
         factor, original = parameters.get("factor"), parameters.get("original_max_position_embeddings")
         if isinstance(factor, int | float) and isinstance(original, int) and int(factor * original) > (context or 0):
             context = int(factor * original)

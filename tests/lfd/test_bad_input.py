@@ -160,13 +160,12 @@ def user_prompts(*contents: str) -> list:
 
 @pytest.mark.parametrize("rows", [1, 3, 1000])
 @pytest.mark.parametrize("fits", [False, True])
-def test_a_prompt_whose_pair_the_trainer_drops_still_bounds_max_new_tokens_as_pi_t_answers_it(
+def test_only_the_prompts_whose_pairs_train_are_answered_and_bound_max_new_tokens(
     tokenizer, tmp_path, monkeypatch, fits, rows
 ):
-    """A prompt of max_length tokens or more leaves no room for a completion: DPOTrainer drops its pair, but π_t still
-    answers it, past the context if max_new_tokens allows: it counts, and the message says how many such prompts
-    there are (left out of the dataset, they would not). Rendered in chunks of `rows` prompts, the check finds the
-    same."""
+    """A prompt of max_length tokens or more leaves no room for a completion: DPOTrainer would drop its pair, so π_t
+    does not answer it, and it does not bound max_new_tokens; the longest of the others does. The check returns the
+    rows answered; rendered in chunks of `rows` prompts, it finds the same."""
     from trl_dpr.lfd.self_play import check_lengths_fit_context
 
     from ..conftest import save_sft_output
@@ -175,19 +174,19 @@ def test_a_prompt_whose_pair_the_trainer_drops_still_bounds_max_new_tokens_as_pi
     sft = save_sft_output(tmp_path / "sft", tokenizer)
     prompts = user_prompts("Add 2 and 3.", "7 " * 140, "Add 4 and 5, then 6.", "Add 2 and 3.", "7 " * 150)
     tokens = [chat_tokens(tokenizer, prompt, True) for prompt in prompts]
-    assert 512 > tokens[4] > tokens[1] >= 256 > max(tokens[0], tokens[2], tokens[3])
-    args = run_args(SPINConfig, tmp_path, max_length=256, max_new_tokens=512 - tokens[4] + (0 if fits else 1))
+    assert 512 > tokens[4] > tokens[1] >= 256 > tokens[2] > max(tokens[0], tokens[3])
+    kept = [i for i, n in enumerate(tokens) if n < 256]  # max_length 256: DPOTrainer keeps a prompt shorter than it
+    assert kept == [0, 2, 3]
+    args = run_args(SPINConfig, tmp_path, max_length=256, max_new_tokens=512 - tokens[2] + (0 if fits else 1))
     demonstrations = [[{"role": "assistant", "content": "5"}]] * len(prompts)
-    if fits:
-        check_lengths_fit_context(str(sft), tokenizer, prompts, demonstrations, args)
+    if fits:  # far more than the dropped prompts 1 and 4 leave room for
+        assert check_lengths_fit_context(str(sft), tokenizer, prompts, demonstrations, args) == kept
         return
     with pytest.raises(ValueError) as error:
         check_lengths_fit_context(str(sft), tokenizer, prompts, demonstrations, args)
     assert str(error.value) == (
-        f"the longest prompt {tokens[4]} + max_new_tokens {args.max_new_tokens} is more than {sft}'s context of 512 "
-        f"tokens (max_position_embeddings in its config.json): lower max_new_tokens to at most {512 - tokens[4]}. 2 "
-        "of the 5 prompts are max_length (256) tokens or more (the longest is prompt 4, counted from 0): DPOTrainer "
-        "drops their pairs, but π_t still answers them. Leaving them out of the dataset may let max_new_tokens stay."
+        f"the longest prompt {tokens[2]} + max_new_tokens {args.max_new_tokens} is more than {sft}'s context of 512 "
+        f"tokens (max_position_embeddings in its config.json): lower max_new_tokens to at most {512 - tokens[2]}."
     )
 
 

@@ -269,6 +269,29 @@ def test_an_interrupted_generation_answers_only_the_missing_prompts(tmp_path, mo
         answer_prompts(model, tok, PROMPTS, path, **{**kwargs, "temperature": 0.5})
 
 
+def test_answers_of_some_rows_are_keyed_by_row_and_a_later_call_answers_only_the_rows_missing(tmp_path, monkeypatch):
+    """`indices` answers those rows of the prompts, returned in their order and cached under their row; asking for
+    every row then generates only the others, and the rows answered first come back unchanged."""
+    tok = build_tokenizer(demo_corpus(size=200), vocab_size=500)
+    model = build_tiny_causal_lm(tok, seed=0)
+    path = tmp_path / "answers.jsonl"
+    kwargs = dict(temperature=1.0, max_new_tokens=5, batch_size=2, seed=3, show_progress=False)
+    asked = []
+    original = trl_dpr.lfd.self_play.sample_completions
+    monkeypatch.setattr(
+        trl_dpr.lfd.self_play,
+        "sample_completions",
+        lambda m, t, prompts, **kw: asked.extend(PROMPTS.index(p) for p in prompts) or original(m, t, prompts, **kw),
+    )
+    some = answer_prompts(model, tok, PROMPTS, path, indices=[4, 0, 2], **kwargs)
+    assert [a["prompt_index"] for a in some] == [4, 0, 2] and sorted(asked) == [0, 2, 4]
+    assert [a["prompt_ids"] for a in some] == render_prompts(tok, [PROMPTS[i] for i in (4, 0, 2)])
+    asked.clear()
+    every = answer_prompts(model, tok, PROMPTS, path, **kwargs)
+    assert sorted(asked) == [1, 3, 5] and [a["prompt_index"] for a in every] == list(range(6))
+    assert [every[i] for i in (4, 0, 2)] == some
+
+
 # ---- self-play runs -------------------------------------------------------------------------------------------------
 
 
@@ -302,6 +325,7 @@ def record_training(monkeypatch, trainer_class):
                 "rejected": data["rejected_ids"],
                 "iteration": data["iteration"],
                 "prompt_index": data["prompt_index"],
+                "pairs": data.select_columns(["prompt_ids", "chosen_ids"]).to_list(),
             }
         )
         return original(self, *args, **kwargs)
@@ -403,6 +427,78 @@ def test_gsil_trains_on_the_current_iterates_greedy_answers(tmp_path, monkeypatc
         assert cached_answers(root / "generations" / f"iteration-{t}.jsonl") == {
             s.prompt_index: s.completion_ids for s in greedy
         }
+
+
+def varied_demonstrations(path, words=(0, 30, 2, 40, 1, 25)) -> None:
+    """prompt/completion rows whose prompts grow with `words` (so that some reach a max_length), one per entry."""
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"What is {i}+{2 * i}?" + " seven" * n}],
+            "completion": [{"role": "assistant", "content": f"{i}+{2 * i}={3 * i}. The answer is {3 * i}."}],
+        }
+        for i, n in enumerate(words)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache", ["none", "every prompt answered"])
+def test_pi_t_answers_only_the_prompts_whose_pairs_train_and_each_pair_is_its_prompts(
+    tmp_path, monkeypatch, capsys, cache
+):
+    """A prompt of max_length tokens or more would have its pair dropped by DPOTrainer: π_t does not answer it. Each
+    pair trained on holds its row's prompt, demonstration and cached answer. A cache of an earlier run that answered
+    every prompt (keyed by row) serves the run as it is: nothing is generated again."""
+    tok, sft = tiny_sft(tmp_path)
+    varied_demonstrations(tmp_path / "demos.jsonl")
+    script = SelfPlayScriptArguments(dataset_name=str(tmp_path / "demos.jsonl"))
+    prompts, completions = prompts_and_demonstrations(load_demonstrations(str(tmp_path / "demos.jsonl")), "demos")
+    lengths = [len(ids) for ids in render_prompts(tok, prompts)]  # the prompt as π_t reads it
+    max_length = sorted(lengths)[3]
+    kept = [i for i, n in enumerate(lengths) if n < max_length]  # DPOTrainer keeps a prompt shorter than max_length
+    assert 1 < len(kept) < len(prompts) - 1
+    args = run_args(SPINConfig, tmp_path, num_iterations=1, max_length=max_length, per_device_train_batch_size=1)
+    answers_file = tmp_path / "run" / "generations" / "iteration-0.jsonl"
+    if cache != "none":  # as the run before this change cached them: every row, with the run's settings
+        answer_prompts(
+            load_policy(str(sft), {"dtype": "float32"}),
+            tok,
+            prompts,
+            answers_file,
+            temperature=args.generation_temperature,
+            top_p=args.generation_top_p,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.generation_batch_size,
+            seed=args.seed,
+            settings={"model": str(sft), "iteration": 0},
+            show_progress=False,
+        )
+    asked = []
+    original = trl_dpr.lfd.self_play.sample_completions
+    monkeypatch.setattr(
+        trl_dpr.lfd.self_play,
+        "sample_completions",
+        lambda m, t, batch, **kw: asked.extend(map(json.dumps, batch)) or original(m, t, batch, **kw),
+    )
+    seen = record_training(monkeypatch, SPINTrainer)
+    run_self_play(script, args, ModelConfig(model_name_or_path=str(sft), dtype="float32"))
+
+    left_out = len(prompts) - len(kept)
+    assert (
+        f"{left_out} of the {len(prompts)} prompts are max_length ({max_length}) tokens or more: DPOTrainer would "
+        "drop their pairs, so π_t does not answer them." in capsys.readouterr().out
+    )
+    expected_asked = [] if cache != "none" else sorted(json.dumps(prompts[i]) for i in kept)
+    assert sorted(asked) == expected_asked
+    cached = cached_answers(answers_file)
+    assert sorted(cached) == (kept if cache == "none" else list(range(len(prompts))))
+    (trained,) = seen
+    assert trained["prompt_index"] == kept and trained["rejected"] == [cached[i] for i in kept]
+    pairs = trained["pairs"]
+    for row, i in enumerate(kept):
+        prompt_ids = render_prompts(tok, [prompts[i]])[0]
+        full = tok.apply_chat_template(prompts[i] + completions[i], tokenize=True, return_dict=True)["input_ids"]
+        assert pairs[row]["prompt_ids"] == prompt_ids and pairs[row]["chosen_ids"] == list(full[len(prompt_ids) :])
 
 
 def test_docstring_examples_run(monkeypatch):

@@ -2,6 +2,7 @@
 (the path from a built wheel installed outside the repository: tests/end_to_end/test_recipes_from_wheel.py)."""
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -253,6 +254,26 @@ def test_the_launching_process_adds_nothing_to_a_ctrl_c(monkeypatch, capsys):
     with pytest.raises(SystemExit) as stop:
         run(lambda argv: main(["dpr", "--config", "demo/dpr.yaml", "--accelerate_config", "cpu"]), [])
     assert stop.value.code == 130 and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("launcher", ["one process", "several processes"])
+def test_the_launching_process_adds_no_traceback_to_a_failed_run_and_exits_with_its_code(
+    monkeypatch, capsys, launcher
+):
+    """The launched processes printed what went wrong; accelerate's launcher then raises (CalledProcessError for one
+    process, torchrun's ChildFailedError for several): the launching process exits with the run's code, silently."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    def failed(*args):
+        if launcher == "one process":
+            raise subprocess.CalledProcessError(returncode=2, cmd=["python", "dpr.py"])
+        failure = ProcessFailure(local_rank=1, pid=1234, exitcode=2, error_file="<N/A>")
+        raise ChildFailedError("dpr.py", {1: failure})
+
+    monkeypatch.setattr("trl.cli.accelerate_launcher.launch_training_script", failed)
+    with pytest.raises(SystemExit) as stop:
+        run(lambda argv: main(["dpr", "--config", "demo/dpr.yaml", "--accelerate_config", "cpu"]), [])
+    assert stop.value.code == 2 and capsys.readouterr().err == ""
 
 
 def test_a_bug_is_not_dressed_as_a_user_error():

@@ -285,14 +285,20 @@ def test_a_vllm_pool_too_small_for_the_weights_and_one_sequence_is_an_error(shap
         plan(args, shapes["llama-3.1-8b"], None, gpu_memory_gib=79, num_gpus=8)  # 15.8 GiB pool < 15 GiB + 16 GiB
 
 
+@pytest.mark.parametrize(
+    ("rope", "default_length"),
+    [
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 4 * 32768),  # Qwen2.5's
+        ({"rope_type": "linear", "factor": 2.0}, 2 * 32768),
+    ],
+)
 @pytest.mark.parametrize("set_length", [None, 4096])
-def test_vllms_default_max_model_len_in_the_plan_is_the_rope_scaled_context(set_length):
-    """vLLM's max_model_len defaults to the model's context, which a YaRN config scales past max_position_embeddings
-    (Qwen2.5's 32768 × 4): the colocate pool must hold one sequence of that many tokens (the rule of
-    `check_fits_context`). Set, vllm_max_model_length is the recipe's."""
+def test_the_plans_vllm_pool_holds_one_sequence_of_vllms_default_max_model_len(rope, default_length, set_length):
+    """Unset, vllm_max_model_length is vLLM's own default, which a YaRN or linear rope scales past
+    max_position_embeddings (32768 here): the colocate pool must hold one sequence of that many tokens. Set, it is the
+    recipe's."""
     from transformers import Qwen2Config
 
-    yarn = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 32768}
     tiny = Qwen2Config(
         hidden_size=64,
         intermediate_size=128,
@@ -301,15 +307,54 @@ def test_vllms_default_max_model_len_in_the_plan_is_the_rope_scaled_context(set_
         num_key_value_heads=2,
         vocab_size=100,
         max_position_embeddings=32768,
-        rope_parameters=yarn,
+        rope_parameters={**rope, "rope_theta": 1e6},
     )
     args = llama_dpr_args(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=set_length)
     result = plan(args, tiny, gpu_memory_gib=1)
-    tokens = set_length or 4 * 32768
+    tokens = set_length or default_length
     per_token = 2 * 2 * 2 * (64 // 4) * 2  # layers × (K, V) × kv heads × head_dim × bf16
     assert f"one sequence of vllm_max_model_length {tokens} needs {tokens * per_token / GIB:.2f} GiB" in " ".join(
         result.notes
     )
+
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}
+LLAMA3 |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+
+
+@pytest.mark.parametrize(
+    ("config", "rope", "length"),
+    [
+        ("llama", {}, 4096),  # no scaling: max_position_embeddings
+        ("llama", {"rope_type": "linear", "factor": 2.0}, 8192),  # vLLM scales by the factor
+        ("llama", {"rope_type": "dynamic", "factor": 2.0}, 8192),
+        ("llama", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}, 2048),  # 512 × 4
+        ("llama", LLAMA3, 4096),  # llama3: not scaled (Llama 3.1's 131072 is the long context already)
+        ("phi3", {"rope_type": "longrope", "factor": 4.0, "long_factor": [1.0] * 8, "short_factor": [1.0] * 8}, 4096),
+        ("gemma3", {"rope_type": "linear", "factor": 8.0}, 4096),  # Gemma 3's is scaled already
+    ],
+    ids=["none", "linear", "dynamic", "yarn", "llama3", "longrope", "gemma3"],
+)
+def test_vllms_default_max_model_len_is_read_per_rope_type_as_vllm_reads_it(config, rope, length):
+    """vLLM's `_get_and_verify_max_len`: max_position_embeddings (4096 here) × the rope factor, but for llama3,
+    longrope and Gemma 3; YaRN scales original_max_position_embeddings. For longrope, newer vLLM defaults to the shorter
+    original_max_position_embeddings (1024 here): the plan keeps 4096, never less than vLLM holds."""
+    from transformers import Gemma3TextConfig, LlamaConfig, Phi3Config
+
+    from trl_dpr.running.memory import vllm_default_max_model_len
+
+    sizes = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=100)
+    rope = {**rope, "rope_theta": 1e4} if rope else None
+    if config == "gemma3":
+        layers = {"full_attention": rope, "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
+        model_config = Gemma3TextConfig(**sizes, max_position_embeddings=4096, rope_parameters=layers)
+    elif config == "phi3":
+        model_config = Phi3Config(
+            **sizes, max_position_embeddings=4096, original_max_position_embeddings=1024, rope_parameters=rope
+        )
+    else:
+        model_config = LlamaConfig(**sizes, max_position_embeddings=4096, rope_parameters=rope)
+    assert vllm_default_max_model_len(model_config) == length
 
 
 # ---- the shipped recipes ----------------------------------------------------------------------------------------

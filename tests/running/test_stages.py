@@ -163,6 +163,32 @@ def test_every_pipelines_evaluation_gets_the_recipes_trust_remote_code_unless_it
     assert started.value.args[0].trust_remote_code is in_yaml.get("trust_remote_code", True)
 
 
+@pytest.mark.parametrize("form", ["yaml", "EvaluationConfig"])
+@pytest.mark.parametrize(("training", "in_config"), [(True, False), (False, False), (False, True), (True, True)])
+def test_evaluate_against_sft_forwards_the_training_runs_trust_remote_code_from_yaml_and_from_python_alike(
+    tmp_path, monkeypatch, caplog, form, training, in_config
+):
+    """From Python, an `EvaluationConfig` gets the training run's True as a YAML that leaves the key unset does (its
+    False cannot be told from the default, so the change is logged); a True of its own is never turned off."""
+    import trl_dpr.evaluation
+    from trl_dpr.evaluation import EvaluationConfig
+    from trl_dpr.running.pipeline import evaluate_against_sft
+    from trl_dpr.running.recipe_parser import load_evaluation_config
+
+    def run_evaluation(config, *args, **kwargs):
+        raise EvaluationStarted(config)
+
+    monkeypatch.setattr(trl_dpr.evaluation, "run_evaluation", run_evaluation)
+    yaml_path = demo_evaluation_yaml(tmp_path / "evaluate.yaml", **({"trust_remote_code": True} if in_config else {}))
+    given = load_evaluation_config(yaml_path) if form == "EvaluationConfig" else str(yaml_path)
+    assert form == "yaml" or isinstance(given, EvaluationConfig)
+    with caplog.at_level("WARNING", logger="trl_dpr.running.pipeline"), pytest.raises(EvaluationStarted) as started:
+        evaluate_against_sft(given, str(tmp_path / "sft"), str(tmp_path / "dpr"), trust_remote_code=training)
+    assert started.value.args[0].trust_remote_code is (training or in_config)
+    logged = [r.message for r in caplog.records if "trust_remote_code=True, as the training run did" in r.message]
+    assert len(logged) == (form == "EvaluationConfig" and training and not in_config)
+
+
 # ---- the same command again -------------------------------------------------------------------------------------------
 
 

@@ -112,7 +112,9 @@ class EvaluationConfig:
         default=False,
         metadata={
             "help": "Load the models (their config, tokenizer and weights; a local judge's too) with the code their "
-            "Hub repo or folder ships: only for a model you trust, as transformers' trust_remote_code."
+            "Hub repo or folder ships: only for a model you trust, as transformers' trust_remote_code. A training "
+            "recipe's evaluation_config takes the training run's True where its YAML does not set the key; so does "
+            "an EvaluationConfig given to evaluate_against_sft from Python, whose False is taken for the default."
         },
     )
     device: str = field(

@@ -2,7 +2,7 @@
 
     π_0 = π_SFT (the SFT output of `trl-dpr sft`; its dpr_reference/ is not used)
     for t = 0 … T−1:
-        π_t answers every demonstration prompt       answer_prompts       <output_dir>/generations/iteration-<t>.jsonl
+        π_t answers each prompt < max_length tokens  answer_prompts       <output_dir>/generations/iteration-<t>.jsonl
         (chosen = demonstration, rejected = answer)  demonstration_pairs  (+ iteration t−1's pairs: SPIN)
         π_{t+1} = train π_t against itself, frozen   SPINTrainer / GSILTrainer   <output_dir>/iteration-<t>/
     <output_dir> gets π_T (the files of iteration-<T−1>/)
@@ -199,47 +199,36 @@ def check_lengths_fit_context(
     completions: Sequence,
     args: SelfPlayConfig,
     revision: str | None = None,
-) -> None:
-    """π_t's answers (the longest prompt + `max_new_tokens`) and the pairs trained on (prompt + demonstration or own
+) -> list[int]:
+    """The rows of `prompts` whose pairs train (`trains_on_prompt`), which π_t alone answers; checked first: π_t's
+    answers (the longest of those prompts + `max_new_tokens`) and the pairs trained on (prompt + demonstration or own
     answer, cut at `max_length` as DPOTrainer cuts them) against π_SFT's context, which every iterate shares
-    (`check_fits_context`), before anything is generated: past it a rotary model reads positions it never saw. π_t
-    answers every prompt, so every prompt bounds max_new_tokens, also those whose pairs the trainer then drops
-    (`trains_on_prompt`): the message counts them and names the longest, to be left out of the dataset."""
+    (`check_fits_context`), before anything is generated: past it a rotary model reads positions it never saw."""
     model_config = model_config_of(sft_path, revision, args.trust_remote_code)
     context, source = context_of(model_config) if model_config is not None else (None, None)
     lengths = _prompt_lengths(tokenizer, prompts, args.max_length, context if isinstance(context, int) else None)
-    if prompts and lengths.set_aside == len(prompts):  # whatever the context: nothing would be trained
+    if prompts and not lengths.kept:  # whatever the context: nothing would be trained
         raise ValueError(
             f"Every one of the {len(prompts)} prompts is max_length ({args.max_length}) tokens or more: DPOTrainer "
             "would drop every pair, and nothing would be trained. Raise max_length, or use shorter prompts."
         )
     if not isinstance(context, int):
-        return
-    try:
-        check_fits_context(
-            model_config,
-            sft_path,
-            {"the longest prompt": lengths.longest, "max_new_tokens": args.max_new_tokens},
-            lower="max_new_tokens",
-            alone=f"{lengths.filling} of the {len(prompts)} prompts {'is' if lengths.filling == 1 else 'are'} "
-            f"{context} tokens or more (the longest is prompt {lengths.longest_index}, counted from 0): leave them "
-            "out of the dataset, or use a model with a longer context",
-        )
-    except ValueError as problem:
-        set_aside = ""
-        if lengths.set_aside and lengths.longest < context:  # room is left: without them, the bound may be others'
-            set_aside = (
-                f" {lengths.set_aside} of the {len(prompts)} prompts {'is' if lengths.set_aside == 1 else 'are'} "
-                f"max_length ({args.max_length}) tokens or more (the longest is prompt {lengths.longest_index}, "
-                "counted from 0): DPOTrainer drops their pairs, but π_t still answers them. Leaving them out of the "
-                "dataset may let max_new_tokens stay."
-            )
-        raise ValueError(f"{problem}{set_aside}") from None
+        return lengths.kept
+    answered = "" if len(lengths.kept) == len(prompts) else " answered (shorter than max_length)"
+    check_fits_context(
+        model_config,
+        sft_path,
+        {"the longest prompt": lengths.longest, "max_new_tokens": args.max_new_tokens},
+        lower="max_new_tokens",
+        alone=f"{lengths.filling} of the {len(lengths.kept)} prompts{answered} "
+        f"{'is' if lengths.filling == 1 else 'are'} {context} tokens or more (the longest is prompt "
+        f"{lengths.longest_index}, counted from 0): leave them out of the dataset, or use a model with a longer context",
+    )
     if args.max_length is not None and args.max_length <= context:
-        return  # a pair cut at max_length fits
+        return lengths.kept  # a pair cut at max_length fits
     pair, index = _longest_pair(tokenizer, prompts, completions, args.max_length)
     if pair <= context:
-        return
+        return lengths.kept
     if args.max_length is None:
         raise ValueError(
             "max_length is null, so DPOTrainer does not cut the pairs, and the longest prompt + demonstration "
@@ -253,6 +242,7 @@ def check_lengths_fit_context(
             f"{problem} The longest prompt + demonstration is {pair} tokens: cut at max_length {args.max_length}, it "
             "still reaches past the context."
         ) from None
+    return lengths.kept
 
 
 _CHECK_ROWS = 1000  # prompts rendered at a time by the context check: it holds one chunk's token ids, not all
@@ -260,12 +250,12 @@ _CHECK_ROWS = 1000  # prompts rendered at a time by the context check: it holds 
 
 @dataclass
 class _PromptLengths:
-    """What `check_lengths_fit_context` reads of the prompts π_t answers (all of them)."""
+    """What `check_lengths_fit_context` reads of the prompts: which π_t answers, and how long those are."""
 
-    longest: int = 0  # tokens of the longest prompt as π_t reads it, and its row
+    kept: list[int] = field(default_factory=list)  # rows shorter than max_length: their pairs train, π_t answers them
+    longest: int = 0  # tokens of the longest kept prompt as π_t reads it, and its row
     longest_index: int | None = None
-    filling: int = 0  # prompts of the context's length or more: no room for any answer token
-    set_aside: int = 0  # prompts of max_length tokens or more: their pairs are dropped
+    filling: int = 0  # kept prompts of the context's length or more: no room for any answer token
 
 
 def _rendered(tokenizer, prompts: Sequence):
@@ -279,7 +269,9 @@ def _rendered(tokenizer, prompts: Sequence):
 def _prompt_lengths(tokenizer, prompts: Sequence, max_length: int | None, context: int | None) -> _PromptLengths:
     lengths = _PromptLengths()
     for index, _, ids in _rendered(tokenizer, prompts):
-        lengths.set_aside += not trains_on_prompt(len(ids), max_length)
+        if not trains_on_prompt(len(ids), max_length):
+            continue  # its pair is dropped: π_t does not answer it
+        lengths.kept.append(index)
         lengths.filling += context is not None and len(ids) >= context
         if lengths.longest_index is None or len(ids) > lengths.longest:
             lengths.longest, lengths.longest_index = len(ids), index
@@ -329,10 +321,13 @@ def answer_prompts(
     top_p: float = 1.0,
     settings: dict | None = None,
     show_progress: bool = True,
+    indices: Sequence[int] | None = None,
 ) -> list[dict]:
     """One answer of `model` per prompt, cached in `cache_path` (JSONL, flushed per batch), in prompt order.
 
-    Batch seeds are `seed + <first prompt index>` (reproducible); `settings` must match the file's.
+    `indices`: only these rows of `prompts` are answered and returned (default: all); each answer is keyed by its row,
+    so a file that holds more rows (all of them) serves any subset. Batch seeds are `seed + <first prompt index>`
+    (reproducible); `settings` must match the file's.
     """
     state = PartialState()
     settings = {
@@ -345,7 +340,8 @@ def answer_prompts(
         "prompts": _fingerprint(list(prompts)),
     }
     cache = JsonlCache(cache_path, ("prompt_index",), settings)
-    missing = [i for i in range(len(prompts)) if (i,) not in cache]
+    indices = range(len(prompts)) if indices is None else indices
+    missing = [i for i in indices if (i,) not in cache]
     per_round = batch_size * state.num_processes
     rounds = range(0, len(missing), per_round)
     for start in tqdm(rounds, desc="π_t answers", disable=not (show_progress and state.is_main_process)):
@@ -378,7 +374,7 @@ def answer_prompts(
         state.wait_for_everyone()
     if not state.is_main_process:
         cache = JsonlCache(cache_path, ("prompt_index",), settings)  # written by the main process
-    return [cache.get((i,)) for i in range(len(prompts))]
+    return [cache.get((i,)) for i in indices]
 
 
 def load_policy(path: str, model_init_kwargs: dict):
@@ -508,11 +504,12 @@ def run_self_play(
     prompts, completions = prompts_and_demonstrations(demonstrations, script_args.dataset_name)
     tokenizer = AutoTokenizer.from_pretrained(sft_path, revision=model_args.model_revision, padding_side="left")
     # Before the settings are recorded: a run refused here leaves none that its corrected rerun would differ from.
-    # The main process renders every prompt; the others stop on its verdict (not wait for it at the next barrier).
-    error = None
+    # The main process renders every prompt; the others stop on its verdict (not wait for it at the next barrier),
+    # or take the rows it keeps: π_t answers only the prompts whose pairs train (`trains_on_prompt`).
+    error, kept = None, None
     if state.is_main_process:
         try:
-            check_lengths_fit_context(
+            kept = check_lengths_fit_context(
                 sft_path, tokenizer, prompts, completions, training_args, model_args.model_revision
             )
         except Exception as caught:
@@ -522,6 +519,15 @@ def run_self_play(
         raise error
     if problem is not None:
         raise ValueError(problem)
+    (kept,) = broadcast_object_list([kept])
+    if len(kept) < len(prompts) and state.is_main_process:
+        left_out = len(prompts) - len(kept)
+        print(
+            f"{left_out} of the {len(prompts)} prompts {'is' if left_out == 1 else 'are'} max_length "
+            f"({training_args.max_length}) tokens or more: DPOTrainer would drop their pairs, so π_t does not answer "
+            f"{'it' if left_out == 1 else 'them'}.",
+            flush=True,
+        )
     settings = _run_settings(script_args, training_args, model_args)
     _claim(root, settings, overwrite=training_args.overwrite_output_dir)
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
@@ -531,9 +537,10 @@ def run_self_play(
     def answers_path(t: int) -> Path:
         return root / "generations" / f"iteration-{t}.jsonl"
 
-    def pairs_of(t: int, answers: list[dict]) -> Dataset:
-        return demonstration_pairs(tokenizer, prompts, completions, answers).add_column(
-            "iteration", [t] * len(prompts)
+    def pairs_of(t: int, answers: list[dict]) -> Dataset:  # answers of the rows `kept`, in order
+        kept_prompts, kept_completions = [prompts[i] for i in kept], [completions[i] for i in kept]
+        return demonstration_pairs(tokenizer, kept_prompts, kept_completions, answers).add_column(
+            "iteration", [t] * len(kept)
         )
 
     policy_path, iterations, previous_pairs = sft_path, [], None
@@ -563,12 +570,13 @@ def run_self_play(
             batch_size=training_args.generation_batch_size,
             seed=training_args.seed + 100_003 * t,
             settings={"model": str(policy_path), "iteration": t},
+            indices=kept,  # keyed by row: a cache of an earlier run that answered every prompt serves as it is
         )
         pairs = current_pairs = pairs_of(t, answers)
         if training_args.previous_iteration_pairs and t > 0:
             if previous_pairs is None:  # iteration t−1 ran in an earlier process: its answers are in its cache
                 cache = JsonlCache(answers_path(t - 1), ("prompt_index",))
-                previous_pairs = pairs_of(t - 1, [cache.get((i,)) for i in range(len(prompts))])
+                previous_pairs = pairs_of(t - 1, [cache.get((i,)) for i in kept])
             pairs = concatenate_datasets([previous_pairs, current_pairs])
 
         args = copy.copy(training_args)  # the same settings (processed fields kept), in this iteration's folder

@@ -27,8 +27,8 @@ _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 
 def trains_on_prompt(prompt_length: int, max_length: int | None) -> bool:
     """Whether a pair whose prompt is `prompt_length` tokens is trained on: as DPOTrainer, a prompt that fills
-    `max_length` leaves no completion token, and its pair is dropped. `_prepare_dataset` and the context check
-    before generation (`self_play.check_lengths_fit_context`) both follow it."""
+    `max_length` leaves no completion token, and its pair is dropped. `_prepare_dataset` follows it, and so does
+    self-play's choice of the prompts π_t answers (`self_play.check_lengths_fit_context`): no answer is wasted."""
     return max_length is None or prompt_length < max_length
 
 

@@ -247,6 +247,7 @@ def _launch_plan(argv: list[str], launch_args: list[str], values) -> tuple[list[
 def _launch_training(stage: str, argv: list[str], launch_args: list[str], values) -> None:
     """TRL's `launch_training_script` for `trl_dpr/scripts/<stage>.py`, once the arguments are checked. This process
     imports accelerate only, not TRL's trainers: the launched processes parse the arguments with TRL's dataclasses."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from trl.cli.accelerate_launcher import launch_training_script
 
     launch_args, script_args = _launch_plan(argv, launch_args, values)
@@ -261,6 +262,9 @@ def _launch_training(stage: str, argv: list[str], launch_args: list[str], values
         # The recipe's own processes have printed what went wrong (a mistake in the input: its message, exit code 2);
         # accelerate's launcher adding its traceback on top would only hide it.
         raise SystemExit(error.returncode) from None
+    except ChildFailedError as error:  # the same, from a multi-process launch (torchrun's failure report)
+        exitcode = error.get_first_failure()[1].exitcode
+        raise SystemExit(exitcode if exitcode > 0 else 1) from None
 
 
 def _without(items: list[str], subsequence: list[str]) -> list[str]:

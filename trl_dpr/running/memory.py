@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..field_checks import context_of
 from ..field_checks import model_config_of as _model_config_of
+from ..field_checks import rope_parameter_sets
 
 if TYPE_CHECKING:  # torch is imported where a model is built: `trl-dpr memory --help` needs none of it
     from torch import nn
@@ -428,6 +428,34 @@ def plan(
     )
 
 
+def vllm_default_max_model_len(model_config) -> int:
+    """vLLM's max_model_len when none is set (`_get_and_verify_max_len` in vllm/config/model.py): the config's
+    model_max_length or max_position_embeddings (2048 without either), × the rope `factor` for every rope type but
+    llama3 and longrope (YaRN: factor × original_max_position_embeddings); Gemma 3's is scaled already. Newer vLLM
+    defaults a longrope model (Phi-3) to its shorter original_max_position_embeddings; the plan keeps
+    max_position_embeddings there, so that it never plans less than any vLLM in TRL's range holds.
+
+    Example:
+        >>> from transformers import LlamaConfig
+        >>> linear = {"rope_type": "linear", "factor": 2.0}  # vLLM scales max_position_embeddings by it
+        >>> vllm_default_max_model_len(LlamaConfig(max_position_embeddings=4096, rope_parameters=linear))
+        8192
+    """
+    text = model_config.get_text_config()
+    length = getattr(text, "model_max_length", None) or getattr(text, "max_position_embeddings", None) or 2048
+    if "gemma3" in getattr(text, "model_type", ""):  # its max_position_embeddings (128K) is the scaled one
+        return int(length)
+    factor = 1.0
+    for parameters in rope_parameter_sets(text):
+        rope_type = parameters.get("rope_type", parameters.get("type", "default"))
+        if rope_type in ("su", "longrope", "llama3"):  # their max_position_embeddings is the long context already
+            continue
+        factor = parameters.get("factor", factor)  # "default" has none; per attention type, vLLM takes the last
+        if rope_type == "yarn":
+            length = parameters.get("original_max_position_embeddings", length)
+    return int(length * factor)
+
+
 def _generation_phase(args, shape, num_gpus, prompt, completion, static, phases, gpu_memory_gib, notes) -> None:
     text = shape.text
     hidden, mlp, vocab, tokens = text.hidden_size, text.intermediate_size, text.vocab_size, prompt + completion
@@ -444,12 +472,9 @@ def _generation_phase(args, shape, num_gpus, prompt, completion, static, phases,
                 )
             )
             # vLLM holds a whole bf16 copy of the policy (no tensor parallelism in these plans) and must fit the KV
-            # cache of at least one sequence of its max_model_len in what is left of the pool.
-            # Unset, vllm_max_model_length is taken as the context `context_of` reads: max_position_embeddings, or a
-            # longer YaRN factor × original_max_position_embeddings (Qwen2.5's 32768 × 4). vLLM's default is the same
-            # there and for llama3/longrope ropes (which it does not scale); for linear or dynamic scaling it is
-            # max_position_embeddings × factor, longer than this plan: set vllm_max_model_length for those.
-            max_len = args.vllm_max_model_length or context_of(shape.config)[0]
+            # cache of at least one sequence of its max_model_len in what is left of the pool: vLLM's own default
+            # when the recipe leaves vllm_max_model_length unset.
+            max_len = args.vllm_max_model_length or vllm_default_max_model_len(shape.config)
             kv_cache = pool - shape.parameters * BF16
             needed = max_len * kv_cache_bytes_per_token(text)
             notes.append(

@@ -404,8 +404,12 @@ def evaluate_against_sft(
     evaluation_config, sft_path: str, policy_path: str, device: str | None = None, trust_remote_code: bool = False
 ) -> dict:
     """Evaluate the saved policy against π_SFT as `trl-dpr evaluate` does (main process; else an empty dict), and
-    write `policy_path/eval_results.json` for the model card. `trust_remote_code` (the training run's) is the
-    evaluation's where its YAML does not set it: the models it trained with load the same way."""
+    write `policy_path/eval_results.json` for the model card.
+
+    `trust_remote_code` (the training run's) reaches the evaluation, so the models it trained with load the same way:
+    a YAML's own value is kept, the training's True is used where the YAML does not set the key. An `EvaluationConfig`
+    cannot tell its default False from a False set on purpose, so the training's True replaces it (logged); pass
+    `trust_remote_code=False` here to keep it off."""
     from ..evaluation import EvaluationConfig, run_evaluation
     from .recipe_parser import load_evaluation_config
 
@@ -420,6 +424,12 @@ def evaluate_against_sft(
         if device is not None:
             replaced["device"] = device
         if isinstance(evaluation_config, EvaluationConfig):
+            if trust_remote_code and not evaluation_config.trust_remote_code:
+                logger.warning(
+                    "The evaluation loads the models with trust_remote_code=True, as the training run did (its "
+                    "EvaluationConfig's False is the default, indistinguishable from one set on purpose)."
+                )
+                replaced["trust_remote_code"] = True
             config = dataclasses.replace(evaluation_config, **replaced)
         else:
             config = load_evaluation_config(evaluation_config, {"trust_remote_code": trust_remote_code}, **replaced)
