@@ -153,8 +153,12 @@ def rope_parameter_sets(text_config) -> list[dict]:
     """A text config's rope scaling, as a list of parameter sets: `rope_parameters` in transformers 5 (one set, or one
     per attention type), `rope_scaling` before; none without scaling."""
     rope = getattr(text_config, "rope_parameters", None) or getattr(text_config, "rope_scaling", None) or {}
-    per_attention_type = bool(rope) and all(isinstance(parameters, dict) for parameters in rope.values())
-    return list(rope.values()) if per_attention_type else [rope] if rope else []
+    # per attention type: every value a set, or None (transformers skips an attention type saved as None)
+    per_attention_type = bool(rope) and all(isinstance(value, dict | None) for value in rope.values())
+    per_attention_type = per_attention_type and any(isinstance(value, dict) for value in rope.values())
+    if per_attention_type:
+        return [parameters for parameters in rope.values() if parameters is not None]
+    return [rope] if rope else []
 
 
 def context_of(model_config) -> tuple[int | None, str]:

@@ -257,23 +257,35 @@ def test_the_launching_process_adds_nothing_to_a_ctrl_c(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("launcher", ["one process", "several processes"])
+@pytest.mark.parametrize("exitcode,expected", [(2, 2), (-9, 137), (-11, 139)])
 def test_the_launching_process_adds_no_traceback_to_a_failed_run_and_exits_with_its_code(
-    monkeypatch, capsys, launcher
+    monkeypatch, capsys, launcher, exitcode, expected
 ):
     """The launched processes printed what went wrong; accelerate's launcher then raises (CalledProcessError for one
-    process, torchrun's ChildFailedError for several): the launching process exits with the run's code, silently."""
+    process, torchrun's ChildFailedError for several): the launching process exits with the run's code, silently. A
+    process killed by a signal (-N: the OOM killer's SIGKILL, a segfault) cannot say so itself: one line says which
+    signal, and the exit code is the shell's 128 + N."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
     def failed(*args):
         if launcher == "one process":
-            raise subprocess.CalledProcessError(returncode=2, cmd=["python", "dpr.py"])
-        failure = ProcessFailure(local_rank=1, pid=1234, exitcode=2, error_file="<N/A>")
+            raise subprocess.CalledProcessError(returncode=exitcode, cmd=["python", "dpr.py"])
+        failure = ProcessFailure(local_rank=1, pid=1234, exitcode=exitcode, error_file="<N/A>")
         raise ChildFailedError("dpr.py", {1: failure})
 
     monkeypatch.setattr("trl.cli.accelerate_launcher.launch_training_script", failed)
     with pytest.raises(SystemExit) as stop:
         run(lambda argv: main(["dpr", "--config", "demo/dpr.yaml", "--accelerate_config", "cpu"]), [])
-    assert stop.value.code == 2 and capsys.readouterr().err == ""
+    err = capsys.readouterr().err
+    assert stop.value.code == expected and "Traceback" not in err
+    if exitcode > 0:
+        assert err == ""
+    else:
+        process = "the training process" if launcher == "one process" else "training process 1"
+        name = {-9: "SIGKILL", -11: "SIGSEGV"}[exitcode]
+        assert err.startswith(f"trl-dpr: {process} was killed by {name}") and ("out-of-memory" in err) == (
+            exitcode == -9
+        )
 
 
 def test_a_bug_is_not_dressed_as_a_user_error():

@@ -357,6 +357,30 @@ def test_vllms_default_max_model_len_is_read_per_rope_type_as_vllm_reads_it(conf
     assert vllm_default_max_model_len(model_config) == length
 
 
+@pytest.mark.parametrize(
+    ("rope", "length"),
+    [
+        ({"rope_type": "linear", "factor": None, "rope_theta": 1e4}, 4096),  # null: vLLM falls back to 1.0
+        ({"full_attention": {"rope_type": "linear", "factor": 4.0}, "sliding_attention": None}, 16384),
+    ],
+    ids=["factor-null", "attention-type-none"],
+)
+def test_rope_sets_that_transformers_tolerates_are_read_not_crashed_on_or_skipped(rope, length):
+    """Configs transformers 5.24 loads with a warning: a `factor: null` (vLLM reads 1.0) and a per-attention-type set
+    saved as None (transformers skips it; the other type's factor 4 still counts, 4096 × 4). Set after construction,
+    as a config.json read from disk would have it."""
+    from transformers import LlamaConfig
+
+    from trl_dpr.field_checks import context_of
+    from trl_dpr.running.memory import vllm_default_max_model_len
+
+    sizes = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=100)
+    model_config = LlamaConfig(**sizes, max_position_embeddings=4096)
+    model_config.rope_parameters = rope
+    assert vllm_default_max_model_len(model_config) == length
+    assert context_of(model_config)[0] == 4096  # linear scaling is not a longer trained context (context_of's rule)
+
+
 # ---- the shipped recipes ----------------------------------------------------------------------------------------
 
 

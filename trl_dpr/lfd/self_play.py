@@ -576,7 +576,16 @@ def run_self_play(
         if training_args.previous_iteration_pairs and t > 0:
             if previous_pairs is None:  # iteration t−1 ran in an earlier process: its answers are in its cache
                 cache = JsonlCache(answers_path(t - 1), ("prompt_index",))
-                previous_pairs = pairs_of(t - 1, [cache.get((i,)) for i in kept])
+                previous = [cache.get((i,)) for i in kept]
+                missing = [i for i, answer in zip(kept, previous) if answer is None]
+                if missing:  # the rows that train changed since (a new tokenizer or chat template in π_SFT's folder)
+                    raise ValueError(
+                        f"Iteration {t - 1}'s answers ({answers_path(t - 1)}) lack {len(missing)} of the prompts that "
+                        f"train now (rows {missing[:5]}{' ...' if len(missing) > 5 else ''}): the prompts kept for "
+                        "training changed since that iteration ran. Start the self-play again with "
+                        "overwrite_output_dir: true."
+                    )
+                previous_pairs = pairs_of(t - 1, previous)
             pairs = concatenate_datasets([previous_pairs, current_pairs])
 
         args = copy.copy(training_args)  # the same settings (processed fields kept), in this iteration's folder

@@ -22,6 +22,7 @@ import hashlib
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -261,10 +262,26 @@ def _launch_training(stage: str, argv: list[str], launch_args: list[str], values
     except subprocess.CalledProcessError as error:
         # The recipe's own processes have printed what went wrong (a mistake in the input: its message, exit code 2);
         # accelerate's launcher adding its traceback on top would only hide it.
-        raise SystemExit(error.returncode) from None
+        raise SystemExit(_exit_code_of(error.returncode)) from None
     except ChildFailedError as error:  # the same, from a multi-process launch (torchrun's failure report)
-        exitcode = error.get_first_failure()[1].exitcode
-        raise SystemExit(exitcode if exitcode > 0 else 1) from None
+        rank, failure = error.get_first_failure()
+        raise SystemExit(_exit_code_of(failure.exitcode, rank)) from None
+
+
+def _exit_code_of(returncode: int, rank: int | None = None) -> int:
+    """The launching process's exit code for a launched process's `returncode`: the same for an exit, 128 + N (the
+    shell's convention, which schedulers read as an OOM kill for 137) for a death by signal N, which a process cannot
+    report itself, so this line says it."""
+    if returncode >= 0:
+        return returncode
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    process = "the training process" if rank is None else f"training process {rank}"
+    hint = " (the system's out-of-memory killer sends it)" if -returncode == signal.SIGKILL else ""
+    print(f"trl-dpr: {process} was killed by {name}{hint}.", file=sys.stderr, flush=True)
+    return 128 - returncode
 
 
 def _without(items: list[str], subsequence: list[str]) -> list[str]:

@@ -450,7 +450,8 @@ def vllm_default_max_model_len(model_config) -> int:
         rope_type = parameters.get("rope_type", parameters.get("type", "default"))
         if rope_type in ("su", "longrope", "llama3"):  # their max_position_embeddings is the long context already
             continue
-        factor = parameters.get("factor", factor)  # "default" has none; per attention type, vLLM takes the last
+        if isinstance(parameters.get("factor"), (int, float)):  # "default" has none, a config may say null (vLLM: 1)
+            factor = parameters["factor"]  # per attention type, vLLM takes the last
         if rope_type == "yarn":
             length = parameters.get("original_max_position_embeddings", length)
     return int(length * factor)

@@ -425,9 +425,15 @@ def evaluate_against_sft(
             replaced["device"] = device
         if isinstance(evaluation_config, EvaluationConfig):
             if trust_remote_code and not evaluation_config.trust_remote_code:
+                judge = (
+                    f" and the local judge {evaluation_config.judge_model}"
+                    if evaluation_config.judge == "local"
+                    else ""
+                )
                 logger.warning(
-                    "The evaluation loads the models with trust_remote_code=True, as the training run did (its "
-                    "EvaluationConfig's False is the default, indistinguishable from one set on purpose)."
+                    f"The evaluation loads the models{judge} with trust_remote_code=True, as the training run did (its "
+                    "EvaluationConfig's False is the default, indistinguishable from one set on purpose). To keep it "
+                    "off, pass trust_remote_code=False to evaluate_against_sft."
                 )
                 replaced["trust_remote_code"] = True
             config = dataclasses.replace(evaluation_config, **replaced)
