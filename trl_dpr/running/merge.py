@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
-MERGED_MARKER = ".trl_dpr_merged"  # written last into a merge's folder: this one may be replaced
+# Written into a merge's folder: the files that merge wrote (JSON), the only ones a later merge may replace or remove.
+MERGED_MARKER = ".trl_dpr_merged"
 
 
 def merged_folder(output_dir: str | os.PathLike) -> str:
@@ -33,8 +35,9 @@ def merge_adapter_folder(
     adapter_dir: str | os.PathLike, output_dir: str | os.PathLike, dtype: str = "auto", overwrite: bool = False
 ) -> str:
     """Merge a saved LoRA adapter into a full-precision copy of its base (4-bit weights would round the update away)
-    and save it with the adapter's tokenizer and card; `overwrite=True` replaces an earlier merge's folder, never any
-    other non-empty `output_dir`. Returns `output_dir`.
+    and save it with the adapter's tokenizer and card; `overwrite=True` replaces the files an earlier merge wrote into
+    `output_dir` (its marker lists them) and leaves every other file there; any other non-empty `output_dir` is refused.
+    Returns `output_dir`.
     """
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -52,15 +55,53 @@ def merge_adapter_folder(
         check_merge_target(output_dir)
         if not overwrite:
             raise FileExistsError(f"{str(output_dir)!r} is not empty; pass overwrite=True to replace what is there.")
-        shutil.rmtree(output_dir)
     base_name = json.loads(config_path.read_text())["base_model_name_or_path"]
-    base = AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype)
-    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
-    merged.save_pretrained(output_dir)
-    tokenizer_source = adapter_dir if (adapter_dir / "tokenizer_config.json").is_file() else base_name
-    AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(output_dir)
-    for name in ("README.md", "eval_results.json"):
-        if (adapter_dir / name).is_file():
-            shutil.copy2(adapter_dir / name, output_dir / name)
-    (output_dir / MERGED_MARKER).write_text(adapter_dir.name)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    # Merged into a sibling staging folder first: what the merge writes is known before anything in output_dir is touched.
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.merging-", dir=output_dir.parent))
+    try:
+        base = AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype)
+        merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+        merged.save_pretrained(staging)
+        tokenizer_source = adapter_dir if (adapter_dir / "tokenizer_config.json").is_file() else base_name
+        AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(staging)
+        for name in ("README.md", "eval_results.json"):
+            if (adapter_dir / name).is_file():
+                shutil.copy2(adapter_dir / name, staging / name)
+        _replace_merge(staging, output_dir, adapter_dir.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return str(output_dir)
+
+
+def _files_of(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+def _replace_merge(staging: Path, output_dir: Path, adapter_name: str) -> None:
+    """Move the merge in `staging` into `output_dir`, replacing and removing only files an earlier merge wrote (listed
+    in its marker): a `FileExistsError` (one line), before any change, if a file the merge writes is someone else's."""
+    new = _files_of(staging)
+    marker = output_dir / MERGED_MARKER
+    earlier = set(new)  # an older marker holds the adapter's name only: the files a merge writes were its own
+    if marker.is_file():
+        try:
+            earlier = set(json.loads(marker.read_text())["files"])
+        except (ValueError, KeyError, TypeError):
+            pass
+    if foreign := [name for name in new if (output_dir / name).exists() and name not in earlier]:
+        raise FileExistsError(
+            f"{str(output_dir)!r} holds {', '.join(foreign)}, which no merge wrote and this merge would replace: move "
+            "them away or merge into another folder (trl_dpr never replaces a file it did not write)."
+        )
+    output_dir.mkdir(exist_ok=True)
+    marker.write_text(
+        json.dumps({"adapter": adapter_name, "files": sorted(earlier | set(new))})
+    )  # a crash now: all listed
+    for name in new:
+        (output_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging / name, output_dir / name)
+    for name in sorted(earlier - set(new)):  # an earlier merge's file this one did not write again (another shard)
+        if name != MERGED_MARKER and (output_dir / name).is_file():
+            (output_dir / name).unlink()
+    marker.write_text(json.dumps({"adapter": adapter_name, "files": new}))
