@@ -186,7 +186,9 @@ def test_merge_adapter_without_a_push_merges_at_the_end_and_trl_dpr_push_merges_
             AutoModelForCausalLM.from_pretrained(pushed, dtype="float32").eval()(ids).logits, expected
         )
     assert f'model="{pushed}"' in (pushed / "README.md").read_text()
-    assert (merged / "my-model.Q8_0.gguf").read_text() == "my own export"
+    assert (merged / "my-model.Q8_0.gguf").read_text() == "my own export"  # kept by the merge, and never pushed:
+    own = json.loads((merged / ".trl_dpr_merged").read_text())["files"]
+    assert sorted(p.name for p in pushed.iterdir()) == sorted(own) and "my-model.Q8_0.gguf" not in own
 
 
 def test_push_merge_adapter_refuses_a_full_model_or_an_sft_output_before_merging(sft_run, sft_lora_sft, tmp_path):

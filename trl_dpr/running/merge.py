@@ -74,6 +74,15 @@ def merge_adapter_folder(
     return str(output_dir)
 
 
+def merge_output_files(folder: str | os.PathLike) -> set[str] | None:
+    """The files the merge in `folder` wrote, as its marker lists them; None when `folder` holds no merge (or one
+    whose marker lists nothing: written before markers listed files)."""
+    try:
+        return set(json.loads((Path(folder) / MERGED_MARKER).read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _files_of(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
@@ -83,12 +92,9 @@ def _replace_merge(staging: Path, output_dir: Path, adapter_name: str) -> None:
     in its marker): a `FileExistsError` (one line), before any change, if a file the merge writes is someone else's."""
     new = _files_of(staging)
     marker = output_dir / MERGED_MARKER
-    earlier = set(new)  # an older marker holds the adapter's name only: the files a merge writes were its own
-    if marker.is_file():
-        try:
-            earlier = set(json.loads(marker.read_text())["files"])
-        except (ValueError, KeyError, TypeError):
-            pass
+    earlier = merge_output_files(output_dir)
+    if earlier is None:  # a new folder, or an older marker (the adapter's name only): the files a merge writes
+        earlier = set(new)
     if foreign := [name for name in new if (output_dir / name).exists() and name not in earlier]:
         raise FileExistsError(
             f"{str(output_dir)!r} holds {', '.join(foreign)}, which no merge wrote and this merge would replace: move "

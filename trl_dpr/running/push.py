@@ -18,7 +18,7 @@ from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
 from ..reference_manifest import MANIFEST_NAME
 from .checkpointing import PREFIX_CHECKPOINT_DIR, RUN_COMPLETE_NAME, STAGING_DIRNAME
-from .merge import MERGED_MARKER, check_merge_target, merge_adapter_folder, merged_folder
+from .merge import MERGED_MARKER, check_merge_target, merge_adapter_folder, merge_output_files, merged_folder
 from .model_card import _looks_local
 from .secret_scan import secrets_from_environment, secrets_in_file
 
@@ -46,14 +46,18 @@ def ignore_patterns() -> list[str]:
 
 def files_to_push(folder: str | os.PathLike, *, safety_rules: bool = True) -> list[str]:
     """The files a push of `folder` uploads (relative, `/`-separated, in huggingface_hub's order): `upload_folder`'s
-    walk filtered by transformers' and huggingface_hub's patterns, plus `SAFETY_IGNORE_PATTERNS` unless `safety_rules=False`.
+    walk filtered by transformers' and huggingface_hub's patterns, plus `SAFETY_IGNORE_PATTERNS` unless `safety_rules=False`;
+    in a merge's folder, only the files the merge wrote.
     """
     root = Path(folder).expanduser().resolve()
     if not root.is_dir():
         raise NotADirectoryError(f"Nothing to push: {str(folder)!r} is not a directory (expected a run's output_dir).")
     relative = [p.relative_to(root).as_posix() for p in sorted(root.glob("**/*")) if p.is_file()]
     patterns = (ignore_patterns() if safety_rules else list(TRANSFORMERS_IGNORE_PATTERNS)) + DEFAULT_IGNORE_PATTERNS
-    return list(filter_repo_objects(relative, ignore_patterns=patterns))
+    files = list(filter_repo_objects(relative, ignore_patterns=patterns))
+    if (merged := merge_output_files(root)) is not None:  # a merge's folder: what it wrote, not a file you added there
+        files = [name for name in files if name in merged]
+    return files
 
 
 def copy_files_to_push(
