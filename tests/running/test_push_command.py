@@ -202,3 +202,14 @@ def test_push_merge_adapter_refuses_a_full_model_or_an_sft_output_before_merging
         assert result.returncode == 2 and "Traceback" not in result.stderr
         assert f"--merge_adapter: '{run}' {expected}" in result.stderr
         assert not (tmp_path / "pushed").exists() and not Path(f"{run}-merged").exists()
+
+
+def test_push_merge_adapter_refuses_a_destination_inside_the_merged_folder(sft_lora_run, tmp_path):
+    merged = Path(f"{sft_lora_run}-merged")
+    before = sorted(p.name for p in merged.iterdir())
+    result = trl_dpr_forked(
+        "push", str(sft_lora_run), "--to", str(merged / "copy"), "--merge_adapter", tmp_path=tmp_path
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"--to '{merged / 'copy'}' is inside '{merged}'" in result.stderr
+    assert sorted(p.name for p in merged.iterdir()) == before

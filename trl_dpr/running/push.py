@@ -410,8 +410,9 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
     to_folder = _is_folder(args.to)
     if to_folder:
         destination = Path(args.to).expanduser()
-        if destination.resolve().is_relative_to(folder.resolve()):
-            raise ValueError(f"--to {args.to!r} is inside {args.output_dir!r}: push to a folder outside the run.")
+        for inside in (folder, Path(merged_folder(folder))) if args.merge_adapter else (folder,):
+            if destination.resolve().is_relative_to(inside.resolve()):
+                raise ValueError(f"--to {args.to!r} is inside {str(inside)!r}: push to a folder outside the run.")
         if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
             raise FileExistsError(f"{args.to!r} is not empty; push to a new folder.")
     else:
