@@ -622,6 +622,21 @@ def test_a_merged_push_into_a_folder_of_the_users_is_refused_before_training(tmp
     assert (tmp_path / "dpr-merged" / "notes.txt").read_text() == "mine"
 
 
+def test_a_merge_that_would_replace_a_file_of_the_users_is_refused_before_training(tmp_path):
+    from trl_dpr.running.pipeline import check_dpr_inputs
+
+    merged = tmp_path / "dpr-merged"
+    merged.mkdir()
+    (merged / ".trl_dpr_merged").write_text(json.dumps({"adapter": "dpr", "files": ["config.json"]}))
+    for name in ("config.json", "model.safetensors", "my-model.Q8_0.gguf", "notes.txt"):
+        (merged / name).write_text("mine" if name != "config.json" else "{}")
+    args = DensePathConfig(output_dir=str(tmp_path / "dpr"), **COMMON)
+    with pytest.raises(FileExistsError, match="dpr-merged' holds model.safetensors, which no merge wrote") as refused:
+        check_dpr_inputs(DPRScriptArguments(dataset_name=EMBEDDED, num_train_samples=8, merge_adapter=True), args)
+    assert "gguf" not in str(refused.value) and "notes" not in str(refused.value)
+    assert (merged / "model.safetensors").read_text() == "mine"
+
+
 def test_merging_a_lora_adapter_gives_the_adapted_model(sft_lora, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -666,7 +681,9 @@ def test_a_merge_refuses_to_replace_a_file_of_the_users_in_its_folder(sft_lora, 
     (merged / ".trl_dpr_merged").write_text(json.dumps(marker))
     (merged / "tokenizer.json").write_text("mine")
     before = {p.name: p.read_bytes() for p in merged.iterdir()}
-    with pytest.raises(FileExistsError, match="holds tokenizer.json, which no merge wrote") as refused:
+    with pytest.raises(
+        FileExistsError, match="holds tokenizer.json, which no merge wrote and a merge may replace"
+    ) as refused:
         merge_adapter_folder(sft_lora, merged, dtype="float32", overwrite=True)
     assert "\n" not in str(refused.value)
     assert {p.name: p.read_bytes() for p in merged.iterdir()} == before

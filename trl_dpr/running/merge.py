@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import tempfile
+from fnmatch import fnmatch
 from pathlib import Path
 
 # Written into a merge's folder: the files that merge wrote (JSON), the only ones a later merge may replace or remove.
@@ -17,8 +18,26 @@ def merged_folder(output_dir: str | os.PathLike) -> str:
     return f"{str(output_dir).rstrip('/')}-merged"
 
 
+# The names a merge's save_pretrained (model, tokenizer) and card copy write: a file of yours named so is in the way.
+_MERGE_WRITES = (
+    "config.json",
+    "generation_config.json",
+    "model*.safetensors*",
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.*",
+    "merges.txt",
+    "*.model",
+    "chat_template.jinja",
+    "README.md",
+    "eval_results.json",
+)
+
+
 def check_merge_target(folder: str | os.PathLike) -> None:
-    """A `FileExistsError` (one line) when `folder` exists, is not empty and was not written by a merge."""
+    """A `FileExistsError` (one line) when `folder` exists, is not empty and was not written by a merge, or holds a
+    file that its merge did not write named as a merge's files are (checked again, exactly, when merging)."""
     folder = Path(folder)
     if (
         folder.exists()
@@ -29,6 +48,21 @@ def check_merge_target(folder: str | os.PathLike) -> None:
             f"{str(folder)!r} already exists and was not written by merge_adapter_folder; move it away or "
             "merge into another folder (trl_dpr never replaces a folder it did not create)."
         )
+    if (own := merge_output_files(folder)) is not None:
+        foreign = [
+            name
+            for name in _files_of(folder)
+            if name not in own and name != MERGED_MARKER and any(fnmatch(name, p) for p in _MERGE_WRITES)
+        ]
+        if foreign:
+            raise _foreign_files(folder, foreign)
+
+
+def _foreign_files(folder: Path, names: list[str]) -> FileExistsError:
+    return FileExistsError(
+        f"{str(folder)!r} holds {', '.join(names)}, which no merge wrote and a merge may replace: move them away or "
+        "merge into another folder (trl_dpr never replaces a file it did not write)."
+    )
 
 
 def merge_adapter_folder(
@@ -96,10 +130,7 @@ def _replace_merge(staging: Path, output_dir: Path, adapter_name: str) -> None:
     if earlier is None:  # a new folder, or an older marker (the adapter's name only): the files a merge writes
         earlier = set(new)
     if foreign := [name for name in new if (output_dir / name).exists() and name not in earlier]:
-        raise FileExistsError(
-            f"{str(output_dir)!r} holds {', '.join(foreign)}, which no merge wrote and this merge would replace: move "
-            "them away or merge into another folder (trl_dpr never replaces a file it did not write)."
-        )
+        raise _foreign_files(output_dir, foreign)
     output_dir.mkdir(exist_ok=True)
     marker.write_text(
         json.dumps({"adapter": adapter_name, "files": sorted(earlier | set(new))})
