@@ -622,6 +622,21 @@ def test_a_merged_push_into_a_folder_of_the_users_is_refused_before_training(tmp
     assert (tmp_path / "dpr-merged" / "notes.txt").read_text() == "mine"
 
 
+def test_a_merge_that_would_replace_a_file_of_the_users_is_refused_before_training(tmp_path):
+    from trl_dpr.running.pipeline import check_dpr_inputs
+
+    merged = tmp_path / "dpr-merged"
+    merged.mkdir()
+    (merged / ".trl_dpr_merged").write_text(json.dumps({"adapter": "dpr", "files": ["config.json"]}))
+    for name in ("config.json", "model.safetensors", "my-model.Q8_0.gguf", "notes.txt"):
+        (merged / name).write_text("mine" if name != "config.json" else "{}")
+    args = DensePathConfig(output_dir=str(tmp_path / "dpr"), **COMMON)
+    with pytest.raises(FileExistsError, match="dpr-merged' holds model.safetensors, which no merge wrote") as refused:
+        check_dpr_inputs(DPRScriptArguments(dataset_name=EMBEDDED, num_train_samples=8, merge_adapter=True), args)
+    assert "gguf" not in str(refused.value) and "notes" not in str(refused.value)
+    assert (merged / "model.safetensors").read_text() == "mine"
+
+
 def test_merging_a_lora_adapter_gives_the_adapted_model(sft_lora, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -641,6 +656,37 @@ def test_merging_a_lora_adapter_gives_the_adapted_model(sft_lora, tmp_path):
         merge_adapter_folder(merged_dir, tmp_path / "again")
     with pytest.raises(FileExistsError, match="overwrite=True"):
         merge_adapter_folder(sft_lora, merged_dir)
+
+
+def test_merging_again_replaces_only_the_files_the_earlier_merge_wrote(sft_lora, tmp_path):
+    """Trial B, finding 4: a second merge (every merge_adapter push) deleted a GGUF the user had put in the folder."""
+    merged = Path(merge_adapter_folder(sft_lora, tmp_path / "dpr-merged", dtype="float32"))
+    written = sorted(p.name for p in merged.iterdir() if p.name != ".trl_dpr_merged")
+    assert json.loads((merged / ".trl_dpr_merged").read_text())["files"] == written
+    (merged / "my-model.Q8_0.gguf").write_text("my own export")
+    (merged / "model-00002-of-00002.safetensors").write_text("a shard of an earlier, sharded merge")
+    marker = json.loads((merged / ".trl_dpr_merged").read_text())
+    marker["files"].append("model-00002-of-00002.safetensors")
+    (merged / ".trl_dpr_merged").write_text(json.dumps(marker))
+    merge_adapter_folder(sft_lora, merged, dtype="float32", overwrite=True)
+    assert (merged / "my-model.Q8_0.gguf").read_text() == "my own export"
+    assert sorted(p.name for p in merged.iterdir()) == sorted([*written, ".trl_dpr_merged", "my-model.Q8_0.gguf"])
+    assert not list(tmp_path.glob(".dpr-merged.merging-*"))  # the staging folder is gone
+
+
+def test_a_merge_refuses_to_replace_a_file_of_the_users_in_its_folder(sft_lora, tmp_path):
+    merged = Path(merge_adapter_folder(sft_lora, tmp_path / "dpr-merged", dtype="float32"))
+    marker = json.loads((merged / ".trl_dpr_merged").read_text())
+    marker["files"].remove("tokenizer.json")  # as if the user had written it after the merge
+    (merged / ".trl_dpr_merged").write_text(json.dumps(marker))
+    (merged / "tokenizer.json").write_text("mine")
+    before = {p.name: p.read_bytes() for p in merged.iterdir()}
+    with pytest.raises(
+        FileExistsError, match="holds tokenizer.json, which no merge wrote and a merge may replace"
+    ) as refused:
+        merge_adapter_folder(sft_lora, merged, dtype="float32", overwrite=True)
+    assert "\n" not in str(refused.value)
+    assert {p.name: p.read_bytes() for p in merged.iterdir()} == before
 
 
 def test_docstring_examples_run():

@@ -109,6 +109,23 @@ def test_a_key_in_a_compressed_log_is_found(run, suffix):
     assert f"train.log{suffix}:2 holds a Hugging Face token (hf_...) (decompressed)" in refused(run)
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"])
+def test_a_key_in_a_utf16_or_utf32_text_file_is_found_with_its_line(run, encoding):
+    """Trial B, finding 8: a token in a UTF-16 file (Windows' editors, PowerShell's `>`) was pushed."""
+    (run / "notes.txt").write_bytes(f"first line\ntoken: {HF_KEY}\n".encode(encoding))  # "utf-16"/"utf-32": a BOM
+    assert HF_KEY.encode() not in (run / "notes.txt").read_bytes()  # not found as UTF-8
+    assert "notes.txt:2 holds a Hugging Face token (hf_...)" in refused(run)
+    (run / "notes.txt").write_bytes(f"the secret: {'Xq9-private-passphrase-77'}\n".encode(encoding))
+    assert "notes.txt:1 holds the value of MY_PASSWORD" in refused(
+        run, secrets={"MY_PASSWORD": "Xq9-private-passphrase-77"}
+    )
+
+
+def test_a_key_in_a_compressed_utf16_log_is_found(run):
+    (run / "train.log.gz").write_bytes(gzip.compress(f"step 1\ntoken={HF_KEY}\n".encode("utf-16")))
+    assert "train.log.gz:2 holds a Hugging Face token (hf_...) (decompressed)" in refused(run)
+
+
 def test_a_base64_copy_of_a_key_is_found(run):
     encoded = base64.b64encode(f"Bearer {HF_KEY}".encode()).decode()
     (run / "request.json").write_text(json.dumps({"headers": {"Authorization": encoded}}))

@@ -2,22 +2,47 @@
 on a real SFT run of the embedded tiny model: the copy holds π_ref and loads as the same reward model; a run that is
 not finished, or holds a secret, exits 2 with one line and copies nothing."""
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
+from trl import ModelConfig
 
-from trl_dpr import CheckpointRewardModel
+from trl_dpr import CheckpointRewardModel, DensePathConfig
+from trl_dpr.running.checkpointing import release_output_dir
+from trl_dpr.running.pipeline import DPRScriptArguments, run_dpr
 from trl_dpr.running.push import _is_folder, files_to_push
 
-from .test_cli_process import trl_dpr_forked
-from .test_hub import ANSWER, QUESTION, tiny_sft
+from .test_cli_process import CLI, ENV, ROOT, trl_dpr_forked
+from .test_hub import ANSWER, COMMON, EMBEDDED, QUESTION, tiny_sft
 
 
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory):
     return Path(tiny_sft(tmp_path_factory.mktemp("push-command"), use_peft=False))
+
+
+@pytest.fixture(scope="module")
+def sft_lora_sft(tmp_path_factory):
+    return Path(tiny_sft(tmp_path_factory.mktemp("push-command-lora"), use_peft=True))
+
+
+@pytest.fixture(scope="module")
+def sft_lora_run(sft_lora_sft):
+    """A LoRA DPR policy trained with `merge_adapter: true` and no push (as `trl-dpr dpr` runs it, minus its stages)."""
+    output_dir = sft_lora_sft.parent / "dpr"
+    args = DensePathConfig(
+        output_dir=str(output_dir), max_steps=1, per_device_train_batch_size=4, max_completion_length=8, **COMMON
+    )
+    script_args = DPRScriptArguments(dataset_name=EMBEDDED, num_train_samples=8, merge_adapter=True)
+    run_dpr(script_args, args, ModelConfig(model_name_or_path=str(sft_lora_sft), dtype="float32"))
+    release_output_dir(output_dir)
+    return output_dir
 
 
 def test_push_to_a_folder_copies_the_run_with_pi_ref_and_it_loads_as_the_same_reward_model(sft_run, tmp_path):
@@ -81,6 +106,7 @@ def test_push_to_a_hub_repo_sends_the_card_loading_the_repo_not_the_local_folder
     hub = StandInHub()
     monkeypatch.setattr(huggingface_hub, "HfApi", lambda: hub)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: "a token")  # checked before anything is sent
     before = (sft_run / "README.md").read_text()
     assert f'model="{sft_run}"' in before  # written at the end of training, not pushed: it loads the output folder
     main([str(sft_run), "--to", "me/tiny-sft"])
@@ -91,3 +117,99 @@ def test_push_to_a_hub_repo_sends_the_card_loading_the_repo_not_the_local_folder
     assert 'model="me/tiny-sft"' in card and str(sft_run) not in card
     assert (sft_run / "README.md").read_text() == before
     assert "Pushed" in capsys.readouterr().out
+
+
+def test_a_push_to_a_folder_carries_a_card_whose_quick_start_loads_that_folder(sft_run, tmp_path):
+    """Trial B, finding 9: the copy's card loaded the source folder (model="runs/x"), not the copy."""
+    before = (sft_run / "README.md").read_text()
+    result = trl_dpr_forked("push", str(sft_run), "--to", str(tmp_path / "pushed"), tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    card = (tmp_path / "pushed" / "README.md").read_text()
+    assert f'pipeline("text-generation", model="{tmp_path / "pushed"}"' in card and str(sft_run) not in card
+    assert card == before.replace(f'model="{sft_run}"', f'model="{tmp_path / "pushed"}"')
+    assert (sft_run / "README.md").read_text() == before  # the run's own card is left as it is
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({}, "No Hugging Face token was found (HF_TOKEN, or `hf auth login`)"),
+        (
+            {"HF_TOKEN": "not-a-real-token", "HF_ENDPOINT": "http://127.0.0.1:9"},
+            "Could not reach the Hub at http://127.0.0.1:9 (ConnectError",
+        ),
+    ],
+    ids=["no token", "Hub unreachable"],
+)
+def test_a_hub_push_without_a_token_or_a_reachable_hub_ends_with_one_line(sft_run, tmp_path, env, message):
+    """Trial B, finding 7: online and without a token, `trl-dpr push` ended with httpx's 79-line traceback. A fresh
+    interpreter: huggingface_hub reads HF_HUB_OFFLINE and HF_ENDPOINT when it is imported."""
+    home = {"HF_HOME": str(tmp_path / "hf-home"), "HF_TOKEN_PATH": str(tmp_path / "no-token"), "HF_HUB_OFFLINE": "0"}
+    environment = {k: v for k, v in ENV.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")}
+    result = subprocess.run(
+        [sys.executable, "-c", CLI, "push", str(sft_run), "--to", "me/tiny-sft"],
+        cwd=ROOT,
+        env={**environment, **home, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 2  # the line, then --debug's hint
+
+
+def test_merge_adapter_without_a_push_merges_at_the_end_and_trl_dpr_push_merges_too(sft_lora_run, tmp_path):
+    """Trial B, finding 5: `merge_adapter: true` without push_to_hub was ignored, and no command merged an adapter."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    dpr_dir = sft_lora_run
+    merged = Path(f"{dpr_dir}-merged")
+    assert (merged / "model.safetensors").is_file() and not (merged / "adapter_config.json").exists()
+    base = json.loads((dpr_dir / "adapter_config.json").read_text())["base_model_name_or_path"]
+    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype="float32"), str(dpr_dir))
+    ids = torch.tensor([[5, 17, 42, 99, 7]])
+    with torch.no_grad():
+        expected = adapted.eval()(ids).logits
+        torch.testing.assert_close(
+            AutoModelForCausalLM.from_pretrained(merged, dtype="float32").eval()(ids).logits, expected
+        )
+    (merged / "my-model.Q8_0.gguf").write_text("my own export")
+    result = trl_dpr_forked(
+        "push", str(dpr_dir), "--to", str(tmp_path / "pushed"), "--merge_adapter", tmp_path=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    pushed = tmp_path / "pushed"
+    assert not (pushed / "adapter_config.json").exists() and not (pushed / ".trl_dpr_merged").exists()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            AutoModelForCausalLM.from_pretrained(pushed, dtype="float32").eval()(ids).logits, expected
+        )
+    assert f'model="{pushed}"' in (pushed / "README.md").read_text()
+    assert (merged / "my-model.Q8_0.gguf").read_text() == "my own export"  # kept by the merge, and never pushed:
+    own = json.loads((merged / ".trl_dpr_merged").read_text())["files"]
+    assert sorted(p.name for p in pushed.iterdir()) == sorted(own) and "my-model.Q8_0.gguf" not in own
+
+
+def test_push_merge_adapter_refuses_a_full_model_or_an_sft_output_before_merging(sft_run, sft_lora_sft, tmp_path):
+    for run, expected in (
+        (sft_run, "holds a full model, not a LoRA adapter"),
+        (sft_lora_sft, "is an SFT output, whose π_ref (dpr_reference/) is an adapter"),
+    ):
+        result = trl_dpr_forked(
+            "push", str(run), "--to", str(tmp_path / "pushed"), "--merge_adapter", tmp_path=tmp_path
+        )
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert f"--merge_adapter: '{run}' {expected}" in result.stderr
+        assert not (tmp_path / "pushed").exists() and not Path(f"{run}-merged").exists()
+
+
+def test_push_merge_adapter_refuses_a_destination_inside_the_merged_folder(sft_lora_run, tmp_path):
+    merged = Path(f"{sft_lora_run}-merged")
+    before = sorted(p.name for p in merged.iterdir())
+    result = trl_dpr_forked(
+        "push", str(sft_lora_run), "--to", str(merged / "copy"), "--merge_adapter", tmp_path=tmp_path
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"--to '{merged / 'copy'}' is inside '{merged}'" in result.stderr
+    assert sorted(p.name for p in merged.iterdir()) == before

@@ -3,6 +3,7 @@ evaluation_config, with an unfinished SFT resumed and a finished one skipped."""
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -358,6 +359,25 @@ def test_a_self_play_run_started_over_or_continued_drops_the_old_runs_table(self
     with pytest.raises(Trained):
         self_play_runs("spin", *overrides)
     assert not (tmp_path / "spin" / "eval_results.json").exists()  # the table of a model the folder no longer holds
+
+
+def test_a_dpr_run_with_merge_adapter_and_no_push_merges_once_after_its_evaluation(dpr_runs, monkeypatch):
+    """Trial B, finding 5: without push_to_hub, merge_adapter was ignored. The merged card carries the evaluation."""
+    import trl_dpr.scripts.dpr
+
+    events, trainer = [], SimpleNamespace(create_model_card=lambda **_: events.append("card"))
+    recorder = trl_dpr.scripts.dpr.run_dpr  # dpr_runs' stand-in for the training
+
+    def train(script_args, *args, **kwargs):
+        events.append(f"train, merge_adapter={script_args.merge_adapter}")
+        recorder(script_args, *args, **kwargs)
+        return trainer
+
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "run_dpr", train)
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "evaluate_against_sft", lambda *args, **kwargs: events.append("evaluate"))
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "merge_trainer_output", lambda t: events.append(("merge", t is trainer)))
+    dpr_runs("--evaluation_config", "recipes/evaluate/demo.yaml", "--merge_adapter", "true")
+    assert events == ["train, merge_adapter=False", "evaluate", "card", ("merge", True)]
 
 
 # ---- a failed stage releases the folder --------------------------------------------------------------------------------

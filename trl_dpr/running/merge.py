@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
+from fnmatch import fnmatch
 from pathlib import Path
 
-MERGED_MARKER = ".trl_dpr_merged"  # written last into a merge's folder: this one may be replaced
+# Written into a merge's folder: the files that merge wrote (JSON), the only ones a later merge may replace or remove.
+MERGED_MARKER = ".trl_dpr_merged"
 
 
 def merged_folder(output_dir: str | os.PathLike) -> str:
@@ -15,8 +18,26 @@ def merged_folder(output_dir: str | os.PathLike) -> str:
     return f"{str(output_dir).rstrip('/')}-merged"
 
 
+# The names a merge's save_pretrained (model, tokenizer) and card copy write: a file of yours named so is in the way.
+_MERGE_WRITES = (
+    "config.json",
+    "generation_config.json",
+    "model*.safetensors*",
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.*",
+    "merges.txt",
+    "*.model",
+    "chat_template.jinja",
+    "README.md",
+    "eval_results.json",
+)
+
+
 def check_merge_target(folder: str | os.PathLike) -> None:
-    """A `FileExistsError` (one line) when `folder` exists, is not empty and was not written by a merge."""
+    """A `FileExistsError` (one line) when `folder` exists, is not empty and was not written by a merge, or holds a
+    file that its merge did not write named as a merge's files are (checked again, exactly, when merging)."""
     folder = Path(folder)
     if (
         folder.exists()
@@ -27,14 +48,30 @@ def check_merge_target(folder: str | os.PathLike) -> None:
             f"{str(folder)!r} already exists and was not written by merge_adapter_folder; move it away or "
             "merge into another folder (trl_dpr never replaces a folder it did not create)."
         )
+    if (own := merge_output_files(folder)) is not None:
+        foreign = [
+            name
+            for name in _files_of(folder)
+            if name not in own and name != MERGED_MARKER and any(fnmatch(name, p) for p in _MERGE_WRITES)
+        ]
+        if foreign:
+            raise _foreign_files(folder, foreign)
+
+
+def _foreign_files(folder: Path, names: list[str]) -> FileExistsError:
+    return FileExistsError(
+        f"{str(folder)!r} holds {', '.join(names)}, which no merge wrote and a merge may replace: move them away or "
+        "merge into another folder (trl_dpr never replaces a file it did not write)."
+    )
 
 
 def merge_adapter_folder(
     adapter_dir: str | os.PathLike, output_dir: str | os.PathLike, dtype: str = "auto", overwrite: bool = False
 ) -> str:
     """Merge a saved LoRA adapter into a full-precision copy of its base (4-bit weights would round the update away)
-    and save it with the adapter's tokenizer and card; `overwrite=True` replaces an earlier merge's folder, never any
-    other non-empty `output_dir`. Returns `output_dir`.
+    and save it with the adapter's tokenizer and card; `overwrite=True` replaces the files an earlier merge wrote into
+    `output_dir` (its marker lists them) and leaves every other file there; any other non-empty `output_dir` is refused.
+    Returns `output_dir`.
     """
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -52,15 +89,56 @@ def merge_adapter_folder(
         check_merge_target(output_dir)
         if not overwrite:
             raise FileExistsError(f"{str(output_dir)!r} is not empty; pass overwrite=True to replace what is there.")
-        shutil.rmtree(output_dir)
     base_name = json.loads(config_path.read_text())["base_model_name_or_path"]
-    base = AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype)
-    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
-    merged.save_pretrained(output_dir)
-    tokenizer_source = adapter_dir if (adapter_dir / "tokenizer_config.json").is_file() else base_name
-    AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(output_dir)
-    for name in ("README.md", "eval_results.json"):
-        if (adapter_dir / name).is_file():
-            shutil.copy2(adapter_dir / name, output_dir / name)
-    (output_dir / MERGED_MARKER).write_text(adapter_dir.name)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    # Merged into a sibling staging folder first: what the merge writes is known before anything in output_dir is touched.
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.merging-", dir=output_dir.parent))
+    try:
+        base = AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype)
+        merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+        merged.save_pretrained(staging)
+        tokenizer_source = adapter_dir if (adapter_dir / "tokenizer_config.json").is_file() else base_name
+        AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(staging)
+        for name in ("README.md", "eval_results.json"):
+            if (adapter_dir / name).is_file():
+                shutil.copy2(adapter_dir / name, staging / name)
+        _replace_merge(staging, output_dir, adapter_dir.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return str(output_dir)
+
+
+def merge_output_files(folder: str | os.PathLike) -> set[str] | None:
+    """The files the merge in `folder` wrote, as its marker lists them; None when `folder` holds no merge (or one
+    whose marker lists nothing: written before markers listed files)."""
+    try:
+        return set(json.loads((Path(folder) / MERGED_MARKER).read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _files_of(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+def _replace_merge(staging: Path, output_dir: Path, adapter_name: str) -> None:
+    """Move the merge in `staging` into `output_dir`, replacing and removing only files an earlier merge wrote (listed
+    in its marker): a `FileExistsError` (one line), before any change, if a file the merge writes is someone else's."""
+    new = _files_of(staging)
+    marker = output_dir / MERGED_MARKER
+    earlier = merge_output_files(output_dir)
+    if earlier is None:  # a new folder, or an older marker (the adapter's name only): the files a merge writes
+        earlier = set(new)
+    if foreign := [name for name in new if (output_dir / name).exists() and name not in earlier]:
+        raise _foreign_files(output_dir, foreign)
+    output_dir.mkdir(exist_ok=True)
+    marker.write_text(
+        json.dumps({"adapter": adapter_name, "files": sorted(earlier | set(new))})
+    )  # a crash now: all listed
+    for name in new:
+        (output_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging / name, output_dir / name)
+    for name in sorted(earlier - set(new)):  # an earlier merge's file this one did not write again (another shard)
+        if name != MERGED_MARKER and (output_dir / name).is_file():
+            (output_dir / name).unlink()
+    marker.write_text(json.dumps({"adapter": adapter_name, "files": new}))

@@ -32,7 +32,7 @@ from ..trainer import check_reward_weights
 from .checkpointing import claim_output_dir, parse_resume_from_checkpoint, release_output_dir
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 from .merge import check_merge_target, merged_folder
-from .push import check_hub_push, defer_push_to_hub, push_trainer_output
+from .push import check_hub_push, defer_push_to_hub, merge_trainer_output, push_trainer_output
 from .trainers import DPRRunTrainer, SafeSFTTrainer
 
 logger = logging.getLogger(__name__)
@@ -116,8 +116,8 @@ class DPRScriptArguments(SFTScriptArguments):
     merge_adapter: bool = field(
         default=False,
         metadata={
-            "help": "With push_to_hub and a LoRA/QLoRA policy: push it merged into a full-precision copy of its base "
-            "model (written to <output_dir>-merged) instead of as the adapter."
+            "help": "A LoRA/QLoRA policy is also merged, at the end, into a full-precision copy of its base model "
+            "(written to <output_dir>-merged); with push_to_hub that merged model is pushed instead of the adapter."
         },
     )
     heatmap_steps: int = field(
@@ -289,7 +289,7 @@ def check_dpr_inputs(
         overwrite=training_args.overwrite_output_dir,
     )
     check_hub_push(training_args)
-    if training_args.push_to_hub and script_args.merge_adapter:  # its merged copy may not replace a folder of yours
+    if script_args.merge_adapter:  # its merged copy may not replace a folder of yours
         check_merge_target(merged_folder(training_args.output_dir))
     return DPRInputs(prompts=dpr_prompts(script_args, training_args.seed))
 
@@ -373,6 +373,8 @@ def run_dpr(
     trainer.create_model_card(dataset_name=script_args.dataset_name)  # `trl-dpr dpr` writes it again after evaluating
     if push:
         push_trainer_output(trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter)
+    elif script_args.merge_adapter:
+        merge_trainer_output(trainer)
     return trainer
 
 

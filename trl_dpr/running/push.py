@@ -7,6 +7,7 @@ holding `hub_token`) or temporary files; an SFT output keeps `dpr_reference/`. T
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -17,9 +18,11 @@ from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
 from ..reference_manifest import MANIFEST_NAME
 from .checkpointing import PREFIX_CHECKPOINT_DIR, RUN_COMPLETE_NAME, STAGING_DIRNAME
-from .merge import MERGED_MARKER, merge_adapter_folder, merged_folder
+from .merge import MERGED_MARKER, check_merge_target, merge_adapter_folder, merge_output_files, merged_folder
 from .model_card import _looks_local
 from .secret_scan import secrets_from_environment, secrets_in_file
+
+logger = logging.getLogger(__name__)
 
 # What `Trainer.push_to_hub` and `Trainer._push_from_checkpoint` pass to `upload_folder` (transformers 5).
 TRANSFORMERS_IGNORE_PATTERNS = ["_*", f"{PREFIX_CHECKPOINT_DIR}-*"]
@@ -43,14 +46,18 @@ def ignore_patterns() -> list[str]:
 
 def files_to_push(folder: str | os.PathLike, *, safety_rules: bool = True) -> list[str]:
     """The files a push of `folder` uploads (relative, `/`-separated, in huggingface_hub's order): `upload_folder`'s
-    walk filtered by transformers' and huggingface_hub's patterns, plus `SAFETY_IGNORE_PATTERNS` unless `safety_rules=False`.
+    walk filtered by transformers' and huggingface_hub's patterns, plus `SAFETY_IGNORE_PATTERNS` unless `safety_rules=False`;
+    in a merge's folder, only the files the merge wrote.
     """
     root = Path(folder).expanduser().resolve()
     if not root.is_dir():
         raise NotADirectoryError(f"Nothing to push: {str(folder)!r} is not a directory (expected a run's output_dir).")
     relative = [p.relative_to(root).as_posix() for p in sorted(root.glob("**/*")) if p.is_file()]
     patterns = (ignore_patterns() if safety_rules else list(TRANSFORMERS_IGNORE_PATTERNS)) + DEFAULT_IGNORE_PATTERNS
-    return list(filter_repo_objects(relative, ignore_patterns=patterns))
+    files = list(filter_repo_objects(relative, ignore_patterns=patterns))
+    if (merged := merge_output_files(root)) is not None:  # a merge's folder: what it wrote, not a file you added there
+        files = [name for name in files if name in merged]
+    return files
 
 
 def copy_files_to_push(
@@ -61,7 +68,8 @@ def copy_files_to_push(
     allow: Iterable[str] = (),
 ) -> list[str]:
     """Copy exactly `files_to_push(folder)` into a new `destination` after `check_push` (a push to a folder, or the
-    dry run of a Hub push: what the repo will hold). A local base model's path is kept: this machine can load it."""
+    dry run of a Hub push: what the repo will hold). A local base model's path is kept: this machine can load it; the
+    model card's quick start loads `destination`, not `folder`."""
     destination = Path(destination)
     if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
         raise FileExistsError(f"{str(destination)!r} is not empty; copy the push selection into a new folder.")
@@ -70,6 +78,8 @@ def copy_files_to_push(
         target = destination / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(Path(folder) / name, target)
+    if "README.md" in files and (card := _card_loading(destination / "README.md", str(destination))) is not None:
+        (destination / "README.md").write_bytes(card)
     return files
 
 
@@ -298,10 +308,7 @@ def push_trainer_output(
     repo_id = args.hub_model_id or Path(args.output_dir).absolute().name
     trainer.hub_model_id = trainer.hub_model_id or repo_id  # the card's "quick start" loads the model from there
     trainer.create_model_card(model_name=repo_id.split("/")[-1], dataset_name=dataset_name)
-    folder = args.output_dir
-    if merge_adapter and (Path(folder) / "adapter_config.json").is_file():
-        dtype = (getattr(args, "model_init_kwargs", None) or {}).get("dtype", "auto")
-        folder = merge_adapter_folder(folder, merged_folder(folder), dtype=dtype, overwrite=True)
+    folder = (merge_trainer_output(trainer) if merge_adapter else None) or args.output_dir
     return push_folder(
         folder,
         repo_id,
@@ -310,6 +317,21 @@ def push_trainer_output(
         revision=args.hub_revision,
         commit_message=commit_message,
     )
+
+
+def merge_trainer_output(trainer) -> str | None:
+    """Merge the trainer's adapter `output_dir` into `<output_dir>-merged` (`merge_adapter_folder`, main process only,
+    in the dtype the run loaded its model in) and return that folder; None when there is no adapter to merge."""
+    args = trainer.args
+    if not trainer.is_world_process_zero():
+        return None
+    if not (Path(args.output_dir) / "adapter_config.json").is_file():
+        logger.warning(f"merge_adapter: {args.output_dir} holds a full model, not a LoRA adapter: nothing to merge.")
+        return None
+    dtype = (getattr(args, "model_init_kwargs", None) or {}).get("dtype", "auto")
+    merged = merge_adapter_folder(args.output_dir, merged_folder(args.output_dir), dtype=dtype, overwrite=True)
+    print(f"Merged the adapter in {args.output_dir} into its base model: {merged}", flush=True)
+    return merged
 
 
 # ---- `trl-dpr push` ---------------------------------------------------------------------------------------------------
@@ -369,6 +391,12 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
     parser.add_argument("--private", action="store_true", help="create the Hub repo private")
     parser.add_argument("--revision", help="the Hub branch to push to (default: main)")
     parser.add_argument("--commit_message", default="Upload with trl-dpr push")
+    parser.add_argument(
+        "--merge_adapter",
+        action="store_true",
+        help="a LoRA/QLoRA policy (trl-dpr dpr): push it merged into a full-precision copy of its base model, "
+        "written to OUTPUT_DIR-merged first, as the recipe key merge_adapter: true does",
+    )
     args = parser.parse_args(argv)
     folder = Path(args.output_dir)
     if problem := _unfinished(folder):
@@ -376,34 +404,82 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
             f"{args.output_dir!r} is not a finished run to push: {problem}. Expected the output_dir of a "
             "trl-dpr sft or trl-dpr dpr run that ended."
         )
-    if _is_folder(args.to):
+    if args.merge_adapter:
+        _check_mergeable(folder, args.output_dir)
+    # Everything that can refuse the push is checked before the merge spends anything.
+    to_folder = _is_folder(args.to)
+    if to_folder:
         destination = Path(args.to).expanduser()
-        if destination.resolve().is_relative_to(folder.resolve()):
-            raise ValueError(f"--to {args.to!r} is inside {args.output_dir!r}: push to a folder outside the run.")
-        files = copy_files_to_push(folder, destination, allow=args.allow)
-        print(f"Pushed {len(files)} files of {args.output_dir} to the folder {destination}.")
+        for inside in (folder, Path(merged_folder(folder))) if args.merge_adapter else (folder,):
+            if destination.resolve().is_relative_to(inside.resolve()):
+                raise ValueError(f"--to {args.to!r} is inside {str(inside)!r}: push to a folder outside the run.")
+        if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
+            raise FileExistsError(f"{args.to!r} is not empty; push to a new folder.")
+    else:
+        _check_hub_destination(args.to)
+    source = merge_adapter_folder(folder, merged_folder(folder), overwrite=True) if args.merge_adapter else folder
+    if to_folder:
+        files = copy_files_to_push(source, destination, allow=args.allow)
+        print(
+            f"Pushed {len(files)} files of {source if args.merge_adapter else args.output_dir} to the folder {destination}."
+        )
         return
     from huggingface_hub import constants
+
+    try:
+        commit = push_folder(
+            source,
+            args.to,
+            private=args.private or None,
+            revision=args.revision,
+            commit_message=args.commit_message,
+            allow=args.allow,
+        )
+    except Exception as error:
+        # httpx's (or its fork's) ConnectError, ReadTimeout...: no class of huggingface_hub, and no OSError.
+        if not any(cls.__name__ == "TransportError" for cls in type(error).__mro__):
+            raise
+        raise ConnectionError(
+            f"Could not reach the Hub at {constants.ENDPOINT} ({type(error).__name__}: {error}); no commit was "
+            "made. Check the network (and HF_ENDPOINT), or push to a folder (--to ./some-folder)."
+        ) from None
+    print(
+        f"Pushed {source if args.merge_adapter else args.output_dir} to https://huggingface.co/{args.to} ({getattr(commit, 'commit_url', commit)})."
+    )
+
+
+def _check_mergeable(folder: Path, name: str) -> None:
+    """`--merge_adapter`'s checks before the merge: a DPR adapter folder, and `<folder>-merged` a merge may write."""
+    if not (folder / "adapter_config.json").is_file():
+        raise ValueError(f"--merge_adapter: {name!r} holds a full model, not a LoRA adapter; push it without it.")
+    if (folder / MANIFEST_NAME).is_file():
+        raise ValueError(
+            f"--merge_adapter: {name!r} is an SFT output, whose π_ref (dpr_reference/) is an adapter of the same base "
+            "that a merged model would leave behind; push it without --merge_adapter."
+        )
+    check_merge_target(merged_folder(folder))
+
+
+def _check_hub_destination(repo_id: str) -> None:
+    """Before anything is sent or merged: `repo_id` is a repo id, the Hub is on and there is a token (as
+    `check_hub_push` checks a recipe)."""
+    from huggingface_hub import constants, get_token
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
-        validate_repo_id(args.to)
+        validate_repo_id(repo_id)
     except HFValidationError as error:
-        raise ValueError(f"--to {args.to!r} is neither a folder path nor a Hub repo id ({error}).") from None
+        raise ValueError(f"--to {repo_id!r} is neither a folder path nor a Hub repo id ({error}).") from None
     if constants.HF_HUB_OFFLINE:
         raise ValueError(
             "The Hub is switched off here (HF_HUB_OFFLINE=1): unset it to push to a Hub repo, or push to "
             "a folder (--to ./some-folder)."
         )
-    commit = push_folder(
-        folder,
-        args.to,
-        private=args.private or None,
-        revision=args.revision,
-        commit_message=args.commit_message,
-        allow=args.allow,
-    )
-    print(f"Pushed {args.output_dir} to https://huggingface.co/{args.to} ({getattr(commit, 'commit_url', commit)}).")
+    if not get_token():
+        raise ValueError(
+            "No Hugging Face token was found (HF_TOKEN, or `hf auth login`): log in first to push to a Hub repo, or "
+            "push to a folder (--to ./some-folder)."
+        )
 
 
 if __name__ == "__main__":

@@ -197,29 +197,61 @@ def _decompressed(path: Path) -> bytes:
         return handle.read(_READ_WHOLE_MAX)
 
 
+def _as_utf8(data: bytes) -> bytes | None:
+    """`data` re-encoded as UTF-8 when it is UTF-16 or UTF-32 text (by its BOM, or without one when the bytes of each
+    ASCII character's zeros line up: every other byte, or three of four), where a key's bytes are not contiguous."""
+    boms = (
+        (b"\xff\xfe\x00\x00", "utf-32"),
+        (b"\x00\x00\xfe\xff", "utf-32"),
+        (b"\xff\xfe", "utf-16"),
+        (b"\xfe\xff", "utf-16"),
+    )
+    encoding = next((name for bom, name in boms if data.startswith(bom)), None)
+    if encoding is None and len(data) >= 8:
+
+        def zeros(*offsets: int, step: int) -> bool:  # nearly all ASCII: a stray non-Latin character may break a few
+            return all(data[i::step].count(0) >= 0.9 * len(data[i::step]) for i in offsets)
+
+        for offsets, step, name in (
+            ((1, 2, 3), 4, "utf-32-le"),
+            ((0, 1, 2), 4, "utf-32-be"),
+            ((1,), 2, "utf-16-le"),
+            ((0,), 2, "utf-16-be"),
+        ):
+            if len(data) % step == 0 and zeros(*offsets, step=step):
+                encoding = name
+                break
+    return None if encoding is None else data.decode(encoding, errors="replace").encode()
+
+
 def secrets_in_file(
     path: str | os.PathLike, secrets: Mapping[str, str], *, shapes: bool = True, chunk_size: int = 1 << 20
 ) -> list[tuple[int, str]]:
     """(line, what) for each secret `path` holds: a value of `secrets`, and with `shapes` a `KEY_SHAPES` key, in its
-    bytes, decompressed when it is compressed, and in its base64 runs when it is text (weights are scanned raw)."""
+    bytes, decompressed when it is compressed, and in its base64 runs when it is text (UTF-8, or UTF-16/32 decoded;
+    weights are scanned raw)."""
     path = Path(path)
     needles = {name: value.encode() for name, value in secrets.items() if value}
 
     def lined(data: bytes, hits) -> list[tuple[int, str]]:
         return sorted((data.count(b"\n", 0, offset) + 1, what) for offset, what in hits)
 
+    def text_hits(data: bytes) -> list[tuple[int, str]]:  # UTF-16/32 text is scanned as the characters it holds too
+        found = lined(data, _hits(data, needles, shapes) + _decoded_base64_hits(data, needles, shapes))
+        if (text := _as_utf8(data)) is None:
+            return found
+        return sorted(
+            {*found, *lined(text, _hits(text, needles, shapes) + _decoded_base64_hits(text, needles, shapes))}
+        )
+
     if path.suffix in _COMPRESSED:
         try:
             data = _decompressed(path)
         except Exception as error:  # a truncated archive, or one that only looks compressed
             return [(0, f"content that could not be decompressed to check it ({type(error).__name__})")]
-        return [
-            (line, f"{what} (decompressed)")
-            for line, what in lined(data, _hits(data, needles, shapes) + _decoded_base64_hits(data, needles, shapes))
-        ]
+        return [(line, f"{what} (decompressed)") for line, what in text_hits(data)]
     if path.suffix not in _BINARY and path.stat().st_size <= _READ_WHOLE_MAX:
-        data = path.read_bytes()
-        return lined(data, _hits(data, needles, shapes) + _decoded_base64_hits(data, needles, shapes))
+        return text_hits(path.read_bytes())
     found: dict[str, int] = {}
     overlap = max([256, *(len(v) for v in needles.values())])
     with open(path, "rb") as handle:

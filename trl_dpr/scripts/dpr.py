@@ -6,6 +6,8 @@
 `evaluation_config:` evaluates the policy against SFT afterwards.
 """
 
+from dataclasses import replace
+
 from trl import ModelConfig
 
 from trl_dpr import DensePathConfig
@@ -14,7 +16,7 @@ from trl_dpr.running.cli import run
 from trl_dpr.running.memory import MemoryTarget
 from trl_dpr.running.pipeline import DPRScriptArguments, check_dpr_inputs, evaluate_against_sft, run_dpr
 from trl_dpr.running.placement import LaunchPlacement, check_launched_run
-from trl_dpr.running.push import defer_push_to_hub, push_trainer_output
+from trl_dpr.running.push import defer_push_to_hub, merge_trainer_output, push_trainer_output
 from trl_dpr.running.recipe_parser import RecipeParser
 from trl_dpr.running.stages import finished_already, run_stages
 
@@ -55,7 +57,10 @@ def main(argv=None):
             placement,
             script_args.sft_config,
             script_args.evaluation_config,
-            train=lambda: run_dpr(script_args, training_args, model_args, inputs=dpr_inputs),
+            # merged below, after the evaluation (the merged card carries its table), as the push
+            train=lambda: run_dpr(
+                replace(script_args, merge_adapter=False), training_args, model_args, inputs=dpr_inputs
+            ),
             train_title=f"Dense-Path REINFORCE from {sft_path} ({placement}, dtype {model_args.dtype})",
             evaluate=evaluate,
             trust_remote_code=training_args.trust_remote_code,
@@ -64,6 +69,8 @@ def main(argv=None):
             push_trainer_output(
                 trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter
             )
+        elif script_args.merge_adapter:
+            merge_trainer_output(trainer)
         mark_run_finished(training_args.output_dir, fingerprint)  # last: the same command again finds it finished
     finally:  # after the evaluation's eval_results.json and the push; a failed stage leaves the folder free too
         release_output_dir(training_args.output_dir)
