@@ -136,7 +136,7 @@ def _generate_all_answers(config, models, prompt_sets, answer_caches: dict, show
             logger.info(f"Loading {name} from {path} to answer the missing prompts.")
             generator = load_answer_generator(
                 path,
-                backend=_generation_settings(config, path)["backend"],
+                backend=next(iter(caches.values())).settings["backend"],  # the settings its caches hold
                 temperature=config.temperature,
                 max_new_tokens=config.max_new_tokens,
                 batch_size=config.generation_batch_size,
