@@ -7,7 +7,7 @@ import torch
 
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.evaluation import EvalPrompt, TransformersAnswerGenerator, answer_prompts, length_stats
-from trl_dpr.evaluation.answers import answer_cache
+from trl_dpr.evaluation.answers import answer_cache, weights_fingerprint
 from trl_dpr.evaluation.cache import JsonlCache
 from trl_dpr.evaluation.sampling import generate_answers
 
@@ -120,6 +120,7 @@ def test_transformers_generation_is_seeded_batched_and_leaves_the_callers_random
     assert first == generator.generate(conversations) and len(first) == 5
     assert generator.settings == {
         "model_path": generator.settings["model_path"],
+        "weights": None,  # an in-memory model: no saved weights to fingerprint
         "backend": "transformers",
         "temperature": 0.7,
         "max_new_tokens": 5,
@@ -158,3 +159,71 @@ def test_sampling_ignores_the_checkpoints_own_generation_defaults(tokenizer):
     again = sample_completions(model, tokenizer, prompts, temperature=1.0, max_new_tokens=4, seed=5)
     assert [s.completion_ids for s in again] == [s.completion_ids for s in plain]
     assert len({tuple(s.completion_ids) for s in plain}) > 1
+
+
+def test_answers_of_other_weights_at_the_same_path_are_generated_again_and_replace_the_file(tmp_path, caplog):
+    path = tmp_path / "answers.jsonl"
+    old = CountingGenerator(settings={"model_path": "runs/dpr", "weights": "aaa", "temperature": 0.7})
+    answer_prompts(old, "DPR", PROMPTS[:3], answer_cache(path, old), show_progress=False)
+    before = path.read_bytes()
+
+    retrained = CountingGenerator(settings={"model_path": "runs/dpr", "weights": "bbb", "temperature": 0.7})
+    with caplog.at_level("WARNING"):
+        cache = answer_cache(path, retrained)
+    assert "was made with other weights (weights: 'aaa' in the file, 'bbb' now)" in caplog.text
+    assert len(cache) == 0 and path.read_bytes() == before  # nothing reused; the file is kept until new answers come
+    answer_prompts(retrained, "DPR", PROMPTS[:2], cache, show_progress=False)
+    assert len(retrained.conversations) == 2
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["prompt_id"], r["settings"]["weights"]) for r in rows] == [("0", "bbb"), ("1", "bbb")]
+
+
+def test_other_weights_and_another_setting_are_still_refused(tmp_path):
+    path = tmp_path / "answers.jsonl"
+    old = CountingGenerator(settings={"model_path": "runs/dpr", "weights": "aaa", "temperature": 0.7})
+    answer_prompts(old, "DPR", PROMPTS[:1], answer_cache(path, old), show_progress=False)
+    other = CountingGenerator(settings={"model_path": "runs/dpr", "weights": "bbb", "temperature": 1.0})
+    with pytest.raises(ValueError, match=r"temperature: 0.7 in the file, 1.0 now.*delete the file"):
+        answer_cache(path, other)
+
+
+def save_tiny_model(path, tokenizer, seed=0):
+    build_tiny_causal_lm(tokenizer, seed=seed).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+def test_the_weights_fingerprint_follows_the_weights_not_the_card_or_results(tmp_path, tokenizer):
+    save_tiny_model(tmp_path / "dpr", tokenizer)
+    first = weights_fingerprint(str(tmp_path / "dpr"))
+    (tmp_path / "dpr" / "README.md").write_text("a model card")  # written after the evaluation: not the weights
+    (tmp_path / "dpr" / "eval_results.json").write_text("{}")
+    (tmp_path / "dpr" / "checkpoint-2").mkdir()
+    (tmp_path / "dpr" / "checkpoint-2" / "model.safetensors").write_bytes(b"x")
+    assert weights_fingerprint(str(tmp_path / "dpr")) == first
+    save_tiny_model(tmp_path / "dpr", tokenizer, seed=1)
+    assert weights_fingerprint(str(tmp_path / "dpr")) != first
+
+
+def test_an_adapters_fingerprint_changes_with_its_base(tmp_path, tokenizer):
+    save_tiny_model(tmp_path / "sft", tokenizer)
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "sft")}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"lora")
+    first = weights_fingerprint(str(adapter))
+    save_tiny_model(tmp_path / "sft", tokenizer, seed=1)  # the SFT retrained under the same adapter
+    assert weights_fingerprint(str(adapter)) != first
+
+
+def test_a_hub_ids_fingerprint_is_its_cached_commit_offline(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    snapshot = tmp_path / "models--owner--tiny" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "models--owner--tiny" / "refs").mkdir()
+    (tmp_path / "models--owner--tiny" / "refs" / "main").write_text("0123abc")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert weights_fingerprint("owner/tiny") == "hub:0123abc"
+    assert weights_fingerprint("owner/not-cached") is None

@@ -224,7 +224,9 @@ def test_a_model_whose_answers_are_all_cached_is_not_refused_for_its_context(tok
     config = two_model_evaluation(tokenizer, tmp_path, 512, 512, max_new_tokens=32)
     monkeypatch.setattr(trl_dpr.evaluation.runner, "load_answer_generator", Answers)
     run_evaluation(config, show_progress=False)  # every answer cached
-    build_tiny_causal_lm(tokenizer, max_positions=longest + 16).save_pretrained(tmp_path / "sft")  # 16 < 32
+    sft_config = json.loads((tmp_path / "sft" / "config.json").read_text())  # the same weights, a shorter context
+    sft_config["max_position_embeddings"] = longest + 16  # 16 < 32
+    (tmp_path / "sft" / "config.json").write_text(json.dumps(sft_config))
 
     def load_answer_generator(*args, **kwargs):
         raise ModelWouldLoad

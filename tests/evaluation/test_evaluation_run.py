@@ -10,7 +10,14 @@ import yaml
 
 from trl_dpr.embedded.task import is_correct
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
-from trl_dpr.evaluation import EvaluationConfig, MissingAPIKeyError, load_prompt_set, run_evaluation
+from trl_dpr.evaluation import (
+    EvaluationConfig,
+    MissingAPIKeyError,
+    TransformersAnswerGenerator,
+    load_prompt_set,
+    run_evaluation,
+    runner,
+)
 from trl_dpr.running.recipe_parser import RecipeParser
 
 from ..conftest import run_forked
@@ -109,6 +116,44 @@ def test_two_tiny_models_are_evaluated_end_to_end_with_the_exact_judge(tmp_path,
     assert "| Method | Embedded task win rate vs SFT % (95% CI) |" in markdown
     assert "| SFT | — |" in markdown and "| DPR | 68.8 (" in markdown
     assert "8 of 8 pairs judged, 0 unparseable" in markdown
+
+
+@pytest.mark.slow  # three evaluations of two tiny models (≈ 3 s)
+def test_a_model_retrained_in_place_is_answered_again_not_from_the_old_cache(
+    tmp_path, saved_models, tokenizer, monkeypatch, caplog
+):
+    config = demo_config(tmp_path, saved_models)
+    run_evaluation(config, show_progress=False)
+    answers_file = tmp_path / "eval" / "answers" / "demo" / "DPR.jsonl"
+    old_answers = [row["answer"] for row in read_jsonl(answers_file)]
+
+    # Retrained in the same folder (rm -r and train again, --overwrite_output_dir): other weights, the same path.
+    build_tiny_causal_lm(tokenizer, seed=2).save_pretrained(saved_models["dpr"])
+    loaded = []
+    real_loader = runner.load_answer_generator
+    monkeypatch.setattr(
+        runner, "load_answer_generator", lambda path, **kwargs: loaded.append(path) or real_loader(path, **kwargs)
+    )
+    with caplog.at_level("WARNING"):
+        report = run_evaluation(config, show_progress=False)
+    assert loaded == [saved_models["dpr"]]  # the SFT's answers are still its own: only DPR is answered again
+    assert "DPR.jsonl was made with other weights" in caplog.text
+
+    # What the new weights answer, sampled on their own with the evaluation's settings.
+    prompts = load_prompt_set("demo", num_prompts=8)
+    generator = TransformersAnswerGenerator.from_pretrained(
+        saved_models["dpr"], dtype="float32", device="cpu", temperature=0.7, max_new_tokens=8, batch_size=4, seed=0
+    )
+    expected = generator.generate([p.conversation([]) for p in prompts])
+    rows = read_jsonl(answers_file)
+    assert [row["answer"] for row in rows] == expected != old_answers  # the file holds the new answers only
+    (accuracy,) = [a for a in report.accuracy if a.method == "DPR"]
+    right = [is_correct(answer, p.references[0]) for answer, p in zip(expected, prompts)]
+    assert accuracy.accuracy == pytest.approx(sum(right) / len(right))
+
+    loaded.clear()  # unchanged weights: every answer is reused, no model is loaded
+    run_evaluation(config, show_progress=False)
+    assert loaded == [] and read_jsonl(answers_file) == rows
 
 
 def test_the_recipe_runs_from_a_yaml_config_in_a_process_of_its_own(tmp_path, saved_models):

@@ -5,6 +5,7 @@ their own, on tiny SFT outputs; and the same files read by each stage, or refuse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import yaml
 
 from trl_dpr.evaluation import EvaluationConfig
 from trl_dpr.evaluation.answer_checks import answer_check_from, load_answer_check, pattern_check
+from trl_dpr.evaluation.answers import weights_fingerprint
 from trl_dpr.evaluation.prompt_sets import load_prompt_set
 
 from ..conftest import save_sft_output
@@ -88,17 +90,23 @@ PLANTED = {
 }
 
 
+def planted_settings(user_folder, name: str) -> dict:
+    """The settings the evaluation reads back for `name`'s answers: its folder and the weights saved there now."""
+    return {
+        "model_path": f"runs/my-{name.lower()}",
+        "weights": weights_fingerprint(str(user_folder / "runs" / f"my-{name.lower()}")),
+        "backend": "transformers",
+        "temperature": 0.7,
+        "max_new_tokens": 8,
+        "seed": 0,
+    }
+
+
 def test_your_check_decides_the_evaluation_of_your_prompts(user_folder):
     """`trl-dpr evaluate --config my_eval.yaml`: each model's accuracy and DPR's win rate against SFT, by the user's
     function on answers planted in the cache (right or wrong by hand: -40 = -40.0, 98.6 ≠ 99, a decimal, a negative)."""
     for name, (answers, _) in PLANTED.items():
-        settings = {
-            "model_path": f"runs/my-{name.lower()}",
-            "backend": "transformers",
-            "temperature": 0.7,
-            "max_new_tokens": 8,
-            "seed": 0,
-        }
+        settings = planted_settings(user_folder, name)
         cache = user_folder / "runs" / "my-eval" / "answers" / "jsonl" / f"{name}.jsonl"
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(
@@ -131,6 +139,48 @@ def test_your_check_decides_the_evaluation_of_your_prompts(user_folder):
     assert pairwise["judge"] == "exact-answer:my_checks:fahrenheit"
 
 
+def test_a_dpr_retrained_in_its_folder_is_evaluated_again_not_from_its_cached_answers(
+    user_folder, tmp_path, tokenizer
+):
+    """`rm -r runs/my-dpr`, train again, `trl-dpr evaluate --config my_eval.yaml` again: DPR's cached answers were made
+    by the old weights, so DPR answers again (a warning says so); SFT's, unchanged, are read back."""
+    folder = tmp_path / "my-task"
+    shutil.copytree(user_folder, folder, ignore=shutil.ignore_patterns("my-eval"))
+    cache = folder / "runs" / "my-eval" / "answers" / "jsonl"
+    cache.mkdir(parents=True)
+    for name, (answers, _) in PLANTED.items():
+        settings = planted_settings(folder, name)
+        (cache / f"{name}.jsonl").write_text(
+            "".join(
+                json.dumps({"model": name, "prompt_id": str(i), "turn": 0, "answer": a, "settings": settings}) + "\n"
+                for i, a in enumerate(answers)
+            )
+        )
+    evaluate = ("evaluate", "--config", "my_eval.yaml", "--max_new_tokens", "8", "--bootstrap_resamples", "200")
+    evaluate += ("--generation_backend", "transformers")
+    run = trl_dpr(folder, *evaluate)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads((folder / "runs" / "my-eval" / "results.json").read_text())
+    assert {r["method"]: r["accuracy"] for r in results["accuracy"]} == {"SFT": 0.5, "DPR": 0.75}  # the planted ones
+
+    shutil.rmtree(folder / "runs" / "my-dpr")  # the README's way to retrain: other weights in the same folder
+    save_sft_output(folder / "runs" / "my-dpr", tokenizer, sft_seed=3)
+    run = trl_dpr(folder, *evaluate)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "DPR.jsonl was made with other weights" in run.stderr and "SFT.jsonl was made" not in run.stderr
+    rows = [json.loads(line) for line in (cache / "DPR.jsonl").read_text().splitlines()]
+    answers = [row["answer"] for row in rows]
+    assert len(answers) == 4 and not set(answers) & set(PLANTED["DPR"][0])  # sampled again, none of the old ones
+    assert {row["settings"]["weights"] for row in rows} == {weights_fingerprint(str(folder / "runs" / "my-dpr"))}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        check = load_answer_check("my_checks:fahrenheit")
+    prompts = load_prompt_set("jsonl", str(folder / "held_out.jsonl"))
+    right = check(answers, [p.references[0] for p in prompts], [p.as_written() for p in prompts])
+    results = json.loads((folder / "runs" / "my-eval" / "results.json").read_text())
+    assert {r["method"]: r["accuracy"] for r in results["accuracy"]} == {"SFT": 0.5, "DPR": sum(right) / 4}
+
+
 def test_a_judge_of_yours_named_as_module_class_decides_the_win_rate(user_folder, tmp_path, monkeypatch):
     """`judge: my_judges:MentionsTheAnswer`, a class in the user's folder (the candidate wins when only it states the
     reference answer): the win rate is the one its verdicts give, counted by hand."""
@@ -146,13 +196,7 @@ def test_a_judge_of_yours_named_as_module_class_decides_the_win_rate(user_folder
     monkeypatch.chdir(user_folder)
     output = tmp_path / "eval"
     for name, (answers, _) in PLANTED.items():
-        settings = {
-            "model_path": f"runs/my-{name.lower()}",
-            "backend": "transformers",
-            "temperature": 0.7,
-            "max_new_tokens": 8,
-            "seed": 0,
-        }
+        settings = planted_settings(user_folder, name)
         cache = output / "answers" / "jsonl" / f"{name}.jsonl"
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(
@@ -201,13 +245,7 @@ def test_a_check_written_for_trls_conversational_format_decides_the_evaluation_o
     monkeypatch.chdir(user_folder)
     output = tmp_path / "eval"
     for name, (answers, _) in PLANTED.items():
-        settings = {
-            "model_path": f"runs/my-{name.lower()}",
-            "backend": "transformers",
-            "temperature": 0.7,
-            "max_new_tokens": 8,
-            "seed": 0,
-        }
+        settings = planted_settings(user_folder, name)
         cache = output / "answers" / "jsonl" / f"{name}.jsonl"
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(

@@ -303,6 +303,42 @@ def test_an_edited_config_file_the_recipe_names_is_another_run_and_the_same_text
     assert run_fingerprint(Pipeline(None)) == run_fingerprint(Pipeline(None))  # no file named: the arguments alone
 
 
+@dataclass
+class Data:
+    dataset_name: str
+
+
+def test_an_edited_local_dataset_is_another_run_and_a_hub_dataset_is_its_name(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"prompt": "1 km in m?"}\n')
+    mark_run_finished(tmp_path, run_fingerprint(Data(str(train))))
+    assert finished_run(tmp_path, run_fingerprint(Data(str(train))))  # untouched: the same run
+    with open(train, "a") as f:
+        f.write('{"prompt": "2 km in m?"}\n')  # one row more: other training data, another run
+    assert not finished_run(tmp_path, run_fingerprint(Data(str(train))))
+    mark_run_finished(tmp_path, run_fingerprint(Data(str(train))))
+    train.write_text('{"prompt": "3 km in m?"}\n{"prompt": "4 km in m?"}\n')  # as many bytes, saved a second later
+    later = train.stat().st_mtime_ns + 1_000_000_000
+    os.utime(train, ns=(later, later))
+    assert not finished_run(tmp_path, run_fingerprint(Data(str(train))))
+    assert run_fingerprint(Data("owner/data")) == run_fingerprint(Data("owner/data"))  # a Hub id: its name alone
+
+
+def test_a_file_edited_in_a_local_dataset_folder_is_another_run(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    data = tmp_path / "data"
+    (data / "train").mkdir(parents=True)
+    (data / "train" / "part-0.jsonl").write_text('{"prompt": "1 km in m?"}\n')
+    mark_run_finished(tmp_path, run_fingerprint(Data(str(data))))
+    (data / ".cache").mkdir()
+    (data / ".cache" / "index").write_text("a tool's cache, not the data")
+    assert finished_run(tmp_path, run_fingerprint(Data(str(data))))
+    with open(data / "train" / "part-0.jsonl", "a") as f:  # the folder's own mtime does not change: its file's does
+        f.write('{"prompt": "2 km in m?"}\n')
+    assert not finished_run(tmp_path, run_fingerprint(Data(str(data))))
+
+
 def test_the_record_of_a_finished_run_holds_no_argument_in_clear(tmp_path):
     mark_run_finished(tmp_path, run_fingerprint(Recipe(model_init_kwargs={"token": "hf_FAKEtokenINaRECIPE"})))
     assert "hf_FAKE" not in (tmp_path / RUN_COMPLETE_NAME).read_text()

@@ -516,6 +516,40 @@ def test_the_readmes_demo_command_again_on_its_finished_run_exits_0_with_its_tab
     assert (tmp_path / "dpr" / "model.safetensors").read_bytes() == b"weights of the finished run"
 
 
+@pytest.mark.slow  # two processes forked from this one: seconds
+def test_a_finished_run_whose_local_training_file_was_edited_is_not_taken_for_finished(tmp_path, monkeypatch):
+    """`trl-dpr dpr` again after editing train.jsonl: not `Already finished` (that run trained on other data), but the
+    folder's refusal with the way to train again; the finished run's model is left as it was."""
+    from trl_dpr.running.checkpointing import mark_run_finished, run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    train = tmp_path / "train.jsonl"
+    rows = [
+        {"messages": [{"role": "user", "content": f"{n} km in m?"}, {"role": "assistant", "content": f"{n}000 m"}]}
+        for n in range(1, 6)
+    ]
+    train.write_text("".join(json.dumps(row) + "\n" for row in rows[:4]))
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    recipe.update(output_dir=str(tmp_path / "dpr"), dataset_name=str(train))
+    path = tmp_path / "dpr.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    (tmp_path / "dpr").mkdir()
+    (tmp_path / "dpr" / "model.safetensors").write_bytes(b"weights of the finished run")
+    monkeypatch.chdir(ROOT)  # the recipe's paths are the repository's
+    script_args, training_args, model_args, _ = make_parser().parse_args_and_config(["--config", str(path)])
+    mark_run_finished(training_args.output_dir, run_fingerprint(script_args, training_args, model_args))
+
+    again = trl_dpr_forked("dpr", "--config", str(path), tmp_path=tmp_path)
+    assert again.returncode == 0 and f"Already finished: {tmp_path / 'dpr'} holds this run" in again.stdout
+    with open(train, "a") as f:
+        f.write(json.dumps(rows[4]) + "\n")
+    edited = trl_dpr_forked("dpr", "--config", str(path), tmp_path=tmp_path)
+    assert edited.returncode == 2 and "Already finished" not in edited.stdout, edited.stdout[-2000:]
+    assert "already holds a run" in edited.stderr and "--overwrite_output_dir true" in edited.stderr
+    assert "Traceback" not in edited.stderr
+    assert (tmp_path / "dpr" / "model.safetensors").read_bytes() == b"weights of the finished run"
+
+
 @pytest.mark.slow  # a process that imports torch and TRL: seconds
 def test_make_demos_launch_on_a_folder_holding_another_run_ends_with_one_line_and_no_traceback(tmp_path):
     recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())

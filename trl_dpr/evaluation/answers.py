@@ -9,7 +9,9 @@ One JSONL line per answer (`{"model", "prompt_id", "turn", "answer", "settings"}
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -34,8 +36,8 @@ class AnswerGenerator(Protocol):
 class TransformersAnswerGenerator:
     """Batched sampling with transformers (`generate_answers`): the path that works everywhere, CPU included.
 
-    Every call starts from `seed` and leaves the caller's random state untouched; `model_path` goes into the cache
-    settings, so answers of another model are never mixed in.
+    Every call starts from `seed` and leaves the caller's random state untouched; `model_path` and the weights saved
+    there (`weights_fingerprint`) go into the cache settings, so answers of another model are never mixed in.
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class TransformersAnswerGenerator:
         self.seed = seed
         self.settings = {
             "model_path": model_path or getattr(model.config, "name_or_path", None),
+            "weights": weights_fingerprint(model_path) if model_path else None,
             "backend": "transformers",
             "temperature": temperature,
             "max_new_tokens": max_new_tokens,
@@ -92,8 +95,52 @@ class TransformersAnswerGenerator:
 
 
 def answer_cache(path: str | Path, generator: AnswerGenerator) -> JsonlCache:
-    """The answer file of one model on one prompt set: lines keyed by (model, prompt_id, turn)."""
-    return JsonlCache(path, ("model", "prompt_id", "turn"), settings=generator.settings)
+    """The answer file of one model on one prompt set: lines keyed by (model, prompt_id, turn). Answers of other
+    weights at the same path (a retrained model) are stale: they are generated again (`JsonlCache`'s `renewed_by`)."""
+    return JsonlCache(path, ("model", "prompt_id", "turn"), settings=generator.settings, renewed_by=("weights",))
+
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def weights_fingerprint(model_path: str, _seen: frozenset = frozenset()) -> str | None:
+    """A cheap digest of the weights `model_path` loads, so cached answers never outlive them (`rm -r` and retrain,
+    `--overwrite_output_dir`): a folder's weight files by name, size and mtime (not its checkpoints, config or card),
+    an adapter's base too; a Hub id's commit (the Hub's when online, else the cached one)."""
+    folder = Path(model_path).expanduser()
+    if folder.is_dir():
+        files = [
+            (f.name, f.stat().st_size, f.stat().st_mtime_ns)
+            for f in sorted(folder.iterdir())
+            if f.is_file() and f.suffix in _WEIGHT_SUFFIXES and f.name != "training_args.bin"
+        ]
+        base = _adapter_base(folder)
+        seen = _seen | {str(folder.resolve())}
+        if base is not None and str(Path(base).expanduser().resolve()) not in seen:
+            files.append(("base", base, weights_fingerprint(base, seen)))
+        return hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16]
+    revision = _hub_revision(model_path)
+    return f"hub:{revision}" if revision else None
+
+
+def _adapter_base(folder: Path) -> str | None:
+    try:
+        return json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):  # not an adapter, or a config we cannot read (loading says so)
+        return None
+
+
+def _hub_revision(model_id: str) -> str | None:
+    """The commit a Hub id loads: the Hub's `main` when online, else the snapshot this machine has cached."""
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+
+    if not constants.HF_HUB_OFFLINE:
+        try:
+            return HfApi().model_info(model_id, timeout=10).sha
+        except Exception:  # no network, a private repo without a token, not an id: the cached commit, if any
+            pass
+    cached = try_to_load_from_cache(model_id, "config.json")
+    return Path(cached).parent.name if isinstance(cached, str) else None
 
 
 def answer_prompts(
@@ -183,6 +230,7 @@ class VLLMAnswerGenerator:
         self.sampling_params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed)
         self.settings = {
             "model_path": str(model_path),
+            "weights": weights_fingerprint(model_path),
             "backend": "vllm",
             "temperature": temperature,
             "max_new_tokens": max_new_tokens,

@@ -1,7 +1,9 @@
 """`JsonlCache`: append-only JSONL records keyed by some of their fields, so an interrupted run resumes where it stopped.
 
 Each record is flushed as soon as it exists. A last line cut by a crash is dropped; a corrupt line elsewhere, or
-records made with other settings, stop the run with an error that says which file to delete.
+records made with other settings, stop the run with an error that says which file to delete. Settings named in
+`renewed_by` (the weights that made answers) change under the user, not by their choice: records that differ only there
+are stale, made again, and replace the file.
 """
 
 from __future__ import annotations
@@ -16,12 +18,18 @@ logger = logging.getLogger(__name__)
 
 
 class JsonlCache:
-    """Records of one JSONL file by `key_fields`; `settings` (what made them) are written into each and must match."""
+    """Records of one JSONL file by `key_fields`; `settings` (what made them) are written into each and must match,
+    except that records differing only in `renewed_by` settings are dropped (a warning) and the file is rewritten from
+    the first new record on (until then it is left as it was)."""
 
-    def __init__(self, path: str | Path, key_fields: Sequence[str], settings: dict | None = None):
+    def __init__(
+        self, path: str | Path, key_fields: Sequence[str], settings: dict | None = None, renewed_by: Sequence[str] = ()
+    ):
         self.path = Path(path)
         self.key_fields = tuple(key_fields)
         self.settings = settings
+        self.renewed_by = tuple(renewed_by)
+        self._stale = False  # the file holds only stale records: the first write replaces it
         self._records: dict[tuple, dict] = {}
         self._load()
 
@@ -52,9 +60,10 @@ class JsonlCache:
         if not records:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as f:
+        with open(self.path, "w" if self._stale else "a", encoding="utf-8") as f:
             f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
             f.flush()
+        self._stale = False
         for record in records:
             self._records[self.key_of(record)] = record
 
@@ -80,18 +89,29 @@ class JsonlCache:
                     f"{self.path}:{number} is not valid JSON and is not the last line, so the cache is corrupt. "
                     "Delete that line (or the file, to recompute everything in it)."
                 ) from None
-            self._check_settings(record, number)
+            if self._check_settings(record, number):
+                self._records.clear()
+                self._stale = True
+                return
             self._records[self.key_of(record)] = record
         if raw and not raw.endswith(b"\n"):  # a whole last record without its newline: complete the line
             with open(self.path, "ab") as f:
                 f.write(b"\n")
 
-    def _check_settings(self, record: dict, number: int) -> None:
+    def _check_settings(self, record: dict, number: int) -> bool:
+        """False when `record` was made with these settings; True when it differs only in `renewed_by` (stale);
+        otherwise an error."""
         if self.settings is None or record.get("settings") == self.settings:
-            return
+            return False
         found = record.get("settings") or {}
         differing = sorted(k for k in set(found) | set(self.settings) if found.get(k) != self.settings.get(k))
         details = "; ".join(f"{k}: {found.get(k)!r} in the file, {self.settings.get(k)!r} now" for k in differing)
+        if set(differing) <= set(self.renewed_by):
+            logger.warning(
+                f"{self.path} was made with other {' and '.join(differing)} ({details}): the model changed since "
+                "(retrained or replaced), so its records are made again and replace the file."
+            )
+            return True
         raise ValueError(
             f"{self.path}:{number} was made with other settings ({details}). Cached results are only reused for "
             "identical settings: delete the file to recompute it, or use another output_dir."

@@ -19,7 +19,7 @@ from ..field_checks import check_fits_context, tightest_prompt_context
 from ..reference_manifest import check_model_source
 from ..resources import check_output_dir, free_memory
 from .answer_checks import AnswerCheck, answer_check_from, embedded_check
-from .answers import answer_prompts, is_vllm_available, load_answer_generator
+from .answers import answer_prompts, is_vllm_available, load_answer_generator, weights_fingerprint
 from .cache import JsonlCache
 from .chat_models import ChatModel, LocalChatModel, OpenAIChatModel
 from .config import EvaluationConfig
@@ -45,7 +45,8 @@ def _file_name(name: str) -> str:
 
 
 def _generation_settings(config: EvaluationConfig, model_path: str) -> dict:
-    """What makes answers reusable: the model, the backend that sampled them and the sampling settings."""
+    """What makes answers reusable: the model (its path and the weights there now), the backend that sampled them and
+    the sampling settings."""
     backend = config.generation_backend
     if backend == "auto":
         import torch
@@ -55,6 +56,7 @@ def _generation_settings(config: EvaluationConfig, model_path: str) -> dict:
         backend = "vllm" if is_vllm_available() and on_gpu and not is_adapter else "transformers"
     return {
         "model_path": str(model_path),
+        "weights": weights_fingerprint(model_path),
         "backend": backend,
         "temperature": config.temperature,
         "max_new_tokens": config.max_new_tokens,
@@ -101,11 +103,15 @@ def _prompt_sets(config: EvaluationConfig) -> dict[str, list[EvalPrompt]]:
 
 
 def _answer_caches(config: EvaluationConfig, name: str, path: str, prompt_sets: dict, output_dir: Path) -> dict:
-    """The answers of model `name` cached under `output_dir`, one cache per benchmark (those of its settings)."""
+    """The answers of model `name` cached under `output_dir`, one cache per benchmark (those of its settings); those of
+    other weights at the same path (retrained since) are made again."""
     settings = _generation_settings(config, path)
     return {
         b: JsonlCache(
-            output_dir / "answers" / b / f"{_file_name(name)}.jsonl", ("model", "prompt_id", "turn"), settings
+            output_dir / "answers" / b / f"{_file_name(name)}.jsonl",
+            ("model", "prompt_id", "turn"),
+            settings,
+            renewed_by=("weights",),
         )
         for b in prompt_sets
     }
@@ -120,17 +126,17 @@ def _answers_missing(name: str, caches: dict, prompt_sets: dict) -> bool:
     )
 
 
-def _generate_all_answers(config, models, prompt_sets, output_dir: Path, show_progress: bool) -> dict:
+def _generate_all_answers(config, models, prompt_sets, answer_caches: dict, show_progress: bool) -> dict:
     """`answers[benchmark][model][(prompt_id, turn)]`; a model is loaded only when some of its answers are missing."""
     answers: dict = {benchmark: {} for benchmark in prompt_sets}
     for name, path in models.items():
-        caches = _answer_caches(config, name, path, prompt_sets, output_dir)
+        caches = answer_caches[name]
         generator = None
         if _answers_missing(name, caches, prompt_sets):
             logger.info(f"Loading {name} from {path} to answer the missing prompts.")
             generator = load_answer_generator(
                 path,
-                backend=_generation_settings(config, path)["backend"],
+                backend=next(iter(caches.values())).settings["backend"],  # the settings its caches hold
                 temperature=config.temperature,
                 max_new_tokens=config.max_new_tokens,
                 batch_size=config.generation_batch_size,
@@ -290,14 +296,13 @@ def run_evaluation(config: EvaluationConfig, show_progress: bool = True) -> Eval
     )  # an unimportable judge of yours: before any model
     check_output_dir(config.output_dir)  # answers and verdicts are written there as they come: writable first
     output_dir = Path(config.output_dir)
+    caches = {name: _answer_caches(config, name, path, prompt_sets, output_dir) for name, path in models.items()}
     to_answer = {  # a model whose answers are all cached is not loaded: its context is not checked
-        name: path
-        for name, path in models.items()
-        if _answers_missing(name, _answer_caches(config, name, path, prompt_sets, output_dir), prompt_sets)
+        name: path for name, path in models.items() if _answers_missing(name, caches[name], prompt_sets)
     }
     check_answers_fit_context(config, to_answer, prompt_sets)
 
-    answers = _generate_all_answers(config, models, prompt_sets, output_dir, show_progress)
+    answers = _generate_all_answers(config, models, prompt_sets, caches, show_progress)
 
     if config.judge == "local":
         chat = chat_model_from_config(config)

@@ -288,13 +288,17 @@ def claim_output_dir(output_dir: str | os.PathLike, *, resuming: bool = False, o
 
 
 def run_fingerprint(*parsed) -> str:
-    """A digest of a recipe's parsed arguments (its dataclasses: TRL's configs, the script's) and of the text of the
-    config files they name (`*_config`: an edited evaluation YAML is another run): what `run_complete.json` records and
-    a re-run compares. A digest, not the values: they may hold a token (`model_init_kwargs`)."""
+    """A digest of a recipe's parsed arguments (its dataclasses: TRL's configs, the script's), of the text of the
+    config files they name (`*_config`: an edited evaluation YAML is another run) and of the state of a local
+    `dataset_name` (its files' names, sizes and mtimes: an edited train.jsonl is another run): what `run_complete.json`
+    records and a re-run compares. A digest, not the values: they may hold a token (`model_init_kwargs`)."""
     arguments = {}
     for values in parsed:
         fields = values.to_dict() if hasattr(values, "to_dict") else asdict(values)  # to_dict: TrainingArguments' own
         arguments[type(values).__name__] = {key: value for key, value in fields.items() if key not in _NOT_THE_RUN}
+        data = fields.get("dataset_name")
+        if isinstance(data, str) and data and os.path.exists(data):  # a local file or folder, not a Hub id
+            arguments.setdefault("data files", {})[f"{type(values).__name__}.dataset_name"] = _files_state(Path(data))
         for key, value in fields.items():  # a config file the recipe names (sft_config, evaluation_config): its text
             if (
                 key.endswith("_config") and isinstance(value, str) and value and Path(value).is_file()
@@ -302,6 +306,16 @@ def run_fingerprint(*parsed) -> str:
                 digest = hashlib.sha256(Path(value).read_bytes()).hexdigest()
                 arguments.setdefault("config files", {})[f"{type(values).__name__}.{key}"] = digest
     return hashlib.sha256(json.dumps(arguments, default=str, sort_keys=True).encode()).hexdigest()
+
+
+def _files_state(path: Path) -> list:
+    """(name, size, mtime) of a file, or of every file in a folder (hidden ones left out): cheap, unlike its bytes."""
+    if path.is_file():
+        return [(path.name, path.stat().st_size, path.stat().st_mtime_ns)]
+    files = sorted(
+        f for f in path.rglob("*") if f.is_file() and not any(p.startswith(".") for p in f.relative_to(path).parts)
+    )
+    return [(f.relative_to(path).as_posix(), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
 
 
 def mark_run_finished(output_dir: str | os.PathLike, fingerprint: str) -> None:
