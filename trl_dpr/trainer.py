@@ -19,7 +19,7 @@ from trl.models.utils import disable_gradient_checkpointing
 
 from . import algorithm
 from .config import DensePathConfig
-from .data import check_prompt_dataset, drop_long_prompts
+from .data import check_prompt_dataset, drop_long_prompts, prompts_as_sft_reads_them
 from .policy import initial_policy
 from .reward_model import CheckpointRewardModel, load_reward_model
 from .rollout_logprobs import SampledTokenLogprobs
@@ -69,7 +69,8 @@ class DensePathTrainer(GRPOTrainer):
 
     - `__init__`: `reward_model` is a `CheckpointRewardModel` or an SFT path; `model=None` starts the policy from π_SFT
       (Algorithm 1, line 2; an adapter SFT output gets a trainable copy of its adapter on the scorer's base). Prompts
-      over `max_prompt_length` are dropped and counted. `reward_funcs` are TRL's scalar outcome rewards.
+      over `max_prompt_length` are dropped and counted; string prompts go to a π_SFT trained on messages as user turns
+      (`data.string_prompts_as_chat`). `reward_funcs` are TRL's scalar outcome rewards.
     - `_generate_and_score_completions`: the whole DPR batch on the ids GRPO generated: dense rewards,
       `algorithm.dense_path_advantages`, per-token `(B, T)` advantages (GRPO's loss broadcasts them), metrics.
     - `_calculate_rewards`: the `reward_funcs` as GRPO calls them; r̂'s scalar column is NaN ("no scalar reward").
@@ -151,6 +152,17 @@ class DensePathTrainer(GRPOTrainer):
             )
         reward_model = load_reward_model(reward_model, args)
         args.check_fits_context(reward_model.config, "π_SFT")  # before the policy loads
+
+        # String prompts as π_SFT was trained to read them (the rule the preview and the evaluation share).
+        def as_sft_reads(dataset, name):
+            reader = processing_class or reward_model.processing_class
+            return prompts_as_sft_reads_them(dataset, reward_model.sft_model_name_or_path, reader, name)
+
+        train_dataset = as_sft_reads(train_dataset, "train_dataset")
+        if isinstance(eval_dataset, dict):
+            eval_dataset = {k: as_sft_reads(v, f"eval_dataset[{k!r}]") for k, v in eval_dataset.items()}
+        else:
+            eval_dataset = as_sft_reads(eval_dataset, "eval_dataset")
 
         # Algorithm 1, line 2: the actor starts from π_SFT; π_SFT itself stays frozen as the reward and KL reference.
         model = initial_policy(reward_model, model, peft_config, use_vllm=args.use_vllm)

@@ -18,6 +18,7 @@ from accelerate import PartialState
 from datasets import Dataset
 from transformers import AutoTokenizer
 from trl import ModelConfig, ScriptArguments, SFTConfig, get_peft_config, get_quantization_config
+from trl.data_utils import is_conversational
 
 from ..config import DensePathConfig
 from ..data import check_chat_template, prompts_for_rl
@@ -217,7 +218,11 @@ def run_sft(
     trainer.save_model(training_args.output_dir)
     trainer.create_model_card(dataset_name=script_args.dataset_name)  # with save_strategy "no", the only one written
     if trainer.is_world_process_zero():  # last: what "this SFT output is finished" means, and what it started from
-        mark_sft_complete(training_args.output_dir, base_model=model_args.model_name_or_path)
+        mark_sft_complete(  # and how it reads a string prompt: as TRL's SFTTrainer rendered its first row
+            training_args.output_dir,
+            base_model=model_args.model_name_or_path,
+            conversational=is_conversational(train_dataset[0]),
+        )
     if push:  # π_SFT with dpr_reference/ and its manifest: loadable as the reward model from the Hub
         push_trainer_output(trainer, dataset_name=script_args.dataset_name)
     release_output_dir(training_args.output_dir)  # finished: the folder holds its outputs only
@@ -313,7 +318,9 @@ def check_evaluation_fits_context(evaluation_config: str, sft_path: str, trust_r
     from ..evaluation.runner import check_answers_fit_context
     from .recipe_parser import load_evaluation_config
 
-    config = load_evaluation_config(evaluation_config, unset={"trust_remote_code": trust_remote_code})
+    config = load_evaluation_config(
+        evaluation_config, unset={"trust_remote_code": trust_remote_code}, baseline=f"SFT={sft_path}"
+    )  # the baseline it will run with (`evaluate_against_sft`), whose record says how its prompts are read
     check_answers_fit_context(config, {"SFT": sft_path})
 
 
