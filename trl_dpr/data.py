@@ -161,14 +161,24 @@ def prompts_as_sft_reads_them(dataset, sft_model_name_or_path, tokenizer, name: 
 
 
 def prompts_for_rl(dataset: Dataset, name: str) -> Dataset:
-    """The `prompt` column DPR samples from: a `prompt` row's prompt, or a `messages` row up to its final assistant turn."""
+    """The `prompt` column DPR samples from: a `prompt` row's prompt, or a `messages` row up to its final assistant turn.
+    A demonstration's final assistant text is kept as `answer` when the file has none: TRL passes it to reward
+    functions (the answer check the evaluation reads the same way)."""
     columns = _columns(dataset)
+    keep_answer = "answer" not in columns
     if "prompt" in columns:
-        return dataset
+        if not keep_answer or "completion" not in columns:
+            return dataset
+
+        def with_answer(example):
+            return {"answer": prompt_and_demonstration(example, name)[1]}
+
+        return dataset.map(with_answer)
     if "messages" in columns:
 
         def strip_last_answer(example):
-            return {"prompt": prompt_and_demonstration({"messages": example["messages"]}, name)[0]}
+            prompt, answer = prompt_and_demonstration({"messages": example["messages"]}, name)
+            return {"prompt": prompt, "answer": answer} if keep_answer else {"prompt": prompt}
 
         return dataset.map(strip_last_answer, remove_columns=["messages"])
     raise ValueError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import textwrap
 import time
 from typing import Any
@@ -59,6 +60,43 @@ def check_reward_weights(reward_weights, num_outcome_funcs: int) -> None:
         )
 
 
+# What GRPOTrainer's `_calculate_rewards` passes a reward function besides the dataset's other columns.
+_REWARD_FUNC_ARGUMENTS = {
+    "prompts",
+    "completions",
+    "completion_ids",
+    "trainer_state",
+    "log_extra",
+    "log_metric",
+    "environments",
+}
+
+
+def check_reward_func_columns(reward_funcs: list, dataset, name: str = "train_dataset") -> None:
+    """Each reward function's required arguments are ones GRPOTrainer passes it: `prompts`, `completions`, ... and the
+    dataset's columns by name. A missing one would fail only after the first generation, as a bare TypeError."""
+    columns = getattr(dataset, "column_names", None)
+    if columns is None:
+        return
+    passed = _REWARD_FUNC_ARGUMENTS | (set(columns) - {"prompt", "completion", "completion_ids"})
+    for func in reward_funcs:
+        if isinstance(func, str | nn.Module) or not callable(func):
+            continue
+        try:
+            parameters = inspect.signature(func).parameters.values()
+        except (TypeError, ValueError):  # a builtin without a signature: TRL calls it as it is
+            continue
+        required = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        missing = [p.name for p in parameters if p.default is p.empty and p.kind in required and p.name not in passed]
+        if missing:
+            func_name = getattr(func, "__name__", type(func).__name__)
+            raise ValueError(
+                f"Reward function {func_name} needs {', '.join(map(repr, missing))}, which {name} has no column for "
+                f"(columns: {sorted(columns)}). GRPOTrainer passes a reward function `prompts`, `completions`, "
+                "`completion_ids` and each other column by its name: add the column, or give the argument a default."
+            )
+
+
 class DensePathTrainer(GRPOTrainer):
     r"""Trainer for Dense-Path REINFORCE (DPR), from [Beyond Imitation: Recovering Dense Rewards from
     Demonstrations](https://huggingface.co/papers/2510.02493).
@@ -70,7 +108,7 @@ class DensePathTrainer(GRPOTrainer):
     - `__init__`: `reward_model` is a `CheckpointRewardModel` or an SFT path; `model=None` starts the policy from π_SFT
       (Algorithm 1, line 2; an adapter SFT output gets a trainable copy of its adapter on the scorer's base). Prompts
       over `max_prompt_length` are dropped and counted; string prompts go to a π_SFT trained on messages as user turns
-      (`data.string_prompts_as_chat`). `reward_funcs` are TRL's scalar outcome rewards.
+      (`data.string_prompts_as_chat`). `reward_funcs` are TRL's scalar outcome rewards, checked against the columns.
     - `_generate_and_score_completions`: the whole DPR batch on the ids GRPO generated: dense rewards,
       `algorithm.dense_path_advantages`, per-token `(B, T)` advantages (GRPO's loss broadcasts them), metrics.
     - `_calculate_rewards`: the `reward_funcs` as GRPO calls them; r̂'s scalar column is NaN ("no scalar reward").
@@ -137,6 +175,7 @@ class DensePathTrainer(GRPOTrainer):
             **{f"eval_dataset{k and f'[{k!r}]'}": v for k, v in eval_datasets.items()},
         }.items():
             check_prompt_dataset(dataset, name)
+            check_reward_func_columns(outcome_funcs, dataset, name)  # before a model loads, not after a generation
         if (
             args.beta != 0.0
             and model is None

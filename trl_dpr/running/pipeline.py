@@ -29,7 +29,7 @@ from ..reference_callback import ReferenceCheckpointCallback, check_reference_fr
 from ..reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
 from ..resources import free_memory
 from ..reward_model import CheckpointRewardModel, load_reward_model
-from ..trainer import check_reward_weights
+from ..trainer import check_reward_func_columns, check_reward_weights
 from .checkpointing import claim_output_dir, parse_resume_from_checkpoint, release_output_dir
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 from .merge import check_merge_target, merged_folder
@@ -341,6 +341,7 @@ def run_dpr(
     # Everything that can be checked before a model loads: the folder, the push and the prompts (check_dpr_inputs,
     # unless the caller did it), then the SFT output, its adapter and its chat template.
     inputs = inputs or check_dpr_inputs(script_args, training_args, len(reward_funcs or []))
+    check_reward_func_columns(reward_funcs or [], inputs.prompts)  # the trainer checks again, after π_SFT loads
     sft_path = model_args.model_name_or_path
     if os.path.isdir(sft_path) and (problem := sft_output_problem(sft_path)):
         raise ValueError(f"{sft_path!r} is not a finished SFT output: {problem}. {UNFINISHED_SFT_HELP}")
