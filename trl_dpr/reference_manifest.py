@@ -182,10 +182,19 @@ def mark_sft_complete(
 
 
 def sft_trained_on_messages(path: str | os.PathLike | None) -> bool | None:
-    """Whether the SFT output `path` was trained on chat messages (True) or raw text (False), as its `sft_complete.json`
-    records; None when nothing says (an SFT run elsewhere, before this record, or a Hub id)."""
-    marker = Path(path) / SFT_COMPLETE_NAME if path else None
-    if marker is None or not marker.is_file():
+    """Whether the SFT output `path` (a folder, or a Hub id it was pushed to) was trained on chat messages (True) or raw
+    text (False), as its `sft_complete.json` records; None when nothing says (an SFT trained elsewhere, or before)."""
+    if not path:
+        return None
+    marker = Path(path) / SFT_COMPLETE_NAME
+    if not Path(path).is_dir() and str(path).count("/") == 1:  # a Hub id: `trl-dpr sft` pushes the record too
+        from huggingface_hub import hf_hub_download
+
+        try:
+            marker = Path(hf_hub_download(str(path), SFT_COMPLETE_NAME))
+        except (OSError, ValueError):  # offline and not cached, no such file or repo
+            return None
+    if not marker.is_file():
         return None
     try:
         recorded = json.loads(marker.read_text()).get("conversational")

@@ -207,3 +207,21 @@ def test_a_string_prompt_to_an_sft_trained_on_messages_is_said_in_one_line(sft_o
         f"preview: π_SFT ({outputs['messages']}) was trained on chat messages, so each string prompt goes to it as "
         "one user turn of its chat template."
     ]
+
+
+def test_an_sft_pushed_to_the_hub_says_how_it_was_trained_through_its_pushed_record(sft_outputs, monkeypatch):
+    import huggingface_hub
+
+    outputs, _ = sft_outputs
+    fetched = []
+
+    def hub_download(repo_id, filename, **kwargs):  # the Hub copy of the pushed folder
+        fetched.append((repo_id, filename))
+        if repo_id != "me/my-sft":
+            raise huggingface_hub.errors.LocalEntryNotFoundError(f"{repo_id}: not cached, and offline")
+        return f"{outputs['messages']}/{filename}"
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hub_download)
+    assert sft_trained_on_messages("me/my-sft") is True
+    assert sft_trained_on_messages("someone/else") is None
+    assert fetched == [("me/my-sft", "sft_complete.json"), ("someone/else", "sft_complete.json")]
