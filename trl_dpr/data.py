@@ -124,7 +124,7 @@ def string_prompts_as_chat(sft_model_name_or_path, tokenizer, prompts: Sequence,
     """Whether `prompts`' strings go to π_SFT as one user turn of its chat template: the one rule of DPR, the preview and
     the evaluation. TRL reads a string as raw text, and a π_SFT trained on messages has never seen its prompts that
     way (it answers with its end-of-turn token): its `sft_complete.json` says which. Without a record, raw text (TRL's
-    rule), said in one line when the tokenizer has a chat template. Logs one line either way."""
+    rule), said in one line when the tokenizer has a chat template; the wrapping is said in one line too."""
     if not any(isinstance(prompt, str) for prompt in prompts):
         return False
     on_messages = sft_trained_on_messages(sft_model_name_or_path)
