@@ -1,7 +1,7 @@
 """String prompts (`prompt` files: held-out `prompt` + `answer`, `prompt` + `completion`) reach π_SFT as it was trained
-to read them, in DPR, the preview and the evaluation alike: one user turn of the chat template for an SFT on `messages`,
-raw text for an SFT on string prompt/completion (TRL's own reading), and raw text with a warning when no `trl-dpr sft`
-record says which. The expected token ids are computed here with the tokenizer, not with trl_dpr's `render_prompts`."""
+to read them, in DPR, the preview and the evaluation alike: one user turn of the chat template for an SFT on
+`messages`, raw text for an SFT on string prompt/completion (TRL's own reading), and raw text with a warning when no
+`trl-dpr sft` record says which. The expected token ids are computed here with the tokenizer, not with trl_dpr's `render_prompts`."""
 
 import json
 import logging
@@ -67,7 +67,7 @@ def sft_outputs(tmp_path_factory):
 
 
 def expected_ids(sft_path: str, form: str) -> set[tuple[int, ...]]:
-    """Each question's token ids as π_SFT was trained to read it: its chat template around one user turn, or the text."""
+    """Each question's ids as π_SFT was trained to read it: its chat template around one user turn, or the text."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(sft_path)
@@ -225,3 +225,34 @@ def test_an_sft_pushed_to_the_hub_says_how_it_was_trained_through_its_pushed_rec
     assert sft_trained_on_messages("me/my-sft") is True
     assert sft_trained_on_messages("someone/else") is None
     assert fetched == [("me/my-sft", "sft_complete.json"), ("someone/else", "sft_complete.json")]
+
+
+def test_the_heatmap_scores_a_string_prompt_as_raw_text_for_an_sft_trained_on_it(sft_outputs, tmp_path):
+    """`trl-dpr heatmap` wraps a string prompt in a user turn by default; not for an SFT on raw text."""
+    from html.parser import HTMLParser
+
+    from trl_dpr import CheckpointRewardModel
+    from trl_dpr.scripts.heatmap import main
+
+    outputs, _ = sft_outputs
+    sft = outputs["prompt_completion"]
+    response = "5 km = 5 x 1000 m = 5000 m."
+    output = str(tmp_path / "rewards")
+    (written,) = main(
+        ["--sft", sft, "--prompt", QUESTIONS[0], "--response", response, "--formats", "html", "--output", output]
+    )
+
+    class Rewards(HTMLParser):
+        values = []
+
+        def handle_starttag(self, tag, attrs):
+            self.values += [float(v) for k, v in attrs if k == "data-reward"]
+
+    parser = Rewards()
+    parser.feed(written.read_text())
+    model = CheckpointRewardModel.from_pretrained(sft)
+    raw, wrapped = (
+        model.score_text([prompt], [response])[0]["rewards"]
+        for prompt in (QUESTIONS[0], [{"role": "user", "content": QUESTIONS[0]}])
+    )
+    assert parser.values == pytest.approx(raw) and raw != pytest.approx(wrapped)
