@@ -6,9 +6,15 @@ prompts (the paper uses the same 100k OpenOrca prompts for both, §4.1).
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Sequence
 
 from datasets import Dataset, DatasetDict, load_dataset
+
+from .reference_manifest import sft_trained_on_messages
+
+logger = logging.getLogger(__name__)
 
 
 def openorca_to_conversation(example: dict) -> dict:
@@ -114,15 +120,65 @@ def drop_long_prompts(dataset, tokenizer, max_prompt_length: int, name: str = "t
     return (dataset if dropped == 0 else dataset.select(keep)), dropped
 
 
-def prompts_for_rl(dataset: Dataset, name: str) -> Dataset:
-    """The `prompt` column DPR samples from: a `prompt` row's prompt, or a `messages` row up to its final assistant turn."""
-    columns = _columns(dataset)
-    if "prompt" in columns:
+def string_prompts_as_chat(sft_model_name_or_path, tokenizer, prompts: Sequence, stage: str) -> bool:
+    """Whether `prompts`' strings go to π_SFT as one user turn of its chat template: the one rule of DPR, the preview and
+    the evaluation. TRL reads a string as raw text, and a π_SFT trained on messages has never seen its prompts that
+    way (it answers with its end-of-turn token): its `sft_complete.json` says which. Without a record, raw text (TRL's
+    rule), said in one line when the tokenizer has a chat template; the wrapping is said in one line too."""
+    if not any(isinstance(prompt, str) for prompt in prompts):
+        return False
+    on_messages = sft_trained_on_messages(sft_model_name_or_path)
+    if on_messages:
+        logger.warning(
+            f"{stage}: π_SFT ({sft_model_name_or_path}) was trained on chat messages, so each string prompt goes to "
+            "it as one user turn of its chat template."
+        )
+        return True
+    if on_messages is None and getattr(tokenizer, "chat_template", None):
+        logger.warning(
+            f"{stage}: string prompts go to {sft_model_name_or_path or 'π_SFT'} as raw text (TRL's rule): no "
+            "`trl-dpr sft` record says how it was trained, and its tokenizer has a chat template. If it was trained "
+            'on chat messages, give the prompts as messages ([{"role": "user", "content": ...}]) or a `messages` file.'
+        )
+    return False
+
+
+def as_user_turns(prompts: Sequence) -> list:
+    """Each string prompt as a one-turn conversation `[{"role": "user", "content": prompt}]`; messages as they are."""
+    return [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
+
+
+def prompts_as_sft_reads_them(dataset, sft_model_name_or_path, tokenizer, name: str):
+    """`dataset` with its string prompts as user turns when `string_prompts_as_chat` says so (what the trainer then
+    samples from, and what reward functions get as `prompts`), else unchanged."""
+    if not isinstance(dataset, Dataset) or dataset.num_rows == 0 or "prompt" not in dataset.column_names:
         return dataset
+    if not string_prompts_as_chat(sft_model_name_or_path, tokenizer, [dataset[0]["prompt"]], name):
+        return dataset
+    return dataset.map(
+        lambda batch: {"prompt": as_user_turns(batch["prompt"])}, batched=True, desc=f"{name}: prompts as user turns"
+    )
+
+
+def prompts_for_rl(dataset: Dataset, name: str) -> Dataset:
+    """The `prompt` column DPR samples from: a `prompt` row's prompt, or a `messages` row up to its final assistant turn.
+    A demonstration's final assistant text is kept as `answer` when the file has none: TRL passes it to reward
+    functions (the answer check the evaluation reads the same way)."""
+    columns = _columns(dataset)
+    keep_answer = "answer" not in columns
+    if "prompt" in columns:
+        if not keep_answer or "completion" not in columns:
+            return dataset
+
+        def with_answer(example):
+            return {"answer": prompt_and_demonstration(example, name)[1]}
+
+        return dataset.map(with_answer)
     if "messages" in columns:
 
         def strip_last_answer(example):
-            return {"prompt": prompt_and_demonstration({"messages": example["messages"]}, name)[0]}
+            prompt, answer = prompt_and_demonstration({"messages": example["messages"]}, name)
+            return {"prompt": prompt, "answer": answer} if keep_answer else {"prompt": prompt}
 
         return dataset.map(strip_last_answer, remove_columns=["messages"])
     raise ValueError(

@@ -163,15 +163,44 @@ def _model_files(output_dir: Path) -> dict[str, int]:
     return files
 
 
-def mark_sft_complete(output_dir: str | os.PathLike, base_model: str | None = None) -> Path:
-    """Write `sft_complete.json` after the final save: what "the SFT is done" means, and its `base_model`."""
+def mark_sft_complete(
+    output_dir: str | os.PathLike, base_model: str | None = None, conversational: bool | None = None
+) -> Path:
+    """Write `sft_complete.json` after the final save: what "the SFT is done" means, its `base_model`, and whether it
+    trained on chat messages (`conversational`: how π_SFT reads a string prompt, `sft_trained_on_messages`)."""
     output_dir = Path(output_dir)
     with tempfile.NamedTemporaryFile("w", dir=output_dir, prefix=".sft_complete.", suffix=".tmp", delete=False) as f:
         record = {"format_version": FORMAT_VERSION, "files": _model_files(output_dir)}
-        json.dump({**record, "base_model": base_model} if base_model else record, f, indent=1)
+        if base_model:
+            record["base_model"] = base_model
+        if conversational is not None:
+            record["conversational"] = conversational
+        json.dump(record, f, indent=1)
         tmp_name = f.name
     os.replace(tmp_name, output_dir / SFT_COMPLETE_NAME)
     return output_dir / SFT_COMPLETE_NAME
+
+
+def sft_trained_on_messages(path: str | os.PathLike | None) -> bool | None:
+    """Whether the SFT output `path` (a folder, or a Hub id it was pushed to) was trained on chat messages (True) or raw
+    text (False), as its `sft_complete.json` records; None when nothing says (an SFT trained elsewhere, or before)."""
+    if not path:
+        return None
+    marker = Path(path) / SFT_COMPLETE_NAME
+    if not Path(path).is_dir() and str(path).count("/") == 1:  # a Hub id: `trl-dpr sft` pushes the record too
+        from huggingface_hub import hf_hub_download
+
+        try:
+            marker = Path(hf_hub_download(str(path), SFT_COMPLETE_NAME))
+        except (OSError, ValueError):  # offline and not cached, no such file or repo
+            return None
+    if not marker.is_file():
+        return None
+    try:
+        recorded = json.loads(marker.read_text()).get("conversational")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return recorded if isinstance(recorded, bool) else None
 
 
 def sft_output_problem(path: str | os.PathLike) -> str | None:

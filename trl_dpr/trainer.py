@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import textwrap
 import time
 from typing import Any
@@ -19,7 +20,7 @@ from trl.models.utils import disable_gradient_checkpointing
 
 from . import algorithm
 from .config import DensePathConfig
-from .data import check_prompt_dataset, drop_long_prompts
+from .data import check_prompt_dataset, drop_long_prompts, prompts_as_sft_reads_them
 from .policy import initial_policy
 from .reward_model import CheckpointRewardModel, load_reward_model
 from .rollout_logprobs import SampledTokenLogprobs
@@ -59,6 +60,43 @@ def check_reward_weights(reward_weights, num_outcome_funcs: int) -> None:
         )
 
 
+# What GRPOTrainer's `_calculate_rewards` passes a reward function besides the dataset's other columns.
+_REWARD_FUNC_ARGUMENTS = {
+    "prompts",
+    "completions",
+    "completion_ids",
+    "trainer_state",
+    "log_extra",
+    "log_metric",
+    "environments",
+}
+
+
+def check_reward_func_columns(reward_funcs: list, dataset, name: str = "train_dataset") -> None:
+    """Each reward function's required arguments are ones GRPOTrainer passes it: `prompts`, `completions`, ... and the
+    dataset's columns by name. A missing one would fail only after the first generation, as a bare TypeError."""
+    columns = getattr(dataset, "column_names", None)
+    if columns is None:
+        return
+    passed = _REWARD_FUNC_ARGUMENTS | (set(columns) - {"prompt", "completion", "completion_ids"})
+    for func in reward_funcs:
+        if isinstance(func, str | nn.Module) or not callable(func):
+            continue
+        try:
+            parameters = inspect.signature(func).parameters.values()
+        except (TypeError, ValueError):  # a builtin without a signature: TRL calls it as it is
+            continue
+        required = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        missing = [p.name for p in parameters if p.default is p.empty and p.kind in required and p.name not in passed]
+        if missing:
+            func_name = getattr(func, "__name__", type(func).__name__)
+            raise ValueError(
+                f"Reward function {func_name} needs {', '.join(map(repr, missing))}, which {name} has no column for "
+                f"(columns: {sorted(columns)}). GRPOTrainer passes a reward function `prompts`, `completions`, "
+                "`completion_ids` and each other column by its name: add the column, or give the argument a default."
+            )
+
+
 class DensePathTrainer(GRPOTrainer):
     r"""Trainer for Dense-Path REINFORCE (DPR), from [Beyond Imitation: Recovering Dense Rewards from
     Demonstrations](https://huggingface.co/papers/2510.02493).
@@ -69,7 +107,8 @@ class DensePathTrainer(GRPOTrainer):
 
     - `__init__`: `reward_model` is a `CheckpointRewardModel` or an SFT path; `model=None` starts the policy from π_SFT
       (Algorithm 1, line 2; an adapter SFT output gets a trainable copy of its adapter on the scorer's base). Prompts
-      over `max_prompt_length` are dropped and counted. `reward_funcs` are TRL's scalar outcome rewards.
+      over `max_prompt_length` are dropped and counted; string prompts go to a π_SFT trained on messages as user turns
+      (`data.string_prompts_as_chat`). `reward_funcs` are TRL's scalar outcome rewards, checked against the columns.
     - `_generate_and_score_completions`: the whole DPR batch on the ids GRPO generated: dense rewards,
       `algorithm.dense_path_advantages`, per-token `(B, T)` advantages (GRPO's loss broadcasts them), metrics.
     - `_calculate_rewards`: the `reward_funcs` as GRPO calls them; r̂'s scalar column is NaN ("no scalar reward").
@@ -136,6 +175,7 @@ class DensePathTrainer(GRPOTrainer):
             **{f"eval_dataset{k and f'[{k!r}]'}": v for k, v in eval_datasets.items()},
         }.items():
             check_prompt_dataset(dataset, name)
+            check_reward_func_columns(outcome_funcs, dataset, name)  # before a model loads, not after a generation
         if (
             args.beta != 0.0
             and model is None
@@ -151,6 +191,17 @@ class DensePathTrainer(GRPOTrainer):
             )
         reward_model = load_reward_model(reward_model, args)
         args.check_fits_context(reward_model.config, "π_SFT")  # before the policy loads
+
+        # String prompts as π_SFT was trained to read them (the rule the preview and the evaluation share).
+        def as_sft_reads(dataset, name):
+            reader = processing_class or reward_model.processing_class
+            return prompts_as_sft_reads_them(dataset, reward_model.sft_model_name_or_path, reader, name)
+
+        train_dataset = as_sft_reads(train_dataset, "train_dataset")
+        if isinstance(eval_dataset, dict):
+            eval_dataset = {k: as_sft_reads(v, f"eval_dataset[{k!r}]") for k, v in eval_dataset.items()}
+        else:
+            eval_dataset = as_sft_reads(eval_dataset, "eval_dataset")
 
         # Algorithm 1, line 2: the actor starts from π_SFT; π_SFT itself stays frozen as the reward and KL reference.
         model = initial_policy(reward_model, model, peft_config, use_vllm=args.use_vllm)

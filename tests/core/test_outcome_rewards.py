@@ -140,3 +140,72 @@ def test_reward_weights_must_name_dense_then_each_function_and_keep_one_on(
             train_dataset=prompts_with_answers(),
             reward_funcs=[length_penalty],
         )
+
+
+# ---- a verifier on the SFT file: the demonstration's answer travels as `answer` ------------------------------------
+
+DEMONSTRATIONS = [
+    {"messages": [{"role": "user", "content": f"What is {i}+{2 * i}?"}, {"role": "assistant", "content": f"{3 * i}"}]}
+    for i in range(8)
+]
+
+
+@pytest.mark.parametrize("form", ["messages", "prompt_completion", "conversational_prompt_completion"])
+def test_prompts_for_rl_keeps_each_demonstrations_final_assistant_text_as_answer(form):
+    from trl_dpr.data import prompts_for_rl
+
+    if form == "messages":
+        rows = DEMONSTRATIONS
+    elif form == "prompt_completion":
+        rows = [
+            {"prompt": d["messages"][0]["content"], "completion": d["messages"][1]["content"]} for d in DEMONSTRATIONS
+        ]
+    else:
+        rows = [{"prompt": d["messages"][:1], "completion": d["messages"][1:]} for d in DEMONSTRATIONS]
+    prompts = prompts_for_rl(Dataset.from_list(rows), "demonstrations")
+    assert prompts["answer"] == [str(3 * i) for i in range(8)]
+
+
+def test_prompts_for_rl_keeps_a_files_own_answer_column():
+    from trl_dpr.data import prompts_for_rl
+
+    rows = [{**d, "answer": "mine"} for d in DEMONSTRATIONS]
+    assert prompts_for_rl(Dataset.from_list(rows), "demonstrations")["answer"] == ["mine"] * 8
+
+
+def test_a_verifier_reading_answer_trains_on_the_sft_file_with_the_demonstrations_answers(make_trainer):
+    from trl_dpr.data import prompts_for_rl
+
+    seen = []
+
+    def exact(prompts, completions, answer, **kwargs):
+        seen.extend(zip((p[-1]["content"] for p in prompts), answer))
+        return [float(c[0]["content"].strip() == a) for c, a in zip(completions, answer)]
+
+    trainer, _, _, _ = make_trainer(
+        max_steps=1,
+        reward_weights=[1.0, 1.0],
+        reward_funcs=[exact],
+        train_dataset=prompts_for_rl(Dataset.from_list(DEMONSTRATIONS), "demonstrations"),
+    )
+    trainer.train()
+    by_hand = {d["messages"][0]["content"]: d["messages"][1]["content"] for d in DEMONSTRATIONS}
+    assert seen and all(by_hand[question] == answer for question, answer in seen)
+
+
+def test_a_reward_function_needing_a_column_the_dataset_lacks_is_refused_before_any_model_loads(make_config):
+    def meters(completions, answer, **kwargs):
+        return [1.0] * len(completions)
+
+    with pytest.raises(ValueError) as error:
+        DensePathTrainer(
+            reward_model="runs/not-loaded-yet",  # the check comes first: nothing is loaded
+            args=make_config(reward_weights=[1.0, 1.0]),
+            train_dataset=Dataset.from_dict({"prompt": ["What is 1+2?"]}),
+            reward_funcs=[meters],
+        )
+    assert str(error.value) == (
+        "Reward function meters needs 'answer', which train_dataset has no column for (columns: ['prompt']). "
+        "GRPOTrainer passes a reward function `prompts`, `completions`, `completion_ids` and each other column by its "
+        "name: add the column, or give the argument a default."
+    )

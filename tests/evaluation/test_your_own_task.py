@@ -17,6 +17,7 @@ from trl_dpr.evaluation import EvaluationConfig
 from trl_dpr.evaluation.answer_checks import answer_check_from, load_answer_check, pattern_check
 from trl_dpr.evaluation.answers import weights_fingerprint
 from trl_dpr.evaluation.prompt_sets import load_prompt_set
+from trl_dpr.reference_manifest import mark_sft_complete
 
 from ..conftest import save_sft_output
 
@@ -47,7 +48,7 @@ DEMONSTRATIONS = [
 @pytest.fixture(scope="module")
 def user_folder(tmp_path_factory, tokenizer):
     """The user's folder: the README's my_checks.py, held_out.jsonl and YAMLs, their demonstrations, two SFT-like
-    outputs (tiny random Llamas) as runs/my-sft and runs/my-dpr."""
+    outputs (tiny random Llamas, recorded as trained on messages) as runs/my-sft and runs/my-dpr."""
     folder = tmp_path_factory.mktemp("my-task")
     (python,) = readme_blocks("python")
     (held_out,) = readme_blocks("json")
@@ -65,8 +66,8 @@ def user_folder(tmp_path_factory, tokenizer):
     (folder / "my_preview.yaml").write_text(preview_yaml)
     (folder / "demonstrations.jsonl").write_text("".join(json.dumps(row) + "\n" for row in DEMONSTRATIONS))
     (folder / "runs").mkdir()
-    save_sft_output(folder / "runs" / "my-sft", tokenizer)
-    save_sft_output(folder / "runs" / "my-dpr", tokenizer, sft_seed=2)
+    for name, seed in (("my-sft", 0), ("my-dpr", 2)):  # as `trl-dpr sft` leaves an SFT on the demonstrations
+        mark_sft_complete(save_sft_output(folder / "runs" / name, tokenizer, sft_seed=seed), conversational=True)
     return folder
 
 

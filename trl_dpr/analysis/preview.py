@@ -243,6 +243,9 @@ def run_preview(
     `evaluation_config` names). What can be checked cheaply (config, SFT output, prompts, policies, matplotlib, the
     judge's key) is checked before a model loads. Writes the report into `config.output_dir`.
     """
+    from transformers import AutoTokenizer
+
+    from ..data import as_user_turns, string_prompts_as_chat
     from ..evaluation.sampling import policy_logprobs, sample_completions, score_samples
     from ..reference_manifest import check_model_source, resolve_reference
     from ..reward_model import CheckpointRewardModel
@@ -268,7 +271,17 @@ def run_preview(
     for name, path in named_policies:
         check_model_source(path.strip(), f"Policy {name.strip()}")
     held = _held_out_rows(config)
-    _check_samples_fit_context(config, sft_model_name_or_path, named_policies, held.prompts, model_init_kwargs)
+    sft_tokenizer = AutoTokenizer.from_pretrained(
+        sft_model_name_or_path,
+        revision=model_init_kwargs.get("revision"),
+        trust_remote_code=model_init_kwargs.get("trust_remote_code", False),
+    )
+    # The prompts as π_SFT reads them (DPR's rule); the answer check still gets them as the file wrote them.
+    as_chat = string_prompts_as_chat(sft_model_name_or_path, sft_tokenizer, held.prompts, "preview")
+    prompts = as_user_turns(held.prompts) if as_chat else held.prompts
+    _check_samples_fit_context(
+        config, sft_tokenizer, sft_model_name_or_path, named_policies, prompts, model_init_kwargs
+    )
     if config.quality == "pairwise":
         from ..evaluation.runner import judge_from_config
 
@@ -284,7 +297,6 @@ def run_preview(
 
     base = CheckpointRewardModel.from_pretrained(sft_model_name_or_path, reward=SFTLogProb(), **model_init_kwargs)
     tokenizer = base.processing_class
-    prompts = held.prompts
     n = config.samples_per_prompt
     repeated = [p for p in prompts for _ in range(n)]
     indices = [i for i in range(len(prompts)) for _ in range(n)]
@@ -406,17 +418,17 @@ def run_preview(
 
 
 def _check_samples_fit_context(
-    config: PreviewConfig, sft_model_name_or_path: str, named_policies: list, prompts: list, model_init_kwargs: dict
+    config: PreviewConfig,
+    tokenizer,
+    sft_model_name_or_path: str,
+    named_policies: list,
+    prompts: list,
+    model_init_kwargs: dict,
 ) -> None:
-    """The longest prompt (as π_SFT's tokenizer renders it, for every model sampled) + `max_new_tokens` against the
+    """The longest prompt (as π_SFT's `tokenizer` renders it, for every model sampled) + `max_new_tokens` against the
     context of π_SFT and of each policy (`check_fits_context`), before any model loads: past it the samples are read at
     positions the model never saw, and nothing fails."""
-    from transformers import AutoTokenizer
-
     revision, trust_remote_code = model_init_kwargs.get("revision"), model_init_kwargs.get("trust_remote_code", False)
-    tokenizer = AutoTokenizer.from_pretrained(
-        sft_model_name_or_path, revision=revision, trust_remote_code=trust_remote_code
-    )
     models = {sft_model_name_or_path: sft_model_name_or_path}
     models.update({f"policy {name.strip()}": path.strip() for name, path in named_policies})
     tightest = tightest_prompt_context(models, {"prompts": prompts}, tokenizer, revision, trust_remote_code)

@@ -26,7 +26,7 @@ GENERATION_BACKENDS = ("auto", "transformers", "vllm")
 
 
 class AnswerGenerator(Protocol):
-    """Samples one answer per conversation. `settings` identifies what produced the answers (for the cache)."""
+    """Samples one answer per conversation (or raw-text prompt). `settings` identifies what produced the answers."""
 
     settings: dict
 
@@ -165,7 +165,7 @@ def answer_prompts(
             chunks, desc=f"{model_name}: turn {turn + 1} answers", disable=not show_progress or not todo
         ):
             chunk = todo[start : start + chunk_size]
-            conversations = [p.conversation(_previous_answers(cache, model_name, p, turn)) for p in chunk]
+            conversations = [p.model_input(_previous_answers(cache, model_name, p, turn)) for p in chunk]
             answers = generator.generate(conversations)
             if len(answers) != len(chunk):
                 raise RuntimeError(f"The generator returned {len(answers)} answers for {len(chunk)} prompts.")
@@ -238,7 +238,10 @@ class VLLMAnswerGenerator:
         }
 
     def generate(self, conversations: list[list[dict]]) -> list[str]:
-        outputs = self.llm.chat(conversations, self.sampling_params, use_tqdm=False)
+        if conversations and all(isinstance(c, str) for c in conversations):  # raw-text prompts (`EvalPrompt.as_text`)
+            outputs = self.llm.generate(conversations, self.sampling_params, use_tqdm=False)
+        else:
+            outputs = self.llm.chat(conversations, self.sampling_params, use_tqdm=False)
         return [output.outputs[0].text for output in outputs]
 
 

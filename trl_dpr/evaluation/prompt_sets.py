@@ -26,10 +26,15 @@ class EvalPrompt:
     references: tuple[str, ...] = ()
     system: str | None = None
     conversational: bool = False  # written as chat messages (TRL's conversational format), not as a string
+    as_text: bool = False  # a string prompt the models read as raw text (π_SFT trained on raw text: `data.py`)
 
     def as_written(self) -> str | list[dict]:
         """The prompt in its file's format, as TRL would pass it to a reward function: messages, or the text."""
         return self.conversation([]) if self.conversational else self.turns[0]
+
+    def model_input(self, previous_answers: list[str]) -> str | list[dict]:
+        """What a model is given for its next answer: the raw text of an `as_text` prompt, else the conversation."""
+        return self.turns[0] if self.as_text and not previous_answers else self.conversation(previous_answers)
 
     def conversation(self, previous_answers: list[str]) -> list[dict]:
         """The chat up to the next user turn: user turn 1, answer 1, ..., user turn len(previous_answers) + 1."""

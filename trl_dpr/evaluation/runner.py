@@ -15,6 +15,7 @@ import logging
 import re
 from pathlib import Path
 
+from ..data import string_prompts_as_chat
 from ..field_checks import check_fits_context, tightest_prompt_context
 from ..reference_manifest import check_model_source
 from ..resources import check_output_dir, free_memory
@@ -72,7 +73,7 @@ def check_answers_fit_context(
     the tightest is named, so the value it gives fits them all. A later turn also holds the earlier answers, whose
     lengths are not known yet. `trl-dpr dpr|spin|gsil` run it before training, on π_SFT (the candidate's context)."""
     prompt_sets = _prompt_sets(config) if prompt_sets is None else prompt_sets
-    conversations = {benchmark: [p.conversation([]) for p in prompts] for benchmark, prompts in prompt_sets.items()}
+    conversations = {benchmark: [p.model_input([]) for p in prompts] for benchmark, prompts in prompt_sets.items()}
     tightest = tightest_prompt_context(models, conversations, trust_remote_code=config.trust_remote_code)
     if tightest is not None:
         model_config, name, benchmark, longest = tightest
@@ -87,8 +88,9 @@ def check_answers_fit_context(
 
 
 def _prompt_sets(config: EvaluationConfig) -> dict[str, list[EvalPrompt]]:
-    """Each benchmark's prompts, each `samples_per_prompt` times."""
-    return {
+    """Each benchmark's prompts, each `samples_per_prompt` times; your file's string prompts as the baseline π_SFT
+    reads them (`string_prompts_as_chat`, DPR's rule): raw text for a π_SFT trained on it, else user turns."""
+    prompt_sets = {
         b: _replicated(
             load_prompt_set(
                 b,
@@ -100,20 +102,30 @@ def _prompt_sets(config: EvaluationConfig) -> dict[str, list[EvalPrompt]]:
         )
         for b in config.benchmarks
     }
+    strings = [p.turns[0] for p in prompt_sets.get("jsonl", []) if not p.conversational]
+    if strings:
+        from transformers import AutoTokenizer
+
+        baseline = config.models()[config.baseline_name]
+        tokenizer = AutoTokenizer.from_pretrained(baseline, trust_remote_code=config.trust_remote_code)
+        if not string_prompts_as_chat(baseline, tokenizer, strings, "evaluation (jsonl)"):
+            prompt_sets["jsonl"] = [dataclasses.replace(p, as_text=not p.conversational) for p in prompt_sets["jsonl"]]
+    return prompt_sets
 
 
 def _answer_caches(config: EvaluationConfig, name: str, path: str, prompt_sets: dict, output_dir: Path) -> dict:
-    """The answers of model `name` cached under `output_dir`, one cache per benchmark (those of its settings); those of
-    other weights at the same path (retrained since) are made again."""
+    """The answers of model `name` cached under `output_dir`, one cache per benchmark (those of its settings; answers
+    to raw-text prompts are not those to the same prompts as user turns); those of other weights at the same path
+    (retrained since) are made again."""
     settings = _generation_settings(config, path)
     return {
         b: JsonlCache(
             output_dir / "answers" / b / f"{_file_name(name)}.jsonl",
             ("model", "prompt_id", "turn"),
-            settings,
+            {**settings, "prompts": "raw text"} if any(p.as_text for p in prompts) else settings,
             renewed_by=("weights",),
         )
-        for b in prompt_sets
+        for b, prompts in prompt_sets.items()
     }
 
 

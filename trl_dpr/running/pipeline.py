@@ -18,6 +18,7 @@ from accelerate import PartialState
 from datasets import Dataset
 from transformers import AutoTokenizer
 from trl import ModelConfig, ScriptArguments, SFTConfig, get_peft_config, get_quantization_config
+from trl.data_utils import is_conversational
 
 from ..config import DensePathConfig
 from ..data import check_chat_template, prompts_for_rl
@@ -28,7 +29,7 @@ from ..reference_callback import ReferenceCheckpointCallback, check_reference_fr
 from ..reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
 from ..resources import free_memory
 from ..reward_model import CheckpointRewardModel, load_reward_model
-from ..trainer import check_reward_weights
+from ..trainer import check_reward_func_columns, check_reward_weights
 from .checkpointing import claim_output_dir, parse_resume_from_checkpoint, release_output_dir
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 from .merge import check_merge_target, merged_folder
@@ -217,7 +218,11 @@ def run_sft(
     trainer.save_model(training_args.output_dir)
     trainer.create_model_card(dataset_name=script_args.dataset_name)  # with save_strategy "no", the only one written
     if trainer.is_world_process_zero():  # last: what "this SFT output is finished" means, and what it started from
-        mark_sft_complete(training_args.output_dir, base_model=model_args.model_name_or_path)
+        mark_sft_complete(  # and how it reads a string prompt: as TRL's SFTTrainer rendered its first row
+            training_args.output_dir,
+            base_model=model_args.model_name_or_path,
+            conversational=is_conversational(train_dataset[0]),
+        )
     if push:  # π_SFT with dpr_reference/ and its manifest: loadable as the reward model from the Hub
         push_trainer_output(trainer, dataset_name=script_args.dataset_name)
     release_output_dir(training_args.output_dir)  # finished: the folder holds its outputs only
@@ -313,7 +318,9 @@ def check_evaluation_fits_context(evaluation_config: str, sft_path: str, trust_r
     from ..evaluation.runner import check_answers_fit_context
     from .recipe_parser import load_evaluation_config
 
-    config = load_evaluation_config(evaluation_config, unset={"trust_remote_code": trust_remote_code})
+    config = load_evaluation_config(
+        evaluation_config, unset={"trust_remote_code": trust_remote_code}, baseline=f"SFT={sft_path}"
+    )  # the baseline it will run with (`evaluate_against_sft`), whose record says how its prompts are read
     check_answers_fit_context(config, {"SFT": sft_path})
 
 
@@ -334,6 +341,7 @@ def run_dpr(
     # Everything that can be checked before a model loads: the folder, the push and the prompts (check_dpr_inputs,
     # unless the caller did it), then the SFT output, its adapter and its chat template.
     inputs = inputs or check_dpr_inputs(script_args, training_args, len(reward_funcs or []))
+    check_reward_func_columns(reward_funcs or [], inputs.prompts)  # the trainer checks again, after π_SFT loads
     sft_path = model_args.model_name_or_path
     if os.path.isdir(sft_path) and (problem := sft_output_problem(sft_path)):
         raise ValueError(f"{sft_path!r} is not a finished SFT output: {problem}. {UNFINISHED_SFT_HELP}")

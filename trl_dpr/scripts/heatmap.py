@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trl_dpr.analysis.heatmaps import heatmap_html, save_heatmap_png
+from trl_dpr.reference_manifest import sft_trained_on_messages
 from trl_dpr.running.cli import run
 from trl_dpr.running.recipe_checks import CommandParser
 
@@ -52,7 +53,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "trl-dpr heatmap") -> li
     )
     parser.add_argument("--formats", nargs="+", default=["html", "png"], choices=["html", "png"])
     parser.add_argument(
-        "--raw-prompt", action="store_true", help="Score prompts as plain text, not as a user chat turn."
+        "--raw-prompt",
+        action="store_true",
+        help="Score prompts as plain text, not as a user chat turn (always, for a `trl-dpr sft` on raw text).",
     )
     parser.add_argument("--no-eos", action="store_true", help="Do not append the EOS token to each response.")
     parser.add_argument(
@@ -83,7 +86,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "trl-dpr heatmap") -> li
 
     reward_model = CheckpointRewardModel.from_pretrained(args.sft, args.ref)
     tokenizer = reward_model.processing_class
-    if not args.raw_prompt and getattr(tokenizer, "chat_template", None):
+    # A string prompt as a user turn, unless asked or π_SFT's `trl-dpr sft` record says it was trained on raw text.
+    as_text = args.raw_prompt or sft_trained_on_messages(args.sft) is False
+    if not as_text and getattr(tokenizer, "chat_template", None):
         prompts = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
     scored = reward_model.score_text(prompts, responses, append_eos=not args.no_eos)
 

@@ -1,0 +1,258 @@
+"""String prompts (`prompt` files: held-out `prompt` + `answer`, `prompt` + `completion`) reach π_SFT as it was trained
+to read them, in DPR, the preview and the evaluation alike: one user turn of the chat template for an SFT on
+`messages`, raw text for an SFT on string prompt/completion (TRL's own reading), and raw text with a warning when no
+`trl-dpr sft` record says which. The expected token ids are computed here with the tokenizer, not with trl_dpr's `render_prompts`."""
+
+import json
+import logging
+
+import pytest
+from datasets import Dataset
+from trl import ModelConfig, SFTConfig
+
+from trl_dpr.data import prompts_for_rl, string_prompts_as_chat
+from trl_dpr.reference_manifest import sft_trained_on_messages
+from trl_dpr.running.pipeline import SFTScriptArguments, run_sft
+
+from ..conftest import dpr_config, save_sft_output
+
+QUESTIONS = [f"Convert {km} km to meters." for km in (5, 12, 79, 140)]
+DEMONSTRATION = "{km} km = {km} x 1000 m = {m} m. The answer is {m}."
+
+
+def demonstrations(form: str) -> list[dict]:
+    rows = []
+    for question in QUESTIONS:
+        km = int(question.split()[1])
+        answer = DEMONSTRATION.format(km=km, m=km * 1000)
+        if form == "messages":
+            rows.append(
+                {"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]}
+            )
+        else:
+            rows.append({"prompt": question, "completion": answer})
+    return rows
+
+
+def write_jsonl(path, rows) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def sft_outputs(tmp_path_factory):
+    """`trl-dpr sft`'s stage (run_sft) for 2 steps of the embedded tiny Llama, on `messages` and on string
+    prompt/completion files; plus the held-out `prompt` + `answer` file. `{form: folder}`, `held_out`."""
+    folder = tmp_path_factory.mktemp("string-prompts")
+    outputs = {}
+    for form in ("messages", "prompt_completion"):
+        run_sft(
+            SFTScriptArguments(dataset_name=write_jsonl(folder / f"{form}.jsonl", demonstrations(form))),
+            SFTConfig(
+                output_dir=str(folder / f"sft-{form}"),
+                max_steps=2,
+                per_device_train_batch_size=4,
+                max_length=64,
+                bf16=False,
+                use_cpu=True,
+                report_to="none",
+                save_strategy="no",
+                seed=0,
+            ),
+            ModelConfig(model_name_or_path="trl_dpr/embedded-tiny-llama", dtype="float32"),
+        )
+        outputs[form] = str(folder / f"sft-{form}")
+    held_out = [{"prompt": q, "answer": str(int(q.split()[1]) * 1000)} for q in QUESTIONS]
+    return outputs, write_jsonl(folder / "held_out.jsonl", held_out)
+
+
+def expected_ids(sft_path: str, form: str) -> set[tuple[int, ...]]:
+    """Each question's ids as π_SFT was trained to read it: its chat template around one user turn, or the text."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(sft_path)
+    if form == "messages":
+        return {
+            tuple(
+                tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)[
+                    "input_ids"
+                ]
+            )
+            for q in QUESTIONS
+        }
+    return {tuple(tokenizer(q)["input_ids"]) for q in QUESTIONS}
+
+
+def test_the_sft_stage_records_whether_it_trained_on_messages_or_on_raw_text(sft_outputs, tmp_path, tokenizer):
+    outputs, _ = sft_outputs
+    assert sft_trained_on_messages(outputs["messages"]) is True
+    assert sft_trained_on_messages(outputs["prompt_completion"]) is False
+    assert sft_trained_on_messages(save_sft_output(tmp_path / "elsewhere", tokenizer)) is None  # no record
+
+
+@pytest.mark.parametrize("form", ["messages", "prompt_completion"])
+def test_dpr_samples_from_string_prompts_as_its_sft_was_trained_to_read_them(sft_outputs, tmp_path, form):
+    """The prompt ids DPR generates from (what its loss sees) for the held-out `prompt` + `answer` file."""
+    from trl_dpr.running.trainers import DPRRunTrainer
+
+    outputs, held_out = sft_outputs
+    prompts = prompts_for_rl(Dataset.from_json(held_out), "held_out")
+    trainer = DPRRunTrainer(
+        model=None, reward_model=outputs[form], args=dpr_config(tmp_path, max_steps=1), train_dataset=prompts
+    )
+    seen = []
+    compute_loss = trainer._compute_loss
+
+    def recording(model, inputs):
+        for ids, mask in zip(inputs["prompt_ids"], inputs["prompt_mask"]):
+            seen.append(tuple(ids[mask.bool()].tolist()))
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = recording
+    trainer.train()
+    assert seen and set(seen) <= expected_ids(outputs[form], form)
+
+
+@pytest.mark.parametrize("form", ["messages", "prompt_completion"])
+def test_the_preview_samples_string_prompts_as_the_sft_was_trained_to_read_them(
+    sft_outputs, tmp_path, monkeypatch, form
+):
+    from trl_dpr.analysis.preview import PreviewConfig, run_preview
+    from trl_dpr.evaluation import sampling
+
+    outputs, held_out = sft_outputs
+    seen = []
+    sample_completions = sampling.sample_completions
+
+    def recording(*args, **kwargs):
+        samples = sample_completions(*args, **kwargs)
+        seen.extend(tuple(s.prompt_ids) for s in samples)
+        return samples
+
+    monkeypatch.setattr(sampling, "sample_completions", recording)
+    config = PreviewConfig(
+        output_dir=str(tmp_path / "preview"),
+        dataset_name=held_out,
+        dataset_split="train",
+        num_prompts=4,
+        samples_per_prompt=2,
+        max_new_tokens=4,
+        batch_size=8,
+        variants={"DPR": {}},
+        kl_coefs=[float("inf"), 1.0],
+        answer_pattern=r"The answer is (-?[0-9]+)",
+        bootstrap_resamples=20,
+        plot=False,
+    )
+    run_preview(config, outputs[form], {"dtype": "float32"}, show_progress=False)
+    assert len(seen) == 8 and set(seen) == expected_ids(outputs[form], form)
+
+
+@pytest.mark.parametrize("form", ["messages", "prompt_completion"])
+def test_the_evaluation_answers_string_prompts_as_the_baseline_sft_was_trained_to_read_them(
+    sft_outputs, tmp_path, monkeypatch, form
+):
+    """An SFT on string prompt/completion answers the raw text (the evaluation used to wrap it in a user turn)."""
+    from trl_dpr.evaluation import EvaluationConfig, run_evaluation, sampling
+
+    outputs, held_out = sft_outputs
+    seen = []
+    sample_completions = sampling.sample_completions
+
+    def recording(*args, **kwargs):
+        samples = sample_completions(*args, **kwargs)
+        seen.extend(tuple(s.prompt_ids) for s in samples)
+        return samples
+
+    monkeypatch.setattr(sampling, "sample_completions", recording)
+    config = EvaluationConfig(
+        output_dir=str(tmp_path / "eval"),
+        baseline=f"SFT={outputs[form]}",
+        candidates=[f"DPR={outputs[form]}"],
+        benchmarks=["jsonl"],
+        jsonl_path=held_out,
+        judge="exact",
+        answer_pattern=r"The answer is (-?[0-9]+)",
+        max_new_tokens=4,
+        generation_backend="transformers",
+        dtype="float32",
+        device="cpu",
+        bootstrap_resamples=20,
+    )
+    run_evaluation(config, show_progress=False)
+    assert len(seen) == 8 and set(seen) == expected_ids(outputs[form], form)  # 4 prompts x 2 models
+
+
+def test_string_prompts_go_as_raw_text_with_a_warning_when_no_sft_record_says_how_it_was_trained(
+    tmp_path, tokenizer, caplog
+):
+    sft = save_sft_output(tmp_path / "trained-elsewhere", tokenizer)  # no sft_complete.json; a chat template
+    with caplog.at_level(logging.WARNING, logger="trl_dpr.data"):
+        assert string_prompts_as_chat(str(sft), tokenizer, ["Convert 5 km to meters."], "train_dataset") is False
+    assert caplog.messages == [
+        f"train_dataset: string prompts go to {sft} as raw text (TRL's rule): no `trl-dpr sft` record says how it "
+        "was trained, and its tokenizer has a chat template. If it was trained on chat messages, give the prompts as "
+        'messages ([{"role": "user", "content": ...}]) or a `messages` file.'
+    ]
+
+
+def test_a_string_prompt_to_an_sft_trained_on_messages_is_said_in_one_line(sft_outputs, tokenizer, caplog):
+    outputs, _ = sft_outputs
+    with caplog.at_level(logging.WARNING, logger="trl_dpr.data"):
+        assert string_prompts_as_chat(outputs["messages"], tokenizer, ["hi", "ho"], "preview") is True
+        assert (
+            string_prompts_as_chat(outputs["messages"], tokenizer, [[{"role": "user", "content": "hi"}]], "x") is False
+        )
+    assert caplog.messages == [
+        f"preview: π_SFT ({outputs['messages']}) was trained on chat messages, so each string prompt goes to it as "
+        "one user turn of its chat template."
+    ]
+
+
+def test_an_sft_pushed_to_the_hub_says_how_it_was_trained_through_its_pushed_record(sft_outputs, monkeypatch):
+    import huggingface_hub
+
+    outputs, _ = sft_outputs
+    fetched = []
+
+    def hub_download(repo_id, filename, **kwargs):  # the Hub copy of the pushed folder
+        fetched.append((repo_id, filename))
+        if repo_id != "me/my-sft":
+            raise huggingface_hub.errors.LocalEntryNotFoundError(f"{repo_id}: not cached, and offline")
+        return f"{outputs['messages']}/{filename}"
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hub_download)
+    assert sft_trained_on_messages("me/my-sft") is True
+    assert sft_trained_on_messages("someone/else") is None
+    assert fetched == [("me/my-sft", "sft_complete.json"), ("someone/else", "sft_complete.json")]
+
+
+def test_the_heatmap_scores_a_string_prompt_as_raw_text_for_an_sft_trained_on_it(sft_outputs, tmp_path):
+    """`trl-dpr heatmap` wraps a string prompt in a user turn by default; not for an SFT on raw text."""
+    from html.parser import HTMLParser
+
+    from trl_dpr import CheckpointRewardModel
+    from trl_dpr.scripts.heatmap import main
+
+    outputs, _ = sft_outputs
+    sft = outputs["prompt_completion"]
+    response = "5 km = 5 x 1000 m = 5000 m."
+    output = str(tmp_path / "rewards")
+    (written,) = main(
+        ["--sft", sft, "--prompt", QUESTIONS[0], "--response", response, "--formats", "html", "--output", output]
+    )
+
+    class Rewards(HTMLParser):
+        values = []
+
+        def handle_starttag(self, tag, attrs):
+            self.values += [float(v) for k, v in attrs if k == "data-reward"]
+
+    parser = Rewards()
+    parser.feed(written.read_text())
+    model = CheckpointRewardModel.from_pretrained(sft)
+    raw, wrapped = (
+        model.score_text([prompt], [response])[0]["rewards"]
+        for prompt in (QUESTIONS[0], [{"role": "user", "content": QUESTIONS[0]}])
+    )
+    assert parser.values == pytest.approx(raw) and raw != pytest.approx(wrapped)
