@@ -197,6 +197,22 @@ def test_memory_plans_a_shipped_recipe_without_the_hub_from_outside_the_reposito
     assert "**total per GPU**" in result.stdout
 
 
+def test_memory_plans_a_shipped_dpr_recipe_without_max_prompt_length_and_takes_its_keys_as_flags(tmp_path):
+    result = trl_dpr_forked("memory", "--config", "demo/dpr.yaml", cwd=tmp_path, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (
+        "max_prompt_length is unset: planned at " in result.stdout
+        and "prompts of trl_dpr/embedded-demo" in result.stdout
+    )
+    assert "| weights (fp32) |" in result.stdout  # demo/dpr.yaml trains in float32
+    given = trl_dpr_forked(
+        "memory", "--config", "demo/dpr.yaml", "--max_prompt_length", "32", cwd=tmp_path, tmp_path=tmp_path
+    )
+    assert given.returncode == 0, given.stderr[-2000:]
+    assert "| 32 × 32 × (4·128 + 3·256) × 4 B |" in given.stdout  # prefill: 32 prompts × 32 tokens
+    assert "max_prompt_length is unset" not in given.stdout
+
+
 def test_memory_for_an_unknown_backbone_offline_says_how_to_plan_it(tmp_path):
     recipe = tmp_path / "mine.yaml"
     lines = (ROOT / "recipes" / "qwen2.5-7b" / "dpr" / "config_qlora.yaml").read_text().splitlines()
