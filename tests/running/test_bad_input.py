@@ -160,6 +160,15 @@ CASES = [
     # -- the YAML itself
     ("unknown key", "dpr", {"learnig_rate": 1e-4}, [], r"Unknown key.*learnig_rate.*did you mean learning_rate", True),
     ("renamed key", "sft", {"torch_dtype": "bfloat16"}, [], r"torch_dtype \(renamed: use `dtype`\)", True),
+    ("removed key", "evaluate", {"judge_backoff_s": 2}, [], r"judge_backoff_s \(removed: the openai client", True),
+    (
+        "a training key in an evaluation YAML",
+        "evaluate",
+        {"overwrite_output_dir": True},
+        [],
+        r"overwrite_output_dir \(a key of the training recipes only: sft, dpr, spin, gsil\)",
+        True,
+    ),
     (
         "renamed evaluation keys",
         "dpr",

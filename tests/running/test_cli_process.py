@@ -532,6 +532,37 @@ def test_the_readmes_demo_command_again_on_its_finished_run_exits_0_with_its_tab
     assert (tmp_path / "dpr" / "model.safetensors").read_bytes() == b"weights of the finished run"
 
 
+@pytest.mark.slow  # three launches of `trl-dpr sft`, one of them a 2-step SFT: about a minute
+def test_sft_again_on_its_finished_run_exits_0_and_overwrite_output_dir_starts_it_over(tmp_path):
+    from trl_dpr.running.checkpointing import mark_run_finished, run_fingerprint
+    from trl_dpr.scripts.sft import make_parser
+
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    recipe.update(output_dir=str(tmp_path / "sft"), max_steps=2, num_train_samples=8, per_device_train_batch_size=4)
+    path = tmp_path / "sft.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    weights = tmp_path / "sft" / "model.safetensors"
+    weights.parent.mkdir()
+    weights.write_bytes(b"weights of the finished run")  # what the same recipe left, recorded last as finished
+    mark_run_finished(
+        weights.parent, run_fingerprint(*make_parser().parse_args_and_config(["--config", str(path)])[:3])
+    )
+    sft = ("sft", "--config", str(path))
+
+    again = trl_dpr(*sft, cwd=tmp_path, timeout=300, start_new_session=True)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-2000:]
+    assert f"Already finished: {tmp_path / 'sft'} holds this run" in again.stdout
+    assert "--overwrite_output_dir true" in again.stdout
+    assert weights.read_bytes() == b"weights of the finished run"
+
+    over = trl_dpr(*sft, "--overwrite_output_dir", "true", cwd=tmp_path, timeout=300, start_new_session=True)
+    assert over.returncode == 0 and "Traceback" not in over.stderr, over.stderr[-2000:]
+    assert weights.read_bytes() != b"weights of the finished run"  # trained again, from the start
+    assert (tmp_path / "sft" / "sft_complete.json").is_file()
+    # That run recorded itself: the plain command again has nothing to do.
+    assert "Already finished" in trl_dpr(*sft, cwd=tmp_path, timeout=300, start_new_session=True).stdout
+
+
 @pytest.mark.slow  # a process that imports torch and TRL: seconds
 def test_make_demos_launch_on_a_folder_holding_another_run_ends_with_one_line_and_no_traceback(tmp_path):
     recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
