@@ -60,6 +60,8 @@ def world(tmp_path_factory, tokenizer):
     (finished_dpr / "trainer_state.json").write_text("{}")
     (root / "empty.jsonl").write_text("")
     (root / "text.jsonl").write_text(json.dumps({"text": "just text"}) + "\n")
+    good = json.dumps({"prompt": "What is 2+2?", "completion": "4"})
+    (root / "broken_line.jsonl").write_text(f'{good}\n{good}\n{{"prompt": "What is 3+3?", "compl\n{good}\n')
     (root / "prompts.jsonl").write_text(json.dumps({"prompt": [{"role": "user", "content": "What is 2+2?"}]}) + "\n")
     (root / "prompt_answer.jsonl").write_text(
         json.dumps({"prompt": "Convert -40 °C to Fahrenheit.", "answer": "-40"}) + "\n"
@@ -405,6 +407,17 @@ CASES = [
     ),
     ("push while offline", "sft", {"push_to_hub": True, "hub_model_id": "me/x"}, [], r"HF_HUB_OFFLINE", True),
     # -- data
+    *[
+        (
+            f"a broken jsonl line ({stage})",
+            stage,
+            {"dataset_name": "{root}/broken_line.jsonl", REMOVE: ["num_train_samples"] if stage != "preview" else []},
+            [],
+            r"broken_line\.jsonl:3 is not a JSON object \(Unterminated string",
+            True,
+        )
+        for stage in ("sft", "dpr", "preview")
+    ],
     (
         "empty jsonl",
         "sft",

@@ -213,6 +213,42 @@ def test_memory_plans_a_shipped_dpr_recipe_without_max_prompt_length_and_takes_i
     assert "max_prompt_length is unset" not in given.stdout
 
 
+@pytest.mark.slow  # two launches through accelerate, one preview in process: about a minute
+@pytest.mark.parametrize(
+    ("stage", "recipe"), [("sft", "demo/sft.yaml"), ("dpr", "demo/dpr.yaml"), ("preview", "demo.yaml")]
+)
+def test_a_broken_jsonl_line_is_one_message_naming_it_before_any_model_loads(tmp_path, stage, recipe, tokenizer):
+    from trl_dpr.reference_manifest import mark_sft_complete
+
+    from ..conftest import save_sft_output
+
+    mark_sft_complete(
+        save_sft_output(tmp_path / "sft", tokenizer)
+    )  # the preview's SFT output (its model is checked first)
+    good = json.dumps({"prompt": "What is 2+2?", "completion": "4"})
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(f"{good}\n" for _ in range(50)) + '{"prompt": "What is 3+3?", "compl\n' + f"{good}\n")
+    args = (
+        "--dataset_name",
+        str(data),
+        *(
+            ("--num_prompts", "8", "--model_name_or_path", str(tmp_path / "sft"))
+            if stage == "preview"
+            else ("--num_train_samples", "8")
+        ),
+    )
+    result = trl_dpr(
+        stage, "--config", recipe, *args, "--output_dir", str(tmp_path / "out"), cwd=tmp_path, timeout=300
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert errors == [
+        f"error (ValueError): {data}:51 is not a JSON object (Unterminated string starting at); expected one object "
+        "per line."
+    ]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()  # no run folder, no SFT stage run
+
+
 def test_memory_for_an_unknown_backbone_offline_says_how_to_plan_it(tmp_path):
     recipe = tmp_path / "mine.yaml"
     lines = (ROOT / "recipes" / "qwen2.5-7b" / "dpr" / "config_qlora.yaml").read_text().splitlines()
