@@ -700,6 +700,12 @@ def test_the_command_line_overrides_any_key_of_the_recipe(tmp_path, sft_output_f
     assert "| weights (bf16) |" in out and "| 4 × 7 × (4·64 + 3·128) × 2 B |" in out  # prefill: 4 rows × 7 tokens
 
 
+def test_gpu_memory_gib_without_fit_checks_the_plan_against_that_gpu(tmp_path, tiny_model_folder, capsys):
+    recipe = users_recipe(tmp_path / "sft.yaml", "demo/sft.yaml", model_name_or_path=str(tiny_model_folder))
+    main(["--config", recipe, "--gpu_memory_gib", "0.01"])
+    assert "of 0.01 GiB: DOES NOT FIT" in capsys.readouterr().out
+
+
 # ---- `--fit`: the recipe's settings for another GPU -----------------------------------------------------------------
 
 QLORA_8B = ROOT / "recipes" / "llama-3.1-8b" / "dpr" / "config_qlora.yaml"
