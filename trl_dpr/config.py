@@ -40,9 +40,20 @@ class ActivationCheckpointingAlias:
         super().__post_init__()
 
 
+# transformers 5 dropped TrainingArguments.overwrite_output_dir; the recipes keep it, with their own rule (a run's folder
+# is refused unless resumed or overwritten: `checkpointing.claim_output_dir`).
+_OVERWRITE_OUTPUT_DIR_HELP = (
+    "Start a fresh run in an output_dir that already holds a run (its checkpoints and model are replaced). Off: "
+    "refused, so a rerun never silently destroys a finished run; resume it instead."
+)
+
+
 @dataclass
 class SFTRecipeConfig(ActivationCheckpointingAlias, SFTConfig):
-    """TRL's `SFTConfig` as `trl-dpr sft` parses it: same fields and defaults, plus `ActivationCheckpointingAlias`."""
+    """TRL's `SFTConfig` as `trl-dpr sft` parses it: same fields and defaults, plus `ActivationCheckpointingAlias` and
+    `overwrite_output_dir` (as DPR's)."""
+
+    overwrite_output_dir: bool = field(default=False, metadata={"help": _OVERWRITE_OUTPUT_DIR_HELP})
 
 
 class _NoGroupBaseline(int):
@@ -146,13 +157,7 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
         },
     )
 
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={
-            "help": "Start a fresh run in an output_dir that already holds a run (its checkpoints and model are "
-            "replaced). Off: refused, so a rerun never silently destroys a finished run; resume it instead."
-        },
-    )
+    overwrite_output_dir: bool = field(default=False, metadata={"help": _OVERWRITE_OUTPUT_DIR_HELP})
     allow_kl_in_loss: bool = field(
         default=False,
         metadata={

@@ -6,15 +6,65 @@ prompts (the paper uses the same 100k OpenOrca prompts for both, §4.1).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from datasets import Dataset, DatasetDict, load_dataset
 
 from .reference_manifest import sft_trained_on_messages
 
 logger = logging.getLogger(__name__)
+
+
+def read_json_rows(path: str | os.PathLike) -> list[dict]:
+    """Rows of a local `.jsonl` (one object per line) or `.json` (a list of objects, or one object per line) file. A
+    line that is not a JSON object is a `ValueError` naming the file and the line: the one reader of a user's JSON rows
+    (the demonstrations are checked with it before `datasets` reads them; the evaluation's prompt sets read them)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist.")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as error:
+            first = next((line for line in text.splitlines() if line.strip()), "")
+            if not first.lstrip().startswith("{") or _one_object(first) is None:  # not JSON lines in a .json either
+                raise ValueError(
+                    f"{path}:{error.lineno} is not valid JSON ({error.msg}); expected a list of objects."
+                ) from None
+        else:
+            if isinstance(rows, dict) and isinstance(rows.get("data"), list):
+                rows = rows["data"]
+            if not isinstance(rows, list):
+                raise ValueError(f"{path} must hold a JSON list of objects (one per row), got {type(rows).__name__}.")
+            return rows
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"{path}:{number} is not a JSON object ({error.msg}); expected one object per line."
+                ) from None
+            if not isinstance(row, dict):
+                raise ValueError(
+                    f"{path}:{number} is not a JSON object (a {type(row).__name__}); expected one object per line."
+                )
+            rows.append(row)
+    return rows
+
+
+def _one_object(line: str) -> dict | None:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
 
 
 def openorca_to_conversation(example: dict) -> dict:
@@ -253,6 +303,7 @@ def load_demonstrations(
             raise ValueError(
                 f"Dataset file {dataset_name!r} is empty: it needs one JSON object per line (or a JSON list)."
             )
+        read_json_rows(dataset_name)  # a broken line: one message naming it, not `datasets`' traceback
         dataset = load_dataset("json", data_files={split: dataset_name})[split]
     else:
         try:

@@ -285,3 +285,16 @@ def test_a_broken_jsonl_line_is_reported_with_its_number(tmp_path):
     path.write_text(json.dumps(LIMA_ROWS[0]) + "\n{not json\n")
     with pytest.raises(ValueError, match="broken.jsonl:2"):
         read_json_rows(path)
+
+
+def test_a_json_file_is_a_list_or_one_object_per_line_as_datasets_reads_it_and_a_bad_line_is_named(tmp_path):
+    rows = [{"prompt": "a"}, {"prompt": "b"}]
+    (tmp_path / "list.json").write_text(json.dumps(rows))
+    (tmp_path / "lines.json").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert read_json_rows(tmp_path / "list.json") == read_json_rows(tmp_path / "lines.json") == rows
+    (tmp_path / "cut.json").write_text('[{"prompt": "a"},\n {"prom')
+    with pytest.raises(ValueError, match=r"cut\.json:2 is not valid JSON .*expected a list of objects"):
+        read_json_rows(tmp_path / "cut.json")
+    (tmp_path / "list_line.jsonl").write_text(json.dumps(rows[0]) + "\n[1, 2]\n")
+    with pytest.raises(ValueError, match=r"list_line\.jsonl:2 is not a JSON object \(a list\)"):
+        read_json_rows(tmp_path / "list_line.jsonl")

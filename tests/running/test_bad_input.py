@@ -60,6 +60,8 @@ def world(tmp_path_factory, tokenizer):
     (finished_dpr / "trainer_state.json").write_text("{}")
     (root / "empty.jsonl").write_text("")
     (root / "text.jsonl").write_text(json.dumps({"text": "just text"}) + "\n")
+    good = json.dumps({"prompt": "What is 2+2?", "completion": "4"})
+    (root / "broken_line.jsonl").write_text(f'{good}\n{good}\n{{"prompt": "What is 3+3?", "compl\n{good}\n')
     (root / "prompts.jsonl").write_text(json.dumps({"prompt": [{"role": "user", "content": "What is 2+2?"}]}) + "\n")
     (root / "prompt_answer.jsonl").write_text(
         json.dumps({"prompt": "Convert -40 °C to Fahrenheit.", "answer": "-40"}) + "\n"
@@ -160,6 +162,15 @@ CASES = [
     # -- the YAML itself
     ("unknown key", "dpr", {"learnig_rate": 1e-4}, [], r"Unknown key.*learnig_rate.*did you mean learning_rate", True),
     ("renamed key", "sft", {"torch_dtype": "bfloat16"}, [], r"torch_dtype \(renamed: use `dtype`\)", True),
+    ("removed key", "evaluate", {"judge_backoff_s": 2}, [], r"judge_backoff_s \(removed: the openai client", True),
+    (
+        "a training key in an evaluation YAML",
+        "evaluate",
+        {"overwrite_output_dir": True},
+        [],
+        r"overwrite_output_dir \(a key of the training recipes only: sft, dpr, spin, gsil\)",
+        True,
+    ),
     (
         "renamed evaluation keys",
         "dpr",
@@ -396,6 +407,17 @@ CASES = [
     ),
     ("push while offline", "sft", {"push_to_hub": True, "hub_model_id": "me/x"}, [], r"HF_HUB_OFFLINE", True),
     # -- data
+    *[
+        (
+            f"a broken jsonl line ({stage})",
+            stage,
+            {"dataset_name": "{root}/broken_line.jsonl", REMOVE: ["num_train_samples"] if stage != "preview" else []},
+            [],
+            r"broken_line\.jsonl:3 is not a JSON object \(Unterminated string",
+            True,
+        )
+        for stage in ("sft", "dpr", "preview")
+    ],
     (
         "empty jsonl",
         "sft",

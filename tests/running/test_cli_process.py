@@ -197,6 +197,58 @@ def test_memory_plans_a_shipped_recipe_without_the_hub_from_outside_the_reposito
     assert "**total per GPU**" in result.stdout
 
 
+def test_memory_plans_a_shipped_dpr_recipe_without_max_prompt_length_and_takes_its_keys_as_flags(tmp_path):
+    result = trl_dpr_forked("memory", "--config", "demo/dpr.yaml", cwd=tmp_path, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (
+        "max_prompt_length is unset: planned at " in result.stdout
+        and "prompts of trl_dpr/embedded-demo" in result.stdout
+    )
+    assert "| weights (fp32) |" in result.stdout  # demo/dpr.yaml trains in float32
+    given = trl_dpr_forked(
+        "memory", "--config", "demo/dpr.yaml", "--max_prompt_length", "32", cwd=tmp_path, tmp_path=tmp_path
+    )
+    assert given.returncode == 0, given.stderr[-2000:]
+    assert "| 32 × 32 × (4·128 + 3·256) × 4 B |" in given.stdout  # prefill: 32 prompts × 32 tokens
+    assert "max_prompt_length is unset" not in given.stdout
+
+
+@pytest.mark.slow  # two launches through accelerate, one preview in process: about a minute
+@pytest.mark.parametrize(
+    ("stage", "recipe"), [("sft", "demo/sft.yaml"), ("dpr", "demo/dpr.yaml"), ("preview", "demo.yaml")]
+)
+def test_a_broken_jsonl_line_is_one_message_naming_it_before_any_model_loads(tmp_path, stage, recipe, tokenizer):
+    from trl_dpr.reference_manifest import mark_sft_complete
+
+    from ..conftest import save_sft_output
+
+    mark_sft_complete(
+        save_sft_output(tmp_path / "sft", tokenizer)
+    )  # the preview's SFT output (its model is checked first)
+    good = json.dumps({"prompt": "What is 2+2?", "completion": "4"})
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(f"{good}\n" for _ in range(50)) + '{"prompt": "What is 3+3?", "compl\n' + f"{good}\n")
+    args = (
+        "--dataset_name",
+        str(data),
+        *(
+            ("--num_prompts", "8", "--model_name_or_path", str(tmp_path / "sft"))
+            if stage == "preview"
+            else ("--num_train_samples", "8")
+        ),
+    )
+    result = trl_dpr(
+        stage, "--config", recipe, *args, "--output_dir", str(tmp_path / "out"), cwd=tmp_path, timeout=300
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert errors == [
+        f"error (ValueError): {data}:51 is not a JSON object (Unterminated string starting at); expected one object "
+        "per line."
+    ]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()  # no run folder, no SFT stage run
+
+
 def test_memory_for_an_unknown_backbone_offline_says_how_to_plan_it(tmp_path):
     recipe = tmp_path / "mine.yaml"
     lines = (ROOT / "recipes" / "qwen2.5-7b" / "dpr" / "config_qlora.yaml").read_text().splitlines()
@@ -548,6 +600,37 @@ def test_a_finished_run_whose_local_training_file_was_edited_is_not_taken_for_fi
     assert "already holds a run" in edited.stderr and "--overwrite_output_dir true" in edited.stderr
     assert "Traceback" not in edited.stderr
     assert (tmp_path / "dpr" / "model.safetensors").read_bytes() == b"weights of the finished run"
+
+
+@pytest.mark.slow  # three launches of `trl-dpr sft`, one of them a 2-step SFT: about a minute
+def test_sft_again_on_its_finished_run_exits_0_and_overwrite_output_dir_starts_it_over(tmp_path):
+    from trl_dpr.running.checkpointing import mark_run_finished, run_fingerprint
+    from trl_dpr.scripts.sft import make_parser
+
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    recipe.update(output_dir=str(tmp_path / "sft"), max_steps=2, num_train_samples=8, per_device_train_batch_size=4)
+    path = tmp_path / "sft.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    weights = tmp_path / "sft" / "model.safetensors"
+    weights.parent.mkdir()
+    weights.write_bytes(b"weights of the finished run")  # what the same recipe left, recorded last as finished
+    mark_run_finished(
+        weights.parent, run_fingerprint(*make_parser().parse_args_and_config(["--config", str(path)])[:3])
+    )
+    sft = ("sft", "--config", str(path))
+
+    again = trl_dpr(*sft, cwd=tmp_path, timeout=300, start_new_session=True)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-2000:]
+    assert f"Already finished: {tmp_path / 'sft'} holds this run" in again.stdout
+    assert "--overwrite_output_dir true" in again.stdout
+    assert weights.read_bytes() == b"weights of the finished run"
+
+    over = trl_dpr(*sft, "--overwrite_output_dir", "true", cwd=tmp_path, timeout=300, start_new_session=True)
+    assert over.returncode == 0 and "Traceback" not in over.stderr, over.stderr[-2000:]
+    assert weights.read_bytes() != b"weights of the finished run"  # trained again, from the start
+    assert (tmp_path / "sft" / "sft_complete.json").is_file()
+    # That run recorded itself: the plain command again has nothing to do.
+    assert "Already finished" in trl_dpr(*sft, cwd=tmp_path, timeout=300, start_new_session=True).stdout
 
 
 @pytest.mark.slow  # a process that imports torch and TRL: seconds

@@ -1,5 +1,6 @@
 """The memory plan (`trl_dpr.running.memory`): each term against hand arithmetic, and every shipped recipe against its GPU."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -54,14 +55,19 @@ def llama_dpr_args(**overrides):
         max_completion_length=1024,
         gradient_checkpointing=True,
         use_cpu=True,
-        bf16=False,
+        bf16=True,  # as the GPU recipes (`use_cpu` only lets the config build on a machine without one)
     )
     return DensePathConfig(**{**values, **overrides})
 
 
 def qlora_args():
     return ModelConfig(
-        load_in_4bit=True, use_bnb_nested_quant=True, use_peft=True, lora_r=64, lora_target_modules=["all-linear"]
+        load_in_4bit=True,
+        use_bnb_nested_quant=True,
+        use_peft=True,
+        lora_r=64,
+        lora_target_modules=["all-linear"],
+        dtype="bfloat16",
     )
 
 
@@ -211,6 +217,7 @@ def test_a_recipe_whose_reward_reads_three_models_plans_them_all_beside_the_poli
         yaml.safe_dump(
             {
                 "model_name_or_path": "runs/sft",
+                "dtype": "bfloat16",
                 "dataset_name": "trl_dpr/embedded-demo",
                 "output_dir": "runs/dpr",
                 "per_device_train_batch_size": 2,
@@ -565,6 +572,138 @@ def test_a_missing_sft_output_says_how_to_plan_anyway(tmp_path):
     )
     with pytest.raises(ValueError, match=r"not a folder here.*sft_config.*--model-config FOLDER"):
         plan_recipe(recipe)
+
+
+# ---- the recipe's precision ---------------------------------------------------------------------------------------
+
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "bf16", "weight_bytes", "activation_bytes"),
+    [
+        ("float32", False, 4, 4),  # demo/sft.yaml as shipped: fp32 all through
+        ("float32", True, 4, 2),  # fp32 weights, bf16 autocast
+        ("bfloat16", False, 2, 2),  # bf16 weights, no autocast
+        ("bfloat16", True, 2, 2),  # the GPU recipes
+        ("auto", False, 4, 4),  # the checkpoint's dtype: planned as the precision flags say
+    ],
+)
+def test_weights_take_the_recipes_dtype_and_activations_its_mixed_precision(
+    tmp_path, dtype, bf16, weight_bytes, activation_bytes
+):
+    tiny = ModelShape.from_config(LlamaConfig(vocab_size=100, **TINY))
+    recipe = users_recipe(tmp_path / "sft.yaml", "demo/sft.yaml", dtype=dtype, bf16=bf16)
+    result = plan_recipe(recipe, tiny)
+    n = tiny.parameters
+    name = {4: "fp32", 2: "bf16"}[weight_bytes]
+    assert term(result, f"weights ({name})").bytes == n * weight_bytes
+    # demo/sft.yaml: 32 rows × 160 tokens, no gradient checkpointing: every layer's activations kept for backward.
+    assert term(result, "activations (no checkpointing)").bytes == 2 * 32 * 160 * (8 * 64 + 5 * 128) * activation_bytes
+    if weight_bytes == 4:  # fp32 weights are their own master copy: fp32 grad + AdamW m, v
+        assert term(result, "grad + AdamW m, v (fp32)").bytes == n * 12
+    else:
+        assert term(result, "grad + fp32 master + AdamW m, v").bytes == n * 14
+
+
+def test_the_smollm2_cpu_recipe_is_planned_in_fp32_as_it_trains(shapes):
+    smollm2 = ModelShape.from_config(
+        LlamaConfig(
+            vocab_size=49152,
+            hidden_size=576,
+            intermediate_size=1536,
+            num_hidden_layers=30,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            tie_word_embeddings=True,
+        )
+    )
+    result = plan_recipe(str(ROOT / "recipes" / "smollm2-135m" / "sft" / "config_full.yaml"), smollm2)
+    assert smollm2.parameters == 134_515_008  # SmolLM2-135M's published count
+    assert term(result, "weights (fp32)").bytes == 134_515_008 * 4
+    assert "weights (bf16)" not in result.table()
+
+
+# ---- a DPR recipe without max_prompt_length --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sft_output_folder(tmp_path_factory, tokenizer):
+    """What an SFT run leaves as far as the plan reads it: a tiny Llama's config.json and its tokenizer."""
+    from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+
+    folder = tmp_path_factory.mktemp("sft")
+    build_tiny_causal_lm(tokenizer, hidden_size=64, num_layers=3).config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def prefill_prompt_tokens(result, config) -> float:
+    """The prompt length P the plan used, read back from its prefill term: rows × P × (4H + 3I) × 4 B (fp32)."""
+    text = config.get_text_config()
+    return term(result, "prefill, one layer").bytes / (8 * (4 * text.hidden_size + 3 * text.intermediate_size) * 4)
+
+
+def test_a_dpr_recipe_without_max_prompt_length_is_planned_at_its_longest_prompt(
+    tmp_path, sft_output_folder, tokenizer
+):
+    prompts = [
+        "What is 2 + 3?",
+        "Mia has 12 apples. She gets 3 more. How many apples does Mia have now?",
+        "Sort 3 1 2.",
+    ]
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    recipe = users_recipe(
+        tmp_path / "dpr.yaml",
+        "demo/dpr.yaml",
+        model_name_or_path=str(sft_output_folder),
+        sft_config=None,
+        dataset_name=str(data),
+        per_device_train_batch_size=8,
+    )
+    longest = max(
+        len(tokenizer(p)["input_ids"]) for p in prompts
+    )  # a plain-text prompt: its tokens, specials included
+    result = plan_recipe(recipe)
+    assert prefill_prompt_tokens(result, AutoConfig.from_pretrained(sft_output_folder)) == longest
+    assert f"planned at {longest} tokens, the longest of all 3 prompts of {data}" in result.table()
+    # Given, it is planned as given (and the note is gone).
+    given = plan_recipe(users_recipe(tmp_path / "given.yaml", recipe, max_prompt_length=50))
+    assert prefill_prompt_tokens(given, AutoConfig.from_pretrained(sft_output_folder)) == 50
+    assert "max_prompt_length is unset" not in given.table()
+
+
+def test_a_dpr_recipe_whose_prompts_are_not_read_is_planned_at_the_context_minus_the_completion(
+    tmp_path, tiny_model_folder
+):
+    recipe = users_recipe(
+        tmp_path / "dpr.yaml",
+        "demo/dpr.yaml",
+        model_name_or_path=str(tiny_model_folder),  # a config.json and no tokenizer
+        sft_config=None,
+        dataset_name="someone/their-hub-dataset",  # a plan downloads no dataset
+        per_device_train_batch_size=8,
+    )
+    config = AutoConfig.from_pretrained(tiny_model_folder)
+    result = plan_recipe(recipe)
+    assert prefill_prompt_tokens(result, config) == config.max_position_embeddings - 96  # demo/dpr.yaml's completion
+    assert "planned at the model's context" in result.table()
+
+
+def test_the_command_line_overrides_any_key_of_the_recipe(tmp_path, sft_output_folder, capsys):
+    recipe = users_recipe(
+        tmp_path / "dpr.yaml", "demo/dpr.yaml", model_name_or_path=str(sft_output_folder), sft_config=None
+    )
+    main(["--config", recipe, "--max_prompt_length", "7", "--per_device_train_batch_size", "4", "--dtype", "bfloat16"])
+    out = capsys.readouterr().out
+    assert "| weights (bf16) |" in out and "| 4 × 7 × (4·64 + 3·128) × 2 B |" in out  # prefill: 4 rows × 7 tokens
+
+
+def test_gpu_memory_gib_without_fit_checks_the_plan_against_that_gpu(tmp_path, tiny_model_folder, capsys):
+    recipe = users_recipe(tmp_path / "sft.yaml", "demo/sft.yaml", model_name_or_path=str(tiny_model_folder))
+    main(["--config", recipe, "--gpu_memory_gib", "0.01"])
+    assert "of 0.01 GiB: DOES NOT FIT" in capsys.readouterr().out
 
 
 # ---- `--fit`: the recipe's settings for another GPU -----------------------------------------------------------------

@@ -414,3 +414,23 @@ def test_a_self_play_run_whose_evaluation_fails_releases_its_folder_unfinished(
         self_play_runs(method, "--evaluation_config", "recipes/evaluate/demo.yaml")
     assert not is_claimed(tmp_path / method)
     assert not (tmp_path / method / RUN_COMPLETE_NAME).exists()
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpr"])
+def test_overwrite_output_dir_is_a_key_and_a_flag_of_the_sft_recipe_as_of_dprs(stage, tmp_path):
+    from importlib import import_module
+
+    make_parser = import_module(f"trl_dpr.scripts.{stage}").make_parser
+    recipe = yaml.safe_load((ROOT / f"recipes/demo/{stage}.yaml").read_text())
+    (tmp_path / "plain.yaml").write_text(yaml.safe_dump(recipe))
+    (tmp_path / "key.yaml").write_text(yaml.safe_dump({**recipe, "overwrite_output_dir": True}))
+    parsed = {
+        name: make_parser().parse_args_and_config(["--config", str(tmp_path / "plain.yaml"), *flags])[1]
+        for name, flags in (("default", []), ("flag", ["--overwrite_output_dir", "true"]))
+    }
+    parsed["key"] = make_parser().parse_args_and_config(["--config", str(tmp_path / "key.yaml")])[1]
+    assert {name: args.overwrite_output_dir for name, args in parsed.items()} == {
+        "default": False,
+        "flag": True,
+        "key": True,
+    }

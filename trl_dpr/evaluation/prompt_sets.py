@@ -7,11 +7,11 @@ fields: docs/evaluation.md. A local file is `.jsonl` or a `.json` list of object
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+
+from ..data import read_json_rows
 
 logger = logging.getLogger(__name__)
 
@@ -56,33 +56,6 @@ class PromptSetSource:
     hub: str
     local_fields: str
     load: Callable[..., list[EvalPrompt]]
-
-
-def read_json_rows(path: str | Path) -> list[dict]:
-    """Rows of a local `.jsonl` (one object per line) or `.json` (a list of objects) file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"Prompt file {path} does not exist. Download it first (see trl_dpr.evaluation.prompt_sets)."
-        )
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json":
-        rows = json.loads(text)
-        if isinstance(rows, dict) and isinstance(rows.get("data"), list):
-            rows = rows["data"]
-        if not isinstance(rows, list):
-            raise ValueError(f"{path} must hold a JSON list of objects (one per prompt), got {type(rows).__name__}.")
-        return rows
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise ValueError(
-                    f"{path}:{number} is not a JSON object ({error.msg}); expected one object per line."
-                ) from None
-    return rows
 
 
 def _require(row: dict, fields: tuple[str, ...], source: str, index: int) -> None:

@@ -407,6 +407,17 @@ def _light_parser(stage: str):
     return RecipeParser.from_description(description)
 
 
+def _recipe_flags() -> dict[str, bool]:
+    """Every key flag of the `trl-dpr sft` and `trl-dpr dpr` recipes (flag → takes a value), from their descriptions:
+    the overrides `trl-dpr memory` accepts."""
+    return {
+        flag: action.nargs != 0
+        for stage in ("sft", "dpr")
+        for action in _light_parser(stage)._actions
+        for flag in action.option_strings
+    }
+
+
 def _check_before_importing(stage: str, argv: list[str], parser=None):
     """The checks of `trl-dpr <stage>` that need no TRL (`RecipeParser.check_recipe`, a GGUF reader); returns the
     recipe's values and the launcher's arguments, in their order."""
@@ -478,7 +489,7 @@ def _dispatch(argv: list[str]) -> None:
     elif command == "memory":
         from .memory import main as memory
 
-        run(lambda args: memory(args, prog="trl-dpr memory"), rest)
+        run(lambda args: memory(args, prog="trl-dpr memory", recipe_flags=_recipe_flags()), rest)
     elif command == "push":
         from .push import main as push
 

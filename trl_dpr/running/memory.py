@@ -240,6 +240,26 @@ def _gib(value: float) -> str:
     return f"{value / GIB:.2f} GiB"
 
 
+_DTYPE_BYTES = {"bfloat16": (BF16, "bf16"), "float16": (BF16, "fp16"), "float32": (FP32, "fp32")}
+
+
+def precision(training_args, model_args=None) -> tuple[int, int, str]:
+    """`(weight bytes, activation bytes, weight dtype)` of a recipe: the weights load in its `dtype` (`auto` or none:
+    16-bit under `bf16`/`fp16`, else fp32); activations are 16-bit under `bf16`/`fp16` (autocast), else the weights'.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> precision(SimpleNamespace(bf16=True, fp16=False), SimpleNamespace(dtype="float32"))
+        (4, 2, 'fp32')
+    """
+    mixed = (
+        "bf16" if getattr(training_args, "bf16", False) else "fp16" if getattr(training_args, "fp16", False) else None
+    )
+    dtype = getattr(model_args, "dtype", None)
+    weights, name = _DTYPE_BYTES.get(dtype) or ((BF16, mixed) if mixed else (FP32, "fp32"))
+    return weights, BF16 if mixed else weights, name
+
+
 def plan(
     training_args,
     model_config,
@@ -277,6 +297,7 @@ def plan(
             raise ValueError("The memory plan needs max_length (the longest SFT sequence, paper: 2048).")
     tokens = prompt + completion
     static, phases, notes = [], {}, []
+    weight_bytes, act, weight_dtype = precision(training_args, model_args)
 
     # -- weights ---------------------------------------------------------------------------------------------------
     # DPR holds the policy and the frozen models its reward reads (`frozen_model_names`: π_SFT always, for the KL). From
@@ -297,25 +318,26 @@ def plan(
         static.append(
             _term(
                 "base weights (NF4)",
-                copies * (shape.linear_parameters * (0.5 + constants) + other * BF16),
+                copies * (shape.linear_parameters * (0.5 + constants) + other * weight_bytes),
                 f"{copies} × ({shape.linear_parameters / 1e9:.2f} B linear × {0.5 + constants:.4f} B + "
-                f"{other / 1e9:.2f} B other × 2 B)" + held,
+                f"{other / 1e9:.2f} B other × {weight_bytes} B)" + held,
             )
         )
     else:
         static.append(
             _term(
-                "weights (bf16)",
-                copies * shape.parameters * BF16 / shards,
-                f"{copies} × {shape.parameters / 1e9:.2f} B params × 2 B" + over + held,
+                f"weights ({weight_dtype})",
+                copies * shape.parameters * weight_bytes / shards,
+                f"{copies} × {shape.parameters / 1e9:.2f} B params × {weight_bytes} B" + over + held,
             )
         )
     if sharded:
         static.append(
             _term(
                 "gathered layer (ZeRO-3 / FSDP)",
-                2 * shape.largest_layer_parameters * BF16,
-                f"2 × {shape.largest_layer_parameters / 1e6:.0f} M params × 2 B (the layer computed + the one prefetched)",
+                2 * shape.largest_layer_parameters * weight_bytes,
+                f"2 × {shape.largest_layer_parameters / 1e6:.0f} M params × {weight_bytes} B (the layer computed + the "
+                "one prefetched)",
             )
         )
 
@@ -339,6 +361,14 @@ def plan(
                 f"{lora / 1e6:.1f} M (r={rank}) × 4 × {trainable_bytes} B",
             )
         )
+    elif weight_bytes == FP32:  # fp32 weights are their own master copy
+        static.append(
+            _term(
+                "grad + AdamW m, v (fp32)",
+                shape.parameters * 3 * FP32 / shards,
+                f"{shape.parameters / 1e9:.2f} B × 12 B" + over,
+            )
+        )
     else:
         static.append(
             _term(
@@ -350,13 +380,17 @@ def plan(
 
     # -- phases ----------------------------------------------------------------------------------------------------
     def one_layer(rows: int, length: int) -> float:  # no-grad forward, one layer's tensors live
-        return rows * length * (4 * hidden + 3 * mlp) * BF16
+        return rows * length * (4 * hidden + 3 * mlp) * act
 
     if is_dpr:
-        _generation_phase(training_args, shape, num_gpus, prompt, completion, static, phases, gpu_memory_gib, notes)
+        _generation_phase(
+            training_args, shape, num_gpus, prompt, completion, static, phases, gpu_memory_gib, notes, act
+        )
         scoring = [
-            _term("one layer live", one_layer(batch, tokens), f"{batch} × {tokens} × (4·{hidden} + 3·{mlp}) × 2 B"),
-            _term("last hidden states", batch * tokens * hidden * BF16, f"{batch} × {tokens} × {hidden} × 2 B"),
+            _term(
+                "one layer live", one_layer(batch, tokens), f"{batch} × {tokens} × (4·{hidden} + 3·{mlp}) × {act} B"
+            ),
+            _term("last hidden states", batch * tokens * hidden * act, f"{batch} × {tokens} × {hidden} × {act} B"),
             _term(
                 "LM-head chunk",
                 training_args.reward_token_chunk_size * vocab * FP32 * 3,
@@ -367,45 +401,47 @@ def plan(
             scoring.append(
                 _term(
                     "root params gathered",
-                    shape.root_parameters * BF16,
-                    f"{shape.root_parameters / 1e6:.0f} M × 2 B",
+                    shape.root_parameters * weight_bytes,
+                    f"{shape.root_parameters / 1e6:.0f} M × {weight_bytes} B",
                 )
             )
         phases[f"scoring {', '.join(frozen)}"] = scoring
         phases["log π_old forward"] = [
-            _term("one layer live", one_layer(batch, tokens), f"{batch} × {tokens} × (4·{hidden} + 3·{mlp}) × 2 B"),
+            _term(
+                "one layer live", one_layer(batch, tokens), f"{batch} × {tokens} × (4·{hidden} + 3·{mlp}) × {act} B"
+            ),
             _term("logits", batch * completion * vocab * FP32, f"{batch} × {completion} × {vocab} × 4 B"),
         ]
     if is_dpr and sharded:
         notes.append(
             f"Assumes ZeRO-3 (--accelerate_config zero3). Under FSDP (fsdp2) TRL's prepare_fsdp makes each scorer ONE FSDP unit "
-            f"(tests/end_to_end/test_sharded.py), so scoring gathers a whole scorer: + {_gib(shape.parameters * BF16)}."
+            f"(tests/end_to_end/test_sharded.py), so scoring gathers a whole scorer: + {_gib(shape.parameters * weight_bytes)}."
         )
         if not training_args.use_vllm:
             notes.append(
                 f"Without vLLM, ZeRO-3 gathers the whole policy to generate (ds3_gather_for_generation): "
-                f"+ {_gib(shape.parameters * BF16)} during generation."
+                f"+ {_gib(shape.parameters * weight_bytes)} during generation."
             )
     logit_tokens, logit_bytes = (completion, 8) if is_dpr else (tokens, 12)
     if training_args.gradient_checkpointing:
         training = [
             _term(
                 "checkpoints",
-                layers * batch * tokens * hidden * BF16,
-                f"{layers} × {batch} × {tokens} × {hidden} × 2 B",
+                layers * batch * tokens * hidden * act,
+                f"{layers} × {batch} × {tokens} × {hidden} × {act} B",
             ),
             _term(
                 "layer recompute + backward",
-                2 * batch * tokens * (8 * hidden + 5 * mlp) * BF16,
-                f"2 × {batch} × {tokens} × (8·{hidden} + 5·{mlp}) × 2 B",
+                2 * batch * tokens * (8 * hidden + 5 * mlp) * act,
+                f"2 × {batch} × {tokens} × (8·{hidden} + 5·{mlp}) × {act} B",
             ),
         ]
     else:
         training = [
             _term(
                 "activations (no checkpointing)",
-                layers * batch * tokens * (8 * hidden + 5 * mlp) * BF16,
-                f"{layers} × {batch} × {tokens} × (8·{hidden} + 5·{mlp}) × 2 B",
+                layers * batch * tokens * (8 * hidden + 5 * mlp) * act,
+                f"{layers} × {batch} × {tokens} × (8·{hidden} + 5·{mlp}) × {act} B",
             )
         ]
     training.append(
@@ -457,7 +493,9 @@ def vllm_default_max_model_len(model_config) -> int:
     return int(length * factor)
 
 
-def _generation_phase(args, shape, num_gpus, prompt, completion, static, phases, gpu_memory_gib, notes) -> None:
+def _generation_phase(
+    args, shape, num_gpus, prompt, completion, static, phases, gpu_memory_gib, notes, act: int = BF16
+) -> None:
     text = shape.text
     hidden, mlp, vocab, tokens = text.hidden_size, text.intermediate_size, text.vocab_size, prompt + completion
     if args.use_vllm:
@@ -499,16 +537,17 @@ def _generation_phase(args, shape, num_gpus, prompt, completion, static, phases,
             dict(args.transformers_continuous_batching_config or {}),
             sequences=args.generation_batch_size // num_gpus,
             sequence_tokens=tokens,
+            dtype_bytes=act,
         )
         return
     rows = args.generation_batch_size // num_gpus
-    kv = kv_cache_bytes_per_token(text, tokens=tokens)
+    kv = kv_cache_bytes_per_token(text, act, tokens=tokens)
     phases["generation (one generate call)"] = [
         _term("KV cache", rows * tokens * kv, f"{rows} sequences × {tokens} tokens × {kv // 1024} KiB"),
         _term(
             "prefill, one layer",
-            rows * prompt * (4 * hidden + 3 * mlp) * BF16,
-            f"{rows} × {prompt} × (4·{hidden} + 3·{mlp}) × 2 B",
+            rows * prompt * (4 * hidden + 3 * mlp) * act,
+            f"{rows} × {prompt} × (4·{hidden} + 3·{mlp}) × {act} B",
         ),
         _term("sampling logits", rows * vocab * 18, f"{rows} × {vocab} × 18 B"),
     ]
@@ -519,7 +558,12 @@ def _generation_phase(args, shape, num_gpus, prompt, completion, static, phases,
 
 
 def continuous_batching_terms(
-    text, head_dim: int, cb: dict, sequences: int | None = None, sequence_tokens: int | None = None
+    text,
+    head_dim: int,
+    cb: dict,
+    sequences: int | None = None,
+    sequence_tokens: int | None = None,
+    dtype_bytes: int = BF16,
 ) -> list[MemoryTerm]:
     """The paged-cache footprint transformers' continuous batching allocates (its `PagedAttentionMemoryHandler`,
     transformers 5.23, SDPA attention and a model that slices logits with `logits_to_keep`). The cache and the SDPA
@@ -539,7 +583,7 @@ def continuous_batching_terms(
     cached = blocks * page
     in_flight = cached if sequences is None or sequence_tokens is None else min(cached, sequences * sequence_tokens)
     requests = requests if sequences is None else min(requests, sequences)
-    per_token_kv = layers * 2 * kv_heads * head_dim * BF16
+    per_token_kv = layers * 2 * kv_heads * head_dim * dtype_bytes
     at_peak = 2 * heads + kv_heads  # SDPA reads K and V repeated to every query head, plus V
     return [
         _term(
@@ -549,23 +593,23 @@ def continuous_batching_terms(
         ),
         _term(
             "K/V read back",
-            in_flight * at_peak * head_dim * BF16,
-            f"{in_flight} tokens × {at_peak} × {head_dim} × 2 B",
+            in_flight * at_peak * head_dim * dtype_bytes,
+            f"{in_flight} tokens × {at_peak} × {head_dim} × {dtype_bytes} B",
         ),
         _term(
             "batch activations",
-            batch_tokens * (hidden + heads * head_dim + 2 * kv_heads * head_dim + at_peak * head_dim) * BF16,
+            batch_tokens * (hidden + heads * head_dim + 2 * kv_heads * head_dim + at_peak * head_dim) * dtype_bytes,
             f"max_batch_tokens {batch_tokens} × attention peak",
         ),
         _term(
             "logit rows",
-            requests * (hidden * BF16 + vocab * FP32),
-            f"{requests} requests × (2·{hidden} + 4·{vocab}) B",
+            requests * (hidden * dtype_bytes + vocab * FP32),
+            f"{requests} requests × ({dtype_bytes}·{hidden} + 4·{vocab}) B",
         ),
         _term(
             "attention masks (SDPA)",
-            batch_tokens * (cached + batch_tokens) * BF16 * (2 if _has_sliding(text) else 1),
-            f"{batch_tokens} × ({cached} + {batch_tokens}) × 2 B",
+            batch_tokens * (cached + batch_tokens) * dtype_bytes * (2 if _has_sliding(text) else 1),
+            f"{batch_tokens} × ({cached} + {batch_tokens}) × {dtype_bytes} B",
         ),
     ]
 
@@ -634,13 +678,14 @@ def _hub_answers(timeout_s: float = 5.0) -> bool:
         return False
 
 
-def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
+def plan_recipe(config_path: str, model_config=None, overrides: list[str] | None = None) -> MemoryPlan:
     """Plan a recipe YAML of `trl-dpr sft` or `trl-dpr dpr`, with its `gpu_memory_gib` and `num_gpus` keys.
 
-    `model_config` defaults to the model the recipe trains, read without weights (`recipe_model_config`).
+    `model_config` defaults to the model the recipe trains, read without weights (`recipe_model_config`); `overrides`
+    are the command line's `--key value` pairs, as its command takes them.
     """
-    recipe = _parse_recipe(config_path, model_config)
-    return plan(
+    recipe = _parse_recipe(config_path, model_config, overrides)
+    result = plan(
         recipe.training_args,
         recipe.model_config,
         recipe.model_args,
@@ -649,6 +694,8 @@ def plan_recipe(config_path: str, model_config=None) -> MemoryPlan:
         title=recipe.path,
         on_cpu=recipe.on_cpu,
     )
+    result.notes += recipe.notes
+    return result
 
 
 @dataclass
@@ -659,10 +706,13 @@ class _Recipe:
     target: MemoryTarget
     model_config: object
     on_cpu: bool
+    notes: list[str] = field(default_factory=list)
 
 
-def _parse_recipe(config_path: str, model_config=None) -> _Recipe:
-    """A recipe YAML parsed as its command parses it (`use_cpu` forced: a GPU plan is often made without one)."""
+def _parse_recipe(config_path: str, model_config=None, overrides: list[str] | None = None) -> _Recipe:
+    """A recipe YAML parsed as its command parses it, `overrides` (`--key value`) included (`use_cpu` forced unless
+    they set it: a GPU plan is often made without one). A DPR recipe without max_prompt_length gets the one planned
+    (`planned_prompt_length`), said in `notes`."""
     import yaml
     from trl import ModelConfig, SFTConfig
 
@@ -677,14 +727,126 @@ def _parse_recipe(config_path: str, model_config=None) -> _Recipe:
     script_class = _script_arguments_class(is_dpr)
     config_class = DensePathConfig if is_dpr else SFTRecipeConfig
     command = "trl-dpr dpr" if is_dpr else "trl-dpr sft"  # the command whose --help lists the recipe's keys
+    overrides = list(overrides or [])
     parsed = RecipeParser((script_class, config_class, ModelConfig, MemoryTarget), prog=command).parse_args_and_config(
-        ["--config", str(config_path), "--use_cpu", "true"]
+        ["--config", str(config_path), "--use_cpu", "true", *overrides]
     )
-    _, training_args, model_args, target = parsed
+    script_args, training_args, model_args, target = parsed
+    given_use_cpu = any(arg.split("=")[0] == "--use_cpu" for arg in overrides)
+    on_cpu = bool(training_args.use_cpu if given_use_cpu else values.get("use_cpu", False))
     if model_config is None:
-        model_config = recipe_model_config(config_path)
+        model = {"model_name_or_path": model_args.model_name_or_path, "model_revision": model_args.model_revision}
+        if is_dpr:
+            model["sft_config"] = script_args.sft_config
+        model_config = recipe_model_config(config_path, values={**values, **model})
     shape = model_config if isinstance(model_config, ModelShape) else ModelShape.from_config(model_config)
-    return _Recipe(str(config_path), training_args, model_args, target, shape, bool(values.get("use_cpu", False)))
+    notes = []
+    if is_dpr and training_args.max_prompt_length is None:
+        training_args.max_prompt_length, note = planned_prompt_length(script_args, training_args, model_args, shape)
+        notes.append(note)
+    return _Recipe(str(config_path), training_args, model_args, target, shape, on_cpu, notes)
+
+
+PROMPT_SAMPLE = 2000  # prompts rendered at most to find a recipe's longest (a few seconds on one CPU thread)
+
+
+def planned_prompt_length(script_args, training_args, model_args, shape: ModelShape) -> tuple[int, str]:
+    """`(tokens, note)`: the prompt length a DPR recipe without max_prompt_length is planned at (DPR then drops no
+    prompt, so its longest one is what generation holds). The longest of the recipe's prompts, rendered as DPR renders
+    them, when the dataset is the embedded task or a local file (at most `PROMPT_SAMPLE` of them, drawn with the seed)
+    and a tokenizer is on this machine; else the model's context minus max_completion_length."""
+    completion = training_args.max_completion_length
+    why = _unread_prompts_reason(script_args.dataset_name)
+    if why is None:
+        tokenizer = _prompt_tokenizer(model_args.model_name_or_path, getattr(script_args, "sft_config", None))
+        why = "no tokenizer of the SFT output is on this machine yet" if tokenizer is None else None
+    if why is None:
+        from ..token_batches import render_prompts
+        from .pipeline import dpr_prompts
+
+        prompts = dpr_prompts(script_args, training_args.seed)
+        total = prompts.num_rows
+        if total > PROMPT_SAMPLE:
+            prompts = prompts.shuffle(seed=training_args.seed).select(range(PROMPT_SAMPLE))
+        try:
+            lengths = [
+                len(ids)
+                for start in range(0, prompts.num_rows, 256)
+                for ids in render_prompts(
+                    tokenizer,
+                    prompts[start : start + 256]["prompt"],
+                    **(getattr(training_args, "chat_template_kwargs", None) or {}),
+                )
+            ]
+        except ValueError as error:  # no chat template for chat prompts: the plan falls back, the run will say it
+            why = f"its prompts could not be rendered ({str(error)[:120]})"
+        else:
+            sampled = f"the {prompts.num_rows} sampled of {total}" if total > prompts.num_rows else f"all {total}"
+            return max(lengths), (
+                f"max_prompt_length is unset: planned at {max(lengths)} tokens, the longest of {sampled} prompts of "
+                f"{script_args.dataset_name}. Set max_prompt_length to plan (and keep) another length."
+            )
+    from ..field_checks import context_of
+
+    context, source = context_of(shape.config)
+    if context is None or context <= completion:
+        raise ValueError(
+            f"The memory plan needs max_prompt_length (the longest prompt kept, paper: 1024): {why}, and the model's "
+            f"context ({context}) leaves no room beside max_completion_length {completion}. Set max_prompt_length "
+            "in the recipe or pass --max_prompt_length N."
+        )
+    return context - completion, (
+        f"max_prompt_length is unset and the prompts were not read ({why}): planned at the model's context, {context} "
+        f"({source}), minus max_completion_length {completion} = {context - completion} tokens. Set "
+        "max_prompt_length (or pass --max_prompt_length N) to plan your longest prompt."
+    )
+
+
+def _unread_prompts_reason(dataset_name: str) -> str | None:
+    """Why a plan does not read a dataset's prompts (a Hub dataset would be downloaded), or None: it reads them."""
+    from ..embedded.task import EMBEDDED_DATASET
+
+    if dataset_name == EMBEDDED_DATASET or (
+        dataset_name.endswith((".json", ".jsonl")) and Path(dataset_name).is_file()
+    ):
+        return None
+    return f"{dataset_name} is not a local file or the embedded task, and a plan downloads no dataset"
+
+
+def _prompt_tokenizer(model_name_or_path: str, sft_config: str | None):
+    """The tokenizer DPR renders prompts with when it is here without a download: the SFT output's folder, else that of
+    the base its SFT recipe names (a folder, an embedded base, a GGUF file); None otherwise."""
+    from transformers import AutoTokenizer
+
+    from ..embedded.base_model import EMBEDDED_MODEL, EMBEDDED_PRETRAINED_MODEL
+    from .gguf import find_gguf_file, is_gguf_path
+
+    folder = Path(str(model_name_or_path))
+    if folder.is_dir() and any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        return AutoTokenizer.from_pretrained(folder)
+    if not sft_config:
+        return None
+    import yaml
+
+    from .recipe_checks import find_recipe_file
+
+    base = (yaml.safe_load(Path(find_recipe_file(str(sft_config))).read_text()) or {}).get("model_name_or_path")
+    if base == EMBEDDED_PRETRAINED_MODEL:
+        from ..embedded.pretraining import SHIPPED_BASE
+
+        return AutoTokenizer.from_pretrained(SHIPPED_BASE) if SHIPPED_BASE.is_dir() else None
+    if base == EMBEDDED_MODEL:  # the tokenizer build_embedded_base writes, without the model
+        from ..embedded.task import demo_corpus
+        from ..embedded.tiny_lm import build_tokenizer
+
+        return build_tokenizer(demo_corpus(seed=0), vocab_size=1200)
+    if is_gguf_path(base):  # the tokenizer in its metadata, which the SFT output's is converted from (seconds)
+        try:
+            gguf_file = find_gguf_file(base)
+            return AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+        except (OSError, ImportError):  # not installed here: the plan falls back to the model's context
+            return None
+    return _prompt_tokenizer(base, None) if base else None
 
 
 # ---- fitting a recipe to a smaller (or larger) GPU ----------------------------------------------------------------
@@ -711,7 +873,9 @@ class MemoryFit:
         return head + f" ({self.plan.peak_phase} peak)\n" + yaml.safe_dump(self.values, sort_keys=False).rstrip()
 
 
-def fit_recipe(config_path: str, gpu_memory_gib: float, model_config=None) -> MemoryFit:
+def fit_recipe(
+    config_path: str, gpu_memory_gib: float, model_config=None, overrides: list[str] | None = None
+) -> MemoryFit:
     """The largest update micro-batch, paged-cache `num_blocks` (continuous batching) or rollout batch (one `generate`
     call) of a DPR recipe, each at most the recipe's own, whose plan fits `gpu_memory_gib`; the global batch is kept
     (gradient_accumulation_steps grows as the micro-batch shrinks).
@@ -720,7 +884,7 @@ def fit_recipe(config_path: str, gpu_memory_gib: float, model_config=None) -> Me
     and training phases while the cache (or the rollout) sizes generation alone, so each is the largest that fits.
     """
 
-    recipe = _parse_recipe(config_path, model_config)
+    recipe = _parse_recipe(config_path, model_config, overrides)
     args = recipe.training_args
     if not hasattr(args, "kl_coef"):
         raise ValueError(f"--fit sizes a DPR recipe (rollout, paged cache, update micro-batch); {recipe.path} is SFT.")
@@ -753,7 +917,7 @@ def fit_recipe(config_path: str, gpu_memory_gib: float, model_config=None) -> Me
     micro, accumulation = args.per_device_train_batch_size, args.gradient_accumulation_steps
     # Micro-batches dividing the recipe's (global batch = micro × accumulation kept exactly), each planned with the
     # smallest generation footprint so that only the phases it sizes decide.
-    tokens = (args.max_prompt_length or 0) + args.max_completion_length
+    tokens = args.max_prompt_length + args.max_completion_length  # planned by _parse_recipe when the recipe has none
     cb = dict(args.transformers_continuous_batching_config or {})
     page = cb.get("page_size", 256)
     generation = {}
@@ -798,11 +962,12 @@ def fit_recipe(config_path: str, gpu_memory_gib: float, model_config=None) -> Me
     return MemoryFit(gpu_memory_gib, values, planned(**changes))
 
 
-def recipe_model_config(config_path: str, follow_sft_config: bool = True):
+def recipe_model_config(config_path: str, follow_sft_config: bool = True, values: dict | None = None):
     """The `PretrainedConfig` of the model a recipe YAML trains, read from `config.json` files alone (no weights).
 
     In order: a first line `# <hub id>: ...`, its `model_name_or_path`, or (a DPR recipe whose SFT output does not
-    exist yet) the model of the SFT recipe its `sft_config:` names. The order is docs/cli.md's.
+    exist yet) the model of the SFT recipe its `sft_config:` names. The order is docs/cli.md's. `values` are the
+    recipe's, overrides included (default: the YAML's).
     """
     import yaml
 
@@ -812,7 +977,7 @@ def recipe_model_config(config_path: str, follow_sft_config: bool = True):
     backbone = recipe_backbone(path)
     if backbone is not None:
         return backbone_config(backbone)
-    values = yaml.safe_load(Path(path).read_text()) or {}
+    values = values if values is not None else yaml.safe_load(Path(path).read_text()) or {}
     name = values.get("model_name_or_path")
     if not name:
         raise ValueError(
@@ -884,11 +1049,33 @@ def _script_arguments_class(is_dpr: bool):
     return DPRScriptArguments if is_dpr else SFTScriptArguments
 
 
-def main(argv=None, prog: str = "python -m trl_dpr.running.memory") -> None:
-    """`trl-dpr memory` / `python -m trl_dpr.running.memory`: print the plan of recipe YAMLs (paths or shipped names)."""
+def _check_recipe_flags(parser, overrides: list[str], recipe_flags: dict[str, bool] | None) -> None:
+    """A flag that is neither this command's nor a recipe key (`recipe_flags`: flag → takes a value, `trl-dpr`'s
+    description of the sft and dpr keys) ends here, in one line naming the closest, before torch is imported. Without
+    `recipe_flags` the recipe's own parser finds it."""
+    from .recipe_checks import unknown_flags
+
+    if not overrides or recipe_flags is None:
+        return
+    own = [flag for action in parser._actions for flag in action.option_strings]
+    problem = unknown_flags(overrides, own, recipe_flags)
+    if problem:
+        parser.error(problem)
+
+
+def main(
+    argv=None, prog: str = "python -m trl_dpr.running.memory", recipe_flags: dict[str, bool] | None = None
+) -> None:
+    """`trl-dpr memory` / `python -m trl_dpr.running.memory`: print the plan of recipe YAMLs (paths or shipped names);
+    any other `--key value` overrides a recipe key (`recipe_flags`: those `trl-dpr` checks before torch is imported)."""
     from .recipe_checks import CommandParser
 
-    parser = CommandParser(prog=prog, description="Print the GPU memory plan of a trl_dpr recipe YAML.")
+    parser = CommandParser(
+        prog=prog,
+        description="Print the GPU memory plan of a trl_dpr recipe YAML.",
+        epilog="Any key of the recipe can be overridden by its flag (--max_prompt_length 1024), as with `trl-dpr sft` "
+        "or `trl-dpr dpr`, whose --help lists them.",
+    )
     parser.add_argument(
         "--config",
         required=True,
@@ -913,9 +1100,13 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.memory") -> None:
         "num_blocks or rollout batch) that fit --gpu_memory_gib, as YAML lines, or one line if none do",
     )
     parser.add_argument(
-        "--gpu_memory_gib", "--gpu-memory-gib", type=float, help="the GPU memory --fit sizes for (GiB)"
+        "--gpu_memory_gib",
+        "--gpu-memory-gib",
+        type=float,
+        help="the GPU memory (GiB) --fit sizes for, or the plan is checked against (the recipe key)",
     )
-    args = parser.parse_args(argv)
+    args, overrides = parser.parse_known_args(argv)  # the rest: recipe keys, checked by the recipe's own parser
+    _check_recipe_flags(parser, overrides, recipe_flags)
     if args.fit and not args.gpu_memory_gib:
         parser.error("--fit needs --gpu_memory_gib N (the GPU's memory in GiB, e.g. 24 for an RTX 4090)")
     from transformers import AutoConfig
@@ -926,9 +1117,10 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.memory") -> None:
         if args.model_config_dir:
             config = AutoConfig.from_pretrained(Path(args.model_config_dir) / Path(path).parts[-3])
         if args.fit:
-            print(fit_recipe(path, args.gpu_memory_gib, config).yaml_lines() + "\n")
+            print(fit_recipe(path, args.gpu_memory_gib, config, overrides).yaml_lines() + "\n")
             continue
-        result = plan_recipe(path, config)
+        gpu = ["--gpu_memory_gib", str(args.gpu_memory_gib)] if args.gpu_memory_gib else []  # the recipe key's flag
+        result = plan_recipe(path, config, [*overrides, *gpu])
         if args.details:
             of = f" of {result.gpu_memory_gib:g} GiB" if result.gpu_memory_gib is not None else ""
             print(

@@ -30,7 +30,7 @@ from ..reference_manifest import check_model_source, mark_sft_complete, sft_outp
 from ..resources import free_memory
 from ..reward_model import CheckpointRewardModel, load_reward_model
 from ..trainer import check_reward_func_columns, check_reward_weights
-from .checkpointing import claim_output_dir, parse_resume_from_checkpoint, release_output_dir
+from .checkpointing import claim_output_dir, mark_run_finished, parse_resume_from_checkpoint, release_output_dir
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 from .merge import check_merge_target, merged_folder
 from .push import check_hub_push, defer_push_to_hub, merge_trainer_output, push_trainer_output
@@ -163,17 +163,24 @@ def model_init_kwargs_from(model_args: ModelConfig, trust_remote_code: bool = Fa
 
 
 def run_sft(
-    script_args: SFTScriptArguments, training_args: SFTConfig, model_args: ModelConfig, callbacks: list | None = None
+    script_args: SFTScriptArguments,
+    training_args: SFTConfig,
+    model_args: ModelConfig,
+    callbacks: list | None = None,
+    fingerprint: str | None = None,
 ) -> str:
     """SFT on demonstrations, saving π_ref at ⌊α·N⌋ steps next to the final π_SFT; returns the output directory.
 
-    The folder is claimed for the run; `resume_from_checkpoint: true` resumes (π_ref is not written twice); `push_to_hub`
-    pushes once, at the end, with the reference checkpoint.
+    The folder is claimed for the run (`overwrite_output_dir` starts over in a finished one); `resume_from_checkpoint:
+    true` resumes (π_ref is not written twice); `push_to_hub` pushes once, at the end, with the reference checkpoint.
+    `fingerprint` (`run_fingerprint` of `trl-dpr sft`'s arguments) is recorded last: the same command again finds the
+    run finished.
     """
     # Everything that can be checked before a model loads: the folder, the push, α, the data, the tokenizer.
     claim_output_dir(
         training_args.output_dir,
         resuming=parse_resume_from_checkpoint(training_args.resume_from_checkpoint) is not None,
+        overwrite=getattr(training_args, "overwrite_output_dir", False),  # TRL's own SFTConfig has none
     )
     check_hub_push(training_args)
     callback = ReferenceCheckpointCallback(fraction=script_args.reference_fraction)
@@ -225,6 +232,8 @@ def run_sft(
         )
     if push:  # π_SFT with dpr_reference/ and its manifest: loadable as the reward model from the Hub
         push_trainer_output(trainer, dataset_name=script_args.dataset_name)
+    if fingerprint is not None:
+        mark_run_finished(training_args.output_dir, fingerprint)  # last: the same command again finds it finished
     release_output_dir(training_args.output_dir)  # finished: the folder holds its outputs only
     del trainer
     free_memory()

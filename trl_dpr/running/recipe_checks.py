@@ -36,7 +36,7 @@ RENAMED_KEYS = {
     "max_seq_length": "max_length",
     "dataset_text_field": "(removed: give the dataset a `messages` or `prompt`/`completion` column)",
     "use_flash_attention_2": "attn_implementation: flash_attention_2",
-    "overwrite_output_dir": "(removed from transformers 5: use a fresh output_dir, or resume_from_checkpoint)",
+    "overwrite_output_dir": "(a key of the training recipes only: sft, dpr, spin, gsil)",
     # trl_dpr's own renames
     "judge_backoff_s": "(removed: the openai client backs off by itself; judge_max_retries sets how often it retries)",
     "evaluate": "evaluation_config: recipes/evaluate/<setup>.yaml (the evaluation `trl-dpr evaluate` runs)",

@@ -190,8 +190,11 @@ class RecipeParser(TrlParser):
         if unknown:
             lines = []
             for key in unknown:
-                if key in RENAMED_KEYS:
-                    lines.append(f"  - {key} (renamed: use `{RENAMED_KEYS[key]}`)")
+                if key in RENAMED_KEYS:  # a new name, or "(removed: ...)" / "(...)": what to do instead
+                    instead = RENAMED_KEYS[key]
+                    lines.append(
+                        f"  - {key} {instead}" if instead.startswith("(") else f"  - {key} (renamed: use `{instead}`)"
+                    )
                 else:
                     close = difflib.get_close_matches(key, sorted(self.known_keys()), n=3)
                     lines.append(f"  - {key}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
