@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 from fnmatch import fnmatch
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 # Written into a merge's folder: the files that merge wrote (JSON), the only ones a later merge may replace or remove.
 MERGED_MARKER = ".trl_dpr_merged"
@@ -110,11 +110,54 @@ def merge_adapter_folder(
 
 def merge_output_files(folder: str | os.PathLike) -> set[str] | None:
     """The files the merge in `folder` wrote, as its marker lists them; None when `folder` holds no merge (or one
-    whose marker lists nothing: written before markers listed files)."""
-    try:
-        return set(json.loads((Path(folder) / MERGED_MARKER).read_text())["files"])
-    except (OSError, ValueError, KeyError, TypeError):
+    whose marker lists nothing: written before markers listed files). A `ValueError` (one line) when the marker is not
+    one a merge writes: a list of names of files inside `folder`, none of them a link or under one (a merge removes
+    the files listed, so an entry such as `../f` would delete a file that is not the merge's)."""
+    folder = Path(folder)
+    marker = folder / MERGED_MARKER
+    if not os.path.lexists(marker):
         return None
+    if marker.is_symlink():
+        raise _invalid_marker(folder, "the marker is a link (a merge writes it as a file)")
+    try:
+        text = marker.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise _invalid_marker(folder, f"it cannot be read ({type(error).__name__})") from None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None  # an older merge's marker: the adapter's name
+    if not isinstance(record, dict):
+        return None
+    files = record.get("files")
+    if not isinstance(files, list) or not all(isinstance(name, str) for name in files):
+        raise _invalid_marker(folder, 'its "files" is not a list of file names')
+    for name in files:
+        if problem := _unsafe_name(folder, name):
+            raise _invalid_marker(folder, f"it lists {name!r}, {problem}")
+    return set(files)
+
+
+def _unsafe_name(folder: Path, name: str) -> str | None:
+    """Why `name` is not a file a merge may write or remove in `folder`: not relative, `..`, a link or under one."""
+    parts = PurePosixPath(name).parts
+    if not parts or PurePosixPath(name).is_absolute() or ".." in parts:
+        return "which is not a path inside the folder"
+    path = folder
+    for part in parts:
+        path = path / part
+        if path.is_symlink():
+            return "which is a link" if path == folder.joinpath(*parts) else "which is under a link"
+    if os.path.lexists(path) and not path.resolve().is_relative_to(folder.resolve()):
+        return "which resolves outside the folder"
+    return None
+
+
+def _invalid_marker(folder: Path, problem: str) -> ValueError:
+    return ValueError(
+        f"{str(folder)!r} holds a merge marker ({MERGED_MARKER}) that no merge wrote: {problem}. Nothing was changed: "
+        "remove that folder to merge again (or only the marker, to keep the folder as yours: a merge then refuses it)."
+    )
 
 
 def _files_of(folder: Path) -> list[str]:
@@ -129,7 +172,12 @@ def _replace_merge(staging: Path, output_dir: Path, adapter_name: str) -> None:
     earlier = merge_output_files(output_dir)
     if earlier is None:  # a new folder, or an older marker (the adapter's name only): the files a merge writes
         earlier = set(new)
-    if foreign := [name for name in new if (output_dir / name).exists() and name not in earlier]:
+    # A file of yours, or a folder that is a link (the merge would write through it): refused before any change.
+    if foreign := [
+        name
+        for name in new
+        if (os.path.lexists(output_dir / name) and name not in earlier) or _unsafe_name(output_dir, name)
+    ]:
         raise _foreign_files(output_dir, foreign)
     output_dir.mkdir(exist_ok=True)
     marker.write_text(

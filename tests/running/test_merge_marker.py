@@ -1,0 +1,106 @@
+"""A merge's marker (`.trl_dpr_merged`) names the files a later merge may replace or remove and the files a push of the
+merged folder sends. These tests need no model: a merge's last step (`_replace_merge`) moves a staging folder written
+here, and `trl-dpr push --merge_adapter` refuses before it loads anything."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from trl_dpr.running.merge import MERGED_MARKER, _replace_merge, check_merge_target
+from trl_dpr.running.push import files_to_push
+
+from .test_cli_process import trl_dpr_forked
+
+
+def snapshot(root: Path) -> dict[str, bytes | str]:
+    """Every path under `root`: a file's bytes, a link's target (not followed)."""
+    return {
+        p.relative_to(root).as_posix(): (f"-> {os.readlink(p)}" if p.is_symlink() else p.read_bytes())
+        for p in sorted(root.rglob("*"))
+        if p.is_symlink() or p.is_file()
+    }
+
+
+def staged(root: Path, names=("config.json", "model.safetensors")) -> Path:
+    """A merge's staging folder, as save_pretrained leaves it."""
+    staging = root / ".dpr-merged.merging-test"
+    staging.mkdir()
+    for name in names:
+        (staging / name).write_text(f"new {name}")
+    return staging
+
+
+def marker_outside(root: Path, merged: Path):
+    (root / "victim.txt").write_text("a file of the user's, beside the merged folder")
+    return ["config.json", "../victim.txt"], "'../victim.txt', which is not a path inside the folder"
+
+
+def marker_absolute(root: Path, merged: Path):
+    (root / "victim.txt").write_text("a file of the user's, anywhere")
+    return ["config.json", str(root / "victim.txt")], "which is not a path inside the folder"
+
+
+def marker_through_a_linked_folder(root: Path, merged: Path):
+    (root / "elsewhere").mkdir()
+    (root / "elsewhere" / "weights.bin").write_text("the user's weights")
+    os.symlink(root / "elsewhere", merged / "sub")
+    return ["config.json", "sub/weights.bin"], "'sub/weights.bin', which is under a link"
+
+
+def marker_listing_a_link(root: Path, merged: Path):
+    (root / "mine.safetensors").write_text("the user's weights")
+    os.symlink(root / "mine.safetensors", merged / "model.safetensors")
+    return ["config.json", "model.safetensors"], "'model.safetensors', which is a link"
+
+
+def marker_files_a_string(root: Path, merged: Path):
+    (merged / "c").write_text("a file of the user's named c")  # "config.json" iterated: c, o, n, f, ...
+    return "config.json", '"files" is not a list of file names'
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        marker_outside,
+        marker_absolute,
+        marker_through_a_linked_folder,
+        marker_listing_a_link,
+        marker_files_a_string,
+    ],
+)
+def test_a_marker_no_merge_wrote_is_refused_before_any_file_is_touched(tmp_path, make):
+    """Review of deae23c, finding 1: a merge removed the files its marker listed, wherever they were."""
+    merged = tmp_path / "dpr-merged"
+    merged.mkdir()
+    (merged / "config.json").write_text("{}")
+    files, problem = make(tmp_path, merged)
+    (merged / MERGED_MARKER).write_text(json.dumps({"adapter": "dpr", "files": files}))
+    staging = staged(tmp_path)
+    before = snapshot(tmp_path)
+    for step in (check_merge_target, files_to_push, lambda folder: _replace_merge(staging, folder, "dpr")):
+        with pytest.raises(ValueError, match="holds a merge marker") as refused:
+            step(merged)
+        message = str(refused.value)
+        assert problem in message and "remove that folder" in message and "\n" not in message
+        assert snapshot(tmp_path) == before
+
+
+def test_trl_dpr_push_merge_adapter_refuses_a_marker_no_merge_wrote_in_one_line(tmp_path):
+    root = tmp_path / "runs"
+    run = root / "dpr"
+    run.mkdir(parents=True)
+    (run / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "trl_dpr/embedded-tiny-llama"}))
+    (run / "adapter_model.safetensors").write_text("x")
+    (run / "tokenizer_config.json").write_text("{}")
+    merged = root / "dpr-merged"
+    merged.mkdir()
+    files, _ = marker_outside(root, merged)
+    (merged / MERGED_MARKER).write_text(json.dumps({"adapter": "dpr", "files": files}))
+    before = snapshot(root)
+    result = trl_dpr_forked("push", str(run), "--to", str(root / "pushed"), "--merge_adapter", tmp_path=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"'{merged}' holds a merge marker ({MERGED_MARKER}) that no merge wrote" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 2  # the line, then --debug's hint
+    assert snapshot(root) == before
