@@ -126,6 +126,14 @@ def test_a_key_in_a_compressed_utf16_log_is_found(run):
     assert "train.log.gz:2 holds a Hugging Face token (hf_...) (decompressed)" in refused(run)
 
 
+def test_a_key_in_the_second_utf16_member_of_a_zip_is_found_with_its_member_and_line(run):
+    """Review of deae23c, finding 2: the members were joined before decoding; past the first, UTF-16 was misread."""
+    with zipfile.ZipFile(run / "logs.zip", "w") as archive:
+        archive.writestr("a.log", "first member\n".encode("utf-16"))
+        archive.writestr("b.log", f"step 1\ntoken={HF_KEY}\n".encode("utf-16"))
+    assert "logs.zip:2 holds a Hugging Face token (hf_...) (decompressed) in its member b.log" in refused(run)
+
+
 def test_a_base64_copy_of_a_key_is_found(run):
     encoded = base64.b64encode(f"Bearer {HF_KEY}".encode()).decode()
     (run / "request.json").write_text(json.dumps({"headers": {"Authorization": encoded}}))

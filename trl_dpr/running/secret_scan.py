@@ -178,23 +178,28 @@ def _decoded_base64_hits(data: bytes, needles: Mapping[str, bytes], shapes: bool
     return hits
 
 
-def _decompressed(path: Path) -> bytes:
-    """The content of a compressed file, at most `_READ_WHOLE_MAX` bytes of it (a zip's members one after another)."""
+def _decompressed(path: Path) -> list[tuple[str | None, bytes]]:
+    """The content of a compressed file, at most `_READ_WHOLE_MAX` bytes in all: (None, content), or a zip's
+    (member, content) for each member. Members are kept apart: each is a file of its own, in its own encoding (two
+    UTF-16 logs joined are not UTF-16 text after the first one's end)."""
     import bz2
     import gzip
     import lzma
     import zipfile
 
     if path.suffix == ".zip":
+        parts, budget = [], _READ_WHOLE_MAX
         with zipfile.ZipFile(path) as archive:
-            parts = []
             for member in archive.namelist():
+                if budget <= 0:
+                    break
                 with archive.open(member) as handle:
-                    parts.append(handle.read(_READ_WHOLE_MAX))
-            return b"\n".join(parts)[:_READ_WHOLE_MAX]
+                    parts.append((member, handle.read(budget)))
+                budget -= len(parts[-1][1])
+        return parts
     opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".lzma": lzma.open}[path.suffix]
     with opener(path, "rb") as handle:
-        return handle.read(_READ_WHOLE_MAX)
+        return [(None, handle.read(_READ_WHOLE_MAX))]
 
 
 def _as_utf8(data: bytes) -> bytes | None:
@@ -246,10 +251,14 @@ def secrets_in_file(
 
     if path.suffix in _COMPRESSED:
         try:
-            data = _decompressed(path)
+            members = _decompressed(path)
         except Exception as error:  # a truncated archive, or one that only looks compressed
             return [(0, f"content that could not be decompressed to check it ({type(error).__name__})")]
-        return [(line, f"{what} (decompressed)") for line, what in text_hits(data)]
+        return [
+            (line, f"{what} (decompressed)" + (f" in its member {member}" if member is not None else ""))
+            for member, data in members
+            for line, what in text_hits(data)
+        ]
     if path.suffix not in _BINARY and path.stat().st_size <= _READ_WHOLE_MAX:
         return text_hits(path.read_bytes())
     found: dict[str, int] = {}
