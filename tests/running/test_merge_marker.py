@@ -23,9 +23,9 @@ def snapshot(root: Path) -> dict[str, bytes | str]:
     }
 
 
-def staged(root: Path, names=("config.json", "model.safetensors")) -> Path:
+def staged(root: Path, names=("config.json", "model.safetensors"), tag: str = "test") -> Path:
     """A merge's staging folder, as save_pretrained leaves it."""
-    staging = root / ".dpr-merged.merging-test"
+    staging = root / f".dpr-merged.merging-{tag}"
     staging.mkdir()
     for name in names:
         (staging / name).write_text(f"new {name}")
@@ -104,3 +104,39 @@ def test_trl_dpr_push_merge_adapter_refuses_a_marker_no_merge_wrote_in_one_line(
     assert f"'{merged}' holds a merge marker ({MERGED_MARKER}) that no merge wrote" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 2  # the line, then --debug's hint
     assert snapshot(root) == before
+
+
+def test_a_merge_interrupted_while_replacing_is_refused_by_a_push_and_redone_by_the_next_merge(tmp_path, monkeypatch):
+    """Review of deae23c, finding 4: a Ctrl-C between two moves left a mix of two merges that loaded and pushed."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    merged = root / "dpr-merged"
+    _replace_merge(staged(root, ["config.json", "model.safetensors", "tokenizer.json"], "first"), merged, "dpr")
+    assert json.loads((merged / MERGED_MARKER).read_text())["complete"] is True
+    names = ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "tokenizer.json"]
+    second = staged(root, names, "second")
+    real, moves = os.replace, []
+
+    def interrupted(source, target):
+        if Path(source).parent == second and len(moves) == 2:
+            raise KeyboardInterrupt  # after two of the four files
+        moves.append(target)
+        real(source, target)
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _replace_merge(second, merged, "dpr")
+    monkeypatch.setattr(os, "replace", real)
+    marker = json.loads((merged / MERGED_MARKER).read_text())
+    assert marker["complete"] is False and set(marker["files"]) == {*names, "model.safetensors"}
+    with pytest.raises(ValueError, match="the merge that wrote it stopped while it replaced") as refused:
+        files_to_push(merged)
+    assert "\n" not in str(refused.value)
+    result = trl_dpr_forked("push", str(merged), "--to", str(root / "pushed"), tmp_path=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and not (root / "pushed").exists()
+    assert "Merge again: trl-dpr push OUTPUT_DIR --merge_adapter" in result.stderr
+    _replace_merge(staged(root, names, "third"), merged, "dpr")  # the next merge replaces the mix whole
+    assert sorted(p.name for p in merged.iterdir()) == sorted([*names, MERGED_MARKER])
+    assert all((merged / name).read_text() == f"new {name}" for name in names)
+    assert json.loads((merged / MERGED_MARKER).read_text()) == {"adapter": "dpr", "files": names, "complete": True}
+    assert sorted(files_to_push(merged)) == names

@@ -9,8 +9,10 @@ import tempfile
 from fnmatch import fnmatch
 from pathlib import Path, PurePosixPath
 
-# Written into a merge's folder: the files that merge wrote (JSON), the only ones a later merge may replace or remove.
+# Written into a merge's folder: the files that merge wrote (JSON), the only ones a later merge may replace or remove,
+# and whether it finished ("complete": false while it replaces them: a crash then leaves a mix of two merges).
 MERGED_MARKER = ".trl_dpr_merged"
+STAGING_PREFIX = ".{name}.merging-"  # a merge's sibling staging folder; one a killed merge left is swept by the next
 
 
 def merged_folder(output_dir: str | os.PathLike) -> str:
@@ -71,7 +73,7 @@ def merge_adapter_folder(
     """Merge a saved LoRA adapter into a full-precision copy of its base (4-bit weights would round the update away)
     and save it with the adapter's tokenizer and card; `overwrite=True` replaces the files an earlier merge wrote into
     `output_dir` (its marker lists them) and leaves every other file there; any other non-empty `output_dir` is refused.
-    Returns `output_dir`.
+    A merge that did not finish there is redone, `overwrite` or not. Returns `output_dir`.
     """
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -87,12 +89,16 @@ def merge_adapter_folder(
         raise ValueError("output_dir must differ from adapter_dir: the merged model would overwrite the adapter.")
     if output_dir.exists() and not (output_dir.is_dir() and not any(output_dir.iterdir())):
         check_merge_target(output_dir)
-        if not overwrite:
+        if not overwrite and not unfinished_merge(output_dir):
             raise FileExistsError(f"{str(output_dir)!r} is not empty; pass overwrite=True to replace what is there.")
     base_name = json.loads(config_path.read_text())["base_model_name_or_path"]
     output_dir.parent.mkdir(parents=True, exist_ok=True)
+    prefix = STAGING_PREFIX.format(name=output_dir.name)
+    for stale in output_dir.parent.glob(f"{prefix}*"):  # left by a merge into output_dir that was killed
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
     # Merged into a sibling staging folder first: what the merge writes is known before anything in output_dir is touched.
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.merging-", dir=output_dir.parent))
+    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=output_dir.parent))
     try:
         base = AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype)
         merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
@@ -113,7 +119,20 @@ def merge_output_files(folder: str | os.PathLike) -> set[str] | None:
     whose marker lists nothing: written before markers listed files). A `ValueError` (one line) when the marker is not
     one a merge writes: a list of names of files inside `folder`, none of them a link or under one (a merge removes
     the files listed, so an entry such as `../f` would delete a file that is not the merge's)."""
-    folder = Path(folder)
+    record = _merge_record(Path(folder))
+    return None if record is None else record[0]
+
+
+def unfinished_merge(folder: str | os.PathLike) -> bool:
+    """Whether `folder` holds a merge that stopped while it replaced an earlier one's files (its marker says
+    `"complete": false`): a mix of two merges, which loads without a word but is neither. A merge redoes it."""
+    record = _merge_record(Path(folder))
+    return record is not None and not record[1]
+
+
+def _merge_record(folder: Path) -> tuple[set[str], bool] | None:
+    """(files, complete) of the marker in `folder`, checked (see `merge_output_files`); None without a marker that lists
+    files (none, or an older merge's: the adapter's name)."""
     marker = folder / MERGED_MARKER
     if not os.path.lexists(marker):
         return None
@@ -123,19 +142,23 @@ def merge_output_files(folder: str | os.PathLike) -> set[str] | None:
         text = marker.read_text()
     except (OSError, UnicodeDecodeError) as error:
         raise _invalid_marker(folder, f"it cannot be read ({type(error).__name__})") from None
+    if not text.lstrip().startswith("{"):
+        return None  # an older merge's marker: the adapter's name
     try:
         record = json.loads(text)
     except ValueError:
-        return None  # an older merge's marker: the adapter's name
+        raise _invalid_marker(folder, "it is not valid JSON") from None
     if not isinstance(record, dict):
-        return None
-    files = record.get("files")
+        raise _invalid_marker(folder, "it is not a JSON object")
+    files, complete = record.get("files"), record.get("complete", True)  # markers before "complete": finished ones
     if not isinstance(files, list) or not all(isinstance(name, str) for name in files):
         raise _invalid_marker(folder, 'its "files" is not a list of file names')
+    if not isinstance(complete, bool):
+        raise _invalid_marker(folder, 'its "complete" is not true or false')
     for name in files:
         if problem := _unsafe_name(folder, name):
             raise _invalid_marker(folder, f"it lists {name!r}, {problem}")
-    return set(files)
+    return set(files), complete
 
 
 def _unsafe_name(folder: Path, name: str) -> str | None:
@@ -180,13 +203,20 @@ def _replace_merge(staging: Path, output_dir: Path, adapter_name: str) -> None:
     ]:
         raise _foreign_files(output_dir, foreign)
     output_dir.mkdir(exist_ok=True)
-    marker.write_text(
-        json.dumps({"adapter": adapter_name, "files": sorted(earlier | set(new))})
-    )  # a crash now: all listed
+    # Until the end, the marker lists both merges' files and says the merge is not complete: after a crash, a push
+    # refuses the mix and the next merge replaces all of it.
+    _write_marker(marker, adapter_name, earlier | set(new), complete=False)
     for name in new:
         (output_dir / name).parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging / name, output_dir / name)
     for name in sorted(earlier - set(new)):  # an earlier merge's file this one did not write again (another shard)
         if name != MERGED_MARKER and (output_dir / name).is_file():
             (output_dir / name).unlink()
-    marker.write_text(json.dumps({"adapter": adapter_name, "files": new}))
+    _write_marker(marker, adapter_name, set(new), complete=True)
+
+
+def _write_marker(marker: Path, adapter_name: str, files: set[str], complete: bool) -> None:
+    """Write the marker whole or not at all (a crash mid-write would leave one no merge could read)."""
+    partial = marker.with_name(f"{marker.name}.tmp")
+    partial.write_text(json.dumps({"adapter": adapter_name, "files": sorted(files), "complete": complete}))
+    os.replace(partial, marker)

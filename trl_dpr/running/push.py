@@ -18,7 +18,14 @@ from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
 from ..reference_manifest import MANIFEST_NAME
 from .checkpointing import PREFIX_CHECKPOINT_DIR, RUN_COMPLETE_NAME, STAGING_DIRNAME
-from .merge import MERGED_MARKER, check_merge_target, merge_adapter_folder, merge_output_files, merged_folder
+from .merge import (
+    MERGED_MARKER,
+    check_merge_target,
+    merge_adapter_folder,
+    merge_output_files,
+    merged_folder,
+    unfinished_merge,
+)
 from .model_card import _looks_local
 from .secret_scan import secrets_from_environment, secrets_in_file
 
@@ -56,6 +63,12 @@ def files_to_push(folder: str | os.PathLike, *, safety_rules: bool = True) -> li
     patterns = (ignore_patterns() if safety_rules else list(TRANSFORMERS_IGNORE_PATTERNS)) + DEFAULT_IGNORE_PATTERNS
     files = list(filter_repo_objects(relative, ignore_patterns=patterns))
     if (merged := merge_output_files(root)) is not None:  # a merge's folder: what it wrote, not a file you added there
+        if unfinished_merge(root):
+            raise ValueError(
+                f"Not pushing {str(folder)!r}: the merge that wrote it stopped while it replaced an earlier merge's files "
+                "(a mix of two merges, which loads but is neither). Merge again: trl-dpr push OUTPUT_DIR --merge_adapter "
+                "(or merge_adapter_folder(..., overwrite=True))."
+            )
         files = [name for name in files if name in merged]
     return files
 
