@@ -140,3 +140,27 @@ def test_a_merge_interrupted_while_replacing_is_refused_by_a_push_and_redone_by_
     assert all((merged / name).read_text() == f"new {name}" for name in names)
     assert json.loads((merged / MERGED_MARKER).read_text()) == {"adapter": "dpr", "files": names, "complete": True}
     assert sorted(files_to_push(merged)) == names
+
+
+def test_a_merge_over_an_older_merges_folder_replaces_the_files_named_as_a_merges_are(tmp_path):
+    """Review of deae23c, finding 5: over an older marker (the adapter's name), a sharded merge kept the stale
+    model.safetensors beside its shards, and transformers loads that one."""
+    merged = tmp_path / "dpr-merged"
+    merged.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "notes.txt", "my-model.Q8_0.gguf"):
+        (merged / name).write_text(f"old {name}")
+    (merged / MERGED_MARKER).write_text("dpr")  # what a merge wrote before markers listed files
+    assert sorted(files_to_push(merged)) == ["config.json", "model.safetensors", "tokenizer.json"]
+    check_merge_target(merged)
+    names = [
+        "config.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+    ]
+    _replace_merge(staged(tmp_path, names), merged, "dpr")
+    assert sorted(p.name for p in merged.iterdir()) == sorted(
+        [*names, "notes.txt", "my-model.Q8_0.gguf", MERGED_MARKER]
+    )
+    assert (merged / "notes.txt").read_text() == "old notes.txt" and sorted(files_to_push(merged)) == names

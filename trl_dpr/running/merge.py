@@ -37,6 +37,11 @@ _MERGE_WRITES = (
 )
 
 
+def _named_as_merged(path: Path) -> bool:
+    """Whether `path`, in a merge's folder, is a file named as a merge's files are."""
+    return path.is_file() and not path.is_symlink() and any(fnmatch(path.name, p) for p in _MERGE_WRITES)
+
+
 def check_merge_target(folder: str | os.PathLike) -> None:
     """A `FileExistsError` (one line) when `folder` exists, is not empty and was not written by a merge, or holds a
     file that its merge did not write named as a merge's files are (checked again, exactly, when merging)."""
@@ -115,8 +120,9 @@ def merge_adapter_folder(
 
 
 def merge_output_files(folder: str | os.PathLike) -> set[str] | None:
-    """The files the merge in `folder` wrote, as its marker lists them; None when `folder` holds no merge (or one
-    whose marker lists nothing: written before markers listed files). A `ValueError` (one line) when the marker is not
+    """The files the merge in `folder` wrote, as its marker lists them; None when `folder` holds no merge. An older
+    merge's marker (the adapter's name, from before markers listed files) counts the files there named as a merge's
+    files are (`_MERGE_WRITES`): that merge replaced the whole folder. A `ValueError` (one line) when the marker is not
     one a merge writes: a list of names of files inside `folder`, none of them a link or under one (a merge removes
     the files listed, so an entry such as `../f` would delete a file that is not the merge's)."""
     record = _merge_record(Path(folder))
@@ -131,8 +137,7 @@ def unfinished_merge(folder: str | os.PathLike) -> bool:
 
 
 def _merge_record(folder: Path) -> tuple[set[str], bool] | None:
-    """(files, complete) of the marker in `folder`, checked (see `merge_output_files`); None without a marker that lists
-    files (none, or an older merge's: the adapter's name)."""
+    """(files, complete) of the marker in `folder`, checked (see `merge_output_files`); None without a marker."""
     marker = folder / MERGED_MARKER
     if not os.path.lexists(marker):
         return None
@@ -142,8 +147,8 @@ def _merge_record(folder: Path) -> tuple[set[str], bool] | None:
         text = marker.read_text()
     except (OSError, UnicodeDecodeError) as error:
         raise _invalid_marker(folder, f"it cannot be read ({type(error).__name__})") from None
-    if not text.lstrip().startswith("{"):
-        return None  # an older merge's marker: the adapter's name
+    if not text.lstrip().startswith("{"):  # an older merge's marker: the adapter's name
+        return {p.name for p in folder.iterdir() if _named_as_merged(p)}, True
     try:
         record = json.loads(text)
     except ValueError:
@@ -193,7 +198,7 @@ def _replace_merge(staging: Path, output_dir: Path, adapter_name: str) -> None:
     new = _files_of(staging)
     marker = output_dir / MERGED_MARKER
     earlier = merge_output_files(output_dir)
-    if earlier is None:  # a new folder, or an older marker (the adapter's name only): the files a merge writes
+    if earlier is None:  # a new folder
         earlier = set(new)
     # A file of yours, or a folder that is a link (the merge would write through it): refused before any change.
     if foreign := [
