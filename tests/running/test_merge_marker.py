@@ -164,3 +164,15 @@ def test_a_merge_over_an_older_merges_folder_replaces_the_files_named_as_a_merge
         [*names, "notes.txt", "my-model.Q8_0.gguf", MERGED_MARKER]
     )
     assert (merged / "notes.txt").read_text() == "old notes.txt" and sorted(files_to_push(merged)) == names
+
+
+def test_a_stale_merge_marker_in_a_runs_output_dir_leaves_the_runs_adapter_in_the_push(tmp_path):
+    """Review of deae23c, finding 6: a marker left in a folder later reused as a run's output_dir (overwrite_output_dir
+    keeps it) limited the push to the files it listed, and the adapter's weights were left out."""
+    run = tmp_path / "dpr"
+    run.mkdir()
+    names = ["README.md", "adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "training_args.bin"]
+    for name in names:
+        (run / name).write_text(f"the run's {name}")
+    (run / MERGED_MARKER).write_text(json.dumps({"adapter": "x", "files": ["README.md", "model.safetensors"]}))
+    assert files_to_push(run) == [name for name in names if name != "training_args.bin"]

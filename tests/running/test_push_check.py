@@ -44,6 +44,7 @@ def run(tmp_path, monkeypatch):
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (folder / "model.safetensors").write_bytes(b"weights")
     (folder / "README.md").write_text(
         "# A model\n\nTrained with scikit-learn-free code; risk-assessment-framework-2024.\n"
     )
@@ -70,8 +71,20 @@ def test_an_ordinary_run_folder_passes_the_check_and_is_pushed(run):
     assert sorted(op.path_in_repo for op in hub.commits[0]["operations"]) == [
         "README.md",
         "config.json",
+        "model.safetensors",
         "trainer_state.json",
     ]
+
+
+def test_a_push_without_weights_is_refused_in_one_line(run, tmp_path):
+    """Review of deae23c, finding 6: a push that sent a model card and a config, and no model."""
+    (run / "model.safetensors").unlink()
+    (run / "training_args.bin").write_bytes(b"never pushed")
+    message = refused(run)
+    assert f"Not pushing '{run}': no file it would send holds weights" in message and "save_model()" in message
+    with pytest.raises(ValueError, match="no file it would send holds weights"):
+        copy_files_to_push(run, tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()
 
 
 def test_a_dotenv_file_is_refused_whatever_it_holds(run):

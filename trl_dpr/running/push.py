@@ -54,7 +54,7 @@ def ignore_patterns() -> list[str]:
 def files_to_push(folder: str | os.PathLike, *, safety_rules: bool = True) -> list[str]:
     """The files a push of `folder` uploads (relative, `/`-separated, in huggingface_hub's order): `upload_folder`'s
     walk filtered by transformers' and huggingface_hub's patterns, plus `SAFETY_IGNORE_PATTERNS` unless `safety_rules=False`;
-    in a merge's folder, only the files the merge wrote.
+    in a merge's folder, only the files the merge wrote (a marker beside a run's own files is a stale one: ignored).
     """
     root = Path(folder).expanduser().resolve()
     if not root.is_dir():
@@ -62,7 +62,7 @@ def files_to_push(folder: str | os.PathLike, *, safety_rules: bool = True) -> li
     relative = [p.relative_to(root).as_posix() for p in sorted(root.glob("**/*")) if p.is_file()]
     patterns = (ignore_patterns() if safety_rules else list(TRANSFORMERS_IGNORE_PATTERNS)) + DEFAULT_IGNORE_PATTERNS
     files = list(filter_repo_objects(relative, ignore_patterns=patterns))
-    if (merged := merge_output_files(root)) is not None:  # a merge's folder: what it wrote, not a file you added there
+    if _is_merge_folder(root) and (merged := merge_output_files(root)) is not None:  # not a file you added there
         if unfinished_merge(root):
             raise ValueError(
                 f"Not pushing {str(folder)!r}: the merge that wrote it stopped while it replaced an earlier merge's files "
@@ -71,6 +71,16 @@ def files_to_push(folder: str | os.PathLike, *, safety_rules: bool = True) -> li
             )
         files = [name for name in files if name in merged]
     return files
+
+
+# A run's own files, which no merge writes: beside them, a merge marker is a stale one (the folder was reused as a run's).
+_RUN_FILES = ("adapter_config.json", "training_args.bin")
+# What a model's weights are saved as: a push without one would not load.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".h5", ".msgpack", ".onnx")
+
+
+def _is_merge_folder(root: Path) -> bool:
+    return os.path.lexists(root / MERGED_MARKER) and not any((root / name).exists() for name in _RUN_FILES)
 
 
 def copy_files_to_push(
@@ -133,6 +143,12 @@ def check_push(
     files = files_to_push(folder)
     if not files:
         raise ValueError(f"{str(folder)!r} holds no file to push (save the model there first: trainer.save_model()).")
+    if not any(name.endswith(_WEIGHT_SUFFIXES) for name in files):
+        raise ValueError(
+            f"Not pushing {str(folder)!r}: no file it would send holds weights "
+            f"({', '.join(f'*{s}' for s in _WEIGHT_SUFFIXES[:3])}, ...), so the copy would not load. Nothing was sent. "
+            "Save the model there first (trainer.save_model())."
+        )
     allow = [Path(name).as_posix() for name in allow]
     if unknown := sorted(set(allow) - set(files)):
         raise ValueError(
