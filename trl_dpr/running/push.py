@@ -465,6 +465,11 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
             allow=args.allow,
         )
     except Exception as error:
+        if getattr(getattr(error, "response", None), "status_code", None) == 401:  # an HfHubHTTPError
+            raise PermissionError(
+                f"The Hub at {constants.ENDPOINT} refused the token (401 Unauthorized: it is invalid or has expired); "
+                "no commit was made. Log in again (`hf auth login`, or set HF_TOKEN to a valid write token)."
+            ) from None
         # httpx's (or its fork's) ConnectError, ReadTimeout...: no class of huggingface_hub, and no OSError.
         if not any(cls.__name__ == "TransportError" for cls in type(error).__mro__):
             raise
