@@ -245,6 +245,14 @@ def test_merge_adapter_without_a_push_merges_at_the_end_and_trl_dpr_push_merges_
     assert sorted(p.name for p in pushed.iterdir()) == sorted(own) and "my-model.Q8_0.gguf" not in own
 
 
+def test_the_merged_folders_card_loads_the_merged_folder_not_the_adapter(sft_lora_run):
+    """Review of deae23c, finding 7: `OUTPUT_DIR-merged/README.md`'s quick start loaded the adapter folder."""
+    adapter_card = (sft_lora_run / "README.md").read_text()
+    merged = Path(f"{sft_lora_run}-merged")
+    assert f'pipeline("text-generation", model="{sft_lora_run}"' in adapter_card
+    assert (merged / "README.md").read_text() == adapter_card.replace(f'model="{sft_lora_run}"', f'model="{merged}"')
+
+
 def test_push_merge_adapter_refuses_a_full_model_or_an_sft_output_before_merging(sft_run, sft_lora_sft, tmp_path):
     for run, expected in (
         (sft_run, "holds a full model, not a LoRA adapter"),

@@ -9,6 +9,8 @@ import tempfile
 from fnmatch import fnmatch
 from pathlib import Path, PurePosixPath
 
+from .model_card import _card_loading
+
 # Written into a merge's folder: the files that merge wrote (JSON), the only ones a later merge may replace or remove,
 # and whether it finished ("complete": false while it replaces them: a crash then leaves a mix of two merges).
 MERGED_MARKER = ".trl_dpr_merged"
@@ -113,6 +115,10 @@ def merge_adapter_folder(
         for name in ("README.md", "eval_results.json"):
             if (adapter_dir / name).is_file():
                 shutil.copy2(adapter_dir / name, staging / name)
+        # The adapter's card loads the adapter folder; this copy's quick start loads the merged model (a push of it
+        # rewrites the name again, to the repo or the folder it goes to).
+        if (staging / "README.md").is_file() and (card := _card_loading(staging / "README.md", str(output_dir))):
+            (staging / "README.md").write_bytes(card)
         _replace_merge(staging, output_dir, adapter_dir.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -26,7 +25,7 @@ from .merge import (
     merged_folder,
     unfinished_merge,
 )
-from .model_card import _looks_local
+from .model_card import _card_loading, _looks_local
 from .secret_scan import secrets_from_environment, secrets_in_file
 
 logger = logging.getLogger(__name__)
@@ -233,14 +232,6 @@ def push_folder(
         token=token,
         revision=revision,
     )
-
-
-def _card_loading(readme: Path, repo_id: str) -> bytes | None:
-    """The model card with its quick start loading `repo_id`, when it loads another name (the output folder it was
-    written in, a path that means nothing on the Hub); None when it needs no change."""
-    text = readme.read_text()
-    card = re.sub(r'(pipeline\("text-generation", model=)"[^"]*"', lambda m: f'{m.group(1)}"{repo_id}"', text)
-    return card.encode() if card != text else None
 
 
 def defer_push_to_hub(args) -> bool:
