@@ -176,3 +176,25 @@ def test_a_stale_merge_marker_in_a_runs_output_dir_leaves_the_runs_adapter_in_th
         (run / name).write_text(f"the run's {name}")
     (run / MERGED_MARKER).write_text(json.dumps({"adapter": "x", "files": ["README.md", "model.safetensors"]}))
     assert files_to_push(run) == [name for name in names if name != "training_args.bin"]
+
+
+def test_only_a_file_at_the_top_named_as_a_merges_files_are_refused_before_merging(tmp_path):
+    """Review of deae23c, finding 8: `tokenizer*` matched `tokenizer_backup/notes.txt` (fnmatch's `*` matches `/`)
+    and `model*.safetensors*` matched `model_notes.safetensors.txt`; a remote-code model's `.py` files were missed."""
+    merged = tmp_path / "dpr-merged"
+    (merged / "tokenizer_backup").mkdir(parents=True)
+    (merged / MERGED_MARKER).write_text(json.dumps({"adapter": "dpr", "files": ["config.json"], "complete": True}))
+    yours = [
+        "tokenizer_backup/notes.txt",
+        "model_notes.safetensors.txt",
+        "my-model.Q8_0.gguf",
+        "tokenizer_backup/c.py",
+    ]
+    for name in ["config.json", *yours]:
+        (merged / name).write_text("x")
+    check_merge_target(merged)
+    for name in ("modeling_custom.py", "model-00001-of-00002.safetensors", "tokenizer_config.json"):
+        (merged / name).write_text("yours")
+        with pytest.raises(FileExistsError, match=f"holds {name}, which no merge wrote"):
+            check_merge_target(merged)
+        (merged / name).unlink()

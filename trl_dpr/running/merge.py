@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 import tempfile
-from fnmatch import fnmatch
+from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
 from .model_card import _card_loading
@@ -22,26 +22,39 @@ def merged_folder(output_dir: str | os.PathLike) -> str:
     return f"{str(output_dir).rstrip('/')}-merged"
 
 
-# The names a merge's save_pretrained (model, tokenizer) and card copy write: a file of yours named so is in the way.
+# The names a merge's save_pretrained (model, tokenizer, a trust_remote_code model's code) and card copy write, all at
+# the top of its folder: a file of yours named so there is in the way (checked again, exactly, when merging).
 _MERGE_WRITES = (
     "config.json",
     "generation_config.json",
-    "model*.safetensors*",
-    "tokenizer*",
+    "model.safetensors",
+    "model-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
     "special_tokens_map.json",
     "added_tokens.json",
-    "vocab.*",
+    "vocab.json",
+    "vocab.txt",
     "merges.txt",
-    "*.model",
+    "*.model",  # a sentencepiece tokenizer: tokenizer.model, spiece.model, ...
     "chat_template.jinja",
+    "chat_template.json",
+    "*.py",  # a trust_remote_code model's modeling_*.py, configuration_*.py, tokenization_*.py
     "README.md",
     "eval_results.json",
 )
 
 
-def _named_as_merged(path: Path) -> bool:
-    """Whether `path`, in a merge's folder, is a file named as a merge's files are."""
-    return path.is_file() and not path.is_symlink() and any(fnmatch(path.name, p) for p in _MERGE_WRITES)
+def _named_as_merged(folder: Path, name: str) -> bool:
+    """Whether `name` (relative to `folder`) is a file at its top named as a merge's files are (`_MERGE_WRITES`)."""
+    path = folder / name
+    return (
+        "/" not in name
+        and path.is_file()
+        and not path.is_symlink()
+        and any(fnmatchcase(name, pattern) for pattern in _MERGE_WRITES)
+    )
 
 
 def check_merge_target(folder: str | os.PathLike) -> None:
@@ -58,11 +71,7 @@ def check_merge_target(folder: str | os.PathLike) -> None:
             "merge into another folder (trl_dpr never replaces a folder it did not create)."
         )
     if (own := merge_output_files(folder)) is not None:
-        foreign = [
-            name
-            for name in _files_of(folder)
-            if name not in own and name != MERGED_MARKER and any(fnmatch(name, p) for p in _MERGE_WRITES)
-        ]
+        foreign = [name for name in _files_of(folder) if name not in own and _named_as_merged(folder, name)]
         if foreign:
             raise _foreign_files(folder, foreign)
 
@@ -154,7 +163,7 @@ def _merge_record(folder: Path) -> tuple[set[str], bool] | None:
     except (OSError, UnicodeDecodeError) as error:
         raise _invalid_marker(folder, f"it cannot be read ({type(error).__name__})") from None
     if not text.lstrip().startswith("{"):  # an older merge's marker: the adapter's name
-        return {p.name for p in folder.iterdir() if _named_as_merged(p)}, True
+        return {p.name for p in folder.iterdir() if _named_as_merged(folder, p.name)}, True
     try:
         record = json.loads(text)
     except ValueError:
