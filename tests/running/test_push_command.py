@@ -253,6 +253,24 @@ def test_the_merged_folders_card_loads_the_merged_folder_not_the_adapter(sft_lor
     assert (merged / "README.md").read_text() == adapter_card.replace(f'model="{sft_lora_run}"', f'model="{merged}"')
 
 
+def test_push_merge_adapter_merges_in_the_dtype_of_the_runs_own_merge(sft_lora_run, tmp_path):
+    """Review of deae23c, finding 7: `trl-dpr push --merge_adapter` merged in the base's saved dtype ("auto"), the end
+    of the run in the run's: the run's merge records its dtype, and a merge again of the run uses it. Here the record
+    is set to bfloat16 (the tiny base is float32, so "auto" would give float32)."""
+    runs = tmp_path / "runs"
+    shutil.copytree(sft_lora_run, runs / "dpr")
+    shutil.copytree(f"{sft_lora_run}-merged", runs / "dpr-merged")
+    marker = json.loads((runs / "dpr-merged" / ".trl_dpr_merged").read_text())
+    assert marker["dtype"] == "float32"  # the run's model_args.dtype
+    (runs / "dpr-merged" / ".trl_dpr_merged").write_text(json.dumps({**marker, "dtype": "bfloat16"}))
+    result = trl_dpr_forked(
+        "push", str(runs / "dpr"), "--to", str(runs / "pushed"), "--merge_adapter", tmp_path=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads((runs / "pushed" / "config.json").read_text())["dtype"] == "bfloat16"
+    assert json.loads((runs / "dpr-merged" / ".trl_dpr_merged").read_text())["dtype"] == "bfloat16"
+
+
 def test_push_merge_adapter_refuses_a_full_model_or_an_sft_output_before_merging(sft_run, sft_lora_sft, tmp_path):
     for run, expected in (
         (sft_run, "holds a full model, not a LoRA adapter"),

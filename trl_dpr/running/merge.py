@@ -128,7 +128,7 @@ def merge_adapter_folder(
         # rewrites the name again, to the repo or the folder it goes to).
         if (staging / "README.md").is_file() and (card := _card_loading(staging / "README.md", str(output_dir))):
             (staging / "README.md").write_bytes(card)
-        _replace_merge(staging, output_dir, adapter_dir.name)
+        _replace_merge(staging, output_dir, adapter_dir.name, dtype=str(merged.dtype).removeprefix("torch."))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return str(output_dir)
@@ -149,6 +149,21 @@ def unfinished_merge(folder: str | os.PathLike) -> bool:
     `"complete": false`): a mix of two merges, which loads without a word but is neither. A merge redoes it."""
     record = _merge_record(Path(folder))
     return record is not None and not record[1]
+
+
+def merged_dtype(folder: str | os.PathLike) -> str | None:
+    """The dtype the finished merge in `folder` was made in, as its marker records it (`float32`, `bfloat16`,
+    `float16`); None when there is none. A merge again of the same run uses it: the end of a run merges in the dtype
+    the run loaded its model in, which only its arguments knew."""
+    folder = Path(folder)
+    try:
+        if _merge_record(folder) is None or unfinished_merge(folder):
+            return None
+        record = json.loads((folder / MERGED_MARKER).read_text())
+    except (OSError, ValueError):  # no marker, an older one (the adapter's name), or one no merge wrote
+        return None
+    dtype = record.get("dtype") if isinstance(record, dict) else None
+    return dtype if dtype in ("float32", "bfloat16", "float16") else None
 
 
 def _merge_record(folder: Path) -> tuple[set[str], bool] | None:
@@ -207,7 +222,7 @@ def _files_of(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
-def _replace_merge(staging: Path, output_dir: Path, adapter_name: str) -> None:
+def _replace_merge(staging: Path, output_dir: Path, adapter_name: str, dtype: str | None = None) -> None:
     """Move the merge in `staging` into `output_dir`, replacing and removing only files an earlier merge wrote (listed
     in its marker): a `FileExistsError` (one line), before any change, if a file the merge writes is someone else's."""
     new = _files_of(staging)
@@ -225,18 +240,20 @@ def _replace_merge(staging: Path, output_dir: Path, adapter_name: str) -> None:
     output_dir.mkdir(exist_ok=True)
     # Until the end, the marker lists both merges' files and says the merge is not complete: after a crash, a push
     # refuses the mix and the next merge replaces all of it.
-    _write_marker(marker, adapter_name, earlier | set(new), complete=False)
+    _write_marker(marker, {"adapter": adapter_name, "files": sorted(earlier | set(new)), "complete": False})
     for name in new:
         (output_dir / name).parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging / name, output_dir / name)
     for name in sorted(earlier - set(new)):  # an earlier merge's file this one did not write again (another shard)
         if name != MERGED_MARKER and (output_dir / name).is_file():
             (output_dir / name).unlink()
-    _write_marker(marker, adapter_name, set(new), complete=True)
+    _write_marker(
+        marker, {"adapter": adapter_name, "files": new, "complete": True, **({"dtype": dtype} if dtype else {})}
+    )
 
 
-def _write_marker(marker: Path, adapter_name: str, files: set[str], complete: bool) -> None:
+def _write_marker(marker: Path, record: dict) -> None:
     """Write the marker whole or not at all (a crash mid-write would leave one no merge could read)."""
     partial = marker.with_name(f"{marker.name}.tmp")
-    partial.write_text(json.dumps({"adapter": adapter_name, "files": sorted(files), "complete": complete}))
+    partial.write_text(json.dumps(record))
     os.replace(partial, marker)

@@ -22,6 +22,7 @@ from .merge import (
     check_merge_target,
     merge_adapter_folder,
     merge_output_files,
+    merged_dtype,
     merged_folder,
     unfinished_merge,
 )
@@ -437,7 +438,10 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
             raise FileExistsError(f"{args.to!r} is not empty; push to a new folder.")
     else:
         _check_hub_destination(args.to)
-    source = merge_adapter_folder(folder, merged_folder(folder), overwrite=True) if args.merge_adapter else folder
+    source = folder
+    if args.merge_adapter:  # in the dtype the run's own merge used (its arguments'), else the base's saved one
+        dtype = merged_dtype(merged_folder(folder)) or "auto"
+        source = merge_adapter_folder(folder, merged_folder(folder), dtype=dtype, overwrite=True)
     if to_folder:
         files = copy_files_to_push(source, destination, allow=args.allow)
         print(
