@@ -110,8 +110,8 @@ def merge_adapter_folder(
     base_name = json.loads(config_path.read_text())["base_model_name_or_path"]
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     prefix = STAGING_PREFIX.format(name=output_dir.name)
-    for stale in output_dir.parent.glob(f"{prefix}*"):  # left by a merge into output_dir that was killed
-        if stale.is_dir() and not stale.is_symlink():
+    for stale in output_dir.parent.iterdir():  # left by a merge into output_dir that was killed
+        if stale.name.startswith(prefix) and stale.is_dir() and not stale.is_symlink():
             shutil.rmtree(stale, ignore_errors=True)
     # Merged into a sibling staging folder first: what the merge writes is known before anything in output_dir is touched.
     staging = Path(tempfile.mkdtemp(prefix=prefix, dir=output_dir.parent))
@@ -155,19 +155,15 @@ def merged_dtype(folder: str | os.PathLike) -> str | None:
     """The dtype the finished merge in `folder` was made in, as its marker records it (`float32`, `bfloat16`,
     `float16`); None when there is none. A merge again of the same run uses it: the end of a run merges in the dtype
     the run loaded its model in, which only its arguments knew."""
-    folder = Path(folder)
     try:
-        if _merge_record(folder) is None or unfinished_merge(folder):
-            return None
-        record = json.loads((folder / MERGED_MARKER).read_text())
-    except (OSError, ValueError):  # no marker, an older one (the adapter's name), or one no merge wrote
+        record = _merge_record(Path(folder))
+    except ValueError:  # a marker no merge wrote: the merge refuses it
         return None
-    dtype = record.get("dtype") if isinstance(record, dict) else None
-    return dtype if dtype in ("float32", "bfloat16", "float16") else None
+    return record[2] if record is not None and record[1] else None
 
 
-def _merge_record(folder: Path) -> tuple[set[str], bool] | None:
-    """(files, complete) of the marker in `folder`, checked (see `merge_output_files`); None without a marker."""
+def _merge_record(folder: Path) -> tuple[set[str], bool, str | None] | None:
+    """(files, complete, dtype) of the marker in `folder`, checked (see `merge_output_files`); None without one."""
     marker = folder / MERGED_MARKER
     if not os.path.lexists(marker):
         return None
@@ -178,7 +174,7 @@ def _merge_record(folder: Path) -> tuple[set[str], bool] | None:
     except (OSError, UnicodeDecodeError) as error:
         raise _invalid_marker(folder, f"it cannot be read ({type(error).__name__})") from None
     if not text.lstrip().startswith("{"):  # an older merge's marker: the adapter's name
-        return {p.name for p in folder.iterdir() if _named_as_merged(folder, p.name)}, True
+        return {p.name for p in folder.iterdir() if _named_as_merged(folder, p.name)}, True, None
     try:
         record = json.loads(text)
     except ValueError:
@@ -193,7 +189,8 @@ def _merge_record(folder: Path) -> tuple[set[str], bool] | None:
     for name in files:
         if problem := _unsafe_name(folder, name):
             raise _invalid_marker(folder, f"it lists {name!r}, {problem}")
-    return set(files), complete
+    dtype = record.get("dtype")  # from a merge that recorded it; any other value is no dtype to merge in
+    return set(files), complete, dtype if dtype in ("float32", "bfloat16", "float16") else None
 
 
 def _unsafe_name(folder: Path, name: str) -> str | None:
