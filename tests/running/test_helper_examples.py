@@ -103,9 +103,9 @@ CASES = {
     "trl_dpr.running.push:copy_files_to_push": r"""
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (d / "config.json").write_text("{}"), (d / "training_args.bin").write_text("x")
+    >>> _ = [(d / name).write_text("x") for name in ("config.json", "model.safetensors", "training_args.bin")]
     >>> copy_files_to_push(d, d.parent / (d.name + "-pushed"))
-    ['config.json']
+    ['config.json', 'model.safetensors']
 """,
     "trl_dpr.running.push:defer_push_to_hub": r"""
     >>> from transformers import TrainingArguments

@@ -689,6 +689,29 @@ def test_a_merge_refuses_to_replace_a_file_of_the_users_in_its_folder(sft_lora, 
     assert {p.name: p.read_bytes() for p in merged.iterdir()} == before
 
 
+def test_a_merge_redoes_an_unfinished_one_and_sweeps_the_staging_folder_a_killed_one_left(sft_lora, tmp_path):
+    """Review of deae23c, finding 4: a killed merge left `.dpr-merged.merging-*` behind, and a half-replaced folder."""
+    from transformers import AutoModelForCausalLM
+
+    merged = Path(merge_adapter_folder(sft_lora, tmp_path / "dpr-merged", dtype="float32"))
+    expected = {p.name: p.read_bytes() for p in merged.iterdir() if p.name != ".trl_dpr_merged"}
+    marker = json.loads((merged / ".trl_dpr_merged").read_text())
+    (merged / "model.safetensors").write_bytes(b"half of another merge")  # as a crash between two moves leaves it
+    (merged / ".trl_dpr_merged").write_text(json.dumps({**marker, "complete": False}))
+    killed = tmp_path / ".dpr-merged.merging-k1ll3d"
+    killed.mkdir()
+    (killed / "model.safetensors").write_text("a killed merge's weights")
+    other = tmp_path / ".other-merged.merging-abc"  # another folder's merge: not this one's to sweep
+    other.mkdir()
+    merge_adapter_folder(sft_lora, merged, dtype="float32")  # no overwrite=True: an unfinished merge is redone
+    assert {p.name: p.read_bytes() for p in merged.iterdir() if p.name != ".trl_dpr_merged"} == expected
+    assert json.loads((merged / ".trl_dpr_merged").read_text()) == {**marker, "complete": True}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other-merged.merging-abc", "dpr-merged"]
+    AutoModelForCausalLM.from_pretrained(merged, dtype="float32")
+    with pytest.raises(FileExistsError, match="overwrite=True"):  # a finished merge is replaced only when asked
+        merge_adapter_folder(sft_lora, merged, dtype="float32")
+
+
 def test_docstring_examples_run():
     # the hub's helpers are internal: their examples run in tests/running/test_helper_examples.py, in the module's namespace
     from .test_helper_examples import CASES

@@ -44,6 +44,7 @@ def run(tmp_path, monkeypatch):
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (folder / "model.safetensors").write_bytes(b"weights")
     (folder / "README.md").write_text(
         "# A model\n\nTrained with scikit-learn-free code; risk-assessment-framework-2024.\n"
     )
@@ -70,8 +71,20 @@ def test_an_ordinary_run_folder_passes_the_check_and_is_pushed(run):
     assert sorted(op.path_in_repo for op in hub.commits[0]["operations"]) == [
         "README.md",
         "config.json",
+        "model.safetensors",
         "trainer_state.json",
     ]
+
+
+def test_a_push_without_weights_is_refused_in_one_line(run, tmp_path):
+    """Review of deae23c, finding 6: a push that sent a model card and a config, and no model."""
+    (run / "model.safetensors").unlink()
+    (run / "training_args.bin").write_bytes(b"never pushed")
+    message = refused(run)
+    assert f"Not pushing '{run}': no file it would send holds weights" in message and "save_model()" in message
+    with pytest.raises(ValueError, match="no file it would send holds weights"):
+        copy_files_to_push(run, tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()
 
 
 def test_a_dotenv_file_is_refused_whatever_it_holds(run):
@@ -124,6 +137,38 @@ def test_a_key_in_a_utf16_or_utf32_text_file_is_found_with_its_line(run, encodin
 def test_a_key_in_a_compressed_utf16_log_is_found(run):
     (run / "train.log.gz").write_bytes(gzip.compress(f"step 1\ntoken={HF_KEY}\n".encode("utf-16")))
     assert "train.log.gz:2 holds a Hugging Face token (hf_...) (decompressed)" in refused(run)
+
+
+def test_a_key_in_the_second_utf16_member_of_a_zip_is_found_with_its_member_and_line(run):
+    """Review of deae23c, finding 2: the members were joined before decoding; past the first, UTF-16 was misread."""
+    with zipfile.ZipFile(run / "logs.zip", "w") as archive:
+        archive.writestr("a.log", "first member\n".encode("utf-16"))
+        archive.writestr("b.log", f"step 1\ntoken={HF_KEY}\n".encode("utf-16"))
+    assert "logs.zip:2 holds a Hugging Face token (hf_...) (decompressed) in its member b.log" in refused(run)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32-be"])
+def test_a_key_in_a_utf16_or_utf32_text_file_too_big_to_read_whole_is_found_with_its_line(run, monkeypatch, encoding):
+    """Review of deae23c, finding 3: past `_READ_WHOLE_MAX` (64 MiB) a UTF-16/32 file was scanned as raw bytes only.
+    The threshold is lowered here to 64 KiB, so that a 2 MiB file (two 1 MiB read chunks and more) is over it."""
+    monkeypatch.setattr("trl_dpr.running.secret_scan._READ_WHOLE_MAX", 64 << 10)
+    lines = ["x" * 999] * 1100 + [f"token={HF_KEY}"]
+    (run / "big.log").write_bytes("\n".join(lines).encode(encoding))
+    assert (run / "big.log").stat().st_size > 2 << 20 and HF_KEY.encode() not in (run / "big.log").read_bytes()
+    assert "big.log:1101 holds a Hugging Face token (hf_...)" in refused(run)
+
+
+def test_a_key_split_between_two_read_chunks_of_a_big_utf16_file_is_found(tmp_path, monkeypatch):
+    from trl_dpr.running.secret_scan import secrets_in_file
+
+    monkeypatch.setattr("trl_dpr.running.secret_scan._READ_WHOLE_MAX", 1 << 10)
+    text = "line\n" * 300 + "the secret: Xq9-private-passphrase-77\n"
+    (tmp_path / "big.log").write_bytes(text.encode("utf-16"))
+    at = (tmp_path / "big.log").read_bytes().find("passphrase".encode("utf-16-le"))
+    for chunk_size in (at - 1, at, at + 1, 1001):  # the value's characters, and one character's bytes, cut in two
+        assert secrets_in_file(
+            tmp_path / "big.log", {"MY_PASSWORD": "Xq9-private-passphrase-77"}, chunk_size=chunk_size
+        ) == [(301, "the value of MY_PASSWORD")]
 
 
 def test_a_base64_copy_of_a_key_is_found(run):

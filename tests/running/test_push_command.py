@@ -158,6 +158,60 @@ def test_a_hub_push_without_a_token_or_a_reachable_hub_ends_with_one_line(sft_ru
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 2  # the line, then --debug's hint
 
 
+def test_a_hub_push_with_a_token_the_hub_refuses_says_to_log_in_again_in_one_line(tmp_path):
+    """Review of deae23c, finding 7: a 401 (an invalid or expired token) ended with huggingface_hub's 4-line error.
+    A stand-in Hub on this machine answers 401 to every request, as the Hub does to a revoked token."""
+    import http.server
+    import threading
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def refuse(self):
+            body = json.dumps({"error": "Invalid credentials in Authorization header"}).encode()
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_HEAD = do_PUT = refuse
+
+        def log_message(self, *args):
+            pass
+
+    hub = http.server.HTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    run = tmp_path / "run"
+    run.mkdir()
+    for name, text in (
+        ("config.json", '{"model_type": "llama"}'),
+        ("model.safetensors", "x"),
+        ("tokenizer.json", "{}"),
+    ):
+        (run / name).write_text(text)
+    endpoint = f"http://127.0.0.1:{hub.server_address[1]}"
+    environment = {k: v for k, v in ENV.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", CLI, "push", str(run), "--to", "me/tiny-sft"],
+            cwd=ROOT,
+            env={
+                **environment,
+                "HF_HOME": str(tmp_path / "hf-home"),
+                "HF_HUB_OFFLINE": "0",
+                "HF_TOKEN": "not-a-valid-token",
+                "HF_ENDPOINT": endpoint,
+            },
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        hub.shutdown()
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"The Hub at {endpoint} refused the token (401 Unauthorized" in result.stderr
+    assert "Log in again (`hf auth login`" in result.stderr and len(result.stderr.strip().splitlines()) == 2
+
+
 def test_merge_adapter_without_a_push_merges_at_the_end_and_trl_dpr_push_merges_too(sft_lora_run, tmp_path):
     """Trial B, finding 5: `merge_adapter: true` without push_to_hub was ignored, and no command merged an adapter."""
     from peft import PeftModel
@@ -189,6 +243,32 @@ def test_merge_adapter_without_a_push_merges_at_the_end_and_trl_dpr_push_merges_
     assert (merged / "my-model.Q8_0.gguf").read_text() == "my own export"  # kept by the merge, and never pushed:
     own = json.loads((merged / ".trl_dpr_merged").read_text())["files"]
     assert sorted(p.name for p in pushed.iterdir()) == sorted(own) and "my-model.Q8_0.gguf" not in own
+
+
+def test_the_merged_folders_card_loads_the_merged_folder_not_the_adapter(sft_lora_run):
+    """Review of deae23c, finding 7: `OUTPUT_DIR-merged/README.md`'s quick start loaded the adapter folder."""
+    adapter_card = (sft_lora_run / "README.md").read_text()
+    merged = Path(f"{sft_lora_run}-merged")
+    assert f'pipeline("text-generation", model="{sft_lora_run}"' in adapter_card
+    assert (merged / "README.md").read_text() == adapter_card.replace(f'model="{sft_lora_run}"', f'model="{merged}"')
+
+
+def test_push_merge_adapter_merges_in_the_dtype_of_the_runs_own_merge(sft_lora_run, tmp_path):
+    """Review of deae23c, finding 7: `trl-dpr push --merge_adapter` merged in the base's saved dtype ("auto"), the end
+    of the run in the run's: the run's merge records its dtype, and a merge again of the run uses it. Here the record
+    is set to bfloat16 (the tiny base is float32, so "auto" would give float32)."""
+    runs = tmp_path / "runs"
+    shutil.copytree(sft_lora_run, runs / "dpr")
+    shutil.copytree(f"{sft_lora_run}-merged", runs / "dpr-merged")
+    marker = json.loads((runs / "dpr-merged" / ".trl_dpr_merged").read_text())
+    assert marker["dtype"] == "float32"  # the run's model_args.dtype
+    (runs / "dpr-merged" / ".trl_dpr_merged").write_text(json.dumps({**marker, "dtype": "bfloat16"}))
+    result = trl_dpr_forked(
+        "push", str(runs / "dpr"), "--to", str(runs / "pushed"), "--merge_adapter", tmp_path=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads((runs / "pushed" / "config.json").read_text())["dtype"] == "bfloat16"
+    assert json.loads((runs / "dpr-merged" / ".trl_dpr_merged").read_text())["dtype"] == "bfloat16"
 
 
 def test_push_merge_adapter_refuses_a_full_model_or_an_sft_output_before_merging(sft_run, sft_lora_sft, tmp_path):

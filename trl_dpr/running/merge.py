@@ -6,11 +6,15 @@ import json
 import os
 import shutil
 import tempfile
-from fnmatch import fnmatch
-from pathlib import Path
+from fnmatch import fnmatchcase
+from pathlib import Path, PurePosixPath
 
-# Written into a merge's folder: the files that merge wrote (JSON), the only ones a later merge may replace or remove.
+from .model_card import _card_loading
+
+# Written into a merge's folder: the files that merge wrote (JSON), the only ones a later merge may replace or remove,
+# and whether it finished ("complete": false while it replaces them: a crash then leaves a mix of two merges).
 MERGED_MARKER = ".trl_dpr_merged"
+STAGING_PREFIX = ".{name}.merging-"  # a merge's sibling staging folder; one a killed merge left is swept by the next
 
 
 def merged_folder(output_dir: str | os.PathLike) -> str:
@@ -18,21 +22,39 @@ def merged_folder(output_dir: str | os.PathLike) -> str:
     return f"{str(output_dir).rstrip('/')}-merged"
 
 
-# The names a merge's save_pretrained (model, tokenizer) and card copy write: a file of yours named so is in the way.
+# The names a merge's save_pretrained (model, tokenizer, a trust_remote_code model's code) and card copy write, all at
+# the top of its folder: a file of yours named so there is in the way (checked again, exactly, when merging).
 _MERGE_WRITES = (
     "config.json",
     "generation_config.json",
-    "model*.safetensors*",
-    "tokenizer*",
+    "model.safetensors",
+    "model-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
     "special_tokens_map.json",
     "added_tokens.json",
-    "vocab.*",
+    "vocab.json",
+    "vocab.txt",
     "merges.txt",
-    "*.model",
+    "*.model",  # a sentencepiece tokenizer: tokenizer.model, spiece.model, ...
     "chat_template.jinja",
+    "chat_template.json",
+    "*.py",  # a trust_remote_code model's modeling_*.py, configuration_*.py, tokenization_*.py
     "README.md",
     "eval_results.json",
 )
+
+
+def _named_as_merged(folder: Path, name: str) -> bool:
+    """Whether `name` (relative to `folder`) is a file at its top named as a merge's files are (`_MERGE_WRITES`)."""
+    path = folder / name
+    return (
+        "/" not in name
+        and path.is_file()
+        and not path.is_symlink()
+        and any(fnmatchcase(name, pattern) for pattern in _MERGE_WRITES)
+    )
 
 
 def check_merge_target(folder: str | os.PathLike) -> None:
@@ -49,11 +71,7 @@ def check_merge_target(folder: str | os.PathLike) -> None:
             "merge into another folder (trl_dpr never replaces a folder it did not create)."
         )
     if (own := merge_output_files(folder)) is not None:
-        foreign = [
-            name
-            for name in _files_of(folder)
-            if name not in own and name != MERGED_MARKER and any(fnmatch(name, p) for p in _MERGE_WRITES)
-        ]
+        foreign = [name for name in _files_of(folder) if name not in own and _named_as_merged(folder, name)]
         if foreign:
             raise _foreign_files(folder, foreign)
 
@@ -71,7 +89,7 @@ def merge_adapter_folder(
     """Merge a saved LoRA adapter into a full-precision copy of its base (4-bit weights would round the update away)
     and save it with the adapter's tokenizer and card; `overwrite=True` replaces the files an earlier merge wrote into
     `output_dir` (its marker lists them) and leaves every other file there; any other non-empty `output_dir` is refused.
-    Returns `output_dir`.
+    A merge that did not finish there is redone, `overwrite` or not. Returns `output_dir`.
     """
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -87,12 +105,16 @@ def merge_adapter_folder(
         raise ValueError("output_dir must differ from adapter_dir: the merged model would overwrite the adapter.")
     if output_dir.exists() and not (output_dir.is_dir() and not any(output_dir.iterdir())):
         check_merge_target(output_dir)
-        if not overwrite:
+        if not overwrite and not unfinished_merge(output_dir):
             raise FileExistsError(f"{str(output_dir)!r} is not empty; pass overwrite=True to replace what is there.")
     base_name = json.loads(config_path.read_text())["base_model_name_or_path"]
     output_dir.parent.mkdir(parents=True, exist_ok=True)
+    prefix = STAGING_PREFIX.format(name=output_dir.name)
+    for stale in output_dir.parent.iterdir():  # left by a merge into output_dir that was killed
+        if stale.name.startswith(prefix) and stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
     # Merged into a sibling staging folder first: what the merge writes is known before anything in output_dir is touched.
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.merging-", dir=output_dir.parent))
+    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=output_dir.parent))
     try:
         base = AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype)
         merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
@@ -102,43 +124,133 @@ def merge_adapter_folder(
         for name in ("README.md", "eval_results.json"):
             if (adapter_dir / name).is_file():
                 shutil.copy2(adapter_dir / name, staging / name)
-        _replace_merge(staging, output_dir, adapter_dir.name)
+        # The adapter's card loads the adapter folder; this copy's quick start loads the merged model (a push of it
+        # rewrites the name again, to the repo or the folder it goes to).
+        if (staging / "README.md").is_file() and (card := _card_loading(staging / "README.md", str(output_dir))):
+            (staging / "README.md").write_bytes(card)
+        _replace_merge(staging, output_dir, adapter_dir.name, dtype=str(merged.dtype).removeprefix("torch."))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return str(output_dir)
 
 
 def merge_output_files(folder: str | os.PathLike) -> set[str] | None:
-    """The files the merge in `folder` wrote, as its marker lists them; None when `folder` holds no merge (or one
-    whose marker lists nothing: written before markers listed files)."""
+    """The files the merge in `folder` wrote, as its marker lists them; None when `folder` holds no merge. An older
+    merge's marker (the adapter's name, from before markers listed files) counts the files there named as a merge's
+    files are (`_MERGE_WRITES`): that merge replaced the whole folder. A `ValueError` (one line) when the marker is not
+    one a merge writes: a list of names of files inside `folder`, none of them a link or under one (a merge removes
+    the files listed, so an entry such as `../f` would delete a file that is not the merge's)."""
+    record = _merge_record(Path(folder))
+    return None if record is None else record[0]
+
+
+def unfinished_merge(folder: str | os.PathLike) -> bool:
+    """Whether `folder` holds a merge that stopped while it replaced an earlier one's files (its marker says
+    `"complete": false`): a mix of two merges, which loads without a word but is neither. A merge redoes it."""
+    record = _merge_record(Path(folder))
+    return record is not None and not record[1]
+
+
+def merged_dtype(folder: str | os.PathLike) -> str | None:
+    """The dtype the finished merge in `folder` was made in, as its marker records it (`float32`, `bfloat16`,
+    `float16`); None when there is none. A merge again of the same run uses it: the end of a run merges in the dtype
+    the run loaded its model in, which only its arguments knew."""
     try:
-        return set(json.loads((Path(folder) / MERGED_MARKER).read_text())["files"])
-    except (OSError, ValueError, KeyError, TypeError):
+        record = _merge_record(Path(folder))
+    except ValueError:  # a marker no merge wrote: the merge refuses it
         return None
+    return record[2] if record is not None and record[1] else None
+
+
+def _merge_record(folder: Path) -> tuple[set[str], bool, str | None] | None:
+    """(files, complete, dtype) of the marker in `folder`, checked (see `merge_output_files`); None without one."""
+    marker = folder / MERGED_MARKER
+    if not os.path.lexists(marker):
+        return None
+    if marker.is_symlink():
+        raise _invalid_marker(folder, "the marker is a link (a merge writes it as a file)")
+    try:
+        text = marker.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise _invalid_marker(folder, f"it cannot be read ({type(error).__name__})") from None
+    if not text.lstrip().startswith("{"):  # an older merge's marker: the adapter's name
+        return {p.name for p in folder.iterdir() if _named_as_merged(folder, p.name)}, True, None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        raise _invalid_marker(folder, "it is not valid JSON") from None
+    if not isinstance(record, dict):
+        raise _invalid_marker(folder, "it is not a JSON object")
+    files, complete = record.get("files"), record.get("complete", True)  # markers before "complete": finished ones
+    if not isinstance(files, list) or not all(isinstance(name, str) for name in files):
+        raise _invalid_marker(folder, 'its "files" is not a list of file names')
+    if not isinstance(complete, bool):
+        raise _invalid_marker(folder, 'its "complete" is not true or false')
+    for name in files:
+        if problem := _unsafe_name(folder, name):
+            raise _invalid_marker(folder, f"it lists {name!r}, {problem}")
+    dtype = record.get("dtype")  # from a merge that recorded it; any other value is no dtype to merge in
+    return set(files), complete, dtype if dtype in ("float32", "bfloat16", "float16") else None
+
+
+def _unsafe_name(folder: Path, name: str) -> str | None:
+    """Why `name` is not a file a merge may write or remove in `folder`: not relative, `..`, a link or under one."""
+    parts = PurePosixPath(name).parts
+    if not parts or PurePosixPath(name).is_absolute() or ".." in parts:
+        return "which is not a path inside the folder"
+    path = folder
+    for part in parts:
+        path = path / part
+        if path.is_symlink():
+            return "which is a link" if path == folder.joinpath(*parts) else "which is under a link"
+    if os.path.lexists(path) and not path.resolve().is_relative_to(folder.resolve()):
+        return "which resolves outside the folder"
+    return None
+
+
+def _invalid_marker(folder: Path, problem: str) -> ValueError:
+    return ValueError(
+        f"{str(folder)!r} holds a merge marker ({MERGED_MARKER}) that no merge wrote: {problem}. Nothing was changed: "
+        "remove that folder to merge again (or only the marker, to keep the folder as yours: a merge then refuses it)."
+    )
 
 
 def _files_of(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
-def _replace_merge(staging: Path, output_dir: Path, adapter_name: str) -> None:
+def _replace_merge(staging: Path, output_dir: Path, adapter_name: str, dtype: str | None = None) -> None:
     """Move the merge in `staging` into `output_dir`, replacing and removing only files an earlier merge wrote (listed
     in its marker): a `FileExistsError` (one line), before any change, if a file the merge writes is someone else's."""
     new = _files_of(staging)
     marker = output_dir / MERGED_MARKER
     earlier = merge_output_files(output_dir)
-    if earlier is None:  # a new folder, or an older marker (the adapter's name only): the files a merge writes
+    if earlier is None:  # a new folder
         earlier = set(new)
-    if foreign := [name for name in new if (output_dir / name).exists() and name not in earlier]:
+    # A file of yours, or a folder that is a link (the merge would write through it): refused before any change.
+    if foreign := [
+        name
+        for name in new
+        if (os.path.lexists(output_dir / name) and name not in earlier) or _unsafe_name(output_dir, name)
+    ]:
         raise _foreign_files(output_dir, foreign)
     output_dir.mkdir(exist_ok=True)
-    marker.write_text(
-        json.dumps({"adapter": adapter_name, "files": sorted(earlier | set(new))})
-    )  # a crash now: all listed
+    # Until the end, the marker lists both merges' files and says the merge is not complete: after a crash, a push
+    # refuses the mix and the next merge replaces all of it.
+    _write_marker(marker, {"adapter": adapter_name, "files": sorted(earlier | set(new)), "complete": False})
     for name in new:
         (output_dir / name).parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging / name, output_dir / name)
     for name in sorted(earlier - set(new)):  # an earlier merge's file this one did not write again (another shard)
         if name != MERGED_MARKER and (output_dir / name).is_file():
             (output_dir / name).unlink()
-    marker.write_text(json.dumps({"adapter": adapter_name, "files": new}))
+    _write_marker(
+        marker, {"adapter": adapter_name, "files": new, "complete": True, **({"dtype": dtype} if dtype else {})}
+    )
+
+
+def _write_marker(marker: Path, record: dict) -> None:
+    """Write the marker whole or not at all (a crash mid-write would leave one no merge could read)."""
+    partial = marker.with_name(f"{marker.name}.tmp")
+    partial.write_text(json.dumps(record))
+    os.replace(partial, marker)

@@ -6,9 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from ..reference_manifest import MANIFEST_NAME
+
+
+def _card_loading(readme: Path, repo_id: str) -> bytes | None:
+    """The model card with its quick start loading `repo_id`, when it loads another name (the output folder it was
+    written in, a path that means nothing on the Hub); None when it needs no change."""
+    text = readme.read_text()
+    card = re.sub(r'(pipeline\("text-generation", model=)"[^"]*"', lambda m: f'{m.group(1)}"{repo_id}"', text)
+    return card.encode() if card != text else None
 
 
 def _looks_local(name_or_path: str) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -18,8 +17,16 @@ from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
 from ..reference_manifest import MANIFEST_NAME
 from .checkpointing import PREFIX_CHECKPOINT_DIR, RUN_COMPLETE_NAME, STAGING_DIRNAME
-from .merge import MERGED_MARKER, check_merge_target, merge_adapter_folder, merge_output_files, merged_folder
-from .model_card import _looks_local
+from .merge import (
+    MERGED_MARKER,
+    check_merge_target,
+    merge_adapter_folder,
+    merge_output_files,
+    merged_dtype,
+    merged_folder,
+    unfinished_merge,
+)
+from .model_card import _card_loading, _looks_local
 from .secret_scan import secrets_from_environment, secrets_in_file
 
 logger = logging.getLogger(__name__)
@@ -47,7 +54,7 @@ def ignore_patterns() -> list[str]:
 def files_to_push(folder: str | os.PathLike, *, safety_rules: bool = True) -> list[str]:
     """The files a push of `folder` uploads (relative, `/`-separated, in huggingface_hub's order): `upload_folder`'s
     walk filtered by transformers' and huggingface_hub's patterns, plus `SAFETY_IGNORE_PATTERNS` unless `safety_rules=False`;
-    in a merge's folder, only the files the merge wrote.
+    in a merge's folder, only the files the merge wrote (a marker beside a run's own files is a stale one: ignored).
     """
     root = Path(folder).expanduser().resolve()
     if not root.is_dir():
@@ -55,9 +62,25 @@ def files_to_push(folder: str | os.PathLike, *, safety_rules: bool = True) -> li
     relative = [p.relative_to(root).as_posix() for p in sorted(root.glob("**/*")) if p.is_file()]
     patterns = (ignore_patterns() if safety_rules else list(TRANSFORMERS_IGNORE_PATTERNS)) + DEFAULT_IGNORE_PATTERNS
     files = list(filter_repo_objects(relative, ignore_patterns=patterns))
-    if (merged := merge_output_files(root)) is not None:  # a merge's folder: what it wrote, not a file you added there
+    if _is_merge_folder(root) and (merged := merge_output_files(root)) is not None:  # not a file you added there
+        if unfinished_merge(root):
+            raise ValueError(
+                f"Not pushing {str(folder)!r}: the merge that wrote it stopped while it replaced an earlier merge's files "
+                "(a mix of two merges, which loads but is neither). Merge again: trl-dpr push OUTPUT_DIR --merge_adapter "
+                "(or merge_adapter_folder(..., overwrite=True))."
+            )
         files = [name for name in files if name in merged]
     return files
+
+
+# A run's own files, which no merge writes: beside them, a merge marker is a stale one (the folder was reused as a run's).
+_RUN_FILES = ("adapter_config.json", "training_args.bin")
+# What a model's weights are saved as: a push without one would not load.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".h5", ".msgpack", ".onnx")
+
+
+def _is_merge_folder(root: Path) -> bool:
+    return os.path.lexists(root / MERGED_MARKER) and not any((root / name).exists() for name in _RUN_FILES)
 
 
 def copy_files_to_push(
@@ -120,6 +143,12 @@ def check_push(
     files = files_to_push(folder)
     if not files:
         raise ValueError(f"{str(folder)!r} holds no file to push (save the model there first: trainer.save_model()).")
+    if not any(name.endswith(_WEIGHT_SUFFIXES) for name in files):
+        raise ValueError(
+            f"Not pushing {str(folder)!r}: no file it would send holds weights "
+            f"({', '.join(f'*{s}' for s in _WEIGHT_SUFFIXES[:3])}, ...), so the copy would not load. Nothing was sent. "
+            "Save the model there first (trainer.save_model())."
+        )
     allow = [Path(name).as_posix() for name in allow]
     if unknown := sorted(set(allow) - set(files)):
         raise ValueError(
@@ -204,14 +233,6 @@ def push_folder(
         token=token,
         revision=revision,
     )
-
-
-def _card_loading(readme: Path, repo_id: str) -> bytes | None:
-    """The model card with its quick start loading `repo_id`, when it loads another name (the output folder it was
-    written in, a path that means nothing on the Hub); None when it needs no change."""
-    text = readme.read_text()
-    card = re.sub(r'(pipeline\("text-generation", model=)"[^"]*"', lambda m: f'{m.group(1)}"{repo_id}"', text)
-    return card.encode() if card != text else None
 
 
 def defer_push_to_hub(args) -> bool:
@@ -417,7 +438,10 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
             raise FileExistsError(f"{args.to!r} is not empty; push to a new folder.")
     else:
         _check_hub_destination(args.to)
-    source = merge_adapter_folder(folder, merged_folder(folder), overwrite=True) if args.merge_adapter else folder
+    source = folder
+    if args.merge_adapter:  # in the dtype the run's own merge used (its arguments'), else the base's saved one
+        dtype = merged_dtype(merged_folder(folder)) or "auto"
+        source = merge_adapter_folder(folder, merged_folder(folder), dtype=dtype, overwrite=True)
     if to_folder:
         files = copy_files_to_push(source, destination, allow=args.allow)
         print(
@@ -436,6 +460,11 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
             allow=args.allow,
         )
     except Exception as error:
+        if getattr(getattr(error, "response", None), "status_code", None) == 401:  # an HfHubHTTPError
+            raise PermissionError(
+                f"The Hub at {constants.ENDPOINT} refused the token (401 Unauthorized: it is invalid or has expired); "
+                "no commit was made. Log in again (`hf auth login`, or set HF_TOKEN to a valid write token)."
+            ) from None
         # httpx's (or its fork's) ConnectError, ReadTimeout...: no class of huggingface_hub, and no OSError.
         if not any(cls.__name__ == "TransportError" for cls in type(error).__mro__):
             raise

@@ -5,6 +5,7 @@ Findings name the secret and the file, never the value.
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -178,27 +179,32 @@ def _decoded_base64_hits(data: bytes, needles: Mapping[str, bytes], shapes: bool
     return hits
 
 
-def _decompressed(path: Path) -> bytes:
-    """The content of a compressed file, at most `_READ_WHOLE_MAX` bytes of it (a zip's members one after another)."""
+def _decompressed(path: Path) -> list[tuple[str | None, bytes]]:
+    """The content of a compressed file, at most `_READ_WHOLE_MAX` bytes in all: (None, content), or a zip's
+    (member, content) for each member. Members are kept apart: each is a file of its own, in its own encoding (two
+    UTF-16 logs joined are not UTF-16 text after the first one's end)."""
     import bz2
     import gzip
     import lzma
     import zipfile
 
     if path.suffix == ".zip":
+        parts, budget = [], _READ_WHOLE_MAX
         with zipfile.ZipFile(path) as archive:
-            parts = []
             for member in archive.namelist():
+                if budget <= 0:
+                    break
                 with archive.open(member) as handle:
-                    parts.append(handle.read(_READ_WHOLE_MAX))
-            return b"\n".join(parts)[:_READ_WHOLE_MAX]
+                    parts.append((member, handle.read(budget)))
+                budget -= len(parts[-1][1])
+        return parts
     opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".lzma": lzma.open}[path.suffix]
     with opener(path, "rb") as handle:
-        return handle.read(_READ_WHOLE_MAX)
+        return [(None, handle.read(_READ_WHOLE_MAX))]
 
 
-def _as_utf8(data: bytes) -> bytes | None:
-    """`data` re-encoded as UTF-8 when it is UTF-16 or UTF-32 text (by its BOM, or without one when the bytes of each
+def _wide_encoding(data: bytes) -> str | None:
+    """The encoding of `data` when it is UTF-16 or UTF-32 text (by its BOM, or without one when the bytes of each
     ASCII character's zeros line up: every other byte, or three of four), where a key's bytes are not contiguous."""
     boms = (
         (b"\xff\xfe\x00\x00", "utf-32"),
@@ -221,7 +227,12 @@ def _as_utf8(data: bytes) -> bytes | None:
             if len(data) % step == 0 and zeros(*offsets, step=step):
                 encoding = name
                 break
-    return None if encoding is None else data.decode(encoding, errors="replace").encode()
+    return encoding
+
+
+def _as_utf8(data: bytes) -> bytes | None:
+    """`data` re-encoded as UTF-8 when it is UTF-16 or UTF-32 text (`_wide_encoding`); else None."""
+    return None if (encoding := _wide_encoding(data)) is None else data.decode(encoding, errors="replace").encode()
 
 
 def secrets_in_file(
@@ -246,22 +257,35 @@ def secrets_in_file(
 
     if path.suffix in _COMPRESSED:
         try:
-            data = _decompressed(path)
+            members = _decompressed(path)
         except Exception as error:  # a truncated archive, or one that only looks compressed
             return [(0, f"content that could not be decompressed to check it ({type(error).__name__})")]
-        return [(line, f"{what} (decompressed)") for line, what in text_hits(data)]
+        return [
+            (line, f"{what} (decompressed)" + (f" in its member {member}" if member is not None else ""))
+            for member, data in members
+            for line, what in text_hits(data)
+        ]
     if path.suffix not in _BINARY and path.stat().st_size <= _READ_WHOLE_MAX:
         return text_hits(path.read_bytes())
     found: dict[str, int] = {}
     overlap = max([256, *(len(v) for v in needles.values())])
     with open(path, "rb") as handle:
-        tail, lines_before = b"", 0
-        while chunk := handle.read(chunk_size):
-            window = tail + chunk
-            for offset, what in _hits(window, needles, shapes):
-                found.setdefault(what, lines_before + window.count(b"\n", 0, offset) + 1)
-            tail = window[-overlap:]
-            lines_before += window.count(b"\n", 0, len(window) - len(tail))
+        # A text file too big to read whole is scanned as its bytes and, when its first chunk is UTF-16/32 text, as
+        # the characters it holds too: decoded chunk by chunk (a character split between two chunks is kept whole).
+        first = handle.read(chunk_size)
+        encoding = None if path.suffix in _BINARY else _wide_encoding(first)
+        decoder = codecs.getincrementaldecoder(encoding)(errors="replace") if encoding else None
+        streams = {"raw": [b"", 0]} | ({"text": [b"", 0]} if decoder else {})  # each: [the tail, lines before it]
+        chunk = first
+        while chunk:
+            for stream, state in streams.items():
+                tail, lines_before = state
+                window = tail + (chunk if stream == "raw" else decoder.decode(chunk).encode())
+                for offset, what in _hits(window, needles, shapes):
+                    found.setdefault(what, lines_before + window.count(b"\n", 0, offset) + 1)
+                state[0] = window[-overlap:]
+                state[1] = lines_before + window.count(b"\n", 0, len(window) - len(state[0]))
+            chunk = handle.read(chunk_size)
     return sorted((line, what) for what, line in found.items())
 
 
