@@ -228,6 +228,14 @@ def test_the_same_dpr_command_again_trains_nothing_and_shows_the_finished_runs_e
     assert "| DPR | 84.2 |" in shown and "--overwrite_output_dir true" in shown
 
 
+def test_resuming_a_finished_dpr_run_trains_nothing_and_says_it_is_finished(dpr_runs, tmp_path, capsys):
+    assert dpr_runs() == [1.0]
+    capsys.readouterr()
+    for resume in ("true", str(tmp_path / "dpr" / "checkpoint-100")):  # its last checkpoint: a step past max_steps
+        assert dpr_runs("--resume_from_checkpoint", resume) == [1.0]  # returned normally: exit code 0
+        assert f"Already finished: {tmp_path / 'dpr'} holds this run" in capsys.readouterr().out
+
+
 def test_a_changed_dpr_command_is_refused_a_finished_runs_folder_unless_it_overwrites(dpr_runs):
     assert dpr_runs() == [1.0]
     with pytest.raises(ValueError, match=r"already holds a run \(model.safetensors\).*--overwrite_output_dir true"):
@@ -317,6 +325,14 @@ def test_a_self_play_command_with_other_settings_is_refused_naming_them_unless_i
     assert self_play_runs.started == ["sft"]
     with pytest.raises(ValueError, match=r"other settings \(learning_rate: 2e-05 → 1e-05\)"):
         self_play_runs(method)  # the folder is no longer the first run's
+
+
+def test_resuming_a_finished_self_play_run_trains_nothing_and_says_it_is_finished(self_play_runs, tmp_path, capsys):
+    assert self_play_runs("spin") == 1
+    capsys.readouterr()
+    assert self_play_runs("spin", "--resume_from_checkpoint", "true") == 1  # the stage did not run again
+    assert f"Already finished: {tmp_path / 'spin'} holds this run" in capsys.readouterr().out
+    assert self_play_runs.started == []
 
 
 def test_more_self_play_iterations_continue_the_finished_run_instead_of_calling_it_finished(self_play_runs, tmp_path):

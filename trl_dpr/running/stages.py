@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from .checkpointing import EVAL_RESULTS_NAME, finished_run, last_complete_checkpoint, parse_resume_from_checkpoint
+from .checkpointing import EVAL_RESULTS_NAME, finished_run, last_complete_checkpoint
 from .pipeline import (
     SFTScriptArguments,
     check_evaluation_config,
@@ -64,9 +64,10 @@ def finished_already(training_args, fingerprint: str) -> bool:
     (`run_fingerprint`, `finished_run`): then it says so, shows the run's evaluation, and says how to train again.
 
     A re-run of the README's `make demo` then ends with exit code 0 rather than refusing the folder (a refusal under
-    `accelerate launch` also prints the launcher's traceback). A run that resumes or overwrites is never finished.
+    `accelerate launch` also prints the launcher's traceback). A run that overwrites is never finished; one that
+    resumes a finished run is (resuming its last checkpoint would train a step past `max_steps`).
     """
-    if training_args.overwrite_output_dir or parse_resume_from_checkpoint(training_args.resume_from_checkpoint):
+    if training_args.overwrite_output_dir:
         return False
     output_dir = training_args.output_dir
     if not finished_run(output_dir, fingerprint):
