@@ -376,7 +376,7 @@ def test_a_self_play_run_started_over_or_continued_drops_the_old_runs_table(self
     assert not (tmp_path / "spin" / "eval_results.json").exists()  # the table of a model the folder no longer holds
 
 
-# ---- a failed stage releases the folder --------------------------------------------------------------------------------
+# ---- a failed evaluation keeps the trained run, finished ---------------------------------------------------------------
 
 
 class EvaluationFailed(Exception):
@@ -387,26 +387,54 @@ def fail_evaluation(*args, **kwargs):
     raise EvaluationFailed
 
 
-def test_a_dpr_run_whose_evaluation_fails_releases_its_folder_unfinished(dpr_runs, tmp_path, monkeypatch):
+def test_a_dpr_run_whose_evaluation_fails_is_kept_finished_and_the_same_command_again_only_evaluates(
+    dpr_runs, tmp_path, monkeypatch, capsys
+):
     import trl_dpr.scripts.dpr
     from trl_dpr.running.checkpointing import is_claimed
 
+    evaluation = ("--evaluation_config", "recipes/evaluate/demo.yaml")
+    evaluated, table = [], "| DPR | 90.0 |"
+
+    def evaluate(config, sft_path, policy_path, **kwargs):
+        evaluated.append(policy_path)
+        (Path(policy_path) / "eval_results.json").write_text(json.dumps({"table_markdown": table}))
+
+    dpr_runs.table = None  # the evaluation writes it, when it does not fail
     monkeypatch.setattr(trl_dpr.scripts.dpr, "evaluate_against_sft", fail_evaluation)
+    monkeypatch.chdir(ROOT)
     with pytest.raises(EvaluationFailed):
-        dpr_runs("--evaluation_config", "recipes/evaluate/demo.yaml")
+        dpr_runs(*evaluation)
+    assert "the same command again runs only its evaluation" in capsys.readouterr().err
     assert not is_claimed(tmp_path / "dpr")
-    assert not (tmp_path / "dpr" / RUN_COMPLETE_NAME).exists()
+    assert (tmp_path / "dpr" / RUN_COMPLETE_NAME).is_file()  # trained and finished: not stranded
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "evaluate_against_sft", evaluate)
+    assert dpr_runs(*evaluation) == [1.0]  # trained once only
+    assert evaluated == [str(tmp_path / "dpr")] and not is_claimed(tmp_path / "dpr")
+    assert "its evaluation did not finish: evaluating it" in capsys.readouterr().out
+    assert dpr_runs(*evaluation) == [1.0] and len(evaluated) == 1  # now finished with its evaluation
+    shown = capsys.readouterr().out
+    assert "Already finished" in shown and table in shown
 
 
 @pytest.mark.parametrize("method", ["spin", "gsil"])
-def test_a_self_play_run_whose_evaluation_fails_releases_its_folder_unfinished(
+def test_a_self_play_run_whose_evaluation_fails_is_kept_finished_and_the_same_command_again_only_evaluates(
     self_play_runs, tmp_path, monkeypatch, method
 ):
     import trl_dpr.lfd.self_play
     from trl_dpr.running.checkpointing import is_claimed
 
+    evaluated = []
+    self_play_runs.table = None
     monkeypatch.setattr(trl_dpr.lfd.self_play, "evaluate_last_iterate", fail_evaluation)
+    monkeypatch.chdir(ROOT)
     with pytest.raises(EvaluationFailed):
         self_play_runs(method, "--evaluation_config", "recipes/evaluate/demo.yaml")
     assert not is_claimed(tmp_path / method)
-    assert not (tmp_path / method / RUN_COMPLETE_NAME).exists()
+    assert (tmp_path / method / RUN_COMPLETE_NAME).is_file()
+    monkeypatch.setattr(
+        trl_dpr.lfd.self_play, "evaluate_last_iterate", lambda config, sft, run, *args: evaluated.append(run)
+    )
+    assert self_play_runs(method, "--evaluation_config", "recipes/evaluate/demo.yaml") == 1  # not trained again
+    (run,) = evaluated
+    assert Path(run.output_dir) == tmp_path / method and self_play_runs.started == []
