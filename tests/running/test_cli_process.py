@@ -622,3 +622,45 @@ def test_a_dpr_run_whose_evaluation_fails_is_kept_finished_and_the_same_command_
     assert (
         f"## Evaluation\n\n{table}\n" in (policy / "README.md").read_text()
     )  # the card carries it, as after training
+
+
+@pytest.mark.slow  # a launched DPR process that imports torch and TRL: about half a minute
+def test_ctrl_c_during_dpr_names_the_checkpoint_it_saved_and_how_to_resume(tiny_dpr_recipe, tmp_path):
+    """Ctrl-C in a shell reaches the whole process group: the launcher and the training process."""
+    import signal
+    import time
+
+    root, folder = tiny_dpr_recipe, "runs/p/dpr_interrupted"
+    steps = ["--max_steps", "500", "--save_strategy", "steps", "--save_steps", "2", "--evaluation_config", ""]
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-c", CLI, "dpr", "--config", "dpr.yaml", "--output_dir", folder, *steps],
+            cwd=root,
+            env=ENV,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,  # a process group of its own, as a shell's job
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while not (root / folder / "checkpoint-2").is_dir():
+                assert process.poll() is None, (tmp_path / "err").read_text()[-3000:]
+                assert time.monotonic() < deadline, "no checkpoint in time"
+                time.sleep(0.05)
+            os.killpg(process.pid, signal.SIGINT)
+            assert process.wait(120) == 130
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    stderr = (tmp_path / "err").read_text()
+    saved = max(
+        (path for path in (root / folder).glob("checkpoint-*") if (path / "checkpoint_manifest.json").is_file()),
+        key=lambda path: int(path.name.split("-")[1]),
+    )
+    assert not (root / folder / "model.safetensors").exists(), "the run ended before Ctrl-C"
+    assert (
+        f"Interrupted. Saved: {folder}: {folder}/{saved.name}. Resume with the same command and "
+        "--resume_from_checkpoint true.\n" in stderr
+    ), stderr[-3000:]
+    assert "Nothing was saved" not in stderr and "Traceback" not in stderr
+    assert not (root / folder / ".trl_dpr.lock.json").exists()  # the folder is free for that command

@@ -8,6 +8,7 @@ two runs on one folder mix files. Here one run holds the folder (an OS lock), an
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import hashlib
 import json
@@ -249,6 +250,20 @@ def release_output_dir(output_dir: str | os.PathLike) -> None:
     if key in _HELD_LOCKS and _HELD_LOCKS[key][2] == os.getpid():  # the main process's
         _unlock(key)
     _barrier()
+
+
+@contextlib.contextmanager
+def releasing_output_dir(output_dir: str | os.PathLike):
+    """Release `output_dir` when the block ends, also when it fails (the folder is free for the next run), but not on
+    Ctrl-C: the process's end releases it then, once `cli.run` has named the checkpoint it holds (`_interrupted`)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        release_output_dir(output_dir)
+        raise
+    release_output_dir(output_dir)
 
 
 def is_claimed(output_dir: str | os.PathLike) -> bool:

@@ -16,7 +16,7 @@ from .checkpointing import (
     claim_output_dir,
     finished_run,
     last_complete_checkpoint,
-    release_output_dir,
+    releasing_output_dir,
 )
 from .pipeline import (
     SFTScriptArguments,
@@ -118,10 +118,8 @@ def finished_already(training_args, fingerprint: str, evaluate_again: Callable[[
         if PartialState().is_main_process:
             print(f"{output_dir} holds this run, trained; its evaluation did not finish: evaluating it.", flush=True)
         claim_output_dir(output_dir, evaluating=True)
-        try:
+        with releasing_output_dir(output_dir):
             evaluate_again()
-        finally:
-            release_output_dir(output_dir)
         return True
     if PartialState().is_main_process:
         try:

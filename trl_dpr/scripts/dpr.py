@@ -12,7 +12,7 @@ from pathlib import Path
 from trl import ModelConfig
 
 from trl_dpr import DensePathConfig
-from trl_dpr.running.checkpointing import mark_run_finished, release_output_dir, run_fingerprint
+from trl_dpr.running.checkpointing import mark_run_finished, releasing_output_dir, run_fingerprint
 from trl_dpr.running.cli import run
 from trl_dpr.running.memory import MemoryTarget
 from trl_dpr.running.model_card import add_evaluation_to_card
@@ -64,7 +64,8 @@ def main(argv=None):
     dpr_inputs = check_dpr_inputs(script_args, training_args)
     push = defer_push_to_hub(training_args)  # pushed below, after the evaluation: the model card carries its table
 
-    try:
+    # A failed stage leaves the folder free; Ctrl-C keeps it held until the process ends, so `run` names its checkpoint.
+    with releasing_output_dir(training_args.output_dir):
         trainer = run_stages(
             "DPR",
             sft_path,
@@ -82,8 +83,6 @@ def main(argv=None):
             push_trainer_output(
                 trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter
             )
-    finally:  # after the evaluation's eval_results.json and the push; a failed stage leaves the folder free too
-        release_output_dir(training_args.output_dir)
 
 
 if __name__ == "__main__":
