@@ -47,6 +47,7 @@ from ..running.checkpointing import (
     last_complete_checkpoint,
     mark_run_finished,
     release_output_dir,
+    releasing_output_dir,
     run_fingerprint,
 )
 from ..running.pipeline import SFTScriptArguments, evaluation_dir, model_init_kwargs_from
@@ -699,7 +700,8 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
     )
     if finished_already(training_args, fingerprint, evaluate_again):  # the same command again: exit code 0
         return recorded()
-    try:
+    # A failed stage leaves the folder free; Ctrl-C keeps it held until the process ends, so `run` says what it holds.
+    with releasing_output_dir(root):
         run = run_stages(
             method,
             sft_path,
@@ -713,6 +715,4 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
             # Before the evaluation: a failed one leaves a finished run, which the same command again only evaluates.
             finish=lambda run: mark_run_finished(root, fingerprint),
         )
-    finally:  # after the evaluation's eval_results.json; a failed stage leaves the folder free for the next run too
-        release_output_dir(root)
     return run

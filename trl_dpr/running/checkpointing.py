@@ -297,9 +297,8 @@ def claim_output_dir(
                 "model. Resume it (--resume_from_checkpoint true), choose another --output_dir, or start over in "
                 "this folder: --overwrite_output_dir true (or overwrite_output_dir: true in the recipe)."
             )
-        if (
-            not error and not evaluating
-        ):  # this run's now: a finished run's record and table no longer describe what it will hold
+        # This run's now (unless it only evaluates it): a finished run's record and table no longer describe it.
+        if not error and not evaluating:
             for stale in (RUN_COMPLETE_NAME, EVAL_RESULTS_NAME):  # the table: `Already finished`, the model card
                 (output_dir / stale).unlink(missing_ok=True)
     error = _agree(error)

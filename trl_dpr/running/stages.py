@@ -84,7 +84,7 @@ def evaluation_stage(
     print_stage(stage, stages, f"Evaluation: {method} vs SFT ({evaluation_config})")
     try:
         evaluate(trained, "cpu" if placement.use_cpu else "auto")
-    except BaseException:
+    except Exception:  # Ctrl-C: `cli.run` says what the folder holds
         from accelerate import PartialState
 
         if PartialState().is_main_process:

@@ -37,20 +37,20 @@ def main(argv=None):
     sft_path = model_args.model_name_or_path
 
     def evaluate(trainer, device):  # trainer None: a finished run evaluated again, its card written already
-        evaluate_against_sft(
+        results = evaluate_against_sft(  # the report on the main process, {} on the others
             script_args.evaluation_config,
             sft_path,
             training_args.output_dir,
             device=device,
             trust_remote_code=training_args.trust_remote_code,
         )
-        if trainer is None:
+        if trainer is not None:
+            trainer.create_model_card(dataset_name=script_args.dataset_name)  # now with the evaluation table
+        elif results:
             add_evaluation_to_card(training_args.output_dir)
             if training_args.push_to_hub:  # the first run would have pushed after its evaluation
                 repo = training_args.hub_model_id or Path(training_args.output_dir).absolute().name
                 print(f"Not pushed yet: trl-dpr push {training_args.output_dir} --to {repo}", flush=True)
-        else:
-            trainer.create_model_card(dataset_name=script_args.dataset_name)  # now with the evaluation table
 
     evaluate_again = (
         (lambda: evaluation_stage("DPR", script_args.evaluation_config, placement, evaluate, None))
