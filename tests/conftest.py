@@ -447,7 +447,7 @@ def recipe_run(tmp_path_factory, installed_wheel):
     holds a secret) and tests/running/test_cli.py (the pip user's path).
 
     Made once per session, also across pytest-xdist workers (`once_per_session`). Returns a namespace: `root` (every
-    file the run wrote), `work` (sft/, dpr/, eval/, eval_again/), `env`, `sft_stdout`, `dpr_stdout`.
+    file the run wrote), `work` (sft/, dpr/, eval/dpr/, eval_again/), `env`, `sft_stdout`, `dpr_stdout`.
     """
     import sys
     import tempfile

@@ -146,8 +146,10 @@ def test_sft_then_dpr_recipes_through_accelerate_launch(recipe_run):
     assert pairwise["win_rate"]["n"] == 6 and 0.0 <= pairwise["win_rate"]["win_rate"] <= 1.0
     assert [a["method"] for a in results["accuracy"]] == ["SFT", "DPR"]
     assert (dpr_dir / "model.safetensors").is_file()
-    # the run's evaluation lands beside the run (runs/x/dpr → runs/x/eval), not in the YAML's output_dir
-    assert (recipe_run.work / "eval" / "results.json").is_file() and not (recipe_run.root / "yaml_output_dir").exists()
+    # the run's evaluation lands beside the run (runs/x/dpr → runs/x/eval/dpr), not in the YAML's output_dir
+    assert (recipe_run.work / "eval" / "dpr" / "results.json").is_file() and not (
+        recipe_run.root / "yaml_output_dir"
+    ).exists()
 
     # One evaluation path: `trl-dpr evaluate`'s main with the same YAML, into a fresh folder (no cached answers), gives
     # the same numbers as the evaluation `trl-dpr dpr` ran.

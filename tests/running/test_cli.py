@@ -246,6 +246,32 @@ def test_ctrl_c_before_any_checkpoint_says_nothing_was_saved(tmp_path, monkeypat
     )
 
 
+def test_ctrl_c_in_the_evaluation_of_a_finished_run_says_the_same_command_only_evaluates_it(
+    tmp_path, monkeypatch, capsys
+):
+    from trl_dpr.running import checkpointing
+
+    monkeypatch.setattr(checkpointing, "_HELD_LOCKS", {})  # only this run's folder
+
+    def interrupted_evaluation(argv):  # as scripts/dpr.py holds its folder: trained, recorded finished, evaluating
+        checkpointing.claim_output_dir(tmp_path / "dpr")
+        with checkpointing.releasing_output_dir(tmp_path / "dpr"):
+            checkpointing.mark_run_finished(tmp_path / "dpr", "fingerprint")
+            raise KeyboardInterrupt
+
+    try:
+        with pytest.raises(SystemExit) as stop:
+            run(interrupted_evaluation, [])
+        assert checkpointing.is_claimed(tmp_path / "dpr")  # held until the process ends (`_release_all`)
+    finally:
+        checkpointing.release_output_dir(tmp_path / "dpr")
+    assert stop.value.code == 130
+    assert capsys.readouterr().err == (
+        f"Interrupted after training: {tmp_path / 'dpr'} holds the finished run; the same command again only "
+        "evaluates it (when its evaluation did not finish).\n"
+    )
+
+
 def test_the_launching_process_adds_nothing_to_a_ctrl_c(monkeypatch, capsys):
     def interrupted(*args):
         raise KeyboardInterrupt

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trl_dpr.running.checkpointing import RUN_COMPLETE_NAME
+
 from ..conftest import run_forked, run_launch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -652,3 +654,130 @@ def test_make_demos_launch_on_a_folder_holding_another_run_ends_with_one_line_an
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("error")]
     assert "already holds a run (model.safetensors)" in line and "--overwrite_output_dir true" in line
     assert (tmp_path / "dpr" / "model.safetensors").read_bytes() == b"weights of a run with other arguments"
+
+
+# ---- a pipeline's evaluation: a folder per run, after the run is finished ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_dpr_recipe(tmp_path_factory, tokenizer):
+    """A folder holding `runs/p/sft` (a tiny SFT output), `dpr.yaml` (one DPR step from it into `runs/p/dpr`, with its
+    evaluation: `eval.yaml`, the exact judge on 2 prompts), for `trl-dpr dpr` run from there."""
+    from ..conftest import demo_evaluation_yaml, save_sft_output
+
+    root = tmp_path_factory.mktemp("ablation")
+    save_sft_output(root / "runs" / "p" / "sft", tokenizer)
+    recipe = {
+        **yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text()),
+        "model_name_or_path": "runs/p/sft",
+        "sft_config": None,
+        "evaluation_config": demo_evaluation_yaml(root / "eval.yaml", demo_num_prompts=2, max_new_tokens=4),
+        "output_dir": "runs/p/dpr",
+        "num_train_samples": 8,
+        "max_steps": 1,
+        "per_device_train_batch_size": 4,
+        "max_completion_length": 4,
+    }
+    (root / "dpr.yaml").write_text(yaml.safe_dump(recipe))
+    return root
+
+
+def answer_paths(answers_file: Path) -> set[str]:
+    return {json.loads(line)["settings"]["model_path"] for line in answers_file.read_text().splitlines()}
+
+
+@pytest.mark.slow  # two DPR runs, each a launched process that imports torch and TRL: about a minute
+def test_an_ablation_beside_a_finished_dpr_run_is_evaluated_in_a_folder_of_its_own(tiny_dpr_recipe, tmp_path):
+    """The field tester's ablation: `--output_dir runs/p/dpr_sr --reward_granularity sentence` beside a finished run was
+    refused at its evaluation, after training, for the first run's cached answers under the same name."""
+    root = tiny_dpr_recipe
+    first = trl_dpr_forked("dpr", "--config", "dpr.yaml", tmp_path=tmp_path, cwd=root)
+    assert first.returncode == 0, first.stderr[-3000:]
+    first_report = json.loads((root / "runs" / "p" / "dpr" / "eval_results.json").read_text())
+    ablation = ["--output_dir", "runs/p/dpr_sr", "--reward_granularity", "sentence"]
+    second = trl_dpr_forked("dpr", "--config", "dpr.yaml", *ablation, tmp_path=tmp_path, cwd=root)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert (root / "runs" / "p" / "dpr_sr" / RUN_COMPLETE_NAME).is_file()
+    evaluations = root / "runs" / "p" / "eval"
+    for run in ("dpr", "dpr_sr"):  # each policy's answers are its own, in its own folder
+        assert answer_paths(evaluations / run / "answers" / "demo" / "DPR.jsonl") == {f"runs/p/{run}"}
+    for run in ("dpr", "dpr_sr"):  # each report is its run's (the first one kept)
+        assert json.loads((evaluations / run / "results.json").read_text()) == json.loads(
+            (root / "runs" / "p" / run / "eval_results.json").read_text()
+        )
+    assert json.loads((root / "runs" / "p" / "dpr" / "eval_results.json").read_text()) == first_report
+
+
+@pytest.mark.slow  # two launched processes that import torch and TRL, one of them a DPR run: about a minute
+def test_a_dpr_run_whose_evaluation_fails_is_kept_finished_and_the_same_command_again_only_evaluates(
+    tiny_dpr_recipe, tmp_path
+):
+    root, run = tiny_dpr_recipe, ["dpr", "--config", "dpr.yaml", "--output_dir", "runs/p/dpr_x"]
+    # The evaluation fails after training: SFT answers cached with other settings in the run's evaluation folder.
+    cached = root / "runs" / "p" / "eval" / "dpr_x" / "answers" / "demo" / "SFT.jsonl"
+    cached.parent.mkdir(parents=True)
+    cached.write_text(
+        json.dumps({"model": "SFT", "prompt_id": "0", "turn": 0, "answer": "4", "settings": {"model_path": "x"}})
+        + "\n"
+    )
+    failed = trl_dpr_forked(*run, tmp_path=tmp_path, cwd=root)
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    kept, error = [line for line in failed.stderr.splitlines() if line.startswith(("The evaluation", "error"))]
+    assert (
+        kept.endswith("the same command again runs only its evaluation.") and "was made with other settings" in error
+    )
+    policy = root / "runs" / "p" / "dpr_x"
+    assert (policy / RUN_COMPLETE_NAME).is_file() and not (policy / "eval_results.json").exists()
+    weights = (policy / "model.safetensors").read_bytes()
+
+    cached.unlink()  # as the error says
+    again = trl_dpr_forked(*run, tmp_path=tmp_path, cwd=root)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "its evaluation did not finish: evaluating it" in again.stdout and "Stage 1/2" not in again.stdout
+    assert (policy / "model.safetensors").read_bytes() == weights  # not trained again
+    table = json.loads((policy / "eval_results.json").read_text())["table_markdown"]
+    assert (
+        f"## Evaluation\n\n{table}\n" in (policy / "README.md").read_text()
+    )  # the card carries it, as after training
+
+
+@pytest.mark.slow  # a launched DPR process that imports torch and TRL: about half a minute
+def test_ctrl_c_during_dpr_names_the_checkpoint_it_saved_and_how_to_resume(tiny_dpr_recipe, tmp_path):
+    """Ctrl-C in a shell reaches the whole process group: the launcher and the training process."""
+    import signal
+    import time
+
+    root, folder = tiny_dpr_recipe, "runs/p/dpr_interrupted"
+    steps = ["--max_steps", "500", "--save_strategy", "steps", "--save_steps", "2", "--evaluation_config", ""]
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-c", CLI, "dpr", "--config", "dpr.yaml", "--output_dir", folder, *steps],
+            cwd=root,
+            env=ENV,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,  # a process group of its own, as a shell's job
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while not (root / folder / "checkpoint-2").is_dir():
+                assert process.poll() is None, (tmp_path / "err").read_text()[-3000:]
+                assert time.monotonic() < deadline, "no checkpoint in time"
+                time.sleep(0.05)
+            os.killpg(process.pid, signal.SIGINT)
+            assert process.wait(120) == 130
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    stderr = (tmp_path / "err").read_text()
+    saved = max(
+        (path for path in (root / folder).glob("checkpoint-*") if (path / "checkpoint_manifest.json").is_file()),
+        key=lambda path: int(path.name.split("-")[1]),
+    )
+    assert not (root / folder / "model.safetensors").exists(), "the run ended before Ctrl-C"
+    assert (
+        f"Interrupted. Saved: {folder}: {folder}/{saved.name}. Resume with the same command and "
+        "--resume_from_checkpoint true.\n" in stderr
+    ), stderr[-3000:]
+    assert "Nothing was saved" not in stderr and "Traceback" not in stderr
+    assert not (root / folder / ".trl_dpr.lock.json").exists()  # the folder is free for that command

@@ -26,6 +26,7 @@ from trl_dpr import CheckpointRewardModel, DensePathConfig
 from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
 from trl_dpr.running.checkpointing import AtomicCheckpointsMixin
 from trl_dpr.running.merge import merge_adapter_folder
+from trl_dpr.running.model_card import add_evaluation_to_card
 from trl_dpr.running.pipeline import (
     DPRScriptArguments,
     SafeSFTTrainer,
@@ -535,6 +536,30 @@ def test_dpr_model_card_carries_the_evaluation_table_when_there_is_one(dpr_run):
     assert "## Evaluation" in body and results["table_markdown"] in body
     assert body.index("## Evaluation") < body.index("## Citations")
     assert "| SFT |" in body and "| DPR |" in body
+
+
+def test_a_card_written_before_the_evaluation_gets_the_table_a_card_written_after_it_has(dpr_run):
+    """A finished run evaluated again by the same command has no trainer to write its card anew: its table is put where
+    the trainer's card holds it."""
+    _, trainer, _ = dpr_run
+    folder, table = Path(trainer.args.output_dir), "| Method | accuracy % |\n|---|---|\n| DPR | 84.2 |"
+    results = folder / "eval_results.json"
+    before = results.read_bytes() if results.is_file() else None
+    try:
+        results.unlink(missing_ok=True)
+        trainer.create_model_card(model_name="tiny-dpr")  # as the run's training left it
+        results.write_text(json.dumps({"table_markdown": table}))
+        add_evaluation_to_card(folder)
+        added = (folder / "README.md").read_text()
+        add_evaluation_to_card(folder)  # once only
+        assert (folder / "README.md").read_text() == added
+        trainer.create_model_card(model_name="tiny-dpr")  # as a run evaluated after its training writes it
+        assert added == (folder / "README.md").read_text() and table in added
+    finally:  # the evaluation the other tests of the run find
+        if before is None:
+            results.unlink()
+        else:
+            results.write_bytes(before)
 
 
 def test_push_trainer_output_pushes_the_card_and_the_policy(dpr_run, monkeypatch):

@@ -229,6 +229,14 @@ def test_the_same_dpr_command_again_trains_nothing_and_shows_the_finished_runs_e
     assert "| DPR | 84.2 |" in shown and "--overwrite_output_dir true" in shown
 
 
+def test_resuming_a_finished_dpr_run_trains_nothing_and_says_it_is_finished(dpr_runs, tmp_path, capsys):
+    assert dpr_runs() == [1.0]
+    capsys.readouterr()
+    for resume in ("true", str(tmp_path / "dpr" / "checkpoint-100")):  # its last checkpoint: a step past max_steps
+        assert dpr_runs("--resume_from_checkpoint", resume) == [1.0]  # returned normally: exit code 0
+        assert f"Already finished: {tmp_path / 'dpr'} holds this run" in capsys.readouterr().out
+
+
 def test_a_changed_dpr_command_is_refused_a_finished_runs_folder_unless_it_overwrites(dpr_runs):
     assert dpr_runs() == [1.0]
     with pytest.raises(ValueError, match=r"already holds a run \(model.safetensors\).*--overwrite_output_dir true"):
@@ -320,6 +328,14 @@ def test_a_self_play_command_with_other_settings_is_refused_naming_them_unless_i
         self_play_runs(method)  # the folder is no longer the first run's
 
 
+def test_resuming_a_finished_self_play_run_trains_nothing_and_says_it_is_finished(self_play_runs, tmp_path, capsys):
+    assert self_play_runs("spin") == 1
+    capsys.readouterr()
+    assert self_play_runs("spin", "--resume_from_checkpoint", "true") == 1  # the stage did not run again
+    assert f"Already finished: {tmp_path / 'spin'} holds this run" in capsys.readouterr().out
+    assert self_play_runs.started == []
+
+
 def test_more_self_play_iterations_continue_the_finished_run_instead_of_calling_it_finished(self_play_runs, tmp_path):
     assert self_play_runs("spin") == 1
     assert (tmp_path / "spin" / RUN_COMPLETE_NAME).is_file()
@@ -380,7 +396,7 @@ def test_a_dpr_run_with_merge_adapter_and_no_push_merges_once_after_its_evaluati
     assert events == ["train, merge_adapter=False", "evaluate", "card", ("merge", True)]
 
 
-# ---- a failed stage releases the folder --------------------------------------------------------------------------------
+# ---- a failed evaluation keeps the trained run, finished ---------------------------------------------------------------
 
 
 class EvaluationFailed(Exception):
@@ -391,29 +407,57 @@ def fail_evaluation(*args, **kwargs):
     raise EvaluationFailed
 
 
-def test_a_dpr_run_whose_evaluation_fails_releases_its_folder_unfinished(dpr_runs, tmp_path, monkeypatch):
+def test_a_dpr_run_whose_evaluation_fails_is_kept_finished_and_the_same_command_again_only_evaluates(
+    dpr_runs, tmp_path, monkeypatch, capsys
+):
     import trl_dpr.scripts.dpr
     from trl_dpr.running.checkpointing import is_claimed
 
+    evaluation = ("--evaluation_config", "recipes/evaluate/demo.yaml")
+    evaluated, table = [], "| DPR | 90.0 |"
+
+    def evaluate(config, sft_path, policy_path, **kwargs):
+        evaluated.append(policy_path)
+        (Path(policy_path) / "eval_results.json").write_text(json.dumps({"table_markdown": table}))
+
+    dpr_runs.table = None  # the evaluation writes it, when it does not fail
     monkeypatch.setattr(trl_dpr.scripts.dpr, "evaluate_against_sft", fail_evaluation)
+    monkeypatch.chdir(ROOT)
     with pytest.raises(EvaluationFailed):
-        dpr_runs("--evaluation_config", "recipes/evaluate/demo.yaml")
+        dpr_runs(*evaluation)
+    assert "the same command again runs only its evaluation" in capsys.readouterr().err
     assert not is_claimed(tmp_path / "dpr")
-    assert not (tmp_path / "dpr" / RUN_COMPLETE_NAME).exists()
+    assert (tmp_path / "dpr" / RUN_COMPLETE_NAME).is_file()  # trained and finished: not stranded
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "evaluate_against_sft", evaluate)
+    assert dpr_runs(*evaluation) == [1.0]  # trained once only
+    assert evaluated == [str(tmp_path / "dpr")] and not is_claimed(tmp_path / "dpr")
+    assert "its evaluation did not finish: evaluating it" in capsys.readouterr().out
+    assert dpr_runs(*evaluation) == [1.0] and len(evaluated) == 1  # now finished with its evaluation
+    shown = capsys.readouterr().out
+    assert "Already finished" in shown and table in shown
 
 
 @pytest.mark.parametrize("method", ["spin", "gsil"])
-def test_a_self_play_run_whose_evaluation_fails_releases_its_folder_unfinished(
+def test_a_self_play_run_whose_evaluation_fails_is_kept_finished_and_the_same_command_again_only_evaluates(
     self_play_runs, tmp_path, monkeypatch, method
 ):
     import trl_dpr.lfd.self_play
     from trl_dpr.running.checkpointing import is_claimed
 
+    evaluated = []
+    self_play_runs.table = None
     monkeypatch.setattr(trl_dpr.lfd.self_play, "evaluate_last_iterate", fail_evaluation)
+    monkeypatch.chdir(ROOT)
     with pytest.raises(EvaluationFailed):
         self_play_runs(method, "--evaluation_config", "recipes/evaluate/demo.yaml")
     assert not is_claimed(tmp_path / method)
-    assert not (tmp_path / method / RUN_COMPLETE_NAME).exists()
+    assert (tmp_path / method / RUN_COMPLETE_NAME).is_file()
+    monkeypatch.setattr(
+        trl_dpr.lfd.self_play, "evaluate_last_iterate", lambda config, sft, run, *args: evaluated.append(run)
+    )
+    assert self_play_runs(method, "--evaluation_config", "recipes/evaluate/demo.yaml") == 1  # not trained again
+    (run,) = evaluated
+    assert Path(run.output_dir) == tmp_path / method and self_play_runs.started == []
 
 
 @pytest.mark.parametrize("stage", ["sft", "dpr"])

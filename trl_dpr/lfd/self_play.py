@@ -47,9 +47,10 @@ from ..running.checkpointing import (
     last_complete_checkpoint,
     mark_run_finished,
     release_output_dir,
+    releasing_output_dir,
     run_fingerprint,
 )
-from ..running.pipeline import SFTScriptArguments, model_init_kwargs_from
+from ..running.pipeline import SFTScriptArguments, evaluation_dir, model_init_kwargs_from
 from ..token_batches import render_prompts
 from .config import GSILConfig, SelfPlayConfig, SPINConfig
 from .trainer import GSILTrainer, SelfPlayTrainer, SPINTrainer, trains_on_prompt
@@ -634,9 +635,10 @@ def run_self_play(
 def evaluate_last_iterate(
     evaluation_config: str, sft_path: str, run: SelfPlayRun, device: str = "auto", trust_remote_code: bool = False
 ) -> dict:
-    """Evaluate the last iterate against π_SFT as `trl-dpr evaluate` does, on the main process and `device`; returns the
-    report as a dict (empty on the other processes), also written to `<output_dir>/eval_results.json` (as DPR's: the
-    same command again shows its table). `trust_remote_code` (the run's) is the evaluation's where its YAML is silent.
+    """Evaluate the last iterate against π_SFT as `trl-dpr evaluate` does, on the main process and `device`, into
+    `evaluation_dir(output_dir)` (a folder per run, as DPR's); returns the report as a dict (empty on the other
+    processes), also written to `<output_dir>/eval_results.json` (as DPR's: the same command again shows its table).
+    `trust_remote_code` (the run's) is the evaluation's where its YAML is silent.
     """
     from ..evaluation import run_evaluation
     from ..running.recipe_parser import load_evaluation_config
@@ -649,6 +651,7 @@ def evaluate_last_iterate(
             {"trust_remote_code": trust_remote_code},
             baseline=f"SFT={sft_path}",
             candidates=[f"{run.method}={run.output_dir}"],
+            output_dir=evaluation_dir(run.output_dir),
             device=device,
         )
         results = run_evaluation(config).as_dict()
@@ -673,7 +676,7 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
     """`trl-dpr spin` / `trl-dpr gsil`: parse the recipe, then `run_stages`: SFT (skipped when done), self-play, evaluation;
     the same command again on the run it finished says so (`finished_already`) and returns the recorded run."""
     from ..running.placement import LaunchPlacement, check_launched_run
-    from ..running.stages import finished_already, run_stages
+    from ..running.stages import evaluation_stage, finished_already, run_stages
 
     launch = LaunchPlacement.from_environment()  # before parsing: what accelerate launched this process with
     script_args, training_args, model_args, _ = recipe_parser(config_class).parse_args_and_config(argv)
@@ -682,10 +685,23 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
     method = trainer_class(training_args)._name
     root = Path(training_args.output_dir)
     fingerprint = run_fingerprint(script_args, training_args, model_args)
-    if finished_already(training_args, fingerprint):  # the same command run again: says so, exit code 0
-        return SelfPlayRun(str(root), method, json.loads((root / RUN_RECORD).read_text())["iterations"])
     sft_path = model_args.model_name_or_path
-    try:
+
+    def recorded() -> SelfPlayRun:
+        return SelfPlayRun(str(root), method, json.loads((root / RUN_RECORD).read_text())["iterations"])
+
+    def evaluate(run, device):
+        evaluate_last_iterate(script_args.evaluation_config, sft_path, run, device, training_args.trust_remote_code)
+
+    evaluate_again = (
+        (lambda: evaluation_stage(method, script_args.evaluation_config, placement, evaluate, recorded()))
+        if script_args.evaluation_config
+        else None
+    )
+    if finished_already(training_args, fingerprint, evaluate_again):  # the same command again: exit code 0
+        return recorded()
+    # A failed stage leaves the folder free; Ctrl-C keeps it held until the process ends, so `run` says what it holds.
+    with releasing_output_dir(root):
         run = run_stages(
             method,
             sft_path,
@@ -694,12 +710,9 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
             script_args.evaluation_config,
             train=lambda: run_self_play(script_args, training_args, model_args, keep_output_dir=True),
             train_title=f"{method} from {sft_path}: {training_args.num_iterations} iteration(s)",
-            evaluate=lambda run, device: evaluate_last_iterate(
-                script_args.evaluation_config, sft_path, run, device, training_args.trust_remote_code
-            ),
+            evaluate=evaluate,
             trust_remote_code=training_args.trust_remote_code,
+            # Before the evaluation: a failed one leaves a finished run, which the same command again only evaluates.
+            finish=lambda run: mark_run_finished(root, fingerprint),
         )
-        mark_run_finished(root, fingerprint)  # last: the same command again finds the run finished
-    finally:  # after the evaluation's eval_results.json; a failed stage leaves the folder free for the next run too
-        release_output_dir(root)
     return run

@@ -8,6 +8,7 @@ two runs on one folder mix files. Here one run holds the folder (an OS lock), an
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import hashlib
 import json
@@ -251,6 +252,20 @@ def release_output_dir(output_dir: str | os.PathLike) -> None:
     _barrier()
 
 
+@contextlib.contextmanager
+def releasing_output_dir(output_dir: str | os.PathLike):
+    """Release `output_dir` when the block ends, also when it fails (the folder is free for the next run), but not on
+    Ctrl-C: the process's end releases it then, once `cli.run` has named the checkpoint it holds (`_interrupted`)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        release_output_dir(output_dir)
+        raise
+    release_output_dir(output_dir)
+
+
 def is_claimed(output_dir: str | os.PathLike) -> bool:
     """Whether this process holds `output_dir`, claimed (`claim_output_dir`) and not released: it was checked then."""
     held = _HELD_LOCKS.get(os.path.realpath(output_dir))
@@ -263,23 +278,27 @@ def _previous_run(output_dir: Path) -> str | None:
     return ", ".join(found) if found else None
 
 
-def claim_output_dir(output_dir: str | os.PathLike, *, resuming: bool = False, overwrite: bool = False) -> None:
+def claim_output_dir(
+    output_dir: str | os.PathLike, *, resuming: bool = False, overwrite: bool = False, evaluating: bool = False
+) -> None:
     """Make `output_dir` this run's before any compute: `OSError` when not writable, `OutputDirInUse` naming a live
     holder, `ValueError` for a finished run's folder unless resuming or overwriting. Every process gets the same verdict.
+    `evaluating`: the finished run in it is only evaluated again (`finished_already`), so its record stays.
     """
     output_dir = Path(output_dir)
     check_output_dir(output_dir)
     error = None
     if _is_main_process():
         error = _lock(output_dir)
-        previous = None if error or resuming or overwrite else _previous_run(output_dir)
+        previous = None if error or resuming or overwrite or evaluating else _previous_run(output_dir)
         if previous:
             error = (
                 f"{str(output_dir)!r} already holds a run ({previous}). A fresh run would replace its checkpoints and "
                 "model. Resume it (--resume_from_checkpoint true), choose another --output_dir, or start over in "
                 "this folder: --overwrite_output_dir true (or overwrite_output_dir: true in the recipe)."
             )
-        if not error:  # this run's now: a finished run's record and table no longer describe what it will hold
+        # This run's now (unless it only evaluates it): a finished run's record and table no longer describe it.
+        if not error and not evaluating:
             for stale in (RUN_COMPLETE_NAME, EVAL_RESULTS_NAME):  # the table: `Already finished`, the model card
                 (output_dir / stale).unlink(missing_ok=True)
     error = _agree(error)

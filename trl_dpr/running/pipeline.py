@@ -111,7 +111,8 @@ class DPRScriptArguments(SFTScriptArguments):
         metadata={
             "help": "A `trl-dpr evaluate` recipe: after training, the policy (`DPR=<output_dir>`) is evaluated against "
             "π_SFT (`SFT=<model_name_or_path>`) with it, exactly as `trl-dpr evaluate --config` would, and the "
-            "results go to the YAML's output_dir and into the model card (the embedded demo: evaluate/demo.yaml)."
+            "results go to <output_dir>/../eval/<output_dir's name> (runs/demo/dpr → runs/demo/eval/dpr; not the "
+            "YAML's output_dir) and into the model card (the embedded demo: evaluate/demo.yaml)."
         },
     )
     merge_adapter: bool = field(
@@ -419,11 +420,19 @@ def has_sft_output(path: str) -> bool:
     return os.path.isdir(path) and sft_output_problem(path) is None
 
 
+def evaluation_dir(output_dir: str | os.PathLike) -> str:
+    """Where a pipeline writes its evaluation of the run in `output_dir`: `<parent>/eval/<run folder>` (runs/demo/dpr →
+    runs/demo/eval/dpr). A folder per run, as its cached answers are those of this run's model: an ablation beside a
+    finished run (runs/p/dpr_sr next to runs/p/dpr) would otherwise find the other model's answers under its name."""
+    folder = Path(output_dir)
+    return str(folder.parent / "eval" / Path(os.path.abspath(folder)).name)
+
+
 def evaluate_against_sft(
     evaluation_config, sft_path: str, policy_path: str, device: str | None = None, trust_remote_code: bool = False
 ) -> dict:
-    """Evaluate the saved policy against π_SFT as `trl-dpr evaluate` does (main process; else an empty dict), and
-    write `policy_path/eval_results.json` for the model card.
+    """Evaluate the saved policy against π_SFT as `trl-dpr evaluate` does (main process; else an empty dict), into
+    `evaluation_dir(policy_path)`, and write `policy_path/eval_results.json` for the model card.
 
     `trust_remote_code` (the training run's) reaches the evaluation, so the models it trained with load the same way:
     a YAML's own value is kept, the training's True is used where the YAML does not set the key. An `EvaluationConfig`
@@ -438,7 +447,7 @@ def evaluate_against_sft(
         replaced = {
             "baseline": f"SFT={sft_path}",
             "candidates": [f"DPR={policy_path}"],
-            "output_dir": str(Path(policy_path).parent / "eval"),
+            "output_dir": evaluation_dir(policy_path),
         }
         if device is not None:
             replaced["device"] = device

@@ -1,16 +1,23 @@
 """The stages of `trl-dpr dpr`, `trl-dpr spin` and `trl-dpr gsil`, written once:
 
-sft_config (skipped when done, resumed when unfinished) ──► train ──► evaluation_config (against SFT)
+sft_config (skipped when done, resumed when unfinished) ──► train ──► (finished) ──► evaluation_config (against SFT)
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from .checkpointing import EVAL_RESULTS_NAME, finished_run, last_complete_checkpoint, parse_resume_from_checkpoint
+from .checkpointing import (
+    EVAL_RESULTS_NAME,
+    claim_output_dir,
+    finished_run,
+    last_complete_checkpoint,
+    releasing_output_dir,
+)
 from .pipeline import (
     SFTScriptArguments,
     check_evaluation_config,
@@ -34,13 +41,16 @@ def run_stages(
     train_title: str,
     evaluate: Callable[[Trained, str], object],
     trust_remote_code: bool = False,
+    finish: Callable[[Trained], object] | None = None,
 ) -> Trained:
     """Run a pipeline recipe's stages: the SFT stage of `sft_config` (when set) writing `sft_path`, then `train()`,
-    then `evaluate(trained, device)` against SFT (when `evaluation_config` is set); returns what `train()` returned.
+    `finish(trained)` (the run's record of being finished), then `evaluate(trained, device)` against SFT (when
+    `evaluation_config` is set); returns what `train()` returned.
 
     The evaluation YAML is checked before anything trains, its lengths against π_SFT's context before `train()` (π_SFT
     read with the training run's `trust_remote_code` where the YAML does not set it, as `evaluate` must load it); a
-    finished SFT output is not trained again, an unfinished one resumes.
+    finished SFT output is not trained again, an unfinished one resumes. The run is finished before its evaluation, so
+    a failed evaluation leaves a finished run, which the same command again only evaluates (`finished_already`).
     """
     if evaluation_config:  # a bad evaluation YAML fails before the SFT stage and the training are spent
         check_evaluation_config(evaluation_config)
@@ -53,26 +63,64 @@ def run_stages(
         check_evaluation_fits_context(evaluation_config, sft_path, trust_remote_code)
     print_stage(stage, stages, train_title)
     trained = train()
+    if finish is not None:
+        finish(trained)
     if evaluation_config:
-        print_stage(stage + 1, stages, f"Evaluation: {method} vs SFT ({evaluation_config})")
-        evaluate(trained, "cpu" if placement.use_cpu else "auto")
+        evaluation_stage(method, evaluation_config, placement, evaluate, trained, stage + 1, stages)
     return trained
 
 
-def finished_already(training_args, fingerprint: str) -> bool:
+def evaluation_stage(
+    method: str,
+    evaluation_config: str,
+    placement: RunPlacement,
+    evaluate: Callable[[Trained, str], object],
+    trained: Trained,
+    stage: int = 1,
+    stages: int = 1,
+) -> None:
+    """`evaluate(trained, device)` under its stage header; a failure says that the trained run is kept (finished) and
+    that the same command again runs only the evaluation, before the error itself."""
+    print_stage(stage, stages, f"Evaluation: {method} vs SFT ({evaluation_config})")
+    try:
+        evaluate(trained, "cpu" if placement.use_cpu else "auto")
+    except Exception:  # Ctrl-C: `cli.run` says what the folder holds
+        from accelerate import PartialState
+
+        if PartialState().is_main_process:
+            print(
+                f"The evaluation did not finish; the trained {method} run is kept, finished: the same command again "
+                "runs only its evaluation.",
+                file=sys.stderr,
+                flush=True,
+            )
+        raise
+
+
+def finished_already(training_args, fingerprint: str, evaluate_again: Callable[[], object] | None = None) -> bool:
     """Whether this command already ran to its end in `training_args.output_dir` with the same arguments
     (`run_fingerprint`, `finished_run`): then it says so, shows the run's evaluation, and says how to train again.
+    A finished run without its evaluation's `eval_results.json` (the evaluation failed or was stopped) gets only that:
+    `evaluate_again()` (the recipe's `evaluation_stage`; None: the recipe has no evaluation), in the claimed folder.
 
     A re-run of the README's `make demo` then ends with exit code 0 rather than refusing the folder (a refusal under
-    `accelerate launch` also prints the launcher's traceback). A run that resumes or overwrites is never finished.
+    `accelerate launch` also prints the launcher's traceback). A run that overwrites is never finished; one that
+    resumes a finished run is (resuming its last checkpoint would train a step past `max_steps`).
     """
-    if training_args.overwrite_output_dir or parse_resume_from_checkpoint(training_args.resume_from_checkpoint):
+    if training_args.overwrite_output_dir:
         return False
     output_dir = training_args.output_dir
     if not finished_run(output_dir, fingerprint):
         return False
     from accelerate import PartialState
 
+    if evaluate_again is not None and not (Path(output_dir) / EVAL_RESULTS_NAME).is_file():
+        if PartialState().is_main_process:
+            print(f"{output_dir} holds this run, trained; its evaluation did not finish: evaluating it.", flush=True)
+        claim_output_dir(output_dir, evaluating=True)
+        with releasing_output_dir(output_dir):
+            evaluate_again()
+        return True
     if PartialState().is_main_process:
         try:
             table = json.loads((Path(output_dir) / EVAL_RESULTS_NAME).read_text())["table_markdown"]
