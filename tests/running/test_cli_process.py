@@ -386,6 +386,26 @@ def test_a_dpr_run_whose_sft_recipe_asks_another_alpha_than_the_sft_output_found
     assert {p: p.read_bytes() for p in sft.rglob("*") if p.is_file()} == before and not (tmp_path / "dpr").exists()
 
 
+def test_dpr_refuses_completions_past_the_sft_recipes_model_context_before_its_sft_stage(tmp_path):
+    """With sft_config, π_SFT does not exist yet: max_completion_length 5000 is checked against the context of the model
+    the SFT recipe trains (512 positions in the embedded base's config.json), before any SFT step."""
+    sft_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    (tmp_path / "sft.yaml").write_text(yaml.safe_dump({**sft_recipe, "output_dir": "sft", "max_steps": 2}))
+    dpr_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    changes = {"sft_config": "sft.yaml", "model_name_or_path": "sft", "output_dir": "dpr", "evaluation_config": None}
+    (tmp_path / "dpr.yaml").write_text(yaml.safe_dump({**dpr_recipe, **changes}))
+    result = trl_dpr_forked(
+        "dpr", "--config", "dpr.yaml", "--max_completion_length", "5000", cwd=tmp_path, tmp_path=tmp_path
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert (
+        "error (ValueError): max_completion_length 5000 is more than trl_dpr/embedded-pretrained-llama's context of "
+        "512 tokens (max_position_embeddings in its config.json): lower max_completion_length to at most 512."
+    ) in result.stderr
+    assert "Traceback" not in result.stderr and "Stage 1/" not in result.stdout
+    assert not (tmp_path / "sft").exists() and not (tmp_path / "dpr").exists()
+
+
 @pytest.mark.parametrize(
     ("command", "usage"),
     [
