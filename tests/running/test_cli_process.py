@@ -406,6 +406,31 @@ def test_dpr_refuses_completions_past_the_sft_recipes_model_context_before_its_s
     assert not (tmp_path / "sft").exists() and not (tmp_path / "dpr").exists()
 
 
+def test_dpr_refuses_the_sft_model_itself_as_its_reference_in_one_line(tmp_path, tokenizer):
+    """`--ref_model_name_or_path` naming the SFT output: r̂ ≡ 0, DPR would train on nothing; refused before training."""
+    save_sft_output(tmp_path / "sft", tokenizer)
+    dpr_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    changes = {"sft_config": None, "model_name_or_path": "sft", "output_dir": "dpr", "evaluation_config": None}
+    (tmp_path / "dpr.yaml").write_text(yaml.safe_dump({**dpr_recipe, **changes}))
+    result = trl_dpr_forked(
+        "dpr",
+        "--config",
+        "dpr.yaml",
+        "--ref_model_name_or_path",
+        "./sft",
+        "--max_steps",
+        "1",
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert (
+        "error (ValueError): ref_model_name_or_path './sft' is π_SFT itself ('sft'): r̂ = log π_SFT − log π_ref would "
+        "be 0 on every token."
+    ) in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "dpr").exists()
+
+
 @pytest.mark.parametrize(
     ("command", "usage"),
     [
