@@ -15,6 +15,8 @@ from .test_tracking import make_trainer
     "overrides, match",
     [
         ({"samples_per_prompt": 1}, "samples_per_prompt must be >= 2"),
+        ({"samples_per_prompt": 4}, r"samples_per_prompt 4 is not more than min_ess 4: .* samples_per_prompt >= 5 "),
+        ({"samples_per_prompt": 8, "min_ess": 8.5}, r"samples_per_prompt 8 is not more than min_ess 8.5: .* >= 9 "),
         ({"kl_coefs": [1.0, -0.5]}, "kl_coef must be >= 0"),
         ({"variants": {"DPR": {"kl_coef": 1.0}}}, "unknown setting"),
         ({"quality": "pairwise"}, "needs evaluation_config"),

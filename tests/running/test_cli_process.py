@@ -431,6 +431,19 @@ def test_dpr_refuses_the_sft_model_itself_as_its_reference_in_one_line(tmp_path,
     assert "Traceback" not in result.stderr and not (tmp_path / "dpr").exists()
 
 
+def test_a_preview_with_no_more_samples_than_min_ess_is_refused_before_sampling(tmp_path):
+    """ESS < N at every finite kl_coef: with N = min_ess = 4 no point could be trusted and `helps` would be `no` by
+    construction; refused in one line before a model loads."""
+    output = tmp_path / "preview"
+    result = trl_dpr(
+        "preview", "--config", "demo.yaml", "--samples_per_prompt", "4", "--output_dir", str(output), cwd=tmp_path
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "samples_per_prompt 4 is not more than min_ess 4:" in result.stderr
+    assert "Use samples_per_prompt >= 5" in result.stderr and "Traceback" not in result.stderr
+    assert not output.exists()
+
+
 @pytest.mark.parametrize(
     ("command", "usage"),
     [

@@ -137,6 +137,13 @@ class PreviewConfig:
                 raise ValueError(f"{name} must be >= 1, got {value}.")
         if self.samples_per_prompt < 2:
             raise ValueError("samples_per_prompt must be >= 2: the tilt reweights several samples of one prompt.")
+        if self.samples_per_prompt <= self.min_ess:  # ESS < N at every finite λ: no tilted point could be trusted
+            raise ValueError(
+                f"samples_per_prompt {self.samples_per_prompt} is not more than min_ess {self.min_ess:g}: the tilt's "
+                f"effective sample size is below N at every finite kl_coef, so no point could be trusted and the "
+                f"preview would say DPR does not help by construction. Use samples_per_prompt >= "
+                f"{math.floor(self.min_ess) + 1} (16, the default, trusts far more kl_coefs), or lower min_ess."
+            )
         if any(lam < 0 or math.isnan(lam) for lam in self.kl_coefs):
             raise ValueError(f"Every kl_coef must be >= 0 (0 = best-of-N, inf = π_SFT), got {self.kl_coefs}.")
         if not self.variants:
