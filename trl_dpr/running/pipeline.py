@@ -288,13 +288,10 @@ class DPRInputs:
 def check_dpr_inputs(
     script_args: DPRScriptArguments, training_args: DensePathConfig, num_reward_funcs: int = 0
 ) -> DPRInputs:
-    """What the DPR stage can check without the SFT output, each once: `reward_weights`, the rollout lengths against the
-    SFT recipe's model (with `sft_config`), its folder (claimed), the Hub push and the prompts. `trl-dpr dpr` runs it
-    before its SFT stage, so a mistake is found before the SFT is spent.
+    """What the DPR stage can check without the SFT output, each once: `reward_weights`, its folder (claimed), the Hub
+    push and the prompts. `trl-dpr dpr` runs it before its SFT stage, so a mistake is found before the SFT is spent.
     """
     check_reward_weights(training_args.reward_weights, num_reward_funcs)
-    if script_args.sft_config:
-        _check_fits_sft_recipe_context(script_args.sft_config, training_args)
     claim_output_dir(
         training_args.output_dir,
         resuming=parse_resume_from_checkpoint(training_args.resume_from_checkpoint) is not None,
@@ -304,22 +301,6 @@ def check_dpr_inputs(
     if training_args.push_to_hub and script_args.merge_adapter:  # its merged copy may not replace a folder of yours
         check_merge_target(merged_folder(training_args.output_dir))
     return DPRInputs(prompts=dpr_prompts(script_args, training_args.seed))
-
-
-def _check_fits_sft_recipe_context(sft_config: str, training_args: DensePathConfig) -> None:
-    """`check_fits_context` against the model the SFT recipe trains (config.json alone), whose context π_SFT keeps:
-    before the SFT stage rather than after it. Unreadable here (offline, not cached): the check waits for π_SFT."""
-    import yaml
-
-    from .memory import recipe_model_config
-    from .recipe_checks import find_recipe_file
-
-    try:
-        name = (yaml.safe_load(Path(find_recipe_file(sft_config)).read_text()) or {}).get("model_name_or_path")
-        model_config = recipe_model_config(sft_config, follow_sft_config=False)
-    except (OSError, ValueError, yaml.YAMLError):  # the SFT stage says what is wrong with its recipe
-        return
-    training_args.check_fits_context(model_config, name or sft_config)
 
 
 def check_evaluation_config(evaluation_config: str) -> None:

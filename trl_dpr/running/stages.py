@@ -111,6 +111,25 @@ def _sft_stage(method: str, sft_path: str, placement: RunPlacement, sft_config: 
         run_sft(sft_args, sft_training_args, sft_model_args)
 
 
+def check_fits_sft_recipe_context(sft_config: str | None, check: Callable[[object, str], None]) -> None:
+    """`check(model_config, name)` (a run's lengths against a context) on the model the SFT recipe `sft_config` trains,
+    read from its config.json alone: π_SFT keeps that context, so a length past it is refused before the SFT stage
+    rather than after it. No `sft_config`, or a model unreadable here (offline, not cached): nothing to check yet."""
+    if not sft_config:
+        return
+    import yaml
+
+    from .memory import recipe_model_config
+    from .recipe_checks import find_recipe_file
+
+    try:
+        name = (yaml.safe_load(Path(find_recipe_file(sft_config)).read_text()) or {}).get("model_name_or_path")
+        model_config = recipe_model_config(sft_config, follow_sft_config=False)
+    except (OSError, ValueError, yaml.YAMLError):  # the SFT stage says what is wrong with its recipe
+        return
+    check(model_config, name or sft_config)
+
+
 def _check_found_alpha(sft_path: str, sft_config: str, asked: float):
     """The α of the π_ref a finished SFT output holds (its dpr_reference.json; `asked` where it records none): refused
     when it is not the SFT recipe's, as skipping that SFT would train against another π_ref than the recipe asks."""

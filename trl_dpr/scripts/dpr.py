@@ -16,7 +16,7 @@ from trl_dpr.running.pipeline import DPRScriptArguments, check_dpr_inputs, evalu
 from trl_dpr.running.placement import LaunchPlacement, check_launched_run
 from trl_dpr.running.push import defer_push_to_hub, push_trainer_output
 from trl_dpr.running.recipe_parser import RecipeParser
-from trl_dpr.running.stages import finished_already, run_stages
+from trl_dpr.running.stages import check_fits_sft_recipe_context, finished_already, run_stages
 
 
 def make_parser() -> RecipeParser:
@@ -35,6 +35,7 @@ def main(argv=None):
     sft_path = model_args.model_name_or_path
     # The DPR stage's own input is checked before the SFT stage spends anything: its folder (claimed), the push, the
     # prompts (loaded). run_dpr takes what was claimed and loaded rather than doing it again.
+    check_fits_sft_recipe_context(script_args.sft_config, training_args.check_fits_context)  # π_SFT's, before its SFT
     dpr_inputs = check_dpr_inputs(script_args, training_args)
     push = defer_push_to_hub(training_args)  # pushed below, after the evaluation: the model card carries its table
 
