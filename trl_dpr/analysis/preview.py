@@ -252,6 +252,7 @@ def run_preview(
     """
     from ..evaluation.sampling import policy_logprobs, sample_completions, score_samples
     from ..reference_manifest import check_model_source, resolve_reference
+    from ..reward_loading import check_reference_is_not_sft
     from ..reward_model import CheckpointRewardModel
     from ..rewards import SFTLogProb, check_models_given, reward_from_settings
 
@@ -269,6 +270,8 @@ def run_preview(
         reward = reward_from_settings(settings)
         check_models_given(reward, settings.get("dense_reward_models") or {})
         needs_manifest |= "ref" in reward.model_names and not settings.get("ref_model_name_or_path")
+        if "ref" in reward.model_names and settings.get("ref_model_name_or_path"):  # r̂ ≡ 0 when π_ref is π_SFT
+            check_reference_is_not_sft(sft_model_name_or_path, settings["ref_model_name_or_path"])
     if needs_manifest:
         resolve_reference(sft_model_name_or_path)  # a missing manifest is an error that says how to make one
     named_policies = [spec.partition("=")[::2] for spec in config.policies]
