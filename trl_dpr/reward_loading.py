@@ -136,7 +136,7 @@ def check_reference_is_not_sft(sft_model_name_or_path: str, ref_model_name_or_pa
     """Refuse a π_ref that is π_SFT itself (the same Hub id, the same folder, or a folder linking π_SFT's weight
     files): r̂ = log π_SFT − log π_ref would be 0 on every token, and DPR would train on nothing but the KL."""
     sft, ref = Path(sft_model_name_or_path), Path(ref_model_name_or_path)
-    same = sft_model_name_or_path == ref_model_name_or_path
+    same = os.path.realpath(sft_model_name_or_path) == os.path.realpath(ref_model_name_or_path)  # saved yet or not
     if not same and sft.is_dir() and ref.is_dir():
         weights = [name for name in _WEIGHTS if (sft / name).is_file()]
         same = os.path.samefile(sft, ref) or (

@@ -406,6 +406,22 @@ def test_dpr_refuses_completions_past_the_sft_recipes_model_context_before_its_s
     assert not (tmp_path / "sft").exists() and not (tmp_path / "dpr").exists()
 
 
+def test_dpr_refuses_the_folder_its_sft_stage_writes_as_its_reference_before_that_stage(tmp_path):
+    """With sft_config and no SFT output yet, `--ref_model_name_or_path` naming the folder the SFT stage will write is
+    π_SFT itself: refused before the SFT is spent."""
+    sft_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    (tmp_path / "sft.yaml").write_text(yaml.safe_dump({**sft_recipe, "output_dir": "sft", "max_steps": 2}))
+    dpr_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    changes = {"sft_config": "sft.yaml", "model_name_or_path": "sft", "output_dir": "dpr", "evaluation_config": None}
+    (tmp_path / "dpr.yaml").write_text(yaml.safe_dump({**dpr_recipe, **changes, "max_steps": 1}))
+    result = trl_dpr_forked(
+        "dpr", "--config", "dpr.yaml", "--ref_model_name_or_path", "sft/", cwd=tmp_path, tmp_path=tmp_path
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "error (ValueError): ref_model_name_or_path 'sft/' is π_SFT itself ('sft')" in result.stderr
+    assert "Stage 1/" not in result.stdout and not (tmp_path / "sft").exists() and not (tmp_path / "dpr").exists()
+
+
 def test_dpr_refuses_the_sft_model_itself_as_its_reference_in_one_line(tmp_path, tokenizer):
     """`--ref_model_name_or_path` naming the SFT output: r̂ ≡ 0, DPR would train on nothing; refused before training."""
     save_sft_output(tmp_path / "sft", tokenizer)
