@@ -14,7 +14,13 @@ from pathlib import Path
 from torch import nn
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from .reference_manifest import ReferenceManifest, check_model_source, resolve_reference, sft_output_problem
+from .reference_manifest import (
+    _WEIGHTS,
+    ReferenceManifest,
+    check_model_source,
+    resolve_reference,
+    sft_output_problem,
+)
 from .rewards import DenseReward, check_dense_reward, check_models_given
 
 logger = logging.getLogger(__name__)
@@ -85,6 +91,7 @@ def load_frozen_models(
         manifest, ref_model_name_or_path = resolve_reference(sft_model_name_or_path, revision=revision, token=token)
     elif reads_ref:
         check_model_source(ref_model_name_or_path, "π_ref (ref_model_name_or_path)")
+        check_reference_is_not_sft(sft_model_name_or_path, ref_model_name_or_path)
     ref_path = ref_model_name_or_path if reads_ref else None
 
     tokenizer = AutoTokenizer.from_pretrained(sft_model_name_or_path, revision=revision, token=token)
@@ -123,6 +130,25 @@ def load_frozen_models(
         models={n: create_model_from_path(model_paths[n], **other_kwargs) for n in extra_names},
         reference_manifest=manifest,
     )
+
+
+def check_reference_is_not_sft(sft_model_name_or_path: str, ref_model_name_or_path: str) -> None:
+    """Refuse a π_ref that is π_SFT itself (the same Hub id, the same folder, or a folder linking π_SFT's weight
+    files): r̂ = log π_SFT − log π_ref would be 0 on every token, and DPR would train on nothing but the KL."""
+    sft, ref = Path(sft_model_name_or_path), Path(ref_model_name_or_path)
+    same = os.path.realpath(sft_model_name_or_path) == os.path.realpath(ref_model_name_or_path)  # saved yet or not
+    if not same and sft.is_dir() and ref.is_dir():
+        weights = [name for name in _WEIGHTS if (sft / name).is_file()]
+        same = os.path.samefile(sft, ref) or (
+            bool(weights)
+            and all((ref / name).is_file() and os.path.samefile(sft / name, ref / name) for name in weights)
+        )
+    if same:
+        raise ValueError(
+            f"ref_model_name_or_path {ref_model_name_or_path!r} is π_SFT itself ({sft_model_name_or_path!r}): "
+            "r̂ = log π_SFT − log π_ref would be 0 on every token. Leave ref_model_name_or_path unset for the "
+            "reference checkpoint the SFT recorded (dpr_reference/), or name an earlier checkpoint of that SFT run."
+        )
 
 
 def _has_tokenizer(path: str) -> bool:

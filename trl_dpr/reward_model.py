@@ -114,6 +114,7 @@ class CheckpointRewardModel(nn.Module):
         self.token_chunk_size = token_chunk_size
         self.sft_model_name_or_path: str | None = None  # set by from_pretrained (the model card names it)
         self.reference_manifest = None  # set by from_pretrained when π_ref came from an SFT manifest
+        self.ref_model_name_or_path: str | None = None  # set by from_pretrained when π_ref was named instead
 
         if self.ref_model is not None:
             _check_same_base(sft_model, self.ref_model, processing_class, ref_processing_class)
@@ -362,6 +363,8 @@ class CheckpointRewardModel(nn.Module):
         reward_model = cls(reward=reward, token_chunk_size=token_chunk_size, **frozen.scorer_kwargs())
         reward_model.sft_model_name_or_path = sft_model_name_or_path
         reward_model.reference_manifest = frozen.reference_manifest
+        if reward_model.ref_model is not None and frozen.reference_manifest is None:
+            reward_model.ref_model_name_or_path = ref_model_name_or_path
         return reward_model
 
 

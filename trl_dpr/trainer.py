@@ -438,11 +438,12 @@ class DensePathTrainer(GRPOTrainer):
             GenerationMode.SAMPLE,
             GenerationMode.GREEDY_SEARCH,
         )
-        if not uses_transformers_generate or self.args.kl_coef == 0.0 or not one_row_per_output:
+        if not uses_transformers_generate or not one_row_per_output:
             return super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
-        # The transformers path returns no log-probs; record log π_old(a_t|s_t) of each sampled token while it samples.
+        # The transformers path returns no log-probs; record log π_old(a_t|s_t) of each sampled token while it samples
+        # (with kl_coef 0 too: the kl_sft/* metrics read them, at the cost of a log-sum-exp per decoding step).
         with SampledTokenLogprobs(self.accelerator.unwrap_model(self.model), temperature=self.temperature) as recorder:
             completion_ids, _ = super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images

@@ -15,6 +15,8 @@ from .test_tracking import make_trainer
     "overrides, match",
     [
         ({"samples_per_prompt": 1}, "samples_per_prompt must be >= 2"),
+        ({"samples_per_prompt": 4}, r"samples_per_prompt 4 is not more than min_ess 4: .* samples_per_prompt >= 5 "),
+        ({"samples_per_prompt": 8, "min_ess": 8.5}, r"samples_per_prompt 8 is not more than min_ess 8.5: .* >= 9 "),
         ({"kl_coefs": [1.0, -0.5]}, "kl_coef must be >= 0"),
         ({"variants": {"DPR": {"kl_coef": 1.0}}}, "unknown setting"),
         ({"quality": "pairwise"}, "needs evaluation_config"),
@@ -122,3 +124,24 @@ def test_a_policy_with_a_shorter_context_than_sft_names_the_value_that_fits_both
         f"the longest prompt {longest} + max_new_tokens 32 is more than policy DPR's context of {longest + 20} tokens "
         "(max_position_embeddings in its config.json): lower max_new_tokens to at most 20."
     )
+
+
+def test_a_preview_variant_whose_reference_is_the_sft_model_itself_is_refused_before_a_model_loads(
+    tokenizer, tmp_path, monkeypatch
+):
+    """A variant `ref_model_name_or_path:` naming π_SFT scores r̂ ≡ 0: refused before sampling, as in training."""
+    import trl_dpr.reward_model
+    from trl_dpr.analysis.preview import run_preview
+
+    from ..conftest import save_sft_output
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    monkeypatch.setattr(
+        trl_dpr.reward_model.CheckpointRewardModel, "from_pretrained", lambda *a, **k: pytest.fail("a model loaded")
+    )
+    config = PreviewConfig(
+        output_dir=str(tmp_path / "preview"), num_prompts=4, variants={"DPR": {"ref_model_name_or_path": str(sft)}}
+    )
+    with pytest.raises(ValueError, match=r"is π_SFT itself .* would be 0 on every token"):
+        run_preview(config, str(sft), show_progress=False)
+    assert not (tmp_path / "preview").exists()

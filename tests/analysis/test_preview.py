@@ -26,6 +26,7 @@ def small_config(tmp_path, **overrides):
         output_dir=str(tmp_path / "preview"),
         num_prompts=5,
         samples_per_prompt=4,
+        min_ess=2.0,  # below N = 4: tilted points can be trusted
         max_new_tokens=6,
         batch_size=8,
         kl_coefs=[math.inf, 2.0, 0.5, 0.0],
@@ -226,6 +227,8 @@ def test_the_recipe_runs_from_the_command_line(sft_output, tmp_path):
             "4",
             "--samples_per_prompt",
             "3",
+            "--min_ess",
+            "2",
             "--max_new_tokens",
             "5",
             "--bootstrap_resamples",

@@ -127,6 +127,20 @@ def test_a_point_below_the_effective_sample_size_is_not_trusted_but_best_of_n_is
     assert trusted == {math.inf: True, 100.0: True, 0.5: False, 0.0: True}
 
 
+def test_the_report_prints_an_untrusted_ess_rounded_down_never_at_the_threshold_it_missed():
+    """ESS = (Σw)²/Σw² of 4 samples, one weighted e^0.02 at λ = 100, is just below 4 (3.9999): untrusted at min_ess 4,
+    it reads 3.99, not 4.0 beside `trusted: no`; N = 5 samples can be trusted."""
+    rewards = torch.tensor([[0.0, 2.0, 0.0, 0.0, 0.0]])
+    points = preview_points({"R": rewards[:, :4]}, torch.zeros(1, 4), [100.0], min_ess=4.0, num_resamples=10)
+    (point,) = [p for p in points if p.lam == 100.0]
+    weights = [math.exp(0.02), 1.0, 1.0, 1.0]
+    assert point.ess == pytest.approx(sum(weights) ** 2 / sum(w * w for w in weights)) and 3.99 < point.ess < 4
+    assert not point.trusted
+    assert "| 0.000 | 3.99 | no |" in PreviewReport("exact", 1, 4, points, 0.0, 0.0).markdown()
+    points = preview_points({"R": rewards}, torch.zeros(1, 5), [100.0], min_ess=4.0, num_resamples=10)
+    assert [p.trusted for p in points if p.lam == 100.0] == [True]
+
+
 def test_the_report_summary_gives_the_slope_near_sft_and_the_best_trusted_point():
     rewards = torch.tensor([[0.0, 1.0, 2.0, 3.0]] * 8)
     quality = torch.tensor([[0.0, 0.0, 1.0, 1.0]] * 8)

@@ -197,3 +197,48 @@ def test_an_adapter_that_does_not_name_its_base_is_a_clear_error(tokenizer, tmp_
     tokenizer.save_pretrained(sft_dir)
     with pytest.raises(ValueError, match="does not name the base model"):
         CheckpointRewardModel.from_pretrained(str(sft_dir), reward=SFTLogProb())
+
+
+@pytest.mark.parametrize("ref", ["the same folder", "a link to the folder", "a folder linking its weights"])
+def test_a_reference_that_is_the_sft_model_itself_is_refused_before_loading(tokenizer, tmp_path, monkeypatch, ref):
+    """π_ref = π_SFT makes r̂ = log π_SFT − log π_ref exactly 0: refused before a model loads, however it is named."""
+    import trl.trainer.utils
+
+    from ..conftest import save_sft_output
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    if ref == "the same folder":
+        named = sft
+    elif ref == "a link to the folder":
+        named = tmp_path / "sft-link"
+        named.symlink_to(sft)
+    else:
+        named = tmp_path / "ref"
+        named.mkdir()
+        for file in sft.iterdir():
+            if file.is_file():
+                (named / file.name).symlink_to(file)
+    monkeypatch.setattr(trl.trainer.utils, "create_model_from_path", lambda *a, **k: pytest.fail("a model loaded"))
+    with pytest.raises(
+        ValueError,
+        match=r"ref_model_name_or_path '.*' is π_SFT itself \('.*sft'\): r̂ = log π_SFT − "
+        r"log π_ref would be 0 on every token\. Leave ref_model_name_or_path unset",
+    ):
+        CheckpointRewardModel.from_pretrained(str(sft), ref_model_name_or_path=str(named))
+
+
+def test_a_named_reference_checkpoint_is_loaded_and_named_in_the_model_card(tokenizer, tmp_path):
+    from types import SimpleNamespace as NS
+
+    from trl_dpr.running.model_card import CARD_HYPERPARAMETERS, dpr_model_card_section
+
+    from ..conftest import save_sft_output
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    scorer = CheckpointRewardModel.from_pretrained(str(sft), ref_model_name_or_path=str(sft / "dpr_reference"))
+    assert scorer.reference_manifest is None and scorer.ref_model_name_or_path == str(sft / "dpr_reference")
+    args = NS(output_dir=str(tmp_path / "dpr"), max_steps=1, **{name: 0 for name in CARD_HYPERPARAMETERS})
+    section = dpr_model_card_section(args, scorer)
+    assert "- **π_ref**: the checkpoint `dpr_reference` (a local folder) (`ref_model_name_or_path`)." in section
+    recorded = CheckpointRewardModel.from_pretrained(str(sft))  # π_ref from the manifest: its α line names it
+    assert "**π_ref**" not in dpr_model_card_section(args, recorded) and recorded.ref_model_name_or_path is None

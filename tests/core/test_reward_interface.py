@@ -176,6 +176,7 @@ def test_the_preview_scores_a_user_reward_variant(tokenizer, tmp_path, user_modu
         dataset_split="train",
         num_prompts=4,
         samples_per_prompt=4,
+        min_ess=2.0,
         max_new_tokens=4,
         batch_size=16,
         kl_coefs=[1.0],

@@ -241,6 +241,30 @@ def test_a_generate_that_never_calls_the_models_forward_gets_log_pi_old_from_a_f
     assert_log_pi_old_is_the_policys(used[0], sft)
 
 
+def test_the_kl_to_sft_is_logged_with_kl_coef_0_and_leaves_the_advantages_alone(make_trainer):
+    """kl_coef 0 puts no KL in the reward, yet kl_sft/per_token and kl_sft/per_response are logged (docs/algorithm.md):
+    the float64 log π_θ − log π_SFT of the sampled rows, while the advantages are the KL-free REINFORCE++ loop's."""
+    trainer, used, sft, ref = make_trainer(kl_coef=0.0, max_steps=1, learning_rate=0.0)
+    with torch.no_grad():  # make the policy differ from π_SFT so the KL is not zero
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    trainer.train()
+    batch = used[0]
+    rewards, diffs = [], []
+    for b in range(batch["completion_ids"].size(0)):
+        prompt = strip_padding(batch["prompt_ids"][b], batch["prompt_mask"][b])
+        completion = strip_padding(batch["completion_ids"][b], batch["completion_mask"][b])
+        sft_lp, ref_lp = unpadded_logprobs(sft, prompt, completion), unpadded_logprobs(ref, prompt, completion)
+        rewards.append([s - r for s, r in zip(sft_lp, ref_lp)])
+        diffs.append([p - s for p, s in zip(unpadded_logprobs(trainer.model, prompt, completion), sft_lp)])
+    for b, row in enumerate(dpr_advantages_by_hand(rewards, kl_coef=0.0)):
+        assert batch["advantages"][b, : len(row)].tolist() == pytest.approx(row, abs=1e-4)
+    logged = trainer.state.log_history[0]
+    assert abs(logged["kl_sft/per_token"]) > 1e-4
+    assert logged["kl_sft/per_token"] == pytest.approx(sum(map(sum, diffs)) / sum(map(len, diffs)), abs=1e-4)
+    assert logged["kl_sft/per_response"] == pytest.approx(sum(map(sum, diffs)) / len(diffs), abs=1e-3)
+
+
 def test_the_kl_term_uses_the_generation_log_probs_of_the_policy(make_trainer):
     # One step at lr 0 with kl_coef > 0: the advantages equal the hand-written REINFORCE++ loop fed with the recorded
     # log π_old and a float64 log π_SFT — the KL term is wired to the right tensors with the right sign.

@@ -316,6 +316,8 @@ def test_your_demonstrations_preview_with_your_check_and_it_says_when_it_cannot_
         "4",
         "--samples_per_prompt",
         "3",
+        "--min_ess",
+        "2",
         "--max_new_tokens",
         "6",
         "--batch_size",

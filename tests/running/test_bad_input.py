@@ -129,6 +129,7 @@ PREVIEW_BASE = {
     "output_dir": "{root}/out_preview",
     "num_prompts": 2,
     "samples_per_prompt": 2,
+    "min_ess": 1.0,
     "max_new_tokens": 4,
     "plot": False,
 }

@@ -14,7 +14,7 @@ import yaml
 
 from trl_dpr.running.checkpointing import RUN_COMPLETE_NAME
 
-from ..conftest import run_forked, run_launch
+from ..conftest import run_forked, run_launch, save_sft_output
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -393,6 +393,125 @@ def test_a_training_stage_help_hides_the_keys_the_recipes_refuse_and_names_the_l
     assert "--learning_rate" in result.stdout and "--accelerate_config" in result.stdout
     for refused in ("--dataset_test_split", "--eval_strategy", "--dataset_streaming"):
         assert refused not in result.stdout
+
+
+@pytest.mark.parametrize("stage", ["dpr", "spin", "gsil"])
+@pytest.mark.parametrize("where", ["command line", "yaml"])
+def test_reference_fraction_on_a_run_from_an_sft_output_is_refused_naming_the_sft_recipe(tmp_path, stage, where):
+    """α is the SFT output's (its π_ref): on `trl-dpr dpr|spin|gsil` it was listed in --help, accepted and ignored."""
+    output = tmp_path / "out"
+    if where == "yaml":
+        recipe = yaml.safe_load((ROOT / "recipes" / "demo" / f"{stage}.yaml").read_text())
+        (tmp_path / "run.yaml").write_text(yaml.safe_dump({**recipe, "reference_fraction": 0.25}))
+        args = ["--config", str(tmp_path / "run.yaml")]
+    else:
+        args = ["--config", f"demo/{stage}.yaml", "--reference_fraction", "0.25"]
+    result = trl_dpr(stage, *args, "--output_dir", str(output), prelude=REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "reference_fraction: 0.25 is not used: α is the SFT stage's" in result.stderr
+    assert "set it in the SFT recipe: sft_config's reference_fraction. Remove it" in result.stderr
+    assert "Traceback" not in result.stderr and NO_HEAVY_IMPORTS in result.stderr and not output.exists()
+    assert "--reference_fraction" not in trl_dpr(stage, "--help").stdout
+
+
+def test_reference_fraction_stays_a_key_of_the_sft_stage():
+    assert "--reference_fraction" in trl_dpr("sft", "--help").stdout
+
+
+def test_a_dpr_run_whose_sft_recipe_asks_another_alpha_than_the_sft_output_found_is_refused_untouched(
+    tmp_path, tokenizer
+):
+    """The SFT recipe now says α=0.25, its output folder holds a finished SFT with π_ref at α=0.5: "found, skipped"
+    would train against the α=0.5 π_ref; the command stops with one line, the SFT output and the DPR folder untouched."""
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    before = {p: p.read_bytes() for p in sft.rglob("*") if p.is_file()}
+    sft_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    (tmp_path / "sft.yaml").write_text(yaml.safe_dump({**sft_recipe, "output_dir": "sft", "reference_fraction": 0.25}))
+    dpr_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    changes = {"sft_config": "sft.yaml", "model_name_or_path": "sft", "output_dir": "dpr", "evaluation_config": None}
+    (tmp_path / "dpr.yaml").write_text(yaml.safe_dump({**dpr_recipe, **changes}))
+    result = trl_dpr_forked("dpr", "--config", "dpr.yaml", cwd=tmp_path, tmp_path=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert (
+        "error (ValueError): sft holds a finished SFT whose π_ref is at α=0.5 (dpr_reference.json), but sft.yaml asks "
+        "for reference_fraction 0.25. To train π_ref at α=0.25, remove sft or give sft.yaml another output_dir"
+    ) in result.stderr
+    assert "Traceback" not in result.stderr and "Stage 2/" not in result.stdout
+    assert {p: p.read_bytes() for p in sft.rglob("*") if p.is_file()} == before and not (tmp_path / "dpr").exists()
+
+
+def test_dpr_refuses_completions_past_the_sft_recipes_model_context_before_its_sft_stage(tmp_path):
+    """With sft_config, π_SFT does not exist yet: max_completion_length 5000 is checked against the context of the model
+    the SFT recipe trains (512 positions in the embedded base's config.json), before any SFT step."""
+    sft_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    (tmp_path / "sft.yaml").write_text(yaml.safe_dump({**sft_recipe, "output_dir": "sft", "max_steps": 2}))
+    dpr_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    changes = {"sft_config": "sft.yaml", "model_name_or_path": "sft", "output_dir": "dpr", "evaluation_config": None}
+    (tmp_path / "dpr.yaml").write_text(yaml.safe_dump({**dpr_recipe, **changes}))
+    result = trl_dpr_forked(
+        "dpr", "--config", "dpr.yaml", "--max_completion_length", "5000", cwd=tmp_path, tmp_path=tmp_path
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert (
+        "error (ValueError): max_completion_length 5000 is more than trl_dpr/embedded-pretrained-llama's context of "
+        "512 tokens (max_position_embeddings in its config.json): lower max_completion_length to at most 512."
+    ) in result.stderr
+    assert "Traceback" not in result.stderr and "Stage 1/" not in result.stdout
+    assert not (tmp_path / "sft").exists() and not (tmp_path / "dpr").exists()
+
+
+def test_dpr_refuses_the_folder_its_sft_stage_writes_as_its_reference_before_that_stage(tmp_path):
+    """With sft_config and no SFT output yet, `--ref_model_name_or_path` naming the folder the SFT stage will write is
+    π_SFT itself: refused before the SFT is spent."""
+    sft_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    (tmp_path / "sft.yaml").write_text(yaml.safe_dump({**sft_recipe, "output_dir": "sft", "max_steps": 2}))
+    dpr_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    changes = {"sft_config": "sft.yaml", "model_name_or_path": "sft", "output_dir": "dpr", "evaluation_config": None}
+    (tmp_path / "dpr.yaml").write_text(yaml.safe_dump({**dpr_recipe, **changes, "max_steps": 1}))
+    result = trl_dpr_forked(
+        "dpr", "--config", "dpr.yaml", "--ref_model_name_or_path", "sft/", cwd=tmp_path, tmp_path=tmp_path
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "error (ValueError): ref_model_name_or_path 'sft/' is π_SFT itself ('sft')" in result.stderr
+    assert "Stage 1/" not in result.stdout and not (tmp_path / "sft").exists() and not (tmp_path / "dpr").exists()
+
+
+def test_dpr_refuses_the_sft_model_itself_as_its_reference_in_one_line(tmp_path, tokenizer):
+    """`--ref_model_name_or_path` naming the SFT output: r̂ ≡ 0, DPR would train on nothing; refused before training."""
+    save_sft_output(tmp_path / "sft", tokenizer)
+    dpr_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    changes = {"sft_config": None, "model_name_or_path": "sft", "output_dir": "dpr", "evaluation_config": None}
+    (tmp_path / "dpr.yaml").write_text(yaml.safe_dump({**dpr_recipe, **changes}))
+    result = trl_dpr_forked(
+        "dpr",
+        "--config",
+        "dpr.yaml",
+        "--ref_model_name_or_path",
+        "./sft",
+        "--max_steps",
+        "1",
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert (
+        "error (ValueError): ref_model_name_or_path './sft' is π_SFT itself ('sft'): r̂ = log π_SFT − log π_ref would "
+        "be 0 on every token."
+    ) in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "dpr").exists()
+
+
+def test_a_preview_with_no_more_samples_than_min_ess_is_refused_before_sampling(tmp_path):
+    """ESS < N at every finite kl_coef: with N = min_ess = 4 no point could be trusted and `helps` would be `no` by
+    construction; refused in one line before a model loads."""
+    output = tmp_path / "preview"
+    result = trl_dpr(
+        "preview", "--config", "demo.yaml", "--samples_per_prompt", "4", "--output_dir", str(output), cwd=tmp_path
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "samples_per_prompt 4 is not more than min_ess 4:" in result.stderr
+    assert "Use samples_per_prompt >= 5" in result.stderr and "Traceback" not in result.stderr
+    assert not output.exists()
 
 
 @pytest.mark.parametrize(

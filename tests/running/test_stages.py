@@ -52,8 +52,9 @@ def stages(tmp_path, monkeypatch, tokenizer):
 
     monkeypatch.setattr(trl_dpr.lfd.self_play, "run_self_play", self_play)
 
-    def run(method: str, sft_output_dir: Path, evaluation_config: str = "", *extra: str):
+    def run(method: str, sft_output_dir: Path, evaluation_config: str = "", *extra: str, sft_overrides=None):
         sft_recipe = yaml.safe_load((ROOT / "recipes/demo/sft.yaml").read_text()) | {"output_dir": str(sft_output_dir)}
+        sft_recipe |= sft_overrides or {}
         (tmp_path / "sft.yaml").write_text(yaml.safe_dump(sft_recipe))
         run_recipe(
             method,
@@ -96,6 +97,34 @@ def test_every_pipeline_refuses_an_sft_stage_that_writes_another_folder(stages, 
     name = {"dpr": "DPR", "spin": "SPIN", "gsil": "GSIL"}[method]
     with pytest.raises(ValueError, match=rf"writes the SFT model to .* but {name} starts from.*--sft_config \"\""):
         stages(method, tmp_path / "elsewhere")
+
+
+@pytest.mark.parametrize("method", ["dpr", "spin", "gsil"])
+def test_every_pipeline_refuses_a_found_sft_whose_reference_is_at_another_alpha_than_its_sft_recipe(
+    stages, tmp_path, tokenizer, method
+):
+    """The SFT recipe asks for π_ref at α=0.25; the finished SFT output there recorded α=0.5: skipping it would train
+    against the α=0.5 π_ref, so the run stops before training, the SFT output as it was."""
+    sft = save_sft_output(tmp_path / "sft", tokenizer)  # its dpr_reference.json: fraction 0.5
+    manifest = (sft / "dpr_reference.json").read_text()
+    message = r"π_ref is at α=0.5 \(dpr_reference.json\), but .*sft.yaml asks for reference_fraction 0.25\."
+    with pytest.raises(ValueError, match=message + r" To train π_ref at α=0.25, remove .*set reference_fraction: 0.5"):
+        stages(method, sft, sft_overrides={"reference_fraction": 0.25})
+    assert stages.sft_runs == [] and stages.trained == []
+    assert (sft / "dpr_reference.json").read_text() == manifest
+
+
+@pytest.mark.parametrize("method", ["dpr", "spin", "gsil"])
+def test_every_pipeline_names_the_alpha_of_the_sft_output_it_found_and_skips_it(
+    stages, tmp_path, tokenizer, capsys, method
+):
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    manifest = json.loads((sft / "dpr_reference.json").read_text())
+    manifest["fraction"] = 0.3
+    (sft / "dpr_reference.json").write_text(json.dumps(manifest))
+    stages(method, sft, sft_overrides={"reference_fraction": 0.3})
+    assert f"(reference checkpoint at α=0.3): found in {sft}, skipped" in capsys.readouterr().out
+    assert stages.sft_runs == [] and stages.trained == ["DPR" if method == "dpr" else "self-play"]
 
 
 @pytest.mark.parametrize("sft_stage", ["found", "trained first"])

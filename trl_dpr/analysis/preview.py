@@ -137,6 +137,13 @@ class PreviewConfig:
                 raise ValueError(f"{name} must be >= 1, got {value}.")
         if self.samples_per_prompt < 2:
             raise ValueError("samples_per_prompt must be >= 2: the tilt reweights several samples of one prompt.")
+        if self.samples_per_prompt <= self.min_ess:  # ESS < N at every finite λ: no tilted point could be trusted
+            raise ValueError(
+                f"samples_per_prompt {self.samples_per_prompt} is not more than min_ess {self.min_ess:g}: the tilt's "
+                f"effective sample size is below N at every finite kl_coef, so no point could be trusted and the "
+                f"preview would say DPR does not help by construction. Use samples_per_prompt >= "
+                f"{math.floor(self.min_ess) + 1} (16, the default, trusts far more kl_coefs), or lower min_ess."
+            )
         if any(lam < 0 or math.isnan(lam) for lam in self.kl_coefs):
             raise ValueError(f"Every kl_coef must be >= 0 (0 = best-of-N, inf = π_SFT), got {self.kl_coefs}.")
         if not self.variants:
@@ -248,6 +255,7 @@ def run_preview(
     from ..data import as_user_turns, string_prompts_as_chat
     from ..evaluation.sampling import policy_logprobs, sample_completions, score_samples
     from ..reference_manifest import check_model_source, resolve_reference
+    from ..reward_loading import check_reference_is_not_sft
     from ..reward_model import CheckpointRewardModel
     from ..rewards import SFTLogProb, check_models_given, reward_from_settings
 
@@ -265,6 +273,8 @@ def run_preview(
         reward = reward_from_settings(settings)
         check_models_given(reward, settings.get("dense_reward_models") or {})
         needs_manifest |= "ref" in reward.model_names and not settings.get("ref_model_name_or_path")
+        if "ref" in reward.model_names and settings.get("ref_model_name_or_path"):  # r̂ ≡ 0 when π_ref is π_SFT
+            check_reference_is_not_sft(sft_model_name_or_path, settings["ref_model_name_or_path"])
     if needs_manifest:
         resolve_reference(sft_model_name_or_path)  # a missing manifest is an error that says how to make one
     named_policies = [spec.partition("=")[::2] for spec in config.policies]

@@ -101,6 +101,11 @@ class PolicyPoint:
     kl_ci_high: float
 
 
+def _ess_text(ess: float) -> str:
+    """ESS to two decimals, rounded down: an untrusted 3.996 reads 3.99, not 4.0 beside min_ess 4."""
+    return f"{math.floor(ess * 100 + 1e-9) / 100:.2f}"
+
+
 def helps_verdict(helps: bool | None) -> str:
     """A preview's `helps` in words; None is "cannot tell" (π_SFT was never right: `PreviewReport.undecided`)."""
     return "cannot tell" if helps is None else "yes" if helps else "no"
@@ -182,7 +187,7 @@ class PreviewReport:
             lam = "∞ (π_SFT)" if math.isinf(p.lam) else "0 (best-of-N)" if p.lam == 0 else f"{p.lam:g}"
             lines.append(
                 f"| {p.variant} | {lam} | {p.quality:.3f} ({p.ci_low:.3f}–{p.ci_high:.3f}) | {p.delta:+.3f} "
-                f"({p.delta_ci_low:+.3f}–{p.delta_ci_high:+.3f}) | {p.kl:.3f} | {p.ess:.1f} | {'yes' if p.trusted else 'no'} |"
+                f"({p.delta_ci_low:+.3f}–{p.delta_ci_high:+.3f}) | {p.kl:.3f} | {_ess_text(p.ess)} | {'yes' if p.trusted else 'no'} |"
             )
         lines += [
             "",

@@ -98,6 +98,12 @@ class SelfPlayScriptArguments(SFTScriptArguments):
     loaded as for SFT and DPR (same name, count and seed: the same prompts).
     """
 
+    # α is the SFT output's (π_ref, which self-play does not use): on a SPIN/GSIL recipe it would be ignored.
+    _UNUSED_FIELDS = {
+        **SFTScriptArguments._UNUSED_FIELDS,
+        "reference_fraction": ((), "α is the SFT stage's; set it in the SFT recipe: sft_config's reference_fraction"),
+    }
+
     sft_config: str | None = field(
         default=None,
         metadata={"help": "A `trl-dpr sft` recipe to run first when model_name_or_path holds no SFT output yet."},

@@ -371,6 +371,8 @@ def dpr_model_card_section(args, reward_model) -> str:
             f"- **α**: π_ref is the SFT checkpoint at step {manifest.step} of {manifest.total_steps} "
             f"(α = {manifest.fraction})."
         )
+    elif reference := getattr(reward_model, "ref_model_name_or_path", None):  # named rather than recorded by the SFT
+        lines.append(f"- **π_ref**: {base_model_reference(reference, kind='checkpoint')} (`ref_model_name_or_path`).")
     lines.append(f"- **`kl_coef`** (the weight of the KL to π_SFT in the reward): {args.kl_coef}.")
     if getattr(args, "dense_reward", None):
         lines.append(

@@ -91,9 +91,18 @@ class SFTScriptArguments(ScriptArguments):
             )
 
 
+REFERENCE_FRACTION_OF_SFT = (
+    "α is the SFT stage's: π_ref is saved at ⌊α·N⌋ of the SFT steps, and this run reads it from the SFT output's "
+    "dpr_reference.json; set it in the SFT recipe: sft_config's reference_fraction"
+)
+
+
 @dataclass
 class DPRScriptArguments(SFTScriptArguments):
     """Script arguments of `trl-dpr dpr`. `model_name_or_path` (ModelConfig) is the SFT output: π_SFT + π_ref."""
+
+    # α belongs to the SFT output (its dpr_reference.json): on a DPR recipe it would be accepted and ignored.
+    _UNUSED_FIELDS = {**SFTScriptArguments._UNUSED_FIELDS, "reference_fraction": ((), REFERENCE_FRACTION_OF_SFT)}
 
     ref_model_name_or_path: str | None = field(
         default=None,

@@ -6,11 +6,13 @@ sft_config (skipped when done, resumed when unfinished) ──► train ──�
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from ..reference_manifest import MANIFEST_NAME, parse_manifest
 from .checkpointing import (
     EVAL_RESULTS_NAME,
     claim_output_dir,
@@ -141,9 +143,12 @@ def _sft_stage(method: str, sft_path: str, placement: RunPlacement, sft_config: 
             f"model_name_or_path={sft_path!r}. To start from your own SFT output in {sft_path!r}, run without the "
             f'SFT stage: --sft_config "" (or sft_config: null in the recipe); else make them the same folder.'
         )
-    title = f"SFT of {sft_model_args.model_name_or_path} (reference checkpoint at α={sft_args.reference_fraction})"
+    alpha = sft_args.reference_fraction
     finished = has_sft_output(sft_path)
     unfinished_checkpoint = None if finished else last_complete_checkpoint(sft_path)
+    if finished:
+        alpha = _check_found_alpha(sft_path, sft_config, alpha)
+    title = f"SFT of {sft_model_args.model_name_or_path} (reference checkpoint at α={alpha})"
     if finished:
         title += f": found in {sft_path}, skipped"
     elif unfinished_checkpoint:
@@ -152,6 +157,42 @@ def _sft_stage(method: str, sft_path: str, placement: RunPlacement, sft_config: 
     print_stage(stage, stages, title)
     if not finished:
         run_sft(sft_args, sft_training_args, sft_model_args)
+
+
+def check_fits_sft_recipe_context(sft_config: str | None, check: Callable[[object, str], None]) -> None:
+    """`check(model_config, name)` (a run's lengths against a context) on the model the SFT recipe `sft_config` trains,
+    read from its config.json alone: π_SFT keeps that context, so a length past it is refused before the SFT stage
+    rather than after it. No `sft_config`, or a model unreadable here (offline, not cached): nothing to check yet."""
+    if not sft_config:
+        return
+    import yaml
+
+    from .memory import recipe_model_config
+    from .recipe_checks import find_recipe_file
+
+    try:
+        name = (yaml.safe_load(Path(find_recipe_file(sft_config)).read_text()) or {}).get("model_name_or_path")
+        model_config = recipe_model_config(sft_config, follow_sft_config=False)
+    except (OSError, ValueError, yaml.YAMLError):  # the SFT stage says what is wrong with its recipe
+        return
+    check(model_config, name or sft_config)
+
+
+def _check_found_alpha(sft_path: str, sft_config: str, asked: float):
+    """The α of the π_ref a finished SFT output holds (its dpr_reference.json; `asked` where it records none): refused
+    when it is not the SFT recipe's, as skipping that SFT would train against another π_ref than the recipe asks."""
+    manifest_path = Path(sft_path) / MANIFEST_NAME
+    if not manifest_path.is_file():
+        return asked
+    found = parse_manifest(manifest_path.read_text(), str(manifest_path)).fraction
+    if not math.isclose(found, asked):
+        raise ValueError(
+            f"{sft_path} holds a finished SFT whose π_ref is at α={found} ({MANIFEST_NAME}), but {sft_config} asks for "
+            f"reference_fraction {asked}. To train π_ref at α={asked}, remove {sft_path} or give {sft_config} another "
+            f"output_dir (and this recipe the same model_name_or_path); to use the SFT that is there, set "
+            f"reference_fraction: {found} in {sft_config}."
+        )
+    return found
 
 
 def sft_stage_of_pipeline(sft_config: str, run: RunPlacement) -> tuple:

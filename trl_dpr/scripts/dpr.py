@@ -13,6 +13,7 @@ from pathlib import Path
 from trl import ModelConfig
 
 from trl_dpr import DensePathConfig
+from trl_dpr.reward_loading import check_reference_is_not_sft
 from trl_dpr.running.checkpointing import mark_run_finished, releasing_output_dir, run_fingerprint
 from trl_dpr.running.cli import run
 from trl_dpr.running.memory import MemoryTarget
@@ -21,7 +22,7 @@ from trl_dpr.running.pipeline import DPRScriptArguments, check_dpr_inputs, evalu
 from trl_dpr.running.placement import LaunchPlacement, check_launched_run
 from trl_dpr.running.push import defer_push_to_hub, merge_trainer_output, push_trainer_output
 from trl_dpr.running.recipe_parser import RecipeParser
-from trl_dpr.running.stages import evaluation_stage, finished_already, run_stages
+from trl_dpr.running.stages import check_fits_sft_recipe_context, evaluation_stage, finished_already, run_stages
 
 
 def make_parser() -> RecipeParser:
@@ -62,6 +63,9 @@ def main(argv=None):
         return
     # The DPR stage's own input is checked before the SFT stage spends anything: its folder (claimed), the push, the
     # prompts (loaded). run_dpr takes what was claimed and loaded rather than doing it again.
+    check_fits_sft_recipe_context(script_args.sft_config, training_args.check_fits_context)  # π_SFT's, before its SFT
+    if script_args.ref_model_name_or_path:  # r̂ ≡ 0: refused before an SFT stage writes that folder, too
+        check_reference_is_not_sft(sft_path, script_args.ref_model_name_or_path)
     dpr_inputs = check_dpr_inputs(script_args, training_args)
     push = defer_push_to_hub(training_args)  # pushed below, after the evaluation: the model card carries its table
 
