@@ -17,7 +17,7 @@ experiments/README.md holds it (the demo's in README.md, the others in docs/resu
 and two drawn here (`decoding_markdown`, `table1_markdown`) from the evaluations' results.json:
 
     demo_decoding  the demo's SFT and DPR at T = 1 (`make demo`), at the paper's T = 0.7 and greedily:
-                   runs/demo/eval (make demo), runs/demo/eval_t0.7 and runs/demo/eval_greedy, written after make demo by
+                   runs/demo/eval/dpr (make demo), runs/demo/eval_t0.7 and runs/demo/eval_greedy, written after make demo by
                    trl-dpr evaluate --config demo.yaml --temperature 0.7 --output_dir runs/demo/eval_t0.7
                    trl-dpr evaluate --config demo.yaml --temperature 0 --samples_per_prompt 1 --output_dir runs/demo/eval_greedy
     table1         runs/table1_demo (python -m experiments.table1 --config experiments/configs/table1_demo.yaml)
@@ -54,7 +54,7 @@ SOURCES = {
     "real_model": "runs/real_model_lfd/real_model.md",
     "regime_map": "runs/regime_map/regime_map_readme.md",
     "regime_map_curve": "runs/regime_map/regime_map_curve.md",
-    "demo_decoding": "runs/demo/eval/results.json runs/demo/eval_t0.7/results.json runs/demo/eval_greedy/results.json",
+    "demo_decoding": "runs/demo/eval/dpr/results.json runs/demo/eval_t0.7/results.json runs/demo/eval_greedy/results.json",
     "table1": "runs/table1_demo/evaluation/results.json runs/table1_demo/table1.md",
     "regime_scan": "runs/regime_scan/regime_scan.csv",
 }
