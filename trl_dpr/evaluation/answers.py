@@ -106,7 +106,8 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 def weights_fingerprint(model_path: str, _seen: frozenset = frozenset()) -> str | None:
     """A cheap digest of the weights `model_path` loads, so cached answers never outlive them (`rm -r` and retrain,
     `--overwrite_output_dir`): a folder's weight files by name, size and mtime (not its checkpoints, config or card),
-    an adapter's base too; a Hub id's commit (the Hub's when online, else the cached one)."""
+    an adapter's base too; a Hub id's commit (the Hub's when online, else the cached one). Not a digest of the bytes
+    (gigabytes to read): weights copied or rewritten unchanged count as other weights, and are answered again."""
     folder = Path(model_path).expanduser()
     if folder.is_dir():
         files = [
