@@ -270,3 +270,40 @@ def test_a_hub_ids_fingerprint_is_its_cached_commit_offline(tmp_path, monkeypatc
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert weights_fingerprint("owner/tiny") == "hub:0123abc"
     assert weights_fingerprint("owner/not-cached") is None
+
+
+def test_only_what_is_shaped_like_a_hub_id_is_looked_up_on_the_hub(monkeypatch):
+    """A folder that is not there (moved, deleted; absolute, relative, with spaces) has unknown weights, not an error
+    from the Hub client, and costs no Hub lookup."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    asked = []
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, repo, **kw: asked.append(repo) or 1 / 0)
+    for gone in ("/no/such/runs/sft", "../moved/sft", "runs/x/sft", "a folder/sft", "~/sft"):
+        assert weights_fingerprint(gone) is None
+    assert asked == []
+    assert weights_fingerprint("owner/never-downloaded") is None and asked == ["owner/never-downloaded"]
+
+
+def test_an_adapter_whose_base_folder_is_gone_has_unknown_weights(tmp_path):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "moved")}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"lora")
+    assert weights_fingerprint(str(adapter)) is None
+
+
+def test_answers_stand_while_the_weights_cannot_be_told(tmp_path, caplog):
+    """None now (the model's folder, or an adapter's base, moved away): the cached answers are read back as they are,
+    not taken for another model's; they are compared again once the weights are back."""
+    path = tmp_path / "answers.jsonl"
+    made = CountingGenerator(settings={"model_path": "runs/dpr", "weights": "aaa", "temperature": 0.7})
+    answer_prompts(made, "DPR", PROMPTS[:2], answer_cache(path, made), show_progress=False)
+    before = path.read_bytes()
+    unknown = CountingGenerator(settings={"model_path": "runs/dpr", "weights": None, "temperature": 0.7})
+    with caplog.at_level("WARNING"):
+        answers = answer_prompts(unknown, "DPR", PROMPTS[:2], answer_cache(path, unknown), show_progress=False)
+    assert answers == {("0", 0): "answer-to:question 0", ("1", 0): "answer-to:question 1"}
+    assert unknown.calls == 0 and caplog.text == "" and path.read_bytes() == before

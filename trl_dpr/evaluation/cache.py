@@ -23,7 +23,8 @@ class JsonlCache:
     """Records of one JSONL file by `key_fields`; `settings` (what made them) are written into each and must match,
     except that records differing only in `renewed_by` settings are dropped (a warning) and the file is rewritten from
     the first new record on (until then it is left as it was), and records without them (an earlier trl_dpr) take the
-    current values. A setting absent from a record and None here is the same setting."""
+    current values; one that is None here is unknown, not a change. A setting absent from a record and None here is the
+    same setting."""
 
     def __init__(
         self, path: str | Path, key_fields: Sequence[str], settings: dict | None = None, renewed_by: Sequence[str] = ()
@@ -117,13 +118,17 @@ class JsonlCache:
     def _check_settings(self, record: dict, number: int) -> str:
         """ "same" when `record` was made with these settings (a key absent there and None here is the same);
         "adopted" when it only lacks `renewed_by` keys (written before they existed: they take their current value);
-        "stale" when it differs only in `renewed_by` values; otherwise an error."""
+        "stale" when it differs only in `renewed_by` values; otherwise an error. A `renewed_by` value that is None now
+        (unknown: a model folder moved away) is not a change."""
         if self.settings is None or record.get("settings") == self.settings:
             return "same"
         found = record.get("settings") or {}
-        missing = [k for k in self.renewed_by if k not in found and self.settings.get(k) is not None]  # None: no pin
+        unknown = [k for k in self.renewed_by if self.settings.get(k) is None]  # cannot be told now: not a change
+        missing = [k for k in self.renewed_by if k not in found and k not in unknown]
         differing = sorted(
-            k for k in set(found) | set(self.settings) if found.get(k) != self.settings.get(k) and k not in missing
+            k
+            for k in set(found) | set(self.settings)
+            if found.get(k) != self.settings.get(k) and k not in missing and k not in unknown
         )
         if not differing:
             return "adopted" if missing else "same"
