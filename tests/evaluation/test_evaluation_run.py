@@ -192,6 +192,25 @@ def test_an_adapter_whose_base_folder_moved_is_evaluated_from_its_cached_answers
     assert {a.method: a.accuracy for a in report.accuracy} == {"SFT": 1.0, "DPR": 1.0}  # the planted answers
 
 
+def test_each_models_weights_are_fingerprinted_once_per_evaluation(tmp_path, saved_models, monkeypatch):
+    """The fingerprint may cost a Hub lookup (up to 10 s offline): the caches' settings are computed once per model,
+    and the generator loaded to answer does not compute them again."""
+    from collections import Counter
+
+    from trl_dpr.evaluation import answers
+
+    real, counted = answers.weights_fingerprint, Counter()
+
+    def counting(path, *args, **kwargs):
+        counted[str(path)] += 1
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(answers, "weights_fingerprint", counting)
+    monkeypatch.setattr(runner, "weights_fingerprint", counting)
+    run_evaluation(demo_config(tmp_path, saved_models, demo_num_prompts=2), show_progress=False)  # both answer
+    assert counted == {saved_models["sft"]: 1, saved_models["dpr"]: 1}
+
+
 def test_the_recipe_runs_from_a_yaml_config_in_a_process_of_its_own(tmp_path, saved_models):
     config = {
         "output_dir": str(tmp_path / "eval"),

@@ -381,6 +381,32 @@ def test_a_run_finished_by_an_earlier_trl_dpr_that_did_not_count_the_data_is_sti
     release_output_dir(tmp_path)
 
 
+def test_a_local_dataset_folder_costs_one_stat_a_data_file_and_its_hidden_folders_are_not_walked(
+    tmp_path, monkeypatch
+):
+    from trl_dpr.running import checkpointing
+
+    data = tmp_path / "data"
+    (data / "train").mkdir(parents=True)
+    (data / "train" / "part-0.jsonl").write_text('{"prompt": "1 km in m?"}\n')
+    (data / "test.jsonl").write_text('{"prompt": "2 km in m?"}\n')
+    (data / ".git" / "objects").mkdir(parents=True)
+    for i in range(20):  # a repository's history next to the data: not the data, not read
+        (data / ".git" / "objects" / f"{i}").write_text("blob")
+    real_stat, stats = os.stat, []
+    monkeypatch.setattr(
+        checkpointing.os, "stat", lambda path, *a, **kw: stats.append(str(path)) or real_stat(path, *a, **kw)
+    )
+    state = checkpointing._files_state(data)
+    monkeypatch.undo()
+    assert sorted(stats) == [str(data), str(data / "test.jsonl"), str(data / "train" / "part-0.jsonl")]
+    expected = [
+        (name, (data / name).stat().st_size, (data / name).stat().st_mtime_ns)
+        for name in ("test.jsonl", "train/part-0.jsonl")
+    ]
+    assert state == expected
+
+
 def test_the_record_of_a_finished_run_holds_no_argument_in_clear(tmp_path):
     mark_run_finished(tmp_path, run_fingerprint(Recipe(model_init_kwargs={"token": "hf_FAKEtokenINaRECIPE"})))
     assert "hf_FAKE" not in (tmp_path / RUN_COMPLETE_NAME).read_text()

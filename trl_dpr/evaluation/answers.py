@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import json
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Protocol
 
@@ -56,13 +57,19 @@ class TransformersAnswerGenerator:
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
         self.seed = seed
-        self.settings = {
-            "model_path": model_path or getattr(model.config, "name_or_path", None),
-            "weights": weights_fingerprint(model_path) if model_path else None,
+        self.model_path = model_path
+
+    @cached_property
+    def settings(self) -> dict:
+        """What made the answers, for `answer_cache`; on first use only: `trl-dpr evaluate` keys its caches itself,
+        and the weights fingerprint may cost a Hub lookup."""
+        return {
+            "model_path": self.model_path or getattr(self.model.config, "name_or_path", None),
+            "weights": weights_fingerprint(self.model_path) if self.model_path else None,
             "backend": "transformers",
-            "temperature": temperature,
-            "max_new_tokens": max_new_tokens,
-            "seed": seed,
+            "temperature": self.temperature,
+            "max_new_tokens": self.max_new_tokens,
+            "seed": self.seed,
         }
 
     @classmethod
@@ -243,13 +250,19 @@ class VLLMAnswerGenerator:
 
         self.llm = LLM(model=model_path, dtype=dtype, seed=seed, **llm_kwargs)
         self.sampling_params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed)
-        self.settings = {
-            "model_path": str(model_path),
-            "weights": weights_fingerprint(model_path),
+        self.model_path = str(model_path)
+        self.temperature, self.max_new_tokens, self.seed = temperature, max_new_tokens, seed
+
+    @cached_property
+    def settings(self) -> dict:
+        """As `TransformersAnswerGenerator.settings`: on first use only."""
+        return {
+            "model_path": self.model_path,
+            "weights": weights_fingerprint(self.model_path),
             "backend": "vllm",
-            "temperature": temperature,
-            "max_new_tokens": max_new_tokens,
-            "seed": seed,
+            "temperature": self.temperature,
+            "max_new_tokens": self.max_new_tokens,
+            "seed": self.seed,
         }
 
     def generate(self, conversations: list[list[dict]]) -> list[str]:

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import time
 from dataclasses import asdict
@@ -335,13 +336,25 @@ def run_fingerprint(*parsed) -> RunFingerprint:
 
 
 def _files_state(path: Path) -> list:
-    """(name, size, mtime) of a file, or of every file in a folder (hidden ones left out): cheap, unlike its bytes."""
+    """(name, size, mtime) of a file, or of every file in a folder: cheap, unlike its bytes (one stat a file). Hidden
+    files and folders (.git, .cache) are not the data: left out, and not walked."""
     if path.is_file():
-        return [(path.name, path.stat().st_size, path.stat().st_mtime_ns)]
-    files = sorted(
-        f for f in path.rglob("*") if f.is_file() and not any(p.startswith(".") for p in f.relative_to(path).parts)
-    )
-    return [(f.relative_to(path).as_posix(), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+        status = path.stat()
+        return [(path.name, status.st_size, status.st_mtime_ns)]
+    files = []
+    for folder, subfolders, names in os.walk(path):
+        subfolders[:] = [name for name in subfolders if not name.startswith(".")]
+        for name in names:
+            if name.startswith("."):
+                continue
+            try:
+                status = os.stat(os.path.join(folder, name))  # a link: its target's, as the loader reads it
+            except OSError:  # a broken link: nothing the data loads
+                continue
+            if stat.S_ISREG(status.st_mode):
+                relative = Path(folder, name).relative_to(path).as_posix()
+                files.append((relative, status.st_size, status.st_mtime_ns))
+    return sorted(files, key=lambda file: file[0].split("/"))  # by folder, then name: as recorded before
 
 
 def mark_run_finished(output_dir: str | os.PathLike, fingerprint: str) -> None:
