@@ -274,8 +274,8 @@ def claim_output_dir(output_dir: str | os.PathLike, *, resuming: bool = False, o
     if _is_main_process():
         error = _lock(output_dir)
         previous = None if error or resuming or overwrite else _previous_run(output_dir)
+        changed = _FINISHED_WITH_OTHER.pop(os.path.realpath(output_dir), None)  # known when the CLI compared it
         if previous and (output_dir / RUN_COMPLETE_NAME).is_file():  # finished: nothing to resume
-            changed = _FINISHED_WITH_OTHER.get(os.path.realpath(output_dir))  # known when the CLI compared it
             other = f" with other {' and '.join(changed)}" if changed else ""
             error = (
                 f"{str(output_dir)!r} already holds a run ({previous}), finished{other}; "
