@@ -187,6 +187,49 @@ def test_other_weights_and_another_setting_are_still_refused(tmp_path):
         answer_cache(path, other)
 
 
+def test_answers_of_an_earlier_trl_dpr_without_weights_are_reused_and_pinned_to_the_current_weights(tmp_path, caplog):
+    """An answer file written before the weights fingerprint existed has no "weights" key: its records are the current
+    weights' (nothing is generated, no warning), and the file is rewritten with them so a later retraining is seen."""
+    path = tmp_path / "answers.jsonl"
+    earlier = {"model_path": "runs/dpr", "temperature": 0.7}
+    rows = [
+        {"model": "DPR", "prompt_id": str(i), "turn": 0, "answer": f"old {i}", "settings": earlier} for i in range(3)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    now = CountingGenerator(settings={**earlier, "weights": "aaa"})
+    with caplog.at_level("WARNING"):
+        answers = answer_prompts(now, "DPR", PROMPTS[:3], answer_cache(path, now), show_progress=False)
+    assert answers == {(str(i), 0): f"old {i}" for i in range(3)} and now.calls == 0 and caplog.text == ""
+    pinned = [json.loads(line) for line in path.read_text().splitlines()]
+    assert pinned == [{**r, "settings": {**earlier, "weights": "aaa"}} for r in rows]
+
+    retrained = CountingGenerator(settings={**earlier, "weights": "bbb"})
+    with caplog.at_level("WARNING"):
+        assert len(answer_cache(path, retrained)) == 0
+    assert "was made with other weights (weights: 'aaa' in the file, 'bbb' now)" in caplog.text
+
+
+def test_an_earlier_file_without_weights_and_another_setting_is_still_refused(tmp_path):
+    path = tmp_path / "answers.jsonl"
+    record = {"model": "DPR", "prompt_id": "0", "turn": 0, "answer": "a", "settings": {"temperature": 0.7}}
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(ValueError, match=r"\(temperature: 0.7 in the file, 1.0 now\)"):
+        answer_cache(path, CountingGenerator(settings={"temperature": 1.0, "weights": "aaa"}))
+
+
+@pytest.mark.parametrize("renewed_by", [(), ("weights",)])
+def test_a_setting_absent_in_the_file_and_none_now_is_the_same_setting(tmp_path, caplog, renewed_by):
+    """{"weights": None} (a Hub id whose commit is unknown) and a record without the key are the same settings: kept,
+    whatever the cache renews, not dropped as stale."""
+    path = tmp_path / "records.jsonl"
+    line = json.dumps({"id": "0", "value": 1, "settings": {"judge": "exact"}}) + "\n"
+    path.write_text(line)
+    with caplog.at_level("WARNING"):
+        cache = JsonlCache(path, ("id",), settings={"judge": "exact", "weights": None}, renewed_by=renewed_by)
+    assert cache.get(("0",))["value"] == 1 and caplog.text == ""
+    assert path.read_text() == line  # nothing to pin: a known fingerprint later is adopted, not taken for a change
+
+
 def save_tiny_model(path, tokenizer, seed=0):
     build_tiny_causal_lm(tokenizer, seed=seed).save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -227,3 +270,40 @@ def test_a_hub_ids_fingerprint_is_its_cached_commit_offline(tmp_path, monkeypatc
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert weights_fingerprint("owner/tiny") == "hub:0123abc"
     assert weights_fingerprint("owner/not-cached") is None
+
+
+def test_only_what_is_shaped_like_a_hub_id_is_looked_up_on_the_hub(monkeypatch):
+    """A folder that is not there (moved, deleted; absolute, relative, with spaces) has unknown weights, not an error
+    from the Hub client, and costs no Hub lookup."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    asked = []
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, repo, **kw: asked.append(repo) or 1 / 0)
+    for gone in ("/no/such/runs/sft", "../moved/sft", "runs/x/sft", "a folder/sft", "~/sft"):
+        assert weights_fingerprint(gone) is None
+    assert asked == []
+    assert weights_fingerprint("owner/never-downloaded") is None and asked == ["owner/never-downloaded"]
+
+
+def test_an_adapter_whose_base_folder_is_gone_has_unknown_weights(tmp_path):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "moved")}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"lora")
+    assert weights_fingerprint(str(adapter)) is None
+
+
+def test_answers_stand_while_the_weights_cannot_be_told(tmp_path, caplog):
+    """None now (the model's folder, or an adapter's base, moved away): the cached answers are read back as they are,
+    not taken for another model's; they are compared again once the weights are back."""
+    path = tmp_path / "answers.jsonl"
+    made = CountingGenerator(settings={"model_path": "runs/dpr", "weights": "aaa", "temperature": 0.7})
+    answer_prompts(made, "DPR", PROMPTS[:2], answer_cache(path, made), show_progress=False)
+    before = path.read_bytes()
+    unknown = CountingGenerator(settings={"model_path": "runs/dpr", "weights": None, "temperature": 0.7})
+    with caplog.at_level("WARNING"):
+        answers = answer_prompts(unknown, "DPR", PROMPTS[:2], answer_cache(path, unknown), show_progress=False)
+    assert answers == {("0", 0): "answer-to:question 0", ("1", 0): "answer-to:question 1"}
+    assert unknown.calls == 0 and caplog.text == "" and path.read_bytes() == before

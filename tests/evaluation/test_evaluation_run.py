@@ -156,6 +156,61 @@ def test_a_model_retrained_in_place_is_answered_again_not_from_the_old_cache(
     assert loaded == [] and read_jsonl(answers_file) == rows
 
 
+def test_an_adapter_whose_base_folder_moved_is_evaluated_from_its_cached_answers(
+    tmp_path, saved_models, tokenizer, monkeypatch
+):
+    """Every answer cached, then the adapter's base folder moved away: nothing needs the weights, so the evaluation
+    reads the answers back (it did before the weights fingerprint) instead of stopping on the base's path."""
+    base = tmp_path / "base"
+    build_tiny_causal_lm(tokenizer, seed=3).save_pretrained(base)
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(base)}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"never loaded: every answer is cached")
+    tokenizer.save_pretrained(adapter)
+    config = demo_config(tmp_path, {**saved_models, "dpr": str(adapter)}, demo_num_prompts=4)
+    prompts = load_prompt_set("demo", num_prompts=4)
+    for name, path in (("SFT", saved_models["sft"]), ("DPR", str(adapter))):  # as a first evaluation left them
+        settings = runner._generation_settings(config, path)
+        answers = tmp_path / "eval" / "answers" / "demo" / f"{name}.jsonl"
+        answers.parent.mkdir(parents=True, exist_ok=True)
+        rows = [
+            {
+                "model": name,
+                "prompt_id": p.prompt_id,
+                "turn": 0,
+                "answer": f"The answer is {p.references[0]}.",
+                "settings": settings,
+            }
+            for p in prompts
+        ]
+        answers.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    base.rename(tmp_path / "base-moved")
+    monkeypatch.setattr(runner, "load_answer_generator", lambda path, **kwargs: pytest.fail(f"{path} was loaded"))
+    report = run_evaluation(config, show_progress=False)
+    assert {a.method: a.accuracy for a in report.accuracy} == {"SFT": 1.0, "DPR": 1.0}  # the planted answers
+
+
+def test_each_models_weights_are_fingerprinted_once_per_evaluation(tmp_path, saved_models, monkeypatch):
+    """The fingerprint may cost a Hub lookup (up to 10 s offline): the caches' settings are computed once per model,
+    and the generator loaded to answer does not compute them again."""
+    from collections import Counter
+
+    from trl_dpr.evaluation import answers
+
+    real, counted = answers.weights_fingerprint, Counter()
+
+    def counting(path, *args, **kwargs):
+        counted[str(path)] += 1
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(answers, "weights_fingerprint", counting)
+    monkeypatch.setattr(runner, "weights_fingerprint", counting)
+    run_evaluation(demo_config(tmp_path, saved_models, demo_num_prompts=2), show_progress=False)  # both answer
+    assert counted == {saved_models["sft"]: 1, saved_models["dpr"]: 1}
+
+
 def test_the_recipe_runs_from_a_yaml_config_in_a_process_of_its_own(tmp_path, saved_models):
     config = {
         "output_dir": str(tmp_path / "eval"),

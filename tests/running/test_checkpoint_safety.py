@@ -339,6 +339,74 @@ def test_a_file_edited_in_a_local_dataset_folder_is_another_run(tmp_path):
     assert not finished_run(tmp_path, run_fingerprint(Data(str(data))))
 
 
+def test_a_finished_runs_folder_is_refused_naming_what_changed_not_offered_to_resume(tmp_path):
+    """A finished run has nothing to resume: the refusal says it is finished, what differs from it, and how to train
+    again; its model stays."""
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"prompt": "1 km in m?"}\n')
+    mark_run_finished(tmp_path, run_fingerprint(Data(str(train))))
+    later = train.stat().st_mtime_ns + 1_000_000_000
+    os.utime(train, ns=(later, later))  # touched: the same bytes, saved again
+    assert not finished_run(tmp_path, run_fingerprint(Data(str(train))))
+    with pytest.raises(ValueError) as refused:
+        claim_output_dir(tmp_path)
+    message = str(refused.value)
+    assert "already holds a run (model.safetensors), finished with other data (the dataset_name files" in message
+    assert "--overwrite_output_dir true" in message and "Resume" not in message and "arguments" not in message
+    assert (tmp_path / "model.safetensors").read_bytes() == b"weights"
+
+    mark_run_finished(tmp_path, run_fingerprint(Recipe()))
+    assert not finished_run(tmp_path, run_fingerprint(Recipe(kl_coef=0.5)))
+    with pytest.raises(ValueError, match=r"finished with other arguments; its model is left as it is"):
+        claim_output_dir(tmp_path)
+    release_output_dir(tmp_path)
+
+
+def test_a_run_finished_by_an_earlier_trl_dpr_that_did_not_count_the_data_is_still_finished(tmp_path):
+    """run_complete.json of a trl_dpr that digested the arguments alone (no data files, no parts): the same command
+    again is `Already finished` while its arguments are the same, not refused for data it never recorded."""
+    import hashlib
+
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"prompt": "1 km in m?"}\n')
+    arguments = {"Data": {"dataset_name": str(train)}}  # what the earlier run_fingerprint digested
+    earlier = hashlib.sha256(json.dumps(arguments, default=str, sort_keys=True).encode()).hexdigest()
+    (tmp_path / RUN_COMPLETE_NAME).write_text(json.dumps({"arguments_sha256": earlier}) + "\n")
+    assert finished_run(tmp_path, run_fingerprint(Data(str(train))))
+    assert not finished_run(tmp_path, run_fingerprint(Data(str(tmp_path / "other.jsonl"))))  # other arguments
+    with pytest.raises(ValueError, match=r"finished with other arguments or data \(or an earlier trl_dpr made it\)"):
+        claim_output_dir(tmp_path)
+    release_output_dir(tmp_path)
+
+
+def test_a_local_dataset_folder_costs_one_stat_a_data_file_and_its_hidden_folders_are_not_walked(
+    tmp_path, monkeypatch
+):
+    from trl_dpr.running import checkpointing
+
+    data = tmp_path / "data"
+    (data / "train").mkdir(parents=True)
+    (data / "train" / "part-0.jsonl").write_text('{"prompt": "1 km in m?"}\n')
+    (data / "test.jsonl").write_text('{"prompt": "2 km in m?"}\n')
+    (data / ".git" / "objects").mkdir(parents=True)
+    for i in range(20):  # a repository's history next to the data: not the data, not read
+        (data / ".git" / "objects" / f"{i}").write_text("blob")
+    real_stat, stats = os.stat, []
+    monkeypatch.setattr(
+        checkpointing.os, "stat", lambda path, *a, **kw: stats.append(str(path)) or real_stat(path, *a, **kw)
+    )
+    state = checkpointing._files_state(data)
+    monkeypatch.undo()
+    assert sorted(stats) == [str(data), str(data / "test.jsonl"), str(data / "train" / "part-0.jsonl")]
+    expected = [
+        (name, (data / name).stat().st_size, (data / name).stat().st_mtime_ns)
+        for name in ("test.jsonl", "train/part-0.jsonl")
+    ]
+    assert state == expected
+
+
 def test_the_record_of_a_finished_run_holds_no_argument_in_clear(tmp_path):
     mark_run_finished(tmp_path, run_fingerprint(Recipe(model_init_kwargs={"token": "hf_FAKEtokenINaRECIPE"})))
     assert "hf_FAKE" not in (tmp_path / RUN_COMPLETE_NAME).read_text()

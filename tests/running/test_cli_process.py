@@ -692,7 +692,8 @@ def test_the_readmes_demo_command_again_on_its_finished_run_exits_0_with_its_tab
 @pytest.mark.slow  # two processes forked from this one: seconds
 def test_a_finished_run_whose_local_training_file_was_edited_is_not_taken_for_finished(tmp_path, monkeypatch):
     """`trl-dpr dpr` again after editing train.jsonl: not `Already finished` (that run trained on other data), but the
-    folder's refusal with the way to train again; the finished run's model is left as it was."""
+    folder's refusal, naming the data as what changed and the way to train again (not to resume: the run is
+    finished); the finished run's model is left as it was."""
     from trl_dpr.running.checkpointing import mark_run_finished, run_fingerprint
     from trl_dpr.scripts.dpr import make_parser
 
@@ -718,7 +719,9 @@ def test_a_finished_run_whose_local_training_file_was_edited_is_not_taken_for_fi
         f.write(json.dumps(rows[4]) + "\n")
     edited = trl_dpr_forked("dpr", "--config", str(path), tmp_path=tmp_path)
     assert edited.returncode == 2 and "Already finished" not in edited.stdout, edited.stdout[-2000:]
-    assert "already holds a run" in edited.stderr and "--overwrite_output_dir true" in edited.stderr
+    (line,) = [line for line in edited.stderr.splitlines() if line.startswith("error")]
+    assert "already holds a run (model.safetensors), finished with other data (the dataset_name files" in line
+    assert "--overwrite_output_dir true" in line and "Resume" not in line
     assert "Traceback" not in edited.stderr
     assert (tmp_path / "dpr" / "model.safetensors").read_bytes() == b"weights of the finished run"
 

@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import json
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Protocol
 
@@ -56,13 +57,19 @@ class TransformersAnswerGenerator:
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
         self.seed = seed
-        self.settings = {
-            "model_path": model_path or getattr(model.config, "name_or_path", None),
-            "weights": weights_fingerprint(model_path) if model_path else None,
+        self.model_path = model_path
+
+    @cached_property
+    def settings(self) -> dict:
+        """What made the answers, for `answer_cache`; on first use only: `trl-dpr evaluate` keys its caches itself,
+        and the weights fingerprint may cost a Hub lookup."""
+        return {
+            "model_path": self.model_path or getattr(self.model.config, "name_or_path", None),
+            "weights": weights_fingerprint(self.model_path) if self.model_path else None,
             "backend": "transformers",
-            "temperature": temperature,
-            "max_new_tokens": max_new_tokens,
-            "seed": seed,
+            "temperature": self.temperature,
+            "max_new_tokens": self.max_new_tokens,
+            "seed": self.seed,
         }
 
     @classmethod
@@ -106,7 +113,9 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 def weights_fingerprint(model_path: str, _seen: frozenset = frozenset()) -> str | None:
     """A cheap digest of the weights `model_path` loads, so cached answers never outlive them (`rm -r` and retrain,
     `--overwrite_output_dir`): a folder's weight files by name, size and mtime (not its checkpoints, config or card),
-    an adapter's base too; a Hub id's commit (the Hub's when online, else the cached one)."""
+    an adapter's base too; a Hub id's commit (the Hub's when online, else the cached one). Not a digest of the bytes
+    (gigabytes to read): weights copied or rewritten unchanged count as other weights, and are answered again. None
+    when unknown (a folder or an adapter's base gone, a Hub id neither reachable nor cached): cached answers stand."""
     folder = Path(model_path).expanduser()
     if folder.is_dir():
         files = [
@@ -117,7 +126,10 @@ def weights_fingerprint(model_path: str, _seen: frozenset = frozenset()) -> str 
         base = _adapter_base(folder)
         seen = _seen | {str(folder.resolve())}
         if base is not None and str(Path(base).expanduser().resolve()) not in seen:
-            files.append(("base", base, weights_fingerprint(base, seen)))
+            base_weights = weights_fingerprint(base, seen)
+            if base_weights is None:  # its base moved, deleted or not reachable: the weights are unknown, not other
+                return None
+            files.append(("base", base, base_weights))
         return hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16]
     revision = _hub_revision(model_path)
     return f"hub:{revision}" if revision else None
@@ -131,16 +143,26 @@ def _adapter_base(folder: Path) -> str | None:
 
 
 def _hub_revision(model_id: str) -> str | None:
-    """The commit a Hub id loads: the Hub's `main` when online, else the snapshot this machine has cached."""
+    """The commit a Hub id loads: the Hub's `main` when online, else the snapshot this machine has cached (of a model or
+    of an adapter). None for what is not shaped like a Hub id: a folder that is not there (moved, deleted) has no
+    weights to fingerprint, and its answers are read back while none is missing (loading it would say it is gone)."""
     from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+    try:
+        validate_repo_id(model_id)
+    except (HFValidationError, ValueError):
+        return None
     if not constants.HF_HUB_OFFLINE:
         try:
             return HfApi().model_info(model_id, timeout=10).sha
-        except Exception:  # no network, a private repo without a token, not an id: the cached commit, if any
+        except Exception:  # no network, a private repo without a token: the cached commit, if any
             pass
-    cached = try_to_load_from_cache(model_id, "config.json")
-    return Path(cached).parent.name if isinstance(cached, str) else None
+    for name in ("config.json", "adapter_config.json"):
+        cached = try_to_load_from_cache(model_id, name)
+        if isinstance(cached, str):
+            return Path(cached).parent.name
+    return None
 
 
 def answer_prompts(
@@ -228,13 +250,19 @@ class VLLMAnswerGenerator:
 
         self.llm = LLM(model=model_path, dtype=dtype, seed=seed, **llm_kwargs)
         self.sampling_params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed)
-        self.settings = {
-            "model_path": str(model_path),
-            "weights": weights_fingerprint(model_path),
+        self.model_path = str(model_path)
+        self.temperature, self.max_new_tokens, self.seed = temperature, max_new_tokens, seed
+
+    @cached_property
+    def settings(self) -> dict:
+        """As `TransformersAnswerGenerator.settings`: on first use only."""
+        return {
+            "model_path": self.model_path,
+            "weights": weights_fingerprint(self.model_path),
             "backend": "vllm",
-            "temperature": temperature,
-            "max_new_tokens": max_new_tokens,
-            "seed": seed,
+            "temperature": self.temperature,
+            "max_new_tokens": self.max_new_tokens,
+            "seed": self.seed,
         }
 
     def generate(self, conversations: list[list[dict]]) -> list[str]:

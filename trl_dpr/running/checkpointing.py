@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import time
 from dataclasses import asdict
@@ -291,7 +292,15 @@ def claim_output_dir(
     if _is_main_process():
         error = _lock(output_dir)
         previous = None if error or resuming or overwrite or evaluating else _previous_run(output_dir)
-        if previous:
+        changed = _FINISHED_WITH_OTHER.pop(os.path.realpath(output_dir), None)  # known when the CLI compared it
+        if previous and (output_dir / RUN_COMPLETE_NAME).is_file():  # finished: nothing to resume
+            other = f" with other {' and '.join(changed)}" if changed else ""
+            error = (
+                f"{str(output_dir)!r} already holds a run ({previous}), finished{other}; "
+                "its model is left as it is. To train again: --overwrite_output_dir true (or overwrite_output_dir: "
+                "true in the recipe), or another --output_dir."
+            )
+        elif previous:
             error = (
                 f"{str(output_dir)!r} already holds a run ({previous}). A fresh run would replace its checkpoints and "
                 "model. Resume it (--resume_from_checkpoint true), choose another --output_dir, or start over in "
@@ -306,7 +315,20 @@ def claim_output_dir(
         raise (OutputDirInUse if error.startswith("Another run") else ValueError)(error)
 
 
-def run_fingerprint(*parsed) -> str:
+class RunFingerprint(str):
+    """`run_fingerprint`'s digest of a whole run, with the digests of its `parts` (arguments, config files, data files):
+    a finished run of other ones can say which changed. `without_data`: the digest an earlier trl_dpr recorded, which
+    did not count the data files."""
+
+    parts: dict
+    without_data: str
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, default=str, sort_keys=True).encode()).hexdigest()
+
+
+def run_fingerprint(*parsed) -> RunFingerprint:
     """A digest of a recipe's parsed arguments (its dataclasses: TRL's configs, the script's), of the text of the
     config files they name (`*_config`: an edited evaluation YAML is another run) and of the state of a local
     `dataset_name` (its files' names, sizes and mtimes: an edited train.jsonl is another run): what `run_complete.json`
@@ -324,17 +346,34 @@ def run_fingerprint(*parsed) -> str:
             ):  # is the run too
                 digest = hashlib.sha256(Path(value).read_bytes()).hexdigest()
                 arguments.setdefault("config files", {})[f"{type(values).__name__}.{key}"] = digest
-    return hashlib.sha256(json.dumps(arguments, default=str, sort_keys=True).encode()).hexdigest()
+    fingerprint = RunFingerprint(_digest(arguments))
+    files = ("config files", "data files")
+    fingerprint.parts = {"arguments": _digest({k: v for k, v in arguments.items() if k not in files})}
+    fingerprint.parts.update({part: _digest(arguments[part]) for part in files if part in arguments})
+    fingerprint.without_data = _digest({k: v for k, v in arguments.items() if k != "data files"})
+    return fingerprint
 
 
 def _files_state(path: Path) -> list:
-    """(name, size, mtime) of a file, or of every file in a folder (hidden ones left out): cheap, unlike its bytes."""
+    """(name, size, mtime) of a file, or of every file in a folder: cheap, unlike its bytes (one stat a file). Hidden
+    files and folders (.git, .cache) are not the data: left out, and not walked."""
     if path.is_file():
-        return [(path.name, path.stat().st_size, path.stat().st_mtime_ns)]
-    files = sorted(
-        f for f in path.rglob("*") if f.is_file() and not any(p.startswith(".") for p in f.relative_to(path).parts)
-    )
-    return [(f.relative_to(path).as_posix(), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+        status = path.stat()
+        return [(path.name, status.st_size, status.st_mtime_ns)]
+    files = []
+    for folder, subfolders, names in os.walk(path):
+        subfolders[:] = [name for name in subfolders if not name.startswith(".")]
+        for name in names:
+            if name.startswith("."):
+                continue
+            try:
+                status = os.stat(os.path.join(folder, name))  # a link: its target's, as the loader reads it
+            except OSError:  # a broken link: nothing the data loads
+                continue
+            if stat.S_ISREG(status.st_mode):
+                relative = Path(folder, name).relative_to(path).as_posix()
+                files.append((relative, status.st_size, status.st_mtime_ns))
+    return sorted(files, key=lambda file: file[0].split("/"))  # by folder, then name: as recorded before
 
 
 def mark_run_finished(output_dir: str | os.PathLike, fingerprint: str) -> None:
@@ -342,21 +381,49 @@ def mark_run_finished(output_dir: str | os.PathLike, fingerprint: str) -> None:
     if _is_main_process():
         record = Path(output_dir) / RUN_COMPLETE_NAME
         partial = record.with_name(f".{RUN_COMPLETE_NAME}.partial")  # renamed: a reader never sees half a file
-        partial.write_text(json.dumps({"arguments_sha256": fingerprint}) + "\n")
+        parts = getattr(fingerprint, "parts", None)
+        partial.write_text(json.dumps({"arguments_sha256": fingerprint, **({"parts": parts} if parts else {})}) + "\n")
         os.replace(partial, record)
 
 
 def finished_run(output_dir: str | os.PathLike, fingerprint: str) -> bool:
     """Whether `output_dir` holds a run that got to its end with the arguments of `fingerprint` and still has its
-    model: the same command again has nothing to do. Every process gets the main process's answer."""
+    model: the same command again has nothing to do. When it finished with others, what changed is kept for the
+    refusal of `claim_output_dir` (SPIN and GSIL claim to continue instead). Every process gets the main process's
+    answer."""
     finished = None
     if _is_main_process():
         try:
-            recorded = json.loads((Path(output_dir) / RUN_COMPLETE_NAME).read_text())["arguments_sha256"]
-        except (OSError, ValueError, KeyError, TypeError):  # none, or not one this version wrote: not finished
-            recorded = None
-        finished = "yes" if recorded == fingerprint and _previous_run(Path(output_dir)) else None
+            changed = _changes(json.loads((Path(output_dir) / RUN_COMPLETE_NAME).read_text()), fingerprint)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # none, or not one we can read: unfinished
+            changed = None
+        _FINISHED_WITH_OTHER[os.path.realpath(output_dir)] = changed or None
+        finished = "yes" if changed == [] and _previous_run(Path(output_dir)) else None
     return _agree(finished) == "yes"
+
+
+# What differs from the run that finished in a folder (`finished_run`), by folder: its refusal names it.
+_FINISHED_WITH_OTHER: dict[str, list[str] | None] = {}
+
+_CHANGED = {
+    "arguments": "arguments",
+    "config files": "config files (the *_config files it names)",
+    "data files": "data (the dataset_name files: edited, replaced or touched)",
+}
+
+
+def _changes(record: dict, fingerprint: str) -> list[str]:
+    """What differs between a finished run's `record` (run_complete.json) and `fingerprint`: [] when it is this run.
+    A record without a data part (an earlier trl_dpr's: it did not count the data) matches on the rest."""
+    recorded, parts = record.get("parts"), getattr(fingerprint, "parts", None)
+    if record["arguments_sha256"] == fingerprint:
+        return []
+    if isinstance(recorded, dict) and parts:
+        names = [n for n in _CHANGED if (n in recorded or n != "data files") and recorded.get(n) != parts.get(n)]
+        return [_CHANGED[n] for n in names]
+    if record["arguments_sha256"] == getattr(fingerprint, "without_data", None):
+        return []
+    return ["arguments or data (or an earlier trl_dpr made it)"]
 
 
 def _barrier() -> None:
