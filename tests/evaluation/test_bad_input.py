@@ -298,3 +298,25 @@ def test_a_json_file_is_a_list_or_one_object_per_line_as_datasets_reads_it_and_a
     (tmp_path / "list_line.jsonl").write_text(json.dumps(rows[0]) + "\n[1, 2]\n")
     with pytest.raises(ValueError, match=r"list_line\.jsonl:2 is not a JSON object \(a list\)"):
         read_json_rows(tmp_path / "list_line.jsonl")
+
+
+def test_a_jsonl_file_with_a_byte_order_mark_or_a_line_separator_in_a_string_reads_as_datasets_reads_it(tmp_path):
+    """A file saved with a UTF-8 byte-order mark, and a string holding U+2028 or U+0085 (json.dumps with
+    ensure_ascii=False leaves them unescaped; str.splitlines splits at them): `datasets` reads both, so must the one
+    reader that checks a user's file before it (a false refusal otherwise). `datasets` itself is the reference."""
+    from datasets import load_dataset
+
+    from trl_dpr.data import load_demonstrations
+
+    rows = [
+        {"messages": [{"role": "user", "content": f"line\u2028break {n}\u0085"}, {"role": "assistant", "content": "ok"}]}
+        for n in range(3)
+    ]
+    path = tmp_path / "marked.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode())
+    assert read_json_rows(path) == list(load_dataset("json", data_files=str(path), split="train")) == rows
+    assert list(load_demonstrations(str(path))) == rows
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps(rows[0], ensure_ascii=False) + "\n" + '{"messages": [\n')
+    with pytest.raises(ValueError, match=r"broken\.jsonl:2 is not a JSON object"):
+        load_demonstrations(str(broken))  # `datasets` fails first; the one reader names the line
