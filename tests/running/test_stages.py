@@ -99,18 +99,25 @@ def test_every_pipeline_refuses_an_sft_stage_that_writes_another_folder(stages, 
         stages(method, tmp_path / "elsewhere")
 
 
-@pytest.mark.parametrize("method", ["dpr", "spin", "gsil"])
-def test_every_pipeline_refuses_a_found_sft_whose_reference_is_at_another_alpha_than_its_sft_recipe(
-    stages, tmp_path, tokenizer, method
+@pytest.mark.parametrize("method", ["dpr", "dpr, π_ref named", "spin", "gsil"])
+def test_a_found_sft_whose_reference_is_at_another_alpha_than_its_sft_recipe_is_refused_where_it_is_read(
+    stages, tmp_path, tokenizer, capsys, method
 ):
-    """The SFT recipe asks for π_ref at α=0.25; the finished SFT output there recorded α=0.5: skipping it would train
-    against the α=0.5 π_ref, so the run stops before training, the SFT output as it was."""
+    """The SFT recipe asks for π_ref at α=0.25; the finished SFT output there recorded α=0.5: DPR skipping it would
+    train against the α=0.5 π_ref, so it stops before training, the SFT output as it was. SPIN/GSIL (which train
+    against π_t) and DPR with its own `ref_model_name_or_path` never read that π_ref: they go on, and say so."""
     sft = save_sft_output(tmp_path / "sft", tokenizer)  # its dpr_reference.json: fraction 0.5
     manifest = (sft / "dpr_reference.json").read_text()
-    message = r"π_ref is at α=0.5 \(dpr_reference.json\), but .*sft.yaml asks for reference_fraction 0.25\."
-    with pytest.raises(ValueError, match=message + r" To train π_ref at α=0.25, remove .*set reference_fraction: 0.5"):
-        stages(method, sft, sft_overrides={"reference_fraction": 0.25})
-    assert stages.sft_runs == [] and stages.trained == []
+    if method == "dpr":
+        message = r"π_ref is at α=0.5 \(dpr_reference.json\), but .*sft.yaml asks for reference_fraction 0.25\."
+        with pytest.raises(ValueError, match=message + r" To train π_ref at α=0.25, remove .*reference_fraction: 0.5"):
+            stages(method, sft, sft_overrides={"reference_fraction": 0.25})
+        assert stages.sft_runs == [] and stages.trained == []
+    else:
+        named = ("--ref_model_name_or_path", str(sft / "dpr_reference")) if method.startswith("dpr") else ()
+        stages(method.split(",")[0], sft, "", *named, sft_overrides={"reference_fraction": 0.25})
+        assert f"(its π_ref (α=0.25) not read here): found in {sft}, skipped" in capsys.readouterr().out
+        assert stages.sft_runs == [] and stages.trained == ["DPR" if named else "self-play"]
     assert (sft / "dpr_reference.json").read_text() == manifest
 
 
@@ -123,7 +130,8 @@ def test_every_pipeline_names_the_alpha_of_the_sft_output_it_found_and_skips_it(
     manifest["fraction"] = 0.3
     (sft / "dpr_reference.json").write_text(json.dumps(manifest))
     stages(method, sft, sft_overrides={"reference_fraction": 0.3})
-    assert f"(reference checkpoint at α=0.3): found in {sft}, skipped" in capsys.readouterr().out
+    shown = "reference checkpoint at α=0.3" if method == "dpr" else "its π_ref (α=0.3) not read here"
+    assert f"({shown}): found in {sft}, skipped" in capsys.readouterr().out
     assert stages.sft_runs == [] and stages.trained == ["DPR" if method == "dpr" else "self-play"]
 
 
@@ -507,3 +515,26 @@ def test_overwrite_output_dir_is_a_key_and_a_flag_of_the_sft_recipe_as_of_dprs(s
         "flag": True,
         "key": True,
     }
+
+
+@pytest.mark.parametrize(
+    ("output_dir", "expected"),
+    [
+        ("runs/demo/dpr", "runs/demo/eval/dpr"),
+        ("runs/p/dpr_sr", "runs/p/eval/dpr_sr"),  # an ablation beside runs/p/dpr: a folder of its own
+        ("runs/demo/dpr/", "runs/demo/eval/dpr"),
+        ("runs/demo/dpr/../dpr_sr", "runs/demo/eval/dpr_sr"),
+        (".", "../eval/{cwd}"),  # never inside the run being evaluated
+    ],
+)
+def test_each_runs_evaluation_is_in_a_folder_of_its_own_beside_the_run_never_inside_it(
+    output_dir, expected, tmp_path, monkeypatch
+):
+    """The pipeline's evaluation folder, written out by hand: `<parent>/eval/<run folder>` of the run's absolute path
+    (runs/p/dpr and runs/p/dpr_sr each get their own cached answers)."""
+    from trl_dpr.running.pipeline import evaluation_dir
+
+    monkeypatch.chdir(tmp_path)
+    want = (tmp_path / expected.format(cwd=tmp_path.name)).resolve()
+    assert Path(evaluation_dir(output_dir)).resolve() == want
+    assert not Path(evaluation_dir(output_dir)).resolve().is_relative_to((tmp_path / output_dir).resolve())

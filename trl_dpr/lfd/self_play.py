@@ -720,5 +720,6 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
             trust_remote_code=training_args.trust_remote_code,
             # Before the evaluation: a failed one leaves a finished run, which the same command again only evaluates.
             finish=lambda run: mark_run_finished(root, fingerprint),
+            reads_reference=False,  # self-play trains against π_t, never the SFT output's π_ref
         )
     return run

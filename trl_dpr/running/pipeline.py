@@ -433,8 +433,8 @@ def evaluation_dir(output_dir: str | os.PathLike) -> str:
     """Where a pipeline writes its evaluation of the run in `output_dir`: `<parent>/eval/<run folder>` (runs/demo/dpr →
     runs/demo/eval/dpr). A folder per run, as its cached answers are those of this run's model: an ablation beside a
     finished run (runs/p/dpr_sr next to runs/p/dpr) would otherwise find the other model's answers under its name."""
-    folder = Path(output_dir)
-    return str(folder.parent / "eval" / Path(os.path.abspath(folder)).name)
+    folder = Path(os.path.abspath(output_dir))  # "." or "runs/p/dpr/..": the folder's own name and parent
+    return str(folder.parent / "eval" / folder.name)
 
 
 def evaluate_against_sft(

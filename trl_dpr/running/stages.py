@@ -44,10 +44,12 @@ def run_stages(
     evaluate: Callable[[Trained, str], object],
     trust_remote_code: bool = False,
     finish: Callable[[Trained], object] | None = None,
+    reads_reference: bool = True,
 ) -> Trained:
     """Run a pipeline recipe's stages: the SFT stage of `sft_config` (when set) writing `sft_path`, then `train()`,
     `finish(trained)` (the run's record of being finished), then `evaluate(trained, device)` against SFT (when
-    `evaluation_config` is set); returns what `train()` returned.
+    `evaluation_config` is set); returns what `train()` returned. `reads_reference`: the training reads the SFT
+    output's π_ref (DPR without `ref_model_name_or_path`), so a found SFT whose π_ref is at another α is refused.
 
     The evaluation YAML is checked before anything trains, its lengths against π_SFT's context before `train()` (π_SFT
     read with the training run's `trust_remote_code` where the YAML does not set it, as `evaluate` must load it); a
@@ -59,7 +61,7 @@ def run_stages(
     stages = 1 + bool(sft_config) + bool(evaluation_config)
     stage = 1
     if sft_config:
-        _sft_stage(method, sft_path, placement, sft_config, stage, stages)
+        _sft_stage(method, sft_path, placement, sft_config, stage, stages, reads_reference)
         stage += 1
     if evaluation_config:  # π_SFT is there now: the answers must fit its context before hours of training
         check_evaluation_fits_context(evaluation_config, sft_path, trust_remote_code)
@@ -135,7 +137,15 @@ def finished_already(training_args, fingerprint: str, evaluate_again: Callable[[
     return True
 
 
-def _sft_stage(method: str, sft_path: str, placement: RunPlacement, sft_config: str, stage: int, stages: int) -> None:
+def _sft_stage(
+    method: str,
+    sft_path: str,
+    placement: RunPlacement,
+    sft_config: str,
+    stage: int,
+    stages: int,
+    reads_reference: bool = True,
+) -> None:
     sft_args, sft_training_args, sft_model_args = sft_stage_of_pipeline(sft_config, placement)
     if sft_training_args.output_dir != sft_path:
         raise ValueError(
@@ -146,9 +156,10 @@ def _sft_stage(method: str, sft_path: str, placement: RunPlacement, sft_config: 
     alpha = sft_args.reference_fraction
     finished = has_sft_output(sft_path)
     unfinished_checkpoint = None if finished else last_complete_checkpoint(sft_path)
-    if finished:
+    if finished and reads_reference:  # SPIN/GSIL and a named π_ref never read the SFT output's π_ref
         alpha = _check_found_alpha(sft_path, sft_config, alpha)
-    title = f"SFT of {sft_model_args.model_name_or_path} (reference checkpoint at α={alpha})"
+    reference = f"reference checkpoint at α={alpha}" if reads_reference else f"its π_ref (α={alpha}) not read here"
+    title = f"SFT of {sft_model_args.model_name_or_path} ({reference})"
     if finished:
         title += f": found in {sft_path}, skipped"
     elif unfinished_checkpoint:

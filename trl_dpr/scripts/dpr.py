@@ -86,6 +86,7 @@ def main(argv=None):
             trust_remote_code=training_args.trust_remote_code,
             # Before the evaluation: a failed one leaves a finished run, which the same command again only evaluates.
             finish=lambda trainer: mark_run_finished(training_args.output_dir, fingerprint),
+            reads_reference=not script_args.ref_model_name_or_path,  # a named π_ref replaces the SFT output's
         )
         if push:
             push_trainer_output(
