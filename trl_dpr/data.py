@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from datasets import Dataset, DatasetDict, load_dataset
+from datasets import Dataset, DatasetDict, IterableDataset, LargeList, List, Value, load_dataset
 
 from .reference_manifest import sft_trained_on_messages
 
@@ -112,8 +112,10 @@ def _check_assistant_turns(conversations: list, name: str) -> None:
         )
 
 
-def check_prompt_dataset(dataset, name: str) -> None:
-    """DPR samples a completion for each row's `prompt`: say so before any model is loaded when there is none."""
+def check_prompt_dataset(dataset, name: str, strings_as_chat: bool = False) -> None:
+    """DPR samples a completion for each row's `prompt`: say so before any model is loaded when there is none. A column
+    mixing strings and messages is refused too (TRL reads a batch in its first row's form), unless `strings_as_chat`
+    (π_SFT's record says messages, so every string becomes a user turn first)."""
     if isinstance(dataset, Dataset) and dataset.num_rows == 0:
         raise ValueError(
             f"{name} is empty: DPR needs prompts to sample completions for (a run on none would save π_SFT)."
@@ -125,6 +127,23 @@ def check_prompt_dataset(dataset, name: str) -> None:
             "map your data to a `prompt` column (a string or a list of chat messages), e.g. with "
             "trl_dpr.data.prompts_for_rl for `messages` or prompt/completion datasets."
         )
+    if not strings_as_chat and isinstance(dataset, Dataset) and _prompt_kinds(dataset) == {str, list}:
+        raise ValueError(
+            f"{name} mixes string prompts and chat messages, and no `trl-dpr sft` record says π_SFT was trained on "
+            "messages (TRL reads each batch in its first prompt's form): write every prompt one way, as messages "
+            '([{"role": "user", "content": ...}]) for a chat model or as strings for a raw-text one.'
+        )
+
+
+def _prompt_kinds(dataset: Dataset) -> set[type]:
+    """`{str}`, `{list}` or both: the forms of `dataset`'s prompts, from its features when they say, else read from
+    every row (`datasets` reads a file mixing strings and messages as one `Json` column)."""
+    feature = dataset.features.get("prompt")
+    if isinstance(feature, Value):
+        return {str}
+    if isinstance(feature, (List, LargeList, list)):
+        return {list}
+    return {str if isinstance(prompt, str) else list for prompt in dataset["prompt"]}
 
 
 def check_chat_template(tokenizer, dataset, name: str) -> None:
@@ -200,14 +219,26 @@ def as_user_turns(prompts: Sequence) -> list:
 
 def prompts_as_sft_reads_them(dataset, sft_model_name_or_path, tokenizer, name: str):
     """`dataset` with its string prompts as user turns when `string_prompts_as_chat` says so (what the trainer then
-    samples from, and what reward functions get as `prompts`), else unchanged."""
-    if not isinstance(dataset, Dataset) or dataset.num_rows == 0 or "prompt" not in dataset.column_names:
+    samples from, and what reward functions get as `prompts`), else unchanged. A `Dataset` is judged by all its rows
+    (a column may mix strings and messages); an `IterableDataset` by its first, and mapped as it streams."""
+    if isinstance(dataset, IterableDataset):
+        first = next(iter(dataset), None)
+        if first is None or "prompt" not in first:
+            return dataset
+        seen = [first["prompt"]]
+    elif isinstance(dataset, Dataset) and dataset.num_rows and "prompt" in dataset.column_names:
+        seen = [""] if str in _prompt_kinds(dataset) else []  # the rule asks only whether a string is there
+    else:
         return dataset
-    if not string_prompts_as_chat(sft_model_name_or_path, tokenizer, [dataset[0]["prompt"]], name):
-        return dataset
-    return dataset.map(
-        lambda batch: {"prompt": as_user_turns(batch["prompt"])}, batched=True, desc=f"{name}: prompts as user turns"
-    )
+    as_chat = string_prompts_as_chat(sft_model_name_or_path, tokenizer, seen, name)  # said once, when it applies
+
+    def as_turns(batch):
+        return {"prompt": as_user_turns(batch["prompt"])}
+
+    if isinstance(dataset, IterableDataset):  # its later rows may be strings when its first is not
+        streams_as_chat = as_chat or sft_trained_on_messages(sft_model_name_or_path)
+        return dataset.map(as_turns, batched=True) if streams_as_chat else dataset
+    return dataset.map(as_turns, batched=True, desc=f"{name}: prompts as user turns") if as_chat else dataset
 
 
 def prompts_for_rl(dataset: Dataset, name: str) -> Dataset:
