@@ -189,14 +189,16 @@ def drop_long_prompts(dataset, tokenizer, max_prompt_length: int, name: str = "t
     return (dataset if dropped == 0 else dataset.select(keep)), dropped
 
 
-def string_prompts_as_chat(sft_model_name_or_path, tokenizer, prompts: Sequence, stage: str) -> bool:
+def string_prompts_as_chat(
+    sft_model_name_or_path, tokenizer, prompts: Sequence, stage: str, revision: str | None = None, token=None
+) -> bool:
     """Whether `prompts`' strings go to π_SFT as one user turn of its chat template: the one rule of DPR, the preview and
     the evaluation. TRL reads a string as raw text, and a π_SFT trained on messages has never seen its prompts that
     way (it answers with its end-of-turn token): its `sft_complete.json` says which. Without a record, raw text (TRL's
     rule), said in one line when the tokenizer has a chat template; the wrapping is said in one line too."""
     if not any(isinstance(prompt, str) for prompt in prompts):
         return False
-    on_messages = sft_trained_on_messages(sft_model_name_or_path)
+    on_messages = sft_trained_on_messages(sft_model_name_or_path, revision, token)  # the Hub copy π_SFT loads
     if on_messages:
         logger.warning(
             f"{stage}: π_SFT ({sft_model_name_or_path}) was trained on chat messages, so each string prompt goes to "
@@ -217,7 +219,9 @@ def as_user_turns(prompts: Sequence) -> list:
     return [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
 
 
-def prompts_as_sft_reads_them(dataset, sft_model_name_or_path, tokenizer, name: str):
+def prompts_as_sft_reads_them(
+    dataset, sft_model_name_or_path, tokenizer, name: str, revision: str | None = None, token=None
+):
     """`dataset` with its string prompts as user turns when `string_prompts_as_chat` says so (what the trainer then
     samples from, and what reward functions get as `prompts`), else unchanged. A `Dataset` is judged by all its rows
     (a column may mix strings and messages); an `IterableDataset` by its first, and mapped as it streams."""
@@ -230,13 +234,13 @@ def prompts_as_sft_reads_them(dataset, sft_model_name_or_path, tokenizer, name: 
         seen = [""] if str in _prompt_kinds(dataset) else []  # the rule asks only whether a string is there
     else:
         return dataset
-    as_chat = string_prompts_as_chat(sft_model_name_or_path, tokenizer, seen, name)  # said once, when it applies
+    as_chat = string_prompts_as_chat(sft_model_name_or_path, tokenizer, seen, name, revision, token)  # said once
 
     def as_turns(batch):
         return {"prompt": as_user_turns(batch["prompt"])}
 
     if isinstance(dataset, IterableDataset):  # its later rows may be strings when its first is not
-        streams_as_chat = as_chat or sft_trained_on_messages(sft_model_name_or_path)
+        streams_as_chat = as_chat or sft_trained_on_messages(sft_model_name_or_path, revision, token)
         return dataset.map(as_turns, batched=True) if streams_as_chat else dataset
     return dataset.map(as_turns, batched=True, desc=f"{name}: prompts as user turns") if as_chat else dataset
 

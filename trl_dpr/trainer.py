@@ -179,7 +179,8 @@ class DensePathTrainer(GRPOTrainer):
                 if isinstance(reward_model, str)
                 else getattr(reward_model, "sft_model_name_or_path", None)
             )
-        strings_as_chat = bool(sft_trained_on_messages(sft_model_name_or_path))
+        hub = {key: (args.model_init_kwargs or {}).get(key) for key in ("revision", "token")}  # as π_SFT loads
+        strings_as_chat = bool(sft_trained_on_messages(sft_model_name_or_path, **hub))
         eval_datasets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
         for name, dataset in {
             "train_dataset": train_dataset,
@@ -206,7 +207,7 @@ class DensePathTrainer(GRPOTrainer):
         # String prompts as π_SFT was trained to read them (the rule the preview and the evaluation share).
         def as_sft_reads(dataset, name):
             reader = processing_class or reward_model.processing_class
-            return prompts_as_sft_reads_them(dataset, sft_model_name_or_path, reader, name)
+            return prompts_as_sft_reads_them(dataset, sft_model_name_or_path, reader, name, **hub)
 
         train_dataset = as_sft_reads(train_dataset, "train_dataset")
         if isinstance(eval_dataset, dict):

@@ -333,6 +333,42 @@ def test_an_sft_pushed_to_the_hub_says_how_it_was_trained_through_its_pushed_rec
     assert fetched == [("me/my-sft", "sft_complete.json"), ("someone/else", "sft_complete.json")]
 
 
+def test_the_hub_record_is_read_at_the_revision_and_with_the_token_pi_sft_loads_with(
+    sft_outputs, tmp_path, monkeypatch
+):
+    """The trainer reads `sft_complete.json` of the π_SFT its `model_init_kwargs` load (`run_dpr` puts the recipe's
+    `model_revision` there), not of the Hub repo's default branch."""
+    import huggingface_hub
+
+    import trl_dpr.trainer
+
+    outputs, held_out = sft_outputs
+    fetched = []
+
+    def hub_download(repo_id, filename, revision=None, token=None, **kwargs):
+        fetched.append((repo_id, filename, revision, token))
+        return f"{outputs['messages']}/{filename}"
+
+    class Loaded(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Loaded
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hub_download)
+    monkeypatch.setattr(trl_dpr.trainer, "load_reward_model", stop)
+    assert sft_trained_on_messages("me/my-sft", revision="v2", token="hf_x") is True
+    args = dpr_config(tmp_path, model_init_kwargs={"revision": "v1", "token": "hf_y"})
+    with pytest.raises(Loaded):
+        trl_dpr.trainer.DensePathTrainer(
+            reward_model="me/my-sft", args=args, train_dataset=Dataset.from_json(held_out)
+        )
+    assert fetched == [
+        ("me/my-sft", "sft_complete.json", "v2", "hf_x"),
+        ("me/my-sft", "sft_complete.json", "v1", "hf_y"),
+    ]
+
+
 def test_the_heatmap_scores_a_string_prompt_as_raw_text_for_an_sft_trained_on_it(sft_outputs, tmp_path):
     """`trl-dpr heatmap` wraps a string prompt in a user turn by default; not for an SFT on raw text."""
     from html.parser import HTMLParser

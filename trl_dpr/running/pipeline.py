@@ -359,11 +359,12 @@ def run_dpr(
     model_config = model_config_of(sft_path, model_args.model_revision, training_args.trust_remote_code)
     if model_config is not None:
         training_args.check_fits_context(model_config, sft_path)  # before any model loads (the trainer checks again)
-    check_prompt_dataset(inputs.prompts, script_args.dataset_name, bool(sft_trained_on_messages(sft_path)))
+    init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
+    on_messages = sft_trained_on_messages(sft_path, init_kwargs.get("revision"), init_kwargs.get("token"))
+    check_prompt_dataset(inputs.prompts, script_args.dataset_name, bool(on_messages))
     tokenizer = AutoTokenizer.from_pretrained(sft_path, padding_side="left")
     check_chat_template(tokenizer, inputs.prompts, script_args.dataset_name)
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
-    init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     if reward_model is None:
         reward_model = load_reward_model(sft_path, training_args, script_args.ref_model_name_or_path, **init_kwargs)
     quantization_config = init_kwargs.pop("quantization_config", None)
