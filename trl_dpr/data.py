@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict, IterableDataset, LargeList, List, Value, load_dataset
@@ -112,10 +112,11 @@ def _check_assistant_turns(conversations: list, name: str) -> None:
         )
 
 
-def check_prompt_dataset(dataset, name: str, strings_as_chat: bool = False) -> None:
+def check_prompt_dataset(dataset, name: str, strings_as_chat: bool | Callable[[], bool] = False) -> None:
     """DPR samples a completion for each row's `prompt`: say so before any model is loaded when there is none. A column
     mixing strings and messages is refused too (TRL reads a batch in its first row's form), unless `strings_as_chat`
-    (π_SFT's record says messages, so every string becomes a user turn first)."""
+    (π_SFT's record says messages, so every string becomes a user turn first; a callable is asked only then: it may
+    read the Hub)."""
     if isinstance(dataset, Dataset) and dataset.num_rows == 0:
         raise ValueError(
             f"{name} is empty: DPR needs prompts to sample completions for (a run on none would save π_SFT)."
@@ -127,7 +128,9 @@ def check_prompt_dataset(dataset, name: str, strings_as_chat: bool = False) -> N
             "map your data to a `prompt` column (a string or a list of chat messages), e.g. with "
             "trl_dpr.data.prompts_for_rl for `messages` or prompt/completion datasets."
         )
-    if not strings_as_chat and isinstance(dataset, Dataset) and _prompt_kinds(dataset) == {str, list}:
+    if not isinstance(dataset, Dataset) or _prompt_kinds(dataset) != {str, list}:
+        return
+    if not (strings_as_chat() if callable(strings_as_chat) else strings_as_chat):
         raise ValueError(
             f"{name} mixes string prompts and chat messages, and no `trl-dpr sft` record says π_SFT was trained on "
             "messages (TRL reads each batch in its first prompt's form): write every prompt one way, as messages "
@@ -190,12 +193,19 @@ def drop_long_prompts(dataset, tokenizer, max_prompt_length: int, name: str = "t
 
 
 def string_prompts_as_chat(
-    sft_model_name_or_path, tokenizer, prompts: Sequence, stage: str, revision: str | None = None, token=None
+    sft_model_name_or_path,
+    tokenizer,
+    prompts: Sequence,
+    stage: str,
+    revision: str | None = None,
+    token=None,
+    baseline: str | None = None,
 ) -> bool:
     """Whether `prompts`' strings go to π_SFT as one user turn of its chat template: the one rule of DPR, the preview and
-    the evaluation. TRL reads a string as raw text, and a π_SFT trained on messages has never seen its prompts that
-    way (it answers with its end-of-turn token): its `sft_complete.json` says which. Without a record, raw text (TRL's
-    rule), said in one line when the tokenizer has a chat template; the wrapping is said in one line too."""
+    the evaluation (whose `baseline` π_SFT decides for every model). TRL reads a string as raw text, and a π_SFT trained
+    on messages has never seen its prompts that way (it answers with its end-of-turn token): its `sft_complete.json`
+    says which, said in one line. Without a record, raw text, said once per process when the tokenizer has a chat
+    template (a pipeline's evaluation reads its prompts before training and again after)."""
     if not any(isinstance(prompt, str) for prompt in prompts):
         return False
     on_messages = sft_trained_on_messages(sft_model_name_or_path, revision, token)  # the Hub copy π_SFT loads
@@ -206,12 +216,24 @@ def string_prompts_as_chat(
         )
         return True
     if on_messages is None and getattr(tokenizer, "chat_template", None):
-        logger.warning(
-            f"{stage}: string prompts go to {sft_model_name_or_path or 'π_SFT'} as raw text (TRL's rule): no "
-            "`trl-dpr sft` record says how it was trained, and its tokenizer has a chat template. If it was trained "
-            'on chat messages, give the prompts as messages ([{"role": "user", "content": ...}]) or a `messages` file.'
+        readers, source = ("every model", f"baseline {baseline}") if baseline else ("π_SFT", "π_SFT")
+        _say_once(
+            f"{stage}: string prompts go to {readers} as raw text because {source} ({sft_model_name_or_path}) has no "
+            "`trl-dpr sft` record (a Hub or Python SFT, or a `trl-dpr sft` from before this version); for a chat "
+            'model write them as messages ([{"role": "user", "content": ...}]), or add "conversational": true to its '
+            "sft_complete.json (trl_dpr.reference_manifest.mark_sft_complete writes one for a Python SFT)."
         )
     return False
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    """`logger.warning(message)`, the first time in this process only."""
+    if message not in _SAID:
+        _SAID.add(message)
+        logger.warning(message)
 
 
 def as_user_turns(prompts: Sequence) -> list:

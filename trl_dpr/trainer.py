@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import textwrap
 import time
@@ -61,25 +62,22 @@ def check_reward_weights(reward_weights, num_outcome_funcs: int) -> None:
         )
 
 
-# What GRPOTrainer's `_calculate_rewards` passes a reward function besides the dataset's other columns.
-_REWARD_FUNC_ARGUMENTS = {
-    "prompts",
-    "completions",
-    "completion_ids",
-    "trainer_state",
-    "log_extra",
-    "log_metric",
-    "environments",
-}
+# What GRPOTrainer's `_calculate_rewards` passes a reward function besides the dataset's other columns (and
+# `environments`, with an `environment_factory`).
+_REWARD_FUNC_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"}
 
 
-def check_reward_func_columns(reward_funcs: list, dataset, name: str = "train_dataset") -> None:
+def check_reward_func_columns(
+    reward_funcs: list, dataset, name: str = "train_dataset", environments: bool = False
+) -> None:
     """Each reward function's required arguments are ones GRPOTrainer passes it: `prompts`, `completions`, ... and the
-    dataset's columns by name. A missing one would fail only after the first generation, as a bare TypeError."""
+    dataset's columns by name (`environments` with environments). A missing one would fail only after the first
+    generation, as a bare TypeError."""
     columns = getattr(dataset, "column_names", None)
     if columns is None:
         return
     passed = _REWARD_FUNC_ARGUMENTS | (set(columns) - {"prompt", "completion", "completion_ids"})
+    passed |= {"environments"} if environments else set()
     for func in reward_funcs:
         if isinstance(func, str | nn.Module) or not callable(func):
             continue
@@ -89,8 +87,13 @@ def check_reward_func_columns(reward_funcs: list, dataset, name: str = "train_da
             continue
         required = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         missing = [p.name for p in parameters if p.default is p.empty and p.kind in required and p.name not in passed]
+        func_name = getattr(func, "__name__", type(func).__name__)
+        if singular := [p for p in missing if p in ("prompt", "completion")]:
+            raise ValueError(
+                f"Reward function {func_name} takes {', '.join(map(repr, singular))}, but GRPOTrainer passes the "
+                "batch's prompts and completions as `prompts` and `completions` (lists): rename the argument."
+            )
         if missing:
-            func_name = getattr(func, "__name__", type(func).__name__)
             raise ValueError(
                 f"Reward function {func_name} needs {', '.join(map(repr, missing))}, which {name} has no column for "
                 f"(columns: {sorted(columns)}). GRPOTrainer passes a reward function `prompts`, `completions`, "
@@ -180,14 +183,20 @@ class DensePathTrainer(GRPOTrainer):
                 else getattr(reward_model, "sft_model_name_or_path", None)
             )
         hub = {key: (args.model_init_kwargs or {}).get(key) for key in ("revision", "token")}  # as π_SFT loads
-        strings_as_chat = bool(sft_trained_on_messages(sft_model_name_or_path, **hub))
+
+        @functools.cache
+        def strings_as_chat() -> bool:  # read only for a column mixing strings and messages
+            return bool(sft_trained_on_messages(sft_model_name_or_path, **hub))
+
         eval_datasets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
         for name, dataset in {
             "train_dataset": train_dataset,
             **{f"eval_dataset{k and f'[{k!r}]'}": v for k, v in eval_datasets.items()},
         }.items():
             check_prompt_dataset(dataset, name, strings_as_chat)
-            check_reward_func_columns(outcome_funcs, dataset, name)  # before a model loads, not after a generation
+            check_reward_func_columns(  # before a model loads, not after a generation
+                outcome_funcs, dataset, name, environments=kwargs.get("environment_factory") is not None
+            )
         if (
             args.beta != 0.0
             and model is None

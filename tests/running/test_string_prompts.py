@@ -289,17 +289,47 @@ def test_the_evaluation_answers_string_prompts_as_the_baseline_sft_was_trained_t
     assert len(seen) == 8 and set(seen) == expected_ids(outputs[form], form)  # 4 prompts x 2 models
 
 
+def no_record_warning(stage: str, readers: str, source: str) -> str:
+    return (
+        f"{stage}: string prompts go to {readers} as raw text because {source} has no `trl-dpr sft` record (a Hub or "
+        "Python SFT, or a `trl-dpr sft` from before this version); for a chat model write them as messages "
+        '([{"role": "user", "content": ...}]), or add "conversational": true to its sft_complete.json '
+        "(trl_dpr.reference_manifest.mark_sft_complete writes one for a Python SFT)."
+    )
+
+
 def test_string_prompts_go_as_raw_text_with_a_warning_when_no_sft_record_says_how_it_was_trained(
     tmp_path, tokenizer, caplog
 ):
     sft = save_sft_output(tmp_path / "trained-elsewhere", tokenizer)  # no sft_complete.json; a chat template
     with caplog.at_level(logging.WARNING, logger="trl_dpr.data"):
         assert string_prompts_as_chat(str(sft), tokenizer, ["Convert 5 km to meters."], "train_dataset") is False
-    assert caplog.messages == [
-        f"train_dataset: string prompts go to {sft} as raw text (TRL's rule): no `trl-dpr sft` record says how it "
-        "was trained, and its tokenizer has a chat template. If it was trained on chat messages, give the prompts as "
-        'messages ([{"role": "user", "content": ...}]) or a `messages` file.'
-    ]
+    assert caplog.messages == [no_record_warning("train_dataset", "π_SFT", f"π_SFT ({sft})")]
+
+
+def test_the_evaluation_says_once_per_run_that_its_string_prompts_go_to_every_model_as_raw_text(
+    tmp_path, tokenizer, caplog
+):
+    """`trl-dpr dpr` reads the evaluation's prompts before training (the context check) and again to evaluate."""
+    from trl_dpr.evaluation import EvaluationConfig
+    from trl_dpr.evaluation.runner import check_answers_fit_context
+
+    sft = save_sft_output(tmp_path / "trained-elsewhere", tokenizer)
+    held_out = write_jsonl(tmp_path / "held_out.jsonl", [{"prompt": q, "answer": "1"} for q in QUESTIONS])
+    config = EvaluationConfig(
+        output_dir=str(tmp_path / "eval"),
+        baseline=f"SFT={sft}",
+        candidates=[f"DPR={sft}"],
+        benchmarks=["jsonl"],
+        jsonl_path=held_out,
+        judge="exact",
+        answer_pattern=r"The answer is (-?[0-9]+)",
+        max_new_tokens=4,
+    )
+    with caplog.at_level(logging.WARNING, logger="trl_dpr.data"):
+        for _ in range(2):
+            check_answers_fit_context(config, {"SFT": str(sft)})
+    assert caplog.messages == [no_record_warning("jsonl", "every model", f"baseline SFT ({sft})")]
 
 
 def test_a_string_prompt_to_an_sft_trained_on_messages_is_said_in_one_line(sft_outputs, tokenizer, caplog):
@@ -336,13 +366,13 @@ def test_an_sft_pushed_to_the_hub_says_how_it_was_trained_through_its_pushed_rec
 def test_the_hub_record_is_read_at_the_revision_and_with_the_token_pi_sft_loads_with(
     sft_outputs, tmp_path, monkeypatch
 ):
-    """The trainer reads `sft_complete.json` of the π_SFT its `model_init_kwargs` load (`run_dpr` puts the recipe's
-    `model_revision` there), not of the Hub repo's default branch."""
+    """The trainer reads `sft_complete.json` (here: to accept a column mixing strings and messages) of the π_SFT its
+    `model_init_kwargs` load (`run_dpr` puts the recipe's `model_revision` there), not the Hub repo's default branch."""
     import huggingface_hub
 
     import trl_dpr.trainer
 
-    outputs, held_out = sft_outputs
+    outputs, _ = sft_outputs
     fetched = []
 
     def hub_download(repo_id, filename, revision=None, token=None, **kwargs):
@@ -359,10 +389,9 @@ def test_the_hub_record_is_read_at_the_revision_and_with_the_token_pi_sft_loads_
     monkeypatch.setattr(trl_dpr.trainer, "load_reward_model", stop)
     assert sft_trained_on_messages("me/my-sft", revision="v2", token="hf_x") is True
     args = dpr_config(tmp_path, model_init_kwargs={"revision": "v1", "token": "hf_y"})
-    with pytest.raises(Loaded):
-        trl_dpr.trainer.DensePathTrainer(
-            reward_model="me/my-sft", args=args, train_dataset=Dataset.from_json(held_out)
-        )
+    prompts = prompts_for_rl(Dataset.from_json(mixed_prompts_file(tmp_path / "mixed.jsonl")), "mixed")
+    with pytest.raises(Loaded):  # a mixed column is accepted: the record says messages
+        trl_dpr.trainer.DensePathTrainer(reward_model="me/my-sft", args=args, train_dataset=prompts)
     assert fetched == [
         ("me/my-sft", "sft_complete.json", "v2", "hf_x"),
         ("me/my-sft", "sft_complete.json", "v1", "hf_y"),

@@ -360,8 +360,10 @@ def run_dpr(
     if model_config is not None:
         training_args.check_fits_context(model_config, sft_path)  # before any model loads (the trainer checks again)
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
-    on_messages = sft_trained_on_messages(sft_path, init_kwargs.get("revision"), init_kwargs.get("token"))
-    check_prompt_dataset(inputs.prompts, script_args.dataset_name, bool(on_messages))
+    hub = init_kwargs.get("revision"), init_kwargs.get("token")
+    check_prompt_dataset(
+        inputs.prompts, script_args.dataset_name, lambda: bool(sft_trained_on_messages(sft_path, *hub))
+    )
     tokenizer = AutoTokenizer.from_pretrained(sft_path, padding_side="left")
     check_chat_template(tokenizer, inputs.prompts, script_args.dataset_name)
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
