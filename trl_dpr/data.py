@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from datasets import Dataset, DatasetDict, load_dataset
+from datasets import Dataset, DatasetDict, IterableDataset, LargeList, List, Value, load_dataset
 
 from .reference_manifest import sft_trained_on_messages
 
@@ -114,8 +114,11 @@ def _check_assistant_turns(conversations: list, name: str) -> None:
         )
 
 
-def check_prompt_dataset(dataset, name: str) -> None:
-    """DPR samples a completion for each row's `prompt`: say so before any model is loaded when there is none."""
+def check_prompt_dataset(dataset, name: str, strings_as_chat: bool | Callable[[], bool] = False) -> None:
+    """DPR samples a completion for each row's `prompt`: say so before any model is loaded when there is none. A column
+    mixing strings and messages is refused too (TRL reads a batch in its first row's form), unless `strings_as_chat`
+    (π_SFT's record says messages, so every string becomes a user turn first; a callable is asked only then: it may
+    read the Hub)."""
     if isinstance(dataset, Dataset) and dataset.num_rows == 0:
         raise ValueError(
             f"{name} is empty: DPR needs prompts to sample completions for (a run on none would save π_SFT)."
@@ -127,6 +130,25 @@ def check_prompt_dataset(dataset, name: str) -> None:
             "map your data to a `prompt` column (a string or a list of chat messages), e.g. with "
             "trl_dpr.data.prompts_for_rl for `messages` or prompt/completion datasets."
         )
+    if not isinstance(dataset, Dataset) or _prompt_kinds(dataset) != {str, list}:
+        return
+    if not (strings_as_chat() if callable(strings_as_chat) else strings_as_chat):
+        raise ValueError(
+            f"{name} mixes string prompts and chat messages, and no `trl-dpr sft` record says π_SFT was trained on "
+            "messages (TRL reads each batch in its first prompt's form): write every prompt one way, as messages "
+            '([{"role": "user", "content": ...}]) for a chat model or as strings for a raw-text one.'
+        )
+
+
+def _prompt_kinds(dataset: Dataset) -> set[type]:
+    """`{str}`, `{list}` or both: the forms of `dataset`'s prompts, from its features when they say, else read from
+    every row (`datasets` reads a file mixing strings and messages as one `Json` column)."""
+    feature = dataset.features.get("prompt")
+    if isinstance(feature, Value):
+        return {str}
+    if isinstance(feature, (List, LargeList, list)):
+        return {list}
+    return {str if isinstance(prompt, str) else list for prompt in dataset["prompt"]}
 
 
 def check_chat_template(tokenizer, dataset, name: str) -> None:
@@ -172,14 +194,23 @@ def drop_long_prompts(dataset, tokenizer, max_prompt_length: int, name: str = "t
     return (dataset if dropped == 0 else dataset.select(keep)), dropped
 
 
-def string_prompts_as_chat(sft_model_name_or_path, tokenizer, prompts: Sequence, stage: str) -> bool:
+def string_prompts_as_chat(
+    sft_model_name_or_path,
+    tokenizer,
+    prompts: Sequence,
+    stage: str,
+    revision: str | None = None,
+    token=None,
+    baseline: str | None = None,
+) -> bool:
     """Whether `prompts`' strings go to π_SFT as one user turn of its chat template: the one rule of DPR, the preview and
-    the evaluation. TRL reads a string as raw text, and a π_SFT trained on messages has never seen its prompts that
-    way (it answers with its end-of-turn token): its `sft_complete.json` says which. Without a record, raw text (TRL's
-    rule), said in one line when the tokenizer has a chat template; the wrapping is said in one line too."""
+    the evaluation (whose `baseline` π_SFT decides for every model). TRL reads a string as raw text, and a π_SFT trained
+    on messages has never seen its prompts that way (it answers with its end-of-turn token): its `sft_complete.json`
+    says which, said in one line. Without a record, raw text, said once per process when the tokenizer has a chat
+    template (a pipeline's evaluation reads its prompts before training and again after)."""
     if not any(isinstance(prompt, str) for prompt in prompts):
         return False
-    on_messages = sft_trained_on_messages(sft_model_name_or_path)
+    on_messages = sft_trained_on_messages(sft_model_name_or_path, revision, token)  # the Hub copy π_SFT loads
     if on_messages:
         logger.warning(
             f"{stage}: π_SFT ({sft_model_name_or_path}) was trained on chat messages, so each string prompt goes to "
@@ -187,12 +218,24 @@ def string_prompts_as_chat(sft_model_name_or_path, tokenizer, prompts: Sequence,
         )
         return True
     if on_messages is None and getattr(tokenizer, "chat_template", None):
-        logger.warning(
-            f"{stage}: string prompts go to {sft_model_name_or_path or 'π_SFT'} as raw text (TRL's rule): no "
-            "`trl-dpr sft` record says how it was trained, and its tokenizer has a chat template. If it was trained "
-            'on chat messages, give the prompts as messages ([{"role": "user", "content": ...}]) or a `messages` file.'
+        readers, source = ("every model", f"baseline {baseline}") if baseline else ("π_SFT", "π_SFT")
+        _say_once(
+            f"{stage}: string prompts go to {readers} as raw text because {source} ({sft_model_name_or_path}) has no "
+            "`trl-dpr sft` record (a Hub or Python SFT, or a `trl-dpr sft` from before this version); for a chat "
+            'model write them as messages ([{"role": "user", "content": ...}]), or add "conversational": true to its '
+            "sft_complete.json (trl_dpr.reference_manifest.mark_sft_complete writes one for a Python SFT)."
         )
     return False
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    """`logger.warning(message)`, the first time in this process only."""
+    if message not in _SAID:
+        _SAID.add(message)
+        logger.warning(message)
 
 
 def as_user_turns(prompts: Sequence) -> list:
@@ -200,16 +243,30 @@ def as_user_turns(prompts: Sequence) -> list:
     return [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
 
 
-def prompts_as_sft_reads_them(dataset, sft_model_name_or_path, tokenizer, name: str):
+def prompts_as_sft_reads_them(
+    dataset, sft_model_name_or_path, tokenizer, name: str, revision: str | None = None, token=None
+):
     """`dataset` with its string prompts as user turns when `string_prompts_as_chat` says so (what the trainer then
-    samples from, and what reward functions get as `prompts`), else unchanged."""
-    if not isinstance(dataset, Dataset) or dataset.num_rows == 0 or "prompt" not in dataset.column_names:
+    samples from, and what reward functions get as `prompts`), else unchanged. A `Dataset` is judged by all its rows
+    (a column may mix strings and messages); an `IterableDataset` by its first, and mapped as it streams."""
+    if isinstance(dataset, IterableDataset):
+        first = next(iter(dataset), None)
+        if first is None or "prompt" not in first:
+            return dataset
+        seen = [first["prompt"]]
+    elif isinstance(dataset, Dataset) and dataset.num_rows and "prompt" in dataset.column_names:
+        seen = [""] if str in _prompt_kinds(dataset) else []  # the rule asks only whether a string is there
+    else:
         return dataset
-    if not string_prompts_as_chat(sft_model_name_or_path, tokenizer, [dataset[0]["prompt"]], name):
-        return dataset
-    return dataset.map(
-        lambda batch: {"prompt": as_user_turns(batch["prompt"])}, batched=True, desc=f"{name}: prompts as user turns"
-    )
+    as_chat = string_prompts_as_chat(sft_model_name_or_path, tokenizer, seen, name, revision, token)  # said once
+
+    def as_turns(batch):
+        return {"prompt": as_user_turns(batch["prompt"])}
+
+    if isinstance(dataset, IterableDataset):  # its later rows may be strings when its first is not
+        streams_as_chat = as_chat or sft_trained_on_messages(sft_model_name_or_path, revision, token)
+        return dataset.map(as_turns, batched=True) if streams_as_chat else dataset
+    return dataset.map(as_turns, batched=True, desc=f"{name}: prompts as user turns") if as_chat else dataset
 
 
 def prompts_for_rl(dataset: Dataset, name: str) -> Dataset:

@@ -69,7 +69,11 @@ class ReferenceCheckpointCallback(TrainerCallback):
                              callbacks=[ReferenceCheckpointCallback(fraction=0.5)])
         trainer.train()
         trainer.save_model()   # π_SFT in runs/sft, π_ref in runs/sft/dpr_reference
+        mark_sft_complete("runs/sft", conversational=is_conversational(train_dataset[0]))
         ```
+
+    The last line is the record `trl-dpr sft` writes (finished; trained on chat messages or raw text, how π_SFT reads a
+    string prompt): a callback sees only tokenized batches, not the demonstrations, so it cannot write it itself.
     """
 
     def __init__(self, fraction: float = 0.5):

@@ -181,9 +181,12 @@ def mark_sft_complete(
     return output_dir / SFT_COMPLETE_NAME
 
 
-def sft_trained_on_messages(path: str | os.PathLike | None) -> bool | None:
-    """Whether the SFT output `path` (a folder, or a Hub id it was pushed to) was trained on chat messages (True) or raw
-    text (False), as its `sft_complete.json` records; None when nothing says (an SFT trained elsewhere, or before)."""
+def sft_trained_on_messages(
+    path: str | os.PathLike | None, revision: str | None = None, token: str | bool | None = None
+) -> bool | None:
+    """Whether the SFT output `path` (a folder, or a Hub id it was pushed to: at the `revision`, with the `token`, π_SFT
+    loads with) was trained on chat messages (True) or raw text (False), as its `sft_complete.json` records; None when
+    nothing says (an SFT trained elsewhere, or before)."""
     if not path:
         return None
     marker = Path(path) / SFT_COMPLETE_NAME
@@ -191,7 +194,7 @@ def sft_trained_on_messages(path: str | os.PathLike | None) -> bool | None:
         from huggingface_hub import hf_hub_download
 
         try:
-            marker = Path(hf_hub_download(str(path), SFT_COMPLETE_NAME))
+            marker = Path(hf_hub_download(str(path), SFT_COMPLETE_NAME, revision=revision, token=token))
         except (OSError, ValueError):  # offline and not cached, no such file or repo
             return None
     if not marker.is_file():

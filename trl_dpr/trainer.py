@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import textwrap
 import time
@@ -22,6 +23,7 @@ from . import algorithm
 from .config import DensePathConfig
 from .data import check_prompt_dataset, drop_long_prompts, prompts_as_sft_reads_them
 from .policy import initial_policy
+from .reference_manifest import sft_trained_on_messages
 from .reward_model import CheckpointRewardModel, load_reward_model
 from .rollout_logprobs import SampledTokenLogprobs
 from .token_batches import ends_with_eos
@@ -60,25 +62,22 @@ def check_reward_weights(reward_weights, num_outcome_funcs: int) -> None:
         )
 
 
-# What GRPOTrainer's `_calculate_rewards` passes a reward function besides the dataset's other columns.
-_REWARD_FUNC_ARGUMENTS = {
-    "prompts",
-    "completions",
-    "completion_ids",
-    "trainer_state",
-    "log_extra",
-    "log_metric",
-    "environments",
-}
+# What GRPOTrainer's `_calculate_rewards` passes a reward function besides the dataset's other columns (and
+# `environments`, with an `environment_factory`).
+_REWARD_FUNC_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"}
 
 
-def check_reward_func_columns(reward_funcs: list, dataset, name: str = "train_dataset") -> None:
+def check_reward_func_columns(
+    reward_funcs: list, dataset, name: str = "train_dataset", environments: bool = False
+) -> None:
     """Each reward function's required arguments are ones GRPOTrainer passes it: `prompts`, `completions`, ... and the
-    dataset's columns by name. A missing one would fail only after the first generation, as a bare TypeError."""
+    dataset's columns by name (`environments` with environments). A missing one would fail only after the first
+    generation, as a bare TypeError."""
     columns = getattr(dataset, "column_names", None)
     if columns is None:
         return
     passed = _REWARD_FUNC_ARGUMENTS | (set(columns) - {"prompt", "completion", "completion_ids"})
+    passed |= {"environments"} if environments else set()
     for func in reward_funcs:
         if isinstance(func, str | nn.Module) or not callable(func):
             continue
@@ -88,8 +87,13 @@ def check_reward_func_columns(reward_funcs: list, dataset, name: str = "train_da
             continue
         required = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         missing = [p.name for p in parameters if p.default is p.empty and p.kind in required and p.name not in passed]
+        func_name = getattr(func, "__name__", type(func).__name__)
+        if singular := [p for p in missing if p in ("prompt", "completion")]:
+            raise ValueError(
+                f"Reward function {func_name} takes {', '.join(map(repr, singular))}, but GRPOTrainer passes the "
+                "batch's prompts and completions as `prompts` and `completions` (lists): rename the argument."
+            )
         if missing:
-            func_name = getattr(func, "__name__", type(func).__name__)
             raise ValueError(
                 f"Reward function {func_name} needs {', '.join(map(repr, missing))}, which {name} has no column for "
                 f"(columns: {sorted(columns)}). GRPOTrainer passes a reward function `prompts`, `completions`, "
@@ -108,7 +112,8 @@ class DensePathTrainer(GRPOTrainer):
     - `__init__`: `reward_model` is a `CheckpointRewardModel` or an SFT path; `model=None` starts the policy from π_SFT
       (Algorithm 1, line 2; an adapter SFT output gets a trainable copy of its adapter on the scorer's base). Prompts
       over `max_prompt_length` are dropped and counted; string prompts go to a π_SFT trained on messages as user turns
-      (`data.string_prompts_as_chat`). `reward_funcs` are TRL's scalar outcome rewards, checked against the columns.
+      (`data.string_prompts_as_chat`; `sft_model_name_or_path` says where its record is when `reward_model` is an
+      object without that path). `reward_funcs` are TRL's scalar outcome rewards, checked against the columns.
     - `_generate_and_score_completions`: the whole DPR batch on the ids GRPO generated: dense rewards,
       `algorithm.dense_path_advantages`, per-token `(B, T)` advantages (GRPO's loss broadcasts them), metrics.
     - `_calculate_rewards`: the `reward_funcs` as GRPO calls them; r̂'s scalar column is NaN ("no scalar reward").
@@ -157,6 +162,7 @@ class DensePathTrainer(GRPOTrainer):
         optimizers: tuple[torch.optim.Optimizer | None, torch.optim.lr_scheduler.LambdaLR | None] = (None, None),
         peft_config: PeftConfig | None = None,
         reward_funcs: Any = None,
+        sft_model_name_or_path: str | None = None,
         **kwargs: Any,
     ):
         args = DensePathConfig("dpr-output") if args is None else args
@@ -169,13 +175,28 @@ class DensePathTrainer(GRPOTrainer):
         if kwargs.get("reward_processing_classes") is not None:
             classes = kwargs["reward_processing_classes"]
             kwargs["reward_processing_classes"] = [None, *(classes if isinstance(classes, list) else [classes])]
+        # π_SFT's `trl-dpr sft` record says how it reads a string prompt (`data.string_prompts_as_chat`)
+        if sft_model_name_or_path is None:
+            sft_model_name_or_path = (
+                reward_model
+                if isinstance(reward_model, str)
+                else getattr(reward_model, "sft_model_name_or_path", None)
+            )
+        hub = {key: (args.model_init_kwargs or {}).get(key) for key in ("revision", "token")}  # as π_SFT loads
+
+        @functools.cache
+        def strings_as_chat() -> bool:  # read only for a column mixing strings and messages
+            return bool(sft_trained_on_messages(sft_model_name_or_path, **hub))
+
         eval_datasets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
         for name, dataset in {
             "train_dataset": train_dataset,
             **{f"eval_dataset{k and f'[{k!r}]'}": v for k, v in eval_datasets.items()},
         }.items():
-            check_prompt_dataset(dataset, name)
-            check_reward_func_columns(outcome_funcs, dataset, name)  # before a model loads, not after a generation
+            check_prompt_dataset(dataset, name, strings_as_chat)
+            check_reward_func_columns(  # before a model loads, not after a generation
+                outcome_funcs, dataset, name, environments=kwargs.get("environment_factory") is not None
+            )
         if (
             args.beta != 0.0
             and model is None
@@ -195,7 +216,7 @@ class DensePathTrainer(GRPOTrainer):
         # String prompts as π_SFT was trained to read them (the rule the preview and the evaluation share).
         def as_sft_reads(dataset, name):
             reader = processing_class or reward_model.processing_class
-            return prompts_as_sft_reads_them(dataset, reward_model.sft_model_name_or_path, reader, name)
+            return prompts_as_sft_reads_them(dataset, sft_model_name_or_path, reader, name, **hub)
 
         train_dataset = as_sft_reads(train_dataset, "train_dataset")
         if isinstance(eval_dataset, dict):

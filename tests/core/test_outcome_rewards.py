@@ -209,3 +209,35 @@ def test_a_reward_function_needing_a_column_the_dataset_lacks_is_refused_before_
         "GRPOTrainer passes a reward function `prompts`, `completions`, `completion_ids` and each other column by its "
         "name: add the column, or give the argument a default."
     )
+
+
+def test_a_reward_function_taking_completion_or_prompt_is_told_trl_passes_them_as_completions_and_prompts(make_config):
+    def meters(prompt, completion, **kwargs):
+        return [1.0] * len(completion)
+
+    with pytest.raises(ValueError) as error:
+        DensePathTrainer(
+            reward_model="runs/not-loaded-yet",
+            args=make_config(reward_weights=[1.0, 1.0]),
+            train_dataset=Dataset.from_dict({"prompt": ["What is 1+2?"], "completion": ["3"]}),
+            reward_funcs=[meters],
+        )
+    assert str(error.value) == (
+        "Reward function meters takes 'prompt', 'completion', but GRPOTrainer passes the batch's prompts and "
+        "completions as `prompts` and `completions` (lists): rename the argument."
+    )
+
+
+def test_a_reward_function_needing_environments_is_refused_without_an_environment_factory(make_config):
+    """GRPOTrainer passes `environments` only when it has an `environment_factory`."""
+
+    def solved(completions, environments, **kwargs):
+        return [1.0] * len(completions)
+
+    with pytest.raises(ValueError, match=r"^Reward function solved needs 'environments', which train_dataset has no "):
+        DensePathTrainer(
+            reward_model="runs/not-loaded-yet",
+            args=make_config(reward_weights=[1.0, 1.0]),
+            train_dataset=Dataset.from_dict({"prompt": ["What is 1+2?"]}),
+            reward_funcs=[solved],
+        )

@@ -41,6 +41,17 @@ def test_sft_output_has_its_reference_checkpoint_and_manifest(ran):
     assert manifest["step"] == variables["sft"].state.max_steps // 2  # π_ref at ⌊α·N⌋
 
 
+def test_the_sft_output_records_that_it_trained_on_chat_messages(ran):
+    """SFTTrainer from Python writes no record; the block's `mark_sft_complete` does, so a string prompt reaches this
+    π_SFT (trained on chat messages) as a user turn, as after `trl-dpr sft`, not as an SFT "from elsewhere"."""
+    from trl_dpr.reference_manifest import sft_output_problem, sft_trained_on_messages
+
+    folder, variables = ran
+    assert variables["demonstrations"][0]["prompt"][0]["role"] == "user"  # the embedded task's rows are messages
+    assert sft_trained_on_messages(folder / "runs" / "sft") is True
+    assert sft_output_problem(folder / "runs" / "sft") is None
+
+
 def test_reward_model_scores_text_token_by_token(ran):
     _, variables = ran
     scored = variables["scored"]

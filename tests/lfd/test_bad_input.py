@@ -294,3 +294,43 @@ def test_only_the_main_process_measures_the_prompts_and_every_process_stops_on_i
         run()
     assert measured == [] and sent == [[None]]
     assert not (tmp_path / "run" / "self_play.json").exists()
+
+
+@pytest.mark.parametrize("on_messages", [True, False])
+def test_string_demonstrations_for_a_pi_0_trained_on_messages_are_said_in_one_line(
+    tokenizer, tmp_path, monkeypatch, caplog, on_messages
+):
+    """Self-play renders a demonstration as its file writes it: raw text here, which a π_0 on messages never read."""
+    import logging
+
+    from trl_dpr.lfd.self_play import run_self_play
+    from trl_dpr.reference_manifest import mark_sft_complete
+
+    from ..conftest import save_sft_output
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    mark_sft_complete(sft, conversational=on_messages)
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text(
+        "".join(json.dumps({"prompt": f"Add 2 and {n}.", "completion": f"{n + 2}"}) + "\n" for n in (3, 4))
+    )
+
+    def load_policy(*args, **kwargs):
+        raise ModelWouldLoad
+
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "load_policy", load_policy)
+    with caplog.at_level(logging.WARNING, logger="trl_dpr.lfd.self_play"), pytest.raises(ModelWouldLoad):
+        run_self_play(
+            SelfPlayScriptArguments(dataset_name=str(demos), num_train_samples=2),
+            run_args(SPINConfig, tmp_path),
+            ModelConfig(model_name_or_path=str(sft), dtype="float32"),
+        )
+    said = [m for m in caplog.messages if "was trained on chat messages" in m]
+    assert said == (
+        [
+            f"SPIN: π_0 ({sft}) was trained on chat messages, but {demos}'s prompts are strings: self-play renders them "
+            "as raw text, as the file writes them. Give a `messages` file to train on what π_0 learned to read."
+        ]
+        if on_messages
+        else []
+    )

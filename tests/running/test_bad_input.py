@@ -66,6 +66,12 @@ def world(tmp_path_factory, tokenizer):
     (root / "prompt_answer.jsonl").write_text(
         json.dumps({"prompt": "Convert -40 °C to Fahrenheit.", "answer": "-40"}) + "\n"
     )
+    (root / "mixed_prompts.jsonl").write_text(  # a string prompt, then a chat one
+        json.dumps({"prompt": "What is 2+2?", "answer": "4"})
+        + "\n"
+        + json.dumps({"prompt": [{"role": "user", "content": "What is 3+3?"}], "answer": "6"})
+        + "\n"
+    )
     (root / "no_answers.jsonl").write_text(
         "".join(json.dumps({"messages": [{"role": "user", "content": f"Hi {i}"}]}) + "\n" for i in range(2))
     )  # demonstrations with no assistant turn
@@ -244,6 +250,14 @@ CASES = [
         {"learning_rate": "fast"},
         [],
         r"learning_rate: 'fast' is a string; expected a number",
+        True,
+    ),
+    (
+        "prompts mixing strings and messages for a π_SFT with no messages record",
+        "dpr",
+        {"dataset_name": "{root}/mixed_prompts.jsonl", "num_train_samples": 2},
+        [],
+        r"mixed_prompts\.jsonl mixes string prompts and chat messages, and no `trl-dpr sft` record",
         True,
     ),
     ("fractional step count", "dpr", {"max_steps": 2.5}, [], r"max_steps: 2\.5 is float; expected an integer", True),

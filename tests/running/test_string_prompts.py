@@ -90,16 +90,8 @@ def test_the_sft_stage_records_whether_it_trained_on_messages_or_on_raw_text(sft
     assert sft_trained_on_messages(save_sft_output(tmp_path / "elsewhere", tokenizer)) is None  # no record
 
 
-@pytest.mark.parametrize("form", ["messages", "prompt_completion"])
-def test_dpr_samples_from_string_prompts_as_its_sft_was_trained_to_read_them(sft_outputs, tmp_path, form):
-    """The prompt ids DPR generates from (what its loss sees) for the held-out `prompt` + `answer` file."""
-    from trl_dpr.running.trainers import DPRRunTrainer
-
-    outputs, held_out = sft_outputs
-    prompts = prompts_for_rl(Dataset.from_json(held_out), "held_out")
-    trainer = DPRRunTrainer(
-        model=None, reward_model=outputs[form], args=dpr_config(tmp_path, max_steps=1), train_dataset=prompts
-    )
+def prompt_ids_trained_on(trainer) -> list[tuple[int, ...]]:
+    """Train `trainer` and return the prompt ids of every row its loss saw (what DPR generated from)."""
     seen = []
     compute_loss = trainer._compute_loss
 
@@ -110,7 +102,121 @@ def test_dpr_samples_from_string_prompts_as_its_sft_was_trained_to_read_them(sft
 
     trainer._compute_loss = recording
     trainer.train()
+    return seen
+
+
+@pytest.mark.parametrize("form", ["messages", "prompt_completion"])
+def test_dpr_samples_from_string_prompts_as_its_sft_was_trained_to_read_them(sft_outputs, tmp_path, form):
+    """The prompt ids DPR generates from (what its loss sees) for the held-out `prompt` + `answer` file."""
+    from trl_dpr.running.trainers import DPRRunTrainer
+
+    outputs, held_out = sft_outputs
+    prompts = prompts_for_rl(Dataset.from_json(held_out), "held_out")
+    trainer = DPRRunTrainer(
+        model=None, reward_model=outputs[form], args=dpr_config(tmp_path, max_steps=1), train_dataset=prompts
+    )
+    seen = prompt_ids_trained_on(trainer)
     assert seen and set(seen) <= expected_ids(outputs[form], form)
+
+
+def mixed_prompts_file(path) -> str:
+    """The held-out questions, messages first, then strings and messages in turn (`datasets` reads it as `Json`)."""
+    rows = [
+        {"prompt": q if i % 2 else [{"role": "user", "content": q}], "answer": str(int(q.split()[1]) * 1000)}
+        for i, q in enumerate(QUESTIONS)
+    ]
+    return write_jsonl(path, rows)
+
+
+def test_a_prompt_column_mixing_strings_and_messages_reaches_an_sft_trained_on_messages_as_user_turns(
+    sft_outputs, tmp_path, caplog
+):
+    """Every row is read, not the first alone (a messages first row used to leave the strings raw: a crash in TRL)."""
+    from trl_dpr.running.trainers import DPRRunTrainer
+
+    outputs, _ = sft_outputs
+    prompts = prompts_for_rl(Dataset.from_json(mixed_prompts_file(tmp_path / "mixed.jsonl")), "mixed")
+    with caplog.at_level(logging.WARNING, logger="trl_dpr.data"):
+        trainer = DPRRunTrainer(
+            model=None, reward_model=outputs["messages"], args=dpr_config(tmp_path, max_steps=1), train_dataset=prompts
+        )
+    assert [type(p) for p in trainer.train_dataset["prompt"]] == [list] * 4
+    assert sum("as one user turn of its chat template" in m for m in caplog.messages) == 1
+    seen = prompt_ids_trained_on(trainer)
+    assert seen and set(seen) <= expected_ids(outputs["messages"], "messages")
+
+
+def test_a_prompt_column_mixing_strings_and_messages_is_refused_before_a_model_loads_without_a_messages_record(
+    sft_outputs, tmp_path, monkeypatch
+):
+    import trl_dpr.trainer
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(trl_dpr.trainer, "load_reward_model", no_loading)
+    outputs, _ = sft_outputs
+    prompts = prompts_for_rl(Dataset.from_json(mixed_prompts_file(tmp_path / "mixed.jsonl")), "mixed")
+    with pytest.raises(ValueError, match=r"^train_dataset mixes string prompts and chat messages, and no `trl-dpr sf"):
+        trl_dpr.trainer.DensePathTrainer(
+            reward_model=outputs["prompt_completion"], args=dpr_config(tmp_path), train_dataset=prompts
+        )
+
+
+def test_an_iterable_dataset_of_string_prompts_reaches_an_sft_trained_on_messages_as_user_turns(sft_outputs, tmp_path):
+    """TRL's GRPOTrainer takes an IterableDataset; its string prompts (and an IterableDatasetDict's) are mapped too."""
+    from datasets import IterableDataset, IterableDatasetDict
+
+    from trl_dpr.running.trainers import DPRRunTrainer
+
+    outputs, _ = sft_outputs
+
+    def rows():
+        yield from ({"prompt": q} for q in QUESTIONS)
+
+    trainer = DPRRunTrainer(
+        model=None,
+        reward_model=outputs["messages"],
+        args=dpr_config(tmp_path, max_steps=1),
+        train_dataset=IterableDataset.from_generator(rows),
+        eval_dataset=IterableDatasetDict({"held_out": IterableDataset.from_generator(rows)}),
+    )
+    assert [row["prompt"] for row in trainer.eval_dataset["held_out"]] == [
+        [{"role": "user", "content": q}] for q in QUESTIONS
+    ]
+    seen = prompt_ids_trained_on(trainer)
+    assert seen and set(seen) <= expected_ids(outputs["messages"], "messages")
+
+
+def test_run_dpr_reads_the_sft_record_of_its_sft_path_when_given_a_reward_model_without_one(
+    sft_outputs, tmp_path, monkeypatch
+):
+    """`run_dpr(reward_model=...)` with a scorer that names no path (built in memory): π_SFT's record still decides."""
+    from trl import ModelConfig
+
+    from trl_dpr import CheckpointRewardModel
+    from trl_dpr.running.pipeline import DPRScriptArguments, run_dpr
+    from trl_dpr.running.trainers import DPRRunTrainer
+
+    outputs, held_out = sft_outputs
+    reward_model = CheckpointRewardModel.from_pretrained(outputs["messages"])
+    reward_model.sft_model_name_or_path = None  # as a scorer built in memory has it
+    seen = []
+    compute_loss = DPRRunTrainer._compute_loss
+
+    def recording(self, model, inputs):
+        for ids, mask in zip(inputs["prompt_ids"], inputs["prompt_mask"]):
+            seen.append(tuple(ids[mask.bool()].tolist()))
+        return compute_loss(self, model, inputs)
+
+    monkeypatch.setattr(DPRRunTrainer, "_compute_loss", recording)
+    run_dpr(
+        DPRScriptArguments(dataset_name=held_out),
+        dpr_config(tmp_path, max_steps=1),
+        ModelConfig(model_name_or_path=outputs["messages"], dtype="float32"),
+        reward_model=reward_model,
+    )
+    assert seen and set(seen) <= expected_ids(outputs["messages"], "messages")
 
 
 @pytest.mark.parametrize("form", ["messages", "prompt_completion"])
@@ -183,17 +289,47 @@ def test_the_evaluation_answers_string_prompts_as_the_baseline_sft_was_trained_t
     assert len(seen) == 8 and set(seen) == expected_ids(outputs[form], form)  # 4 prompts x 2 models
 
 
+def no_record_warning(stage: str, readers: str, source: str) -> str:
+    return (
+        f"{stage}: string prompts go to {readers} as raw text because {source} has no `trl-dpr sft` record (a Hub or "
+        "Python SFT, or a `trl-dpr sft` from before this version); for a chat model write them as messages "
+        '([{"role": "user", "content": ...}]), or add "conversational": true to its sft_complete.json '
+        "(trl_dpr.reference_manifest.mark_sft_complete writes one for a Python SFT)."
+    )
+
+
 def test_string_prompts_go_as_raw_text_with_a_warning_when_no_sft_record_says_how_it_was_trained(
     tmp_path, tokenizer, caplog
 ):
     sft = save_sft_output(tmp_path / "trained-elsewhere", tokenizer)  # no sft_complete.json; a chat template
     with caplog.at_level(logging.WARNING, logger="trl_dpr.data"):
         assert string_prompts_as_chat(str(sft), tokenizer, ["Convert 5 km to meters."], "train_dataset") is False
-    assert caplog.messages == [
-        f"train_dataset: string prompts go to {sft} as raw text (TRL's rule): no `trl-dpr sft` record says how it "
-        "was trained, and its tokenizer has a chat template. If it was trained on chat messages, give the prompts as "
-        'messages ([{"role": "user", "content": ...}]) or a `messages` file.'
-    ]
+    assert caplog.messages == [no_record_warning("train_dataset", "π_SFT", f"π_SFT ({sft})")]
+
+
+def test_the_evaluation_says_once_per_run_that_its_string_prompts_go_to_every_model_as_raw_text(
+    tmp_path, tokenizer, caplog
+):
+    """`trl-dpr dpr` reads the evaluation's prompts before training (the context check) and again to evaluate."""
+    from trl_dpr.evaluation import EvaluationConfig
+    from trl_dpr.evaluation.runner import check_answers_fit_context
+
+    sft = save_sft_output(tmp_path / "trained-elsewhere", tokenizer)
+    held_out = write_jsonl(tmp_path / "held_out.jsonl", [{"prompt": q, "answer": "1"} for q in QUESTIONS])
+    config = EvaluationConfig(
+        output_dir=str(tmp_path / "eval"),
+        baseline=f"SFT={sft}",
+        candidates=[f"DPR={sft}"],
+        benchmarks=["jsonl"],
+        jsonl_path=held_out,
+        judge="exact",
+        answer_pattern=r"The answer is (-?[0-9]+)",
+        max_new_tokens=4,
+    )
+    with caplog.at_level(logging.WARNING, logger="trl_dpr.data"):
+        for _ in range(2):
+            check_answers_fit_context(config, {"SFT": str(sft)})
+    assert caplog.messages == [no_record_warning("jsonl", "every model", f"baseline SFT ({sft})")]
 
 
 def test_a_string_prompt_to_an_sft_trained_on_messages_is_said_in_one_line(sft_outputs, tokenizer, caplog):
@@ -225,6 +361,41 @@ def test_an_sft_pushed_to_the_hub_says_how_it_was_trained_through_its_pushed_rec
     assert sft_trained_on_messages("me/my-sft") is True
     assert sft_trained_on_messages("someone/else") is None
     assert fetched == [("me/my-sft", "sft_complete.json"), ("someone/else", "sft_complete.json")]
+
+
+def test_the_hub_record_is_read_at_the_revision_and_with_the_token_pi_sft_loads_with(
+    sft_outputs, tmp_path, monkeypatch
+):
+    """The trainer reads `sft_complete.json` (here: to accept a column mixing strings and messages) of the π_SFT its
+    `model_init_kwargs` load (`run_dpr` puts the recipe's `model_revision` there), not the Hub repo's default branch."""
+    import huggingface_hub
+
+    import trl_dpr.trainer
+
+    outputs, _ = sft_outputs
+    fetched = []
+
+    def hub_download(repo_id, filename, revision=None, token=None, **kwargs):
+        fetched.append((repo_id, filename, revision, token))
+        return f"{outputs['messages']}/{filename}"
+
+    class Loaded(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Loaded
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hub_download)
+    monkeypatch.setattr(trl_dpr.trainer, "load_reward_model", stop)
+    assert sft_trained_on_messages("me/my-sft", revision="v2", token="hf_x") is True
+    args = dpr_config(tmp_path, model_init_kwargs={"revision": "v1", "token": "hf_y"})
+    prompts = prompts_for_rl(Dataset.from_json(mixed_prompts_file(tmp_path / "mixed.jsonl")), "mixed")
+    with pytest.raises(Loaded):  # a mixed column is accepted: the record says messages
+        trl_dpr.trainer.DensePathTrainer(reward_model="me/my-sft", args=args, train_dataset=prompts)
+    assert fetched == [
+        ("me/my-sft", "sft_complete.json", "v2", "hf_x"),
+        ("me/my-sft", "sft_complete.json", "v1", "hf_y"),
+    ]
 
 
 def test_the_heatmap_scores_a_string_prompt_as_raw_text_for_an_sft_trained_on_it(sft_outputs, tmp_path):

@@ -287,7 +287,8 @@ def run_preview(
         trust_remote_code=model_init_kwargs.get("trust_remote_code", False),
     )
     # The prompts as π_SFT reads them (DPR's rule); the answer check still gets them as the file wrote them.
-    as_chat = string_prompts_as_chat(sft_model_name_or_path, sft_tokenizer, held.prompts, "preview")
+    hub = model_init_kwargs.get("revision"), model_init_kwargs.get("token")  # the record of the π_SFT that loads
+    as_chat = string_prompts_as_chat(sft_model_name_or_path, sft_tokenizer, held.prompts, "preview", *hub)
     prompts = as_user_turns(held.prompts) if as_chat else held.prompts
     _check_samples_fit_context(
         config, sft_tokenizer, sft_model_name_or_path, named_policies, prompts, model_init_kwargs

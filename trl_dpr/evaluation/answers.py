@@ -265,12 +265,17 @@ class VLLMAnswerGenerator:
             "seed": self.seed,
         }
 
-    def generate(self, conversations: list[list[dict]]) -> list[str]:
-        if conversations and all(isinstance(c, str) for c in conversations):  # raw-text prompts (`EvalPrompt.as_text`)
-            outputs = self.llm.generate(conversations, self.sampling_params, use_tqdm=False)
-        else:
-            outputs = self.llm.chat(conversations, self.sampling_params, use_tqdm=False)
-        return [output.outputs[0].text for output in outputs]
+    def generate(self, conversations: list[str | list[dict]]) -> list[str]:
+        """Raw-text prompts (`EvalPrompt.as_text`) through `LLM.generate`, messages through `LLM.chat` (its template);
+        a chunk may hold both, answered in its own order."""
+        answers = [""] * len(conversations)
+        for as_text, call in ((True, self.llm.generate), (False, self.llm.chat)):
+            indices = [i for i, c in enumerate(conversations) if isinstance(c, str) == as_text]
+            if indices:
+                outputs = call([conversations[i] for i in indices], self.sampling_params, use_tqdm=False)
+                for i, output in zip(indices, outputs, strict=True):
+                    answers[i] = output.outputs[0].text
+        return answers
 
 
 def load_answer_generator(

@@ -108,7 +108,7 @@ def _prompt_sets(config: EvaluationConfig) -> dict[str, list[EvalPrompt]]:
 
         baseline = config.models()[config.baseline_name]
         tokenizer = AutoTokenizer.from_pretrained(baseline, trust_remote_code=config.trust_remote_code)
-        if not string_prompts_as_chat(baseline, tokenizer, strings, "evaluation (jsonl)"):
+        if not string_prompts_as_chat(baseline, tokenizer, strings, "jsonl", baseline=config.baseline_name):
             prompt_sets["jsonl"] = [dataclasses.replace(p, as_text=not p.conversational) for p in prompt_sets["jsonl"]]
     return prompt_sets
 

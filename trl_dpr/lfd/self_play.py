@@ -17,6 +17,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import logging
 import os
 import shutil
 import time
@@ -38,7 +39,7 @@ from ..embedded.task import load_demonstrations
 from ..evaluation.cache import JsonlCache
 from ..evaluation.sampling import sample_completions
 from ..field_checks import check_fits_context, context_of, model_config_of
-from ..reference_manifest import check_model_source
+from ..reference_manifest import check_model_source, sft_trained_on_messages
 from ..resources import free_memory
 from ..running.checkpointing import (
     LOCK_HOLDER_NAME,
@@ -54,6 +55,8 @@ from ..running.pipeline import SFTScriptArguments, evaluation_dir, model_init_kw
 from ..token_batches import render_prompts
 from .config import GSILConfig, SelfPlayConfig, SPINConfig
 from .trainer import GSILTrainer, SelfPlayTrainer, SPINTrainer, trains_on_prompt
+
+logger = logging.getLogger(__name__)
 
 RUN_RECORD = "self_play.json"
 ITERATION_RECORD = "self_play_iteration.json"
@@ -509,6 +512,14 @@ def run_self_play(
         dataset_format=script_args.dataset_format,
     )
     prompts, completions = prompts_and_demonstrations(demonstrations, script_args.dataset_name)
+    if state.is_main_process and any(isinstance(p, str) for p in prompts):
+        # Self-play renders a demonstration as its file writes it (π_t answers the same tokens it is compared on)
+        if sft_trained_on_messages(sft_path, model_args.model_revision):
+            logger.warning(
+                f"{method}: π_0 ({sft_path}) was trained on chat messages, but {script_args.dataset_name}'s prompts are "
+                "strings: self-play renders them as raw text, as the file writes them. Give a `messages` file to train "
+                "on what π_0 learned to read."
+            )
     tokenizer = AutoTokenizer.from_pretrained(sft_path, revision=model_args.model_revision, padding_side="left")
     # Before the settings are recorded: a run refused here leaves none that its corrected rerun would differ from.
     # The main process renders every prompt; the others stop on its verdict (not wait for it at the next barrier),

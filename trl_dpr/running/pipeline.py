@@ -21,12 +21,12 @@ from trl import ModelConfig, ScriptArguments, SFTConfig, get_peft_config, get_qu
 from trl.data_utils import is_conversational
 
 from ..config import DensePathConfig
-from ..data import check_chat_template, prompts_for_rl
+from ..data import check_chat_template, check_prompt_dataset, prompts_for_rl
 from ..embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from ..embedded.task import load_demonstrations
 from ..field_checks import check_fits_context, model_config_of
 from ..reference_callback import ReferenceCheckpointCallback, check_reference_fraction
-from ..reference_manifest import check_model_source, mark_sft_complete, sft_output_problem
+from ..reference_manifest import check_model_source, mark_sft_complete, sft_output_problem, sft_trained_on_messages
 from ..resources import free_memory
 from ..reward_model import CheckpointRewardModel, load_reward_model
 from ..trainer import check_reward_func_columns, check_reward_weights
@@ -360,7 +360,7 @@ def run_dpr(
     # Everything that can be checked before a model loads: the folder, the push and the prompts (check_dpr_inputs,
     # unless the caller did it), then the SFT output, its adapter and its chat template.
     inputs = inputs or check_dpr_inputs(script_args, training_args, len(reward_funcs or []))
-    check_reward_func_columns(reward_funcs or [], inputs.prompts)  # the trainer checks again, after π_SFT loads
+    check_reward_func_columns(reward_funcs or [], inputs.prompts)  # before the SFT checks (the trainer checks again)
     sft_path = model_args.model_name_or_path
     if os.path.isdir(sft_path) and (problem := sft_output_problem(sft_path)):
         raise ValueError(f"{sft_path!r} is not a finished SFT output: {problem}. {UNFINISHED_SFT_HELP}")
@@ -369,10 +369,14 @@ def run_dpr(
     model_config = model_config_of(sft_path, model_args.model_revision, training_args.trust_remote_code)
     if model_config is not None:
         training_args.check_fits_context(model_config, sft_path)  # before any model loads (the trainer checks again)
+    init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
+    hub = init_kwargs.get("revision"), init_kwargs.get("token")
+    check_prompt_dataset(
+        inputs.prompts, script_args.dataset_name, lambda: bool(sft_trained_on_messages(sft_path, *hub))
+    )
     tokenizer = AutoTokenizer.from_pretrained(sft_path, padding_side="left")
     check_chat_template(tokenizer, inputs.prompts, script_args.dataset_name)
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
-    init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     if reward_model is None:
         reward_model = load_reward_model(sft_path, training_args, script_args.ref_model_name_or_path, **init_kwargs)
     quantization_config = init_kwargs.pop("quantization_config", None)
@@ -390,6 +394,7 @@ def run_dpr(
         peft_config=None if shares_base else get_peft_config(model_args),
         callbacks=callbacks,
         reward_funcs=reward_funcs,
+        sft_model_name_or_path=sft_path,  # its record says how it reads a string prompt, whatever `reward_model` is
     )
     if script_args.heatmap_steps:
         from ..analysis.tracking import TokenHeatmapCallback
