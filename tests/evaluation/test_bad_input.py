@@ -309,7 +309,12 @@ def test_a_jsonl_file_with_a_byte_order_mark_or_a_line_separator_in_a_string_rea
     from trl_dpr.data import load_demonstrations
 
     rows = [
-        {"messages": [{"role": "user", "content": f"line\u2028break {n}\u0085"}, {"role": "assistant", "content": "ok"}]}
+        {
+            "messages": [
+                {"role": "user", "content": f"line\u2028break {n}\u0085"},
+                {"role": "assistant", "content": "ok"},
+            ]
+        }
         for n in range(3)
     ]
     path = tmp_path / "marked.jsonl"

@@ -242,6 +242,7 @@ def test_the_preview_samples_string_prompts_as_the_sft_was_trained_to_read_them(
         dataset_split="train",
         num_prompts=4,
         samples_per_prompt=2,
+        min_ess=1.0,  # two samples: what is sampled is the point here, not which kl_coef is trusted
         max_new_tokens=4,
         batch_size=8,
         variants={"DPR": {}},
