@@ -23,6 +23,7 @@ torch.set_num_threads(1)
 
 from tests.report_plugin import (  # noqa: E402, F401 - its hooks, registered as this conftest's
     pytest_collection_finish,
+    pytest_configure,
     pytest_runtest_logreport,
     pytest_runtest_logstart,
 )

@@ -8,7 +8,13 @@ import json
 import os
 
 TEST_REPORT = os.environ.get("TRL_DPR_TEST_REPORT")  # a JSON-lines file: each test's start, then its outcome
-XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1"... in a worker; unset in the controller or alone
+XDIST_WORKER = None  # "gw0", "gw1"... in an xdist worker (its config's workerinput); None in the controller or alone
+
+
+def pytest_configure(config):
+    # Not PYTEST_XDIST_WORKER: a pytest started from a test of an xdist run (tests/house) inherits that variable.
+    global XDIST_WORKER
+    XDIST_WORKER = getattr(config, "workerinput", {}).get("workerid")
 
 
 def _report(record: dict) -> None:
