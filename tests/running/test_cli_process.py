@@ -584,6 +584,17 @@ def test_a_misspelled_flag_gets_a_suggestion_and_no_usage_dump(args, message):
     assert NO_HEAVY_IMPORTS in result.stderr
 
 
+def test_a_misspelled_recipe_key_on_memory_points_to_the_help_that_lists_recipe_keys():
+    """`trl-dpr memory --help` lists its own flags, not the recipe keys it also takes: the line names where those are."""
+    result = trl_dpr("memory", "--config", "demo/dpr.yaml", "--max_promt_length", "10", prelude=REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "--max_promt_length (did you mean --max_prompt_length?)" in result.stderr
+    assert "`trl-dpr memory --help` lists its own flags" in result.stderr
+    assert "`trl-dpr dpr --help` and `trl-dpr sft --help` list the recipe keys" in result.stderr
+    assert "usage:" not in result.stderr and "Traceback" not in result.stderr
+    assert NO_HEAVY_IMPORTS in result.stderr
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [

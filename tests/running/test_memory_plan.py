@@ -727,6 +727,11 @@ def test_a_dpr_recipe_whose_prompts_are_not_read_is_planned_at_the_context_minus
     result = plan_recipe(recipe)
     assert prefill_prompt_tokens(result, config) == config.max_position_embeddings - 96  # demo/dpr.yaml's completion
     assert "planned at the model's context" in result.table()
+    # The note says which datasets a plan reads, in one line.
+    assert (
+        "a plan reads the prompts of a local .json or .jsonl file or of the embedded task, not of "
+        "someone/their-hub-dataset, and downloads no dataset" in result.table()
+    )
 
 
 def test_the_command_line_overrides_any_key_of_the_recipe(tmp_path, sft_output_folder, capsys):

@@ -841,7 +841,10 @@ def _unread_prompts_reason(dataset_name: str) -> str | None:
         dataset_name.endswith((".json", ".jsonl")) and Path(dataset_name).is_file()
     ):
         return None
-    return f"{dataset_name} is not a local file or the embedded task, and a plan downloads no dataset"
+    return (
+        f"a plan reads the prompts of a local .json or .jsonl file or of the embedded task, not of {dataset_name}, "
+        "and downloads no dataset"
+    )
 
 
 def _prompt_tokenizer(model_name_or_path: str, sft_config: str | None):
@@ -1103,6 +1106,8 @@ def main(
 
     parser = CommandParser(
         prog=prog,
+        flags_help=f"`{prog} --help` lists its own flags; `trl-dpr dpr --help` and `trl-dpr sft --help` list the "
+        "recipe keys, also accepted as flags",
         description="Print the GPU memory plan of a trl_dpr recipe YAML.",
         epilog="Any key of the recipe can be overridden by its flag (--max_prompt_length 1024), as with `trl-dpr sft` "
         "or `trl-dpr dpr`, whose --help lists them.",
