@@ -760,9 +760,14 @@ def test_sft_again_on_its_finished_run_exits_0_and_overwrite_output_dir_starts_i
     assert "--overwrite_output_dir true" in again.stdout
     assert weights.read_bytes() == b"weights of the finished run"
 
+    old_checkpoint = weights.parent / "checkpoint-6"  # the old run's, which a killed new run would have resumed
+    old_checkpoint.mkdir()
+    (old_checkpoint / "trainer_state.json").write_text('{"global_step": 6}')
+    (weights.parent / "notes.txt").write_text("the user's own file")
     over = trl_dpr(*sft, "--overwrite_output_dir", "true", cwd=tmp_path, timeout=300, start_new_session=True)
     assert over.returncode == 0 and "Traceback" not in over.stderr, over.stderr[-2000:]
     assert weights.read_bytes() != b"weights of the finished run"  # trained again, from the start
+    assert not old_checkpoint.exists() and (weights.parent / "notes.txt").read_text() == "the user's own file"
     assert (tmp_path / "sft" / "sft_complete.json").is_file()
     # That run recorded itself: the plain command again has nothing to do.
     assert "Already finished" in trl_dpr(*sft, cwd=tmp_path, timeout=300, start_new_session=True).stdout
