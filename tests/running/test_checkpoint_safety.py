@@ -420,6 +420,66 @@ def test_a_run_that_starts_over_in_a_finished_runs_folder_removes_its_record_of_
     assert not finished_run(tmp_path, run_fingerprint(Recipe()))
 
 
+def plant_finished_sft(folder: Path) -> None:
+    """A finished SFT output as `trl-dpr sft` leaves it: π_SFT (sharded), π_ref and its manifest, a checkpoint, the
+    marker last, and the run's record; beside them a file of the user's."""
+    from trl_dpr.reference_manifest import mark_sft_complete
+
+    (folder / "dpr_reference").mkdir(parents=True)
+    for name in (
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "dpr_reference/model.safetensors",
+    ):
+        (folder / name).write_bytes(b"old weights")
+    (folder / "model.safetensors.index.json").write_text("{}")
+    for name in ("config.json", "tokenizer.json", "trainer_state.json", "dpr_reference/config.json"):
+        (folder / name).write_text("{}")
+    (folder / MANIFEST_NAME).write_text('{"path": "dpr_reference", "step": 6, "total_steps": 12}')
+    _checkpoint(folder / "checkpoint-6", 6)
+    mark_sft_complete(folder)
+    mark_run_finished(folder, run_fingerprint(Recipe()))
+    (folder / "notes.txt").write_text("the user's own file")
+    (folder / "my_model.safetensors").write_bytes(b"the user's weights, not a name the run writes")
+
+
+def test_a_run_started_over_deletes_the_old_runs_model_marker_and_checkpoints_at_its_claim(tmp_path):
+    """--overwrite_output_dir true on a finished SFT: right after the claim (a run killed before it saved anything)
+    nothing of the old run passes for the new one (not a finished SFT output, no checkpoint to resume); the user's
+    files stay. Before the fix only run_complete.json went, and has_sft_output stayed True."""
+    from trl_dpr.running.pipeline import has_sft_output
+
+    plant_finished_sft(tmp_path)
+    assert has_sft_output(str(tmp_path)) and last_complete_checkpoint(tmp_path)
+    claim_output_dir(tmp_path, overwrite=True)
+    release_output_dir(tmp_path)  # killed here
+    left = sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*"))
+    assert left == ["config.json", "my_model.safetensors", "notes.txt", "tokenizer.json"]
+    assert (tmp_path / "notes.txt").read_text() == "the user's own file"
+    assert not has_sft_output(str(tmp_path)) and last_complete_checkpoint(tmp_path) is None
+    claim_output_dir(tmp_path)  # a fresh run is not refused: no run is there any more
+    (tmp_path / "model.safetensors").write_bytes(b"new weights")  # the new run's final save, then its marker
+    from trl_dpr.reference_manifest import mark_sft_complete
+
+    mark_sft_complete(tmp_path)
+    release_output_dir(tmp_path)
+    assert has_sft_output(str(tmp_path))
+
+
+def test_a_resumed_run_and_a_later_claim_by_the_same_run_keep_the_folders_outputs(tmp_path):
+    """Resuming keeps the checkpoints it resumes; the trainer's own claim, after `run_sft` claimed with overwrite,
+    keeps what the run wrote in between."""
+    plant_finished_sft(tmp_path)
+    claim_output_dir(tmp_path, overwrite=True, resuming=True)
+    release_output_dir(tmp_path)
+    assert (tmp_path / "checkpoint-6").is_dir() and (tmp_path / "model-00001-of-00002.safetensors").is_file()
+    claim_output_dir(tmp_path, overwrite=True)
+    _checkpoint(tmp_path / "checkpoint-2", 2)  # this run's
+    claim_output_dir(tmp_path, overwrite=True)
+    release_output_dir(tmp_path)
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+
+
 def test_a_run_that_fails_before_writing_leaves_no_empty_folder_it_created(tmp_path):
     from trl_dpr.running.checkpointing import _release_all
 

@@ -584,6 +584,17 @@ def test_a_misspelled_flag_gets_a_suggestion_and_no_usage_dump(args, message):
     assert NO_HEAVY_IMPORTS in result.stderr
 
 
+def test_a_misspelled_recipe_key_on_memory_points_to_the_help_that_lists_recipe_keys():
+    """`trl-dpr memory --help` lists its own flags, not the recipe keys it also takes: the line names where those are."""
+    result = trl_dpr("memory", "--config", "demo/dpr.yaml", "--max_promt_length", "10", prelude=REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "--max_promt_length (did you mean --max_prompt_length?)" in result.stderr
+    assert "`trl-dpr memory --help` lists its own flags" in result.stderr
+    assert "`trl-dpr dpr --help` and `trl-dpr sft --help` list the recipe keys" in result.stderr
+    assert "usage:" not in result.stderr and "Traceback" not in result.stderr
+    assert NO_HEAVY_IMPORTS in result.stderr
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [
@@ -749,9 +760,14 @@ def test_sft_again_on_its_finished_run_exits_0_and_overwrite_output_dir_starts_i
     assert "--overwrite_output_dir true" in again.stdout
     assert weights.read_bytes() == b"weights of the finished run"
 
+    old_checkpoint = weights.parent / "checkpoint-6"  # the old run's, which a killed new run would have resumed
+    old_checkpoint.mkdir()
+    (old_checkpoint / "trainer_state.json").write_text('{"global_step": 6}')
+    (weights.parent / "notes.txt").write_text("the user's own file")
     over = trl_dpr(*sft, "--overwrite_output_dir", "true", cwd=tmp_path, timeout=300, start_new_session=True)
     assert over.returncode == 0 and "Traceback" not in over.stderr, over.stderr[-2000:]
     assert weights.read_bytes() != b"weights of the finished run"  # trained again, from the start
+    assert not old_checkpoint.exists() and (weights.parent / "notes.txt").read_text() == "the user's own file"
     assert (tmp_path / "sft" / "sft_complete.json").is_file()
     # That run recorded itself: the plain command again has nothing to do.
     assert "Already finished" in trl_dpr(*sft, cwd=tmp_path, timeout=300, start_new_session=True).stdout

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from ..reference_manifest import files_problem
+from ..reference_manifest import MANIFEST_NAME, REFERENCE_DIRNAME, SFT_COMPLETE_NAME, files_problem
 from ..resources import check_output_dir, remove_created_dirs, remove_if_empty
 
 # The standard logger, not accelerate's: these functions also run before any trainer has set up accelerate's state
@@ -48,6 +48,23 @@ RUN_COMPLETE_NAME = "run_complete.json"
 EVAL_RESULTS_NAME = "eval_results.json"  # the evaluation a pipeline ran on the run's model
 # Arguments that say how a run is started, not what it produces: a re-run that differs only in them is the same run.
 _NOT_THE_RUN = ("overwrite_output_dir", "resume_from_checkpoint", "local_rank", "hub_token")
+# What a run writes in its folder and a run started over there deletes first (`claim_output_dir`): a killed new run
+# must not leave the old π_SFT, its marker or its checkpoints beside its own π_ref. Only these names: a file of the
+# user's in the folder stays.
+_OWN_OUTPUTS = (
+    SFT_COMPLETE_NAME,
+    MANIFEST_NAME,
+    REFERENCE_DIRNAME,
+    "trainer_state.json",
+    "model.safetensors",
+    "model-*-of-*.safetensors",
+    "model.safetensors.index.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+    "pytorch_model.bin",
+    "pytorch_model-*-of-*.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 # ---- checkpoint completeness --------------------------------------------------------------------------------------
@@ -279,17 +296,31 @@ def _previous_run(output_dir: Path) -> str | None:
     return ", ".join(found) if found else None
 
 
+def _remove_own_outputs(output_dir: Path) -> None:
+    """Delete an earlier run's outputs (`_OWN_OUTPUTS`, its `checkpoint-N/`) from `output_dir`, before this run writes:
+    killed midway, it leaves no old model that passes for its own, no old checkpoint to resume."""
+    stale = [path for pattern in _OWN_OUTPUTS for path in output_dir.glob(pattern)]
+    stale += [Path(path) for _, path in _checkpoints(output_dir)]
+    for path in stale:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def claim_output_dir(
     output_dir: str | os.PathLike, *, resuming: bool = False, overwrite: bool = False, evaluating: bool = False
 ) -> None:
     """Make `output_dir` this run's before any compute: `OSError` when not writable, `OutputDirInUse` naming a live
     holder, `ValueError` for a finished run's folder unless resuming or overwriting. Every process gets the same verdict.
     `evaluating`: the finished run in it is only evaluated again (`finished_already`), so its record stays.
+    `overwrite` (not resuming): the first claim deletes the earlier run's outputs (`_remove_own_outputs`).
     """
     output_dir = Path(output_dir)
     check_output_dir(output_dir)
     error = None
     if _is_main_process():
+        first_claim = os.path.realpath(output_dir) not in _HELD_LOCKS  # later claims of this run keep what it wrote
         error = _lock(output_dir)
         previous = None if error or resuming or overwrite or evaluating else _previous_run(output_dir)
         changed = _FINISHED_WITH_OTHER.pop(os.path.realpath(output_dir), None)  # known when the CLI compared it
@@ -310,6 +341,8 @@ def claim_output_dir(
         if not error and not evaluating:
             for stale in (RUN_COMPLETE_NAME, EVAL_RESULTS_NAME):  # the table: `Already finished`, the model card
                 (output_dir / stale).unlink(missing_ok=True)
+        if not error and overwrite and not resuming and not evaluating and first_claim:
+            _remove_own_outputs(output_dir)
     error = _agree(error)
     if error:
         raise (OutputDirInUse if error.startswith("Another run") else ValueError)(error)

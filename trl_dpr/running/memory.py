@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,7 +246,9 @@ _DTYPE_BYTES = {"bfloat16": (BF16, "bf16"), "float16": (BF16, "fp16"), "float32"
 
 def precision(training_args, model_args=None) -> tuple[int, int, str]:
     """`(weight bytes, activation bytes, weight dtype)` of a recipe: the weights load in its `dtype` (`auto` or none:
-    16-bit under `bf16`/`fp16`, else fp32); activations are 16-bit under `bf16`/`fp16` (autocast), else the weights'.
+    16-bit under `bf16`/`fp16`, else fp32); activations (matmul intermediates) are 16-bit under `bf16`/`fp16`
+    (autocast), else the weights'. What a layer hands on (the residual stream: KV cache, gradient checkpoints, last
+    hidden states) keeps the weights' dtype under autocast: `plan` counts it at the weight bytes.
 
     Example:
         >>> from types import SimpleNamespace
@@ -384,13 +387,27 @@ def plan(
 
     if is_dpr:
         _generation_phase(
-            training_args, shape, num_gpus, prompt, completion, static, phases, gpu_memory_gib, notes, act
+            training_args,
+            shape,
+            num_gpus,
+            prompt,
+            completion,
+            static,
+            phases,
+            gpu_memory_gib,
+            notes,
+            act,
+            weight_bytes,
         )
         scoring = [
             _term(
                 "one layer live", one_layer(batch, tokens), f"{batch} × {tokens} × (4·{hidden} + 3·{mlp}) × {act} B"
             ),
-            _term("last hidden states", batch * tokens * hidden * act, f"{batch} × {tokens} × {hidden} × {act} B"),
+            _term(
+                "last hidden states",
+                batch * tokens * hidden * weight_bytes,
+                f"{batch} × {tokens} × {hidden} × {weight_bytes} B",
+            ),
             _term(
                 "LM-head chunk",
                 training_args.reward_token_chunk_size * vocab * FP32 * 3,
@@ -427,8 +444,8 @@ def plan(
         training = [
             _term(
                 "checkpoints",
-                layers * batch * tokens * hidden * act,
-                f"{layers} × {batch} × {tokens} × {hidden} × {act} B",
+                layers * batch * tokens * hidden * weight_bytes,
+                f"{layers} × {batch} × {tokens} × {hidden} × {weight_bytes} B",
             ),
             _term(
                 "layer recompute + backward",
@@ -494,7 +511,7 @@ def vllm_default_max_model_len(model_config) -> int:
 
 
 def _generation_phase(
-    args, shape, num_gpus, prompt, completion, static, phases, gpu_memory_gib, notes, act: int = BF16
+    args, shape, num_gpus, prompt, completion, static, phases, gpu_memory_gib, notes, act: int = BF16, kept: int = BF16
 ) -> None:
     text = shape.text
     hidden, mlp, vocab, tokens = text.hidden_size, text.intermediate_size, text.vocab_size, prompt + completion
@@ -537,11 +554,11 @@ def _generation_phase(
             dict(args.transformers_continuous_batching_config or {}),
             sequences=args.generation_batch_size // num_gpus,
             sequence_tokens=tokens,
-            dtype_bytes=act,
+            dtype_bytes=kept,
         )
         return
     rows = args.generation_batch_size // num_gpus
-    kv = kv_cache_bytes_per_token(text, act, tokens=tokens)
+    kv = kv_cache_bytes_per_token(text, kept, tokens=tokens)
     phases["generation (one generate call)"] = [
         _term("KV cache", rows * tokens * kv, f"{rows} sequences × {tokens} tokens × {kv // 1024} KiB"),
         _term(
@@ -750,11 +767,18 @@ def _parse_recipe(config_path: str, model_config=None, overrides: list[str] | No
 PROMPT_SAMPLE = 2000  # prompts rendered at most to find a recipe's longest (a few seconds on one CPU thread)
 
 
+def _characters(prompt) -> int:
+    """A prompt's length in characters (chat messages: their JSON text, roles and template overhead included)."""
+    return len(prompt) if isinstance(prompt, str) else len(json.dumps(prompt, ensure_ascii=False))
+
+
 def planned_prompt_length(script_args, training_args, model_args, shape: ModelShape) -> tuple[int, str]:
     """`(tokens, note)`: the prompt length a DPR recipe without max_prompt_length is planned at (DPR then drops no
     prompt, so its longest one is what generation holds). The longest of the recipe's prompts, rendered as DPR renders
-    them, when the dataset is the embedded task or a local file (at most `PROMPT_SAMPLE` of them, drawn with the seed)
-    and a tokenizer is on this machine; else the model's context minus max_completion_length."""
+    them, when the dataset is the embedded task or a local file and a tokenizer is on this machine; else the model's
+    context minus max_completion_length. Of more than `PROMPT_SAMPLE` prompts, the `PROMPT_SAMPLE` longest in
+    characters are rendered: tokens are not monotone in characters, but the longest in tokens is among them in
+    practice (a sample would miss a single long one)."""
     completion = training_args.max_completion_length
     why = _unread_prompts_reason(script_args.dataset_name)
     if why is None:
@@ -766,8 +790,10 @@ def planned_prompt_length(script_args, training_args, model_args, shape: ModelSh
 
         prompts = dpr_prompts(script_args, training_args.seed)
         total = prompts.num_rows
-        if total > PROMPT_SAMPLE:
-            prompts = prompts.shuffle(seed=training_args.seed).select(range(PROMPT_SAMPLE))
+        if total > PROMPT_SAMPLE:  # counting characters is cheap, rendering every prompt is not
+            characters = [_characters(prompt) for prompt in prompts["prompt"]]
+            longest = sorted(range(total), key=characters.__getitem__, reverse=True)[:PROMPT_SAMPLE]
+            prompts = prompts.select(sorted(longest))
         try:
             lengths = [
                 len(ids)
@@ -781,7 +807,12 @@ def planned_prompt_length(script_args, training_args, model_args, shape: ModelSh
         except ValueError as error:  # no chat template for chat prompts: the plan falls back, the run will say it
             why = f"its prompts could not be rendered ({str(error)[:120]})"
         else:
-            sampled = f"the {prompts.num_rows} sampled of {total}" if total > prompts.num_rows else f"all {total}"
+            sampled = (
+                f"the {prompts.num_rows} longest in characters of {total} (the longest in tokens is among them in "
+                "practice)"
+                if total > prompts.num_rows
+                else f"all {total}"
+            )
             return max(lengths), (
                 f"max_prompt_length is unset: planned at {max(lengths)} tokens, the longest of {sampled} prompts of "
                 f"{script_args.dataset_name}. Set max_prompt_length to plan (and keep) another length."
@@ -810,7 +841,10 @@ def _unread_prompts_reason(dataset_name: str) -> str | None:
         dataset_name.endswith((".json", ".jsonl")) and Path(dataset_name).is_file()
     ):
         return None
-    return f"{dataset_name} is not a local file or the embedded task, and a plan downloads no dataset"
+    return (
+        f"a plan reads the prompts of a local .json or .jsonl file or of the embedded task, not of {dataset_name}, "
+        "and downloads no dataset"
+    )
 
 
 def _prompt_tokenizer(model_name_or_path: str, sft_config: str | None):
@@ -1072,6 +1106,8 @@ def main(
 
     parser = CommandParser(
         prog=prog,
+        flags_help=f"`{prog} --help` lists its own flags; `trl-dpr dpr --help` and `trl-dpr sft --help` list the "
+        "recipe keys, also accepted as flags",
         description="Print the GPU memory plan of a trl_dpr recipe YAML.",
         epilog="Any key of the recipe can be overridden by its flag (--max_prompt_length 1024), as with `trl-dpr sft` "
         "or `trl-dpr dpr`, whose --help lists them.",

@@ -238,14 +238,16 @@ def unknown_flags(remaining: list[str], accepted: list[str], passed_on: dict[str
 class CommandParser(argparse.ArgumentParser):
     """argparse for the commands that are not recipes (`heatmap`, `memory`): a mistake ends with exit code 2 in one
     line naming the closest flag; flags are never abbreviated, so a typo is not taken for another flag.
+    `flags_help`: where the accepted flags are listed (by default `<prog> --help`).
     """
 
-    def __init__(self, **kwargs):
+    def __init__(self, flags_help: str | None = None, **kwargs):
         super().__init__(allow_abbrev=False, **kwargs)
+        self.flags_help = flags_help or f"`{self.prog} --help` lists every accepted flag"
 
     def error(self, message):
         # argparse's own exit (code 2), which `python -m trl_dpr.running.memory` needs as much as `trl-dpr memory`
-        self.exit(2, f"{self.prog}: error: {message.rstrip('.')}. `{self.prog} --help` lists every accepted flag.\n")
+        self.exit(2, f"{self.prog}: error: {message.rstrip('.')}. {self.flags_help}.\n")
 
     def parse_args(self, args=None, namespace=None):
         namespace, remaining = self.parse_known_args(args, namespace)
