@@ -18,6 +18,7 @@ import re
 import shutil
 import socket
 import stat
+import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -184,10 +185,10 @@ _HELD_LOCKS: dict[str, tuple[Path, _FolderLock, int]] = {}
 
 
 def _is_main_process() -> bool:
-    import torch
-
+    torch = sys.modules.get("torch")  # never imported: no process group (`trl-dpr push` stays light)
     return (
-        not (torch.distributed.is_available() and torch.distributed.is_initialized())
+        torch is None
+        or not (torch.distributed.is_available() and torch.distributed.is_initialized())
         or torch.distributed.get_rank() == 0
     )
 

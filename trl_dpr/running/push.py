@@ -16,7 +16,7 @@ from pathlib import Path
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
 from ..reference_manifest import MANIFEST_NAME
-from .checkpointing import PREFIX_CHECKPOINT_DIR, RUN_COMPLETE_NAME, STAGING_DIRNAME
+from .checkpointing import PREFIX_CHECKPOINT_DIR, RUN_COMPLETE_NAME, STAGING_DIRNAME, mark_step_done
 from .merge import (
     MERGED_MARKER,
     check_merge_target,
@@ -479,6 +479,7 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
             f"Could not reach the Hub at {constants.ENDPOINT} ({type(error).__name__}: {error}); no commit was "
             "made. Check the network (and HF_ENDPOINT), or push to a folder (--to ./some-folder)."
         ) from None
+    mark_step_done(folder, "push")  # a `trl-dpr dpr` run whose own push failed: its next run no longer says to push
     print(
         f"Pushed {source if args.merge_adapter else args.output_dir} to https://huggingface.co/{args.to} ({getattr(commit, 'commit_url', commit)})."
     )
