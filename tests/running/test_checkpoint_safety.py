@@ -28,6 +28,8 @@ from trl_dpr.running.checkpointing import (
     finished_run,
     last_complete_checkpoint,
     mark_run_finished,
+    mark_step_done,
+    pending_steps,
     release_output_dir,
     run_fingerprint,
     write_checkpoint_manifest,
@@ -405,6 +407,30 @@ def test_a_local_dataset_folder_costs_one_stat_a_data_file_and_its_hidden_folder
         for name in ("test.jsonl", "train/part-0.jsonl")
     ]
     assert state == expected
+
+
+def test_a_step_done_leaves_the_rest_pending_in_order_and_the_run_finished(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    fingerprint = run_fingerprint(Data(str(tmp_path / "model.safetensors")))  # with its parts: data files
+    mark_run_finished(tmp_path, fingerprint, ["evaluation", "merge", "push"])
+    mark_step_done(tmp_path, "merge")
+    assert pending_steps(tmp_path) == ["evaluation", "push"]
+    mark_step_done(tmp_path, "merge")  # done already: nothing changes
+    mark_step_done(tmp_path, "evaluation")
+    assert pending_steps(tmp_path) == ["push"]
+    record = json.loads((tmp_path / RUN_COMPLETE_NAME).read_text())
+    assert record == {"arguments_sha256": fingerprint, "parts": fingerprint.parts, "pending": ["push"]}
+    assert finished_run(tmp_path, fingerprint)
+    assert [p.name for p in tmp_path.iterdir() if "run_complete" in p.name] == [RUN_COMPLETE_NAME]  # no partial left
+
+
+def test_a_record_without_pending_steps_lists_none_and_a_step_done_leaves_it_as_it_was(tmp_path):
+    mark_run_finished(tmp_path, run_fingerprint(Recipe()))  # as trl-dpr sft, spin, gsil and earlier versions record
+    written = (tmp_path / RUN_COMPLETE_NAME).read_text()
+    assert "pending" not in json.loads(written) and pending_steps(tmp_path) is None
+    mark_step_done(tmp_path, "evaluation")
+    assert (tmp_path / RUN_COMPLETE_NAME).read_text() == written
+    assert pending_steps(tmp_path / "nothing-here") is None
 
 
 def test_the_record_of_a_finished_run_holds_no_argument_in_clear(tmp_path):

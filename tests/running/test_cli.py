@@ -246,7 +246,7 @@ def test_ctrl_c_before_any_checkpoint_says_nothing_was_saved(tmp_path, monkeypat
     )
 
 
-def test_ctrl_c_in_the_evaluation_of_a_finished_run_says_the_same_command_only_evaluates_it(
+def test_ctrl_c_in_the_evaluation_of_a_finished_run_says_the_same_command_does_only_what_did_not_finish(
     tmp_path, monkeypatch, capsys
 ):
     from trl_dpr.running import checkpointing
@@ -267,8 +267,8 @@ def test_ctrl_c_in_the_evaluation_of_a_finished_run_says_the_same_command_only_e
         checkpointing.release_output_dir(tmp_path / "dpr")
     assert stop.value.code == 130
     assert capsys.readouterr().err == (
-        f"Interrupted after training: {tmp_path / 'dpr'} holds the finished run; the same command again only "
-        "evaluates it (when its evaluation did not finish).\n"
+        f"Interrupted after training: {tmp_path / 'dpr'} holds the finished run; the same command again does "
+        "only what did not finish (its evaluation, merge or push).\n"
     )
 
 

@@ -737,6 +737,41 @@ def test_a_finished_run_whose_local_training_file_was_edited_is_not_taken_for_fi
     assert (tmp_path / "dpr" / "model.safetensors").read_bytes() == b"weights of the finished run"
 
 
+@pytest.mark.slow  # a process forked from this one: seconds
+def test_dpr_again_on_a_finished_run_whose_push_failed_exits_0_with_the_push_line_of_its_recipe(tmp_path, monkeypatch):
+    """A run whose push failed after training (its record lists the push pending): the same command again trains
+    nothing, says it is finished and prints the `trl-dpr push` line with the recipe's repo, merge, privacy and branch;
+    the run's files are left as they were."""
+    import shlex
+
+    from trl_dpr.running.checkpointing import mark_run_finished, run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    recipe.update(output_dir=str(tmp_path / "my dpr"), push_to_hub=True, hub_model_id="me/dpr-demo")
+    recipe.update(hub_private_repo=True, hub_revision="exp-1", merge_adapter=True)
+    path = tmp_path / "dpr.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    (tmp_path / "my dpr").mkdir()
+    (tmp_path / "my dpr" / "model.safetensors").write_bytes(b"weights of the finished run")
+    (tmp_path / "my dpr" / "eval_results.json").write_text(json.dumps({"table_markdown": "| DPR | 84.2 |"}))
+    monkeypatch.chdir(ROOT)  # the recipe's paths are the repository's
+    script_args, training_args, model_args, _ = make_parser().parse_args_and_config(["--config", str(path)])
+    mark_run_finished(training_args.output_dir, run_fingerprint(script_args, training_args, model_args), ["push"])
+
+    again = trl_dpr_forked("dpr", "--config", str(path), tmp_path=tmp_path)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-2000:]
+    assert (
+        f"Already finished: {tmp_path / 'my dpr'} holds this run" in again.stdout and "| DPR | 84.2 |" in again.stdout
+    )
+    (line,) = [line for line in again.stdout.splitlines() if line.startswith("Not pushed yet: ")]
+    command = line.removeprefix("Not pushed yet: ").removesuffix(" (its push did not finish)")
+    flags = ["--merge_adapter", "--private", "--revision", "exp-1"]
+    assert shlex.split(command) == ["trl-dpr", "push", str(tmp_path / "my dpr"), "--to", "me/dpr-demo", *flags]
+    assert (tmp_path / "my dpr" / "model.safetensors").read_bytes() == b"weights of the finished run"
+    assert json.loads((tmp_path / "my dpr" / RUN_COMPLETE_NAME).read_text())["pending"] == ["push"]
+
+
 @pytest.mark.slow  # three launches of `trl-dpr sft`, one of them a 2-step SFT: about a minute
 def test_sft_again_on_its_finished_run_exits_0_and_overwrite_output_dir_starts_it_over(tmp_path):
     from trl_dpr.running.checkpointing import mark_run_finished, run_fingerprint

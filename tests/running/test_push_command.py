@@ -119,6 +119,28 @@ def test_push_to_a_hub_repo_sends_the_card_loading_the_repo_not_the_local_folder
     assert "Pushed" in capsys.readouterr().out
 
 
+def test_a_hub_push_of_a_run_whose_own_push_failed_clears_that_push_from_its_record(sft_run, tmp_path, monkeypatch):
+    """`trl-dpr dpr` again on that run then no longer prints `Not pushed yet`; a push to a folder leaves it pending."""
+    import huggingface_hub
+
+    from trl_dpr.running.checkpointing import mark_run_finished, pending_steps
+    from trl_dpr.running.push import main
+
+    from .test_push_check import StandInHub
+
+    run = shutil.copytree(sft_run, tmp_path / "run")
+    mark_run_finished(run, "fingerprint", ["push"])  # as `trl-dpr dpr` leaves a run whose push failed
+    main([str(run), "--to", str(tmp_path / "copy")])
+    assert pending_steps(run) == ["push"]  # a copy on this machine is not the recipe's push
+    hub = StandInHub()
+    monkeypatch.setattr(huggingface_hub, "HfApi", lambda: hub)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: "a token")
+    main([str(run), "--to", "me/tiny-sft"])
+    assert len(hub.commits) == 1 and pending_steps(run) == []
+    assert "run_complete.json" not in {op.path_in_repo for op in hub.commits[0]["operations"]}
+
+
 def test_a_push_to_a_folder_carries_a_card_whose_quick_start_loads_that_folder(sft_run, tmp_path):
     """Trial B, finding 9: the copy's card loaded the source folder (model="runs/x"), not the copy."""
     before = (sft_run / "README.md").read_text()

@@ -497,6 +497,151 @@ def test_a_self_play_run_whose_evaluation_fails_is_kept_finished_and_the_same_co
     assert Path(run.output_dir) == tmp_path / method and self_play_runs.started == []
 
 
+# ---- a failed merge or push keeps the trained run, finished, with what is still to do ---------------------------------
+
+EVALUATION = ("--evaluation_config", "recipes/evaluate/demo.yaml")
+
+
+class MergeFailed(Exception):
+    """Raised by the merge after the evaluation: a full disk, a base model that cannot be downloaded."""
+
+
+def fail(error: type[Exception]):
+    def failing(*args, **kwargs):
+        raise error
+
+    return failing
+
+
+def record_steps(dpr_runs, monkeypatch) -> list:
+    """Replace `trl-dpr dpr`'s training (dpr_runs' recorder, returning a trainer stand-in), evaluation, merges and push
+    with recorders; returns the list they append to, in the order they ran."""
+    import trl_dpr.scripts.dpr
+
+    events, trainer, recorder = [], SimpleNamespace(create_model_card=lambda **_: None), trl_dpr.scripts.dpr.run_dpr
+
+    def train(*args, **kwargs):
+        events.append("train")
+        recorder(*args, **kwargs)
+        return trainer
+
+    def evaluate(config, sft_path, policy_path, **kwargs):
+        events.append("evaluate")
+        (Path(policy_path) / "eval_results.json").write_text(json.dumps({"table_markdown": "| DPR | 90.0 |"}))
+        return {"win_rate": 0.9}
+
+    dpr_runs.table = None  # the evaluation writes it
+    monkeypatch.chdir(ROOT)  # EVALUATION's path
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "run_dpr", train)
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "evaluate_against_sft", evaluate)
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "merge_trainer_output", lambda t: events.append("merge"))
+    merge_again = lambda *args: events.append(("merge again", *args))  # noqa: E731
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "merge_output_dir", merge_again, raising=False)  # not before the fix
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "push_trainer_output", lambda t, **kwargs: events.append("push"))
+    return events
+
+
+def pending(tmp_path) -> list[str]:
+    return json.loads((tmp_path / "dpr" / RUN_COMPLETE_NAME).read_text())["pending"]
+
+
+def test_a_dpr_run_whose_merge_fails_after_its_evaluation_merges_when_the_same_command_runs_again(
+    dpr_runs, tmp_path, monkeypatch, capsys
+):
+    import trl_dpr.scripts.dpr
+    from trl_dpr.running.checkpointing import is_claimed
+
+    events = record_steps(dpr_runs, monkeypatch)
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "merge_trainer_output", fail(MergeFailed))
+    with pytest.raises(MergeFailed):
+        dpr_runs(*EVALUATION, "--merge_adapter", "true")
+    assert "The merge did not finish" in capsys.readouterr().err
+    assert pending(tmp_path) == ["merge"] and not is_claimed(tmp_path / "dpr")  # evaluated; finished, free
+    assert dpr_runs(*EVALUATION, "--merge_adapter", "true") == [1.0]  # trained once only, evaluated once only
+    assert events == ["train", "evaluate", ("merge again", str(tmp_path / "dpr"), "float32")]  # the recipe's dtype
+    assert "its merge did not finish: merging its adapter." in capsys.readouterr().out
+    assert pending(tmp_path) == [] and not is_claimed(tmp_path / "dpr")
+    dpr_runs(*EVALUATION, "--merge_adapter", "true")
+    assert "Already finished" in capsys.readouterr().out and len(events) == 3  # nothing done again
+
+
+def test_a_dpr_run_whose_evaluation_fails_evaluates_and_then_merges_when_the_same_command_runs_again(
+    dpr_runs, tmp_path, monkeypatch, capsys
+):
+    import trl_dpr.scripts.dpr
+
+    events = record_steps(dpr_runs, monkeypatch)
+    evaluate = trl_dpr.scripts.dpr.evaluate_against_sft
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "evaluate_against_sft", fail_evaluation)
+    with pytest.raises(EvaluationFailed):
+        dpr_runs(*EVALUATION, "--merge_adapter", "true")
+    assert pending(tmp_path) == ["evaluation", "merge"] and events == ["train"]  # nothing merged before its table
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "evaluate_against_sft", evaluate)
+    capsys.readouterr()
+    assert dpr_runs(*EVALUATION, "--merge_adapter", "true") == [1.0]
+    assert events == ["train", "evaluate", ("merge again", str(tmp_path / "dpr"), "float32")]
+    assert (
+        "its evaluation and merge did not finish: evaluating it, then merging its adapter." in capsys.readouterr().out
+    )
+    assert pending(tmp_path) == []
+
+
+def test_a_dpr_run_whose_push_fails_leaves_the_trl_dpr_push_line_with_the_recipes_repo_merge_privacy_and_branch(
+    dpr_runs, tmp_path, monkeypatch, capsys
+):
+    import shlex
+
+    import trl_dpr.running.pipeline
+    import trl_dpr.running.push
+    import trl_dpr.scripts.dpr
+
+    monkeypatch.setattr(trl_dpr.running.pipeline, "check_hub_push", lambda args: None)  # offline here: no Hub check
+    events = record_steps(dpr_runs, monkeypatch)
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "push_trainer_output", fail(ConnectionError))
+    hub = ("--push_to_hub", "true", "--hub_model_id", "me/dpr-demo", "--hub_private_repo", "true")
+    hub += ("--hub_revision", "exp-1", "--merge_adapter", "true")
+    with pytest.raises(ConnectionError):
+        dpr_runs(*hub)
+    err = capsys.readouterr().err
+    assert pending(tmp_path) == ["push"]  # a push merges first when it merges: no merge of its own is pending
+    assert dpr_runs(*hub) == [1.0] and events == ["train"]  # nothing trained, merged or pushed again
+    out = capsys.readouterr().out
+    assert "Already finished" in out
+    (line,) = [line for line in out.splitlines() if line.startswith("Not pushed yet: ")]
+    command = line.removeprefix("Not pushed yet: ").removesuffix(" (its push did not finish)")
+    assert f"Push it: {command}" in err  # the failed run said it too
+    # The line, run by trl-dpr push's own parser, merges and pushes as the recipe would have.
+    argv = shlex.split(command)
+    assert argv[:2] == ["trl-dpr", "push"]
+    pushed = []
+    monkeypatch.setattr(trl_dpr.running.push, "_unfinished", lambda folder: None)
+    monkeypatch.setattr(trl_dpr.running.push, "_check_mergeable", lambda folder, name: None)
+    monkeypatch.setattr(trl_dpr.running.push, "_check_hub_destination", lambda repo: None)
+    monkeypatch.setattr(trl_dpr.running.push, "merge_adapter_folder", lambda adapter, merged, **_: merged)
+    monkeypatch.setattr(trl_dpr.running.push, "push_folder", lambda *args, **kwargs: pushed.append((args, kwargs)))
+    trl_dpr.running.push.main(argv[2:])
+    ((args, kwargs),) = pushed
+    assert args == (f"{tmp_path / 'dpr'}-merged", "me/dpr-demo")
+    assert kwargs["private"] is True and kwargs["revision"] == "exp-1"
+
+
+def test_a_dpr_run_recorded_finished_without_pending_steps_by_an_earlier_trl_dpr_is_finished(
+    dpr_runs, tmp_path, monkeypatch, capsys
+):
+    events = record_steps(dpr_runs, monkeypatch)
+    assert dpr_runs(*EVALUATION, "--merge_adapter", "true") == [1.0]
+    record = tmp_path / "dpr" / RUN_COMPLETE_NAME
+    written = json.loads(record.read_text())
+    assert written.pop("pending") == []
+    record.write_text(json.dumps(written))  # as an earlier trl_dpr wrote it
+    capsys.readouterr()
+    dpr_runs(*EVALUATION, "--merge_adapter", "true")
+    assert "Already finished" in capsys.readouterr().out and events == ["train", "evaluate", "merge"]
+    (tmp_path / "dpr" / "eval_results.json").unlink()  # its evaluation did not finish: evaluated again, as before
+    dpr_runs(*EVALUATION, "--merge_adapter", "true")
+    assert events == ["train", "evaluate", "merge", "evaluate"]  # its merge is not known to be pending: not redone
+
+
 @pytest.mark.parametrize("stage", ["sft", "dpr"])
 def test_overwrite_output_dir_is_a_key_and_a_flag_of_the_sft_recipe_as_of_dprs(stage, tmp_path):
     from importlib import import_module

@@ -18,6 +18,7 @@ import re
 import shutil
 import socket
 import stat
+import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -42,8 +43,10 @@ LOCK_NAME = ".trl_dpr.lock"
 LOCK_HOLDER_NAME = ".trl_dpr.lock.json"  # who holds the lock; a file of its own (Windows locks the lock file's bytes)
 # What a finished or checkpointed run leaves in its folder (a fresh run must not silently replace it).
 _RUN_OUTPUTS = ("trainer_state.json", "model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
-# Written last by a recipe's run that got to its end (model, evaluation, push): a digest of the arguments it ran with.
-# The same command run again finds it and says the run is finished (`finished_run`) instead of refusing the folder.
+# Written once a recipe's run has trained and saved its model: a digest of the arguments it ran with, and the
+# steps still to do after it ("pending": evaluation, merge, push), each cleared once done (`mark_step_done`). The
+# same command run again finds it, says the run is finished (`finished_run`) and does only what is pending
+# (`stages.finished_already`).
 RUN_COMPLETE_NAME = "run_complete.json"
 EVAL_RESULTS_NAME = "eval_results.json"  # the evaluation a pipeline ran on the run's model
 # Arguments that say how a run is started, not what it produces: a re-run that differs only in them is the same run.
@@ -199,10 +202,10 @@ _HELD_LOCKS: dict[str, tuple[Path, _FolderLock, int]] = {}
 
 
 def _is_main_process() -> bool:
-    import torch
-
+    torch = sys.modules.get("torch")  # never imported: no process group (`trl-dpr push` stays light)
     return (
-        not (torch.distributed.is_available() and torch.distributed.is_initialized())
+        torch is None
+        or not (torch.distributed.is_available() and torch.distributed.is_initialized())
         or torch.distributed.get_rank() == 0
     )
 
@@ -409,14 +412,51 @@ def _files_state(path: Path) -> list:
     return sorted(files, key=lambda file: file[0].split("/"))  # by folder, then name: as recorded before
 
 
-def mark_run_finished(output_dir: str | os.PathLike, fingerprint: str) -> None:
-    """Record, last, that the run in `output_dir` got to its end with the arguments of `fingerprint`; main process."""
+def mark_run_finished(output_dir: str | os.PathLike, fingerprint: str, pending: list[str] | None = None) -> None:
+    """Record that the run in `output_dir` trained to its end with the arguments of `fingerprint`, and the steps still
+    to do after it (`pending`, in order: `mark_step_done` clears each; None: no record of them); main process."""
     if _is_main_process():
-        record = Path(output_dir) / RUN_COMPLETE_NAME
-        partial = record.with_name(f".{RUN_COMPLETE_NAME}.partial")  # renamed: a reader never sees half a file
         parts = getattr(fingerprint, "parts", None)
-        partial.write_text(json.dumps({"arguments_sha256": fingerprint, **({"parts": parts} if parts else {})}) + "\n")
-        os.replace(partial, record)
+        record = {"arguments_sha256": fingerprint, **({"parts": parts} if parts else {})}
+        _write_run_record(Path(output_dir), record if pending is None else {**record, "pending": list(pending)})
+
+
+def mark_step_done(output_dir: str | os.PathLike, step: str) -> None:
+    """Clear `step` from the pending steps of the finished run in `output_dir` (main process): the same command again
+    no longer does it. Nothing to clear (no record, or one without that step): nothing is written."""
+    if _is_main_process():
+        record = _run_record(Path(output_dir))
+        pending = record.get("pending") if record else None
+        if isinstance(pending, list) and step in pending:
+            _write_run_record(Path(output_dir), {**record, "pending": [name for name in pending if name != step]})
+
+
+def pending_steps(output_dir: str | os.PathLike) -> list[str] | None:
+    """The steps the finished run in `output_dir` still has to do (`mark_run_finished`), in order; None for a record
+    that lists none (an earlier trl_dpr's, or none at all). Every process gets the main process's answer."""
+    pending = None
+    if _is_main_process():
+        record = _run_record(Path(output_dir))
+        found = record.get("pending") if record else None
+        if isinstance(found, list) and all(isinstance(step, str) for step in found):
+            pending = json.dumps(found)
+    pending = _agree(pending)
+    return None if pending is None else json.loads(pending)
+
+
+def _run_record(output_dir: Path) -> dict | None:
+    try:
+        record = json.loads((output_dir / RUN_COMPLETE_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _write_run_record(output_dir: Path, record: dict) -> None:
+    record_path = output_dir / RUN_COMPLETE_NAME
+    partial = record_path.with_name(f".{RUN_COMPLETE_NAME}.partial")  # renamed: a reader never sees half a file
+    partial.write_text(json.dumps(record) + "\n")
+    os.replace(partial, record_path)
 
 
 def finished_run(output_dir: str | os.PathLike, fingerprint: str) -> bool:

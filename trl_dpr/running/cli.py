@@ -122,9 +122,9 @@ def _interrupted() -> str:
     checkpointing = sys.modules.get("trl_dpr.running.checkpointing")  # loaded once a run has claimed its folder
     held = [folder for folder, _, pid in getattr(checkpointing, "_HELD_LOCKS", {}).values() if pid == os.getpid()]
     if finished := [str(folder) for folder in held if (folder / checkpointing.RUN_COMPLETE_NAME).is_file()]:
-        return (  # in the evaluation (or the push) a pipeline runs once the run is finished
-            f"Interrupted after training: {', '.join(finished)} holds the finished run; the same command again only "
-            "evaluates it (when its evaluation did not finish)."
+        return (  # in the evaluation, the merge or the push a pipeline runs once the run is finished
+            f"Interrupted after training: {', '.join(finished)} holds the finished run; the same command again does "
+            "only what did not finish (its evaluation, merge or push)."
         )
     saved = [(folder, checkpointing.last_complete_checkpoint(folder)) for folder in held]
     if any(checkpoint for _, checkpoint in saved):

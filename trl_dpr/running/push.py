@@ -16,7 +16,7 @@ from pathlib import Path
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
 from ..reference_manifest import MANIFEST_NAME
-from .checkpointing import PREFIX_CHECKPOINT_DIR, RUN_COMPLETE_NAME, STAGING_DIRNAME
+from .checkpointing import PREFIX_CHECKPOINT_DIR, RUN_COMPLETE_NAME, STAGING_DIRNAME, mark_step_done
 from .merge import (
     MERGED_MARKER,
     check_merge_target,
@@ -343,15 +343,22 @@ def push_trainer_output(
 def merge_trainer_output(trainer) -> str | None:
     """Merge the trainer's adapter `output_dir` into `<output_dir>-merged` (`merge_adapter_folder`, main process only,
     in the dtype the run loaded its model in) and return that folder; None when there is no adapter to merge."""
-    args = trainer.args
     if not trainer.is_world_process_zero():
         return None
-    if not (Path(args.output_dir) / "adapter_config.json").is_file():
-        logger.warning(f"merge_adapter: {args.output_dir} holds a full model, not a LoRA adapter: nothing to merge.")
+    return merge_output_dir(
+        trainer.args.output_dir, (getattr(trainer.args, "model_init_kwargs", None) or {}).get("dtype")
+    )
+
+
+def merge_output_dir(output_dir: str, dtype: str | None = None) -> str | None:
+    """Merge the adapter in a run's `output_dir` into `<output_dir>-merged` (`merge_adapter_folder`, in `dtype`, the
+    run's: None is "auto") and return that folder; None, with a warning, when it holds a full model. Call it on the
+    main process only: a finished run whose merge did not finish merges again here (`trl-dpr dpr`)."""
+    if not (Path(output_dir) / "adapter_config.json").is_file():
+        logger.warning(f"merge_adapter: {output_dir} holds a full model, not a LoRA adapter: nothing to merge.")
         return None
-    dtype = (getattr(args, "model_init_kwargs", None) or {}).get("dtype", "auto")
-    merged = merge_adapter_folder(args.output_dir, merged_folder(args.output_dir), dtype=dtype, overwrite=True)
-    print(f"Merged the adapter in {args.output_dir} into its base model: {merged}", flush=True)
+    merged = merge_adapter_folder(output_dir, merged_folder(output_dir), dtype=dtype or "auto", overwrite=True)
+    print(f"Merged the adapter in {output_dir} into its base model: {merged}", flush=True)
     return merged
 
 
@@ -472,6 +479,7 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
             f"Could not reach the Hub at {constants.ENDPOINT} ({type(error).__name__}: {error}); no commit was "
             "made. Check the network (and HF_ENDPOINT), or push to a folder (--to ./some-folder)."
         ) from None
+    mark_step_done(folder, "push")  # a `trl-dpr dpr` run whose own push failed: its next run no longer says to push
     print(
         f"Pushed {source if args.merge_adapter else args.output_dir} to https://huggingface.co/{args.to} ({getattr(commit, 'commit_url', commit)})."
     )

@@ -18,6 +18,7 @@ from .checkpointing import (
     claim_output_dir,
     finished_run,
     last_complete_checkpoint,
+    pending_steps,
     releasing_output_dir,
 )
 from .pipeline import (
@@ -47,14 +48,16 @@ def run_stages(
     reads_reference: bool = True,
 ) -> Trained:
     """Run a pipeline recipe's stages: the SFT stage of `sft_config` (when set) writing `sft_path`, then `train()`,
-    `finish(trained)` (the run's record of being finished), then `evaluate(trained, device)` against SFT (when
-    `evaluation_config` is set); returns what `train()` returned. `reads_reference`: the training reads the SFT
-    output's π_ref (DPR without `ref_model_name_or_path`), so a found SFT whose π_ref is at another α is refused.
+    `finish(trained)` (the run's record of being finished, and of what is still to do), then `evaluate(trained,
+    device)` against SFT (when `evaluation_config` is set); returns what `train()` returned. `reads_reference`: the
+    training reads the SFT output's π_ref (DPR without `ref_model_name_or_path`), so a found SFT whose π_ref is at
+    another α is refused.
 
     The evaluation YAML is checked before anything trains, its lengths against π_SFT's context before `train()` (π_SFT
     read with the training run's `trust_remote_code` where the YAML does not set it, as `evaluate` must load it); a
     finished SFT output is not trained again, an unfinished one resumes. The run is finished before its evaluation, so
-    a failed evaluation leaves a finished run, which the same command again only evaluates (`finished_already`).
+    a failed evaluation leaves a finished run, which the same command again only evaluates (`finished_already`), then
+    does what the caller runs after it (a merge, a push) when its record lists that still pending.
     """
     if evaluation_config:  # a bad evaluation YAML fails before the SFT stage and the training are spent
         check_evaluation_config(evaluation_config)
@@ -94,18 +97,27 @@ def evaluation_stage(
         if PartialState().is_main_process:
             print(
                 f"The evaluation did not finish; the trained {method} run is kept, finished: the same command again "
-                "runs only its evaluation.",
+                "runs only its evaluation, then what follows it.",
                 file=sys.stderr,
                 flush=True,
             )
         raise
 
 
-def finished_already(training_args, fingerprint: str, evaluate_again: Callable[[], object] | None = None) -> bool:
+def finished_already(
+    training_args,
+    fingerprint: str,
+    evaluate_again: Callable[[], object] | None = None,
+    merge_again: Callable[[], object] | None = None,
+    push_command: str | None = None,
+) -> bool:
     """Whether this command already ran to its end in `training_args.output_dir` with the same arguments
     (`run_fingerprint`, `finished_run`): then it says so, shows the run's evaluation, and says how to train again.
-    A finished run without its evaluation's `eval_results.json` (the evaluation failed or was stopped) gets only that:
-    `evaluate_again()` (the recipe's `evaluation_stage`; None: the recipe has no evaluation), in the claimed folder.
+    A finished run with steps still pending (`pending_steps`: the evaluation failed or was stopped, or the merge or the
+    push after it) gets only those, in order, in the claimed folder: `evaluate_again()` (the recipe's
+    `evaluation_stage`), `merge_again()`, and for the push the line `push_command` (the push needs the user's network
+    and token: printed, not run). A record that lists no pending steps (an earlier trl_dpr's) is pending its
+    evaluation when its `eval_results.json` is missing, and then its push.
 
     A re-run of the README's `make demo` then ends with exit code 0 rather than refusing the folder (a refusal under
     `accelerate launch` also prints the launcher's traceback). A run that overwrites is never finished; one that
@@ -118,14 +130,30 @@ def finished_already(training_args, fingerprint: str, evaluate_again: Callable[[
         return False
     from accelerate import PartialState
 
-    if evaluate_again is not None and not (Path(output_dir) / EVAL_RESULTS_NAME).is_file():
-        if PartialState().is_main_process:
-            print(f"{output_dir} holds this run, trained; its evaluation did not finish: evaluating it.", flush=True)
+    main = PartialState().is_main_process
+    pending = pending_steps(output_dir)
+    if pending is None:  # an earlier trl_dpr's record: its evaluation (then its push) is pending if it has no table
+        evaluated = evaluate_again is None or (Path(output_dir) / EVAL_RESULTS_NAME).is_file()
+        pending = [] if evaluated else ["evaluation", "push"]
+    redo = {"evaluation": evaluate_again, "merge": merge_again}
+    todo = [step for step in pending if redo.get(step) is not None]
+    push_line = f"Not pushed yet: {push_command}" if push_command and "push" in pending else None
+    if todo:
+        if main:
+            doing = {"evaluation": "evaluating it", "merge": "merging its adapter"}
+            print(
+                f"{output_dir} holds this run, trained; its {' and '.join(todo)} did not finish: "
+                f"{', then '.join(doing[step] for step in todo)}.",
+                flush=True,
+            )
         claim_output_dir(output_dir, evaluating=True)
         with releasing_output_dir(output_dir):
-            evaluate_again()
+            for step in todo:
+                redo[step]()
+        if push_line and main:
+            print(push_line, flush=True)
         return True
-    if PartialState().is_main_process:
+    if main:
         try:
             table = json.loads((Path(output_dir) / EVAL_RESULTS_NAME).read_text())["table_markdown"]
         except (OSError, ValueError, KeyError, TypeError):  # a run without an evaluation stage
@@ -133,6 +161,8 @@ def finished_already(training_args, fingerprint: str, evaluate_again: Callable[[
         print(f"Already finished: {output_dir} holds this run (same recipe and arguments); nothing to train.")
         if table:
             print(f"\n{table}\n")
+        if push_line:
+            print(f"{push_line} (its push did not finish)")
         print(f"To train it again: --overwrite_output_dir true, or remove {output_dir}.", flush=True)
     return True
 

@@ -3,24 +3,29 @@
     trl-dpr dpr --config demo/dpr.yaml       # the embedded demo, offline on CPU
 
 `model_name_or_path` is the SFT output of `trl-dpr sft`; `sft_config:` runs that SFT first when it is missing, and
-`evaluation_config:` evaluates the policy against SFT afterwards (the run is finished first: the same command again
-redoes only an evaluation that failed).
+`evaluation_config:` evaluates the policy against SFT afterwards, before `merge_adapter:` merges it and `push_to_hub:`
+pushes it. The run is recorded finished first, with those steps pending: the same command again trains nothing and does
+only the steps that did not finish (for the push, it prints the `trl-dpr push` line).
 """
 
+import shlex
+import sys
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from accelerate import PartialState
 from trl import ModelConfig
 
 from trl_dpr import DensePathConfig
 from trl_dpr.reward_loading import check_reference_is_not_sft
-from trl_dpr.running.checkpointing import mark_run_finished, releasing_output_dir, run_fingerprint
+from trl_dpr.running.checkpointing import mark_run_finished, mark_step_done, releasing_output_dir, run_fingerprint
 from trl_dpr.running.cli import run
 from trl_dpr.running.memory import MemoryTarget
 from trl_dpr.running.model_card import add_evaluation_to_card
 from trl_dpr.running.pipeline import DPRScriptArguments, check_dpr_inputs, evaluate_against_sft, run_dpr
 from trl_dpr.running.placement import LaunchPlacement, check_launched_run
-from trl_dpr.running.push import defer_push_to_hub, merge_trainer_output, push_trainer_output
+from trl_dpr.running.push import defer_push_to_hub, merge_output_dir, merge_trainer_output, push_trainer_output
 from trl_dpr.running.recipe_parser import RecipeParser
 from trl_dpr.running.stages import check_fits_sft_recipe_context, evaluation_stage, finished_already, run_stages
 
@@ -37,29 +42,34 @@ def main(argv=None):
     _ = training_args.distributed_state  # first: the process group follows use_cpu / the launcher
     fingerprint = run_fingerprint(script_args, training_args, model_args)
     sft_path = model_args.model_name_or_path
+    output_dir = training_args.output_dir
+    push_command = _push_command(training_args, script_args.merge_adapter) if training_args.push_to_hub else None
 
     def evaluate(trainer, device):  # trainer None: a finished run evaluated again, its card written already
         results = evaluate_against_sft(  # the report on the main process, {} on the others
             script_args.evaluation_config,
             sft_path,
-            training_args.output_dir,
+            output_dir,
             device=device,
             trust_remote_code=training_args.trust_remote_code,
         )
         if trainer is not None:
             trainer.create_model_card(dataset_name=script_args.dataset_name)  # now with the evaluation table
         elif results:
-            add_evaluation_to_card(training_args.output_dir)
-            if training_args.push_to_hub:  # the first run would have pushed after its evaluation
-                repo = training_args.hub_model_id or Path(training_args.output_dir).absolute().name
-                print(f"Not pushed yet: trl-dpr push {training_args.output_dir} --to {repo}", flush=True)
+            add_evaluation_to_card(output_dir)
+        mark_step_done(output_dir, "evaluation")
+
+    def merge_again():  # a finished run whose merge did not finish: in the dtype the run loaded its model in
+        if PartialState().is_main_process:
+            merge_output_dir(output_dir, (training_args.model_init_kwargs or {}).get("dtype") or model_args.dtype)
+            mark_step_done(output_dir, "merge")
 
     evaluate_again = (
         (lambda: evaluation_stage("DPR", script_args.evaluation_config, placement, evaluate, None))
         if script_args.evaluation_config
         else None
     )
-    if finished_already(training_args, fingerprint, evaluate_again):  # the same command again: exit code 0
+    if finished_already(training_args, fingerprint, evaluate_again, merge_again, push_command):  # exit code 0
         return
     # The DPR stage's own input is checked before the SFT stage spends anything: its folder (claimed), the push, the
     # prompts (loaded). run_dpr takes what was claimed and loaded rather than doing it again.
@@ -68,6 +78,10 @@ def main(argv=None):
         check_reference_is_not_sft(sft_path, script_args.ref_model_name_or_path)
     dpr_inputs = check_dpr_inputs(script_args, training_args)
     push = defer_push_to_hub(training_args)  # pushed below, after the evaluation: the model card carries its table
+    # What the record of the finished run lists as still to do, each cleared once done: the same command again does
+    # what a failure (or Ctrl-C) left undone. A push merges first when it merges (the push line says --merge_adapter).
+    pending = ["evaluation"] if script_args.evaluation_config else []
+    pending += ["push"] if push else ["merge"] if script_args.merge_adapter else []
 
     # A failed stage leaves the folder free; Ctrl-C keeps it held until the process ends, so `run` names its checkpoint.
     with releasing_output_dir(training_args.output_dir):
@@ -84,16 +98,46 @@ def main(argv=None):
             train_title=f"Dense-Path REINFORCE from {sft_path} ({placement}, dtype {model_args.dtype})",
             evaluate=evaluate,
             trust_remote_code=training_args.trust_remote_code,
-            # Before the evaluation: a failed one leaves a finished run, which the same command again only evaluates.
-            finish=lambda trainer: mark_run_finished(training_args.output_dir, fingerprint),
+            # Before the evaluation, with the steps pending: after a failure the same command again does only those.
+            finish=lambda trainer: mark_run_finished(output_dir, fingerprint, pending),
             reads_reference=not script_args.ref_model_name_or_path,  # a named π_ref replaces the SFT output's
         )
         if push:
-            push_trainer_output(
-                trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter
-            )
+            with _said_on_failure(
+                f"The push did not finish; the trained run is kept, finished. Push it: {push_command}"
+            ):
+                push_trainer_output(
+                    trainer, dataset_name=script_args.dataset_name, merge_adapter=script_args.merge_adapter
+                )
+            mark_step_done(output_dir, "push")
         elif script_args.merge_adapter:
-            merge_trainer_output(trainer)
+            with _said_on_failure(
+                "The merge did not finish; the trained run is kept, finished: the same command again merges it."
+            ):
+                merge_trainer_output(trainer)
+            mark_step_done(output_dir, "merge")
+
+
+@contextmanager
+def _said_on_failure(line: str):
+    """Print `line` (main process, stderr) when the block fails, before its error: what the folder keeps, what next."""
+    try:
+        yield
+    except Exception:
+        if PartialState().is_main_process:
+            print(line, file=sys.stderr, flush=True)
+        raise
+
+
+def _push_command(training_args, merge_adapter: bool) -> str:
+    """The `trl-dpr push` line that pushes the run as its recipe would (repo, merge, privacy, branch); no token."""
+    repo = training_args.hub_model_id or Path(training_args.output_dir).absolute().name
+    flags = [
+        *(["--merge_adapter"] if merge_adapter else []),
+        *(["--private"] if training_args.hub_private_repo else []),
+        *(["--revision", training_args.hub_revision] if training_args.hub_revision else []),
+    ]
+    return shlex.join(["trl-dpr", "push", str(training_args.output_dir), "--to", repo, *flags])
 
 
 if __name__ == "__main__":
