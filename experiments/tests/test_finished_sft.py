@@ -181,7 +181,7 @@ def test_every_stage_runs_end_to_end_on_the_tiny_model_and_a_rerun_trains_nothin
         "--preview_prompts",
         "4",
         "--preview_samples",
-        "2",
+        "5",  # more than the preview's min_ess (4): fewer is refused
         "--lambdas",
         "inf",
         "1.0",

@@ -662,6 +662,7 @@ def test_the_regime_scan_runs_sft_and_the_preview_per_point_and_tabulates_the_ch
         "dtype": "float32",
         "num_prompts": 4,
         "samples_per_prompt": 3,
+        "min_ess": 2.0,  # three samples: the preview refuses samples_per_prompt <= min_ess (default 4)
         "max_new_tokens": 8,
         "batch_size": 12,
         "kl_coefs": [math.inf, 1.0, 0.0],

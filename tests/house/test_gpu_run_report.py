@@ -86,9 +86,9 @@ def test_a_tier_on_xdist_workers_reports_each_test_once_with_its_message(tmp_pat
     assert code == 1, (tmp_path / "tier.log").read_text()[-2000:]  # test_wrong failed; the rest passed
     events = [json.loads(line) for line in (tmp_path / "tier.jsonl").read_text().splitlines()]
     names = ["test_quick", "test_wrong", "test_slow", "test_after_slow"]
-    assert [event["tests"] for event in events if event["event"] == "collected"] == [
-        [f"test_tier.py::{name}" for name in names]
-    ]
+    collected = [event["tests"] for event in events if event["event"] == "collected"]
+    # node ids are relative to the rootdir pytest picks (the cwd's or the file's ancestor): compare the test names
+    assert [[nodeid.split("::", 1)[1] for nodeid in tests] for tests in collected] == [names]
     for name in names:
         for kind in ("start", "call"):
             mine = [e for e in events if e.get("test", "").endswith(f"::{name}") and e["event"] == kind]

@@ -701,7 +701,9 @@ def test_the_readmes_demo_command_again_on_its_finished_run_exits_0_with_its_tab
 
 
 @pytest.mark.slow  # two processes forked from this one: seconds
-def test_a_finished_run_whose_local_training_file_was_edited_is_not_taken_for_finished(tmp_path, monkeypatch):
+def test_a_finished_run_whose_local_training_file_was_edited_is_not_taken_for_finished(
+    tmp_path, monkeypatch, tokenizer
+):
     """`trl-dpr dpr` again after editing train.jsonl: not `Already finished` (that run trained on other data), but the
     folder's refusal, naming the data as what changed and the way to train again (not to resume: the run is
     finished); the finished run's model is left as it was."""
@@ -715,7 +717,9 @@ def test_a_finished_run_whose_local_training_file_was_edited_is_not_taken_for_fi
     ]
     train.write_text("".join(json.dumps(row) + "\n" for row in rows[:4]))
     recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
-    recipe.update(output_dir=str(tmp_path / "dpr"), dataset_name=str(train))
+    sft = save_sft_output(tmp_path / "sft", tokenizer)  # a fresh clone has no runs/demo/sft
+    recipe.update(output_dir=str(tmp_path / "dpr"), dataset_name=str(train), model_name_or_path=str(sft))
+    recipe.update(sft_config=None, evaluation_config=None)  # the run alone: no SFT stage, nothing left to evaluate
     path = tmp_path / "dpr.yaml"
     path.write_text(yaml.safe_dump(recipe))
     (tmp_path / "dpr").mkdir()
@@ -897,7 +901,8 @@ def test_a_dpr_run_whose_evaluation_fails_is_kept_finished_and_the_same_command_
     assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr[-3000:]
     kept, error = [line for line in failed.stderr.splitlines() if line.startswith(("The evaluation", "error"))]
     assert (
-        kept.endswith("the same command again runs only its evaluation.") and "was made with other settings" in error
+        kept.endswith("the same command again runs only its evaluation, then what follows it.")
+        and "was made with other settings" in error
     )
     policy = root / "runs" / "p" / "dpr_x"
     assert (policy / RUN_COMPLETE_NAME).is_file() and not (policy / "eval_results.json").exists()
