@@ -268,7 +268,7 @@ def test_ctrl_c_in_the_evaluation_of_a_finished_run_says_the_same_command_does_o
     assert stop.value.code == 130
     assert capsys.readouterr().err == (
         f"Interrupted after training: {tmp_path / 'dpr'} holds the finished run; the same command again does "
-        "only what did not finish (its evaluation, merge or push).\n"
+        "only what did not finish (its evaluation or merge; for a push, it prints the `trl-dpr push` line).\n"
     )
 
 

@@ -285,8 +285,15 @@ def test_push_merge_adapter_merges_in_the_dtype_of_the_runs_own_merge(sft_lora_r
     marker = json.loads((runs / "dpr-merged" / ".trl_dpr_merged").read_text())
     assert marker["dtype"] == "float32"  # the run's model_args.dtype
     (runs / "dpr-merged" / ".trl_dpr_merged").write_text(json.dumps({**marker, "dtype": "bfloat16"}))
-    result = trl_dpr_forked(
-        "push", str(runs / "dpr"), "--to", str(runs / "pushed"), "--merge_adapter", tmp_path=tmp_path
+    # A fresh interpreter, not a fork: a float32 → bfloat16 load in a fork of this process (torch's OpenMP pool
+    # started) failed with "Invalid thread pool!" in 2 of 6 runs.
+    result = subprocess.run(
+        [sys.executable, "-c", CLI, "push", str(runs / "dpr"), "--to", str(runs / "pushed"), "--merge_adapter"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     assert json.loads((runs / "pushed" / "config.json").read_text())["dtype"] == "bfloat16"

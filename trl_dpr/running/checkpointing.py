@@ -454,9 +454,16 @@ def _run_record(output_dir: Path) -> dict | None:
 
 def _write_run_record(output_dir: Path, record: dict) -> None:
     record_path = output_dir / RUN_COMPLETE_NAME
-    partial = record_path.with_name(f".{RUN_COMPLETE_NAME}.partial")  # renamed: a reader never sees half a file
-    partial.write_text(json.dumps(record) + "\n")
-    os.replace(partial, record_path)
+    # A temporary file of its own, renamed: a reader never sees half a file, and two writers (a `trl-dpr push` clearing
+    # its step while the same run's command runs again) never share one.
+    handle, partial = tempfile.mkstemp(prefix=f".{RUN_COMPLETE_NAME}.", suffix=".partial", dir=output_dir)
+    try:
+        with os.fdopen(handle, "w") as f:
+            f.write(json.dumps(record) + "\n")
+        os.replace(partial, record_path)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
 
 
 def finished_run(output_dir: str | os.PathLike, fingerprint: str) -> bool:

@@ -124,7 +124,7 @@ def _interrupted() -> str:
     if finished := [str(folder) for folder in held if (folder / checkpointing.RUN_COMPLETE_NAME).is_file()]:
         return (  # in the evaluation, the merge or the push a pipeline runs once the run is finished
             f"Interrupted after training: {', '.join(finished)} holds the finished run; the same command again does "
-            "only what did not finish (its evaluation, merge or push)."
+            "only what did not finish (its evaluation or merge; for a push, it prints the `trl-dpr push` line)."
         )
     saved = [(folder, checkpointing.last_complete_checkpoint(folder)) for folder in held]
     if any(checkpoint for _, checkpoint in saved):

@@ -479,10 +479,13 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
             f"Could not reach the Hub at {constants.ENDPOINT} ({type(error).__name__}: {error}); no commit was "
             "made. Check the network (and HF_ENDPOINT), or push to a folder (--to ./some-folder)."
         ) from None
-    mark_step_done(folder, "push")  # a `trl-dpr dpr` run whose own push failed: its next run no longer says to push
     print(
         f"Pushed {source if args.merge_adapter else args.output_dir} to https://huggingface.co/{args.to} ({getattr(commit, 'commit_url', commit)})."
     )
+    try:  # a `trl-dpr dpr` run whose own push failed: its next run no longer says to push
+        mark_step_done(folder, "push")
+    except OSError as error:  # the push is made: a run folder this user cannot write only keeps its reminder
+        print(f"(Not recorded in {folder}: {error}; `trl-dpr dpr` there may still print the push line.)")
 
 
 def _check_mergeable(folder: Path, name: str) -> None:
