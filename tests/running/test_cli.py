@@ -617,6 +617,7 @@ IMPOSSIBLE = [  # (command line, GPUs on the machine, what the one line says)
     (["--accelerate_config", "single_gpu"], 1, r"trains on the CPU \(use_cpu: true\) but single_gpu\.yaml"),
     (["--use_cpu", "false", "--bf16", "true", "--fp16", "true"], 1, r"bf16 and fp16 are both true"),
     (["--accelerate_config", "zero3_cpu"], 0, r"use_cpu: true but zero3_cpu\.yaml runs DeepSpeed"),
+    (["--accelerate_config", "fsdp_cpu"], 0, r"fsdp_cpu\.yaml runs FSDP, which accelerate does not run on the CPU"),
 ]
 
 
@@ -685,6 +686,10 @@ def test_the_recipe_and_the_accelerate_config_agree_on_the_precision_or_the_run_
     deepspeed = settings.get("distributed_type") == "DEEPSPEED"
     run = RunPlacement(use_cpu=bool(settings.get("use_cpu")) and not deepspeed, mixed_precision=precision)
     launch = LaunchPlacement.from_launch_args(launch_args)
+    if settings.get("distributed_type") == "FSDP" and run.use_cpu:  # fsdp_cpu: refused whatever the precision
+        with pytest.raises(ValueError, match=r"runs FSDP, which accelerate does not run on the CPU"):
+            check_placement(run, launch, gpu_available=True)
+        return
     if precision == written:
         check_placement(run, launch, gpu_available=True)
     else:

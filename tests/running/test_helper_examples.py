@@ -249,7 +249,7 @@ CASES = {
 """,
     "trl_dpr.running.placement:LaunchPlacement": r"""
     >>> LaunchPlacement.from_environment({"ACCELERATE_MIXED_PRECISION": "bf16", "ACCELERATE_USE_CPU": "False"})
-    LaunchPlacement(use_cpu=False, mixed_precision='bf16', deepspeed=False, source='accelerate launch')
+    LaunchPlacement(use_cpu=False, mixed_precision='bf16', deepspeed=False, source='accelerate launch', fsdp=False)
     >>> LaunchPlacement.from_environment({}) is None   # not launched by accelerate
     True
 """,

@@ -320,7 +320,7 @@ CONFIG_HELP = (
 )
 LAUNCHER_HELP = (
     "The run goes through `accelerate launch`: --accelerate_config NAME picks its config (trl_dpr's cpu, cpu_ddp, "
-    "single_gpu, fsdp_cpu, zero3_cpu; TRL's multi_gpu, zero3, fsdp2, ...; or a file), and the flags of `accelerate "
+    "single_gpu, zero3_cpu; TRL's multi_gpu, zero3, fsdp2, ...; or a file), and the flags of `accelerate "
     "launch` (--num_processes 8, --mixed_precision bf16, ...) go to it."
 )
 

@@ -67,6 +67,7 @@ class LaunchPlacement:
     mixed_precision: str
     deepspeed: bool
     source: str
+    fsdp: bool = False  # known from the launch's config and flags only (the launched processes' variables do not say)
 
     @classmethod
     def from_launch_args(cls, launch_args: list[str]) -> LaunchPlacement:
@@ -88,6 +89,7 @@ class LaunchPlacement:
             mixed_precision=precision,
             deepspeed=bool(given.use_deepspeed) or distributed.endswith("DEEPSPEED"),
             source=source,
+            fsdp=bool(given.use_fsdp) or distributed.endswith("FSDP"),
         )
 
     @classmethod
@@ -116,6 +118,13 @@ def check_placement(run: RunPlacement, launch: LaunchPlacement | None, gpu_avail
         raise ValueError(
             f"The recipe sets use_cpu: true but {launch.source} runs DeepSpeed, which accelerate switches "
             "off under use_cpu: set --use_cpu false (without CUDA, DeepSpeed runs on its CPU accelerator)."
+        )
+    if launch is not None and launch.fsdp and (run.use_cpu or launch.use_cpu):
+        # accelerate turns FSDP on for accelerator devices only: on the CPU each process would train plain DDP (or
+        # alone) while the command said FSDP (tests/scripts/sharded_check.py patches that one decision for its test).
+        raise ValueError(
+            f"{launch.source} runs FSDP, which accelerate does not run on the CPU (the processes would train as plain "
+            "DDP): on the CPU use --accelerate_config cpu_ddp; FSDP needs GPUs (--use_cpu false)."
         )
     if not run.use_cpu and not gpu_available and not deepspeed:
         raise ValueError(
