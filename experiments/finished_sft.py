@@ -12,7 +12,7 @@ FLOPs. π_ref is the snapshot at half of π_SFT's Σ lr (α = 0.5). RL samples D
 Stages (each writes what it produces and skips what is there, so a stopped run resumes):
 
     data      D (`demonstrations.jsonl`); held-out prompts: the evaluation's (a prefix), the preview's and the
-              held-out demonstrations SFT's loss is measured on (both past `HELD_OUT_OFFSET`, so disjoint)
+              held-out demonstrations SFT's loss is measured on (both past `HELD_OUT_OFFSET` and outside D)
     sft       SFT over D, snapshots every `snapshot_every` steps (every `control_snapshot_every` past the cap) and at
               half of each candidate's Σ lr; held-out loss at each snapshot
     preview   the preview at π_SFT (π_ref at α = 0.5), wo/Baseline and the oracle; its best finite λ is the larger tilt
@@ -206,14 +206,24 @@ def _folder(output_dir: Path, name: str) -> Path:
     return output_dir / "rl" / name.replace("/", "_").replace(" ", "_").replace("=", "")
 
 
-def _rows(args, which: str):
-    """Held-out rows: the evaluation's (a prefix), then past HELD_OUT_OFFSET the preview's and the loss's."""
+def _prompt_key(prompt) -> str:
+    return json.dumps(prompt, sort_keys=True)
+
+
+def _rows(args, which: str, data: Path):
+    """Held-out rows past HELD_OUT_OFFSET whose prompt is not in D (`data`): the first `preview_prompts` of them are
+    the preview's, the next `loss_demonstrations` the loss's. Those rows come from the stream D was drawn from (about a
+    third repeat D's prompts, as `_evaluation_rows` says): a held-out loss that kept them would pick π_SFT partly on
+    memorised demonstrations (the committed runs' loss set had 1 of its 64 in D)."""
     from trl_dpr.embedded.task import held_out_split
 
-    rows = held_out_split(HELD_OUT_OFFSET + args.preview_prompts + args.loss_demonstrations, seed=0)
-    if which == "preview":
-        return rows.select(range(HELD_OUT_OFFSET, HELD_OUT_OFFSET + args.preview_prompts))
-    return rows.select(range(HELD_OUT_OFFSET + args.preview_prompts, len(rows)))
+    taken = {_prompt_key(json.loads(line)["prompt"]) for line in data.read_text().splitlines() if line}
+    wanted = args.preview_prompts + args.loss_demonstrations
+    rows = held_out_split(HELD_OUT_OFFSET + 2 * wanted, seed=0)
+    keep = [i for i in range(HELD_OUT_OFFSET, len(rows)) if _prompt_key(rows[i]["prompt"]) not in taken][:wanted]
+    if len(keep) < wanted:
+        raise SystemExit(f"Only {len(keep)} held-out rows past {HELD_OUT_OFFSET} are outside D; {wanted} are needed.")
+    return rows.select(keep[: args.preview_prompts] if which == "preview" else keep[args.preview_prompts :])
 
 
 def _evaluation_rows(args, output_dir: Path, count: int):
@@ -222,11 +232,12 @@ def _evaluation_rows(args, output_dir: Path, count: int):
     of them are D's own prompts: an evaluation that kept them would score memorised prompts."""
     from trl_dpr.embedded.task import held_out_split
 
-    seen = [json.loads(line)["prompt"] for line in (output_dir / "demonstrations.jsonl").read_text().splitlines()]
-    seen += [r["prompt"] for r in _rows(args, "preview")] + [r["prompt"] for r in _rows(args, "loss")]
-    taken = {json.dumps(p, sort_keys=True) for p in seen}
+    data = output_dir / "demonstrations.jsonl"
+    seen = [json.loads(line)["prompt"] for line in data.read_text().splitlines()]
+    seen += [r["prompt"] for r in _rows(args, "preview", data)] + [r["prompt"] for r in _rows(args, "loss", data)]
+    taken = {_prompt_key(p) for p in seen}
     rows = held_out_split(HELD_OUT_OFFSET, seed=0)
-    keep = [i for i, r in enumerate(rows) if json.dumps(r["prompt"], sort_keys=True) not in taken][:count]
+    keep = [i for i, r in enumerate(rows) if _prompt_key(r["prompt"]) not in taken][:count]
     if len(keep) < count:
         raise SystemExit(f"Only {len(keep)} held-out prompts are outside D: set eval_prompts ≤ {len(keep)}.")
     return rows.select(keep)
@@ -267,7 +278,7 @@ def _sft(args, output_dir: Path, data: Path) -> dict:
     per_epoch = math.ceil(args.num_demonstrations / training_args.per_device_train_batch_size)
     cap, steps = round(args.sft_epochs * per_epoch), round((args.sft_epochs + args.control_epochs) * per_epoch)
     training_args.max_steps = steps
-    held_out = [list(r["prompt"]) + list(r["completion"]) for r in _rows(args, "loss")]
+    held_out = [list(r["prompt"]) + list(r["completion"]) for r in _rows(args, "loss", data)]
     record = {
         "steps": steps,
         "cap": cap,
@@ -354,7 +365,9 @@ def _preview(args, output_dir: Path, sft: dict):
     if (folder / "preview.json").is_file():
         return PreviewReport.read(folder / "preview.json")
     prompts_file = output_dir / "preview_prompts.jsonl"
-    prompts_file.write_text("".join(json.dumps(row) + "\n" for row in _rows(args, "preview")))
+    prompts_file.write_text(
+        "".join(json.dumps(row) + "\n" for row in _rows(args, "preview", output_dir / "demonstrations.jsonl"))
+    )
     config = PreviewConfig(
         output_dir=str(folder),
         dataset_name=str(prompts_file),

@@ -23,6 +23,12 @@ and two drawn here (`decoding_markdown`, `table1_markdown`) from the evaluations
     table1         runs/table1_demo (python -m experiments.table1 --config experiments/configs/table1_demo.yaml)
     regime_scan    runs/regime_scan/regime_scan.csv (python -m experiments.regime_scan --config
                    experiments/configs/regime_scan_demo.yaml), one row per point: its DPR and wo/Baseline rows
+
+Only the finished-SFT tables are drawn from committed files (`experiments.finished_sft.render_report`, what its
+`--stage report` prints), so `--check finished_sft finished_sft_800` works in any clone; the others need their run:
+
+    finished_sft      experiments/results/finished_sft/{per_prompt.jsonl,run.json} (docs/real_model.md)
+    finished_sft_800  experiments/results/finished_sft_800/{per_prompt.jsonl,run.json}
 """
 
 from __future__ import annotations
@@ -57,6 +63,9 @@ SOURCES = {
     "demo_decoding": "runs/demo/eval/dpr/results.json runs/demo/eval_t0.7/results.json runs/demo/eval_greedy/results.json",
     "table1": "runs/table1_demo/evaluation/results.json runs/table1_demo/table1.md",
     "regime_scan": "runs/regime_scan/regime_scan.csv",
+    "finished_sft": "experiments/results/finished_sft/per_prompt.jsonl experiments/results/finished_sft/run.json",
+    "finished_sft_800": "experiments/results/finished_sft_800/per_prompt.jsonl "
+    "experiments/results/finished_sft_800/run.json",
 }
 REGIME_NOTES = {"scratch_s600_lr2e-3": " (the 0.1 demo)", "pretrained_s50_lr1e-4": " (the demo)"}  # point → its label
 DECODINGS = {"T = 1 (`make demo`)": 1.0, "T = 0.7 (the paper's)": 0.7, "greedy": 0.0}  # row → the answers' temperature
@@ -80,6 +89,11 @@ def table_text(name: str, root: Path = Path(".")) -> str | None:
         import csv
 
         return regime_markdown(list(csv.DictReader(paths[0].open())))
+    if name.startswith("finished_sft"):
+        from experiments.finished_sft import render_report
+
+        per_prompt = [json.loads(line) for line in paths[0].read_text().splitlines() if line]
+        return render_report(per_prompt, json.loads(paths[1].read_text()))
     (path,) = paths
     if path.suffix == ".json":
         return json.loads(path.read_text())["table_markdown"].strip() + "\n"
@@ -271,7 +285,8 @@ def main(argv=None) -> int:
     for name in args.check or []:
         text = table_text(name)
         if text is None:
-            print(f"{name}: {SOURCES[name]} is missing; run it first (make demo for the demo table).", file=sys.stderr)
+            hint = "run `make demo` first" if name == "demo" else "run its command first (--help lists each table's)"
+            print(f"{name}: {SOURCES[name]} is missing; {hint}.", file=sys.stderr)
             status = 1
             continue
         path = find_block(files, name)

@@ -324,12 +324,34 @@ def test_the_evaluation_prompts_are_none_of_ds_the_previews_or_the_losss(tmp_pat
     # the plain held-out prefix is not held out from this D past its first 500 rows: what the evaluation must skip
     assert sum(key(r["prompt"]) in d for r in held_out_split(1000, seed=0)) > 100
     rows = finished_sft._evaluation_rows(args, tmp_path, 1000)
-    others = [r["prompt"] for r in finished_sft._rows(args, "preview")] + [
-        r["prompt"] for r in finished_sft._rows(args, "loss")
+    data = tmp_path / "demonstrations.jsonl"
+    others = [r["prompt"] for r in finished_sft._rows(args, "preview", data)] + [
+        r["prompt"] for r in finished_sft._rows(args, "loss", data)
     ]
     assert len(rows) == 1000 and not {key(r["prompt"]) for r in rows} & (d | {key(p) for p in others})
     # the snapshots' prompts are the first of the same rows, so prompt ids pair across both evaluations
     assert finished_sft._evaluation_rows(args, tmp_path, 400)["prompt"] == rows.select(range(400))["prompt"]
+
+
+def test_the_held_out_loss_and_preview_rows_are_none_of_ds_prompts(tmp_path):
+    from trl_dpr.embedded.task import held_out_split
+
+    args = FinishedSFTArguments(output_dir=str(tmp_path))
+    data = finished_sft._data(args, tmp_path)
+    key = lambda prompt: json.dumps(prompt, sort_keys=True)  # noqa: E731
+    d = {key(json.loads(line)["prompt"]) for line in data.read_text().splitlines()}
+    wanted = args.preview_prompts + args.loss_demonstrations
+    plain = held_out_split(finished_sft.HELD_OUT_OFFSET + wanted, seed=0).select(
+        range(finished_sft.HELD_OUT_OFFSET, finished_sft.HELD_OUT_OFFSET + wanted)
+    )
+    # the plain rows past the offset (what the committed runs used) hold one of D's prompts among the loss's 64
+    assert sum(key(r["prompt"]) in d for r in plain.select(range(args.preview_prompts, wanted))) == 1
+    preview, loss = finished_sft._rows(args, "preview", data), finished_sft._rows(args, "loss", data)
+    assert (len(preview), len(loss)) == (args.preview_prompts, args.loss_demonstrations)
+    assert not {key(r["prompt"]) for r in [*preview, *loss]} & d
+    # the rows that were outside D stay, in order: the preview's all 48 (none was in D), the loss's 63 of 64
+    outside = [r["prompt"] for r in plain if key(r["prompt"]) not in d]
+    assert [r["prompt"] for r in [*preview, *loss]][: len(outside)] == outside
 
 
 def test_pi_sft_is_chosen_only_among_snapshots_whose_pi_ref_was_saved():

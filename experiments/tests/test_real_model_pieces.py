@@ -164,6 +164,34 @@ def test_a_table_is_written_and_checked_in_whichever_document_holds_it(tmp_path,
     assert (tmp_path / "README.md").read_text() == "no tables here\n"
 
 
+def test_a_missing_run_names_make_demo_only_for_the_demo_table(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "README.md").write_text("no tables here\n")
+    assert readme_tables_main(["--check", "demo", "seed_spread"]) == 1
+    demo, seed_spread = capsys.readouterr().err.splitlines()
+    assert demo.startswith("demo: runs/demo/dpr/eval_results.json is missing") and "make demo" in demo
+    assert (
+        seed_spread.startswith("seed_spread: runs/seed_spread/seed_spread.md is missing")
+        and "make demo" not in seed_spread
+    )
+
+
+def test_the_first_finished_sft_block_is_what_its_committed_per_prompt_files_give(monkeypatch, capsys):
+    from experiments.finished_sft import render_report
+
+    root = Path(__file__).resolve().parents[2]
+    results = root / "experiments/results/finished_sft"
+    per_prompt = [json.loads(line) for line in (results / "per_prompt.jsonl").read_text().splitlines() if line]
+    expected = render_report(per_prompt, json.loads((results / "run.json").read_text()))
+    assert (
+        f"<!-- table:finished_sft -->\n{expected}<!-- /table:finished_sft -->"
+        in (root / "docs/real_model.md").read_text()
+    )
+    monkeypatch.chdir(root)
+    assert readme_tables_main(["--check", "finished_sft"]) == 0
+    assert "finished_sft: the table in docs/real_model.md is the run's, byte for byte" in capsys.readouterr().out
+
+
 def test_every_generated_table_has_one_block_in_the_documents_and_the_demos_is_in_the_readme():
     from experiments.readme_tables import SOURCES, documents
 
