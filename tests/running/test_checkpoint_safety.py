@@ -32,6 +32,7 @@ from trl_dpr.running.checkpointing import (
     pending_steps,
     release_output_dir,
     run_fingerprint,
+    start_writing,
     write_checkpoint_manifest,
 )
 
@@ -442,7 +443,8 @@ def test_a_run_that_starts_over_in_a_finished_runs_folder_removes_its_record_of_
     (tmp_path / "model.safetensors").write_bytes(b"weights")
     mark_run_finished(tmp_path, run_fingerprint(Recipe()))
     claim_output_dir(tmp_path, overwrite=True)
-    release_output_dir(tmp_path)  # killed here, its old model still in place: not taken for the finished run
+    start_writing(tmp_path)
+    release_output_dir(tmp_path)  # killed here: not taken for the finished run
     assert not finished_run(tmp_path, run_fingerprint(Recipe()))
 
 
@@ -469,8 +471,27 @@ def plant_finished_sft(folder: Path) -> None:
     (folder / "my_model.safetensors").write_bytes(b"the user's weights, not a name the run writes")
 
 
-def test_a_run_started_over_deletes_the_old_runs_model_marker_and_checkpoints_at_its_claim(tmp_path):
-    """--overwrite_output_dir true on a finished SFT: right after the claim (a run killed before it saved anything)
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_a_run_started_over_keeps_the_old_run_whole_until_it_starts_writing(tmp_path):
+    """--overwrite_output_dir true on a finished SFT, then a mistake found after the claim (the data, the push, an
+    evaluation or SFT recipe): released before it wrote, the old run is there byte for byte, still finished. Before the
+    fix its model, π_ref and markers were deleted at the claim."""
+    from trl_dpr.running.pipeline import has_sft_output
+
+    plant_finished_sft(tmp_path)
+    before = folder_bytes(tmp_path)
+    claim_output_dir(tmp_path, overwrite=True)
+    claim_output_dir(tmp_path, overwrite=True)  # the trainer's own claim, before its `start_writing`
+    release_output_dir(tmp_path)  # a check failed
+    assert folder_bytes(tmp_path) == before and has_sft_output(str(tmp_path))
+    assert finished_run(tmp_path, run_fingerprint(Recipe()))
+
+
+def test_a_run_started_over_deletes_the_old_runs_model_marker_and_checkpoints_when_it_starts_writing(tmp_path):
+    """--overwrite_output_dir true on a finished SFT: once it starts writing (a run killed before it saved anything)
     nothing of the old run passes for the new one (not a finished SFT output, no checkpoint to resume); the user's
     files stay. Before the fix only run_complete.json went, and has_sft_output stayed True."""
     from trl_dpr.running.pipeline import has_sft_output
@@ -478,6 +499,7 @@ def test_a_run_started_over_deletes_the_old_runs_model_marker_and_checkpoints_at
     plant_finished_sft(tmp_path)
     assert has_sft_output(str(tmp_path)) and last_complete_checkpoint(tmp_path)
     claim_output_dir(tmp_path, overwrite=True)
+    start_writing(tmp_path)
     release_output_dir(tmp_path)  # killed here
     left = sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*"))
     assert left == ["config.json", "my_model.safetensors", "notes.txt", "tokenizer.json"]
@@ -500,8 +522,10 @@ def test_a_resumed_run_and_a_later_claim_by_the_same_run_keep_the_folders_output
     release_output_dir(tmp_path)
     assert (tmp_path / "checkpoint-6").is_dir() and (tmp_path / "model-00001-of-00002.safetensors").is_file()
     claim_output_dir(tmp_path, overwrite=True)
+    start_writing(tmp_path)
     _checkpoint(tmp_path / "checkpoint-2", 2)  # this run's
     claim_output_dir(tmp_path, overwrite=True)
+    start_writing(tmp_path)  # once per claim: what this run wrote stays
     release_output_dir(tmp_path)
     assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
 

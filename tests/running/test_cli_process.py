@@ -812,6 +812,145 @@ def test_sft_again_on_its_finished_run_exits_0_and_overwrite_output_dir_starts_i
     assert "Already finished" in trl_dpr(*sft, cwd=tmp_path, timeout=300, start_new_session=True).stdout
 
 
+# ---- --overwrite_output_dir true with a mistake: the finished run stays as it was ----------------------------------------
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder`, by relative path, with its bytes."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def plant_finished_run(folder: Path, tokenizer=None) -> dict[str, bytes]:
+    """A finished run in `folder` as its recipe leaves it: with `tokenizer`, an SFT output (a tiny π_SFT, π_ref in
+    dpr_reference/, its manifest, sft_complete.json); else a policy's weights and config. Both with trainer_state.json,
+    a complete checkpoint, the evaluation table and run_complete.json. Returns `folder_bytes(folder)`."""
+    from trl_dpr.reference_manifest import mark_sft_complete
+    from trl_dpr.running.checkpointing import mark_run_finished, write_checkpoint_manifest
+
+    if tokenizer is not None:
+        mark_sft_complete(save_sft_output(folder, tokenizer))
+    else:
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"weights of the finished run")
+        (folder / "config.json").write_text("{}")
+    (folder / "trainer_state.json").write_text('{"global_step": 6}')
+    (folder / "checkpoint-6").mkdir()
+    (folder / "checkpoint-6" / "trainer_state.json").write_text('{"global_step": 6}')
+    write_checkpoint_manifest(folder / "checkpoint-6")
+    (folder / "eval_results.json").write_text(json.dumps({"table_markdown": "| old | 1.0 |"}))
+    mark_run_finished(folder, "0" * 64, [])
+    return folder_bytes(folder)
+
+
+def refused_in_one_line(result: subprocess.CompletedProcess) -> str:
+    """The one `error ...` line of a command that exited 2 without a traceback."""
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    return line
+
+
+def assert_started_over(folder: Path, old: dict[str, bytes]) -> None:
+    """The run in `folder` trained again from the start: the old checkpoint, table and record gone, new weights."""
+    new = folder_bytes(folder)
+    assert not [name for name in new if name.startswith("checkpoint-6/")] and "eval_results.json" not in new
+    assert new["model.safetensors"] != old["model.safetensors"]
+    assert json.loads(new[RUN_COMPLETE_NAME])["arguments_sha256"] != "0" * 64
+
+
+PUSH_OFFLINE = "push_to_hub is on but the Hub is switched off (HF_HUB_OFFLINE=1)"
+
+
+@pytest.mark.slow  # `trl-dpr sft` forked from this process three times, the last a 2-step SFT: about a minute
+def test_sft_started_over_with_a_mistake_keeps_the_finished_run_byte_for_byte(tmp_path, tokenizer):
+    """Checked after the folder's claim: the push, the data. Before the fix the claim had deleted π_SFT, π_ref and their
+    markers by then."""
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    recipe.update(output_dir="sft", max_steps=2, num_train_samples=8, per_device_train_batch_size=4)
+    (tmp_path / "sft.yaml").write_text(yaml.safe_dump(recipe))
+    old = plant_finished_run(tmp_path / "sft", tokenizer)
+    over = ("sft", "--config", "sft.yaml", "--overwrite_output_dir", "true")
+    for mistake, message in (
+        (("--push_to_hub", "true"), PUSH_OFFLINE),
+        (("--dataset_name", "missing.jsonl"), "missing.jsonl"),
+    ):
+        assert message in refused_in_one_line(trl_dpr_forked(*over, *mistake, cwd=tmp_path, tmp_path=tmp_path))
+        assert folder_bytes(tmp_path / "sft") == old
+    started = trl_dpr_forked(*over, cwd=tmp_path, tmp_path=tmp_path)
+    assert started.returncode == 0, started.stderr[-3000:]
+    assert_started_over(tmp_path / "sft", old)
+    assert folder_bytes(tmp_path / "sft")["dpr_reference/model.safetensors"] != old["dpr_reference/model.safetensors"]
+
+
+def tiny_dpr_recipe_in(folder: Path, **changes) -> None:
+    """`folder/dpr.yaml`: one DPR step from the SFT output `folder/sft` into `folder/dpr`, no evaluation."""
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    recipe.update(
+        {
+            "model_name_or_path": "sft",
+            "sft_config": None,
+            "evaluation_config": None,
+            "output_dir": "dpr",
+            "num_train_samples": 8,
+            "max_steps": 1,
+            "per_device_train_batch_size": 4,
+            "max_completion_length": 4,
+            **changes,
+        }
+    )
+    (folder / "dpr.yaml").write_text(yaml.safe_dump(recipe))
+
+
+@pytest.mark.slow  # `trl-dpr dpr` forked from this process four times, the last a 1-step DPR: about a minute
+def test_dpr_started_over_with_a_mistake_keeps_the_finished_run_byte_for_byte(tmp_path, tokenizer):
+    """Checked after the folder's claim: the push, the prompts, the evaluation YAML. Before the fix the claim had
+    deleted the policy, its checkpoint and its record by then."""
+    save_sft_output(tmp_path / "sft", tokenizer)
+    tiny_dpr_recipe_in(tmp_path)
+    old = plant_finished_run(tmp_path / "dpr")
+    (tmp_path / "eval.yaml").write_text(yaml.safe_dump({"benchmarks": ["demo"], "judge": "exact", "no_such_key": 1}))
+    over = ("dpr", "--config", "dpr.yaml", "--overwrite_output_dir", "true")
+    for mistake, message in (
+        (("--push_to_hub", "true"), PUSH_OFFLINE),
+        (("--dataset_name", "missing.jsonl"), "missing.jsonl"),
+        (("--evaluation_config", "eval.yaml"), "Unknown key(s) in eval.yaml"),
+    ):
+        assert message in refused_in_one_line(trl_dpr_forked(*over, *mistake, cwd=tmp_path, tmp_path=tmp_path))
+        assert folder_bytes(tmp_path / "dpr") == old
+    started = trl_dpr_forked(*over, cwd=tmp_path, tmp_path=tmp_path)
+    assert started.returncode == 0, started.stderr[-3000:]
+    assert_started_over(tmp_path / "dpr", old)
+
+
+@pytest.mark.slow  # `trl-dpr dpr` forked from this process three times, the last a 1-step DPR: about a minute
+def test_an_sft_then_dpr_pipeline_started_over_with_a_bad_sft_recipe_keeps_both_runs_byte_for_byte(
+    tmp_path, tokenizer
+):
+    """Checked after the DPR folder's claim: the SFT recipe (its output folder, its α). Before the fix the claim had
+    deleted the finished DPR run by then."""
+    sft_old = plant_finished_run(tmp_path / "sft", tokenizer)  # π_ref at α=0.5
+    dpr_old = plant_finished_run(tmp_path / "dpr")
+    sft_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    for name, changes in (
+        ("sft", {}),
+        ("elsewhere", {"output_dir": "elsewhere"}),
+        ("alpha", {"reference_fraction": 0.25}),
+    ):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({**sft_recipe, "output_dir": "sft", **changes}))
+    tiny_dpr_recipe_in(tmp_path, sft_config="sft.yaml")
+    over = ("dpr", "--config", "dpr.yaml", "--overwrite_output_dir", "true")
+    for sft_config, message in (
+        ("elsewhere.yaml", "elsewhere.yaml writes the SFT model to 'elsewhere' but DPR starts from"),
+        ("alpha.yaml", "alpha.yaml asks for reference_fraction 0.25"),
+    ):
+        refused = trl_dpr_forked(*over, "--sft_config", sft_config, cwd=tmp_path, tmp_path=tmp_path)
+        assert message in refused_in_one_line(refused)
+        assert folder_bytes(tmp_path / "dpr") == dpr_old and folder_bytes(tmp_path / "sft") == sft_old
+    started = trl_dpr_forked(*over, cwd=tmp_path, tmp_path=tmp_path)
+    assert started.returncode == 0, started.stderr[-3000:]
+    assert "found in sft, skipped" in started.stdout and folder_bytes(tmp_path / "sft") == sft_old
+    assert_started_over(tmp_path / "dpr", dpr_old)
+
+
 @pytest.mark.slow  # a process that imports torch and TRL: seconds
 def test_make_demos_launch_on_a_folder_holding_another_run_ends_with_one_line_and_no_traceback(tmp_path):
     recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())

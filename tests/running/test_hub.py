@@ -726,8 +726,12 @@ def test_a_merge_redoes_an_unfinished_one_and_sweeps_the_staging_folder_a_killed
     killed = tmp_path / ".dpr-merged.merging-k1ll3d"
     killed.mkdir()
     (killed / "model.safetensors").write_text("a killed merge's weights")
-    other = tmp_path / ".other-merged.merging-abc"  # another folder's merge: not this one's to sweep
+    other = tmp_path / ".other-merged.merging-abc"  # an earlier trl_dpr's (no lock): another target's, kept
     other.mkdir()
+    killed_other = tmp_path / ".another-merged.merging-k1ll3d"  # another target's, its lock free: killed, swept
+    killed_other.mkdir()
+    (killed_other / "model.safetensors").write_text("a killed merge's weights")
+    (tmp_path / f"{killed_other.name}.lock").touch()
     merge_adapter_folder(sft_lora, merged, dtype="float32")  # no overwrite=True: an unfinished merge is redone
     assert {p.name: p.read_bytes() for p in merged.iterdir() if p.name != ".trl_dpr_merged"} == expected
     assert json.loads((merged / ".trl_dpr_merged").read_text()) == {**marker, "complete": True}

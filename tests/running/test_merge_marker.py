@@ -198,3 +198,77 @@ def test_only_a_file_at_the_top_named_as_a_merges_files_are_refused_before_mergi
         with pytest.raises(FileExistsError, match=f"holds {name}, which no merge wrote"):
             check_merge_target(merged)
         (merged / name).unlink()
+
+
+# ---- a killed merge's staging folder -----------------------------------------------------------------------------------
+
+
+def killed_merge(root: Path, target: str) -> Path:
+    """The staging folder of a merge into `root/target` whose process was killed (SIGKILL) while it held it."""
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time\nfrom pathlib import Path\nfrom trl_dpr.running.merge import _new_staging\n"
+        "staging, lock = _new_staging(Path(sys.argv[1]))\n(staging / 'model.safetensors').write_bytes(b'w' * 100)\n"
+        "print(staging, flush=True)\ntime.sleep(600)\n"
+    )
+    merge = subprocess.Popen([sys.executable, "-c", code, str(root / target)], stdout=subprocess.PIPE, text=True)
+    staging = Path(merge.stdout.readline().strip())
+    merge.send_signal(signal.SIGKILL)
+    merge.wait(timeout=60)
+    merge.stdout.close()
+    return staging
+
+
+def left_by_a_killed_merge(root: Path, target: str) -> Path:
+    """What a merge into `root/target` killed midway leaves (as `killed_merge`, without its process): its staging
+    folder with weights in it, and its lock file, which no process holds."""
+    staging = root / f".{target}.merging-k1ll3d"
+    staging.mkdir()
+    (staging / "model.safetensors").write_bytes(b"w" * 100)
+    (root / f"{staging.name}.lock").touch()
+    return staging
+
+
+def test_a_killed_merges_staging_folder_is_swept_beside_any_target_and_a_running_ones_is_kept(tmp_path):
+    """A killed merge's full-precision copy stayed, hidden, until a merge into the same target; a merge of another
+    target never removed it. Now any sweep beside it does, and never a merge that is still running."""
+    from trl_dpr.running.merge import _new_staging, sweep_killed_merges
+
+    killed = killed_merge(tmp_path, "dpr-merged")
+    assert killed.is_dir() and killed.name.startswith(".dpr-merged.merging-")
+    running, lock = _new_staging(tmp_path / "other-merged")  # held by this process: a merge still running
+    try:
+        assert sweep_killed_merges(tmp_path) == [killed.name]
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([running.name, f"{running.name}.lock"])
+        assert sweep_killed_merges(tmp_path) == []
+    finally:
+        lock.release()
+
+
+def test_a_push_never_sends_a_merges_staging_folder_or_its_lock(tmp_path):
+    """A merge into a folder inside the run's (`merge_adapter_folder(run, run / "sub-merged")`) stages there: before,
+    a push of the run listed the staging folder's weights."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "model.safetensors").write_text("the run's weights")
+    killed = left_by_a_killed_merge(run, "sub-merged")
+    (killed / "nested").mkdir()
+    (killed / "nested" / "config.json").write_text("{}")
+    assert files_to_push(run) == ["model.safetensors"]
+
+
+def test_trl_dpr_push_removes_a_killed_merges_staging_folder_beside_the_run_and_says_so(tmp_path, tokenizer):
+    from trl_dpr.reference_manifest import mark_sft_complete
+
+    from ..conftest import save_sft_output
+    from .test_cli_process import trl_dpr
+
+    run = mark_sft_complete(save_sft_output(tmp_path / "sft", tokenizer)).parent
+    killed = left_by_a_killed_merge(tmp_path, "dpr-merged")
+    result = trl_dpr("push", str(run), "--to", str(tmp_path / "pushed"))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert f"Removed {killed}: the staging folder of a merge that was killed." in result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pushed", "sft"]

@@ -8,7 +8,12 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from trl_dpr.running.checkpointing import RUN_COMPLETE_NAME, release_output_dir, write_checkpoint_manifest
+from trl_dpr.running.checkpointing import (
+    RUN_COMPLETE_NAME,
+    release_output_dir,
+    start_writing,
+    write_checkpoint_manifest,
+)
 
 from ..conftest import demo_evaluation_yaml, save_sft_output
 
@@ -241,6 +246,7 @@ def dpr_runs(tmp_path, monkeypatch):
 
     def train(script_args, training_args, model_args, inputs):
         trained.append(training_args.kl_coef)
+        start_writing(training_args.output_dir)  # as the trainer's train() does first
         output = Path(training_args.output_dir)
         (output / "model.safetensors").write_bytes(b"weights")
         if run.table:

@@ -51,7 +51,7 @@ RUN_COMPLETE_NAME = "run_complete.json"
 EVAL_RESULTS_NAME = "eval_results.json"  # the evaluation a pipeline ran on the run's model
 # Arguments that say how a run is started, not what it produces: a re-run that differs only in them is the same run.
 _NOT_THE_RUN = ("overwrite_output_dir", "resume_from_checkpoint", "local_rank", "hub_token")
-# What a run writes in its folder and a run started over there deletes first (`claim_output_dir`): a killed new run
+# What a run writes in its folder and a run started over there deletes first (`start_writing`): a killed new run
 # must not leave the old π_SFT, its marker or its checkpoints beside its own π_ref. Only these names: a file of the
 # user's in the folder stays.
 _OWN_OUTPUTS = (
@@ -246,6 +246,7 @@ def _lock(output_dir: Path) -> str | None:
 def _unlock(key: str) -> None:
     """Remove what the run kept in its folder for itself (the lock holder's record, an empty staging folder), then
     delete and release the lock: last, so no other run writes here before this one is done with the folder."""
+    _STARTING_OVER.discard(key)  # never started writing: the earlier run stays
     output_dir, lock, _ = _HELD_LOCKS.pop(key)
     (output_dir / LOCK_HOLDER_NAME).unlink(missing_ok=True)
     remove_if_empty(output_dir / STAGING_DIRNAME)
@@ -299,6 +300,24 @@ def _previous_run(output_dir: Path) -> str | None:
     return ", ".join(found) if found else None
 
 
+# Folders claimed to start over (`overwrite`) whose earlier run is deleted when this run starts writing, not at the
+# claim: a mistake found by a check after the claim (the push, the data, an evaluation or SFT recipe) leaves it whole.
+_STARTING_OVER: set[str] = set()
+
+
+def start_writing(output_dir: str | os.PathLike) -> None:
+    """Called by a run right before its first write into `output_dir` (the trainer's `train`): a run that claimed the
+    folder to start over deletes the earlier run there now, its record of being finished first, then its outputs
+    (`_remove_own_outputs`); once per claim. Every process calls it."""
+    key = os.path.realpath(output_dir)
+    if _is_main_process() and key in _STARTING_OVER:
+        _STARTING_OVER.discard(key)
+        for stale in (RUN_COMPLETE_NAME, EVAL_RESULTS_NAME):  # first: a run killed midway is not taken as finished
+            (Path(output_dir) / stale).unlink(missing_ok=True)
+        _remove_own_outputs(Path(output_dir))
+    _barrier()
+
+
 def _remove_own_outputs(output_dir: Path) -> None:
     """Delete an earlier run's outputs (`_OWN_OUTPUTS`, its `checkpoint-N/`) from `output_dir`, before this run writes:
     killed midway, it leaves no old model that passes for its own, no old checkpoint to resume."""
@@ -317,13 +336,14 @@ def claim_output_dir(
     """Make `output_dir` this run's before any compute: `OSError` when not writable, `OutputDirInUse` naming a live
     holder, `ValueError` for a finished run's folder unless resuming or overwriting. Every process gets the same verdict.
     `evaluating`: the finished run in it is only evaluated again (`finished_already`), so its record stays.
-    `overwrite` (not resuming): the first claim deletes the earlier run's outputs (`_remove_own_outputs`).
+    `overwrite` (not resuming): the earlier run stays until this one starts writing (`start_writing` deletes it).
     """
     output_dir = Path(output_dir)
     check_output_dir(output_dir)
     error = None
     if _is_main_process():
-        first_claim = os.path.realpath(output_dir) not in _HELD_LOCKS  # later claims of this run keep what it wrote
+        key = os.path.realpath(output_dir)
+        first_claim = key not in _HELD_LOCKS  # later claims of this run keep what it wrote
         error = _lock(output_dir)
         previous = None if error or resuming or overwrite or evaluating else _previous_run(output_dir)
         changed = _FINISHED_WITH_OTHER.pop(os.path.realpath(output_dir), None)  # known when the CLI compared it
@@ -340,12 +360,12 @@ def claim_output_dir(
                 "model. Resume it (--resume_from_checkpoint true), choose another --output_dir, or start over in "
                 "this folder: --overwrite_output_dir true (or overwrite_output_dir: true in the recipe)."
             )
+        if not error and overwrite and not resuming and not evaluating and first_claim:
+            _STARTING_OVER.add(key)  # the earlier run, its record included, goes when this one starts writing
         # This run's now (unless it only evaluates it): a finished run's record and table no longer describe it.
-        if not error and not evaluating:
+        if not error and not evaluating and key not in _STARTING_OVER:
             for stale in (RUN_COMPLETE_NAME, EVAL_RESULTS_NAME):  # the table: `Already finished`, the model card
                 (output_dir / stale).unlink(missing_ok=True)
-        if not error and overwrite and not resuming and not evaluating and first_claim:
-            _remove_own_outputs(output_dir)
     error = _agree(error)
     if error:
         raise (OutputDirInUse if error.startswith("Another run") else ValueError)(error)
@@ -578,4 +598,5 @@ class AtomicCheckpointsMixin:
                 raise ValueError(f"Cannot resume from {resume_from_checkpoint!r}: {problem}.")
         if resume_from_checkpoint is not None and self.is_world_process_zero():
             print(f"Resuming from {resume_from_checkpoint}", flush=True)
+        start_writing(self.args.output_dir)  # a run started over: the earlier one goes now, every check passed
         return super().train(resume_from_checkpoint, *args, **kwargs)

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
@@ -14,7 +15,10 @@ from .model_card import _card_loading
 # Written into a merge's folder: the files that merge wrote (JSON), the only ones a later merge may replace or remove,
 # and whether it finished ("complete": false while it replaces them: a crash then leaves a mix of two merges).
 MERGED_MARKER = ".trl_dpr_merged"
-STAGING_PREFIX = ".{name}.merging-"  # a merge's sibling staging folder; one a killed merge left is swept by the next
+# A merge's sibling staging folder, beside its lock `<staging folder>.lock`, held while the merge runs: the folder of a
+# killed merge (its lock free) is removed by the next merge or `trl-dpr push` beside it (`sweep_killed_merges`).
+STAGING_PREFIX = ".{name}.merging-"
+_STAGING_LOCK = ".lock"
 
 
 def merged_folder(output_dir: str | os.PathLike) -> str:
@@ -109,12 +113,18 @@ def merge_adapter_folder(
             raise FileExistsError(f"{str(output_dir)!r} is not empty; pass overwrite=True to replace what is there.")
     base_name = json.loads(config_path.read_text())["base_model_name_or_path"]
     output_dir.parent.mkdir(parents=True, exist_ok=True)
+    sweep_killed_merges(output_dir.parent)
     prefix = STAGING_PREFIX.format(name=output_dir.name)
-    for stale in output_dir.parent.iterdir():  # left by a merge into output_dir that was killed
-        if stale.name.startswith(prefix) and stale.is_dir() and not stale.is_symlink():
+    for stale in output_dir.parent.iterdir():  # an earlier trl_dpr's, without a lock: a killed merge's
+        if (
+            stale.name.startswith(prefix)
+            and stale.is_dir()
+            and not stale.is_symlink()
+            and not _lock_of(stale).exists()
+        ):
             shutil.rmtree(stale, ignore_errors=True)
     # Merged into a sibling staging folder first: what the merge writes is known before anything in output_dir is touched.
-    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=output_dir.parent))
+    staging, lock = _new_staging(output_dir)
     try:
         base = AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype)
         merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
@@ -131,7 +141,51 @@ def merge_adapter_folder(
         _replace_merge(staging, output_dir, adapter_dir.name, dtype=str(merged.dtype).removeprefix("torch."))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        lock.release()  # deletes the lock file
     return str(output_dir)
+
+
+def _lock_of(staging: Path) -> Path:
+    return staging.with_name(staging.name + _STAGING_LOCK)
+
+
+def _new_staging(output_dir: Path):
+    """A new staging folder beside `output_dir` and its lock, taken before the folder exists: a sweep never finds this
+    merge's folder unlocked. Returns (folder, lock); the caller removes the folder, then releases the lock."""
+    from .checkpointing import _FolderLock
+
+    handle, lock_path = tempfile.mkstemp(
+        prefix=STAGING_PREFIX.format(name=output_dir.name), suffix=_STAGING_LOCK, dir=output_dir.parent
+    )
+    os.close(handle)
+    lock = _FolderLock(Path(lock_path))
+    while not lock.acquire():  # a sweep holds it for a moment (and deletes it: acquire makes it again)
+        time.sleep(0.1)
+    staging = Path(lock_path.removesuffix(_STAGING_LOCK))
+    staging.mkdir()
+    return staging, lock
+
+
+def sweep_killed_merges(folder: str | os.PathLike) -> list[str]:
+    """Remove from `folder` the staging folders of merges into any target there that are no longer running (killed:
+    their lock is free) and their locks; a running merge's stay. Returns the names removed, each said on the console.
+    Without it, a killed merge's full-precision copy of the model stayed, hidden, until a merge of the same target."""
+    from .checkpointing import _FolderLock
+
+    removed = []
+    for lock_path in sorted(Path(folder).glob(f".*.merging-*{_STAGING_LOCK}")):
+        lock = _FolderLock(lock_path)
+        if not lock.acquire():  # its merge is running
+            continue
+        try:
+            staging = lock_path.with_name(lock_path.name.removesuffix(_STAGING_LOCK))
+            if staging.is_dir() and not staging.is_symlink():
+                shutil.rmtree(staging, ignore_errors=True)
+                removed.append(staging.name)
+                print(f"Removed {staging}: the staging folder of a merge that was killed.", flush=True)
+        finally:
+            lock.release()
+    return removed
 
 
 def merge_output_files(folder: str | os.PathLike) -> set[str] | None:

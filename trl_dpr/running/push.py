@@ -1,7 +1,7 @@
 """What a push of a run's output folder uploads (to the Hub or a folder), the check every push passes, and the push.
 
-Besides transformers' and huggingface_hub's patterns, never `.partial/` staging folders, `training_args.bin` (a pickle
-holding `hub_token`) or temporary files; an SFT output keeps `dpr_reference/`. The run pushes once, at the end.
+Besides transformers' and huggingface_hub's patterns, never staging folders (`.partial/`, a merge's), `training_args.bin`
+(a pickle holding `hub_token`) or temporary files; an SFT output keeps `dpr_reference/`. The run pushes once, at the end.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from .merge import (
     merge_output_files,
     merged_dtype,
     merged_folder,
+    sweep_killed_merges,
     unfinished_merge,
 )
 from .model_card import _card_loading, _looks_local
@@ -42,6 +43,8 @@ SAFETY_IGNORE_PATTERNS = [
     ".write-test-*",  # the output-dir probe of check_output_dir
     ".trl_dpr.lock*",  # the run's lock and its holder (PID, host name)
     MERGED_MARKER,  # merge_adapter_folder's mark on its own output
+    ".*.merging-*",  # a merge's staging folder and its lock (merge.STAGING_PREFIX), for a target inside this folder
+    "*/.*.merging-*",
     f"*{RUN_COMPLETE_NAME}*",  # this clone's record that the run finished (and the record while it is written)
 ]
 
@@ -445,6 +448,7 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
             raise FileExistsError(f"{args.to!r} is not empty; push to a new folder.")
     else:
         _check_hub_destination(args.to)
+    sweep_killed_merges(folder.parent)  # where a merge of this run stages: a killed one's copy is not left there
     source = folder
     if args.merge_adapter:  # in the dtype the run's own merge used (its arguments'), else the base's saved one
         dtype = merged_dtype(merged_folder(folder)) or "auto"
