@@ -258,6 +258,19 @@ REWARD_FUNC_FORMS = (
 )
 
 
+def reward_func_source(spec: str) -> tuple[str, str]:
+    """(module, function) of a `reward_funcs` entry, without importing anything: TRL's names are `trl.rewards`'.
+
+    Example:
+        >>> reward_func_source("my_checks.right_answer"), reward_func_source("think_format_reward")
+        (('my_checks', 'right_answer'), ('trl.rewards', 'think_format_reward'))
+    """
+    if spec in _TRL_REWARD_FUNC_NAMES or spec in _TRL_REWARD_FACTORIES:
+        return "trl.rewards", spec
+    module_name, _, attribute = spec.partition(":") if ":" in spec else spec.rpartition(".")
+    return module_name, attribute
+
+
 def load_reward_func(spec: str):
     """The outcome reward function a recipe names in `reward_funcs` (TRL's `def f(prompts, completions, **kwargs) ->
     list[float]`): one of `REWARD_FUNC_FORMS`, imported as `dense_reward` is (the folder the command runs in first).
@@ -267,12 +280,7 @@ def load_reward_func(spec: str):
         >>> load_reward_func("think_format_reward").__name__, load_reward_func("trl.rewards:think_format_reward").__name__
         ('think_format_reward', 'think_format_reward')
     """
-    if spec in _TRL_REWARD_FUNC_NAMES or spec in _TRL_REWARD_FACTORIES:
-        module_name, attribute = "trl.rewards", spec
-    elif ":" in spec:
-        module_name, _, attribute = spec.partition(":")
-    else:
-        module_name, _, attribute = spec.rpartition(".")
+    module_name, attribute = reward_func_source(spec)
     if not module_name or not attribute:
         raise ValueError(f"reward_funcs {spec!r} names no function; give {REWARD_FUNC_FORMS}.")
     try:

@@ -147,17 +147,27 @@ def test_a_reward_function_that_cannot_work_is_one_line_before_any_model_loads(f
     assert not list((folder / "runs" / "p").glob("dpr/*.safetensors"))
 
 
-def test_a_finished_run_is_another_run_with_another_reward_function(folder, tmp_path, monkeypatch):
-    """run_complete.json's digest holds the names: the same recipe with another function is not `Already finished`."""
+def finished_with_right_answer(folder: Path) -> tuple:
+    """`folder`'s recipe with `reward_funcs: [my_checks.right_answer]`, recorded finished in runs/p/dpr as `trl-dpr dpr`
+    records it (run from `folder`); its parsed arguments."""
     from trl_dpr.running.checkpointing import mark_run_finished, run_fingerprint
     from trl_dpr.scripts.dpr import make_parser
 
     with_recipe(folder, reward_funcs=["my_checks.right_answer"])
-    monkeypatch.chdir(folder)
     parsed = make_parser().parse_args_and_config(["--config", "dpr.yaml"])[:3]
     (folder / "runs" / "p" / "dpr").mkdir()
     (folder / "runs" / "p" / "dpr" / "model.safetensors").write_bytes(b"weights of the finished run")
     mark_run_finished(parsed[1].output_dir, run_fingerprint(*parsed))
+    return parsed
+
+
+def test_a_finished_run_is_another_run_with_another_reward_function(folder, tmp_path, monkeypatch):
+    """run_complete.json's digest holds the names: the same recipe with another function is not `Already finished`."""
+    from trl_dpr.running.checkpointing import run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    monkeypatch.chdir(folder)
+    parsed = finished_with_right_answer(folder)
     other = make_parser().parse_args_and_config(["--config", "dpr.yaml", "--reward_funcs", "think_format_reward"])
     assert run_fingerprint(*other[:3]).parts["arguments"] != run_fingerprint(*parsed).parts["arguments"]
 
@@ -170,6 +180,36 @@ def test_a_finished_run_is_another_run_with_another_reward_function(folder, tmp_
     (line,) = [line for line in changed.stderr.splitlines() if line.startswith("error")]
     assert "already holds a run (model.safetensors), finished with other arguments" in line
     assert (folder / "runs" / "p" / "dpr" / "model.safetensors").read_bytes() == b"weights of the finished run"
+
+
+def test_a_finished_run_is_another_run_once_its_reward_functions_file_is_edited(folder, tmp_path, monkeypatch):
+    """The same name after an edit of my_checks.py is another function: the refusal says the reward functions changed,
+    and the arguments did not."""
+    from trl_dpr.running.checkpointing import run_fingerprint
+
+    monkeypatch.chdir(folder)
+    parsed = finished_with_right_answer(folder)
+    before = run_fingerprint(*parsed)
+    (folder / "my_checks.py").write_text(MY_CHECKS.replace("0.25", "0.5"))
+    after = run_fingerprint(*parsed)
+    assert after != before and after.parts["arguments"] == before.parts["arguments"]
+    assert after.parts["reward function files"] != before.parts["reward function files"]
+
+    edited = trl_dpr_forked("dpr", "--config", "dpr.yaml", tmp_path=tmp_path, cwd=folder)
+    assert edited.returncode == 2 and "Already finished" not in edited.stdout, edited.stderr[-3000:]
+    (line,) = [line for line in edited.stderr.splitlines() if line.startswith("error")]
+    assert "finished with other reward functions (the reward_funcs files in the folder it runs from: edited)" in line
+    assert (folder / "runs" / "p" / "dpr" / "model.safetensors").read_bytes() == b"weights of the finished run"
+
+
+def test_trls_names_and_installed_modules_add_no_file_to_the_runs_record(folder, monkeypatch):
+    from trl_dpr.running.checkpointing import run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    monkeypatch.chdir(folder)
+    names = ["think_format_reward", "trl.rewards.think_format_reward", "trl_dpr.evaluation.answer_checks:_text"]
+    parsed = make_parser().parse_args_and_config(["--config", "dpr.yaml", "--reward_funcs", *names])[:3]
+    assert "reward function files" not in run_fingerprint(*parsed).parts
 
 
 def test_reward_funcs_named_in_the_recipe_and_passed_from_python_are_refused(tmp_path):
