@@ -221,3 +221,15 @@ def test_reward_funcs_named_in_the_recipe_and_passed_from_python_are_refused(tmp
     with pytest.raises(ValueError, match=r"named in the recipe \(\['think_format_reward'\]\) and passed from Python"):
         check_dpr_inputs(script_args, args, reward_funcs=[lambda completions, **kwargs: [0.0] * len(completions)])
     assert not (tmp_path / "dpr").exists()
+
+
+def test_run_dpr_refuses_reward_funcs_beside_inputs_checked_without_them(tmp_path):
+    from trl import ModelConfig
+
+    from trl_dpr import DensePathConfig
+    from trl_dpr.running.pipeline import DPRInputs, DPRScriptArguments, run_dpr
+
+    args = DensePathConfig(str(tmp_path / "dpr"), per_device_train_batch_size=2, bf16=False, use_cpu=True)
+    inputs = DPRInputs(prompts=None)  # what check_dpr_inputs returned, with no reward function
+    with pytest.raises(ValueError, match="got inputs from check_dpr_inputs and reward_funcs: pass reward_funcs to it"):
+        run_dpr(DPRScriptArguments(), args, ModelConfig(), inputs=inputs, reward_funcs=[lambda completions, **kw: []])

@@ -383,14 +383,11 @@ def run_fingerprint(*parsed) -> RunFingerprint:
             ):  # is the run too
                 digest = hashlib.sha256(Path(value).read_bytes()).hexdigest()
                 arguments.setdefault("config files", {})[f"{type(values).__name__}.{key}"] = digest
-        for spec in (
-            fields.get("reward_funcs") or []
-        ):  # a reward function in the user's folder: its file is the run too
+        # A reward function in the user's folder (reward_funcs: [my_checks.right_answer]): its file is the run too.
+        for spec in fields.get("reward_funcs") or []:
             if path := _own_module_file(spec):
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
-                arguments.setdefault("reward function files", {})[f"{type(values).__name__}.reward_funcs {spec}"] = (
-                    digest
-                )
+                code = arguments.setdefault("reward function files", {})
+                code[f"{type(values).__name__}.reward_funcs {spec}"] = hashlib.sha256(path.read_bytes()).hexdigest()
     fingerprint = RunFingerprint(_digest(arguments))
     files = ("config files", "data files", "reward function files")
     fingerprint.parts = {"arguments": _digest({k: v for k, v in arguments.items() if k not in files})}
