@@ -12,8 +12,6 @@ import yaml
 from ..conftest import save_sft_output
 from .test_cli_process import ROOT, cli_cache, trl_dpr_forked  # noqa: F401 (cli_cache: its own cache of the arguments)
 
-pytestmark = pytest.mark.slow  # `trl-dpr dpr` processes, each launching a DPR run: seconds to a minute each
-
 # The user's file: an answer check that records what TRL called it with and what it returned (calls.jsonl beside it).
 MY_CHECKS = """
 import json, os
@@ -72,6 +70,7 @@ def recorded_calls(root: Path) -> list[dict]:
     return [json.loads(line) for line in (root / "calls.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # `trl-dpr dpr` processes, each launching a run: seconds to a minute each
 def test_a_recipes_reward_function_from_the_users_folder_is_added_to_the_dense_reward_with_its_weight(
     folder, tmp_path
 ):
@@ -90,6 +89,7 @@ def test_a_recipes_reward_function_from_the_users_folder_is_added_to_the_dense_r
     assert "(weight 3); r̂'s weight 1." in card
 
 
+@pytest.mark.slow  # `trl-dpr dpr` processes, each launching a run: seconds to a minute each
 def test_reward_funcs_on_the_command_line_take_trls_names_and_module_colon_function(folder, tmp_path):
     from trl.rewards import think_format_reward
 
@@ -106,6 +106,7 @@ def test_reward_funcs_on_the_command_line_take_trls_names_and_module_colon_funct
     assert log["reward"] == pytest.approx(expected, abs=1e-6)
 
 
+@pytest.mark.slow  # `trl-dpr dpr` processes, each launching a run: seconds to a minute each
 @pytest.mark.parametrize(
     "changes, message",
     [
@@ -161,6 +162,7 @@ def finished_with_right_answer(folder: Path) -> tuple:
     return parsed
 
 
+@pytest.mark.slow  # `trl-dpr dpr` processes, each launching a run: seconds to a minute each
 def test_a_finished_run_is_another_run_with_another_reward_function(folder, tmp_path, monkeypatch):
     """run_complete.json's digest holds the names: the same recipe with another function is not `Already finished`."""
     from trl_dpr.running.checkpointing import run_fingerprint
@@ -182,6 +184,7 @@ def test_a_finished_run_is_another_run_with_another_reward_function(folder, tmp_
     assert (folder / "runs" / "p" / "dpr" / "model.safetensors").read_bytes() == b"weights of the finished run"
 
 
+@pytest.mark.slow  # `trl-dpr dpr` processes, each launching a run: seconds to a minute each
 def test_a_finished_run_is_another_run_once_its_reward_functions_file_is_edited(folder, tmp_path, monkeypatch):
     """The same name after an edit of my_checks.py is another function: the refusal says the reward functions changed,
     and the arguments did not."""
