@@ -148,6 +148,21 @@ def test_a_reward_function_that_cannot_work_is_one_line_before_any_model_loads(f
     assert not list((folder / "runs" / "p").glob("dpr/*.safetensors"))
 
 
+@pytest.mark.slow  # a `trl-dpr dpr` process: seconds
+def test_a_reward_function_that_cannot_work_is_refused_before_the_recipes_sft_stage(folder, tmp_path):
+    """With sft_config and no SFT output yet, the reward functions (their columns: checked last) are refused before
+    the SFT is spent."""
+    sft_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    (folder / "sft.yaml").write_text(yaml.safe_dump({**sft_recipe, "output_dir": "runs/q/sft", "max_steps": 2}))
+    with_recipe(
+        folder, sft_config="sft.yaml", model_name_or_path="runs/q/sft", reward_funcs=["my_checks.needs_solution"]
+    )
+    result = trl_dpr_forked("dpr", "--config", "dpr.yaml", tmp_path=tmp_path, cwd=folder)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "error (ValueError): Reward function needs_solution needs 'solution'" in result.stderr
+    assert "Stage 1/" not in result.stdout and not (folder / "runs" / "q").exists()
+
+
 def finished_with_right_answer(folder: Path) -> tuple:
     """`folder`'s recipe with `reward_funcs: [my_checks.right_answer]`, recorded finished in runs/p/dpr as `trl-dpr dpr`
     records it (run from `folder`); its parsed arguments."""
