@@ -248,6 +248,68 @@ def _import_from_working_directory(module_name: str):
     return importlib.import_module(module_name)
 
 
+# The names TRL's `trl grpo` script takes without a module (trl/scripts/grpo.py's registry, with its values).
+_TRL_REWARD_FUNC_NAMES = ("accuracy_reward", "reasoning_accuracy_reward", "think_format_reward")
+_TRL_REWARD_FACTORIES = {"get_soft_overlong_punishment": {"max_completion_len": 1280, "soft_punish_cache": 256}}
+REWARD_FUNC_FORMS = (
+    f"a name of TRL's ({', '.join([*_TRL_REWARD_FUNC_NAMES, *_TRL_REWARD_FACTORIES])}), a dotted import path "
+    "(my_checks.right_answer, as TRL's scripts take it) or module:function (my_checks:right_answer), with my_checks.py "
+    "in the folder you run from or installed"
+)
+
+
+def reward_func_source(spec: str) -> tuple[str, str]:
+    """(module, function) of a `reward_funcs` entry, without importing anything: TRL's names are `trl.rewards`'.
+
+    Example:
+        >>> reward_func_source("my_checks.right_answer"), reward_func_source("think_format_reward")
+        (('my_checks', 'right_answer'), ('trl.rewards', 'think_format_reward'))
+    """
+    if spec in _TRL_REWARD_FUNC_NAMES or spec in _TRL_REWARD_FACTORIES:
+        return "trl.rewards", spec
+    module_name, _, attribute = spec.partition(":") if ":" in spec else spec.rpartition(".")
+    return module_name, attribute
+
+
+def load_reward_func(spec: str):
+    """The outcome reward function a recipe names in `reward_funcs` (TRL's `def f(prompts, completions, **kwargs) ->
+    list[float]`): one of `REWARD_FUNC_FORMS`, imported as `dense_reward` is (the folder the command runs in first).
+    A name that does not resolve to a function is one line saying what is accepted.
+
+    Example:
+        >>> load_reward_func("think_format_reward").__name__, load_reward_func("trl.rewards:think_format_reward").__name__
+        ('think_format_reward', 'think_format_reward')
+    """
+    module_name, attribute = reward_func_source(spec)
+    if not module_name or not attribute:
+        raise ValueError(f"reward_funcs {spec!r} names no function; give {REWARD_FUNC_FORMS}.")
+    try:
+        module = _import_from_working_directory(module_name)
+    except ImportError as error:
+        raise ValueError(
+            f"reward_funcs {spec!r}: cannot import {module_name!r} ({error}); give {REWARD_FUNC_FORMS}."
+        ) from None
+    func = getattr(module, attribute, None)
+    if func is None:
+        raise ValueError(f"reward_funcs {spec!r}: {module_name!r} has no {attribute!r}; give {REWARD_FUNC_FORMS}.")
+    if module_name == "trl.rewards" and attribute in _TRL_REWARD_FACTORIES:
+        func = func(**_TRL_REWARD_FACTORIES[attribute])
+    if not callable(func):
+        raise ValueError(
+            f"reward_funcs {spec!r}: {module_name}.{attribute} is a {type(func).__name__}, not a function; it must be "
+            f"`def {attribute}(prompts, completions, **kwargs) -> list[float]` (one score per completion)."
+        )
+    if getattr(func, "__module__", None) == "trl.rewards.accuracy_rewards":  # they import math_verify when called
+        from trl.import_utils import is_math_verify_available
+
+        if not is_math_verify_available():
+            raise ValueError(
+                f"reward_funcs {spec!r} needs the math_verify package, which is not installed: "
+                "`pip install math-verify`."
+            )
+    return func
+
+
 def check_dense_reward(reward, where: str = "the reward") -> None:
     """A clear error when `reward` is not a `DenseReward` (the one place this rule is checked)."""
     names = getattr(reward, "model_names", None)

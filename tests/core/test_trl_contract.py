@@ -134,6 +134,27 @@ def test_trl_helpers_trl_dpr_imports_exist():
     )
 
 
+def test_the_reward_functions_trl_scripts_name_exist_in_trl_rewards():
+    import importlib
+
+    from trl_dpr.rewards import _TRL_REWARD_FACTORIES, _TRL_REWARD_FUNC_NAMES
+
+    rewards, import_utils = (importlib.import_module(f"trl.{name}") for name in ("rewards", "import_utils"))
+    for name in (*_TRL_REWARD_FUNC_NAMES, *_TRL_REWARD_FACTORIES):
+        contract(callable(getattr(rewards, name, None)), f"trl.rewards.{name} is gone", "rewards.load_reward_func")
+    for name, values in _TRL_REWARD_FACTORIES.items():
+        contract(
+            list(inspect.signature(getattr(rewards, name)).parameters) == list(values),
+            f"trl.rewards.{name} takes other arguments than {list(values)}",
+            "rewards.load_reward_func (TRL's script's values)",
+        )
+    contract(
+        callable(getattr(import_utils, "is_math_verify_available", None)),
+        "trl.import_utils.is_math_verify_available is gone",
+        "rewards.load_reward_func (accuracy_reward without math_verify: one line, not an error after generating)",
+    )
+
+
 def test_trl_dprs_checkpoint_prefix_is_transformers_own():
     """checkpointing.py keeps a copy (importing transformers for one string would cost `trl-dpr push` seconds)."""
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -187,6 +208,8 @@ def test_grpo_trainer_attributes_trl_dpr_reads(trainer):
         ("use_vllm", "DensePathTrainer._generate_single_turn"),
         ("use_transformers_continuous_batching", "DensePathTrainer._generate_single_turn"),
         ("chat_template_kwargs", "DensePathTrainer (prompt-length filter renders like GRPO)"),
+        ("reward_func_names", "DPRRunTrainer._card_sections (the outcome rewards on the model card)"),
+        ("reward_weights", "DensePathTrainer._log_batch, DPRRunTrainer._card_sections"),
     ):
         contract(hasattr(trainer, name), f"GRPOTrainer has no attribute `{name}`", used_by)
     contract(isinstance(trainer.eos_token_ids, list), "eos_token_ids is not a list of ids", "DensePathTrainer")

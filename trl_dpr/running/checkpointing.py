@@ -386,9 +386,10 @@ def _digest(value) -> str:
 
 def run_fingerprint(*parsed) -> RunFingerprint:
     """A digest of a recipe's parsed arguments (its dataclasses: TRL's configs, the script's), of the text of the
-    config files they name (`*_config`: an edited evaluation YAML is another run) and of the state of a local
-    `dataset_name` (its files' names, sizes and mtimes: an edited train.jsonl is another run): what `run_complete.json`
-    records and a re-run compares. A digest, not the values: they may hold a token (`model_init_kwargs`)."""
+    config files they name (`*_config`: an edited evaluation YAML is another run) and of the `reward_funcs` files in the
+    folder it runs from, and of the state of a local `dataset_name` (its files' names, sizes and mtimes: an edited
+    train.jsonl is another run): what `run_complete.json` records and a re-run compares. A digest, not the values: they
+    may hold a token (`model_init_kwargs`)."""
     arguments = {}
     for values in parsed:
         fields = values.to_dict() if hasattr(values, "to_dict") else asdict(values)  # to_dict: TrainingArguments' own
@@ -402,12 +403,32 @@ def run_fingerprint(*parsed) -> RunFingerprint:
             ):  # is the run too
                 digest = hashlib.sha256(Path(value).read_bytes()).hexdigest()
                 arguments.setdefault("config files", {})[f"{type(values).__name__}.{key}"] = digest
+        # A reward function in the user's folder (reward_funcs: [my_checks.right_answer]): its file is the run too.
+        for spec in fields.get("reward_funcs") or []:
+            if path := _own_module_file(spec):
+                code = arguments.setdefault("reward function files", {})
+                code[f"{type(values).__name__}.reward_funcs {spec}"] = hashlib.sha256(path.read_bytes()).hexdigest()
     fingerprint = RunFingerprint(_digest(arguments))
-    files = ("config files", "data files")
+    files = ("config files", "data files", "reward function files")
     fingerprint.parts = {"arguments": _digest({k: v for k, v in arguments.items() if k not in files})}
     fingerprint.parts.update({part: _digest(arguments[part]) for part in files if part in arguments})
     fingerprint.without_data = _digest({k: v for k, v in arguments.items() if k != "data files"})
     return fingerprint
+
+
+def _own_module_file(spec: str) -> Path | None:
+    """The file in the folder the command runs from that a `reward_funcs` entry imports (`my_checks.py`, or a package's
+    module), or None (an installed module's, TRL's): found by its path, nothing imported."""
+    from ..rewards import reward_func_source
+
+    module_name = reward_func_source(spec)[0]
+    if not module_name or module_name.startswith("."):
+        return None
+    folder = Path.cwd().joinpath(*module_name.split("."))
+    for path in (folder.with_name(folder.name + ".py"), folder / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
 
 
 def _files_state(path: Path) -> list:
@@ -509,6 +530,7 @@ _CHANGED = {
     "arguments": "arguments",
     "config files": "config files (the *_config files it names)",
     "data files": "data (the dataset_name files: edited, replaced or touched)",
+    "reward function files": "reward functions (the reward_funcs files in the folder it runs from: edited)",
 }
 
 

@@ -347,9 +347,10 @@ CARD_HYPERPARAMETERS = (
 )
 
 
-def dpr_model_card_section(args, reward_model) -> str:
+def dpr_model_card_section(args, reward_model, outcome_rewards: dict[str, float] | None = None) -> str:
     """The DPR part of a policy's model card (`args` a `DensePathConfig`): hyperparameters, the dense reward's source,
-    and the evaluation table from `<output_dir>/eval_results.json` when there is one.
+    the outcome `reward_funcs` beside it (`outcome_rewards`: name → weight) and the evaluation table from
+    `<output_dir>/eval_results.json` when there is one.
     """
     from ..rewards import reward_label  # imports torch: not at module level (`trl-dpr push --help` loads this module)
 
@@ -379,6 +380,13 @@ def dpr_model_card_section(args, reward_model) -> str:
             f"- **Reward class**: `{args.dense_reward}` with `{args.dense_reward_kwargs}`"
             + (f", models {sorted(args.dense_reward_models)}" if args.dense_reward_models else "")
             + "."
+        )
+    if outcome_rewards:
+        named = ", ".join(f"`{name}` (weight {weight:g})" for name, weight in outcome_rewards.items())
+        dense_weight = args.reward_weights[0] if args.reward_weights else 1.0
+        lines.append(
+            f"- **Outcome rewards** (`reward_funcs`, each added at its completion's last token): {named}; r̂'s weight "
+            f"{dense_weight:g}."
         )
     lines += ["", "| hyperparameter | value |", "|---|---|"]
     lines += [f"| `{name}` | {getattr(args, name)} |" for name in CARD_HYPERPARAMETERS]

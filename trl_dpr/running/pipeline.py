@@ -29,6 +29,7 @@ from ..reference_callback import ReferenceCheckpointCallback, check_reference_fr
 from ..reference_manifest import check_model_source, mark_sft_complete, sft_output_problem, sft_trained_on_messages
 from ..resources import free_memory
 from ..reward_model import CheckpointRewardModel, load_reward_model
+from ..rewards import load_reward_func
 from ..trainer import check_reward_func_columns, check_reward_weights
 from .checkpointing import claim_output_dir, mark_run_finished, parse_resume_from_checkpoint, release_output_dir
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
@@ -140,6 +141,16 @@ class DPRScriptArguments(SFTScriptArguments):
         },
     )
     heatmap_samples: int = field(default=4, metadata={"help": "Rollouts per heatmap page (with heatmap_steps)."})
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Outcome reward functions (TRL's reward_funcs), each scalar added at its completion's last token "
+            "beside r̂ and weighted by reward_weights ([w_0 for r̂, then one per function]). Each is a name of TRL's "
+            "(accuracy_reward, reasoning_accuracy_reward, think_format_reward, get_soft_overlong_punishment with "
+            "TRL's script's values), a dotted import path (my_checks.right_answer) or module:function "
+            "(my_checks:right_answer), my_checks.py in the folder you run from. Command line: --reward_funcs a b."
+        },
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -298,15 +309,25 @@ class DPRInputs:
     """What `check_dpr_inputs` did before any model loaded, for `run_dpr` to use rather than do again."""
 
     prompts: Dataset
+    reward_funcs: list = field(default_factory=list)
 
 
 def check_dpr_inputs(
-    script_args: DPRScriptArguments, training_args: DensePathConfig, num_reward_funcs: int = 0
+    script_args: DPRScriptArguments, training_args: DensePathConfig, reward_funcs: list | None = None
 ) -> DPRInputs:
-    """What the DPR stage can check without the SFT output, each once: `reward_weights`, its folder (claimed), the Hub
+    """What the DPR stage can check without the SFT output, each once: the outcome `reward_funcs` (the recipe's, by
+    name, or `reward_funcs` from Python) with their `reward_weights` and dataset columns, the folder (claimed), the Hub
     push and the prompts. `trl-dpr dpr` runs it before its SFT stage, so a mistake is found before the SFT is spent.
     """
-    check_reward_weights(training_args.reward_weights, num_reward_funcs)
+    if script_args.reward_funcs and reward_funcs:  # which weight is whose would depend on an order nobody wrote down
+        raise ValueError(
+            f"reward_funcs are named in the recipe ({script_args.reward_funcs}) and passed from Python too: give them "
+            "in one place."
+        )
+    if script_args.reward_funcs:
+        reward_funcs = [load_reward_func(spec) for spec in script_args.reward_funcs]
+    reward_funcs = list(reward_funcs or [])
+    check_reward_weights(training_args.reward_weights, len(reward_funcs))
     claim_output_dir(
         training_args.output_dir,
         resuming=parse_resume_from_checkpoint(training_args.resume_from_checkpoint) is not None,
@@ -315,7 +336,9 @@ def check_dpr_inputs(
     check_hub_push(training_args)
     if script_args.merge_adapter:  # its merged copy may not replace a folder of yours
         check_merge_target(merged_folder(training_args.output_dir))
-    return DPRInputs(prompts=dpr_prompts(script_args, training_args.seed))
+    prompts = dpr_prompts(script_args, training_args.seed)
+    check_reward_func_columns(reward_funcs, prompts)  # the trainer checks again, after the models load
+    return DPRInputs(prompts=prompts, reward_funcs=reward_funcs)
 
 
 def check_evaluation_config(evaluation_config: str) -> None:
@@ -355,12 +378,14 @@ def run_dpr(
     """DPR from the SFT output `model_args.model_name_or_path` (the policy starts from π_SFT); returns the trainer.
 
     `reward_model` replaces the one loaded from the SFT output (e.g. `experiments/oracle.py`); `reward_funcs` are TRL's
-    outcome rewards added to r̂; `inputs` is `check_dpr_inputs`' result when the caller ran it first.
+    outcome rewards added to r̂ (or the recipe's `reward_funcs`, by name); `inputs` is `check_dpr_inputs`' result when
+    the caller ran it first (then its `reward_funcs` went there).
     """
-    # Everything that can be checked before a model loads: the folder, the push and the prompts (check_dpr_inputs,
-    # unless the caller did it), then the SFT output, its adapter and its chat template.
-    inputs = inputs or check_dpr_inputs(script_args, training_args, len(reward_funcs or []))
-    check_reward_func_columns(reward_funcs or [], inputs.prompts)  # before the SFT checks (the trainer checks again)
+    # Everything that can be checked before a model loads: the reward functions, the folder, the push and the prompts
+    # (check_dpr_inputs, unless the caller did it), then the SFT output, its adapter and its chat template.
+    if inputs is not None and reward_funcs:
+        raise ValueError("run_dpr got inputs from check_dpr_inputs and reward_funcs: pass reward_funcs to it instead.")
+    inputs = inputs or check_dpr_inputs(script_args, training_args, reward_funcs)
     sft_path = model_args.model_name_or_path
     if os.path.isdir(sft_path) and (problem := sft_output_problem(sft_path)):
         raise ValueError(f"{sft_path!r} is not a finished SFT output: {problem}. {UNFINISHED_SFT_HELP}")
@@ -393,7 +418,7 @@ def run_dpr(
         quantization_config=None if shares_base else quantization_config,
         peft_config=None if shares_base else get_peft_config(model_args),
         callbacks=callbacks,
-        reward_funcs=reward_funcs,
+        reward_funcs=inputs.reward_funcs or None,
         sft_model_name_or_path=sft_path,  # its record says how it reads a string prompt, whatever `reward_model` is
     )
     if script_args.heatmap_steps:

@@ -78,5 +78,7 @@ class DPRRunTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin
         return sft_lineage(self.reward_model.sft_model_name_or_path)
 
     def _card_sections(self) -> list[str]:
-        # DPR's reward, α, λ and hyperparameters, and the evaluation table when the run wrote one.
-        return dpr_model_card_section(self.args, self.reward_model).rstrip("\n").split("\n")
+        # DPR's reward, α, λ and hyperparameters, the outcome rewards beside r̂ (TRL's names and weights, r̂ first), and
+        # the evaluation table when the run wrote one.
+        outcome = dict(zip(self.reward_func_names[1:], self.reward_weights[1:].tolist()))
+        return dpr_model_card_section(self.args, self.reward_model, outcome).rstrip("\n").split("\n")

@@ -5,7 +5,8 @@
 `model_name_or_path` is the SFT output of `trl-dpr sft`; `sft_config:` runs that SFT first when it is missing, and
 `evaluation_config:` evaluates the policy against SFT afterwards, before `merge_adapter:` merges it and `push_to_hub:`
 pushes it. The run is recorded finished first, with those steps pending: the same command again trains nothing and does
-only the steps that did not finish (for the push, it prints the `trl-dpr push` line).
+only the steps that did not finish (for the push, it prints the `trl-dpr push` line). `reward_funcs:` adds outcome
+rewards (a verifier) beside r̂, weighted by `reward_weights` (docs/dense_plus_outcome.md).
 """
 
 import shlex
@@ -71,8 +72,9 @@ def main(argv=None):
     )
     if finished_already(training_args, fingerprint, evaluate_again, merge_again, push_command):  # exit code 0
         return
-    # The DPR stage's own input is checked before the SFT stage spends anything: its folder (claimed), the push, the
-    # prompts (loaded). run_dpr takes what was claimed and loaded rather than doing it again.
+    # The DPR stage's own input is checked before the SFT stage spends anything: its reward functions (imported, with
+    # their weights and columns), its folder (claimed), the push, the prompts (loaded). run_dpr takes what was
+    # claimed and loaded rather than doing it again.
     check_fits_sft_recipe_context(script_args.sft_config, training_args.check_fits_context)  # π_SFT's, before its SFT
     if script_args.ref_model_name_or_path:  # r̂ ≡ 0: refused before an SFT stage writes that folder, too
         check_reference_is_not_sft(sft_path, script_args.ref_model_name_or_path)

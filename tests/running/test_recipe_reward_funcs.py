@@ -1,0 +1,253 @@
+"""`reward_funcs` in a DPR recipe: outcome reward functions named as TRL's scripts name them (TRL's own, a dotted import
+path, or `module:function`), from the user's folder, weighted by `reward_weights` beside r̂; a name that cannot work is
+one line before any model loads, and the names are part of the run's record."""
+
+import json
+from pathlib import Path
+from statistics import mean
+
+import pytest
+import yaml
+
+from ..conftest import save_sft_output
+from .test_cli_process import ROOT, cli_cache, trl_dpr_forked  # noqa: F401 (cli_cache: its own cache of the arguments)
+
+# The user's file: an answer check that records what TRL called it with and what it returned (calls.jsonl beside it).
+MY_CHECKS = """
+import json, os
+
+def right_answer(completions, answer, **kwargs):
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    scores = [1.0 if a in text else 0.25 for text, a in zip(texts, answer)]
+    with open(os.path.join(os.path.dirname(__file__), "calls.jsonl"), "a") as f:
+        f.write(json.dumps({"answer": list(answer), "texts": texts, "scores": scores}) + "\\n")
+    return scores
+
+def needs_solution(completions, solution, **kwargs):
+    return [0.0 for _ in completions]
+
+ANSWER = "42"
+"""
+
+
+@pytest.fixture
+def folder(tmp_path, tokenizer):
+    """The user's folder: `runs/p/sft` (a tiny SFT output), `my_checks.py`, and `dpr.yaml`, the demo's DPR recipe cut
+    to one step of 4 prompts from that SFT output, its log and its checkpoint written at that step."""
+    root = tmp_path / "work"
+    save_sft_output(root / "runs" / "p" / "sft", tokenizer)
+    (root / "my_checks.py").write_text(MY_CHECKS)
+    recipe = {
+        **yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text()),
+        "model_name_or_path": "runs/p/sft",
+        "sft_config": None,
+        "evaluation_config": None,
+        "output_dir": "runs/p/dpr",
+        "num_train_samples": 8,
+        "max_steps": 1,
+        "per_device_train_batch_size": 4,
+        "max_completion_length": 4,
+        "logging_steps": 1,
+        "save_strategy": "steps",
+        "save_steps": 1,
+    }
+    (root / "dpr.yaml").write_text(yaml.safe_dump(recipe))
+    return root
+
+
+def with_recipe(root: Path, **changes) -> None:
+    recipe = yaml.safe_load((root / "dpr.yaml").read_text())
+    (root / "dpr.yaml").write_text(yaml.safe_dump({**recipe, **changes}))
+
+
+def step_log(run: Path) -> dict:
+    """The metrics the trainer logged at its one step (the checkpoint's trainer_state.json)."""
+    (entry,) = [e for e in json.loads((run / "checkpoint-1" / "trainer_state.json").read_text())["log_history"]]
+    return entry
+
+
+def recorded_calls(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / "calls.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow  # `trl-dpr dpr` processes, each launching a run: seconds to a minute each
+def test_a_recipes_reward_function_from_the_users_folder_is_added_to_the_dense_reward_with_its_weight(
+    folder, tmp_path
+):
+    with_recipe(folder, reward_funcs=["my_checks.right_answer"], reward_weights=[1.0, 3.0])
+    result = trl_dpr_forked("dpr", "--config", "dpr.yaml", tmp_path=tmp_path, cwd=folder)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (call,) = recorded_calls(folder)  # one generation batch: 4 prompts, one completion each
+    assert len(call["scores"]) == 4 and all(call["answer"])  # called with the prompts' `answer` column
+    assert call["scores"] == [1.0 if a in t else 0.25 for t, a in zip(call["texts"], call["answer"])]
+    log = step_log(folder / "runs" / "p" / "dpr")
+    assert log["rewards/right_answer/mean"] == pytest.approx(mean(call["scores"]))
+    # TRL's `reward`: w_0 Σ_t r̂_t + w_1 R, with the recipe's weights
+    assert log["reward"] == pytest.approx(log["rewards/dense_path/mean"] + 3.0 * mean(call["scores"]), abs=1e-6)
+    card = (folder / "runs" / "p" / "dpr" / "README.md").read_text()
+    assert "- **Outcome rewards** (`reward_funcs`, each added at its completion's last token): `right_answer` " in card
+    assert "(weight 3); r̂'s weight 1." in card
+
+
+@pytest.mark.slow  # `trl-dpr dpr` processes, each launching a run: seconds to a minute each
+def test_reward_funcs_on_the_command_line_take_trls_names_and_module_colon_function(folder, tmp_path):
+    from trl.rewards import think_format_reward
+
+    overrides = ["--reward_funcs", "think_format_reward", "my_checks:right_answer"]
+    overrides += ["--reward_weights", "0.5", "1.0", "2.0"]
+    result = trl_dpr_forked("dpr", "--config", "dpr.yaml", *overrides, tmp_path=tmp_path, cwd=folder)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (call,) = recorded_calls(folder)
+    think = think_format_reward([[{"role": "assistant", "content": text}] for text in call["texts"]])
+    log = step_log(folder / "runs" / "p" / "dpr")
+    assert log["rewards/think_format_reward/mean"] == pytest.approx(mean(think))
+    assert log["rewards/right_answer/mean"] == pytest.approx(mean(call["scores"]))
+    expected = 0.5 * log["rewards/dense_path/mean"] + 1.0 * mean(think) + 2.0 * mean(call["scores"])
+    assert log["reward"] == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.slow  # `trl-dpr dpr` processes, each launching a run: seconds to a minute each
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            {"reward_funcs": ["my_chex.right_answer"]},
+            "reward_funcs 'my_chex.right_answer': cannot import 'my_chex' (No module named 'my_chex'); give a name of "
+            "TRL's (accuracy_reward, reasoning_accuracy_reward, think_format_reward, get_soft_overlong_punishment), a "
+            "dotted import path (my_checks.right_answer, as TRL's scripts take it) or module:function",
+        ),
+        (
+            {"reward_funcs": ["my_checks.right_answr"]},
+            "reward_funcs 'my_checks.right_answr': 'my_checks' has no 'right_answr'; give a name of TRL's",
+        ),
+        (
+            {"reward_funcs": ["my_checks:ANSWER"]},
+            "reward_funcs 'my_checks:ANSWER': my_checks.ANSWER is a str, not a function; it must be `def ANSWER("
+            "prompts, completions, **kwargs) -> list[float]`",
+        ),
+        (
+            {"reward_funcs": ["my_checks.right_answer"], "reward_weights": [1.0]},
+            "reward_weights has 1 entries but DensePathTrainer needs 2: the dense reward r̂ first, then one per reward "
+            "function (1 given)",
+        ),
+        (
+            {"reward_funcs": ["my_checks.needs_solution"]},
+            "Reward function needs_solution needs 'solution', which train_dataset has no column for (columns: ['answer', "
+            "'completion', 'kind', 'prompt'])",
+        ),
+    ],
+    ids=["module not importable", "no such function", "not callable", "weights of another length", "missing column"],
+)
+def test_a_reward_function_that_cannot_work_is_one_line_before_any_model_loads(folder, tmp_path, changes, message):
+    with_recipe(folder, **changes)
+    result = trl_dpr_forked("dpr", "--config", "dpr.yaml", tmp_path=tmp_path, cwd=folder)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert message in line
+    assert "Dense-Path REINFORCE from" not in result.stdout  # the training stage never started
+    assert not list((folder / "runs" / "p").glob("dpr/*.safetensors"))
+
+
+@pytest.mark.slow  # a `trl-dpr dpr` process: seconds
+def test_a_reward_function_that_cannot_work_is_refused_before_the_recipes_sft_stage(folder, tmp_path):
+    """With sft_config and no SFT output yet, the reward functions (their columns: checked last) are refused before
+    the SFT is spent."""
+    sft_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    (folder / "sft.yaml").write_text(yaml.safe_dump({**sft_recipe, "output_dir": "runs/q/sft", "max_steps": 2}))
+    with_recipe(
+        folder, sft_config="sft.yaml", model_name_or_path="runs/q/sft", reward_funcs=["my_checks.needs_solution"]
+    )
+    result = trl_dpr_forked("dpr", "--config", "dpr.yaml", tmp_path=tmp_path, cwd=folder)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "error (ValueError): Reward function needs_solution needs 'solution'" in result.stderr
+    assert "Stage 1/" not in result.stdout and not (folder / "runs" / "q").exists()
+
+
+def finished_with_right_answer(folder: Path) -> tuple:
+    """`folder`'s recipe with `reward_funcs: [my_checks.right_answer]`, recorded finished in runs/p/dpr as `trl-dpr dpr`
+    records it (run from `folder`); its parsed arguments."""
+    from trl_dpr.running.checkpointing import mark_run_finished, run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    with_recipe(folder, reward_funcs=["my_checks.right_answer"])
+    parsed = make_parser().parse_args_and_config(["--config", "dpr.yaml"])[:3]
+    (folder / "runs" / "p" / "dpr").mkdir()
+    (folder / "runs" / "p" / "dpr" / "model.safetensors").write_bytes(b"weights of the finished run")
+    mark_run_finished(parsed[1].output_dir, run_fingerprint(*parsed))
+    return parsed
+
+
+@pytest.mark.slow  # `trl-dpr dpr` processes, each launching a run: seconds to a minute each
+def test_a_finished_run_is_another_run_with_another_reward_function(folder, tmp_path, monkeypatch):
+    """run_complete.json's digest holds the names: the same recipe with another function is not `Already finished`."""
+    from trl_dpr.running.checkpointing import run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    monkeypatch.chdir(folder)
+    parsed = finished_with_right_answer(folder)
+    other = make_parser().parse_args_and_config(["--config", "dpr.yaml", "--reward_funcs", "think_format_reward"])
+    assert run_fingerprint(*other[:3]).parts["arguments"] != run_fingerprint(*parsed).parts["arguments"]
+
+    again = trl_dpr_forked("dpr", "--config", "dpr.yaml", tmp_path=tmp_path, cwd=folder)
+    assert again.returncode == 0 and "Already finished" in again.stdout, again.stderr[-3000:]
+    changed = trl_dpr_forked(
+        "dpr", "--config", "dpr.yaml", "--reward_funcs", "think_format_reward", tmp_path=tmp_path, cwd=folder
+    )
+    assert changed.returncode == 2 and "Already finished" not in changed.stdout, changed.stderr[-3000:]
+    (line,) = [line for line in changed.stderr.splitlines() if line.startswith("error")]
+    assert "already holds a run (model.safetensors), finished with other arguments" in line
+    assert (folder / "runs" / "p" / "dpr" / "model.safetensors").read_bytes() == b"weights of the finished run"
+
+
+@pytest.mark.slow  # `trl-dpr dpr` processes, each launching a run: seconds to a minute each
+def test_a_finished_run_is_another_run_once_its_reward_functions_file_is_edited(folder, tmp_path, monkeypatch):
+    """The same name after an edit of my_checks.py is another function: the refusal says the reward functions changed,
+    and the arguments did not."""
+    from trl_dpr.running.checkpointing import run_fingerprint
+
+    monkeypatch.chdir(folder)
+    parsed = finished_with_right_answer(folder)
+    before = run_fingerprint(*parsed)
+    (folder / "my_checks.py").write_text(MY_CHECKS.replace("0.25", "0.5"))
+    after = run_fingerprint(*parsed)
+    assert after != before and after.parts["arguments"] == before.parts["arguments"]
+    assert after.parts["reward function files"] != before.parts["reward function files"]
+
+    edited = trl_dpr_forked("dpr", "--config", "dpr.yaml", tmp_path=tmp_path, cwd=folder)
+    assert edited.returncode == 2 and "Already finished" not in edited.stdout, edited.stderr[-3000:]
+    (line,) = [line for line in edited.stderr.splitlines() if line.startswith("error")]
+    assert "finished with other reward functions (the reward_funcs files in the folder it runs from: edited)" in line
+    assert (folder / "runs" / "p" / "dpr" / "model.safetensors").read_bytes() == b"weights of the finished run"
+
+
+def test_trls_names_and_installed_modules_add_no_file_to_the_runs_record(folder, monkeypatch):
+    from trl_dpr.running.checkpointing import run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    monkeypatch.chdir(folder)
+    names = ["think_format_reward", "trl.rewards.think_format_reward", "trl_dpr.evaluation.answer_checks:_text"]
+    parsed = make_parser().parse_args_and_config(["--config", "dpr.yaml", "--reward_funcs", *names])[:3]
+    assert "reward function files" not in run_fingerprint(*parsed).parts
+
+
+def test_reward_funcs_named_in_the_recipe_and_passed_from_python_are_refused(tmp_path):
+    from trl_dpr import DensePathConfig
+    from trl_dpr.running.pipeline import DPRScriptArguments, check_dpr_inputs
+
+    script_args = DPRScriptArguments(dataset_name="trl_dpr/embedded-demo", reward_funcs=["think_format_reward"])
+    args = DensePathConfig(str(tmp_path / "dpr"), per_device_train_batch_size=2, bf16=False, use_cpu=True)
+    with pytest.raises(ValueError, match=r"named in the recipe \(\['think_format_reward'\]\) and passed from Python"):
+        check_dpr_inputs(script_args, args, reward_funcs=[lambda completions, **kwargs: [0.0] * len(completions)])
+    assert not (tmp_path / "dpr").exists()
+
+
+def test_run_dpr_refuses_reward_funcs_beside_inputs_checked_without_them(tmp_path):
+    from trl import ModelConfig
+
+    from trl_dpr import DensePathConfig
+    from trl_dpr.running.pipeline import DPRInputs, DPRScriptArguments, run_dpr
+
+    args = DensePathConfig(str(tmp_path / "dpr"), per_device_train_batch_size=2, bf16=False, use_cpu=True)
+    inputs = DPRInputs(prompts=None)  # what check_dpr_inputs returned, with no reward function
+    with pytest.raises(ValueError, match="got inputs from check_dpr_inputs and reward_funcs: pass reward_funcs to it"):
+        run_dpr(DPRScriptArguments(), args, ModelConfig(), inputs=inputs, reward_funcs=[lambda completions, **kw: []])
