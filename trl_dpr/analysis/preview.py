@@ -275,8 +275,9 @@ def run_preview(
         needs_manifest |= "ref" in reward.model_names and not settings.get("ref_model_name_or_path")
         if "ref" in reward.model_names and settings.get("ref_model_name_or_path"):  # r̂ ≡ 0 when π_ref is π_SFT
             check_reference_is_not_sft(sft_model_name_or_path, settings["ref_model_name_or_path"])
+    hub = model_init_kwargs.get("revision"), model_init_kwargs.get("token")  # the π_SFT that loads: its revision
     if needs_manifest:
-        resolve_reference(sft_model_name_or_path)  # a missing manifest is an error that says how to make one
+        resolve_reference(sft_model_name_or_path, *hub)  # a missing manifest is an error that says how to make one
     named_policies = [spec.partition("=")[::2] for spec in config.policies]
     for name, path in named_policies:
         check_model_source(path.strip(), f"Policy {name.strip()}")
@@ -287,7 +288,6 @@ def run_preview(
         trust_remote_code=model_init_kwargs.get("trust_remote_code", False),
     )
     # The prompts as π_SFT reads them (DPR's rule); the answer check still gets them as the file wrote them.
-    hub = model_init_kwargs.get("revision"), model_init_kwargs.get("token")  # the record of the π_SFT that loads
     as_chat = string_prompts_as_chat(sft_model_name_or_path, sft_tokenizer, held.prompts, "preview", *hub)
     prompts = as_user_turns(held.prompts) if as_chat else held.prompts
     _check_samples_fit_context(
@@ -478,7 +478,8 @@ def _scorer(base, sft_model_name_or_path: str, settings: dict, model_init_kwargs
         )
     ref_model, ref_tokenizer = None, None
     if "ref" in reward.model_names:
-        ref_path = settings.get("ref_model_name_or_path") or resolve_reference(sft_model_name_or_path)[1]
+        hub = model_init_kwargs.get("revision"), model_init_kwargs.get("token")  # π_SFT's manifest, at its revision
+        ref_path = settings.get("ref_model_name_or_path") or resolve_reference(sft_model_name_or_path, *hub)[1]
         ref_model = create_model_from_path(ref_path, **model_init_kwargs).to(base.device)
         with contextlib.suppress(OSError, ValueError):  # a π_ref saved without its tokenizer is checked by vocabulary
             ref_tokenizer = AutoTokenizer.from_pretrained(ref_path)
