@@ -72,3 +72,56 @@ def test_the_preview_reads_the_pi_ref_manifest_at_the_sft_revision(tokenizer, tm
     with pytest.raises(Loaded):
         run_preview(config, sft, {"dtype": "float32", "revision": "v1", "token": "hf_x"}, show_progress=False)
     assert calls == [(sft, "v1", "hf_x")]
+
+
+def test_the_preview_gives_the_sft_revision_to_no_other_model(tokenizer, tmp_path, monkeypatch):
+    """π_SFT's revision names a branch of π_SFT's repo: a policy (or π_ref, a reward's model) loads at its own default,
+    as `load_frozen_models` loads them, and its context is read there too."""
+    import trl.trainer.utils
+
+    import trl_dpr.field_checks
+    from trl_dpr.analysis.preview import PreviewConfig, run_preview
+
+    sft = str(save_sft_output(tmp_path / "sft", tokenizer))
+    policy = str(save_sft_output(tmp_path / "policy", tokenizer, sft_seed=2))
+    prompts = tmp_path / "held_out.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"prompt": f"What is {i}+{i}?", "answer": str(2 * i)}) + "\n" for i in range(4))
+    )
+    model_config_of, create_model_from_path = (
+        trl_dpr.field_checks.model_config_of,
+        trl.trainer.utils.create_model_from_path,
+    )
+    revisions = []
+
+    def reading(path, revision=None, *args, **kwargs):
+        revisions.append(("config", str(path), revision))
+        return model_config_of(path, revision, *args, **kwargs)
+
+    def loading(path, **kwargs):
+        revisions.append(("model", str(path), kwargs.get("revision")))
+        if str(path) == policy:
+            raise Loaded  # the last load; what came before was checked
+        return create_model_from_path(path, **kwargs)
+
+    monkeypatch.setattr(trl_dpr.field_checks, "model_config_of", reading)
+    monkeypatch.setattr(trl.trainer.utils, "create_model_from_path", loading)
+    config = PreviewConfig(
+        output_dir=str(tmp_path / "preview"),
+        dataset_name=str(prompts),
+        dataset_split="train",
+        num_prompts=4,
+        samples_per_prompt=2,
+        min_ess=1.0,
+        max_new_tokens=4,
+        variants={"wo/Baseline": {"dense_reward": "trl_dpr.rewards:SFTLogProb"}},  # reads π_SFT alone
+        kl_coefs=[float("inf"), 1.0],
+        answer_pattern=r"(-?[0-9]+)",
+        bootstrap_resamples=20,
+        policies=[f"DPR={policy}"],
+        plot=False,
+    )
+    with pytest.raises(Loaded):
+        run_preview(config, sft, {"dtype": "float32", "revision": "v1"}, show_progress=False)
+    assert ("config", sft, "v1") in revisions and ("model", sft, "v1") in revisions
+    assert [r for r in revisions if r[1] == policy] == [("config", policy, None), ("model", policy, None)]
