@@ -524,6 +524,40 @@ def test_a_dpr_recipe_before_its_sft_is_planned_from_its_sft_recipes_base(tmp_pa
     assert plan_recipe(recipe).table() == plan_recipe(recipe, AutoConfig.from_pretrained(tiny_model_folder)).table()
 
 
+def test_dtype_auto_before_the_sft_has_run_plans_the_dtype_the_full_sft_saves(tmp_path, tokenizer, monkeypatch):
+    """A bf16 base, an SFT recipe in float32: its output is saved in fp32, which DPR's `dtype: auto` then loads."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+    from trl_dpr.scripts.sft import main as sft_main
+
+    monkeypatch.chdir(tmp_path)
+    base = build_tiny_causal_lm(tokenizer, hidden_size=64, num_layers=2).to(torch.bfloat16)
+    base.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    sft = users_recipe(
+        tmp_path / "sft.yaml",
+        "demo/sft.yaml",
+        model_name_or_path=str(tmp_path / "base"),
+        dtype="float32",
+        output_dir="runs/my/sft",
+        max_steps=1,
+        per_device_train_batch_size=2,
+        num_train_samples=4,
+    )
+    recipe = users_recipe(
+        tmp_path / "dpr.yaml", "demo/dpr.yaml", model_name_or_path="runs/my/sft", sft_config=sft, dtype="auto"
+    )
+    before = plan_recipe(recipe)  # the SFT has not run: planned from its recipe
+    sft_main(["--config", sft])
+    loaded = AutoModelForCausalLM.from_pretrained("runs/my/sft", dtype="auto")  # what DPR's `dtype: auto` loads
+    weight_bytes = sum(p.numel() * p.element_size() for p in loaded.parameters())
+    # Three models: the policy, π_SFT and π_ref (demo/dpr.yaml's reward reads both).
+    assert term(before, "weights (fp32)").bytes == 3 * weight_bytes
+    assert term(plan_recipe(recipe), "weights (fp32)").bytes == 3 * weight_bytes  # from the SFT output itself
+
+
 def test_a_dpr_recipe_from_an_adapter_sft_output_is_planned_from_its_base_model(tmp_path, tiny_model_folder):
     import json
 

@@ -1025,8 +1025,8 @@ def recipe_model_config(config_path: str, follow_sft_config: bool = True, values
     """The `PretrainedConfig` of the model a recipe YAML trains, read from `config.json` files alone (no weights).
 
     In order: a first line `# <hub id>: ...`, its `model_name_or_path`, or (a DPR recipe whose SFT output does not
-    exist yet) the model of the SFT recipe its `sft_config:` names. The order is docs/cli.md's. `values` are the
-    recipe's, overrides included (default: the YAML's).
+    exist yet) the model of the SFT recipe its `sft_config:` names, in the dtype a full SFT saves it in (the SFT
+    recipe's). The order is docs/cli.md's. `values` are the recipe's, overrides included (default: the YAML's).
     """
     import yaml
 
@@ -1045,7 +1045,11 @@ def recipe_model_config(config_path: str, follow_sft_config: bool = True, values
         )
     sft_config = values.get("sft_config") if follow_sft_config else None
     if sft_config and not Path(str(name)).is_dir():
-        return recipe_model_config(sft_config, follow_sft_config=False)
+        config = recipe_model_config(sft_config, follow_sft_config=False)
+        sft = yaml.safe_load(Path(find_recipe_file(str(sft_config))).read_text()) or {}
+        if not sft.get("use_peft") and sft.get("dtype") in _DTYPE_BYTES:  # `dtype: auto` loads the SFT output as
+            config.dtype = sft["dtype"]  # saved: a full one in the dtype it trained in (an adapter's base: its own)
+        return config
     return _model_config_of(
         str(name),
         values.get("model_revision"),
