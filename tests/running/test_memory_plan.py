@@ -524,6 +524,40 @@ def test_a_dpr_recipe_before_its_sft_is_planned_from_its_sft_recipes_base(tmp_pa
     assert plan_recipe(recipe).table() == plan_recipe(recipe, AutoConfig.from_pretrained(tiny_model_folder)).table()
 
 
+def test_dtype_auto_before_the_sft_has_run_plans_the_dtype_the_full_sft_saves(tmp_path, tokenizer, monkeypatch):
+    """A bf16 base, an SFT recipe in float32: its output is saved in fp32, which DPR's `dtype: auto` then loads."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trl_dpr.embedded.tiny_lm import build_tiny_causal_lm
+    from trl_dpr.scripts.sft import main as sft_main
+
+    monkeypatch.chdir(tmp_path)
+    base = build_tiny_causal_lm(tokenizer, hidden_size=64, num_layers=2).to(torch.bfloat16)
+    base.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    sft = users_recipe(
+        tmp_path / "sft.yaml",
+        "demo/sft.yaml",
+        model_name_or_path=str(tmp_path / "base"),
+        dtype="float32",
+        output_dir="runs/my/sft",
+        max_steps=1,
+        per_device_train_batch_size=2,
+        num_train_samples=4,
+    )
+    recipe = users_recipe(
+        tmp_path / "dpr.yaml", "demo/dpr.yaml", model_name_or_path="runs/my/sft", sft_config=sft, dtype="auto"
+    )
+    before = plan_recipe(recipe)  # the SFT has not run: planned from its recipe
+    sft_main(["--config", sft])
+    loaded = AutoModelForCausalLM.from_pretrained("runs/my/sft", dtype="auto")  # what DPR's `dtype: auto` loads
+    weight_bytes = sum(p.numel() * p.element_size() for p in loaded.parameters())
+    # Three models: the policy, π_SFT and π_ref (demo/dpr.yaml's reward reads both).
+    assert term(before, "weights (fp32)").bytes == 3 * weight_bytes
+    assert term(plan_recipe(recipe), "weights (fp32)").bytes == 3 * weight_bytes  # from the SFT output itself
+
+
 def test_a_dpr_recipe_from_an_adapter_sft_output_is_planned_from_its_base_model(tmp_path, tiny_model_folder):
     import json
 
@@ -589,7 +623,7 @@ TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_atte
         ("float32", True, 4, 2, 4),  # fp32 weights, bf16 autocast: bf16 matmuls, an fp32 residual stream
         ("bfloat16", False, 2, 2, 2),  # bf16 weights, no autocast
         ("bfloat16", True, 2, 2, 2),  # the GPU recipes
-        ("auto", False, 4, 4, 4),  # the checkpoint's dtype: planned as the precision flags say
+        ("auto", False, 4, 4, 4),  # a config naming no dtype (transformers reads the weights): the flags decide
     ],
 )
 def test_weights_take_the_recipes_dtype_and_activations_its_mixed_precision(
@@ -603,10 +637,9 @@ def test_weights_take_the_recipes_dtype_and_activations_its_mixed_precision(
     assert term(result, f"weights ({name})").bytes == n * weight_bytes
     # demo/sft.yaml: 32 rows × 160 tokens, no gradient checkpointing: every layer's activations kept for backward.
     assert term(result, "activations (no checkpointing)").bytes == 2 * 32 * 160 * (8 * 64 + 5 * 128) * activation_bytes
-    if weight_bytes == 4:  # fp32 weights are their own master copy: fp32 grad + AdamW m, v
-        assert term(result, "grad + AdamW m, v (fp32)").bytes == n * 12
-    else:
-        assert term(result, "grad + fp32 master + AdamW m, v").bytes == n * 14
+    # One process: the weights are their own master copy; grad, AdamW m and v take their dtype.
+    assert term(result, f"grad + AdamW m, v ({name})").bytes == n * 3 * weight_bytes
+    assert any("names no dtype" in note for note in result.notes) == (dtype == "auto")
     # Checkpointed: each of the 2 layers' inputs (the residual stream) kept, at the weights' size.
     recipe = users_recipe(
         tmp_path / "sft_gc.yaml", "demo/sft.yaml", dtype=dtype, bf16=bf16, gradient_checkpointing=True
@@ -620,6 +653,60 @@ def test_weights_take_the_recipes_dtype_and_activations_its_mixed_precision(
     kv = term(result, "KV cache")
     sequences = int(kv.formula.split(" sequences")[0])
     assert kv.bytes == sequences * 160 * (2 * 2 * 2 * 16) * kept_bytes
+
+
+def tiny_llama(torch_dtype):
+    """A tiny Llama (2 layers, hidden 64) built in `torch_dtype`."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=100, **TINY)).to(torch_dtype)
+
+
+@pytest.mark.parametrize(("checkpoint", "bf16", "name"), [("float32", True, "fp32"), ("bfloat16", False, "bf16")])
+def test_dtype_auto_plans_the_checkpoints_own_dtype_not_the_mixed_precision_flag(tmp_path, checkpoint, bf16, name):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "model"
+    tiny_llama(getattr(torch, checkpoint)).save_pretrained(folder)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype="auto")  # what the run loads with `dtype: auto`
+    weight_bytes = sum(p.numel() * p.element_size() for p in loaded.parameters())
+    recipe = users_recipe(
+        tmp_path / "sft.yaml", "demo/sft.yaml", model_name_or_path=str(folder), dtype="auto", bf16=bf16
+    )
+    result = plan_recipe(recipe)  # the config.json of `folder`
+    assert term(result, f"weights ({name})").bytes == weight_bytes
+    assert not any("names no dtype" in note for note in result.notes)
+
+
+def test_a_one_gpu_full_fine_tune_in_bf16_plans_the_grad_and_optimizer_state_the_trainer_keeps(tmp_path):
+    import torch
+    from datasets import Dataset
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    model = tiny_llama(torch.bfloat16)
+    model.save_pretrained(tmp_path / "model")
+    grads = []
+
+    class GradientBytes(TrainerCallback):  # the gradients live just before the step (zeroed after it)
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            grads.append(sum(p.grad.numel() * p.grad.element_size() for p in model.parameters()))
+
+    args = TrainingArguments(
+        str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=2, bf16=True, use_cpu=True, report_to=[]
+    )  # the Trainer's own optimizer (AdamW) and mixed precision, as a recipe's full fine-tune gets them
+    rows = Dataset.from_dict({"input_ids": [[1, 2, 3, 4]] * 2, "labels": [[1, 2, 3, 4]] * 2})
+    trainer = Trainer(model=model, args=args, train_dataset=rows, callbacks=[GradientBytes()])
+    trainer.train()
+    state = [v for s in trainer.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    measured = grads[0] + sum(v.numel() * v.element_size() for v in state)  # m, v and a 4-byte step per tensor
+    recipe = users_recipe(
+        tmp_path / "sft.yaml", "demo/sft.yaml", model_name_or_path=str(tmp_path / "model"), dtype="bfloat16", bf16=True
+    )
+    planned = term(plan_recipe(recipe), "grad + AdamW m, v (bf16)").bytes
+    assert planned == pytest.approx(measured, rel=1e-3)  # the step counters: 4 B per tensor, left out of the plan
 
 
 def test_the_smollm2_cpu_recipe_is_planned_in_fp32_as_it_trains(shapes):

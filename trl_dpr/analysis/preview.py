@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from ..evaluation.results import bootstrap_mean_ci
-from ..field_checks import LEGACY_REWARD_KEYS, check_fits_context, tightest_prompt_context
+from ..field_checks import LEGACY_REWARD_KEYS, check_fits_context, context_of, tightest_prompt_context
 from .preview_report import PolicyPoint, PreviewReport, preview_points
 
 # The preview's math and report, importable from here as before (`from trl_dpr.analysis.preview import ...`).
@@ -275,8 +275,9 @@ def run_preview(
         needs_manifest |= "ref" in reward.model_names and not settings.get("ref_model_name_or_path")
         if "ref" in reward.model_names and settings.get("ref_model_name_or_path"):  # r̂ ≡ 0 when π_ref is π_SFT
             check_reference_is_not_sft(sft_model_name_or_path, settings["ref_model_name_or_path"])
+    hub = model_init_kwargs.get("revision"), model_init_kwargs.get("token")  # the π_SFT that loads: its revision
     if needs_manifest:
-        resolve_reference(sft_model_name_or_path)  # a missing manifest is an error that says how to make one
+        resolve_reference(sft_model_name_or_path, *hub)  # a missing manifest is an error that says how to make one
     named_policies = [spec.partition("=")[::2] for spec in config.policies]
     for name, path in named_policies:
         check_model_source(path.strip(), f"Policy {name.strip()}")
@@ -287,7 +288,6 @@ def run_preview(
         trust_remote_code=model_init_kwargs.get("trust_remote_code", False),
     )
     # The prompts as π_SFT reads them (DPR's rule); the answer check still gets them as the file wrote them.
-    hub = model_init_kwargs.get("revision"), model_init_kwargs.get("token")  # the record of the π_SFT that loads
     as_chat = string_prompts_as_chat(sft_model_name_or_path, sft_tokenizer, held.prompts, "preview", *hub)
     prompts = as_user_turns(held.prompts) if as_chat else held.prompts
     _check_samples_fit_context(
@@ -383,7 +383,7 @@ def run_preview(
     for name, path in named_policies:
         from trl.trainer.utils import create_model_from_path
 
-        policy = create_model_from_path(path.strip(), **model_init_kwargs).to(base.device)
+        policy = create_model_from_path(path.strip(), **_other_models(model_init_kwargs)).to(base.device)
         k = config.policy_samples_per_prompt
         policy_samples = sample(policy, None, [p for p in prompts for _ in range(k)], k, config.seed + 2)
         policy_indices = [i for i in range(len(prompts)) for _ in range(k)]
@@ -440,9 +440,14 @@ def _check_samples_fit_context(
     context of π_SFT and of each policy (`check_fits_context`), before any model loads: past it the samples are read at
     positions the model never saw, and nothing fails."""
     revision, trust_remote_code = model_init_kwargs.get("revision"), model_init_kwargs.get("trust_remote_code", False)
-    models = {sft_model_name_or_path: sft_model_name_or_path}
-    models.update({f"policy {name.strip()}": path.strip() for name, path in named_policies})
-    tightest = tightest_prompt_context(models, {"prompts": prompts}, tokenizer, revision, trust_remote_code)
+    policies = {f"policy {name.strip()}": path.strip() for name, path in named_policies}
+    found = [  # π_SFT at its revision, the policies at their own default (the revision is π_SFT's alone)
+        tightest_prompt_context(models, {"prompts": prompts}, tokenizer, model_revision, trust_remote_code)
+        for models, model_revision in (({sft_model_name_or_path: sft_model_name_or_path}, revision), (policies, None))
+    ]
+    tightest = min(
+        (f for f in found if f is not None), key=lambda f: context_of(f[0])[0] - f[3], default=None
+    )  # the least room left for an answer
     if tightest is not None:
         model_config, name, _, longest = tightest
         check_fits_context(
@@ -453,6 +458,11 @@ def _check_samples_fit_context(
             alone="preview fewer prompts (num_prompts) so that the longest is left out, or use a model with a longer "
             "context",
         )
+
+
+def _other_models(model_init_kwargs: dict) -> dict:
+    """The kwargs of a model other than π_SFT (π_ref, a policy, a reward's model): the revision is π_SFT's alone."""
+    return {k: v for k, v in model_init_kwargs.items() if k != "revision"}
 
 
 def _scorer(base, sft_model_name_or_path: str, settings: dict, model_init_kwargs: dict):
@@ -478,8 +488,9 @@ def _scorer(base, sft_model_name_or_path: str, settings: dict, model_init_kwargs
         )
     ref_model, ref_tokenizer = None, None
     if "ref" in reward.model_names:
-        ref_path = settings.get("ref_model_name_or_path") or resolve_reference(sft_model_name_or_path)[1]
-        ref_model = create_model_from_path(ref_path, **model_init_kwargs).to(base.device)
+        hub = model_init_kwargs.get("revision"), model_init_kwargs.get("token")  # π_SFT's manifest, at its revision
+        ref_path = settings.get("ref_model_name_or_path") or resolve_reference(sft_model_name_or_path, *hub)[1]
+        ref_model = create_model_from_path(ref_path, **_other_models(model_init_kwargs)).to(base.device)
         with contextlib.suppress(OSError, ValueError):  # a π_ref saved without its tokenizer is checked by vocabulary
             ref_tokenizer = AutoTokenizer.from_pretrained(ref_path)
     return CheckpointRewardModel(
@@ -490,7 +501,7 @@ def _scorer(base, sft_model_name_or_path: str, settings: dict, model_init_kwargs
         token_chunk_size=base.token_chunk_size,
         reward=reward,
         models={
-            n: create_model_from_path(p, **model_init_kwargs).to(base.device)
+            n: create_model_from_path(p, **_other_models(model_init_kwargs)).to(base.device)
             for n, p in model_paths.items()
             if n in reward.model_names
         },

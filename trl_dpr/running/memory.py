@@ -244,23 +244,40 @@ def _gib(value: float) -> str:
 _DTYPE_BYTES = {"bfloat16": (BF16, "bf16"), "float16": (BF16, "fp16"), "float32": (FP32, "fp32")}
 
 
-def precision(training_args, model_args=None) -> tuple[int, int, str]:
-    """`(weight bytes, activation bytes, weight dtype)` of a recipe: the weights load in its `dtype` (`auto` or none:
-    16-bit under `bf16`/`fp16`, else fp32); activations (matmul intermediates) are 16-bit under `bf16`/`fp16`
+def precision(training_args, model_args=None, model_config=None) -> tuple[int, int, str]:
+    """`(weight bytes, activation bytes, weight dtype)` of a recipe: the weights load in its `dtype`; `auto` is the
+    checkpoint's own (`model_config`'s `dtype`, as transformers reads it); none, or `auto` with no dtype in the config:
+    16-bit under `bf16`/`fp16`, else fp32. Activations (matmul intermediates) are 16-bit under `bf16`/`fp16`
     (autocast), else the weights'. What a layer hands on (the residual stream: KV cache, gradient checkpoints, last
     hidden states) keeps the weights' dtype under autocast: `plan` counts it at the weight bytes.
 
     Example:
         >>> from types import SimpleNamespace
-        >>> precision(SimpleNamespace(bf16=True, fp16=False), SimpleNamespace(dtype="float32"))
+        >>> from transformers import LlamaConfig
+        >>> bf16 = SimpleNamespace(bf16=True, fp16=False)
+        >>> precision(bf16, SimpleNamespace(dtype="float32"))
+        (4, 2, 'fp32')
+        >>> precision(bf16, SimpleNamespace(dtype="auto"), LlamaConfig(dtype="float32"))  # an fp32 checkpoint
         (4, 2, 'fp32')
     """
     mixed = (
         "bf16" if getattr(training_args, "bf16", False) else "fp16" if getattr(training_args, "fp16", False) else None
     )
     dtype = getattr(model_args, "dtype", None)
+    if dtype == "auto":
+        dtype = checkpoint_dtype(model_config)
     weights, name = _DTYPE_BYTES.get(dtype) or ((BF16, mixed) if mixed else (FP32, "fp32"))
     return weights, BF16 if mixed else weights, name
+
+
+def checkpoint_dtype(model_config) -> str | None:
+    """The dtype `from_pretrained(dtype="auto")` loads a checkpoint in, as a name ("bfloat16"): its config's `dtype`
+    (`torch_dtype` in older files), or None when the config names none (transformers then reads the weights)."""
+    if model_config is None:
+        return None
+    config = model_config.config if isinstance(model_config, ModelShape) else model_config
+    dtype = getattr(config, "dtype", None) or getattr(config.get_text_config(), "dtype", None)
+    return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
 def plan(
@@ -300,7 +317,12 @@ def plan(
             raise ValueError("The memory plan needs max_length (the longest SFT sequence, paper: 2048).")
     tokens = prompt + completion
     static, phases, notes = [], {}, []
-    weight_bytes, act, weight_dtype = precision(training_args, model_args)
+    weight_bytes, act, weight_dtype = precision(training_args, model_args, shape)
+    if getattr(model_args, "dtype", None) == "auto" and checkpoint_dtype(shape) is None:
+        notes.append(
+            f"dtype: auto, and the model's config.json names no dtype: planned in {weight_dtype}; transformers loads "
+            "the weights' own dtype. Set dtype in the recipe to plan the one that loads."
+        )
 
     # -- weights ---------------------------------------------------------------------------------------------------
     # DPR holds the policy and the frozen models its reward reads (`frozen_model_names`: π_SFT always, for the KL). From
@@ -364,12 +386,15 @@ def plan(
                 f"{lora / 1e6:.1f} M (r={rank}) × 4 × {trainable_bytes} B",
             )
         )
-    elif weight_bytes == FP32:  # fp32 weights are their own master copy
+    elif weight_bytes == FP32 or not sharded:
+        # fp32 weights are their own master copy. So are 16-bit ones on one GPU: the Trainer's autocast keeps no fp32
+        # copy and torch's AdamW makes m, v `zeros_like(p)`, so grad, m and v take the weights' dtype. ZeRO-3 (below)
+        # keeps an fp32 master and fp32 m, v.
         static.append(
             _term(
-                "grad + AdamW m, v (fp32)",
-                shape.parameters * 3 * FP32 / shards,
-                f"{shape.parameters / 1e9:.2f} B × 12 B" + over,
+                f"grad + AdamW m, v ({weight_dtype})",
+                shape.parameters * 3 * weight_bytes / shards,
+                f"{shape.parameters / 1e9:.2f} B × {3 * weight_bytes} B" + over,
             )
         )
     else:
@@ -1000,8 +1025,8 @@ def recipe_model_config(config_path: str, follow_sft_config: bool = True, values
     """The `PretrainedConfig` of the model a recipe YAML trains, read from `config.json` files alone (no weights).
 
     In order: a first line `# <hub id>: ...`, its `model_name_or_path`, or (a DPR recipe whose SFT output does not
-    exist yet) the model of the SFT recipe its `sft_config:` names. The order is docs/cli.md's. `values` are the
-    recipe's, overrides included (default: the YAML's).
+    exist yet) the model of the SFT recipe its `sft_config:` names, in the dtype a full SFT saves it in (the SFT
+    recipe's). The order is docs/cli.md's. `values` are the recipe's, overrides included (default: the YAML's).
     """
     import yaml
 
@@ -1020,7 +1045,11 @@ def recipe_model_config(config_path: str, follow_sft_config: bool = True, values
         )
     sft_config = values.get("sft_config") if follow_sft_config else None
     if sft_config and not Path(str(name)).is_dir():
-        return recipe_model_config(sft_config, follow_sft_config=False)
+        config = recipe_model_config(sft_config, follow_sft_config=False)
+        sft = yaml.safe_load(Path(find_recipe_file(str(sft_config))).read_text()) or {}
+        if not sft.get("use_peft") and sft.get("dtype") in _DTYPE_BYTES:  # `dtype: auto` loads the SFT output as
+            config.dtype = sft["dtype"]  # saved: a full one in the dtype it trained in (an adapter's base: its own)
+        return config
     return _model_config_of(
         str(name),
         values.get("model_revision"),

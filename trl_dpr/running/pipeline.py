@@ -399,7 +399,7 @@ def run_dpr(
     check_prompt_dataset(
         inputs.prompts, script_args.dataset_name, lambda: bool(sft_trained_on_messages(sft_path, *hub))
     )
-    tokenizer = AutoTokenizer.from_pretrained(sft_path, padding_side="left")
+    tokenizer = AutoTokenizer.from_pretrained(sft_path, revision=model_args.model_revision, padding_side="left")
     check_chat_template(tokenizer, inputs.prompts, script_args.dataset_name)
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
     if reward_model is None:
