@@ -46,6 +46,7 @@ from ..running.checkpointing import (
     LOCK_NAME,
     claim_output_dir,
     last_complete_checkpoint,
+    mark_evaluated,
     mark_run_finished,
     release_output_dir,
     releasing_output_dir,
@@ -709,6 +710,7 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
 
     def evaluate(run, device):
         evaluate_last_iterate(script_args.evaluation_config, sft_path, run, device, training_args.trust_remote_code)
+        mark_evaluated(root, fingerprint)  # with these settings: the same command again shows its table
 
     evaluate_again = (
         (lambda: evaluation_stage(method, script_args.evaluation_config, placement, evaluate, recorded()))
@@ -730,7 +732,9 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
             evaluate=evaluate,
             trust_remote_code=training_args.trust_remote_code,
             # Before the evaluation: a failed one leaves a finished run, which the same command again only evaluates.
-            finish=lambda run: mark_run_finished(root, fingerprint),
+            finish=lambda run: mark_run_finished(
+                root, fingerprint, ["evaluation"] if script_args.evaluation_config else []
+            ),
             reads_reference=False,  # self-play trains against π_t, never the SFT output's π_ref
         )
     return run
