@@ -519,6 +519,26 @@ def test_a_dpr_run_trained_without_an_evaluation_is_evaluated_by_the_same_comman
     assert dpr_runs() == [1.0] and len(evaluated) == 1  # none named again: nothing to evaluate, the same run
 
 
+def test_an_answer_check_that_cannot_be_imported_is_refused_before_the_dpr_run_trains(
+    dpr_runs, tmp_path, monkeypatch, tokenizer
+):
+    """The evaluation imports an `answer_check` of yours only after training: a typo in its module is refused first."""
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    held_out = tmp_path / "held_out.jsonl"
+    held_out.write_text(json.dumps({"prompt": "Convert 100 °C to Fahrenheit.", "answer": "212"}) + "\n")
+    evaluation = demo_evaluation_yaml(
+        tmp_path / "eval.yaml", benchmarks=["jsonl"], jsonl_path=str(held_out), answer_check="my_chekcs:fahrenheit"
+    )
+    evaluation = Path(evaluation)
+    values = yaml.safe_load(evaluation.read_text())
+    values.pop("demo_num_prompts")
+    evaluation.write_text(yaml.safe_dump(values))
+    monkeypatch.chdir(ROOT)  # the folder the command runs in: no my_chekcs.py there
+    with pytest.raises(ValueError, match=r"answer_check 'my_chekcs:fahrenheit': cannot import 'my_chekcs'"):
+        dpr_runs("--evaluation_config", str(evaluation), "--model_name_or_path", str(sft))
+    assert not (tmp_path / "dpr" / "model.safetensors").exists()  # not trained
+
+
 @pytest.mark.parametrize("method", ["spin", "gsil"])
 def test_a_self_play_run_whose_evaluation_yaml_was_edited_is_evaluated_again_not_trained(
     self_play_runs, tmp_path, monkeypatch, capsys, method
