@@ -556,18 +556,17 @@ _CHANGED = {
 
 def _changes(record: dict, fingerprint: str) -> list[str]:
     """What differs between a finished run's `record` (run_complete.json) and `fingerprint`: [] when it is this run.
-    A record without a data part (an earlier trl_dpr's: it did not count the data) matches on the rest."""
+    A record of an earlier trl_dpr matches its digests (`RunFingerprint.earlier`: with the evaluation settings, or
+    without the data) and is compared with its parts."""
     recorded = record.get("parts")
     if record["arguments_sha256"] in (fingerprint, *getattr(fingerprint, "earlier", ())):
         return []
-    candidates = [
-        parts for parts in (getattr(fingerprint, "parts", None), getattr(fingerprint, "earlier_parts", None))
-    ]
-    if isinstance(recorded, dict) and any(candidates):  # the fewest changes: against this trl_dpr's parts or the last
+    ours = (getattr(fingerprint, "parts", None), getattr(fingerprint, "earlier_parts", None))
+    candidates = [parts for parts in ours if parts]
+    if isinstance(recorded, dict) and candidates:  # the fewest changes: against this trl_dpr's parts or the last one's
         changes = [
             [n for n in _CHANGED if (n in recorded or n != "data files") and recorded.get(n) != parts.get(n)]
             for parts in candidates
-            if parts
         ]
         return [_CHANGED[n] for n in min(changes, key=len)]
     return ["arguments or data (or an earlier trl_dpr made it)"]
