@@ -106,8 +106,8 @@ def test_the_command_line_scores_pairs_from_an_sft_output(tmp_path, tokenizer):
     assert [p.name for p in written] == ["rewards.html", "rewards.png"]
     parser = TokenSpans()
     parser.feed(written[0].read_text())
-    reference = CheckpointRewardModel.from_pretrained(str(sft)).score_text(
-        [[{"role": "user", "content": "What is 12+7?"}], [{"role": "user", "content": "Sort 3 1 2"}]],
+    reference = CheckpointRewardModel.from_pretrained(str(sft)).score_text(  # no SFT record: a string is raw text
+        ["What is 12+7?", [{"role": "user", "content": "Sort 3 1 2"}]],
         ["12+7=19.", "1 2 3"],
     )
     assert [float(s["data-reward"]) for s in parser.spans] == pytest.approx(

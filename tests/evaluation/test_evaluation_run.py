@@ -385,3 +385,17 @@ def test_the_paper_setup_with_an_openai_compatible_judge_and_mt_bench(tmp_path, 
         assert len(server.requests) == 14
     finally:
         server.close()
+
+
+def test_the_tables_name_the_confidence_level_their_intervals_were_computed_at():
+    """`confidence: 0.9` gives 90% intervals: the table says 90% CI, not the default's 95%."""
+    from trl_dpr.evaluation.results import EvaluationReport, exact_accuracy, results_markdown
+
+    correct, groups = [True, False, True, True], ["0", "1", "2", "3"]
+    for confidence, label in ((0.9, "90% CI"), (0.95, "95% CI"), (0.975, "97.5% CI")):
+        accuracy = exact_accuracy("demo", "DPR", correct, groups, [None] * 4, confidence=confidence, num_resamples=50)
+        report = EvaluationReport("SFT", ["DPR"], ["demo"], accuracy=[accuracy], settings={"confidence": confidence})
+        markdown = results_markdown(report)
+        assert f"| Method | Embedded task win rate vs SFT % ({label}) |" in markdown
+        assert f"| Method | accuracy % ({label}) |" in markdown
+        assert markdown.count("% CI") == 2

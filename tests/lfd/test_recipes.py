@@ -141,3 +141,36 @@ def test_the_same_recipe_again_on_its_finished_run_exits_0_with_its_evaluation_t
     assert f"Already finished: {tmp_path / method} holds this run" in again.stdout and table in again.stdout
     assert "Stage" not in again.stdout  # nothing trained or evaluated again
     assert (tmp_path / method / "model.safetensors").read_bytes() == weights
+
+
+@pytest.mark.slow  # two forked `trl-dpr spin` processes, one tiny iteration trained: about a minute
+def test_a_previous_iterations_answers_lacking_a_row_that_trains_are_refused_in_one_line(tmp_path, tokenizer):
+    """`previous_iteration_pairs` with iteration 0 run by an earlier process: its cached answers (the real
+    generations/iteration-0.jsonl, one row deleted) must hold every row that trains now; one missing is refused with
+    what to do, before iteration 1 generates or trains, its error one line; iteration 0 is left as it was."""
+    from trl_dpr.running.cli import main
+
+    from ..conftest import save_sft_output
+
+    sft, output = save_sft_output(tmp_path / "sft", tokenizer), tmp_path / "spin"
+    spin = ["spin", "--config", str(RECIPES / "demo" / "spin.yaml"), "--model_name_or_path", str(sft)]
+    spin += ["--sft_config", "", "--evaluation_config", "", "--output_dir", str(output), "--num_train_samples", "6"]
+    spin += ["--max_new_tokens", "6", "--per_device_train_batch_size", "3", "--generation_batch_size", "3"]
+    spin += ["--previous_iteration_pairs", "true"]
+    first = run_forked(main, [*spin, "--num_iterations", "1"], folder=tmp_path, cwd=ROOT)
+    assert first.returncode == 0, first.stderr[-3000:]
+    cache = output / "generations" / "iteration-0.jsonl"
+    rows = cache.read_text().splitlines(keepends=True)
+    assert len(rows) == 6  # every row trains: none past max_length
+    cache.write_text("".join(rows[:2] + rows[3:]))
+    dropped = json.loads(rows[2])["prompt_index"]
+    weights = (output / "iteration-0" / "model.safetensors").read_bytes()
+
+    again = run_forked(main, [*spin, "--num_iterations", "2"], folder=tmp_path, cwd=ROOT)
+    assert again.returncode == 2 and "Traceback" not in again.stderr, again.stderr[-3000:]
+    (line,) = [line for line in again.stderr.splitlines() if line.startswith("error")]
+    assert f"Iteration 0's answers ({cache}) lack 1 of the prompts that train now (rows [{dropped}])" in line
+    assert line.endswith("Start the self-play again with overwrite_output_dir: true.")
+    assert not (output / "generations" / "iteration-1.jsonl").exists()  # refused before π_1 answered
+    assert not (output / "iteration-1" / "model.safetensors").exists()
+    assert (output / "iteration-0" / "model.safetensors").read_bytes() == weights

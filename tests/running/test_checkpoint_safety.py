@@ -25,8 +25,10 @@ from trl_dpr.running.checkpointing import (
     OutputDirInUse,
     checkpoint_problem,
     claim_output_dir,
+    evaluation_changed,
     finished_run,
     last_complete_checkpoint,
+    mark_evaluated,
     mark_run_finished,
     mark_step_done,
     pending_steps,
@@ -290,20 +292,73 @@ def test_a_run_is_finished_for_the_arguments_it_recorded_while_its_model_is_ther
 
 @dataclass
 class Pipeline:
+    sft_config: str | None = None
     evaluation_config: str | None = None
 
 
 def test_an_edited_config_file_the_recipe_names_is_another_run_and_the_same_text_is_the_same(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"weights")
+    sft = tmp_path / "sft.yaml"
+    sft.write_text("learning_rate: 2.0e-05\n")
+    mark_run_finished(tmp_path, run_fingerprint(Pipeline(str(sft))))
+    assert finished_run(tmp_path, run_fingerprint(Pipeline(str(sft))))
+    sft.write_text("learning_rate: 1.0e-05\n")  # same path, other settings: another π_SFT
+    assert not finished_run(tmp_path, run_fingerprint(Pipeline(str(sft))))
+    sft.write_text("learning_rate: 2.0e-05\n")
+    assert finished_run(tmp_path, run_fingerprint(Pipeline(str(sft))))
+    assert run_fingerprint(Pipeline(None)) == run_fingerprint(Pipeline(None))  # no file named: the arguments alone
+
+
+def test_the_evaluation_settings_are_not_the_run_but_a_change_to_them_is_told(tmp_path):
+    """An evaluation YAML edited (or another one named, or one added) leaves the finished run the same run, evaluated
+    with other settings than recorded (`evaluation_changed`) until `mark_evaluated` records them."""
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
     evaluation = tmp_path / "evaluation.yaml"
     evaluation.write_text("max_new_tokens: 96\n")
-    mark_run_finished(tmp_path, run_fingerprint(Pipeline(str(evaluation))))
-    assert finished_run(tmp_path, run_fingerprint(Pipeline(str(evaluation))))
-    evaluation.write_text("max_new_tokens: 128\n")  # same path, other settings: its table would be another run's
-    assert not finished_run(tmp_path, run_fingerprint(Pipeline(str(evaluation))))
+    recorded = run_fingerprint(Pipeline(evaluation_config=str(evaluation)))
+    mark_run_finished(tmp_path, recorded, ["evaluation"])
+    assert evaluation_changed(tmp_path, recorded) is None
+    evaluation.write_text("max_new_tokens: 128\n")  # fixed after its evaluation failed
+    edited = run_fingerprint(Pipeline(evaluation_config=str(evaluation)))
+    assert finished_run(tmp_path, edited) and evaluation_changed(tmp_path, edited) == "changed"
+    mark_evaluated(tmp_path, edited)
+    assert pending_steps(tmp_path) == [] and evaluation_changed(tmp_path, edited) is None
+    copy = tmp_path / "copy.yaml"
+    copy.write_text(evaluation.read_text())  # the same text elsewhere: the same evaluation
+    assert evaluation_changed(tmp_path, run_fingerprint(Pipeline(evaluation_config=str(copy)))) is None
+    assert finished_run(tmp_path, run_fingerprint(Pipeline()))  # none now: nothing to evaluate, the same run
+    assert evaluation_changed(tmp_path, run_fingerprint(Pipeline())) is None
+    mark_run_finished(tmp_path, run_fingerprint(Pipeline()))  # finished without an evaluation, then one is named
+    assert evaluation_changed(tmp_path, edited) == "new"
+
+
+def test_a_run_finished_by_an_earlier_trl_dpr_that_counted_its_evaluation_yaml_is_still_finished(tmp_path):
+    """run_complete.json of a trl_dpr whose digest held the evaluation YAML: the same command again is that run, its
+    evaluation not taken for changed; a changed argument is refused naming the arguments alone."""
+    import hashlib
+
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    evaluation = tmp_path / "evaluation.yaml"
     evaluation.write_text("max_new_tokens: 96\n")
-    assert finished_run(tmp_path, run_fingerprint(Pipeline(str(evaluation))))
-    assert run_fingerprint(Pipeline(None)) == run_fingerprint(Pipeline(None))  # no file named: the arguments alone
+    arguments = {  # what the earlier run_fingerprint digested
+        "Pipeline": {"sft_config": None, "evaluation_config": str(evaluation)},
+        "config files": {"Pipeline.evaluation_config": hashlib.sha256(evaluation.read_bytes()).hexdigest()},
+    }
+    earlier = hashlib.sha256(json.dumps(arguments, default=str, sort_keys=True).encode()).hexdigest()
+    parts = {
+        part: hashlib.sha256(json.dumps(value, default=str, sort_keys=True).encode()).hexdigest()
+        for part, value in (
+            ("arguments", {"Pipeline": arguments["Pipeline"]}),
+            ("config files", arguments["config files"]),
+        )
+    }
+    (tmp_path / RUN_COMPLETE_NAME).write_text(json.dumps({"arguments_sha256": earlier, "parts": parts}) + "\n")
+    now = run_fingerprint(Pipeline(evaluation_config=str(evaluation)))
+    assert finished_run(tmp_path, now) and evaluation_changed(tmp_path, now) is None
+    assert not finished_run(tmp_path, run_fingerprint(Pipeline("other.yaml", str(evaluation))))
+    with pytest.raises(ValueError, match=r"finished with other arguments; its model is left as it is"):
+        claim_output_dir(tmp_path)
+    release_output_dir(tmp_path)
 
 
 @dataclass
@@ -420,13 +475,18 @@ def test_a_step_done_leaves_the_rest_pending_in_order_and_the_run_finished(tmp_p
     mark_step_done(tmp_path, "evaluation")
     assert pending_steps(tmp_path) == ["push"]
     record = json.loads((tmp_path / RUN_COMPLETE_NAME).read_text())
-    assert record == {"arguments_sha256": fingerprint, "parts": fingerprint.parts, "pending": ["push"]}
+    assert record == {
+        "arguments_sha256": fingerprint,
+        "parts": fingerprint.parts,
+        "evaluation_sha256": None,  # no evaluation_config
+        "pending": ["push"],
+    }
     assert finished_run(tmp_path, fingerprint)
     assert [p.name for p in tmp_path.iterdir() if "run_complete" in p.name] == [RUN_COMPLETE_NAME]  # no partial left
 
 
 def test_a_record_without_pending_steps_lists_none_and_a_step_done_leaves_it_as_it_was(tmp_path):
-    mark_run_finished(tmp_path, run_fingerprint(Recipe()))  # as trl-dpr sft, spin, gsil and earlier versions record
+    mark_run_finished(tmp_path, run_fingerprint(Recipe()))  # as trl-dpr sft and earlier versions record
     written = (tmp_path / RUN_COMPLETE_NAME).read_text()
     assert "pending" not in json.loads(written) and pending_steps(tmp_path) is None
     mark_step_done(tmp_path, "evaluation")

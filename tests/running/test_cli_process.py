@@ -1058,6 +1058,67 @@ def test_a_dpr_run_whose_evaluation_fails_is_kept_finished_and_the_same_command_
     )  # the card carries it, as after training
 
 
+@pytest.mark.slow  # four launched processes that import torch and TRL, one of them a DPR run: about a minute
+def test_an_evaluation_yaml_fixed_after_its_evaluation_failed_evaluates_the_finished_run_and_an_edit_does_again(
+    tiny_dpr_recipe, tmp_path
+):
+    """The evaluation settings are not the run: the user fixes the evaluation YAML's `answer_check` after the
+    evaluation failed, and the same command evaluates the trained run with it (not `another run`); a later edit to the
+    YAML evaluates it again with that (the table shown is the one the command asks for); unchanged, `Already finished`.
+    The model is never trained again."""
+    root, run = tiny_dpr_recipe, ["dpr", "--config", "dpr.yaml", "--output_dir", "runs/p/dpr_fixed"]
+    (root / "my_checks.py").write_text(
+        "def strict(completions, answer, **kwargs):\n    raise KeyError('score')\n\n\n"
+        "def one_km(completions, answer, **kwargs):  # right on the 1 km prompt only\n"
+        "    return [float(a == '1000') for a in answer]\n"
+    )
+    rows = [{"prompt": f"{n} km in m?", "answer": f"{n}000"} for n in (1, 2)]
+    (root / "held_out.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    evaluation = root / "my_eval.yaml"
+    settings = yaml.safe_load((root / "eval.yaml").read_text()) | {
+        "benchmarks": ["jsonl"],
+        "jsonl_path": "held_out.jsonl",
+    }
+    settings.pop("demo_num_prompts")
+
+    def evaluate_with(**changed):
+        evaluation.write_text(yaml.safe_dump(settings | changed))
+        return trl_dpr_forked(*run, "--evaluation_config", "my_eval.yaml", tmp_path=tmp_path, cwd=root)
+
+    def accuracy(report) -> dict:
+        return {row["method"]: row["accuracy"] for row in report["accuracy"]}
+
+    policy = root / "runs" / "p" / "dpr_fixed"
+    failed = evaluate_with(answer_check="my_checks:strict")
+    assert failed.returncode == 2, failed.stderr[-3000:]
+    assert "answer_check my_checks:strict raised KeyError" in failed.stderr
+    assert json.loads((policy / RUN_COMPLETE_NAME).read_text())["pending"] == ["evaluation"]
+    weights = (policy / "model.safetensors").read_bytes()
+
+    fixed = evaluate_with(answer_check="my_checks:one_km")
+    assert fixed.returncode == 0 and "Traceback" not in fixed.stderr, fixed.stderr[-3000:]
+    assert "its evaluation did not finish: evaluating it." in fixed.stdout and "Stage 1/2" not in fixed.stdout
+    report = json.loads((policy / "eval_results.json").read_text())
+    assert accuracy(report) == {"SFT": 0.5, "DPR": 0.5}  # 1 of the 2 prompts, whatever the models answer
+    assert json.loads((policy / RUN_COMPLETE_NAME).read_text())["pending"] == []
+
+    edited = evaluate_with(answer_check="my_checks:one_km", max_prompts=1)  # the 1 km prompt alone
+    assert edited.returncode == 0 and "Traceback" not in edited.stderr, edited.stderr[-3000:]
+    assert "its evaluation settings (evaluation_config) changed since it was evaluated: evaluating it again." in (
+        edited.stdout
+    )
+    report = json.loads((policy / "eval_results.json").read_text())
+    assert accuracy(report) == {"SFT": 1.0, "DPR": 1.0}
+    assert f"## Evaluation\n\n{report['table_markdown']}\n" in (policy / "README.md").read_text()  # the card's too
+
+    same = evaluate_with(answer_check="my_checks:one_km", max_prompts=1)
+    assert same.returncode == 0, same.stderr[-3000:]
+    assert "Already finished: runs/p/dpr_fixed holds this run" in same.stdout and "evaluating it" not in same.stdout
+    assert report["table_markdown"] in same.stdout
+    assert json.loads((policy / "eval_results.json").read_text()) == report  # not evaluated again
+    assert (policy / "model.safetensors").read_bytes() == weights  # never trained again
+
+
 @pytest.mark.slow  # a launched DPR process that imports torch and TRL: about half a minute
 def test_ctrl_c_during_dpr_names_the_checkpoint_it_saved_and_how_to_resume(tiny_dpr_recipe, tmp_path):
     """Ctrl-C in a shell reaches the whole process group: the launcher and the training process."""

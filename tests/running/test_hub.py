@@ -562,6 +562,26 @@ def test_a_card_written_before_the_evaluation_gets_the_table_a_card_written_afte
             results.write_bytes(before)
 
 
+def test_a_run_evaluated_again_gets_its_new_table_in_its_card_and_a_section_after_it_is_left_as_it_is(tmp_path):
+    """A finished run evaluated again with other settings: the card's table is replaced by the new one, once; a card
+    with another section after the table (the user's) is left as it is."""
+    old, new = (
+        "| Method | accuracy % |\n|---|---|\n| DPR | 50.0 |",
+        "| Method | accuracy % |\n|---|---|\n| DPR | 100.0 |",
+    )
+    card = "# tiny-dpr\n\n## Evaluation\n\n{}\n\n### Framework versions\n\n- TRL: 0.0\n"
+    (tmp_path / "README.md").write_text(card.format(old))
+    (tmp_path / "eval_results.json").write_text(json.dumps({"table_markdown": new}))
+    add_evaluation_to_card(tmp_path)
+    assert (tmp_path / "README.md").read_text() == card.format(new)
+    add_evaluation_to_card(tmp_path)
+    assert (tmp_path / "README.md").read_text() == card.format(new)
+    users = card.format(old).replace("\n\n### Framework", "\n\n## My notes\n\nkept\n\n### Framework")
+    (tmp_path / "README.md").write_text(users)
+    add_evaluation_to_card(tmp_path)
+    assert (tmp_path / "README.md").read_text() == users
+
+
 def test_push_trainer_output_pushes_the_card_and_the_policy(dpr_run, monkeypatch):
     _, trainer, _ = dpr_run
     api = RecordingApi()

@@ -333,7 +333,8 @@ def self_play_runs(tmp_path, tokenizer, monkeypatch):
         run_recipe(
             method,
             [*recipe, "--model_name_or_path", str(sft), "--output_dir", str(output), "--num_train_samples", "8"]
-            + ["--num_iterations", "1", *overrides],
+            # iteration 0 is planted without its answers: iteration 1 would be refused for lacking them, before π_1 loads
+            + ["--num_iterations", "1", "--previous_iteration_pairs", "false", *overrides],
         )
         return len(stages_run)
 
@@ -501,6 +502,76 @@ def test_a_self_play_run_whose_evaluation_fails_is_kept_finished_and_the_same_co
     assert self_play_runs(method, "--evaluation_config", "recipes/evaluate/demo.yaml") == 1  # not trained again
     (run,) = evaluated
     assert Path(run.output_dir) == tmp_path / method and self_play_runs.started == []
+
+
+def test_a_dpr_run_trained_without_an_evaluation_is_evaluated_by_the_same_command_naming_one(
+    dpr_runs, monkeypatch, capsys
+):
+    """The evaluation settings are not the run: naming an evaluation_config on a run finished without one evaluates
+    it, once; it is not trained again, nor refused as another run."""
+    import trl_dpr.scripts.dpr
+
+    evaluated = []
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "evaluate_against_sft", lambda config, *a, **kw: evaluated.append(config))
+    dpr_runs.table = None
+    assert dpr_runs() == [1.0]
+    monkeypatch.chdir(ROOT)
+    capsys.readouterr()
+    assert dpr_runs("--evaluation_config", "recipes/evaluate/demo.yaml") == [1.0]  # not trained again
+    assert evaluated == ["recipes/evaluate/demo.yaml"]
+    assert "it was trained without an evaluation_config: evaluating it." in capsys.readouterr().out
+    assert dpr_runs("--evaluation_config", "recipes/evaluate/demo.yaml") == [1.0] and len(evaluated) == 1
+    assert "Already finished" in capsys.readouterr().out
+    assert dpr_runs() == [1.0] and len(evaluated) == 1  # none named again: nothing to evaluate, the same run
+
+
+def test_an_answer_check_that_cannot_be_imported_is_refused_before_the_dpr_run_trains(
+    dpr_runs, tmp_path, monkeypatch, tokenizer
+):
+    """The evaluation imports an `answer_check` of yours only after training: a typo in its module is refused first."""
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    held_out = tmp_path / "held_out.jsonl"
+    held_out.write_text(json.dumps({"prompt": "Convert 100 °C to Fahrenheit.", "answer": "212"}) + "\n")
+    evaluation = demo_evaluation_yaml(
+        tmp_path / "eval.yaml", benchmarks=["jsonl"], jsonl_path=str(held_out), answer_check="my_chekcs:fahrenheit"
+    )
+    evaluation = Path(evaluation)
+    values = yaml.safe_load(evaluation.read_text())
+    values.pop("demo_num_prompts")
+    evaluation.write_text(yaml.safe_dump(values))
+    monkeypatch.chdir(ROOT)  # the folder the command runs in: no my_chekcs.py there
+    with pytest.raises(ValueError, match=r"answer_check 'my_chekcs:fahrenheit': cannot import 'my_chekcs'"):
+        dpr_runs("--evaluation_config", str(evaluation), "--model_name_or_path", str(sft))
+    assert not (tmp_path / "dpr" / "model.safetensors").exists()  # not trained
+
+
+@pytest.mark.parametrize("method", ["spin", "gsil"])
+def test_a_self_play_run_whose_evaluation_yaml_was_edited_is_evaluated_again_not_trained(
+    self_play_runs, tmp_path, monkeypatch, capsys, method
+):
+    import trl_dpr.lfd.self_play
+
+    evaluation, evaluated = Path(demo_evaluation_yaml(tmp_path / "eval.yaml")), []
+
+    def evaluate(config, sft, run, *args):
+        evaluated.append(Path(config).read_text())
+        table = f"| {run.method} | evaluation {len(evaluated)} |"
+        (Path(run.output_dir) / "eval_results.json").write_text(json.dumps({"table_markdown": table}))
+
+    monkeypatch.setattr(trl_dpr.lfd.self_play, "evaluate_last_iterate", evaluate)
+    self_play_runs.table = None  # the evaluation writes it
+    assert self_play_runs(method, "--evaluation_config", str(evaluation)) == 1
+    assert self_play_runs(method, "--evaluation_config", str(evaluation)) == 1 and len(evaluated) == 1
+    demo_evaluation_yaml(evaluation, max_new_tokens=4)  # edited after its evaluation
+    capsys.readouterr()
+    assert self_play_runs(method, "--evaluation_config", str(evaluation)) == 1  # not trained again
+    assert len(evaluated) == 2 and "max_new_tokens: 4" in evaluated[1]
+    assert "evaluation settings (evaluation_config) changed since it was evaluated: evaluating it again." in (
+        capsys.readouterr().out
+    )
+    assert self_play_runs(method, "--evaluation_config", str(evaluation)) == 1 and len(evaluated) == 2
+    shown = capsys.readouterr().out
+    assert "Already finished" in shown and "evaluation 2 |" in shown and self_play_runs.started == []
 
 
 # ---- a failed merge or push keeps the trained run, finished, with what is still to do ---------------------------------

@@ -1,10 +1,15 @@
 """String prompts (`prompt` files: held-out `prompt` + `answer`, `prompt` + `completion`) reach π_SFT as it was trained
-to read them, in DPR, the preview and the evaluation alike: one user turn of the chat template for an SFT on
-`messages`, raw text for an SFT on string prompt/completion (TRL's own reading), and raw text with a warning when no
+to read them, in DPR, the preview, the evaluation and the heatmap alike: one user turn of the chat template for an SFT
+on `messages`, raw text for an SFT on string prompt/completion (TRL's own reading), and raw text with a warning when no
 `trl-dpr sft` record says which. The expected token ids are computed here with the tokenizer, not with trl_dpr's `render_prompts`."""
 
 import json
 import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from datasets import Dataset
@@ -16,6 +21,7 @@ from trl_dpr.running.pipeline import SFTScriptArguments, run_sft
 
 from ..conftest import dpr_config, save_sft_output
 
+ROOT = Path(__file__).resolve().parents[2]
 QUESTIONS = [f"Convert {km} km to meters." for km in (5, 12, 79, 140)]
 DEMONSTRATION = "{km} km = {km} x 1000 m = {m} m. The answer is {m}."
 
@@ -428,3 +434,54 @@ def test_the_heatmap_scores_a_string_prompt_as_raw_text_for_an_sft_trained_on_it
         for prompt in (QUESTIONS[0], [{"role": "user", "content": QUESTIONS[0]}])
     )
     assert parser.values == pytest.approx(raw) and raw != pytest.approx(wrapped)
+
+
+def test_the_heatmap_scores_a_string_prompt_as_raw_text_with_the_one_warning_when_no_sft_record_says_how(
+    tmp_path, tokenizer
+):
+    """`trl-dpr heatmap` on an SFT without a `trl-dpr sft` record (with a chat template): the prompt is raw text, as
+    DPR, the preview and the evaluation read it, said in the same one line; each reward is log π_SFT − log π_ref of
+    the response's token after the prompt's own tokenization (its special tokens, no chat template), computed here."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    sft = save_sft_output(tmp_path / "trained-elsewhere", tokenizer)  # no sft_complete.json; a chat template
+    question, response = QUESTIONS[0], "5 km = 5 x 1000 m = 5000 m."
+    heatmap = ["heatmap", "--sft", str(sft), "--prompt", question, "--response", response, "--formats", "html"]
+    # A new interpreter, as the console script runs: its warnings reach stderr as a user sees them.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [sys.executable, "-m", "trl_dpr.running.cli", *heatmap, "--output", str(tmp_path / "rewards")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if "raw text because" in line]
+    assert warnings == [no_record_warning("heatmap", "π_SFT", f"π_SFT ({sft})")]
+    shown = [float(value) for value in re.findall(r'data-reward="([^"]+)"', (tmp_path / "rewards.html").read_text())]
+
+    tok = AutoTokenizer.from_pretrained(sft)
+    assert tok.chat_template  # so the rule, not a missing template, decides
+    answer = tok(response, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+
+    def rewards(prompt_ids: list[int]) -> list[float]:
+        ids = torch.tensor([prompt_ids + answer])
+        with torch.no_grad():
+            log_probs = [
+                AutoModelForCausalLM.from_pretrained(path).float()(ids).logits.double().log_softmax(-1)[0]
+                for path in (sft, sft / "dpr_reference")
+            ]
+        start = len(prompt_ids)
+        return [
+            float(log_probs[0][start + t - 1, token] - log_probs[1][start + t - 1, token])
+            for t, token in enumerate(answer)
+        ]
+
+    raw = rewards(tok(question)["input_ids"])
+    as_turn = rewards(
+        list(tok.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True)["input_ids"])
+    )
+    assert shown == pytest.approx(raw, abs=1e-4) and as_turn != pytest.approx(raw, abs=1e-4)

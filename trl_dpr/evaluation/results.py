@@ -338,8 +338,9 @@ def results_markdown(report: EvaluationReport) -> str:
     pairwise_benchmarks = [b for b in report.benchmarks if b != "mt_bench"]
     has_mt_bench = "mt_bench" in report.benchmarks
     models = [report.baseline, *report.methods]
+    ci = f"{100 * report.settings.get('confidence', 0.95):g}% CI"  # the intervals' own level (`confidence`)
 
-    header = ["Method"] + [f"{_display(b)} win rate vs {report.baseline} % (95% CI)" for b in pairwise_benchmarks]
+    header = ["Method"] + [f"{_display(b)} win rate vs {report.baseline} % ({ci})" for b in pairwise_benchmarks]
     if has_mt_bench:
         header.append("MT-Bench (1–10)")
     rows = []
@@ -354,7 +355,7 @@ def results_markdown(report: EvaluationReport) -> str:
     accuracy_benchmarks = list(dict.fromkeys(r.benchmark for r in report.accuracy))
     for benchmark in accuracy_benchmarks:
         categories = list(dict.fromkeys(c for r in report.accuracy if r.benchmark == benchmark for c in r.by_category))
-        accuracy_header = ["Method", "accuracy % (95% CI)", *categories]
+        accuracy_header = ["Method", f"accuracy % ({ci})", *categories]
         accuracy_rows = []
         for model in models:
             result = report.accuracy_result(benchmark, model)

@@ -46,6 +46,7 @@ from ..running.checkpointing import (
     LOCK_NAME,
     claim_output_dir,
     last_complete_checkpoint,
+    mark_evaluated,
     mark_run_finished,
     release_output_dir,
     releasing_output_dir,
@@ -576,6 +577,19 @@ def run_self_play(
                 flush=True,
             )
         start = time.perf_counter()
+        if training_args.previous_iteration_pairs and t > 0 and previous_pairs is None:
+            # Iteration t−1 ran in an earlier process: its answers are in its cache, read before π_t answers.
+            cache = JsonlCache(answers_path(t - 1), ("prompt_index",))
+            previous = [cache.get((i,)) for i in kept]
+            missing = [i for i, answer in zip(kept, previous) if answer is None]
+            if missing:  # the rows that train changed since (a new tokenizer or chat template in π_SFT's folder)
+                raise ValueError(
+                    f"Iteration {t - 1}'s answers ({answers_path(t - 1)}) lack {len(missing)} of the prompts that "
+                    f"train now (rows {missing[:5]}{' ...' if len(missing) > 5 else ''}): the prompts kept for "
+                    "training changed since that iteration ran. Start the self-play again with "
+                    "overwrite_output_dir: true."
+                )
+            previous_pairs = pairs_of(t - 1, previous)
         policy = load_policy(policy_path, init_kwargs)
         answers = answer_prompts(
             policy,
@@ -592,18 +606,6 @@ def run_self_play(
         )
         pairs = current_pairs = pairs_of(t, answers)
         if training_args.previous_iteration_pairs and t > 0:
-            if previous_pairs is None:  # iteration t−1 ran in an earlier process: its answers are in its cache
-                cache = JsonlCache(answers_path(t - 1), ("prompt_index",))
-                previous = [cache.get((i,)) for i in kept]
-                missing = [i for i, answer in zip(kept, previous) if answer is None]
-                if missing:  # the rows that train changed since (a new tokenizer or chat template in π_SFT's folder)
-                    raise ValueError(
-                        f"Iteration {t - 1}'s answers ({answers_path(t - 1)}) lack {len(missing)} of the prompts that "
-                        f"train now (rows {missing[:5]}{' ...' if len(missing) > 5 else ''}): the prompts kept for "
-                        "training changed since that iteration ran. Start the self-play again with "
-                        "overwrite_output_dir: true."
-                    )
-                previous_pairs = pairs_of(t - 1, previous)
             pairs = concatenate_datasets([previous_pairs, current_pairs])
 
         args = copy.copy(training_args)  # the same settings (processed fields kept), in this iteration's folder
@@ -709,6 +711,7 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
 
     def evaluate(run, device):
         evaluate_last_iterate(script_args.evaluation_config, sft_path, run, device, training_args.trust_remote_code)
+        mark_evaluated(root, fingerprint)  # with these settings: the same command again shows its table
 
     evaluate_again = (
         (lambda: evaluation_stage(method, script_args.evaluation_config, placement, evaluate, recorded()))
@@ -730,7 +733,9 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
             evaluate=evaluate,
             trust_remote_code=training_args.trust_remote_code,
             # Before the evaluation: a failed one leaves a finished run, which the same command again only evaluates.
-            finish=lambda run: mark_run_finished(root, fingerprint),
+            finish=lambda run: mark_run_finished(
+                root, fingerprint, ["evaluation"] if script_args.evaluation_config else []
+            ),
             reads_reference=False,  # self-play trains against π_t, never the SFT output's π_ref
         )
     return run

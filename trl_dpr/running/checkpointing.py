@@ -51,6 +51,10 @@ RUN_COMPLETE_NAME = "run_complete.json"
 EVAL_RESULTS_NAME = "eval_results.json"  # the evaluation a pipeline ran on the run's model
 # Arguments that say how a run is started, not what it produces: a re-run that differs only in them is the same run.
 _NOT_THE_RUN = ("overwrite_output_dir", "resume_from_checkpoint", "local_rank", "hub_token")
+# Arguments that say only how the trained model is evaluated (the YAML named, and its text): not what identifies the
+# run, but digested apart (`RunFingerprint.evaluation`), so the same command with an evaluation fixed after it failed,
+# or changed since, evaluates the finished run again rather than calling it another run (`stages.finished_already`).
+_EVALUATION_ONLY = ("evaluation_config",)
 # What a run writes in its folder and a run started over there deletes first (`start_writing`): a killed new run
 # must not leave the old π_SFT, its marker or its checkpoints beside its own π_ref. Only these names: a file of the
 # user's in the folder stays.
@@ -373,11 +377,14 @@ def claim_output_dir(
 
 class RunFingerprint(str):
     """`run_fingerprint`'s digest of a whole run, with the digests of its `parts` (arguments, config files, data files):
-    a finished run of other ones can say which changed. `without_data`: the digest an earlier trl_dpr recorded, which
-    did not count the data files."""
+    a finished run of other ones can say which changed. `evaluation`: the digest of its evaluation settings (None: no
+    evaluation), not part of the run's. `earlier`: the digests an earlier trl_dpr recorded for the same run (with the
+    evaluation settings; before that, without the data files), and `earlier_parts` the parts it recorded."""
 
     parts: dict
-    without_data: str
+    evaluation: str | None
+    earlier: tuple[str, ...]
+    earlier_parts: dict
 
 
 def _digest(value) -> str:
@@ -386,34 +393,62 @@ def _digest(value) -> str:
 
 def run_fingerprint(*parsed) -> RunFingerprint:
     """A digest of a recipe's parsed arguments (its dataclasses: TRL's configs, the script's), of the text of the
-    config files they name (`*_config`: an edited evaluation YAML is another run) and of the `reward_funcs` files in the
-    folder it runs from, and of the state of a local `dataset_name` (its files' names, sizes and mtimes: an edited
-    train.jsonl is another run): what `run_complete.json` records and a re-run compares. A digest, not the values: they
-    may hold a token (`model_init_kwargs`)."""
-    arguments = {}
+    config files they name (`*_config`: an edited SFT recipe is another run), of the `reward_funcs` files in the folder
+    it runs from, and of the state of a local `dataset_name` (its files' names, sizes and mtimes: an edited train.jsonl
+    is another run): what `run_complete.json` records and a re-run compares. The evaluation settings
+    (`_EVALUATION_ONLY`) are digested apart, in `evaluation`. A digest, not the values: they may hold a token
+    (`model_init_kwargs`)."""
+    arguments, evaluation = {}, None
     for values in parsed:
         fields = values.to_dict() if hasattr(values, "to_dict") else asdict(values)  # to_dict: TrainingArguments' own
         arguments[type(values).__name__] = {key: value for key, value in fields.items() if key not in _NOT_THE_RUN}
         data = fields.get("dataset_name")
         if isinstance(data, str) and data and os.path.exists(data):  # a local file or folder, not a Hub id
             arguments.setdefault("data files", {})[f"{type(values).__name__}.dataset_name"] = _files_state(Path(data))
-        for key, value in fields.items():  # a config file the recipe names (sft_config, evaluation_config): its text
-            if (
-                key.endswith("_config") and isinstance(value, str) and value and Path(value).is_file()
-            ):  # is the run too
+        for key, value in fields.items():  # a config file the recipe names (sft_config): its text is the run too
+            if key.endswith("_config") and isinstance(value, str) and value and Path(value).is_file():
                 digest = hashlib.sha256(Path(value).read_bytes()).hexdigest()
                 arguments.setdefault("config files", {})[f"{type(values).__name__}.{key}"] = digest
+            if key in _EVALUATION_ONLY and value:
+                evaluation = _evaluation_digest(str(value))
         # A reward function in the user's folder (reward_funcs: [my_checks.right_answer]): its file is the run too.
         for spec in fields.get("reward_funcs") or []:
             if path := _own_module_file(spec):
                 code = arguments.setdefault("reward function files", {})
                 code[f"{type(values).__name__}.reward_funcs {spec}"] = hashlib.sha256(path.read_bytes()).hexdigest()
-    fingerprint = RunFingerprint(_digest(arguments))
-    files = ("config files", "data files", "reward function files")
-    fingerprint.parts = {"arguments": _digest({k: v for k, v in arguments.items() if k not in files})}
-    fingerprint.parts.update({part: _digest(arguments[part]) for part in files if part in arguments})
-    fingerprint.without_data = _digest({k: v for k, v in arguments.items() if k != "data files"})
+    # What identifies the trained model: the arguments less the evaluation's, and less its file; `arguments` whole is
+    # what an earlier trl_dpr digested.
+    trained = {
+        part: {key: value for key, value in values.items() if key.split(".")[-1] not in _EVALUATION_ONLY}
+        for part, values in arguments.items()
+    }
+    trained = {part: values for part, values in trained.items() if values or part not in _PART_FILES}
+    fingerprint = RunFingerprint(_digest(trained))
+    fingerprint.parts = _parts(trained)
+    fingerprint.evaluation = evaluation
+    fingerprint.earlier = (_digest(arguments), _digest({k: v for k, v in arguments.items() if k != "data files"}))
+    fingerprint.earlier_parts = _parts(arguments)
     return fingerprint
+
+
+_PART_FILES = ("config files", "data files", "reward function files")
+
+
+def _parts(arguments: dict) -> dict:
+    parts = {"arguments": _digest({k: v for k, v in arguments.items() if k not in _PART_FILES})}
+    parts.update({part: _digest(arguments[part]) for part in _PART_FILES if part in arguments})
+    return parts
+
+
+def _evaluation_digest(evaluation_config: str) -> str:
+    """The digest of the evaluation YAML's text (found as the evaluation stage finds it: a file, or a shipped recipe's
+    name), wherever it lies; of its name when there is none (the evaluation stage then says so)."""
+    from .recipe_checks import find_recipe_file
+
+    try:
+        return hashlib.sha256(Path(find_recipe_file(evaluation_config, subfolder="evaluate")).read_bytes()).hexdigest()
+    except OSError:
+        return _digest(evaluation_config)
 
 
 def _own_module_file(spec: str) -> Path | None:
@@ -459,6 +494,8 @@ def mark_run_finished(output_dir: str | os.PathLike, fingerprint: str, pending: 
     if _is_main_process():
         parts = getattr(fingerprint, "parts", None)
         record = {"arguments_sha256": fingerprint, **({"parts": parts} if parts else {})}
+        if hasattr(fingerprint, "evaluation"):  # the settings its evaluation runs with (`mark_evaluated`)
+            record["evaluation_sha256"] = fingerprint.evaluation
         _write_run_record(Path(output_dir), record if pending is None else {**record, "pending": list(pending)})
 
 
@@ -470,6 +507,31 @@ def mark_step_done(output_dir: str | os.PathLike, step: str) -> None:
         pending = record.get("pending") if record else None
         if isinstance(pending, list) and step in pending:
             _write_run_record(Path(output_dir), {**record, "pending": [name for name in pending if name != step]})
+
+
+def mark_evaluated(output_dir: str | os.PathLike, fingerprint: RunFingerprint) -> None:
+    """Record that the finished run in `output_dir` was evaluated with the evaluation settings of `fingerprint` (main
+    process): its pending evaluation is done, and the same command again evaluates it only once they change
+    (`evaluation_changed`). No record: nothing is written."""
+    if _is_main_process():
+        record = _run_record(Path(output_dir))
+        if record:
+            pending = record.get("pending")
+            if isinstance(pending, list):
+                record["pending"] = [name for name in pending if name != "evaluation"]
+            _write_run_record(Path(output_dir), {**record, "evaluation_sha256": fingerprint.evaluation})
+
+
+def evaluation_changed(output_dir: str | os.PathLike, fingerprint: RunFingerprint) -> str | None:
+    """How the evaluation settings of `fingerprint` differ from those the finished run in `output_dir` was evaluated
+    with (`mark_evaluated`): "changed", "new" (it had none), or None (the same; no evaluation now; a record of an
+    earlier trl_dpr, whose evaluation settings were part of the run's). Every process gets the main process's answer."""
+    changed = None
+    if _is_main_process() and getattr(fingerprint, "evaluation", None) is not None:
+        record = _run_record(Path(output_dir)) or {}
+        if "evaluation_sha256" in record and record["evaluation_sha256"] != fingerprint.evaluation:
+            changed = "new" if record["evaluation_sha256"] is None else "changed"
+    return _agree(changed)
 
 
 def pending_steps(output_dir: str | os.PathLike) -> list[str] | None:
@@ -536,15 +598,19 @@ _CHANGED = {
 
 def _changes(record: dict, fingerprint: str) -> list[str]:
     """What differs between a finished run's `record` (run_complete.json) and `fingerprint`: [] when it is this run.
-    A record without a data part (an earlier trl_dpr's: it did not count the data) matches on the rest."""
-    recorded, parts = record.get("parts"), getattr(fingerprint, "parts", None)
-    if record["arguments_sha256"] == fingerprint:
+    A record of an earlier trl_dpr matches its digests (`RunFingerprint.earlier`: with the evaluation settings, or
+    without the data) and is compared with its parts."""
+    recorded = record.get("parts")
+    if record["arguments_sha256"] in (fingerprint, *getattr(fingerprint, "earlier", ())):
         return []
-    if isinstance(recorded, dict) and parts:
-        names = [n for n in _CHANGED if (n in recorded or n != "data files") and recorded.get(n) != parts.get(n)]
-        return [_CHANGED[n] for n in names]
-    if record["arguments_sha256"] == getattr(fingerprint, "without_data", None):
-        return []
+    ours = (getattr(fingerprint, "parts", None), getattr(fingerprint, "earlier_parts", None))
+    candidates = [parts for parts in ours if parts]
+    if isinstance(recorded, dict) and candidates:  # the fewest changes: against this trl_dpr's parts or the last one's
+        changes = [
+            [n for n in _CHANGED if (n in recorded or n != "data files") and recorded.get(n) != parts.get(n)]
+            for parts in candidates
+        ]
+        return [_CHANGED[n] for n in min(changes, key=len)]
     return ["arguments or data (or an earlier trl_dpr made it)"]
 
 

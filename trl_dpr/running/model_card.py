@@ -401,16 +401,28 @@ def dpr_model_card_section(args, reward_model, outcome_rewards: dict[str, float]
 
 
 def add_evaluation_to_card(output_dir: str | os.PathLike) -> None:
-    """Put the evaluation table of `<output_dir>/eval_results.json` into the model card `README.md` the run wrote
-    without it, where `dpr_model_card_section` puts it: a finished run evaluated again by the same command has no
-    trainer to write its card anew. A card that already has one, or no card, is left as it is."""
+    """Put the evaluation table of `<output_dir>/eval_results.json` into the model card `README.md` the run wrote,
+    where `dpr_model_card_section` puts it, replacing the table there: a finished run evaluated again by the same
+    command (its evaluation failed, or its settings changed) has no trainer to write its card anew. No card, or a card
+    without that place, is left as it is."""
     readme, results = Path(output_dir) / "README.md", Path(output_dir) / "eval_results.json"
     if not readme.is_file() or not results.is_file():
         return
     card, table = readme.read_text(), json.loads(results.read_text()).get("table_markdown")
-    marker = "\n\n### Framework versions"
-    if not table or "\n## Evaluation\n" in card or marker not in card:
+    marker, section = "\n\n### Framework versions", "\n\n## Evaluation\n\n"
+    if not table or marker not in card:
+        return
+    end = card.index(marker)
+    start = card.rfind(section, 0, end)
+    if start == -1:
+        start = end
+        if "\n## Evaluation\n" in card:  # one elsewhere: not ours to replace
+            return
+    elif "\n#" in card[start + len(section) : end]:  # another section after ours: the table is not the last
+        return
+    written = card[:start] + f"{section}{table}" + card[end:]
+    if written == card:
         return
     partial = readme.with_name(f".{readme.name}.partial")  # renamed: the card is whole, old or new
-    partial.write_text(card.replace(marker, f"\n\n## Evaluation\n\n{table}{marker}", 1))
+    partial.write_text(written)
     os.replace(partial, readme)

@@ -343,12 +343,15 @@ def check_dpr_inputs(
 
 def check_evaluation_config(evaluation_config: str) -> None:
     """The evaluation a pipeline runs after training (`evaluation_config`), checked before it trains: the YAML loads,
-    and the judge's API key is set when the judge is OpenAI's.
+    its `answer_check` of yours imports (a typo would fail only after training), and the judge's API key is set when
+    the judge is OpenAI's.
     """
     from ..evaluation import OpenAIChatModel
+    from ..evaluation.answer_checks import answer_check_from
     from .recipe_parser import load_evaluation_config
 
     evaluation = load_evaluation_config(evaluation_config)
+    answer_check_from(evaluation.answer_check, evaluation.answer_pattern)
     if evaluation.judge == "openai":  # its key must be there when the evaluation starts, after training
         OpenAIChatModel(api_key_env=evaluation.judge_api_key_env).check_api_key()
 

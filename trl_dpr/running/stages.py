@@ -16,6 +16,7 @@ from ..reference_manifest import MANIFEST_NAME, parse_manifest
 from .checkpointing import (
     EVAL_RESULTS_NAME,
     claim_output_dir,
+    evaluation_changed,
     finished_run,
     last_complete_checkpoint,
     pending_steps,
@@ -112,12 +113,14 @@ def finished_already(
     push_command: str | None = None,
 ) -> bool:
     """Whether this command already ran to its end in `training_args.output_dir` with the same arguments
-    (`run_fingerprint`, `finished_run`): then it says so, shows the run's evaluation, and says how to train again.
-    A finished run with steps still pending (`pending_steps`: the evaluation failed or was stopped, or the merge or the
-    push after it) gets only those, in order, in the claimed folder: `evaluate_again()` (the recipe's
-    `evaluation_stage`), `merge_again()`, and for the push the line `push_command` (the push needs the user's network
-    and token: printed, not run). A record that lists no pending steps (an earlier trl_dpr's) is pending its
-    evaluation when its `eval_results.json` is missing, and then its push.
+    (`run_fingerprint`, `finished_run`; the evaluation settings are not among them): then it says so, shows the run's
+    evaluation, and says how to train again. A finished run with steps still pending (`pending_steps`: the evaluation
+    failed or was stopped, or the merge or the push after it) gets only those, in order, in the claimed folder:
+    `evaluate_again()` (the recipe's `evaluation_stage`), `merge_again()`, and for the push the line `push_command` (the
+    push needs the user's network and token: printed, not run). A run evaluated with other evaluation settings than the
+    command's (`evaluation_changed`: the YAML edited or another one named, or none before) is evaluated again first: the
+    command asks for that evaluation, and the table shown is then the one it asks for. A record that lists no pending
+    steps (an earlier trl_dpr's) is pending its evaluation when its `eval_results.json` is missing, and then its push.
 
     A re-run of the README's `make demo` then ends with exit code 0 rather than refusing the folder (a refusal under
     `accelerate launch` also prints the launcher's traceback). A run that overwrites is never finished; one that
@@ -136,13 +139,23 @@ def finished_already(
         evaluated = evaluate_again is None or (Path(output_dir) / EVAL_RESULTS_NAME).is_file()
         pending = [] if evaluated else ["evaluation", "push"]
     redo = {"evaluation": evaluate_again, "merge": merge_again}
-    todo = [step for step in pending if redo.get(step) is not None]
+    unfinished = [step for step in pending if redo.get(step) is not None]
+    changed = (
+        evaluate_again is not None and "evaluation" not in pending and evaluation_changed(output_dir, fingerprint)
+    )
+    todo = ["evaluation", *unfinished] if changed else unfinished
     push_line = f"Not pushed yet: {push_command}" if push_command and "push" in pending else None
     if todo:
         if main:
-            doing = {"evaluation": "evaluating it", "merge": "merging its adapter"}
+            doing = {
+                "evaluation": "evaluating it again" if changed == "changed" else "evaluating it",
+                "merge": "merging its adapter",
+            }
+            why = [f"its {' and '.join(unfinished)} did not finish"] if unfinished else []
+            if changed:
+                why.insert(0, _EVALUATION_CHANGES[changed])
             print(
-                f"{output_dir} holds this run, trained; its {' and '.join(todo)} did not finish: "
+                f"{output_dir} holds this run, trained; {'; '.join(why)}: "
                 f"{', then '.join(doing[step] for step in todo)}.",
                 flush=True,
             )
@@ -165,6 +178,12 @@ def finished_already(
             print(f"{push_line} (its push did not finish)")
         print(f"To train it again: --overwrite_output_dir true, or remove {output_dir}.", flush=True)
     return True
+
+
+_EVALUATION_CHANGES = {
+    "changed": "its evaluation settings (evaluation_config) changed since it was evaluated",
+    "new": "it was trained without an evaluation_config",
+}
 
 
 def _sft_stage(

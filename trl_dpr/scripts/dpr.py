@@ -20,7 +20,13 @@ from trl import ModelConfig
 
 from trl_dpr import DensePathConfig
 from trl_dpr.reward_loading import check_reference_is_not_sft
-from trl_dpr.running.checkpointing import mark_run_finished, mark_step_done, releasing_output_dir, run_fingerprint
+from trl_dpr.running.checkpointing import (
+    mark_evaluated,
+    mark_run_finished,
+    mark_step_done,
+    releasing_output_dir,
+    run_fingerprint,
+)
 from trl_dpr.running.cli import run
 from trl_dpr.running.memory import MemoryTarget
 from trl_dpr.running.model_card import add_evaluation_to_card
@@ -58,7 +64,7 @@ def main(argv=None):
             trainer.create_model_card(dataset_name=script_args.dataset_name)  # now with the evaluation table
         elif results:
             add_evaluation_to_card(output_dir)
-        mark_step_done(output_dir, "evaluation")
+        mark_evaluated(output_dir, fingerprint)  # with these settings: the same command again shows its table
 
     def merge_again():  # a finished run whose merge did not finish: in the dtype the run loaded its model in
         if PartialState().is_main_process:

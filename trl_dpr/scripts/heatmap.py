@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trl_dpr.analysis.heatmaps import heatmap_html, save_heatmap_png
-from trl_dpr.reference_manifest import sft_trained_on_messages
 from trl_dpr.running.cli import run
 from trl_dpr.running.recipe_checks import CommandParser
 
@@ -55,7 +54,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "trl-dpr heatmap") -> li
     parser.add_argument(
         "--raw-prompt",
         action="store_true",
-        help="Score prompts as plain text, not as a user chat turn (always, for a `trl-dpr sft` on raw text).",
+        help="Score string prompts as plain text even for a π_SFT trained on chat messages (its `trl-dpr sft` record "
+        "makes them a user turn; otherwise they are plain text, as in DPR).",
     )
     parser.add_argument("--no-eos", action="store_true", help="Do not append the EOS token to each response.")
     parser.add_argument(
@@ -83,13 +83,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "trl-dpr heatmap") -> li
             'The PNG heatmap needs matplotlib: pip install "trl_dpr[plots]", or --formats html.', name="matplotlib"
         )
     from trl_dpr import CheckpointRewardModel  # torch: after the checks
+    from trl_dpr.data import as_user_turns, string_prompts_as_chat
 
     reward_model = CheckpointRewardModel.from_pretrained(args.sft, args.ref)
     tokenizer = reward_model.processing_class
-    # A string prompt as a user turn, unless asked or π_SFT's `trl-dpr sft` record says it was trained on raw text.
-    as_text = args.raw_prompt or sft_trained_on_messages(args.sft) is False
-    if not as_text and getattr(tokenizer, "chat_template", None):
-        prompts = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
+    # A string prompt as DPR, the preview and the evaluation give it to π_SFT (one rule): a user turn when its `trl-dpr
+    # sft` record says it was trained on messages, else raw text (TRL's reading; without a record, said in one line).
+    if not args.raw_prompt and string_prompts_as_chat(args.sft, tokenizer, prompts, "heatmap"):
+        prompts = as_user_turns(prompts)
     scored = reward_model.score_text(prompts, responses, append_eos=not args.no_eos)
 
     written = []
