@@ -854,6 +854,32 @@ def test_sft_again_on_its_finished_run_exits_0_and_overwrite_output_dir_starts_i
     assert "Already finished" in trl_dpr(*sft, cwd=tmp_path, timeout=300, start_new_session=True).stdout
 
 
+@pytest.mark.slow  # two launches of `trl-dpr sft`, one of them a 1-step SFT: about a minute
+def test_sft_trains_on_a_local_csv_file_and_refuses_a_split_of_it_in_one_line(tmp_path):
+    """A .csv `dataset_name` went to the Hub (offline: "Couldn't reach"), ./x.csv was read as JSON; a split named for a
+    single file trained on the whole file. Now the CSV trains, and the split is refused before anything loads."""
+    rows = "".join(f"What is {n} + 1?,The answer is {n + 1}.\n" for n in range(8))
+    (tmp_path / "rows.csv").write_text("prompt,completion\n" + rows)
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    recipe.update(dataset_name="./rows.csv", output_dir="sft", max_steps=1, per_device_train_batch_size=4)
+    (tmp_path / "sft.yaml").write_text(yaml.safe_dump(recipe))
+
+    split = ("sft", "--config", "sft.yaml", "--dataset_train_split", "test", "--output_dir", "split")
+    refused = trl_dpr(*split, cwd=tmp_path, timeout=300, start_new_session=True)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+    (line,) = [line for line in refused.stderr.splitlines() if line.startswith("error")]
+    assert line == (
+        "error (ValueError): The split 'test' (dataset_train_split) is not in './rows.csv': a single file is all of "
+        "split 'train'. Remove dataset_train_split (or set it to train), or give a folder or a Hub dataset with that "
+        "split."
+    )
+    assert not (tmp_path / "split").exists()
+
+    trained = trl_dpr("sft", "--config", "sft.yaml", cwd=tmp_path, timeout=300, start_new_session=True)
+    assert trained.returncode == 0 and "Traceback" not in trained.stderr, trained.stderr[-2000:]
+    assert (tmp_path / "sft" / "model.safetensors").is_file() and (tmp_path / "sft" / "run_complete.json").is_file()
+
+
 @pytest.mark.slow  # a process that imports torch and TRL: seconds
 def test_make_demos_launch_on_a_folder_holding_another_run_ends_with_one_line_and_no_traceback(tmp_path):
     recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
