@@ -164,6 +164,18 @@ def test_a_pipelines_sft_stage_records_its_run_as_trl_dpr_sft_of_the_same_recipe
 
 
 @pytest.mark.parametrize("method", ["dpr", "spin", "gsil"])
+def test_every_pipeline_refuses_the_sft_output_of_another_sft_recipe_before_it_trains(stages, tmp_path, method):
+    """The pipeline's SFT stage wrote sft/ from sft.yaml; sft.yaml then changes its learning rate: the next pipeline
+    stops at the SFT stage, naming what changed, rather than training on the earlier π_SFT."""
+    stages(method, tmp_path / "sft")
+    before = {p: p.read_bytes() for p in (tmp_path / "sft").rglob("*") if p.is_file()}
+    with pytest.raises(ValueError, match=r"'.*sft' already holds a run \(model.safetensors\), finished with other "):
+        stages(method, tmp_path / "sft", sft_overrides={"learning_rate": 3e-4})
+    assert len(stages.sft_runs) == 1 and len(stages.trained) == 1  # the first pipeline's, nothing since
+    assert {p: p.read_bytes() for p in (tmp_path / "sft").rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("method", ["dpr", "spin", "gsil"])
 def test_a_found_sft_output_without_a_run_record_is_skipped_with_a_note_that_it_was_not_compared(
     stages, tmp_path, tokenizer, capsys, method
 ):
