@@ -325,6 +325,53 @@ def prompt_and_demonstration(row: dict, name: str) -> tuple[str | list[dict], st
     )
 
 
+# The local files `datasets` reads with a builder of its own, by suffix: JSON (one object per line, or a list), CSV, Parquet.
+_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def _is_local_file(dataset_name: str) -> bool:
+    """A `dataset_name` meant as one local file: a file, or a data suffix, or an absolute or ./ path, not a folder."""
+    if os.path.isdir(dataset_name):
+        return False
+    suffixed = dataset_name.lower().endswith(tuple(_FILE_BUILDERS))
+    return suffixed or os.path.isfile(dataset_name) or os.path.isabs(dataset_name) or dataset_name[:1] == "."
+
+
+def _load_local_file(path: str, split: str, file_splits: Sequence[str], split_key: str) -> Dataset:
+    """The rows of one local JSON/JSONL/CSV/Parquet file, all of split `train` (a file has no other; `file_splits`: the
+    names it answers to): a mistake in the path, the suffix, the split (set by `split_key`) or the contents is one line
+    naming it, before any model loads."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"Dataset file {path!r} does not exist. Give a .json / .jsonl / .csv / .parquet file that exists, a folder "
+            "of them, a Hub dataset id, or trl_dpr/embedded-demo (the embedded task)."
+        )
+    builder = _FILE_BUILDERS.get(Path(path).suffix.lower())
+    if builder is None:
+        raise ValueError(
+            f"Dataset file {path!r} is not a .json, .jsonl, .csv or .parquet file, the local files trl_dpr reads (a "
+            "folder of them and Hub datasets load too). Convert it to one of those, or rename it if it is one."
+        )
+    # `datasets` names a file's one split after any value given: another split would be the whole file, silently.
+    if split not in file_splits:
+        raise ValueError(
+            f"The split {split!r} ({split_key}) is not in {path!r}: a single file is all of split 'train'. "
+            f"Remove {split_key} (or set it to {file_splits[-1]}), or give a folder or a Hub dataset with that split."
+        )
+    if os.path.getsize(path) == 0 or (builder != "parquet" and not open(path, "rb").read(4096).strip()):
+        kind = {"json": "one JSON object per line (or a JSON list)", "csv": "a header line, then one row per line"}
+        raise ValueError(f"Dataset file {path!r} is empty: it needs {kind.get(builder, 'rows')}.")
+    try:
+        return load_dataset(builder, data_files={"train": path}, split="train")
+    except Exception as error:  # noqa: BLE001 - a broken line: one message naming it, not `datasets`' traceback
+        if builder == "json":
+            read_json_rows(path)  # read only now: a good file is not parsed twice (a 200 MB file: +2.7 s)
+            raise
+        raise ValueError(
+            f"Could not read {path!r} as {builder.upper()}: {type(error).__name__}: {str(error)[:300]}"
+        ) from error
+
+
 def load_demonstrations(
     dataset_name: str,
     dataset_config: str | None = None,
@@ -334,11 +381,16 @@ def load_demonstrations(
     dataset_format: str = "auto",
     stage: str = "sft",
     rows: Dataset | None = None,
+    file_splits: Sequence[str] = ("train",),
+    split_key: str = "dataset_train_split",
 ) -> Dataset:
-    """A demonstration split: a Hub dataset, a `.json`/`.jsonl` file, or `rows` already built (named `dataset_name`).
+    """A demonstration split: a Hub dataset, a local folder, a `.json`/`.jsonl`/`.csv`/`.parquet` file (all of split
+    `train`), or `rows` already built (named `dataset_name`).
 
     `num_samples` keeps a `seed`-shuffled subsample; `dataset_format` is `auto`, `openorca`, `messages` or
-    `prompt_completion`; `stage` `sft` needs demonstrations, `rl` prompts (or demonstrations to take them from).
+    `prompt_completion`; `stage` `sft` needs demonstrations, `rl` prompts (or demonstrations to take them from). A
+    single file answers to the splits `file_splits` only (the preview's held-out `test` too); another `split` is refused,
+    naming the recipe key `split_key` that set it.
     """
     if dataset_format not in ("auto", "openorca", "messages", "prompt_completion"):
         raise ValueError(
@@ -352,22 +404,9 @@ def load_demonstrations(
         )
     if rows is not None:
         dataset = rows
-    elif dataset_name.endswith((".json", ".jsonl")) or os.path.isabs(dataset_name) or dataset_name.startswith("."):
-        if not os.path.isfile(dataset_name):
-            raise FileNotFoundError(
-                f"Dataset file {dataset_name!r} does not exist. Give a .json / .jsonl file that exists, a Hub dataset "
-                "id, or trl_dpr/embedded-demo (the embedded task)."
-            )
-        if os.path.getsize(dataset_name) == 0 or not open(dataset_name, "rb").read(4096).strip():
-            raise ValueError(
-                f"Dataset file {dataset_name!r} is empty: it needs one JSON object per line (or a JSON list)."
-            )
-        try:
-            dataset = load_dataset("json", data_files={split: dataset_name})[split]
-        except Exception:  # noqa: BLE001 - a broken line: one message naming it, not `datasets`' traceback
-            read_json_rows(dataset_name)  # read only now: a good file is not parsed twice (a 200 MB file: +2.7 s)
-            raise
-    else:
+    elif _is_local_file(dataset_name):
+        dataset = _load_local_file(dataset_name, split, file_splits, split_key)
+    else:  # a Hub id, or a local folder (`datasets` reads its files and their splits: train.jsonl, test.parquet)
         try:
             loaded = load_dataset(dataset_name, name=dataset_config, split=split)
         except Exception as error:  # offline, gated, misspelled: say which dataset and what to check

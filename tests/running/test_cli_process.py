@@ -476,6 +476,48 @@ def test_dpr_refuses_the_folder_its_sft_stage_writes_as_its_reference_before_tha
     assert "Stage 1/" not in result.stdout and not (tmp_path / "sft").exists() and not (tmp_path / "dpr").exists()
 
 
+@pytest.mark.slow  # a 2-step `trl-dpr sft`, then two `trl-dpr dpr` (one refused, one a 1-step run): about a minute
+def test_a_pipeline_skips_the_sft_output_of_its_own_sft_recipe_and_refuses_one_of_other_arguments_untouched(tmp_path):
+    """The field tester's stale π_SFT: `trl-dpr sft --config sft.yaml`, then a DPR recipe whose sft_config differs in
+    learning_rate alone was "found, skipped" and trained on the old π_SFT. Now the pipeline reads the SFT output's run
+    record as `trl-dpr sft` does: other arguments stop it in one line before the DPR stage, the SFT output and the DPR
+    folder untouched; the same SFT recipe skips it and trains."""
+    sft_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    sft_recipe.update(output_dir="sft", max_steps=2, num_train_samples=8, per_device_train_batch_size=4)
+    (tmp_path / "sft.yaml").write_text(yaml.safe_dump(sft_recipe))
+    (tmp_path / "sft_changed.yaml").write_text(yaml.safe_dump({**sft_recipe, "learning_rate": 3e-4}))
+    sft = trl_dpr("sft", "--config", "sft.yaml", cwd=tmp_path, timeout=300, start_new_session=True)
+    assert sft.returncode == 0, sft.stderr[-2000:]
+    before = {p: p.read_bytes() for p in (tmp_path / "sft").rglob("*") if p.is_file()}
+    dpr_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    changes = {"model_name_or_path": "sft", "output_dir": "dpr", "evaluation_config": None, "max_steps": 1}
+    changes |= {"num_train_samples": 8, "per_device_train_batch_size": 4, "max_completion_length": 4}
+    (tmp_path / "dpr.yaml").write_text(yaml.safe_dump({**dpr_recipe, **changes, "sft_config": "sft_changed.yaml"}))
+
+    changed = trl_dpr_forked("dpr", "--config", "dpr.yaml", cwd=tmp_path, tmp_path=tmp_path)
+    assert changed.returncode == 2, changed.stderr[-2000:]
+    (line,) = [line for line in changed.stderr.splitlines() if line.startswith("error")]
+    assert line == (
+        "error (ValueError): 'sft' already holds a run (model.safetensors), finished with other arguments; its model "
+        "is left as it is. To train it with sft_changed.yaml: overwrite_output_dir: true in sft_changed.yaml, or "
+        "another output_dir there (and this recipe's model_name_or_path the same); to start from the SFT output that "
+        'is there: --sft_config "" (or sft_config: null in the recipe).'
+    )
+    assert "Traceback" not in changed.stderr and "Stage 2/" not in changed.stdout
+    assert {p: p.read_bytes() for p in (tmp_path / "sft").rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "dpr").exists()
+
+    same = trl_dpr_forked("dpr", "--config", "dpr.yaml", "--sft_config", "sft.yaml", cwd=tmp_path, tmp_path=tmp_path)
+    assert same.returncode == 0, same.stderr[-2000:]
+    assert (
+        "Stage 1/2: SFT of trl_dpr/embedded-pretrained-llama (reference checkpoint at α=0.5): found in sft, skipped"
+        in (same.stdout)
+    )
+    assert "no run record" not in same.stdout
+    assert {p: p.read_bytes() for p in (tmp_path / "sft").rglob("*") if p.is_file()} == before
+    assert (tmp_path / "dpr" / "model.safetensors").is_file()
+
+
 def test_dpr_refuses_the_sft_model_itself_as_its_reference_in_one_line(tmp_path, tokenizer):
     """`--ref_model_name_or_path` naming the SFT output: r̂ ≡ 0, DPR would train on nothing; refused before training."""
     save_sft_output(tmp_path / "sft", tokenizer)
@@ -949,6 +991,32 @@ def test_an_sft_then_dpr_pipeline_started_over_with_a_bad_sft_recipe_keeps_both_
     assert started.returncode == 0, started.stderr[-3000:]
     assert "found in sft, skipped" in started.stdout and folder_bytes(tmp_path / "sft") == sft_old
     assert_started_over(tmp_path / "dpr", dpr_old)
+
+
+@pytest.mark.slow  # two launches of `trl-dpr sft`, one of them a 1-step SFT: about a minute
+def test_sft_trains_on_a_local_csv_file_and_refuses_a_split_of_it_in_one_line(tmp_path):
+    """A .csv `dataset_name` went to the Hub (offline: "Couldn't reach"), ./x.csv was read as JSON; a split named for a
+    single file trained on the whole file. Now the CSV trains, and the split is refused before anything loads."""
+    rows = "".join(f"What is {n} + 1?,The answer is {n + 1}.\n" for n in range(8))
+    (tmp_path / "rows.csv").write_text("prompt,completion\n" + rows)
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    recipe.update(dataset_name="./rows.csv", output_dir="sft", max_steps=1, per_device_train_batch_size=4)
+    (tmp_path / "sft.yaml").write_text(yaml.safe_dump(recipe))
+
+    split = ("sft", "--config", "sft.yaml", "--dataset_train_split", "test", "--output_dir", "split")
+    refused = trl_dpr(*split, cwd=tmp_path, timeout=300, start_new_session=True)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+    (line,) = [line for line in refused.stderr.splitlines() if line.startswith("error")]
+    assert line == (
+        "error (ValueError): The split 'test' (dataset_train_split) is not in './rows.csv': a single file is all of "
+        "split 'train'. Remove dataset_train_split (or set it to train), or give a folder or a Hub dataset with that "
+        "split."
+    )
+    assert not (tmp_path / "split").exists()
+
+    trained = trl_dpr("sft", "--config", "sft.yaml", cwd=tmp_path, timeout=300, start_new_session=True)
+    assert trained.returncode == 0 and "Traceback" not in trained.stderr, trained.stderr[-2000:]
+    assert (tmp_path / "sft" / "model.safetensors").is_file() and (tmp_path / "sft" / "run_complete.json").is_file()
 
 
 @pytest.mark.slow  # a process that imports torch and TRL: seconds

@@ -747,16 +747,24 @@ def prefill_prompt_tokens(result, config) -> float:
     return term(result, "prefill, one layer").bytes / (8 * (4 * text.hidden_size + 3 * text.intermediate_size) * 4)
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
 def test_a_dpr_recipe_without_max_prompt_length_is_planned_at_its_longest_prompt(
-    tmp_path, sft_output_folder, tokenizer
+    tmp_path, sft_output_folder, tokenizer, suffix
 ):
+    import pandas
+
     prompts = [
         "What is 2 + 3?",
         "Mia has 12 apples. She gets 3 more. How many apples does Mia have now?",
         "Sort 3 1 2.",
     ]
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    data = tmp_path / f"prompts{suffix}"
+    if suffix == ".jsonl":
+        data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    elif suffix == ".csv":  # the formats a run reads too, written by pandas
+        pandas.DataFrame({"prompt": prompts}).to_csv(data, index=False)
+    else:
+        pandas.DataFrame({"prompt": prompts}).to_parquet(data, index=False)
     recipe = users_recipe(
         tmp_path / "dpr.yaml",
         "demo/dpr.yaml",
@@ -816,8 +824,8 @@ def test_a_dpr_recipe_whose_prompts_are_not_read_is_planned_at_the_context_minus
     assert "planned at the model's context" in result.table()
     # The note says which datasets a plan reads, in one line.
     assert (
-        "a plan reads the prompts of a local .json or .jsonl file or of the embedded task, not of "
-        "someone/their-hub-dataset, and downloads no dataset" in result.table()
+        "a plan reads the prompts of a local .json, .jsonl, .csv or .parquet file (or a folder of them) or of the "
+        "embedded task, not of someone/their-hub-dataset, and downloads no dataset" in result.table()
     )
 
 

@@ -10,6 +10,7 @@ import yaml
 
 from trl_dpr.running.checkpointing import (
     RUN_COMPLETE_NAME,
+    mark_run_finished,
     release_output_dir,
     start_writing,
     write_checkpoint_manifest,
@@ -42,9 +43,11 @@ def stages(tmp_path, monkeypatch, tokenizer):
 
     sft_runs, trained = [], []
 
-    def sft(args, training_args, model_args):
+    def sft(args, training_args, model_args, fingerprint=None):
         sft_runs.append(training_args)
         save_sft_output(Path(training_args.output_dir), tokenizer)
+        if fingerprint is not None:  # as run_sft records it, last
+            mark_run_finished(training_args.output_dir, fingerprint)
 
     monkeypatch.setattr(trl_dpr.running.stages, "run_sft", sft)
     monkeypatch.setattr(trl_dpr.scripts.dpr, "run_dpr", lambda *args, **kwargs: trained.append("DPR"))
@@ -138,6 +141,70 @@ def test_every_pipeline_names_the_alpha_of_the_sft_output_it_found_and_skips_it(
     shown = "reference checkpoint at α=0.3" if method == "dpr" else "its π_ref (α=0.3) not read here"
     assert f"({shown}): found in {sft}, skipped" in capsys.readouterr().out
     assert stages.sft_runs == [] and stages.trained == ["DPR" if method == "dpr" else "self-play"]
+
+
+def sft_recipe_fingerprint(path: Path):
+    """The fingerprint `trl-dpr sft --config path` records for its run (`run_fingerprint` of its parsed recipe)."""
+    from trl_dpr.running.checkpointing import run_fingerprint
+    from trl_dpr.scripts.sft import make_parser
+
+    return run_fingerprint(*make_parser().parse_args_and_config(["--config", str(path)])[:3])
+
+
+def test_a_pipelines_sft_stage_records_its_run_as_trl_dpr_sft_of_the_same_recipe_would(stages, tmp_path):
+    """The SFT stage's record matches `trl-dpr sft --config sft.yaml`'s: that command then finds the run finished, and
+    a later pipeline with another SFT recipe is compared with it rather than taking it for its own."""
+    from trl_dpr.running.checkpointing import finished_run
+
+    stages("dpr", tmp_path / "sft")
+    assert len(stages.sft_runs) == 1
+    assert finished_run(tmp_path / "sft", sft_recipe_fingerprint(tmp_path / "sft.yaml"))
+    changed = yaml.safe_load((tmp_path / "sft.yaml").read_text()) | {"learning_rate": 3e-4}
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(changed))
+    assert not finished_run(tmp_path / "sft", sft_recipe_fingerprint(tmp_path / "other.yaml"))
+
+
+@pytest.mark.parametrize("method", ["dpr", "spin", "gsil"])
+def test_every_pipeline_refuses_the_sft_output_of_another_sft_recipe_before_it_trains(stages, tmp_path, method):
+    """The pipeline's SFT stage wrote sft/ from sft.yaml; sft.yaml then changes its learning rate: the next pipeline
+    stops at the SFT stage, naming what changed, rather than training on the earlier π_SFT."""
+    stages(method, tmp_path / "sft")
+    before = {p: p.read_bytes() for p in (tmp_path / "sft").rglob("*") if p.is_file()}
+    with pytest.raises(ValueError, match=r"'.*sft' already holds a run \(model.safetensors\), finished with other "):
+        stages(method, tmp_path / "sft", sft_overrides={"learning_rate": 3e-4})
+    assert len(stages.sft_runs) == 1 and len(stages.trained) == 1  # the first pipeline's, nothing since
+    assert {p: p.read_bytes() for p in (tmp_path / "sft").rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("method", ["dpr", "spin", "gsil"])
+def test_a_found_sft_output_without_a_run_record_is_skipped_with_a_note_that_it_was_not_compared(
+    stages, tmp_path, tokenizer, capsys, method
+):
+    """An SFT output made by `run_sft` from Python (or an earlier trl_dpr) has no run_complete.json: nothing says which
+    recipe made it, so it is used as before, and one line says it was not compared and how to train it anew."""
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    stages(method, sft, sft_overrides={"learning_rate": 3e-4})
+    out = capsys.readouterr().out
+    assert f"found in {sft}, skipped" in out
+    assert f"{sft} has no run record (run_complete.json: " in out and f"remove {sft}." in out
+    assert stages.sft_runs == [] and stages.trained == ["DPR" if method == "dpr" else "self-play"]
+
+
+def test_a_found_sft_output_of_other_arguments_is_trained_again_when_its_recipe_overwrites(
+    stages, tmp_path, tokenizer, capsys
+):
+    """overwrite_output_dir in the SFT recipe: as `trl-dpr sft --overwrite_output_dir true` would, the SFT of other
+    arguments is trained again (from the start, not resumed from its checkpoint), and the stage says why."""
+    from trl_dpr.running.checkpointing import RunFingerprint, mark_run_finished
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    old = RunFingerprint("0" * 64)
+    old.parts = {"arguments": "0" * 64}
+    mark_run_finished(sft, old)
+    (sft / "checkpoint-4").mkdir()
+    sft_training_args, trained = stages("dpr", sft, sft_overrides={"overwrite_output_dir": True})
+    assert sft_training_args.resume_from_checkpoint is None and trained == ["DPR"]
+    assert f"the run in {sft} had other arguments, trained again (overwrite_output_dir in " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("sft_stage", ["found", "trained first"])

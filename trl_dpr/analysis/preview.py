@@ -199,6 +199,8 @@ def _held_out_rows(config: PreviewConfig) -> _HeldOut:
             seed=config.seed,
             dataset_format=config.dataset_format,
             stage="rl",
+            file_splits=("train", "test"),  # a single file is the held-out set itself, under the default split too
+            split_key="dataset_split",
         )
     parts = [prompt_and_demonstration(row, config.dataset_name) for row in rows]
     answers = list(rows["answer"]) if "answer" in rows.column_names else [None] * len(parts)

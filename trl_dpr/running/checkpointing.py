@@ -576,13 +576,34 @@ def finished_run(output_dir: str | os.PathLike, fingerprint: str) -> bool:
     answer."""
     finished = None
     if _is_main_process():
-        try:
-            changed = _changes(json.loads((Path(output_dir) / RUN_COMPLETE_NAME).read_text()), fingerprint)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # none, or not one we can read: unfinished
-            changed = None
+        changed = _recorded_changes(Path(output_dir), fingerprint)
         _FINISHED_WITH_OTHER[os.path.realpath(output_dir)] = changed or None
         finished = "yes" if changed == [] and _previous_run(Path(output_dir)) else None
     return _agree(finished) == "yes"
+
+
+def _recorded_changes(output_dir: Path, fingerprint: str) -> list[str] | None:
+    """`_changes` of the run record in `output_dir`; None when it has none we can read."""
+    try:
+        return _changes(json.loads((output_dir / RUN_COMPLETE_NAME).read_text()), fingerprint)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def finished_with_other(output_dir: str | os.PathLike, fingerprint: str) -> str | None:
+    """How the finished run in `output_dir` differs from `fingerprint`, as `claim_output_dir` says it ("'runs/sft'
+    already holds a run (model.safetensors), finished with other arguments"); "" when it is this run, None when the
+    folder holds no run record (a run from Python, an earlier trl_dpr) or no model. Every process gets the main
+    process's answer."""
+    said = None
+    if _is_main_process():
+        changed = _recorded_changes(Path(output_dir), fingerprint)
+        previous = _previous_run(Path(output_dir))
+        if changed is not None and previous:
+            said = f"{str(output_dir)!r} already holds a run ({previous}), finished with other {' and '.join(changed)}"
+            said = json.dumps(said if changed else "")
+    said = _agree(said)
+    return None if said is None else json.loads(said)
 
 
 # What differs from the run that finished in a folder (`finished_run`), by folder: its refusal names it.

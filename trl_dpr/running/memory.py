@@ -862,13 +862,14 @@ def _unread_prompts_reason(dataset_name: str) -> str | None:
     """Why a plan does not read a dataset's prompts (a Hub dataset would be downloaded), or None: it reads them."""
     from ..embedded.task import EMBEDDED_DATASET
 
-    if dataset_name == EMBEDDED_DATASET or (
-        dataset_name.endswith((".json", ".jsonl")) and Path(dataset_name).is_file()
-    ):
+    local = Path(dataset_name).is_dir() or (
+        dataset_name.endswith((".json", ".jsonl", ".csv", ".parquet")) and Path(dataset_name).is_file()
+    )
+    if dataset_name == EMBEDDED_DATASET or local:
         return None
     return (
-        f"a plan reads the prompts of a local .json or .jsonl file or of the embedded task, not of {dataset_name}, "
-        "and downloads no dataset"
+        f"a plan reads the prompts of a local .json, .jsonl, .csv or .parquet file (or a folder of them) or of the "
+        f"embedded task, not of {dataset_name}, and downloads no dataset"
     )
 
 

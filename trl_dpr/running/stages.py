@@ -15,12 +15,15 @@ from typing import TypeVar
 from ..reference_manifest import MANIFEST_NAME, parse_manifest
 from .checkpointing import (
     EVAL_RESULTS_NAME,
+    RUN_COMPLETE_NAME,
     claim_output_dir,
     evaluation_changed,
     finished_run,
+    finished_with_other,
     last_complete_checkpoint,
     pending_steps,
     releasing_output_dir,
+    run_fingerprint,
 )
 from .pipeline import (
     SFTScriptArguments,
@@ -56,7 +59,8 @@ def run_stages(
 
     The evaluation YAML is checked before anything trains, its lengths against π_SFT's context before `train()` (π_SFT
     read with the training run's `trust_remote_code` where the YAML does not set it, as `evaluate` must load it); a
-    finished SFT output is not trained again, an unfinished one resumes. The run is finished before its evaluation, so
+    finished SFT output is not trained again when its run record is the SFT recipe's (one of other arguments is refused,
+    as `trl-dpr sft` refuses it; one without a record is used, with a note), an unfinished one resumes. The run is finished before its evaluation, so
     a failed evaluation leaves a finished run, which the same command again only evaluates (`finished_already`), then
     does what the caller runs after it (a merge, a push) when its record lists that still pending.
     """
@@ -203,20 +207,42 @@ def _sft_stage(
             f'SFT stage: --sft_config "" (or sft_config: null in the recipe); else make them the same folder.'
         )
     alpha = sft_args.reference_fraction
+    # As `trl-dpr sft` would: its record of the run (run_complete.json) says whether the SFT found there is this
+    # recipe's; one of other arguments is refused (trained again only with the SFT recipe's overwrite_output_dir).
+    fingerprint = run_fingerprint(sft_args, sft_training_args, sft_model_args)
     finished = has_sft_output(sft_path)
-    unfinished_checkpoint = None if finished else last_complete_checkpoint(sft_path)
+    other = finished_with_other(sft_path, fingerprint) if finished else None
+    overwrite = bool(other) and getattr(sft_training_args, "overwrite_output_dir", False)
+    finished = finished and not overwrite
+    unfinished_checkpoint = None if finished or overwrite else last_complete_checkpoint(sft_path)
     if finished and reads_reference:  # SPIN/GSIL and a named π_ref never read the SFT output's π_ref
         alpha = _check_found_alpha(sft_path, sft_config, alpha)
+    if finished and other:
+        raise ValueError(
+            f"{other}; its model is left as it is. To train it with {sft_config}: overwrite_output_dir: true in "
+            f"{sft_config}, or another output_dir there (and this recipe's model_name_or_path the same); to start "
+            f'from the SFT output that is there: --sft_config "" (or sft_config: null in the recipe).'
+        )
     reference = f"reference checkpoint at α={alpha}" if reads_reference else f"its π_ref (α={alpha}) not read here"
     title = f"SFT of {sft_model_args.model_name_or_path} ({reference})"
     if finished:
         title += f": found in {sft_path}, skipped"
+    elif overwrite:
+        title += f": the run in {sft_path} had other arguments, trained again (overwrite_output_dir in {sft_config})"
     elif unfinished_checkpoint:
         title += f": resuming the unfinished run in {sft_path} from {unfinished_checkpoint}"
         sft_training_args.resume_from_checkpoint = unfinished_checkpoint
     print_stage(stage, stages, title)
+    from accelerate import PartialState
+
+    if finished and other is None and PartialState().is_main_process:
+        print(
+            f"{sft_path} has no run record ({RUN_COMPLETE_NAME}: run_sft from Python and earlier trl_dpr versions "
+            f"write none), so it is not compared with {sft_config}; to train it with {sft_config}, remove {sft_path}.",
+            flush=True,
+        )
     if not finished:
-        run_sft(sft_args, sft_training_args, sft_model_args)
+        run_sft(sft_args, sft_training_args, sft_model_args, fingerprint=fingerprint)
 
 
 def check_fits_sft_recipe_context(sft_config: str | None, check: Callable[[object, str], None]) -> None:
