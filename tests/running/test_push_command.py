@@ -322,3 +322,29 @@ def test_push_merge_adapter_refuses_a_destination_inside_the_merged_folder(sft_l
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"--to '{merged / 'copy'}' is inside '{merged}'" in result.stderr
     assert sorted(p.name for p in merged.iterdir()) == before
+
+
+def test_push_merge_adapter_reuses_an_unchanged_merge_and_refuses_to_replace_an_edited_card(sft_lora_run, tmp_path):
+    """Trial C, finding 4: every `trl-dpr push --merge_adapter` merged again, and a line the user had added to the
+    merged card was replaced without a word (and the unedited card pushed). Each run's own copy of the folders."""
+    runs = tmp_path / "runs"
+    shutil.copytree(sft_lora_run, runs / "dpr")
+    shutil.copytree(f"{sft_lora_run}-merged", runs / "dpr-merged")
+    merged = runs / "dpr-merged"
+    weights = (merged / "model.safetensors").stat()
+    result = trl_dpr_forked(
+        "push", str(runs / "dpr"), "--to", str(runs / "pushed"), "--merge_adapter", tmp_path=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    again = (merged / "model.safetensors").stat()
+    assert (again.st_ino, again.st_mtime_ns) == (weights.st_ino, weights.st_mtime_ns)  # kept, not written again
+    card = (merged / "README.md").read_text() + "MY HAND-EDITED CARD\n"
+    (merged / "README.md").write_text(card)
+    before = {p.name: p.read_bytes() for p in merged.iterdir()}
+    result = trl_dpr_forked(
+        "push", str(runs / "dpr"), "--to", str(runs / "pushed-2"), "--merge_adapter", tmp_path=tmp_path
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"'{merged}' holds README.md, which a merge wrote and which changed since" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 2  # the line, then --debug's hint
+    assert {p.name: p.read_bytes() for p in merged.iterdir()} == before and not (runs / "pushed-2").exists()
