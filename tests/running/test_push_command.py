@@ -348,3 +348,116 @@ def test_push_merge_adapter_reuses_an_unchanged_merge_and_refuses_to_replace_an_
     assert f"'{merged}' holds README.md, which a merge wrote and which changed since" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 2  # the line, then --debug's hint
     assert {p.name: p.read_bytes() for p in merged.iterdir()} == before and not (runs / "pushed-2").exists()
+
+
+class StandInHub:
+    """A Hub on this machine that knows the token (`whoami` answers) and refuses every other request with 401, as the
+    Hub does to a read-only token asked to create a repo: the check before training passes, the push after it fails."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def answer(self):
+                known = self.path.startswith("/api/whoami")
+                body = json.dumps({"name": "me", "type": "user"} if known else {"error": "Unauthorized"}).encode()
+                self.send_response(200 if known else 401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_HEAD = do_PUT = answer
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def dpr_recipe_that_pushes(folder: Path, tokenizer) -> None:
+    """A 1-step DPR recipe in `folder` (dpr.yaml) on a planted SFT output, pushing to me/tiny at the end."""
+    import yaml
+
+    from ..conftest import save_sft_output
+
+    save_sft_output(folder / "sft", tokenizer)
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    changes = {"sft_config": None, "model_name_or_path": "sft", "output_dir": "dpr", "evaluation_config": None}
+    pushes = {"push_to_hub": True, "hub_model_id": "me/tiny", "max_steps": 1, "per_device_train_batch_size": 4}
+    (folder / "dpr.yaml").write_text(yaml.safe_dump({**recipe, **changes, **pushes, "max_completion_length": 8}))
+
+
+def hub_environment(tmp_path, **values) -> dict:
+    home = {"HF_HOME": str(tmp_path / "hf-home"), "HF_TOKEN_PATH": str(tmp_path / "no-token"), "HF_HUB_OFFLINE": "0"}
+    return {"HF_TOKEN": "hf_fakefakefakefakefakefakefakefake12", **home, **values}
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (
+            {"HF_ENDPOINT": "http://127.0.0.1:9"},
+            "error (ConnectionError): Could not reach the Hub at http://127.0.0.1:9 (ConnectError",
+        ),
+        ({"HF_HUB_OFFLINE": "1"}, "push_to_hub is on but the Hub is switched off (HF_HUB_OFFLINE=1)"),
+    ],
+    ids=["Hub unreachable", "Hub switched off"],
+)
+def test_a_dpr_run_whose_push_cannot_reach_the_hub_is_refused_before_training_in_one_line(
+    tmp_path, tokenizer, values, message
+):
+    """Trial C, finding 5: with a token and no reachable Hub, `trl-dpr dpr ... push_to_hub` trained and evaluated, then
+    ended with 40 lines of httpx traceback. HF_HUB_OFFLINE=1 keeps its own refusal."""
+    dpr_recipe_that_pushes(tmp_path, tokenizer)
+    environment = {k: v for k, v in ENV.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")}
+    result = subprocess.run(
+        [sys.executable, "-c", CLI, "dpr", "--config", "dpr.yaml"],
+        cwd=tmp_path,
+        env={**environment, **hub_environment(tmp_path, **values)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.count(message) == 1 and "Traceback" not in result.stderr
+    assert "Dense-Path REINFORCE from" not in result.stdout and not list((tmp_path / "dpr").glob("*.safetensors"))
+
+
+def test_a_push_that_fails_after_training_ends_in_the_same_line_as_trl_dpr_push(tmp_path, tokenizer):
+    """Trial C, finding 5: the in-run push re-raised huggingface_hub's error (a traceback per rank) where `trl-dpr push`
+    says one line. Here the Hub knows the token but refuses the push (401)."""
+    hub = StandInHub()
+    dpr_recipe_that_pushes(tmp_path, tokenizer)
+    environment = {k: v for k, v in ENV.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")}
+    env = {**environment, **hub_environment(tmp_path, HF_ENDPOINT=hub.endpoint)}
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", CLI, "dpr", "--config", "dpr.yaml"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        push = subprocess.run(
+            [sys.executable, "-c", CLI, "push", "dpr", "--to", "me/tiny"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        hub.server.shutdown()
+    assert run.returncode == 2 and push.returncode == 2, run.stderr[-3000:]
+    assert (tmp_path / "dpr" / "model.safetensors").is_file()  # trained, kept
+    line = f"error (PermissionError): The Hub at {hub.endpoint} refused the token (401 Unauthorized"
+    (said,) = [text for text in push.stderr.splitlines() if text.startswith(line)]
+    assert "Traceback" not in run.stderr and run.stderr.count(said) == 1
+    assert "The push did not finish; the trained run is kept, finished. Push it: trl-dpr push dpr --to me/tiny" in (
+        run.stderr
+    )

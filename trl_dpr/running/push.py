@@ -222,17 +222,41 @@ def push_folder(
 
     files = check_push(folder, secrets=secrets, token=token, allow=allow)
     api = api or HfApi()
-    repo_url = api.create_repo(repo_id, token=token, private=private, exist_ok=True)
     operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(Path(folder) / name)) for name in files]
     if "README.md" in files and (card := _card_loading(Path(folder) / "README.md", repo_id)) is not None:
         operations[files.index("README.md")] = CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card)
-    return api.create_commit(
-        repo_id=getattr(repo_url, "repo_id", repo_id),
-        operations=operations,
-        commit_message=commit_message,
-        token=token,
-        revision=revision,
-    )
+    try:
+        repo_url = api.create_repo(repo_id, token=token, private=private, exist_ok=True)
+        return api.create_commit(
+            repo_id=getattr(repo_url, "repo_id", repo_id),
+            operations=operations,
+            commit_message=commit_message,
+            token=token,
+            revision=revision,
+        )
+    except Exception as error:
+        if (line := _hub_failure(error, "no commit was made", "or push to a folder (--to ./some-folder)")) is None:
+            raise
+        raise line from None
+
+
+def _hub_failure(error: Exception, outcome: str, instead: str) -> OSError | None:
+    """The one-line error for a Hub that refused the token (401) or could not be reached (httpx's `TransportError`s:
+    no class of huggingface_hub, and no OSError); None for any other error. `outcome` says what did not happen,
+    `instead` what else to do. Shared by every push and by the check before training."""
+    from huggingface_hub import constants
+
+    if getattr(getattr(error, "response", None), "status_code", None) == 401:  # an HfHubHTTPError
+        return PermissionError(
+            f"The Hub at {constants.ENDPOINT} refused the token (401 Unauthorized: it is invalid or has expired); "
+            f"{outcome}. Log in again (`hf auth login`, or set HF_TOKEN to a valid write token), {instead}."
+        )
+    if any(cls.__name__ == "TransportError" for cls in type(error).__mro__):
+        return ConnectionError(
+            f"Could not reach the Hub at {constants.ENDPOINT} ({type(error).__name__}: {error}); {outcome}. Check the "
+            f"network (and HF_ENDPOINT), {instead}."
+        )
+    return None
 
 
 def defer_push_to_hub(args) -> bool:
@@ -265,11 +289,22 @@ def check_hub_push(args) -> None:
             "push_to_hub is on but the Hub is switched off (HF_HUB_OFFLINE=1): the push would fail after training. "
             "Unset HF_HUB_OFFLINE, or set push_to_hub: false and push later with trl_dpr.running.push.push_folder."
         )
-    if not (getattr(args, "hub_token", None) or get_token()):
+    if not (token := getattr(args, "hub_token", None) or get_token()):
         raise ValueError(
             "push_to_hub is on but no Hugging Face token was found (hub_token, HF_TOKEN, or `hf auth login`): the "
             "push would fail after training. Log in first, or set push_to_hub: false."
         )
+    from huggingface_hub import HfApi
+
+    try:  # the Hub answers, and knows the token
+        HfApi().whoami(token=token)
+    except Exception as error:
+        line = _hub_failure(
+            error, "push_to_hub would fail after training, so nothing was trained", "or set push_to_hub: false"
+        )
+        if line is None:
+            raise
+        raise line from None
 
 
 class SafeHubPushMixin:
@@ -455,30 +490,14 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
             f"Pushed {len(files)} files of {source if args.merge_adapter else args.output_dir} to the folder {destination}."
         )
         return
-    from huggingface_hub import constants
-
-    try:
-        commit = push_folder(
-            source,
-            args.to,
-            private=args.private or None,
-            revision=args.revision,
-            commit_message=args.commit_message,
-            allow=args.allow,
-        )
-    except Exception as error:
-        if getattr(getattr(error, "response", None), "status_code", None) == 401:  # an HfHubHTTPError
-            raise PermissionError(
-                f"The Hub at {constants.ENDPOINT} refused the token (401 Unauthorized: it is invalid or has expired); "
-                "no commit was made. Log in again (`hf auth login`, or set HF_TOKEN to a valid write token)."
-            ) from None
-        # httpx's (or its fork's) ConnectError, ReadTimeout...: no class of huggingface_hub, and no OSError.
-        if not any(cls.__name__ == "TransportError" for cls in type(error).__mro__):
-            raise
-        raise ConnectionError(
-            f"Could not reach the Hub at {constants.ENDPOINT} ({type(error).__name__}: {error}); no commit was "
-            "made. Check the network (and HF_ENDPOINT), or push to a folder (--to ./some-folder)."
-        ) from None
+    commit = push_folder(  # a Hub that refuses the token or cannot be reached: one line (`_hub_failure`)
+        source,
+        args.to,
+        private=args.private or None,
+        revision=args.revision,
+        commit_message=args.commit_message,
+        allow=args.allow,
+    )
     print(
         f"Pushed {source if args.merge_adapter else args.output_dir} to https://huggingface.co/{args.to} ({getattr(commit, 'commit_url', commit)})."
     )
