@@ -350,7 +350,7 @@ def test_push_merge_adapter_reuses_an_unchanged_merge_and_refuses_to_replace_an_
     assert {p.name: p.read_bytes() for p in merged.iterdir()} == before and not (runs / "pushed-2").exists()
 
 
-class StandInHub:
+class HubKnowingTheToken:
     """A Hub on this machine that knows the token (`whoami` answers) and refuses every other request with 401, as the
     Hub does to a read-only token asked to create a repo: the check before training passes, the push after it fails."""
 
@@ -430,7 +430,7 @@ def test_a_dpr_run_whose_push_cannot_reach_the_hub_is_refused_before_training_in
 def test_a_push_that_fails_after_training_ends_in_the_same_line_as_trl_dpr_push(tmp_path, tokenizer):
     """Trial C, finding 5: the in-run push re-raised huggingface_hub's error (a traceback per rank) where `trl-dpr push`
     says one line. Here the Hub knows the token but refuses the push (401)."""
-    hub = StandInHub()
+    hub = HubKnowingTheToken()
     dpr_recipe_that_pushes(tmp_path, tokenizer)
     environment = {k: v for k, v in ENV.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")}
     env = {**environment, **hub_environment(tmp_path, HF_ENDPOINT=hub.endpoint)}
@@ -461,3 +461,53 @@ def test_a_push_that_fails_after_training_ends_in_the_same_line_as_trl_dpr_push(
     assert "The push did not finish; the trained run is kept, finished. Push it: trl-dpr push dpr --to me/tiny" in (
         run.stderr
     )
+
+
+def test_a_lora_policy_on_a_relative_sft_path_merges_from_any_folder(tmp_path, tokenizer):
+    """Trial C, finding 6: a LoRA DPR run started with `model_name_or_path: runs/A/sft` recorded that relative path as
+    its adapter's base, and `trl-dpr push RUN --merge_adapter` from another folder failed with a Hub repo-id error. A
+    run records the absolute path; an older run's relative one is found above the adapter's folder, else one line."""
+    import yaml
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from ..conftest import save_sft_output
+
+    save_sft_output(tmp_path / "runs" / "A" / "sft", tokenizer)
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    changes = {"sft_config": None, "model_name_or_path": "runs/A/sft", "evaluation_config": None, "max_steps": 1}
+    sizes = {"per_device_train_batch_size": 4, "max_completion_length": 8, "output_dir": "runs/Q/dpr"}
+    (tmp_path / "dpr.yaml").write_text(yaml.safe_dump({**recipe, **changes, **sizes}))
+    trained = trl_dpr_forked(
+        "dpr", "--config", "dpr.yaml", "--use_peft", "true", "--lora_r", "4", cwd=tmp_path, tmp_path=tmp_path
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    run, elsewhere = tmp_path / "runs" / "Q" / "dpr", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    config = json.loads((run / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(tmp_path / "runs" / "A" / "sft")
+    sft = AutoModelForCausalLM.from_pretrained(tmp_path / "runs" / "A" / "sft", dtype="float32")
+    ids = torch.tensor([[5, 17, 42, 99, 7]])
+    with torch.no_grad():
+        expected = PeftModel.from_pretrained(sft, str(run)).eval()(ids).logits
+    (run / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": "runs/A/sft"}))  # older
+    for destination in ("pushed", "pushed-again"):
+        pushed = trl_dpr_forked(
+            "push", str(run), "--to", f"./{destination}", "--merge_adapter", cwd=elsewhere, tmp_path=tmp_path
+        )
+        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        merged = AutoModelForCausalLM.from_pretrained(elsewhere / destination, dtype="float32")
+        with torch.no_grad():
+            torch.testing.assert_close(merged.eval()(ids).logits, expected)
+        shutil.rmtree(f"{run}-merged")  # the second push merges again, from the adapter
+        (run / "adapter_config.json").write_text(json.dumps(config))
+    shutil.move(tmp_path / "runs" / "A" / "sft", tmp_path / "moved-sft")
+    (run / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": "runs/A/sft"}))
+    missing = trl_dpr_forked(
+        "push", str(run), "--to", "./pushed-3", "--merge_adapter", cwd=elsewhere, tmp_path=tmp_path
+    )
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert f"'{run / 'adapter_config.json'}' names its base model by the path 'runs/A/sft', relative to" in (
+        missing.stderr
+    )
+

@@ -163,7 +163,7 @@ def merge_adapter_folder(
             return str(output_dir)
         if not overwrite and not unfinished_merge(output_dir):
             raise FileExistsError(f"{str(output_dir)!r} is not empty; pass overwrite=True to replace what is there.")
-    base_name = json.loads(config_path.read_text())["base_model_name_or_path"]
+    base_name = _base_of(adapter_dir, json.loads(config_path.read_text())["base_model_name_or_path"])
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     prefix = STAGING_PREFIX.format(name=output_dir.name)
     for stale in output_dir.parent.iterdir():  # left by a merge into output_dir that was killed
@@ -191,6 +191,24 @@ def merge_adapter_folder(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return str(output_dir)
+
+
+def _base_of(adapter_dir: Path, base: str) -> str:
+    """The adapter's base as a merge loads it: a Hub id or a path that exists from here as it is; a relative path that
+    does not (an older run recorded its base relative to where it started) is looked for under the folders above the
+    adapter's; else a `FileNotFoundError` (one line), before anything is loaded."""
+    if not base or os.path.isabs(base) or os.path.exists(base):
+        return base
+    for above in adapter_dir.resolve().parents:
+        if (above / base / "config.json").is_file():
+            return str(above / base)
+    if not (base.startswith((".", "~")) or base.count("/") > 1):  # a Hub id: `name` or `org/name`
+        return base
+    raise FileNotFoundError(
+        f"{str(adapter_dir / 'adapter_config.json')!r} names its base model by the path {base!r}, relative to the "
+        "folder its run started in, and there is no such folder from here: run this from that folder, or set "
+        "base_model_name_or_path there to the base model's absolute path."
+    )
 
 
 def merge_output_files(folder: str | os.PathLike) -> set[str] | None:
