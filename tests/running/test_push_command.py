@@ -511,3 +511,43 @@ def test_a_lora_policy_on_a_relative_sft_path_merges_from_any_folder(tmp_path, t
         missing.stderr
     )
 
+
+def test_pushed_records_name_local_folders_without_their_absolute_paths(sft_run, tmp_path, monkeypatch):
+    """Trial C, finding 10: a pushed copy carried this machine's paths: dpr_reference.json's base_model, the evaluation's
+    output_dir in eval_results.json. The run's own files keep them; the copy and the Hub commit name the folders."""
+    import huggingface_hub
+
+    from trl_dpr.running.push import main
+
+    from .test_push_check import StandInHub
+
+    run = shutil.copytree(sft_run, tmp_path / "run")
+    manifest = json.loads((run / "dpr_reference.json").read_text())
+    assert manifest["base_model"] == str(sft_run.parent / "embedded-base")  # where the SFT stage built its base
+    evaluation = {"baseline": "SFT", "settings": {"output_dir": str(tmp_path / "eval" / "dpr"), "candidates": []}}
+    evaluation["settings"]["candidates"] = [f"DPR={tmp_path / 'runs' / 'dpr'}", "SFT=runs/A/sft"]
+    (run / "eval_results.json").write_text(json.dumps(evaluation))
+    kept = {name: (run / name).read_bytes() for name in ("dpr_reference.json", "eval_results.json")}
+    result = trl_dpr_forked("push", str(run), "--to", str(tmp_path / "pushed"), tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    hub = StandInHub()
+    monkeypatch.setattr(huggingface_hub, "HfApi", lambda: hub)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: "a token")
+    main([str(run), "--to", "me/tiny-sft"])
+    (commit,) = hub.commits
+    sent = {op.path_in_repo: op.path_or_fileobj for op in commit["operations"]}
+    for name in ("dpr_reference.json", "eval_results.json"):
+        pushed = (tmp_path / "pushed" / name).read_bytes()
+        assert b"/tmp/" not in pushed and sent[name] == pushed
+    assert json.loads((tmp_path / "pushed" / "dpr_reference.json").read_text()) == {
+        **manifest,
+        "base_model": "embedded-base",
+    }
+    settings = json.loads((tmp_path / "pushed" / "eval_results.json").read_text())["settings"]
+    assert settings == {"output_dir": "dpr", "candidates": ["DPR=dpr", "SFT=runs/A/sft"]}
+    assert {name: (run / name).read_bytes() for name in kept} == kept
+    expected = CheckpointRewardModel.from_pretrained(str(run), dtype="float32").score_text([QUESTION], [ANSWER])[0]
+    copied = CheckpointRewardModel.from_pretrained(str(tmp_path / "pushed"), dtype="float32")
+    got = copied.score_text([QUESTION], [ANSWER])[0]  # the copy still loads as the same reward model
+    assert got["rewards"] == pytest.approx(expected["rewards"], abs=1e-6)

@@ -103,7 +103,57 @@ def copy_files_to_push(
         shutil.copy2(Path(folder) / name, target)
     if "README.md" in files and (card := _card_loading(destination / "README.md", str(destination))) is not None:
         (destination / "README.md").write_bytes(card)
+    for name, portable in _portable_records(folder, files).items():
+        (destination / name).write_bytes(portable)
     return files
+
+
+def _portable_records(folder: str | os.PathLike, files: list[str]) -> dict[str, bytes]:
+    """trl_dpr's own records among `files` that name local folders (π_ref's and the SFT's base model, the evaluation's
+    output_dir), as a pushed copy holds them: each absolute path replaced by the folder's name (the embedded model's
+    name for the shipped base); nothing loads by them. `sft_complete.json` then lists the rewritten files' sizes."""
+    from ..reference_manifest import SFT_COMPLETE_NAME
+
+    portable = {
+        name: text
+        for name in (MANIFEST_NAME, "eval_results.json", SFT_COMPLETE_NAME)
+        if name in files and (text := _without_local_paths(Path(folder) / name)) is not None
+    }
+    if SFT_COMPLETE_NAME in files and set(portable) - {SFT_COMPLETE_NAME}:
+        record = json.loads(portable.get(SFT_COMPLETE_NAME) or (Path(folder) / SFT_COMPLETE_NAME).read_bytes())
+        listed = record.get("files") if isinstance(record, dict) else None
+        if isinstance(listed, dict):
+            listed.update({name: len(text) for name, text in portable.items() if name in listed})
+            portable[SFT_COMPLETE_NAME] = (json.dumps(record, indent=1)).encode()
+    return portable
+
+
+def _without_local_paths(path: Path) -> bytes | None:
+    """The JSON file at `path` with every absolute path in its strings (`/a/b/sft`, `SFT=/a/b/sft`) replaced by its
+    last component; None when it holds none (or is no JSON: sent as it is)."""
+    from .model_card import _embedded_name
+
+    def name_of(text: str) -> str:
+        return _embedded_name(text) if _embedded_name(text) != text else Path(text).name
+
+    def rewrite(value):
+        if isinstance(value, dict):
+            return {key: rewrite(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [rewrite(item) for item in value]
+        if isinstance(value, str) and os.path.isabs(value):
+            return name_of(value)
+        if isinstance(value, str) and "=" in value and os.path.isabs(value.split("=", 1)[1]):  # `NAME=PATH`
+            label, where = value.split("=", 1)
+            return f"{label}={name_of(where)}"
+        return value
+
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    portable = rewrite(record)
+    return None if portable == record else (json.dumps(portable, indent=2) + "\n").encode()
 
 
 # ---- the push check -------------------------------------------------------------------------------------------------
@@ -225,6 +275,8 @@ def push_folder(
     operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(Path(folder) / name)) for name in files]
     if "README.md" in files and (card := _card_loading(Path(folder) / "README.md", repo_id)) is not None:
         operations[files.index("README.md")] = CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card)
+    for name, portable in _portable_records(folder, files).items():
+        operations[files.index(name)] = CommitOperationAdd(path_in_repo=name, path_or_fileobj=portable)
     try:
         repo_url = api.create_repo(repo_id, token=token, private=private, exist_ok=True)
         return api.create_commit(
