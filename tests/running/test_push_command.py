@@ -551,3 +551,17 @@ def test_pushed_records_name_local_folders_without_their_absolute_paths(sft_run,
     copied = CheckpointRewardModel.from_pretrained(str(tmp_path / "pushed"), dtype="float32")
     got = copied.score_text([QUESTION], [ANSWER])[0]  # the copy still loads as the same reward model
     assert got["rewards"] == pytest.approx(expected["rewards"], abs=1e-6)
+
+
+def test_push_of_an_interrupted_dpr_run_names_the_dpr_stage(sft_lora_run, tmp_path):
+    """Trial C, finding 9: `trl-dpr push` on a DPR run with no final model said "the SFT stage did not finish its final
+    save". The run's copy without its final weights and record, as a DPR run stopped before its final save."""
+    run = shutil.copytree(sft_lora_run, tmp_path / "dpr")
+    for name in ("adapter_model.safetensors", "run_complete.json"):
+        (run / name).unlink(missing_ok=True)
+    result = trl_dpr_forked("push", str(run), "--to", str(tmp_path / "pushed"), tmp_path=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "no final model (model.safetensors or adapter_model.safetensors): the DPR stage did not finish" in (
+        result.stderr
+    )
+    assert not (tmp_path / "pushed").exists()

@@ -463,13 +463,23 @@ def _unfinished(folder: Path) -> str | None:
     if not lock.acquire():
         return "a run is still writing it (it holds .trl_dpr.lock); wait for it to end"
     lock.release()
-    if problem := sft_output_problem(folder):
+    if problem := sft_output_problem(folder, stage=_stage_of(folder)):
         return problem
     if (folder / MANIFEST_NAME).is_file():
         manifest = parse_manifest((folder / MANIFEST_NAME).read_text(), str(folder / MANIFEST_NAME))
         if not (folder / manifest.path).is_dir():
             return f"{MANIFEST_NAME} points to {manifest.path}/, which is missing (π_ref would not be pushed)"
     return None
+
+
+def _stage_of(folder: Path) -> str:
+    """Which stage wrote the run folder `folder`, for its messages: DPR when its card carries DPR's tag (written at
+    each checkpoint), SFT when it holds π_ref; else "training"."""
+    from .model_card import _front_matter
+
+    if "dense-path-reinforce" in (_front_matter(folder / "README.md").get("tags") or []):
+        return "DPR"
+    return "SFT" if (folder / MANIFEST_NAME).exists() or (folder / "dpr_reference").exists() else "training"
 
 
 def _is_folder(destination: str) -> bool:
