@@ -565,3 +565,42 @@ def test_push_of_an_interrupted_dpr_run_names_the_dpr_stage(sft_lora_run, tmp_pa
         result.stderr
     )
     assert not (tmp_path / "pushed").exists()
+
+
+def table_rows(card: str) -> dict[str, str]:
+    """A model card's `| name | value |` rows."""
+    return {
+        cells[0].strip("` "): cells[1].strip()
+        for line in card.splitlines()
+        if line.startswith("| ") and len(cells := line.strip("|").split("|")) == 2
+    }
+
+
+def test_two_process_cards_state_the_processes_the_global_batch_and_the_sft_hyperparameters(tmp_path):
+    """Trial C, finding 13: the DPR card never said how many processes trained it, nor the global batch (a 2-process
+    launch doubles it); the SFT card had no hyperparameters at all. One `trl-dpr dpr` with its SFT stage, 2 processes."""
+    import yaml
+
+    sft_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    sft = {"output_dir": "sft", "max_steps": 2, "per_device_train_batch_size": 3, "learning_rate": 3.0e-4}
+    (tmp_path / "sft.yaml").write_text(
+        yaml.safe_dump({**sft_recipe, **sft, "max_length": 96, "num_train_samples": 24})
+    )
+    dpr_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    dpr = {"sft_config": "sft.yaml", "model_name_or_path": "sft", "output_dir": "dpr", "evaluation_config": None}
+    sizes = {"max_steps": 1, "per_device_train_batch_size": 2, "max_completion_length": 8}
+    (tmp_path / "dpr.yaml").write_text(
+        yaml.safe_dump({**dpr_recipe, **dpr, **sizes, "gradient_accumulation_steps": 2})
+    )
+    result = trl_dpr_forked(
+        "dpr", "--config", "dpr.yaml", "--accelerate_config", "cpu_ddp", cwd=tmp_path, tmp_path=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    sft_rows = table_rows((tmp_path / "sft" / "README.md").read_text())
+    assert sft_rows["processes"] == "2" and sft_rows["learning_rate"] == "0.0003"
+    assert sft_rows["max_steps"] == "2" and sft_rows["max_length"] == "96" and sft_rows["seed"] == "0"
+    assert sft_rows["global batch (sequences per optimizer step)"] == "3 × 1 × 2 = 6"
+    dpr_rows = table_rows((tmp_path / "dpr" / "README.md").read_text())
+    assert (
+        dpr_rows["processes"] == "2" and dpr_rows["global batch (completions per optimizer step)"] == "2 × 2 × 2 = 8"
+    )
