@@ -370,7 +370,7 @@ def hyperparameter_table(args, names: tuple[str, ...], examples: str) -> list[st
     per_device, accumulation, processes = (
         args.per_device_train_batch_size,
         args.gradient_accumulation_steps,
-        args.world_size,
+        getattr(args, "world_size", 1),  # a TrainingArguments' (a plain namespace has none: one process)
     )
     return [
         "| hyperparameter | value |",
