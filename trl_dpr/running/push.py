@@ -143,8 +143,8 @@ def _without_local_paths(path: Path) -> bytes | None:
             return [rewrite(item) for item in value]
         if isinstance(value, str) and os.path.isabs(value):
             return name_of(value)
-        if isinstance(value, str) and "=" in value and os.path.isabs(value.split("=", 1)[1]):  # `NAME=PATH`
-            label, where = value.split("=", 1)
+        label, _, where = value.partition("=") if isinstance(value, str) else ("", "", "")
+        if where and os.path.isabs(where) and not any(c in label for c in "/:?"):  # `NAME=PATH`, not a URL's query
             return f"{label}={name_of(where)}"
         return value
 
@@ -473,8 +473,8 @@ def _unfinished(folder: Path) -> str | None:
 
 
 def _stage_of(folder: Path) -> str:
-    """Which stage wrote the run folder `folder`, for its messages: DPR when its card carries DPR's tag (written at
-    each checkpoint), SFT when it holds π_ref; else "training"."""
+    """Which stage wrote the run folder `folder`, for its messages: DPR when its model card carries DPR's tag, SFT
+    when it holds π_ref; else "training"."""
     from .model_card import _front_matter
 
     if "dense-path-reinforce" in (_front_matter(folder / "README.md").get("tags") or []):
