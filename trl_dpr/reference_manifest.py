@@ -206,9 +206,10 @@ def sft_trained_on_messages(
     return recorded if isinstance(recorded, bool) else None
 
 
-def sft_output_problem(path: str | os.PathLike) -> str | None:
+def sft_output_problem(path: str | os.PathLike, stage: str = "SFT") -> str | None:
     """What keeps `path` from being a finished SFT output, or None: every file `sft_complete.json` lists, full size, or
-    without it (an SFT run from Python) weights, a config and a tokenizer.
+    without it (an SFT run from Python) weights, a config and a tokenizer. `stage` names the run that writes `path` in
+    the message (`trl-dpr push` asks it of a DPR run's folder too).
     """
     path = Path(path)
     if not path.is_dir():
@@ -221,7 +222,10 @@ def sft_output_problem(path: str | os.PathLike) -> str | None:
             return f"{SFT_COMPLETE_NAME} is unreadable"
         return files_problem(path, files)
     if not any((path / name).is_file() for name in _WEIGHTS):
-        return "no final model (model.safetensors or adapter_model.safetensors): the SFT stage did not finish its final save"
+        return (
+            f"no final model (model.safetensors or adapter_model.safetensors): the {stage} stage did not finish its "
+            "final save"
+        )
     if not ((path / "config.json").is_file() or (path / "adapter_config.json").is_file()):
         return "no config.json or adapter_config.json next to the weights"
     if not any((path / name).is_file() for name in _TOKENIZER):

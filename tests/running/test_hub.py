@@ -271,6 +271,9 @@ def online(monkeypatch):
     """The Hub switched on and a token present, with every upload recorded instead of sent."""
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_TOKEN", "hf_FAKEtokenFORtests0123456789")
+    monkeypatch.setattr(
+        HfApi, "whoami", lambda self, token=None, **kwargs: {"name": "me"}
+    )  # the check before training
     pushed, uploads = [], RecordingApi()
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: uploads)
     monkeypatch.setattr(

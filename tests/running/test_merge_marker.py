@@ -2,6 +2,7 @@
 merged folder sends. These tests need no model: a merge's last step (`_replace_merge`) moves a staging folder written
 here, and `trl-dpr push --merge_adapter` refuses before it loads anything."""
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -138,7 +139,13 @@ def test_a_merge_interrupted_while_replacing_is_refused_by_a_push_and_redone_by_
     _replace_merge(staged(root, names, "third"), merged, "dpr")  # the next merge replaces the mix whole
     assert sorted(p.name for p in merged.iterdir()) == sorted([*names, MERGED_MARKER])
     assert all((merged / name).read_text() == f"new {name}" for name in names)
-    assert json.loads((merged / MERGED_MARKER).read_text()) == {"adapter": "dpr", "files": names, "complete": True}
+    hashes = {name: hashlib.sha256(f"new {name}".encode()).hexdigest() for name in names}  # each file's, as written
+    assert json.loads((merged / MERGED_MARKER).read_text()) == {
+        "adapter": "dpr",
+        "files": names,
+        "complete": True,
+        "hashes": hashes,
+    }
     assert sorted(files_to_push(merged)) == names
 
 

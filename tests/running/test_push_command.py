@@ -322,3 +322,285 @@ def test_push_merge_adapter_refuses_a_destination_inside_the_merged_folder(sft_l
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"--to '{merged / 'copy'}' is inside '{merged}'" in result.stderr
     assert sorted(p.name for p in merged.iterdir()) == before
+
+
+def test_push_merge_adapter_reuses_an_unchanged_merge_and_refuses_to_replace_an_edited_card(sft_lora_run, tmp_path):
+    """Trial C, finding 4: every `trl-dpr push --merge_adapter` merged again, and a line the user had added to the
+    merged card was replaced without a word (and the unedited card pushed). Each run's own copy of the folders."""
+    runs = tmp_path / "runs"
+    shutil.copytree(sft_lora_run, runs / "dpr")
+    shutil.copytree(f"{sft_lora_run}-merged", runs / "dpr-merged")
+    merged = runs / "dpr-merged"
+    weights = (merged / "model.safetensors").stat()
+    result = trl_dpr_forked(
+        "push", str(runs / "dpr"), "--to", str(runs / "pushed"), "--merge_adapter", tmp_path=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    again = (merged / "model.safetensors").stat()
+    assert (again.st_ino, again.st_mtime_ns) == (weights.st_ino, weights.st_mtime_ns)  # kept, not written again
+    card = (merged / "README.md").read_text() + "MY HAND-EDITED CARD\n"
+    (merged / "README.md").write_text(card)
+    before = {p.name: p.read_bytes() for p in merged.iterdir()}
+    result = trl_dpr_forked(
+        "push", str(runs / "dpr"), "--to", str(runs / "pushed-2"), "--merge_adapter", tmp_path=tmp_path
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"'{merged}' holds README.md, which a merge wrote and which changed since" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 2  # the line, then --debug's hint
+    assert {p.name: p.read_bytes() for p in merged.iterdir()} == before and not (runs / "pushed-2").exists()
+
+
+class HubKnowingTheToken:
+    """A Hub on this machine that knows the token (`whoami` answers) and refuses every other request with 401, as the
+    Hub does to a read-only token asked to create a repo: the check before training passes, the push after it fails."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def answer(self):
+                known = self.path.startswith("/api/whoami")
+                body = json.dumps({"name": "me", "type": "user"} if known else {"error": "Unauthorized"}).encode()
+                self.send_response(200 if known else 401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_HEAD = do_PUT = answer
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def dpr_recipe_that_pushes(folder: Path, tokenizer) -> None:
+    """A 1-step DPR recipe in `folder` (dpr.yaml) on a planted SFT output, pushing to me/tiny at the end."""
+    import yaml
+
+    from ..conftest import save_sft_output
+
+    save_sft_output(folder / "sft", tokenizer)
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    changes = {"sft_config": None, "model_name_or_path": "sft", "output_dir": "dpr", "evaluation_config": None}
+    pushes = {"push_to_hub": True, "hub_model_id": "me/tiny", "max_steps": 1, "per_device_train_batch_size": 4}
+    (folder / "dpr.yaml").write_text(yaml.safe_dump({**recipe, **changes, **pushes, "max_completion_length": 8}))
+
+
+def hub_environment(tmp_path, **values) -> dict:
+    home = {"HF_HOME": str(tmp_path / "hf-home"), "HF_TOKEN_PATH": str(tmp_path / "no-token"), "HF_HUB_OFFLINE": "0"}
+    return {"HF_TOKEN": "hf_fakefakefakefakefakefakefakefake12", **home, **values}
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (
+            {"HF_ENDPOINT": "http://127.0.0.1:9"},
+            "error (ConnectionError): Could not reach the Hub at http://127.0.0.1:9 (ConnectError",
+        ),
+        ({"HF_HUB_OFFLINE": "1"}, "push_to_hub is on but the Hub is switched off (HF_HUB_OFFLINE=1)"),
+    ],
+    ids=["Hub unreachable", "Hub switched off"],
+)
+def test_a_dpr_run_whose_push_cannot_reach_the_hub_is_refused_before_training_in_one_line(
+    tmp_path, tokenizer, values, message
+):
+    """Trial C, finding 5: with a token and no reachable Hub, `trl-dpr dpr ... push_to_hub` trained and evaluated, then
+    ended with 40 lines of httpx traceback. HF_HUB_OFFLINE=1 keeps its own refusal."""
+    dpr_recipe_that_pushes(tmp_path, tokenizer)
+    environment = {k: v for k, v in ENV.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")}
+    result = subprocess.run(
+        [sys.executable, "-c", CLI, "dpr", "--config", "dpr.yaml"],
+        cwd=tmp_path,
+        env={**environment, **hub_environment(tmp_path, **values)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.count(message) == 1 and "Traceback" not in result.stderr
+    assert "Dense-Path REINFORCE from" not in result.stdout and not list((tmp_path / "dpr").glob("*.safetensors"))
+
+
+def test_a_push_that_fails_after_training_ends_in_the_same_line_as_trl_dpr_push(tmp_path, tokenizer):
+    """Trial C, finding 5: the in-run push re-raised huggingface_hub's error (a traceback per rank) where `trl-dpr push`
+    says one line. Here the Hub knows the token but refuses the push (401)."""
+    hub = HubKnowingTheToken()
+    dpr_recipe_that_pushes(tmp_path, tokenizer)
+    environment = {k: v for k, v in ENV.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")}
+    env = {**environment, **hub_environment(tmp_path, HF_ENDPOINT=hub.endpoint)}
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", CLI, "dpr", "--config", "dpr.yaml"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        push = subprocess.run(
+            [sys.executable, "-c", CLI, "push", "dpr", "--to", "me/tiny"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        hub.server.shutdown()
+    assert run.returncode == 2 and push.returncode == 2, run.stderr[-3000:]
+    assert (tmp_path / "dpr" / "model.safetensors").is_file()  # trained, kept
+    line = f"error (PermissionError): The Hub at {hub.endpoint} refused the token (401 Unauthorized"
+    (said,) = [text for text in push.stderr.splitlines() if text.startswith(line)]
+    assert "Traceback" not in run.stderr and run.stderr.count(said) == 1
+    assert "The push did not finish; the trained run is kept, finished. Push it: trl-dpr push dpr --to me/tiny" in (
+        run.stderr
+    )
+
+
+def test_a_lora_policy_on_a_relative_sft_path_merges_from_any_folder(tmp_path, tokenizer):
+    """Trial C, finding 6: a LoRA DPR run started with `model_name_or_path: runs/A/sft` recorded that relative path as
+    its adapter's base, and `trl-dpr push RUN --merge_adapter` from another folder failed with a Hub repo-id error. A
+    run records the absolute path; an older run's relative one is found above the adapter's folder, else one line."""
+    import yaml
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from ..conftest import save_sft_output
+
+    save_sft_output(tmp_path / "runs" / "A" / "sft", tokenizer)
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    changes = {"sft_config": None, "model_name_or_path": "runs/A/sft", "evaluation_config": None, "max_steps": 1}
+    sizes = {"per_device_train_batch_size": 4, "max_completion_length": 8, "output_dir": "runs/Q/dpr"}
+    (tmp_path / "dpr.yaml").write_text(yaml.safe_dump({**recipe, **changes, **sizes}))
+    trained = trl_dpr_forked(
+        "dpr", "--config", "dpr.yaml", "--use_peft", "true", "--lora_r", "4", cwd=tmp_path, tmp_path=tmp_path
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    run, elsewhere = tmp_path / "runs" / "Q" / "dpr", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    config = json.loads((run / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(tmp_path / "runs" / "A" / "sft")
+    sft = AutoModelForCausalLM.from_pretrained(tmp_path / "runs" / "A" / "sft", dtype="float32")
+    ids = torch.tensor([[5, 17, 42, 99, 7]])
+    with torch.no_grad():
+        expected = PeftModel.from_pretrained(sft, str(run)).eval()(ids).logits
+    (run / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": "runs/A/sft"}))  # older
+    for destination in ("pushed", "pushed-again"):
+        pushed = trl_dpr_forked(
+            "push", str(run), "--to", f"./{destination}", "--merge_adapter", cwd=elsewhere, tmp_path=tmp_path
+        )
+        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        merged = AutoModelForCausalLM.from_pretrained(elsewhere / destination, dtype="float32")
+        with torch.no_grad():
+            torch.testing.assert_close(merged.eval()(ids).logits, expected)
+        shutil.rmtree(f"{run}-merged")  # the second push merges again, from the adapter
+        (run / "adapter_config.json").write_text(json.dumps(config))
+    shutil.move(tmp_path / "runs" / "A" / "sft", tmp_path / "moved-sft")
+    (run / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": "runs/A/sft"}))
+    missing = trl_dpr_forked(
+        "push", str(run), "--to", "./pushed-3", "--merge_adapter", cwd=elsewhere, tmp_path=tmp_path
+    )
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert f"'{run / 'adapter_config.json'}' names its base model by the path 'runs/A/sft', relative to" in (
+        missing.stderr
+    )
+
+
+def test_pushed_records_name_local_folders_without_their_absolute_paths(sft_run, tmp_path, monkeypatch):
+    """Trial C, finding 10: a pushed copy carried this machine's paths: dpr_reference.json's base_model, the evaluation's
+    output_dir in eval_results.json. The run's own files keep them; the copy and the Hub commit name the folders."""
+    import huggingface_hub
+
+    from trl_dpr.running.push import main
+
+    from .test_push_check import StandInHub
+
+    run = shutil.copytree(sft_run, tmp_path / "run")
+    manifest = json.loads((run / "dpr_reference.json").read_text())
+    assert manifest["base_model"] == str(sft_run.parent / "embedded-base")  # where the SFT stage built its base
+    evaluation = {"baseline": "SFT", "settings": {"output_dir": str(tmp_path / "eval" / "dpr"), "candidates": []}}
+    evaluation["settings"]["candidates"] = [f"DPR={tmp_path / 'runs' / 'dpr'}", "SFT=runs/A/sft"]
+    (run / "eval_results.json").write_text(json.dumps(evaluation))
+    kept = {name: (run / name).read_bytes() for name in ("dpr_reference.json", "eval_results.json")}
+    result = trl_dpr_forked("push", str(run), "--to", str(tmp_path / "pushed"), tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    hub = StandInHub()
+    monkeypatch.setattr(huggingface_hub, "HfApi", lambda: hub)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: "a token")
+    main([str(run), "--to", "me/tiny-sft"])
+    (commit,) = hub.commits
+    sent = {op.path_in_repo: op.path_or_fileobj for op in commit["operations"]}
+    for name in ("dpr_reference.json", "eval_results.json"):
+        pushed = (tmp_path / "pushed" / name).read_bytes()
+        assert b"/tmp/" not in pushed and sent[name] == pushed
+    assert json.loads((tmp_path / "pushed" / "dpr_reference.json").read_text()) == {
+        **manifest,
+        "base_model": "embedded-base",
+    }
+    settings = json.loads((tmp_path / "pushed" / "eval_results.json").read_text())["settings"]
+    assert settings == {"output_dir": "dpr", "candidates": ["DPR=dpr", "SFT=runs/A/sft"]}
+    assert {name: (run / name).read_bytes() for name in kept} == kept
+    expected = CheckpointRewardModel.from_pretrained(str(run), dtype="float32").score_text([QUESTION], [ANSWER])[0]
+    copied = CheckpointRewardModel.from_pretrained(str(tmp_path / "pushed"), dtype="float32")
+    got = copied.score_text([QUESTION], [ANSWER])[0]  # the copy still loads as the same reward model
+    assert got["rewards"] == pytest.approx(expected["rewards"], abs=1e-6)
+
+
+def test_push_of_an_interrupted_dpr_run_names_the_dpr_stage(sft_lora_run, tmp_path):
+    """Trial C, finding 9: `trl-dpr push` on a DPR run with no final model said "the SFT stage did not finish its final
+    save". The run's copy without its final weights and record, as a DPR run stopped before its final save."""
+    run = shutil.copytree(sft_lora_run, tmp_path / "dpr")
+    for name in ("adapter_model.safetensors", "run_complete.json"):
+        (run / name).unlink(missing_ok=True)
+    result = trl_dpr_forked("push", str(run), "--to", str(tmp_path / "pushed"), tmp_path=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "no final model (model.safetensors or adapter_model.safetensors): the DPR stage did not finish" in (
+        result.stderr
+    )
+    assert not (tmp_path / "pushed").exists()
+
+
+def table_rows(card: str) -> dict[str, str]:
+    """A model card's `| name | value |` rows."""
+    return {
+        cells[0].strip("` "): cells[1].strip()
+        for line in card.splitlines()
+        if line.startswith("| ") and len(cells := line.strip("|").split("|")) == 2
+    }
+
+
+def test_two_process_cards_state_the_processes_the_global_batch_and_the_sft_hyperparameters(tmp_path):
+    """Trial C, finding 13: the DPR card never said how many processes trained it, nor the global batch (a 2-process
+    launch doubles it); the SFT card had no hyperparameters at all. One `trl-dpr dpr` with its SFT stage, 2 processes."""
+    import yaml
+
+    sft_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
+    sft = {"output_dir": "sft", "max_steps": 2, "per_device_train_batch_size": 3, "learning_rate": 3.0e-4}
+    (tmp_path / "sft.yaml").write_text(
+        yaml.safe_dump({**sft_recipe, **sft, "max_length": 96, "num_train_samples": 24})
+    )
+    dpr_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "dpr.yaml").read_text())
+    dpr = {"sft_config": "sft.yaml", "model_name_or_path": "sft", "output_dir": "dpr", "evaluation_config": None}
+    sizes = {"max_steps": 1, "per_device_train_batch_size": 2, "max_completion_length": 8}
+    (tmp_path / "dpr.yaml").write_text(
+        yaml.safe_dump({**dpr_recipe, **dpr, **sizes, "gradient_accumulation_steps": 2})
+    )
+    result = trl_dpr_forked(
+        "dpr", "--config", "dpr.yaml", "--accelerate_config", "cpu_ddp", cwd=tmp_path, tmp_path=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    sft_rows = table_rows((tmp_path / "sft" / "README.md").read_text())
+    assert sft_rows["processes"] == "2" and sft_rows["learning_rate"] == "0.0003"
+    assert sft_rows["max_steps"] == "2" and sft_rows["max_length"] == "96" and sft_rows["seed"] == "0"
+    assert sft_rows["global batch (sequences per optimizer step)"] == "3 × 1 × 2 = 6"
+    dpr_rows = table_rows((tmp_path / "dpr" / "README.md").read_text())
+    assert (
+        dpr_rows["processes"] == "2" and dpr_rows["global batch (completions per optimizer step)"] == "2 × 2 × 2 = 8"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -13,7 +14,9 @@ from pathlib import Path, PurePosixPath
 from .model_card import _card_loading
 
 # Written into a merge's folder: the files that merge wrote (JSON), the only ones a later merge may replace or remove,
-# and whether it finished ("complete": false while it replaces them: a crash then leaves a mix of two merges).
+# and whether it finished ("complete": false while it replaces them: a crash then leaves a mix of two merges); with
+# each file's SHA-256 ("hashes": one changed since is the user's edit, never replaced) and the adapter's ("source": the
+# same adapter in the same dtype reuses the merge).
 MERGED_MARKER = ".trl_dpr_merged"
 # A merge's sibling staging folder, beside its lock `<staging folder>.lock`, held while the merge runs: the folder of a
 # killed merge (its lock free) is removed by the next merge or `trl-dpr push` beside it (`sweep_killed_merges`).
@@ -78,6 +81,55 @@ def check_merge_target(folder: str | os.PathLike) -> None:
         foreign = [name for name in _files_of(folder) if name not in own and _named_as_merged(folder, name)]
         if foreign:
             raise _foreign_files(folder, foreign)
+        if edited := _edited_files(folder):
+            raise FileExistsError(
+                f"{str(folder)!r} holds {', '.join(edited)}, which a merge wrote and which changed since (an edit of "
+                "yours, which a merge would replace): move them away, or merge into another folder."
+            )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _edited_files(folder: Path) -> list[str]:
+    """The files the finished merge in `folder` wrote whose contents differ from its record (missing ones are not
+    edits: a merge writes them again); none for a merge that recorded no hashes."""
+    record = _merge_record(folder)
+    if record is None or not record[1]:
+        return []
+    return [
+        name
+        for name, digest in sorted(record[3].items())
+        if (folder / name).is_file() and _sha256(folder / name) != digest
+    ]
+
+
+def _source_digest(adapter_dir: Path, dtype: str) -> str:
+    """One SHA-256 over what a merge reads from `adapter_dir` (weights, config, tokenizer, card, evaluation) and the
+    `dtype` it merges in: equal digests merge to the same files ("auto" matches no merge's record)."""
+    digest = hashlib.sha256(dtype.encode())
+    for path in sorted(adapter_dir.iterdir()):
+        if path.is_file() and (path.name.startswith("adapter_") or _named_as_merged(adapter_dir, path.name)):
+            digest.update(f"\0{path.name}\0{_sha256(path)}".encode())
+    return digest.hexdigest()
+
+
+def _reusable_merge(folder: Path, source: str) -> bool:
+    """Whether `folder` holds a finished merge of the same adapter in the same dtype (`source`), every file it wrote
+    there and unchanged: merging again would write the same files."""
+    if (record := _merge_record(folder)) is None or not record[1]:
+        return False
+    hashes = record[3]
+    return (
+        json.loads((folder / MERGED_MARKER).read_text()).get("source") == source
+        and set(hashes) == record[0]
+        and all((folder / name).is_file() and _sha256(folder / name) == digest for name, digest in hashes.items())
+    )
 
 
 def _foreign_files(folder: Path, names: list[str]) -> FileExistsError:
@@ -92,8 +144,10 @@ def merge_adapter_folder(
 ) -> str:
     """Merge a saved LoRA adapter into a full-precision copy of its base (4-bit weights would round the update away)
     and save it with the adapter's tokenizer and card; `overwrite=True` replaces the files an earlier merge wrote into
-    `output_dir` (its marker lists them) and leaves every other file there; any other non-empty `output_dir` is refused.
-    A merge that did not finish there is redone, `overwrite` or not. Returns `output_dir`.
+    `output_dir` (its marker lists them) and leaves every other file there; any other non-empty `output_dir` is refused,
+    and so is a file the earlier merge wrote that changed since (a user's edit). A finished merge of the same adapter in
+    the same dtype, unchanged, is kept as it is; one that did not finish is redone, `overwrite` or not. Returns
+    `output_dir`.
     """
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -109,9 +163,11 @@ def merge_adapter_folder(
         raise ValueError("output_dir must differ from adapter_dir: the merged model would overwrite the adapter.")
     if output_dir.exists() and not (output_dir.is_dir() and not any(output_dir.iterdir())):
         check_merge_target(output_dir)
+        if overwrite and _reusable_merge(output_dir, _source_digest(adapter_dir, dtype)):
+            return str(output_dir)
         if not overwrite and not unfinished_merge(output_dir):
             raise FileExistsError(f"{str(output_dir)!r} is not empty; pass overwrite=True to replace what is there.")
-    base_name = json.loads(config_path.read_text())["base_model_name_or_path"]
+    base_name = _base_of(adapter_dir, json.loads(config_path.read_text())["base_model_name_or_path"])
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     sweep_killed_merges(output_dir.parent)
     prefix = STAGING_PREFIX.format(name=output_dir.name)
@@ -138,7 +194,10 @@ def merge_adapter_folder(
         # rewrites the name again, to the repo or the folder it goes to).
         if (staging / "README.md").is_file() and (card := _card_loading(staging / "README.md", str(output_dir))):
             (staging / "README.md").write_bytes(card)
-        _replace_merge(staging, output_dir, adapter_dir.name, dtype=str(merged.dtype).removeprefix("torch."))
+        merged_in = str(merged.dtype).removeprefix("torch.")
+        _replace_merge(
+            staging, output_dir, adapter_dir.name, dtype=merged_in, source=_source_digest(adapter_dir, merged_in)
+        )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         lock.release()  # deletes the lock file
@@ -188,6 +247,24 @@ def sweep_killed_merges(folder: str | os.PathLike) -> list[str]:
     return removed
 
 
+def _base_of(adapter_dir: Path, base: str) -> str:
+    """The adapter's base as a merge loads it: a Hub id or a path that exists from here as it is; a relative path that
+    does not (an older run recorded its base relative to where it started) is looked for under the folders above the
+    adapter's; else a `FileNotFoundError` (one line), before anything is loaded."""
+    if not base or os.path.isabs(base) or os.path.exists(base):
+        return base
+    for above in adapter_dir.resolve().parents:
+        if (above / base / "config.json").is_file():
+            return str(above / base)
+    if not (base.startswith((".", "~")) or base.count("/") > 1):  # a Hub id: `name` or `org/name`
+        return base
+    raise FileNotFoundError(
+        f"{str(adapter_dir / 'adapter_config.json')!r} names its base model by the path {base!r}, relative to the "
+        "folder its run started in, and there is no such folder from here: run this from that folder, or set "
+        "base_model_name_or_path there to the base model's absolute path."
+    )
+
+
 def merge_output_files(folder: str | os.PathLike) -> set[str] | None:
     """The files the merge in `folder` wrote, as its marker lists them; None when `folder` holds no merge. An older
     merge's marker (the adapter's name, from before markers listed files) counts the files there named as a merge's
@@ -216,8 +293,9 @@ def merged_dtype(folder: str | os.PathLike) -> str | None:
     return record[2] if record is not None and record[1] else None
 
 
-def _merge_record(folder: Path) -> tuple[set[str], bool, str | None] | None:
-    """(files, complete, dtype) of the marker in `folder`, checked (see `merge_output_files`); None without one."""
+def _merge_record(folder: Path) -> tuple[set[str], bool, str | None, dict[str, str]] | None:
+    """(files, complete, dtype, hashes) of the marker in `folder`, checked (see `merge_output_files`); None without
+    one."""
     marker = folder / MERGED_MARKER
     if not os.path.lexists(marker):
         return None
@@ -228,7 +306,7 @@ def _merge_record(folder: Path) -> tuple[set[str], bool, str | None] | None:
     except (OSError, UnicodeDecodeError) as error:
         raise _invalid_marker(folder, f"it cannot be read ({type(error).__name__})") from None
     if not text.lstrip().startswith("{"):  # an older merge's marker: the adapter's name
-        return {p.name for p in folder.iterdir() if _named_as_merged(folder, p.name)}, True, None
+        return {p.name for p in folder.iterdir() if _named_as_merged(folder, p.name)}, True, None, {}
     try:
         record = json.loads(text)
     except ValueError:
@@ -244,7 +322,11 @@ def _merge_record(folder: Path) -> tuple[set[str], bool, str | None] | None:
         if problem := _unsafe_name(folder, name):
             raise _invalid_marker(folder, f"it lists {name!r}, {problem}")
     dtype = record.get("dtype")  # from a merge that recorded it; any other value is no dtype to merge in
-    return set(files), complete, dtype if dtype in ("float32", "bfloat16", "float16") else None
+    hashes = record.get("hashes", {})  # markers before "hashes": no file can be told edited
+    if not isinstance(hashes, dict) or not all(isinstance(digest, str) for digest in hashes.values()):
+        raise _invalid_marker(folder, 'its "hashes" is not a map of file names to their SHA-256')
+    hashes = {name: digest for name, digest in hashes.items() if name in files}  # a name no longer listed: not ours
+    return set(files), complete, dtype if dtype in ("float32", "bfloat16", "float16") else None, hashes
 
 
 def _unsafe_name(folder: Path, name: str) -> str | None:
@@ -273,7 +355,9 @@ def _files_of(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
-def _replace_merge(staging: Path, output_dir: Path, adapter_name: str, dtype: str | None = None) -> None:
+def _replace_merge(
+    staging: Path, output_dir: Path, adapter_name: str, dtype: str | None = None, source: str | None = None
+) -> None:
     """Move the merge in `staging` into `output_dir`, replacing and removing only files an earlier merge wrote (listed
     in its marker): a `FileExistsError` (one line), before any change, if a file the merge writes is someone else's."""
     new = _files_of(staging)
@@ -298,8 +382,17 @@ def _replace_merge(staging: Path, output_dir: Path, adapter_name: str, dtype: st
     for name in sorted(earlier - set(new)):  # an earlier merge's file this one did not write again (another shard)
         if name != MERGED_MARKER and (output_dir / name).is_file():
             (output_dir / name).unlink()
+    hashes = {name: _sha256(output_dir / name) for name in new}
     _write_marker(
-        marker, {"adapter": adapter_name, "files": new, "complete": True, **({"dtype": dtype} if dtype else {})}
+        marker,
+        {
+            "adapter": adapter_name,
+            "files": new,
+            "complete": True,
+            **({"dtype": dtype} if dtype else {}),
+            "hashes": hashes,
+            **({"source": source} if source else {}),
+        },
     )
 
 

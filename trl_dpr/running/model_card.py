@@ -347,6 +347,42 @@ CARD_HYPERPARAMETERS = (
 )
 
 
+# Hyperparameters shown on an SFT model card (π_SFT and π_ref come from this one run).
+SFT_CARD_HYPERPARAMETERS = (
+    "learning_rate",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_length",
+    "packing",
+    "seed",
+)
+
+
+def hyperparameter_table(args, names: tuple[str, ...], examples: str) -> list[str]:
+    """A card's table of `args`' `names`, the run's length, its processes and its global batch: `examples` (what one
+    row of a batch is) per optimizer step, per-device batch × accumulation × processes. The per-device batch alone
+    hides the processes a launch adds (2 processes: twice the batch)."""
+    values = {name: getattr(args, name) for name in names if hasattr(args, name)}
+    rows = [f"| `{name}` | {getattr(value, 'value', value)} |" for name, value in values.items()]  # an enum: its value
+    length = ("max_steps", args.max_steps) if args.max_steps > 0 else ("num_train_epochs", args.num_train_epochs)
+    per_device, accumulation, processes = (
+        args.per_device_train_batch_size,
+        args.gradient_accumulation_steps,
+        getattr(args, "world_size", 1),  # a TrainingArguments' (a plain namespace has none: one process)
+    )
+    return [
+        "| hyperparameter | value |",
+        "|---|---|",
+        *rows,
+        f"| `{length[0]}` | {length[1]} |",
+        f"| processes | {processes} |",
+        f"| global batch ({examples} per optimizer step) | {per_device} × {accumulation} × {processes} = "
+        f"{per_device * accumulation * processes} |",
+    ]
+
+
 def dpr_model_card_section(args, reward_model, outcome_rewards: dict[str, float] | None = None) -> str:
     """The DPR part of a policy's model card (`args` a `DensePathConfig`): hyperparameters, the dense reward's source,
     the outcome `reward_funcs` beside it (`outcome_rewards`: name → weight) and the evaluation table from
@@ -388,10 +424,7 @@ def dpr_model_card_section(args, reward_model, outcome_rewards: dict[str, float]
             f"- **Outcome rewards** (`reward_funcs`, each added at its completion's last token): {named}; r̂'s weight "
             f"{dense_weight:g}."
         )
-    lines += ["", "| hyperparameter | value |", "|---|---|"]
-    lines += [f"| `{name}` | {getattr(args, name)} |" for name in CARD_HYPERPARAMETERS]
-    length = ("max_steps", args.max_steps) if args.max_steps > 0 else ("num_train_epochs", args.num_train_epochs)
-    lines.append(f"| `{length[0]}` | {length[1]} |")
+    lines += ["", *hyperparameter_table(args, CARD_HYPERPARAMETERS, "completions")]
     results_path = Path(args.output_dir) / "eval_results.json"
     if results_path.is_file():
         table = json.loads(results_path.read_text()).get("table_markdown")

@@ -413,7 +413,9 @@ def run_dpr(
     # of the sft adapter on that same base (model=None). A full SFT model is loaded again as the policy.
     shares_base = reward_model.sft_adapter is not None
     trainer = DPRRunTrainer(
-        model=None if shares_base else sft_path,
+        # A local π_SFT by its absolute path: a LoRA policy's adapter_config.json records it as its base, and a path
+        # relative to where this run started would not load from anywhere else (a merge, a push).
+        model=None if shares_base else (os.path.abspath(sft_path) if os.path.isdir(sft_path) else sft_path),
         reward_model=reward_model,
         args=training_args,
         train_dataset=inputs.prompts,

@@ -106,7 +106,57 @@ def copy_files_to_push(
         shutil.copy2(Path(folder) / name, target)
     if "README.md" in files and (card := _card_loading(destination / "README.md", str(destination))) is not None:
         (destination / "README.md").write_bytes(card)
+    for name, portable in _portable_records(folder, files).items():
+        (destination / name).write_bytes(portable)
     return files
+
+
+def _portable_records(folder: str | os.PathLike, files: list[str]) -> dict[str, bytes]:
+    """trl_dpr's own records among `files` that name local folders (π_ref's and the SFT's base model, the evaluation's
+    output_dir), as a pushed copy holds them: each absolute path replaced by the folder's name (the embedded model's
+    name for the shipped base); nothing loads by them. `sft_complete.json` then lists the rewritten files' sizes."""
+    from ..reference_manifest import SFT_COMPLETE_NAME
+
+    portable = {
+        name: text
+        for name in (MANIFEST_NAME, "eval_results.json", SFT_COMPLETE_NAME)
+        if name in files and (text := _without_local_paths(Path(folder) / name)) is not None
+    }
+    if SFT_COMPLETE_NAME in files and set(portable) - {SFT_COMPLETE_NAME}:
+        record = json.loads(portable.get(SFT_COMPLETE_NAME) or (Path(folder) / SFT_COMPLETE_NAME).read_bytes())
+        listed = record.get("files") if isinstance(record, dict) else None
+        if isinstance(listed, dict):
+            listed.update({name: len(text) for name, text in portable.items() if name in listed})
+            portable[SFT_COMPLETE_NAME] = (json.dumps(record, indent=1)).encode()
+    return portable
+
+
+def _without_local_paths(path: Path) -> bytes | None:
+    """The JSON file at `path` with every absolute path in its strings (`/a/b/sft`, `SFT=/a/b/sft`) replaced by its
+    last component; None when it holds none (or is no JSON: sent as it is)."""
+    from .model_card import _embedded_name
+
+    def name_of(text: str) -> str:
+        return _embedded_name(text) if _embedded_name(text) != text else Path(text).name
+
+    def rewrite(value):
+        if isinstance(value, dict):
+            return {key: rewrite(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [rewrite(item) for item in value]
+        if isinstance(value, str) and os.path.isabs(value):
+            return name_of(value)
+        label, _, where = value.partition("=") if isinstance(value, str) else ("", "", "")
+        if where and os.path.isabs(where) and not any(c in label for c in "/:?"):  # `NAME=PATH`, not a URL's query
+            return f"{label}={name_of(where)}"
+        return value
+
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    portable = rewrite(record)
+    return None if portable == record else (json.dumps(portable, indent=2) + "\n").encode()
 
 
 # ---- the push check -------------------------------------------------------------------------------------------------
@@ -225,17 +275,43 @@ def push_folder(
 
     files = check_push(folder, secrets=secrets, token=token, allow=allow)
     api = api or HfApi()
-    repo_url = api.create_repo(repo_id, token=token, private=private, exist_ok=True)
     operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(Path(folder) / name)) for name in files]
     if "README.md" in files and (card := _card_loading(Path(folder) / "README.md", repo_id)) is not None:
         operations[files.index("README.md")] = CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card)
-    return api.create_commit(
-        repo_id=getattr(repo_url, "repo_id", repo_id),
-        operations=operations,
-        commit_message=commit_message,
-        token=token,
-        revision=revision,
-    )
+    for name, portable in _portable_records(folder, files).items():
+        operations[files.index(name)] = CommitOperationAdd(path_in_repo=name, path_or_fileobj=portable)
+    try:
+        repo_url = api.create_repo(repo_id, token=token, private=private, exist_ok=True)
+        return api.create_commit(
+            repo_id=getattr(repo_url, "repo_id", repo_id),
+            operations=operations,
+            commit_message=commit_message,
+            token=token,
+            revision=revision,
+        )
+    except Exception as error:
+        if (line := _hub_failure(error, "no commit was made", "or push to a folder (--to ./some-folder)")) is None:
+            raise
+        raise line from None
+
+
+def _hub_failure(error: Exception, outcome: str, instead: str) -> OSError | None:
+    """The one-line error for a Hub that refused the token (401) or could not be reached (httpx's `TransportError`s:
+    no class of huggingface_hub, and no OSError); None for any other error. `outcome` says what did not happen,
+    `instead` what else to do. Shared by every push and by the check before training."""
+    from huggingface_hub import constants
+
+    if getattr(getattr(error, "response", None), "status_code", None) == 401:  # an HfHubHTTPError
+        return PermissionError(
+            f"The Hub at {constants.ENDPOINT} refused the token (401 Unauthorized: it is invalid or has expired); "
+            f"{outcome}. Log in again (`hf auth login`, or set HF_TOKEN to a valid write token), {instead}."
+        )
+    if any(cls.__name__ == "TransportError" for cls in type(error).__mro__):
+        return ConnectionError(
+            f"Could not reach the Hub at {constants.ENDPOINT} ({type(error).__name__}: {error}); {outcome}. Check the "
+            f"network (and HF_ENDPOINT), {instead}."
+        )
+    return None
 
 
 def defer_push_to_hub(args) -> bool:
@@ -268,11 +344,22 @@ def check_hub_push(args) -> None:
             "push_to_hub is on but the Hub is switched off (HF_HUB_OFFLINE=1): the push would fail after training. "
             "Unset HF_HUB_OFFLINE, or set push_to_hub: false and push later with trl_dpr.running.push.push_folder."
         )
-    if not (getattr(args, "hub_token", None) or get_token()):
+    if not (token := getattr(args, "hub_token", None) or get_token()):
         raise ValueError(
             "push_to_hub is on but no Hugging Face token was found (hub_token, HF_TOKEN, or `hf auth login`): the "
             "push would fail after training. Log in first, or set push_to_hub: false."
         )
+    from huggingface_hub import HfApi
+
+    try:  # the Hub answers, and knows the token
+        HfApi().whoami(token=token)
+    except Exception as error:
+        line = _hub_failure(
+            error, "push_to_hub would fail after training, so nothing was trained", "or set push_to_hub: false"
+        )
+        if line is None:
+            raise
+        raise line from None
 
 
 class SafeHubPushMixin:
@@ -379,13 +466,23 @@ def _unfinished(folder: Path) -> str | None:
     if not lock.acquire():
         return "a run is still writing it (it holds .trl_dpr.lock); wait for it to end"
     lock.release()
-    if problem := sft_output_problem(folder):
+    if problem := sft_output_problem(folder, stage=_stage_of(folder)):
         return problem
     if (folder / MANIFEST_NAME).is_file():
         manifest = parse_manifest((folder / MANIFEST_NAME).read_text(), str(folder / MANIFEST_NAME))
         if not (folder / manifest.path).is_dir():
             return f"{MANIFEST_NAME} points to {manifest.path}/, which is missing (π_ref would not be pushed)"
     return None
+
+
+def _stage_of(folder: Path) -> str:
+    """Which stage wrote the run folder `folder`, for its messages: DPR when its model card carries DPR's tag, SFT
+    when it holds π_ref; else "training"."""
+    from .model_card import _front_matter
+
+    if "dense-path-reinforce" in (_front_matter(folder / "README.md").get("tags") or []):
+        return "DPR"
+    return "SFT" if (folder / MANIFEST_NAME).exists() or (folder / "dpr_reference").exists() else "training"
 
 
 def _is_folder(destination: str) -> bool:
@@ -459,30 +556,14 @@ def main(argv=None, prog: str = "python -m trl_dpr.running.push") -> None:
             f"Pushed {len(files)} files of {source if args.merge_adapter else args.output_dir} to the folder {destination}."
         )
         return
-    from huggingface_hub import constants
-
-    try:
-        commit = push_folder(
-            source,
-            args.to,
-            private=args.private or None,
-            revision=args.revision,
-            commit_message=args.commit_message,
-            allow=args.allow,
-        )
-    except Exception as error:
-        if getattr(getattr(error, "response", None), "status_code", None) == 401:  # an HfHubHTTPError
-            raise PermissionError(
-                f"The Hub at {constants.ENDPOINT} refused the token (401 Unauthorized: it is invalid or has expired); "
-                "no commit was made. Log in again (`hf auth login`, or set HF_TOKEN to a valid write token)."
-            ) from None
-        # httpx's (or its fork's) ConnectError, ReadTimeout...: no class of huggingface_hub, and no OSError.
-        if not any(cls.__name__ == "TransportError" for cls in type(error).__mro__):
-            raise
-        raise ConnectionError(
-            f"Could not reach the Hub at {constants.ENDPOINT} ({type(error).__name__}: {error}); no commit was "
-            "made. Check the network (and HF_ENDPOINT), or push to a folder (--to ./some-folder)."
-        ) from None
+    commit = push_folder(  # a Hub that refuses the token or cannot be reached: one line (`_hub_failure`)
+        source,
+        args.to,
+        private=args.private or None,
+        revision=args.revision,
+        commit_message=args.commit_message,
+        allow=args.allow,
+    )
     print(
         f"Pushed {source if args.merge_adapter else args.output_dir} to https://huggingface.co/{args.to} ({getattr(commit, 'commit_url', commit)})."
     )

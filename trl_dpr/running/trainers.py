@@ -20,7 +20,14 @@ from ..reference_manifest import MANIFEST_NAME
 from ..trainer import DensePathTrainer
 from .checkpointing import AtomicCheckpointsMixin, check_output_dir, is_claimed
 from .console_log import ConsoleLogMixin
-from .model_card import BaseModelCardMixin, dpr_model_card_section, recorded_base_model, sft_lineage
+from .model_card import (
+    SFT_CARD_HYPERPARAMETERS,
+    BaseModelCardMixin,
+    dpr_model_card_section,
+    hyperparameter_table,
+    recorded_base_model,
+    sft_lineage,
+)
 from .push import SafeHubPushMixin
 
 
@@ -39,12 +46,14 @@ class SafeSFTTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixi
         return self._base_model or super()._card_base_name()
 
     def _card_sections(self) -> list[str]:
-        # An SFT output is DPR's reward model: say where π_ref is and how to load the two as one.
+        # The run's hyperparameters; an SFT output is DPR's reward model: say where π_ref is and how to load the two.
+        table = ["", *hyperparameter_table(self.args, SFT_CARD_HYPERPARAMETERS, "sequences")]
         manifest = Path(self.args.output_dir) / MANIFEST_NAME
         if not manifest.is_file():
-            return []
+            return table
         recorded = json.loads(manifest.read_text())
         return [
+            *table,
             "",
             f"The reference checkpoint π_ref (step {recorded['step']} of {recorded['total_steps']}, "
             f"α = {recorded['fraction']}) is saved beside the model in `{recorded['path']}/`: "
