@@ -1026,3 +1026,50 @@ def test_a_signal_stops_every_launched_process_with_one_line_and_exit_code_128_p
     ], stderr[-3000:]
     assert not [word for word in ("Traceback", "SignalException", "death signal", "closing signal") if word in stderr]
     assert not list((root / folder).glob(".trl_dpr.lock*"))  # the folder is free for that command
+
+
+@pytest.mark.slow  # two launched DPR runs on two processes: about a minute
+def test_resuming_a_run_with_other_arguments_or_processes_is_refused_in_one_line_before_a_step(
+    tiny_dpr_recipe, tmp_path
+):
+    """The field tester resumed a 2-process run stopped at checkpoint-10 with another learning rate, on 1 process: it
+    trained on silently (the global batch halved) and recorded the new arguments as the run's."""
+    import signal
+    import time
+
+    root, folder = tiny_dpr_recipe, "runs/p/dpr_resumed"
+    run = ["dpr", "--config", "dpr.yaml", "--output_dir", folder, "--evaluation_config", "", "--max_steps", "500"]
+    run += ["--save_strategy", "steps", "--save_steps", "2", "--accelerate_config", "cpu_ddp"]
+    with open(tmp_path / "err", "w") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-c", CLI, *run],
+            cwd=root,
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while not (root / folder / "checkpoint-2").is_dir():
+                assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "err").read_text()[-3000:]
+                time.sleep(0.05)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(120) == 128 + signal.SIGTERM
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    checkpoints = {path: path.read_bytes() for path in (root / folder).rglob("*") if path.is_file()}
+    newest = newest_complete_checkpoint(root / folder)
+    other = ["--resume_from_checkpoint", "true", "--learning_rate", "5e-5", "--num_processes", "1"]
+    resumed = run_launch([sys.executable, "-c", CLI, *run, *other], cwd=root, env=ENV, timeout=300)
+    assert resumed.returncode == 2, resumed.stderr[-3000:]
+    errors = [line for line in resumed.stderr.splitlines() if line.startswith("error")]
+    assert errors == [
+        f"error (ValueError): Cannot resume from {folder}/{newest}: its run had other learning_rate, the number of "
+        "processes (2, now 1); resumed, it would continue as neither run. Resume with the arguments it started with, "
+        "or start over: --overwrite_output_dir true without --resume_from_checkpoint (or another --output_dir)."
+    ], resumed.stderr[-3000:]
+    assert "Traceback" not in resumed.stderr and "Resuming from" not in resumed.stdout
+    after = {path: path.read_bytes() for path in (root / folder).rglob("*") if path.is_file()}
+    assert after == checkpoints  # nothing trained, nothing written
