@@ -1073,3 +1073,20 @@ def test_resuming_a_run_with_other_arguments_or_processes_is_refused_in_one_line
     assert "Traceback" not in resumed.stderr and "Resuming from" not in resumed.stdout
     after = {path: path.read_bytes() for path in (root / folder).rglob("*") if path.is_file()}
     assert after == checkpoints  # nothing trained, nothing written
+
+
+@pytest.mark.slow  # two launched processes that import torch and TRL: about half a minute
+def test_a_two_process_run_refusing_the_gguf_conversion_folder_ends_with_its_message_alone(tmp_path, smollm2_gguf):
+    """Field trial C: the main process's refusal, then the other process's gloo traceback 36 s later."""
+    notes = tmp_path / "runs" / "G" / "SmolLM2-135M-Instruct.Q4_1-hf" / "notes.txt"
+    notes.parent.mkdir(parents=True)
+    notes.write_text("x")
+    args = ["sft", "--config", "smollm2-135m/sft/config_full.yaml", "--accelerate_config", "cpu_ddp"]
+    args += ["--output_dir", "runs/G/sft", "--max_steps", "2", "--per_device_train_batch_size", "1"]
+    args += ["--max_length", "64", "--num_train_samples", "16"]
+    result = run_launch([sys.executable, "-c", CLI, *args], cwd=tmp_path, env=ENV, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "holds no gguf_source.json" in errors[0], result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "Connection closed" not in result.stderr, result.stderr[-3000:]
+    assert notes.read_text() == "x" and sorted(p.name for p in notes.parent.iterdir()) == ["notes.txt"]
