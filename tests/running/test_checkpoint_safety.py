@@ -14,6 +14,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -600,15 +601,83 @@ def test_a_run_that_fails_before_writing_leaves_no_empty_folder_it_created(tmp_p
 
 
 def test_trainer_refuses_to_train_over_a_finished_run_and_resumes_from_a_command_line_true(tokenizer, tmp_path):
-    first, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=2, save_strategy="steps", save_steps=2)
+    import shutil
+
+    first, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=4, save_strategy="steps", save_steps=2)
     first.train()
-    second, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=2, save_strategy="steps", save_steps=2)
+    second, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=4, save_strategy="steps", save_steps=2)
     with pytest.raises(ValueError, match="already holds a run"):
         second.train()
     assert second.state.global_step == 0
+    shutil.rmtree(tmp_path / "dpr" / "checkpoint-4")  # as if killed after checkpoint-2
     third, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=4, save_strategy="steps", save_steps=2)
     third.train(resume_from_checkpoint="true")  # what `--resume_from_checkpoint true` delivers
     assert third.state.global_step == 4
+
+
+def checkpoint_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_a_resume_with_other_training_arguments_is_refused_before_a_step_naming_them(tokenizer, tmp_path, capsys):
+    """The field tester resumed a run of lr 1e-4 and 30 steps with lr 5e-5 and 20: it went on silently as neither run
+    (its schedule the new one's, from the old one's step) and its card and record named the new arguments only."""
+    import shutil
+
+    first, _, _, _ = make_trainer(tokenizer, tmp_path, max_steps=4, save_strategy="steps", save_steps=2)
+    first.train()
+    shutil.rmtree(tmp_path / "dpr" / "checkpoint-4")  # as if killed after checkpoint-2
+    checkpoint = tmp_path / "dpr" / "checkpoint-2"
+    saved = checkpoint_bytes(checkpoint)
+    other = dict(max_steps=6, learning_rate=5e-4, save_strategy="steps", save_steps=2)
+    resumed, _, _, _ = make_trainer(tokenizer, tmp_path, **other)
+    with pytest.raises(ValueError) as refused:
+        resumed.train(resume_from_checkpoint=True)
+    assert str(refused.value) == (
+        f"Cannot resume from {checkpoint}: its run had other learning_rate, max_steps; resumed, it would continue as "
+        "neither run. Resume with the arguments it started with, or start over: --overwrite_output_dir true without "
+        "--resume_from_checkpoint (or another --output_dir)."
+    )
+    assert resumed.state.global_step == 0 and checkpoint_bytes(checkpoint) == saved
+    # What does not change the weights it trains to may differ: the folder (a copy), what is logged and saved.
+    shutil.copytree(tmp_path / "dpr", tmp_path / "copy" / "dpr")
+    same, _, _, _ = make_trainer(
+        tokenizer, tmp_path / "copy", max_steps=4, save_strategy="steps", save_steps=1, logging_steps=2
+    )
+    same.train(resume_from_checkpoint=True)
+    assert same.state.global_step == 4
+    assert f"Resuming from {tmp_path / 'copy' / 'dpr' / 'checkpoint-2'}" in capsys.readouterr().out
+
+
+def test_a_resume_with_another_number_of_processes_is_refused_and_an_older_checkpoint_resumes_with_a_warning(
+    tmp_path, caplog
+):
+    """A run of 2 processes resumed on 1 would halve its global batch (8 → 4) silently. A checkpoint an earlier
+    trl_dpr saved records no run: it resumes as it did, with one warning."""
+    from trl_dpr.running.checkpointing import _resume_problem, _resume_record
+
+    class Arguments(SimpleNamespace):  # as TrainingArguments: world_size is no field of its to_dict()
+        def __init__(self, learning_rate=1e-4, output_dir="runs/K/dpr", world_size=2):
+            super().__init__(learning_rate=learning_rate, output_dir=output_dir, world_size=world_size)
+
+        def to_dict(self):
+            return {key: value for key, value in vars(self).items() if key != "world_size"}
+
+    checkpoint = tmp_path / "checkpoint-10"
+    checkpoint.mkdir()
+    (checkpoint / "trainer_state.json").write_text("{}")
+    write_checkpoint_manifest(checkpoint, run=_resume_record(Arguments()))
+    assert _resume_problem(checkpoint, Arguments(output_dir="runs/K3/dpr")) is None
+    assert _resume_problem(checkpoint, Arguments(world_size=1)).startswith(
+        f"Cannot resume from {checkpoint}: its run had other the number of processes (2, now 1); "
+    )
+    write_checkpoint_manifest(checkpoint)  # as an earlier trl_dpr wrote it
+    with caplog.at_level("WARNING", logger="trl_dpr.running.checkpointing"):
+        assert _resume_problem(checkpoint, Arguments(world_size=1, learning_rate=1.0)) is None
+    assert caplog.messages == [
+        f"{checkpoint} records no arguments of its run (an earlier trl_dpr saved it): resuming without checking that "
+        "they are the same."
+    ]
 
 
 # ---- a finished run leaves only its outputs -------------------------------------------------------------------------

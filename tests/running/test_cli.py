@@ -2,8 +2,10 @@
 (the path from a built wheel installed outside the repository: tests/end_to_end/test_recipes_from_wheel.py)."""
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -270,6 +272,71 @@ def test_ctrl_c_in_the_evaluation_of_a_finished_run_says_the_same_command_does_o
         f"Interrupted after training: {tmp_path / 'dpr'} holds the finished run; the same command again does "
         "only what did not finish (its evaluation or merge; for a push, it prints the `trl-dpr push` line).\n"
     )
+
+
+def test_sigterm_ends_a_run_with_the_interrupted_line_and_exit_code_143(tmp_path, monkeypatch, capsys):
+    """A scheduler's preemption (SIGTERM) ends a run as Ctrl-C does, once however many signals follow (also while the
+    process exits)."""
+    import signal
+
+    from trl_dpr.running import checkpointing
+
+    monkeypatch.setattr(checkpointing, "_HELD_LOCKS", {})  # only this run's folder
+    monkeypatch.setattr(checkpointing, "last_complete_checkpoint", lambda folder: f"{folder}/checkpoint-4")
+    before, before_int = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+
+    def preempted_run(argv):
+        checkpointing.claim_output_dir(tmp_path / "dpr")
+        assert signal.getsignal(signal.SIGTERM) is not before  # else the signal below would end pytest itself
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises at once
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # a second one, while the first unwinds: only recorded
+            time.sleep(0.1)
+
+    try:
+        with pytest.raises(SystemExit) as stop:
+            run(preempted_run, [])
+        os.kill(os.getpid(), signal.SIGTERM)  # as the process exits: recorded only
+    finally:
+        checkpointing.release_output_dir(tmp_path / "dpr")
+        signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGINT, before_int)
+    assert stop.value.code == 128 + signal.SIGTERM
+    assert capsys.readouterr().err == (
+        f"Interrupted. Saved: {tmp_path / 'dpr'}: {tmp_path / 'dpr'}/checkpoint-4. Resume with the same command and "
+        "--resume_from_checkpoint true.\n"
+    )
+
+
+def test_after_a_signal_a_peer_process_failing_ends_the_run_as_interrupted_and_only_rank_0_says_so(
+    monkeypatch, capsys
+):
+    """Rank 1 of a launch says nothing (it holds no folder: it would say nothing was saved), and the error its
+    collective raises once rank 0 is gone is the interruption, not a traceback."""
+    import signal
+
+    monkeypatch.setenv("RANK", "1")
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+
+    def rank_1(argv):
+        assert signal.getsignal(signal.SIGINT) is not before[signal.SIGINT]
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            raise RuntimeError(
+                "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"
+            ) from None
+
+    try:
+        with pytest.raises(SystemExit) as stop:
+            run(rank_1, [])
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+    assert stop.value.code == 130 and capsys.readouterr().err == ""
 
 
 def test_the_launching_process_adds_nothing_to_a_ctrl_c(monkeypatch, capsys):

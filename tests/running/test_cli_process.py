@@ -1225,5 +1225,136 @@ def test_ctrl_c_during_dpr_names_the_checkpoint_it_saved_and_how_to_resume(tiny_
         f"Interrupted. Saved: {folder}: {folder}/{saved.name}. Resume with the same command and "
         "--resume_from_checkpoint true.\n" in stderr
     ), stderr[-3000:]
-    assert "Nothing was saved" not in stderr and "Traceback" not in stderr
+    assert "Nothing was saved" not in stderr and "Traceback" not in stderr, stderr[-6000:]
     assert not (root / folder / ".trl_dpr.lock.json").exists()  # the folder is free for that command
+
+
+def newest_complete_checkpoint(folder: Path) -> str:
+    """The newest checkpoint-N of `folder` with its manifest (written last: a complete save), read from the folder."""
+    saved = [path for path in folder.glob("checkpoint-*") if (path / "checkpoint_manifest.json").is_file()]
+    return max(saved, key=lambda path: int(path.name.split("-")[1])).name
+
+
+@pytest.mark.slow  # a launched DPR run (one or two processes) that imports torch and TRL: about half a minute each
+@pytest.mark.parametrize(
+    "launch,signum,to_group",
+    [
+        (["--accelerate_config", "cpu"], "SIGTERM", False),  # a one-process launch: its launcher alone was killed
+        (["--accelerate_config", "cpu_ddp"], "SIGTERM", False),  # a scheduler preempting the launcher
+        (["--accelerate_config", "cpu_ddp"], "SIGINT", True),  # Ctrl-C in the shell
+        (["--accelerate_config", "cpu_ddp", "--num_processes", "1"], "SIGTERM", True),  # `kill -TERM -PGID`
+    ],
+    ids=["1 process, launcher", "2 processes, launcher", "2 processes, Ctrl-C", "cpu_ddp 1 process, group"],
+)
+def test_a_signal_stops_every_launched_process_with_one_line_and_exit_code_128_plus_n(
+    tiny_dpr_recipe, tmp_path, launch, signum, to_group
+):
+    """The field tester's preemptions: SIGTERM to a one-process launcher left its training process running alone to the
+    end; with two processes a signal ended in torchrun's traceback (exit 1), rank 1 saying nothing was saved."""
+    import contextlib
+    import signal
+    import time
+
+    import psutil
+
+    signum = getattr(signal, signum)
+    root, folder = tiny_dpr_recipe, f"runs/p/dpr_{signum.name}_{'_'.join(launch[1:])}_{to_group}"
+    steps = ["--max_steps", "500", "--save_strategy", "steps", "--save_steps", "2", "--evaluation_config", ""]
+    command = [sys.executable, "-c", CLI, "dpr", "--config", "dpr.yaml", "--output_dir", folder, *steps, *launch]
+    launched, still_running = [], []
+    with open(tmp_path / "err", "w") as err:
+        process = subprocess.Popen(
+            command, cwd=root, env=ENV, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while not (root / folder / "checkpoint-2").is_dir():
+                assert process.poll() is None, (tmp_path / "err").read_text()[-3000:]
+                assert time.monotonic() < deadline, "no checkpoint in time"
+                time.sleep(0.05)
+            launched = psutil.Process(process.pid).children(recursive=True)
+            assert launched, "no training process"
+            (os.killpg if to_group else os.kill)(process.pid, signum)
+            assert process.wait(120) == 128 + signum, (tmp_path / "err").read_text()[-3000:]
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            for child in launched:  # left behind by a failed run: not to slow the next test
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    if child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+                        still_running.append(child.pid)
+                        child.kill()
+    assert not still_running, "a launched process outlived its launcher"
+    stderr = (tmp_path / "err").read_text()
+    assert not (root / folder / "model.safetensors").exists(), "the run ended before the signal"
+    interrupted = [line for line in stderr.splitlines() if "Interrupted" in line or "Nothing was saved" in line]
+    assert interrupted == [
+        f"Interrupted. Saved: {folder}: {folder}/{newest_complete_checkpoint(root / folder)}. Resume with the same "
+        "command and --resume_from_checkpoint true."
+    ], stderr[-3000:]
+    assert not [word for word in ("Traceback", "SignalException", "death signal", "closing signal") if word in stderr]
+    assert not list((root / folder).glob(".trl_dpr.lock*"))  # the folder is free for that command
+
+
+@pytest.mark.slow  # two launched DPR runs on two processes: about a minute
+def test_resuming_a_run_with_other_arguments_or_processes_is_refused_in_one_line_before_a_step(
+    tiny_dpr_recipe, tmp_path
+):
+    """The field tester resumed a 2-process run stopped at checkpoint-10 with another learning rate, on 1 process: it
+    trained on silently (the global batch halved) and recorded the new arguments as the run's."""
+    import signal
+    import time
+
+    root, folder = tiny_dpr_recipe, "runs/p/dpr_resumed"
+    run = ["dpr", "--config", "dpr.yaml", "--output_dir", folder, "--evaluation_config", "", "--max_steps", "500"]
+    run += ["--save_strategy", "steps", "--save_steps", "2", "--accelerate_config", "cpu_ddp"]
+    with open(tmp_path / "err", "w") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-c", CLI, *run],
+            cwd=root,
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while not (root / folder / "checkpoint-2").is_dir():
+                assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "err").read_text()[-3000:]
+                time.sleep(0.05)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(120) == 128 + signal.SIGTERM
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    checkpoints = {path: path.read_bytes() for path in (root / folder).rglob("*") if path.is_file()}
+    newest = newest_complete_checkpoint(root / folder)
+    other = ["--resume_from_checkpoint", "true", "--learning_rate", "5e-5", "--num_processes", "1"]
+    resumed = run_launch([sys.executable, "-c", CLI, *run, *other], cwd=root, env=ENV, timeout=300)
+    assert resumed.returncode == 2, resumed.stderr[-3000:]
+    errors = [line for line in resumed.stderr.splitlines() if line.startswith("error")]
+    assert errors == [
+        f"error (ValueError): Cannot resume from {folder}/{newest}: its run had other learning_rate, the number of "
+        "processes (2, now 1); resumed, it would continue as neither run. Resume with the arguments it started with, "
+        "or start over: --overwrite_output_dir true without --resume_from_checkpoint (or another --output_dir)."
+    ], resumed.stderr[-3000:]
+    assert "Traceback" not in resumed.stderr and "Resuming from" not in resumed.stdout
+    after = {path: path.read_bytes() for path in (root / folder).rglob("*") if path.is_file()}
+    assert after == checkpoints  # nothing trained, nothing written
+
+
+@pytest.mark.slow  # two launched processes that import torch and TRL: about half a minute
+def test_a_two_process_run_refusing_the_gguf_conversion_folder_ends_with_its_message_alone(tmp_path, smollm2_gguf):
+    """Field trial C: the main process's refusal, then the other process's gloo traceback 36 s later."""
+    notes = tmp_path / "runs" / "G" / "SmolLM2-135M-Instruct.Q4_1-hf" / "notes.txt"
+    notes.parent.mkdir(parents=True)
+    notes.write_text("x")
+    args = ["sft", "--config", "smollm2-135m/sft/config_full.yaml", "--accelerate_config", "cpu_ddp"]
+    args += ["--output_dir", "runs/G/sft", "--max_steps", "2", "--per_device_train_batch_size", "1"]
+    args += ["--max_length", "64", "--num_train_samples", "16"]
+    result = run_launch([sys.executable, "-c", CLI, *args], cwd=tmp_path, env=ENV, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "holds no gguf_source.json" in errors[0], result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "Connection closed" not in result.stderr, result.stderr[-3000:]
+    assert notes.read_text() == "x" and sorted(p.name for p in notes.parent.iterdir()) == ["notes.txt"]

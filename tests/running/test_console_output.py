@@ -78,10 +78,13 @@ def test_the_console_log_prints_metrics_as_numbers(tokenizer, tmp_path, capsys, 
 
 
 def test_a_resumed_run_says_which_checkpoint_it_resumes_from(tokenizer, tmp_path, capsys):
-    first, *_ = dpr_trainer(tokenizer, tmp_path, max_steps=2, save_strategy="steps", save_steps=2)
+    import shutil
+
+    first, *_ = dpr_trainer(tokenizer, tmp_path, max_steps=4, save_strategy="steps", save_steps=2)
     first.train()
     assert "Resuming from" not in capsys.readouterr().out  # a fresh run
-    resumed, *_ = dpr_trainer(tokenizer, tmp_path, max_steps=3, save_strategy="steps", save_steps=2)
+    shutil.rmtree(tmp_path / "dpr" / "checkpoint-4")  # as if killed after checkpoint-2
+    resumed, *_ = dpr_trainer(tokenizer, tmp_path, max_steps=4, save_strategy="steps", save_steps=2)
     resumed.train(resume_from_checkpoint=True)
     assert f"Resuming from {tmp_path / 'dpr' / 'checkpoint-2'}\n" in capsys.readouterr().out
 

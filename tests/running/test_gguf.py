@@ -99,6 +99,30 @@ def test_converting_a_gguf_refuses_an_existing_folder_it_did_not_write_and_keeps
     assert written == [] and sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["MyModel-hf"]
 
 
+@pytest.mark.parametrize("main_process", [True, False])
+def test_every_process_refuses_a_folder_no_conversion_wrote_before_waiting_for_the_main_one(
+    tmp_path, monkeypatch, main_process
+):
+    """Field trial C: with 2 processes the main one refused the folder and left, and the other, waiting for it at the
+    barrier, failed 36 s later with gloo's traceback under the message. Now each refuses it first; one says why."""
+    from accelerate import PartialState
+
+    waited = []
+    _fake_conversion(monkeypatch, [])
+    monkeypatch.setattr(PartialState, "is_main_process", property(lambda self: main_process))
+    monkeypatch.setattr(PartialState, "wait_for_everyone", lambda self: waited.append(True))
+    (tmp_path / "MyModel.gguf").write_bytes(b"GGUF")
+    (tmp_path / "runs" / "MyModel-hf").mkdir(parents=True)
+    (tmp_path / "runs" / "MyModel-hf" / "notes.txt").write_text("mine")
+    expected = (
+        pytest.raises(ValueError, match="holds no gguf_source.json") if main_process else pytest.raises(SystemExit)
+    )
+    with expected as refused:
+        resolve_gguf_base(str(tmp_path / "MyModel.gguf"), tmp_path / "runs" / "sft")
+    assert waited == [] and (tmp_path / "runs" / "MyModel-hf" / "notes.txt").read_text() == "mine"
+    assert main_process or refused.value.code == 2  # the other processes leave quietly, with the run's exit code
+
+
 def test_a_gguf_is_converted_into_a_new_folder_once_and_leaves_no_staging_or_lock_behind(tmp_path, monkeypatch):
     written = []
     _fake_conversion(monkeypatch, written)

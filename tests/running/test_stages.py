@@ -100,6 +100,35 @@ def test_every_pipeline_resumes_an_unfinished_sft_stage_from_its_newest_complete
     assert trained == ["DPR" if method == "dpr" else "self-play"]
 
 
+def test_an_sft_stage_another_run_is_training_is_refused_saying_to_run_again_once_it_has_finished(
+    stages, tmp_path, monkeypatch
+):
+    """Field trial C: two DPR runs of a sweep started at once from one SFT recipe; the second was told to "give this
+    run another output_dir", which its own folder already is: the SFT folder is the recipe's, shared on purpose."""
+    import json
+
+    import trl_dpr.running.pipeline
+    import trl_dpr.running.stages
+    from trl_dpr.running.checkpointing import LOCK_HOLDER_NAME, LOCK_NAME, OutputDirInUse, _FolderLock
+
+    monkeypatch.setattr(trl_dpr.running.stages, "run_sft", trl_dpr.running.pipeline.run_sft)  # its real claim
+    (tmp_path / "sft").mkdir()
+    other = _FolderLock(tmp_path / "sft" / LOCK_NAME)  # the first run's SFT stage, training
+    assert other.acquire()
+    (tmp_path / "sft" / LOCK_HOLDER_NAME).write_text(json.dumps({"pid": 4242, "host": "h", "started": "10:00"}))
+    try:
+        with pytest.raises(OutputDirInUse) as refused:
+            stages("dpr", tmp_path / "sft")
+    finally:
+        other.release()
+    assert str(refused.value) == (
+        f"Another run is using {str(tmp_path / 'sft')!r} (PID 4242 on host h, started 10:00): it is training the SFT "
+        f"stage this DPR run starts from ({tmp_path / 'sft.yaml'}). Run this command again once that SFT has "
+        "finished: it then finds the SFT output and skips the stage."
+    )
+    assert stages.trained == []  # refused before the DPR stage
+
+
 @pytest.mark.parametrize("method", ["dpr", "spin", "gsil"])
 def test_every_pipeline_refuses_an_sft_stage_that_writes_another_folder(stages, tmp_path, method):
     name = {"dpr": "DPR", "spin": "SPIN", "gsil": "GSIL"}[method]

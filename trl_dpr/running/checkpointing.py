@@ -77,8 +77,9 @@ _OWN_OUTPUTS = (
 # ---- checkpoint completeness --------------------------------------------------------------------------------------
 
 
-def write_checkpoint_manifest(path: str | os.PathLike) -> None:
-    """Record every file of the checkpoint folder `path` with its size, in `checkpoint_manifest.json` (written last)."""
+def write_checkpoint_manifest(path: str | os.PathLike, run: dict | None = None) -> None:
+    """Record every file of the checkpoint folder `path` with its size, in `checkpoint_manifest.json` (written last),
+    and the `run` that saved it (`_resume_record`: a resume with other arguments is refused)."""
     path = Path(path)
     files = {
         str(file.relative_to(path)): file.stat().st_size
@@ -86,7 +87,7 @@ def write_checkpoint_manifest(path: str | os.PathLike) -> None:
         if file.is_file() and file.name != CHECKPOINT_MANIFEST
     }
     with tempfile.NamedTemporaryFile("w", dir=path, prefix=".manifest-", suffix=".tmp", delete=False) as tmp:
-        json.dump({"format_version": 1, "files": files}, tmp, indent=1)
+        json.dump({"format_version": 1, "files": files, **({"run": run} if run else {})}, tmp, indent=1)
     os.replace(tmp.name, path / CHECKPOINT_MANIFEST)
 
 
@@ -103,6 +104,57 @@ def checkpoint_problem(path: str | os.PathLike) -> str | None:
     if "trainer_state.json" not in files:
         return "its manifest lists no trainer_state.json"
     return files_problem(path, files)
+
+
+# Training arguments a resume may change: where the run is (a copied folder resumes under its new name) and what is
+# logged, saved and pushed, not the weights it trains to.
+_NOT_THE_TRAINING = (*_NOT_THE_RUN, "output_dir", "logging_dir", "logging_steps", "logging_first_step", "report_to")
+_NOT_THE_TRAINING_PREFIXES = ("save_", "hub_", "push_to_hub")
+_FROM_THE_WORLD_SIZE = ("generation_batch_size",)  # GRPOConfig's default counts the processes: not named beside them
+
+
+def _resume_record(args) -> dict:
+    """What a checkpoint records of the run that saved it: a digest of each training argument (not its value: one may
+    hold a token) but `_NOT_THE_TRAINING`, and the number of processes (with the batch per device, the global batch)."""
+    fields = args.to_dict() if hasattr(args, "to_dict") else asdict(args)
+    arguments = {
+        key: _digest(value)
+        for key, value in fields.items()
+        if key not in _NOT_THE_TRAINING and not key.startswith(_NOT_THE_TRAINING_PREFIXES)
+    }
+    return {"arguments": arguments, "world_size": int(getattr(args, "world_size", 1))}
+
+
+def _resume_problem(checkpoint: str | os.PathLike, args) -> str | None:
+    """Why `checkpoint` cannot be resumed with `args` (other training arguments, or another number of processes: the
+    run would continue as another one, with a learning-rate schedule or a global batch of neither), or None. A
+    checkpoint of an earlier trl_dpr records neither: resumed as before, with a warning."""
+    try:
+        recorded = json.loads((Path(checkpoint) / CHECKPOINT_MANIFEST).read_text()).get("run")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("arguments"), dict):
+        if _is_main_process():
+            logger.warning(
+                f"{checkpoint} records no arguments of its run (an earlier trl_dpr saved it): resuming without "
+                "checking that they are the same."
+            )
+        return None
+    now = _resume_record(args)
+    before = recorded["arguments"]
+    changed = sorted(
+        key for key in before.keys() | now["arguments"].keys() if before.get(key) != now["arguments"].get(key)
+    )
+    if recorded.get("world_size") not in (None, now["world_size"]):
+        changed = [key for key in changed if key not in _FROM_THE_WORLD_SIZE]
+        changed.append(f"the number of processes ({recorded['world_size']}, now {now['world_size']})")
+    if not changed:
+        return None
+    return (
+        f"Cannot resume from {checkpoint}: its run had other {', '.join(changed)}; resumed, it would continue as "
+        "neither run. Resume with the arguments it started with, or start over: --overwrite_output_dir true without "
+        "--resume_from_checkpoint (or another --output_dir)."
+    )
 
 
 def is_complete_checkpoint(path: str | os.PathLike) -> bool:
@@ -666,7 +718,8 @@ class AtomicCheckpointsMixin:
         _barrier()  # every process has written its part (weights, shards, RNG states)
         if self.args.should_save:
             staged = os.path.join(staging_root, name)
-            write_checkpoint_manifest(staged)  # last: a folder without it, or not matching it, is not a checkpoint
+            # last: a folder without it, or not matching it, is not a checkpoint
+            write_checkpoint_manifest(staged, run=_resume_record(self.args))
             final = os.path.join(run_dir, name)
             if os.path.isdir(final):
                 shutil.rmtree(final)
@@ -705,6 +758,10 @@ class AtomicCheckpointsMixin:
             )
             if problem and not problem.startswith("no checkpoint_manifest"):
                 raise ValueError(f"Cannot resume from {resume_from_checkpoint!r}: {problem}.")
+        if resume_from_checkpoint is not None and (problem := _resume_problem(resume_from_checkpoint, self.args)):
+            if not self.is_world_process_zero():  # every process finds it; one says it
+                raise SystemExit(2)
+            raise ValueError(problem)
         if resume_from_checkpoint is not None and self.is_world_process_zero():
             print(f"Resuming from {resume_from_checkpoint}", flush=True)
         start_writing(self.args.output_dir)  # a run started over: the earlier one goes now, every check passed

@@ -21,12 +21,15 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1]  # trl_dpr/
@@ -90,37 +93,97 @@ def run(main_function: Callable[[list[str]], object], argv: Sequence[str] | None
     """Run a recipe's `main(argv)`; a mistake in the input exits with its message (code 2) and no traceback.
 
     Mistakes in the input: the errors the package raises after checking it (`ValueError`, a held folder, a missing
-    API key...) and a missing optional dependency (`OPTIONAL_DEPENDENCIES`). `--debug` re-raises them.
+    API key...) and a missing optional dependency (`OPTIONAL_DEPENDENCIES`). `--debug` re-raises them. Ctrl-C, SIGINT
+    or SIGTERM (a scheduler's preemption) end it with one line saying what was saved (`_interrupted`), exit 128 + N.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = _debugging(argv)
     argv = [a for a in argv if a != "--debug"]
+    with _stopping_on_signals() as received:
+        try:
+            main_function(argv)
+        except KeyboardInterrupt as interrupt:  # Ctrl-C, or a signal (`_Signalled`)
+            if debug:
+                raise
+            _end_interrupted(getattr(interrupt, "signum", received[0] if received else signal.SIGINT))
+        except Exception as error:  # not `except _user_errors()`: Python would evaluate it for --help's SystemExit too
+            if received and not debug:  # what failed after a signal failed because of it (a peer process gone)
+                _end_interrupted(received[0])
+            if isinstance(error, ImportError) and not debug:
+                _exit_if_optional_dependency(error)
+            if debug or not isinstance(error, _user_errors()):
+                raise
+            _exit_with_message(error, str(error))
+
+
+def _exit_if_optional_dependency(error: ImportError) -> None:
+    """Exit 2 with a one-line message naming the extra to install, when `error` is a missing optional dependency; a
+    module the base install has (a broken environment or a bug) returns, to be raised with its traceback."""
+    extra = _missing_optional_dependency(error)
+    if extra is None:
+        return
+    install = f'pip install "trl_dpr[{extra}]"'
+    _exit_with_message(
+        error,
+        str(error) if install in str(error) else f"{error} (`{install}` installs {error.name.split('.')[0]})",
+    )
+
+
+class _Signalled(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised once in a run: it ends as Ctrl-C does (the folder stays held until the process ends,
+    so the line can name its checkpoint), with exit code 128 + `signum`."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+_STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def _stopping_on_signals() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM raise `_Signalled` in the block, once; later ones are only recorded (the yielded list): a
+    second signal (Ctrl-C pressed twice, a launcher passing on the shell's) must not cut the unwinding short, nor the
+    exit that follows it (torch's atexit hooks), so after a signal they stay. Else the earlier handlers come back (a
+    notebook, pytest)."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield received
+        return
+
+    def stop(signum, frame):
+        received.append(signum)
+        if len(received) == 1:
+            raise _Signalled(signum)
+
+    previous = {number: signal.signal(number, stop) for number in _STOPPING_SIGNALS}
     try:
-        main_function(argv)
-    except KeyboardInterrupt:
-        if debug:
-            raise
-        print(_interrupted(), file=sys.stderr)
-        raise SystemExit(130) from None  # the shell's code for a command ended by Ctrl-C
-    except ImportError as error:
-        extra = _missing_optional_dependency(error)
-        if debug or extra is None:  # a module the base install has: a broken environment or a bug, with its traceback
-            raise
-        install = f'pip install "trl_dpr[{extra}]"'
-        _exit_with_message(
-            error,
-            str(error) if install in str(error) else f"{error} (`{install}` installs {error.name.split('.')[0]})",
-        )
-    except Exception as error:  # not `except _user_errors()`: Python would evaluate it for --help's SystemExit too
-        if debug or not isinstance(error, _user_errors()):
-            raise
-        _exit_with_message(error, str(error))
+        yield received
+    finally:
+        for number, handler in previous.items():
+            if not received:
+                signal.signal(number, handler)
 
 
-def _interrupted() -> str:
-    """The one line a Ctrl-C ends with: what the run holds on disk, and how to go on from it."""
-    checkpointing = sys.modules.get("trl_dpr.running.checkpointing")  # loaded once a run has claimed its folder
-    held = [folder for folder, _, pid in getattr(checkpointing, "_HELD_LOCKS", {}).values() if pid == os.getpid()]
+def _end_interrupted(signum: int, folders: Sequence[os.PathLike] | None = None):
+    """Exit 128 + `signum` (130 for Ctrl-C, 143 for SIGTERM), with the line of `_interrupted` from the main process
+    only: the others hold no folder and would say nothing was saved."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(_interrupted(folders), file=sys.stderr, flush=True)
+    raise SystemExit(128 + signum) from None
+
+
+def _interrupted(folders: Sequence[os.PathLike] | None = None) -> str:
+    """The one line a Ctrl-C ends with: what the run's `folders` hold on disk (default: those this process holds), and
+    how to go on from it."""
+    if folders is None:
+        checkpointing = sys.modules.get("trl_dpr.running.checkpointing")  # loaded once a run has claimed its folder
+        held = [folder for folder, _, pid in getattr(checkpointing, "_HELD_LOCKS", {}).values() if pid == os.getpid()]
+    else:
+        from . import checkpointing
+
+        held = [Path(folder) for folder in folders]
     if finished := [str(folder) for folder in held if (folder / checkpointing.RUN_COMPLETE_NAME).is_file()]:
         return (  # in the evaluation, the merge or the push a pipeline runs once the run is finished
             f"Interrupted after training: {', '.join(finished)} holds the finished run; the same command again does "
@@ -253,24 +316,79 @@ def _launch_plan(argv: list[str], launch_args: list[str], values) -> tuple[list[
 def _launch_training(stage: str, argv: list[str], launch_args: list[str], values) -> None:
     """TRL's `launch_training_script` for `trl_dpr/scripts/<stage>.py`, once the arguments are checked. This process
     imports accelerate only, not TRL's trainers: the launched processes parse the arguments with TRL's dataclasses."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from trl.cli.accelerate_launcher import launch_training_script
 
     launch_args, script_args = _launch_plan(argv, launch_args, values)
+    folder = Path(values.output_dir)
     try:
-        # TRL joins the script name to its own trl/scripts folder; an absolute path stands for itself (pathlib's
-        # joinpath), so the package's own script is launched (tests/running/test_cli.py checks the script accelerate is given).
-        launch_training_script(str(SCRIPTS / f"{stage}.py"), launch_args, script_args)
+        with _passing_on_signals() as received:
+            # TRL joins the script name to its own trl/scripts folder; an absolute path stands for itself (pathlib's
+            # joinpath), so the package's own script is launched (tests/running/test_cli.py checks the script
+            # accelerate is given).
+            launch_training_script(str(SCRIPTS / f"{stage}.py"), launch_args, script_args)
+    except _Signalled as interrupt:  # before a process was launched: nothing else will say it
+        _end_interrupted(interrupt.signum, [folder])
     except KeyboardInterrupt:
         # Ctrl-C reaches the launched processes too: theirs is the line that says what was saved (`run`).
         raise SystemExit(130) from None
+    except SignalException as interrupt:  # torchrun's launcher passed the signal on and waited for its processes
+        raise SystemExit(128 + interrupt.sigval) from None
     except subprocess.CalledProcessError as error:
         # The recipe's own processes have printed what went wrong (a mistake in the input: its message, exit code 2);
         # accelerate's launcher adding its traceback on top would only hide it.
+        if received and error.returncode == -received[0]:  # it died of the signal before it could say so
+            _end_interrupted(received[0], [folder])
         raise SystemExit(_exit_code_of(error.returncode)) from None
     except ChildFailedError as error:  # the same, from a multi-process launch (torchrun's failure report)
         rank, failure = error.get_first_failure()
         raise SystemExit(_exit_code_of(failure.exitcode, rank)) from None
+
+
+@contextmanager
+def _passing_on_signals() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM to the launching process go on to the processes it launched, and it waits for them: they
+    say what was saved and exit 128 + N, which becomes its own code. A one-process launch (accelerate's
+    `simple_launcher`) does not do it itself: its process would train on alone after a scheduler's SIGTERM. torchrun's
+    launcher (several processes) sets its own handlers, which pass the signal on (`SignalException`); its warnings
+    about doing so are left out (`_SignalNotices`). Before any process is launched, the signal stops this one."""
+    import psutil
+
+    received: list[int] = []
+
+    def pass_on(signum, frame):
+        children = psutil.Process().children()
+        if not children:
+            raise _Signalled(signum)
+        received.append(signum)
+        for child in children:
+            try:
+                child.send_signal(signum)
+            except psutil.NoSuchProcess:
+                pass
+
+    notices = _SignalNotices()
+    loggers = [logging.getLogger(name) for name in _SignalNotices.LOGGERS]
+    previous = {number: signal.signal(number, pass_on) for number in _STOPPING_SIGNALS}
+    for logger in loggers:
+        logger.addFilter(notices)
+    try:
+        yield received
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for logger in loggers:
+            logger.removeFilter(notices)
+
+
+class _SignalNotices(logging.Filter):
+    """Drops torchrun's warnings that it got a signal and passes it on: the run's own line says what happened."""
+
+    LOGGERS = ("torch.distributed.elastic.agent.server.api", "torch.distributed.elastic.multiprocessing.api")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(notice in str(record.msg) for notice in ("death signal", "closing signal"))
 
 
 def _exit_code_of(returncode: int, rank: int | None = None) -> int:

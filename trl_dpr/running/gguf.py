@@ -156,7 +156,9 @@ def _gguf_metadata_read_once():
 
 def resolve_gguf_base(model_name_or_path: str, output_dir: str | os.PathLike) -> str:
     """The folder to load for `model_name_or_path`: a GGUF name is converted once into `<output_dir>/../<stem>-hf`
-    (main process; the others wait); any other name is returned unchanged.
+    (main process; the others wait); any other name is returned unchanged. A folder there that no conversion wrote is
+    refused by every process before they wait (else the others would wait on a main process gone, and fail with gloo's
+    traceback); one of them says it.
     """
     if not is_gguf_path(model_name_or_path):
         return model_name_or_path
@@ -165,6 +167,13 @@ def resolve_gguf_base(model_name_or_path: str, output_dir: str | os.PathLike) ->
     gguf_file = find_gguf_file(model_name_or_path)
     target = Path(output_dir).parent / f"{gguf_file.stem}-hf"
     state = PartialState()
+    if not (target / PROVENANCE_FILE).is_file():
+        try:
+            _refuse_foreign_folder(target, gguf_file)
+        except ValueError:
+            if not state.is_main_process:
+                raise SystemExit(2) from None
+            raise
     if state.is_main_process and not (target / PROVENANCE_FILE).is_file():
         print(f"Converting {gguf_file} to a Hugging Face folder: {target} (once)", flush=True)
         convert_gguf(gguf_file, target)

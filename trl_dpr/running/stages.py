@@ -16,6 +16,7 @@ from ..reference_manifest import MANIFEST_NAME, parse_manifest
 from .checkpointing import (
     EVAL_RESULTS_NAME,
     RUN_COMPLETE_NAME,
+    OutputDirInUse,
     claim_output_dir,
     evaluation_changed,
     finished_run,
@@ -242,7 +243,15 @@ def _sft_stage(
             flush=True,
         )
     if not finished:
-        run_sft(sft_args, sft_training_args, sft_model_args, fingerprint=fingerprint)
+        try:
+            run_sft(sft_args, sft_training_args, sft_model_args, fingerprint=fingerprint)
+        except OutputDirInUse as error:  # e.g. a sweep's runs started at once from one SFT recipe
+            # Not "give this run another output_dir": this run's own folder is free; the SFT folder is the recipe's.
+            holder = str(error).split(". Two runs")[0]
+            raise OutputDirInUse(
+                f"{holder}: it is training the SFT stage this {method} run starts from ({sft_config}). Run this "
+                "command again once that SFT has finished: it then finds the SFT output and skips the stage."
+            ) from None
 
 
 def check_fits_sft_recipe_context(sft_config: str | None, check: Callable[[object, str], None]) -> None:
