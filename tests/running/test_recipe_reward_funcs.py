@@ -251,3 +251,33 @@ def test_run_dpr_refuses_reward_funcs_beside_inputs_checked_without_them(tmp_pat
     inputs = DPRInputs(prompts=None)  # what check_dpr_inputs returned, with no reward function
     with pytest.raises(ValueError, match="got inputs from check_dpr_inputs and reward_funcs: pass reward_funcs to it"):
         run_dpr(DPRScriptArguments(), args, ModelConfig(), inputs=inputs, reward_funcs=[lambda completions, **kw: []])
+
+
+def test_a_run_finished_before_reward_funcs_existed_is_still_finished_while_it_names_none(folder, monkeypatch):
+    """run_complete.json of a trl_dpr whose DPRScriptArguments had no `reward_funcs`: the same recipe again (none named)
+    is that run; one that names a function is another."""
+    import hashlib
+    from dataclasses import asdict
+
+    from trl_dpr.running.checkpointing import finished_run, mark_run_finished, run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    monkeypatch.chdir(folder)
+    parsed = make_parser().parse_args_and_config(["--config", "dpr.yaml"])[:3]
+    not_the_run = ("overwrite_output_dir", "resume_from_checkpoint", "local_rank", "hub_token")
+    arguments = {  # what the earlier run_fingerprint digested: every field, none called reward_funcs
+        type(values).__name__: {
+            key: value
+            for key, value in (values.to_dict() if hasattr(values, "to_dict") else asdict(values)).items()
+            if key not in not_the_run and key != "reward_funcs"
+        }
+        for values in parsed
+    }
+    earlier = hashlib.sha256(json.dumps(arguments, default=str, sort_keys=True).encode()).hexdigest()
+    run = folder / "runs" / "p" / "dpr"
+    run.mkdir()
+    (run / "model.safetensors").write_bytes(b"weights of the finished run")
+    mark_run_finished(run, earlier)
+    assert parsed[0].reward_funcs is None and finished_run(run, run_fingerprint(*parsed))
+    named = make_parser().parse_args_and_config(["--config", "dpr.yaml", "--reward_funcs", "think_format_reward"])
+    assert not finished_run(run, run_fingerprint(*named[:3]))

@@ -51,6 +51,9 @@ RUN_COMPLETE_NAME = "run_complete.json"
 EVAL_RESULTS_NAME = "eval_results.json"  # the evaluation a pipeline ran on the run's model
 # Arguments that say how a run is started, not what it produces: a re-run that differs only in them is the same run.
 _NOT_THE_RUN = ("overwrite_output_dir", "resume_from_checkpoint", "local_rank", "hub_token")
+# Arguments added after runs were recorded, left out while they hold their default (None, empty): a run an earlier
+# trl_dpr finished had no such field, and the same command again is still that run. Set, they are digested as any other.
+_ADDED_LATER = ("reward_funcs",)
 # Arguments that say only how the trained model is evaluated (the YAML named, and its text): not what identifies the
 # run, but digested apart (`RunFingerprint.evaluation`), so the same command with an evaluation fixed after it failed,
 # or changed since, evaluates the finished run again rather than calling it another run (`stages.finished_already`).
@@ -401,7 +404,11 @@ def run_fingerprint(*parsed) -> RunFingerprint:
     arguments, evaluation = {}, None
     for values in parsed:
         fields = values.to_dict() if hasattr(values, "to_dict") else asdict(values)  # to_dict: TrainingArguments' own
-        arguments[type(values).__name__] = {key: value for key, value in fields.items() if key not in _NOT_THE_RUN}
+        arguments[type(values).__name__] = {
+            key: value
+            for key, value in fields.items()
+            if key not in _NOT_THE_RUN and not (key in _ADDED_LATER and value in (None, [], ()))
+        }
         data = fields.get("dataset_name")
         if isinstance(data, str) and data and os.path.exists(data):  # a local file or folder, not a Hub id
             arguments.setdefault("data files", {})[f"{type(values).__name__}.dataset_name"] = _files_state(Path(data))
