@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
@@ -237,15 +238,93 @@ def build_dense_reward(spec: str, kwargs: Mapping | None = None) -> DenseReward:
 
 
 def _import_from_working_directory(module_name: str):
-    """`import module_name`, with the folder the command runs in on `sys.path` as TRL's scripts put it for
-    `--reward_funcs my_module.fn`: a launched script's `sys.path` starts at its own folder, not the user's."""
-    try:
+    """`import module_name`, the folder the command runs in first when it holds the module (`./my_checks.py`,
+    `./my_checks/__init__.py`), as TRL's scripts put it for `--reward_funcs my_checks.fn`: a launched script's
+    `sys.path` starts at its own folder (trl_dpr/scripts/, recipes/), whose `evaluate.py` would shadow the user's. What
+    is imported is then the file `run_fingerprint` digests (`_local_source_files`)."""
+    local = _local_module_path(module_name.split(".")[0])
+    if local is None:  # installed, or not there at all (the old fallback: a namespace package, a compiled module)
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name.split(".")[0] or os.getcwd() in sys.path:
+                raise
+        sys.path.insert(0, os.getcwd())
         return importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name != module_name.split(".")[0] or os.getcwd() in sys.path:
-            raise
+    top = module_name.split(".")[0]
+    loaded = sys.modules.get(top)
+    if loaded is not None and _FROM_A_WORKING_DIRECTORY.get(top) is loaded and not _same_file(loaded.__file__, local):
+        for name in [name for name in sys.modules if name == top or name.startswith(top + ".")]:  # another folder's
+            del sys.modules[name]
+    elif loaded is not None and not _same_file(getattr(loaded, "__file__", None), local):
+        raise ImportError(
+            f"./{local.relative_to(Path.cwd()).as_posix()} is shadowed by the module of that name this process "
+            f"imported already ({getattr(loaded, '__file__', None) or 'built in'}); rename your file"
+        )
+    saved = list(sys.path)
     sys.path.insert(0, os.getcwd())
-    return importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+        _FROM_A_WORKING_DIRECTORY[top] = sys.modules[top]
+        return module
+    finally:  # the user's folder stays importable (a function's own later imports), behind what was there
+        sys.path[:] = saved if os.getcwd() in saved else [*saved, os.getcwd()]
+
+
+# Modules `_import_from_working_directory` imported from the folder a command ran in, by name: a later import from
+# another folder (a notebook that changed folder, a test) replaces them, where an installed module of the name is refused.
+_FROM_A_WORKING_DIRECTORY: dict[str, object] = {}
+
+
+def _local_module_path(top: str) -> Path | None:
+    """`./top/__init__.py` or else `./top.py` in the folder the command runs in (a package first, as Python looks)."""
+    if not top.isidentifier():
+        return None
+    for path in (Path.cwd() / top / "__init__.py", Path.cwd() / f"{top}.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _same_file(a: str | None, b: Path) -> bool:
+    try:
+        return a is not None and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _local_source_files(module_name: str) -> list[Path]:
+    """The files of the folder the command runs in that `import module_name` reads, found without importing: every
+    `*.py` of its package (`./pkg/**`, no `__pycache__`) or its module file, and so on for the folder's modules those
+    import by name (`import helper`, `from helper import x`; read with `ast`). [] for an installed module."""
+    found, tops = set(), [module_name.split(".")[0]]
+    while tops:
+        path = _local_module_path(tops.pop())
+        if path is None:
+            continue
+        files = sorted(p for p in path.parent.rglob("*.py") if "__pycache__" not in p.parts)
+        for file in [path] if path.name != "__init__.py" else files:
+            if file not in found:
+                found.add(file)
+                tops.extend(_imported_names(file))
+    return sorted(found)
+
+
+def _imported_names(file: Path) -> list[str]:
+    """The top-level module names `file` imports absolutely (relative imports stay in its package, digested whole)."""
+    import ast
+
+    try:
+        tree = ast.parse(file.read_bytes())
+    except (OSError, SyntaxError, ValueError):  # its import says what is wrong
+        return []
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module.split(".")[0])
+    return names
 
 
 # The names TRL's `trl grpo` script takes without a module (trl/scripts/grpo.py's registry, with its values).

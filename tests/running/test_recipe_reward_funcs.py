@@ -3,6 +3,7 @@ path, or `module:function`), from the user's folder, weighted by `reward_weights
 one line before any model loads, and the names are part of the run's record."""
 
 import json
+import sys
 from pathlib import Path
 from statistics import mean
 
@@ -281,3 +282,66 @@ def test_a_run_finished_before_reward_funcs_existed_is_still_finished_while_it_n
     assert parsed[0].reward_funcs is None and finished_run(run, run_fingerprint(*parsed))
     named = make_parser().parse_args_and_config(["--config", "dpr.yaml", "--reward_funcs", "think_format_reward"])
     assert not finished_run(run, run_fingerprint(*named[:3]))
+
+
+@pytest.mark.slow  # a `trl-dpr dpr` process launching a run: seconds to a minute
+def test_a_users_module_named_as_a_trl_dpr_script_is_the_users_not_the_script(folder, tmp_path):
+    """The launched script's folder (trl_dpr/scripts/, which holds evaluate.py) comes first on its `sys.path`: the
+    user's ./evaluate.py is still the one imported, as it is the one the run's record digests."""
+    (folder / "evaluate.py").write_text((folder / "my_checks.py").read_text())
+    with_recipe(folder, reward_funcs=["evaluate.right_answer"], reward_weights=[1.0, 2.0])
+    result = trl_dpr_forked("dpr", "--config", "dpr.yaml", tmp_path=tmp_path, cwd=folder)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (call,) = recorded_calls(folder)  # written by the user's evaluate.py, beside it
+    assert step_log(folder / "runs" / "p" / "dpr")["rewards/right_answer/mean"] == pytest.approx(mean(call["scores"]))
+
+
+def test_a_users_module_comes_before_a_same_named_one_earlier_on_sys_path(folder, monkeypatch):
+    import trl_dpr.scripts
+    from trl_dpr.rewards import load_reward_func
+
+    monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(Path(trl_dpr.scripts.__file__).parent))  # as a launched `trl-dpr dpr` child's
+    (folder / "sft.py").write_text("def right(completions, **kwargs):\n    return [1.0] * len(completions)\n")
+    try:
+        func = load_reward_func("sft.right")
+        assert Path(func.__code__.co_filename) == folder / "sft.py"
+    finally:
+        sys.modules.pop("sft", None)
+
+
+def test_a_users_module_shadowed_by_one_imported_already_is_refused_in_one_line(folder, monkeypatch):
+    from trl_dpr.rewards import load_reward_func
+
+    monkeypatch.chdir(folder)
+    (folder / "yaml.py").write_text("def f(completions, **kwargs):\n    return [0.0] * len(completions)\n")
+    with pytest.raises(ValueError, match=r"cannot import 'yaml' \(./yaml.py is shadowed by the module of that name "):
+        load_reward_func("yaml.f")
+    assert sys.modules["yaml"].__file__ == yaml.__file__  # the installed one, still
+
+
+def test_a_reward_function_packages_other_files_and_its_modules_local_imports_are_the_run(folder, monkeypatch):
+    """Every .py of a package (its __init__ re-exports `.impl`), and a module's local imports (`import helper`), are
+    digested; a file nothing imports, and __pycache__, are not."""
+    from trl_dpr.running.checkpointing import run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    monkeypatch.chdir(folder)
+    (folder / "pkg" / "__pycache__").mkdir(parents=True)
+    (folder / "pkg" / "__init__.py").write_text("from .impl import right\n")
+    (folder / "pkg" / "impl.py").write_text("def right(completions, **kw):\n    return [0.0] * len(completions)\n")
+    (folder / "checks2.py").write_text("from helper import SCORE\n\ndef f(completions, **kw):\n    return [SCORE]\n")
+    (folder / "helper.py").write_text("SCORE = 0.0\n")
+    (folder / "unrelated.py").write_text("X = 1\n")
+
+    def files(*funcs):
+        argv = ["--config", "dpr.yaml", "--reward_funcs", *funcs, "--reward_weights", *["1"] * (len(funcs) + 1)]
+        return run_fingerprint(*make_parser().parse_args_and_config(argv)[:3]).parts["reward function files"]
+
+    package, module = files("pkg.right"), files("checks2.f")
+    (folder / "pkg" / "__pycache__" / "impl.cpython-311.pyc").write_bytes(b"compiled")
+    (folder / "unrelated.py").write_text("X = 2\n")
+    assert (files("pkg.right"), files("checks2.f")) == (package, module)
+    (folder / "pkg" / "impl.py").write_text("def right(completions, **kw):\n    return [1.0] * len(completions)\n")
+    (folder / "helper.py").write_text("SCORE = 1.0\n")
+    assert files("pkg.right") != package and files("checks2.f") != module
