@@ -345,3 +345,18 @@ def test_a_reward_function_packages_other_files_and_its_modules_local_imports_ar
     (folder / "pkg" / "impl.py").write_text("def right(completions, **kw):\n    return [1.0] * len(completions)\n")
     (folder / "helper.py").write_text("SCORE = 1.0\n")
     assert files("pkg.right") != package and files("checks2.f") != module
+
+
+def test_a_single_reward_function_written_as_a_yaml_string_is_a_list_of_one(folder, monkeypatch):
+    from trl_dpr.running.checkpointing import run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    monkeypatch.chdir(folder)
+    with_recipe(folder, reward_funcs="my_checks.right_answer", reward_weights=[1.0, 2.0])
+    assert "reward_funcs: my_checks.right_answer\n" in (folder / "dpr.yaml").read_text()  # a scalar, not a list
+    scalar = make_parser().parse_args_and_config(["--config", "dpr.yaml"])[:3]
+    assert scalar[0].reward_funcs == ["my_checks.right_answer"]
+    with_recipe(folder, reward_funcs=["my_checks.right_answer"])
+    assert run_fingerprint(*scalar) == run_fingerprint(
+        *make_parser().parse_args_and_config(["--config", "dpr.yaml"])[:3]
+    )

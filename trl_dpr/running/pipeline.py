@@ -154,6 +154,8 @@ class DPRScriptArguments(SFTScriptArguments):
 
     def __post_init__(self):
         super().__post_init__()
+        if isinstance(self.reward_funcs, str):  # `reward_funcs: my_checks.f` in YAML: one function, not its letters
+            self.reward_funcs = [self.reward_funcs]
         if self.heatmap_steps and self.heatmap_samples < 1:
             raise ValueError(
                 f"heatmap_samples must be at least 1 rollout per heatmap page, got {self.heatmap_samples}."
