@@ -330,6 +330,17 @@ def _imported_names(file: Path) -> list[str]:
 # The names TRL's `trl grpo` script takes without a module (trl/scripts/grpo.py's registry, with its values).
 _TRL_REWARD_FUNC_NAMES = ("accuracy_reward", "reasoning_accuracy_reward", "think_format_reward")
 _TRL_REWARD_FACTORIES = {"get_soft_overlong_punishment": {"max_completion_len": 1280, "soft_punish_cache": 256}}
+
+
+def _factory_settings(attribute: str, max_completion_length: int | None) -> dict:
+    """The arguments a factory of TRL's is built with: DAPO's soft overlong punishment fits the run's own
+    `max_completion_length` (its last quarter penalised, 0 → −1), where TRL's script values (1280, 256) would never
+    penalise a run that stops at 1024 tokens; those without a length."""
+    if attribute == "get_soft_overlong_punishment" and max_completion_length:
+        return {"max_completion_len": max_completion_length, "soft_punish_cache": max(1, max_completion_length // 4)}
+    return _TRL_REWARD_FACTORIES[attribute]
+
+
 REWARD_FUNC_FORMS = (
     f"a name of TRL's ({', '.join([*_TRL_REWARD_FUNC_NAMES, *_TRL_REWARD_FACTORIES])}), a dotted import path "
     "(my_checks.right_answer, as TRL's scripts take it) or module:function (my_checks:right_answer), with my_checks.py "
@@ -350,10 +361,11 @@ def reward_func_source(spec: str) -> tuple[str, str]:
     return module_name, attribute
 
 
-def load_reward_func(spec: str):
+def load_reward_func(spec: str, max_completion_length: int | None = None):
     """The outcome reward function a recipe names in `reward_funcs` (TRL's `def f(prompts, completions, **kwargs) ->
     list[float]`): one of `REWARD_FUNC_FORMS`, imported as `dense_reward` is (the folder the command runs in first).
-    A name that does not resolve to a function is one line saying what is accepted.
+    A name that does not resolve to a function is one line saying what is accepted. `max_completion_length`: the run's,
+    which `get_soft_overlong_punishment` is built for (`_factory_settings`).
 
     Example:
         >>> load_reward_func("think_format_reward").__name__, load_reward_func("trl.rewards:think_format_reward").__name__
@@ -372,7 +384,7 @@ def load_reward_func(spec: str):
     if func is None:
         raise ValueError(f"reward_funcs {spec!r}: {module_name!r} has no {attribute!r}; give {REWARD_FUNC_FORMS}.")
     if module_name == "trl.rewards" and attribute in _TRL_REWARD_FACTORIES:
-        func = func(**_TRL_REWARD_FACTORIES[attribute])
+        func = func(**_factory_settings(attribute, max_completion_length))
     if not callable(func):
         raise ValueError(
             f"reward_funcs {spec!r}: {module_name}.{attribute} is a {type(func).__name__}, not a function; it must be "

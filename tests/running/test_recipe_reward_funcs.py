@@ -360,3 +360,22 @@ def test_a_single_reward_function_written_as_a_yaml_string_is_a_list_of_one(fold
     assert run_fingerprint(*scalar) == run_fingerprint(
         *make_parser().parse_args_and_config(["--config", "dpr.yaml"])[:3]
     )
+
+
+def test_trls_soft_overlong_punishment_is_built_for_the_runs_max_completion_length(tmp_path):
+    """DAPO's Eq. 13 with L_max = the run's max_completion_length and L_cache = a quarter of it: a run that stops at
+    16 tokens is penalised from 13 on (TRL's script values, 1280 and 256, would never penalise it)."""
+    from trl_dpr import DensePathConfig
+    from trl_dpr.running.checkpointing import release_output_dir
+    from trl_dpr.running.pipeline import DPRScriptArguments, check_dpr_inputs
+
+    script_args = DPRScriptArguments(dataset_name="trl_dpr/embedded-demo", reward_funcs="get_soft_overlong_punishment")
+    args = DensePathConfig(
+        str(tmp_path / "dpr"), max_completion_length=16, per_device_train_batch_size=2, bf16=False, use_cpu=True
+    )
+    (punishment,) = check_dpr_inputs(script_args, args).reward_funcs
+    release_output_dir(args.output_dir)
+    lengths = [8, 12, 13, 14, 16]
+    expected = [0.0 if n <= 12 else (12 - n) / 4 for n in lengths]  # 0 up to L_max − L_cache, then down to −1 at L_max
+    assert punishment(completion_ids=[[7] * n for n in lengths]) == pytest.approx(expected)
+    assert expected[-2:] == [-0.5, -1.0]
