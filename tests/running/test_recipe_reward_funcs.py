@@ -379,3 +379,17 @@ def test_trls_soft_overlong_punishment_is_built_for_the_runs_max_completion_leng
     expected = [0.0 if n <= 12 else (12 - n) / 4 for n in lengths]  # 0 up to L_max − L_cache, then down to −1 at L_max
     assert punishment(completion_ids=[[7] * n for n in lengths]) == pytest.approx(expected)
     assert expected[-2:] == [-0.5, -1.0]
+
+
+def test_the_model_card_lists_every_outcome_reward_also_two_of_one_name(tokenizer, tmp_path):
+    from ..conftest import dpr_trainer
+
+    def scoring(value):
+        def right(completions, **kwargs):  # one name, two functions (two modules' `right`)
+            return [value] * len(completions)
+
+        return right
+
+    trainer, *_ = dpr_trainer(tokenizer, tmp_path, reward_funcs=[scoring(1.0), scoring(0.0)], reward_weights=[1, 2, 3])
+    card = "\n".join(trainer._card_sections())
+    assert "`right` (weight 2), `right` (weight 3); r̂'s weight 1." in card
