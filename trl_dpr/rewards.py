@@ -272,7 +272,7 @@ def _import_from_working_directory(module_name: str):
 
 
 # Modules `_import_from_working_directory` imported from the folder a command ran in, by name: a later import from
-# another folder (a notebook that changed folder, a test) replaces them, where an installed module of the name is refused.
+# another folder (a notebook that changed folder, a test) replaces them; an installed module of the name is refused.
 _FROM_A_WORKING_DIRECTORY: dict[str, object] = {}
 
 

@@ -255,8 +255,8 @@ def test_run_dpr_refuses_reward_funcs_beside_inputs_checked_without_them(tmp_pat
 
 
 def test_a_run_finished_before_reward_funcs_existed_is_still_finished_while_it_names_none(folder, monkeypatch):
-    """run_complete.json of a trl_dpr whose DPRScriptArguments had no `reward_funcs`: the same recipe again (none named)
-    is that run; one that names a function is another."""
+    """run_complete.json of a trl_dpr whose DPRScriptArguments had no `reward_funcs`: the same recipe again (none
+    named) is that run; one that names a function is another."""
     import hashlib
     from dataclasses import asdict
 
