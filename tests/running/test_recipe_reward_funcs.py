@@ -393,3 +393,19 @@ def test_the_model_card_lists_every_outcome_reward_also_two_of_one_name(tokenize
     trainer, *_ = dpr_trainer(tokenizer, tmp_path, reward_funcs=[scoring(1.0), scoring(0.0)], reward_weights=[1, 2, 3])
     card = "\n".join(trainer._card_sections())
     assert "`right` (weight 2), `right` (weight 3); r̂'s weight 1." in card
+
+
+def test_a_users_module_imported_from_one_folder_is_imported_again_from_another(tmp_path, monkeypatch):
+    """One process, two working folders (a notebook, the tests) each with its own checks_xy.py: each is its own."""
+    from trl_dpr.rewards import load_reward_func
+
+    for name, score in (("a", 1.0), ("b", 2.0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "checks_xy.py").write_text(f"def f(completions, **kw):\n    return [{score}]\n")
+    try:
+        monkeypatch.chdir(tmp_path / "a")
+        assert load_reward_func("checks_xy.f")(["x"]) == [1.0]
+        monkeypatch.chdir(tmp_path / "b")
+        assert load_reward_func("checks_xy.f")(["x"]) == [2.0]
+    finally:
+        sys.modules.pop("checks_xy", None)
