@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
@@ -237,20 +238,109 @@ def build_dense_reward(spec: str, kwargs: Mapping | None = None) -> DenseReward:
 
 
 def _import_from_working_directory(module_name: str):
-    """`import module_name`, with the folder the command runs in on `sys.path` as TRL's scripts put it for
-    `--reward_funcs my_module.fn`: a launched script's `sys.path` starts at its own folder, not the user's."""
-    try:
+    """`import module_name`, the folder the command runs in first when it holds the module (`./my_checks.py`,
+    `./my_checks/__init__.py`), as TRL's scripts put it for `--reward_funcs my_checks.fn`: a launched script's
+    `sys.path` starts at its own folder (trl_dpr/scripts/, recipes/), whose `evaluate.py` would shadow the user's. What
+    is imported is then the file `run_fingerprint` digests (`_local_source_files`)."""
+    local = _local_module_path(module_name.split(".")[0])
+    if local is None:  # installed, or not there at all (the old fallback: a namespace package, a compiled module)
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name.split(".")[0] or os.getcwd() in sys.path:
+                raise
+        sys.path.insert(0, os.getcwd())
         return importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name != module_name.split(".")[0] or os.getcwd() in sys.path:
-            raise
+    top = module_name.split(".")[0]
+    loaded = sys.modules.get(top)
+    if loaded is not None and _FROM_A_WORKING_DIRECTORY.get(top) is loaded and not _same_file(loaded.__file__, local):
+        for name in [name for name in sys.modules if name == top or name.startswith(top + ".")]:  # another folder's
+            del sys.modules[name]
+    elif loaded is not None and not _same_file(getattr(loaded, "__file__", None), local):
+        raise ImportError(
+            f"./{local.relative_to(Path.cwd()).as_posix()} is shadowed by the module of that name this process "
+            f"imported already ({getattr(loaded, '__file__', None) or 'built in'}); rename your file"
+        )
+    saved = list(sys.path)
     sys.path.insert(0, os.getcwd())
-    return importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+        _FROM_A_WORKING_DIRECTORY[top] = sys.modules[top]
+        return module
+    finally:  # the user's folder stays importable (a function's own later imports), behind what was there
+        sys.path[:] = saved if os.getcwd() in saved else [*saved, os.getcwd()]
+
+
+# Modules `_import_from_working_directory` imported from the folder a command ran in, by name: a later import from
+# another folder (a notebook that changed folder, a test) replaces them; an installed module of the name is refused.
+_FROM_A_WORKING_DIRECTORY: dict[str, object] = {}
+
+
+def _local_module_path(top: str) -> Path | None:
+    """`./top/__init__.py` or else `./top.py` in the folder the command runs in (a package first, as Python looks)."""
+    if not top.isidentifier():
+        return None
+    for path in (Path.cwd() / top / "__init__.py", Path.cwd() / f"{top}.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _same_file(a: str | None, b: Path) -> bool:
+    try:
+        return a is not None and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _local_source_files(module_name: str) -> list[Path]:
+    """The files of the folder the command runs in that `import module_name` reads, found without importing: every
+    `*.py` of its package (`./pkg/**`, no `__pycache__`) or its module file, and so on for the folder's modules those
+    import by name (`import helper`, `from helper import x`; read with `ast`). [] for an installed module."""
+    found, tops = set(), [module_name.split(".")[0]]
+    while tops:
+        path = _local_module_path(tops.pop())
+        if path is None:
+            continue
+        files = sorted(p for p in path.parent.rglob("*.py") if "__pycache__" not in p.parts)
+        for file in [path] if path.name != "__init__.py" else files:
+            if file not in found:
+                found.add(file)
+                tops.extend(_imported_names(file))
+    return sorted(found)
+
+
+def _imported_names(file: Path) -> list[str]:
+    """The top-level module names `file` imports absolutely (relative imports stay in its package, digested whole)."""
+    import ast
+
+    try:
+        tree = ast.parse(file.read_bytes())
+    except (OSError, SyntaxError, ValueError):  # its import says what is wrong
+        return []
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module.split(".")[0])
+    return names
 
 
 # The names TRL's `trl grpo` script takes without a module (trl/scripts/grpo.py's registry, with its values).
 _TRL_REWARD_FUNC_NAMES = ("accuracy_reward", "reasoning_accuracy_reward", "think_format_reward")
 _TRL_REWARD_FACTORIES = {"get_soft_overlong_punishment": {"max_completion_len": 1280, "soft_punish_cache": 256}}
+
+
+def _factory_settings(attribute: str, max_completion_length: int | None) -> dict:
+    """The arguments a factory of TRL's is built with: DAPO's soft overlong punishment fits the run's own
+    `max_completion_length` (its last quarter penalised, 0 → −1), where TRL's script values (1280, 256) would never
+    penalise a run that stops at 1024 tokens; those without a length."""
+    if attribute == "get_soft_overlong_punishment" and max_completion_length:
+        return {"max_completion_len": max_completion_length, "soft_punish_cache": max(1, max_completion_length // 4)}
+    return _TRL_REWARD_FACTORIES[attribute]
+
+
 REWARD_FUNC_FORMS = (
     f"a name of TRL's ({', '.join([*_TRL_REWARD_FUNC_NAMES, *_TRL_REWARD_FACTORIES])}), a dotted import path "
     "(my_checks.right_answer, as TRL's scripts take it) or module:function (my_checks:right_answer), with my_checks.py "
@@ -271,10 +361,11 @@ def reward_func_source(spec: str) -> tuple[str, str]:
     return module_name, attribute
 
 
-def load_reward_func(spec: str):
+def load_reward_func(spec: str, max_completion_length: int | None = None):
     """The outcome reward function a recipe names in `reward_funcs` (TRL's `def f(prompts, completions, **kwargs) ->
     list[float]`): one of `REWARD_FUNC_FORMS`, imported as `dense_reward` is (the folder the command runs in first).
-    A name that does not resolve to a function is one line saying what is accepted.
+    A name that does not resolve to a function is one line saying what is accepted. `max_completion_length`: the run's,
+    which `get_soft_overlong_punishment` is built for (`_factory_settings`).
 
     Example:
         >>> load_reward_func("think_format_reward").__name__, load_reward_func("trl.rewards:think_format_reward").__name__
@@ -293,7 +384,7 @@ def load_reward_func(spec: str):
     if func is None:
         raise ValueError(f"reward_funcs {spec!r}: {module_name!r} has no {attribute!r}; give {REWARD_FUNC_FORMS}.")
     if module_name == "trl.rewards" and attribute in _TRL_REWARD_FACTORIES:
-        func = func(**_TRL_REWARD_FACTORIES[attribute])
+        func = func(**_factory_settings(attribute, max_completion_length))
     if not callable(func):
         raise ValueError(
             f"reward_funcs {spec!r}: {module_name}.{attribute} is a {type(func).__name__}, not a function; it must be "

@@ -3,6 +3,7 @@ path, or `module:function`), from the user's folder, weighted by `reward_weights
 one line before any model loads, and the names are part of the run's record."""
 
 import json
+import sys
 from pathlib import Path
 from statistics import mean
 
@@ -251,3 +252,160 @@ def test_run_dpr_refuses_reward_funcs_beside_inputs_checked_without_them(tmp_pat
     inputs = DPRInputs(prompts=None)  # what check_dpr_inputs returned, with no reward function
     with pytest.raises(ValueError, match="got inputs from check_dpr_inputs and reward_funcs: pass reward_funcs to it"):
         run_dpr(DPRScriptArguments(), args, ModelConfig(), inputs=inputs, reward_funcs=[lambda completions, **kw: []])
+
+
+def test_a_run_finished_before_reward_funcs_existed_is_still_finished_while_it_names_none(folder, monkeypatch):
+    """run_complete.json of a trl_dpr whose DPRScriptArguments had no `reward_funcs`: the same recipe again (none
+    named) is that run; one that names a function is another."""
+    import hashlib
+    from dataclasses import asdict
+
+    from trl_dpr.running.checkpointing import finished_run, mark_run_finished, run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    monkeypatch.chdir(folder)
+    parsed = make_parser().parse_args_and_config(["--config", "dpr.yaml"])[:3]
+    not_the_run = ("overwrite_output_dir", "resume_from_checkpoint", "local_rank", "hub_token")
+    arguments = {  # what the earlier run_fingerprint digested: every field, none called reward_funcs
+        type(values).__name__: {
+            key: value
+            for key, value in (values.to_dict() if hasattr(values, "to_dict") else asdict(values)).items()
+            if key not in not_the_run and key != "reward_funcs"
+        }
+        for values in parsed
+    }
+    earlier = hashlib.sha256(json.dumps(arguments, default=str, sort_keys=True).encode()).hexdigest()
+    run = folder / "runs" / "p" / "dpr"
+    run.mkdir()
+    (run / "model.safetensors").write_bytes(b"weights of the finished run")
+    mark_run_finished(run, earlier)
+    assert parsed[0].reward_funcs is None and finished_run(run, run_fingerprint(*parsed))
+    named = make_parser().parse_args_and_config(["--config", "dpr.yaml", "--reward_funcs", "think_format_reward"])
+    assert not finished_run(run, run_fingerprint(*named[:3]))
+
+
+@pytest.mark.slow  # a `trl-dpr dpr` process launching a run: seconds to a minute
+def test_a_users_module_named_as_a_trl_dpr_script_is_the_users_not_the_script(folder, tmp_path):
+    """The launched script's folder (trl_dpr/scripts/, which holds evaluate.py) comes first on its `sys.path`: the
+    user's ./evaluate.py is still the one imported, as it is the one the run's record digests."""
+    (folder / "evaluate.py").write_text((folder / "my_checks.py").read_text())
+    with_recipe(folder, reward_funcs=["evaluate.right_answer"], reward_weights=[1.0, 2.0])
+    result = trl_dpr_forked("dpr", "--config", "dpr.yaml", tmp_path=tmp_path, cwd=folder)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (call,) = recorded_calls(folder)  # written by the user's evaluate.py, beside it
+    assert step_log(folder / "runs" / "p" / "dpr")["rewards/right_answer/mean"] == pytest.approx(mean(call["scores"]))
+
+
+def test_a_users_module_comes_before_a_same_named_one_earlier_on_sys_path(folder, monkeypatch):
+    import trl_dpr.scripts
+    from trl_dpr.rewards import load_reward_func
+
+    monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(Path(trl_dpr.scripts.__file__).parent))  # as a launched `trl-dpr dpr` child's
+    (folder / "sft.py").write_text("def right(completions, **kwargs):\n    return [1.0] * len(completions)\n")
+    try:
+        func = load_reward_func("sft.right")
+        assert Path(func.__code__.co_filename) == folder / "sft.py"
+    finally:
+        sys.modules.pop("sft", None)
+
+
+def test_a_users_module_shadowed_by_one_imported_already_is_refused_in_one_line(folder, monkeypatch):
+    from trl_dpr.rewards import load_reward_func
+
+    monkeypatch.chdir(folder)
+    (folder / "yaml.py").write_text("def f(completions, **kwargs):\n    return [0.0] * len(completions)\n")
+    with pytest.raises(ValueError, match=r"cannot import 'yaml' \(./yaml.py is shadowed by the module of that name "):
+        load_reward_func("yaml.f")
+    assert sys.modules["yaml"].__file__ == yaml.__file__  # the installed one, still
+
+
+def test_a_reward_function_packages_other_files_and_its_modules_local_imports_are_the_run(folder, monkeypatch):
+    """Every .py of a package (its __init__ re-exports `.impl`), and a module's local imports (`import helper`), are
+    digested; a file nothing imports, and __pycache__, are not."""
+    from trl_dpr.running.checkpointing import run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    monkeypatch.chdir(folder)
+    (folder / "pkg" / "__pycache__").mkdir(parents=True)
+    (folder / "pkg" / "__init__.py").write_text("from .impl import right\n")
+    (folder / "pkg" / "impl.py").write_text("def right(completions, **kw):\n    return [0.0] * len(completions)\n")
+    (folder / "checks2.py").write_text("from helper import SCORE\n\ndef f(completions, **kw):\n    return [SCORE]\n")
+    (folder / "helper.py").write_text("SCORE = 0.0\n")
+    (folder / "unrelated.py").write_text("X = 1\n")
+
+    def files(*funcs):
+        argv = ["--config", "dpr.yaml", "--reward_funcs", *funcs, "--reward_weights", *["1"] * (len(funcs) + 1)]
+        return run_fingerprint(*make_parser().parse_args_and_config(argv)[:3]).parts["reward function files"]
+
+    package, module = files("pkg.right"), files("checks2.f")
+    (folder / "pkg" / "__pycache__" / "impl.cpython-311.pyc").write_bytes(b"compiled")
+    (folder / "unrelated.py").write_text("X = 2\n")
+    assert (files("pkg.right"), files("checks2.f")) == (package, module)
+    (folder / "pkg" / "impl.py").write_text("def right(completions, **kw):\n    return [1.0] * len(completions)\n")
+    (folder / "helper.py").write_text("SCORE = 1.0\n")
+    assert files("pkg.right") != package and files("checks2.f") != module
+
+
+def test_a_single_reward_function_written_as_a_yaml_string_is_a_list_of_one(folder, monkeypatch):
+    from trl_dpr.running.checkpointing import run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    monkeypatch.chdir(folder)
+    with_recipe(folder, reward_funcs="my_checks.right_answer", reward_weights=[1.0, 2.0])
+    assert "reward_funcs: my_checks.right_answer\n" in (folder / "dpr.yaml").read_text()  # a scalar, not a list
+    scalar = make_parser().parse_args_and_config(["--config", "dpr.yaml"])[:3]
+    assert scalar[0].reward_funcs == ["my_checks.right_answer"]
+    with_recipe(folder, reward_funcs=["my_checks.right_answer"])
+    assert run_fingerprint(*scalar) == run_fingerprint(
+        *make_parser().parse_args_and_config(["--config", "dpr.yaml"])[:3]
+    )
+
+
+def test_trls_soft_overlong_punishment_is_built_for_the_runs_max_completion_length(tmp_path):
+    """DAPO's Eq. 13 with L_max = the run's max_completion_length and L_cache = a quarter of it: a run that stops at
+    16 tokens is penalised from 13 on (TRL's script values, 1280 and 256, would never penalise it)."""
+    from trl_dpr import DensePathConfig
+    from trl_dpr.running.checkpointing import release_output_dir
+    from trl_dpr.running.pipeline import DPRScriptArguments, check_dpr_inputs
+
+    script_args = DPRScriptArguments(dataset_name="trl_dpr/embedded-demo", reward_funcs="get_soft_overlong_punishment")
+    args = DensePathConfig(
+        str(tmp_path / "dpr"), max_completion_length=16, per_device_train_batch_size=2, bf16=False, use_cpu=True
+    )
+    (punishment,) = check_dpr_inputs(script_args, args).reward_funcs
+    release_output_dir(args.output_dir)
+    lengths = [8, 12, 13, 14, 16]
+    expected = [0.0 if n <= 12 else (12 - n) / 4 for n in lengths]  # 0 up to L_max − L_cache, then down to −1 at L_max
+    assert punishment(completion_ids=[[7] * n for n in lengths]) == pytest.approx(expected)
+    assert expected[-2:] == [-0.5, -1.0]
+
+
+def test_the_model_card_lists_every_outcome_reward_also_two_of_one_name(tokenizer, tmp_path):
+    from ..conftest import dpr_trainer
+
+    def scoring(value):
+        def right(completions, **kwargs):  # one name, two functions (two modules' `right`)
+            return [value] * len(completions)
+
+        return right
+
+    trainer, *_ = dpr_trainer(tokenizer, tmp_path, reward_funcs=[scoring(1.0), scoring(0.0)], reward_weights=[1, 2, 3])
+    card = "\n".join(trainer._card_sections())
+    assert "`right` (weight 2), `right` (weight 3); r̂'s weight 1." in card
+
+
+def test_a_users_module_imported_from_one_folder_is_imported_again_from_another(tmp_path, monkeypatch):
+    """One process, two working folders (a notebook, the tests) each with its own checks_xy.py: each is its own."""
+    from trl_dpr.rewards import load_reward_func
+
+    for name, score in (("a", 1.0), ("b", 2.0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "checks_xy.py").write_text(f"def f(completions, **kw):\n    return [{score}]\n")
+    try:
+        monkeypatch.chdir(tmp_path / "a")
+        assert load_reward_func("checks_xy.f")(["x"]) == [1.0]
+        monkeypatch.chdir(tmp_path / "b")
+        assert load_reward_func("checks_xy.f")(["x"]) == [2.0]
+    finally:
+        sys.modules.pop("checks_xy", None)

@@ -51,6 +51,9 @@ RUN_COMPLETE_NAME = "run_complete.json"
 EVAL_RESULTS_NAME = "eval_results.json"  # the evaluation a pipeline ran on the run's model
 # Arguments that say how a run is started, not what it produces: a re-run that differs only in them is the same run.
 _NOT_THE_RUN = ("overwrite_output_dir", "resume_from_checkpoint", "local_rank", "hub_token")
+# Arguments added after runs were recorded, left out while they hold their default (None, empty): a run an earlier
+# trl_dpr finished had no such field, and the same command again is still that run. Set, they are digested as any other.
+_ADDED_LATER = ("reward_funcs",)
 # Arguments that say only how the trained model is evaluated (the YAML named, and its text): not what identifies the
 # run, but digested apart (`RunFingerprint.evaluation`), so the same command with an evaluation fixed after it failed,
 # or changed since, evaluates the finished run again rather than calling it another run (`stages.finished_already`).
@@ -453,7 +456,11 @@ def run_fingerprint(*parsed) -> RunFingerprint:
     arguments, evaluation = {}, None
     for values in parsed:
         fields = values.to_dict() if hasattr(values, "to_dict") else asdict(values)  # to_dict: TrainingArguments' own
-        arguments[type(values).__name__] = {key: value for key, value in fields.items() if key not in _NOT_THE_RUN}
+        arguments[type(values).__name__] = {
+            key: value
+            for key, value in fields.items()
+            if key not in _NOT_THE_RUN and not (key in _ADDED_LATER and value in (None, [], ()))
+        }
         data = fields.get("dataset_name")
         if isinstance(data, str) and data and os.path.exists(data):  # a local file or folder, not a Hub id
             arguments.setdefault("data files", {})[f"{type(values).__name__}.dataset_name"] = _files_state(Path(data))
@@ -465,9 +472,12 @@ def run_fingerprint(*parsed) -> RunFingerprint:
                 evaluation = _evaluation_digest(str(value))
         # A reward function in the user's folder (reward_funcs: [my_checks.right_answer]): its file is the run too.
         for spec in fields.get("reward_funcs") or []:
-            if path := _own_module_file(spec):
+            if files := _own_module_files(spec):
                 code = arguments.setdefault("reward function files", {})
-                code[f"{type(values).__name__}.reward_funcs {spec}"] = hashlib.sha256(path.read_bytes()).hexdigest()
+                code[f"{type(values).__name__}.reward_funcs {spec}"] = {
+                    file.relative_to(Path.cwd()).as_posix(): hashlib.sha256(file.read_bytes()).hexdigest()
+                    for file in files
+                }
     # What identifies the trained model: the arguments less the evaluation's, and less its file; `arguments` whole is
     # what an earlier trl_dpr digested.
     trained = {
@@ -503,19 +513,13 @@ def _evaluation_digest(evaluation_config: str) -> str:
         return _digest(evaluation_config)
 
 
-def _own_module_file(spec: str) -> Path | None:
-    """The file in the folder the command runs from that a `reward_funcs` entry imports (`my_checks.py`, or a package's
-    module), or None (an installed module's, TRL's): found by its path, nothing imported."""
-    from ..rewards import reward_func_source
+def _own_module_files(spec: str) -> list[Path]:
+    """The files in the folder the command runs from that a `reward_funcs` entry imports (`my_checks.py` and the local
+    modules it imports, or every file of a package), [] for an installed module's (TRL's): found, nothing imported."""
+    from ..rewards import _local_source_files, reward_func_source
 
     module_name = reward_func_source(spec)[0]
-    if not module_name or module_name.startswith("."):
-        return None
-    folder = Path.cwd().joinpath(*module_name.split("."))
-    for path in (folder.with_name(folder.name + ".py"), folder / "__init__.py"):
-        if path.is_file():
-            return path
-    return None
+    return _local_source_files(module_name) if module_name and not module_name.startswith(".") else []
 
 
 def _files_state(path: Path) -> list:

@@ -383,9 +383,9 @@ def hyperparameter_table(args, names: tuple[str, ...], examples: str) -> list[st
     ]
 
 
-def dpr_model_card_section(args, reward_model, outcome_rewards: dict[str, float] | None = None) -> str:
+def dpr_model_card_section(args, reward_model, outcome_rewards: list[tuple[str, float]] | None = None) -> str:
     """The DPR part of a policy's model card (`args` a `DensePathConfig`): hyperparameters, the dense reward's source,
-    the outcome `reward_funcs` beside it (`outcome_rewards`: name → weight) and the evaluation table from
+    the outcome `reward_funcs` beside it (`outcome_rewards`: (name, weight) pairs) and the evaluation table from
     `<output_dir>/eval_results.json` when there is one.
     """
     from ..rewards import reward_label  # imports torch: not at module level (`trl-dpr push --help` loads this module)
@@ -418,7 +418,7 @@ def dpr_model_card_section(args, reward_model, outcome_rewards: dict[str, float]
             + "."
         )
     if outcome_rewards:
-        named = ", ".join(f"`{name}` (weight {weight:g})" for name, weight in outcome_rewards.items())
+        named = ", ".join(f"`{name}` (weight {weight:g})" for name, weight in outcome_rewards)
         dense_weight = args.reward_weights[0] if args.reward_weights else 1.0
         lines.append(
             f"- **Outcome rewards** (`reward_funcs`, each added at its completion's last token): {named}; r̂'s weight "

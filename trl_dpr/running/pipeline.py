@@ -146,14 +146,17 @@ class DPRScriptArguments(SFTScriptArguments):
         metadata={
             "help": "Outcome reward functions (TRL's reward_funcs), each scalar added at its completion's last token "
             "beside r̂ and weighted by reward_weights ([w_0 for r̂, then one per function]). Each is a name of TRL's "
-            "(accuracy_reward, reasoning_accuracy_reward, think_format_reward, get_soft_overlong_punishment with "
-            "TRL's script's values), a dotted import path (my_checks.right_answer) or module:function "
-            "(my_checks:right_answer), my_checks.py in the folder you run from. Command line: --reward_funcs a b."
+            "(accuracy_reward, reasoning_accuracy_reward, think_format_reward, get_soft_overlong_punishment: the last "
+            "quarter of max_completion_length penalised), a dotted import path (my_checks.right_answer) or "
+            "module:function (my_checks:right_answer), my_checks.py in the folder you run from. Command line: "
+            "--reward_funcs a b."
         },
     )
 
     def __post_init__(self):
         super().__post_init__()
+        if isinstance(self.reward_funcs, str):  # `reward_funcs: my_checks.f` in YAML: one function, not its letters
+            self.reward_funcs = [self.reward_funcs]
         if self.heatmap_steps and self.heatmap_samples < 1:
             raise ValueError(
                 f"heatmap_samples must be at least 1 rollout per heatmap page, got {self.heatmap_samples}."
@@ -325,7 +328,9 @@ def check_dpr_inputs(
             "in one place."
         )
     if script_args.reward_funcs:
-        reward_funcs = [load_reward_func(spec) for spec in script_args.reward_funcs]
+        reward_funcs = [
+            load_reward_func(spec, training_args.max_completion_length) for spec in script_args.reward_funcs
+        ]
     reward_funcs = list(reward_funcs or [])
     check_reward_weights(training_args.reward_weights, len(reward_funcs))
     claim_output_dir(

@@ -89,5 +89,5 @@ class DPRRunTrainer(SafeHubPushMixin, AtomicCheckpointsMixin, BaseModelCardMixin
     def _card_sections(self) -> list[str]:
         # DPR's reward, α, λ and hyperparameters, the outcome rewards beside r̂ (TRL's names and weights, r̂ first), and
         # the evaluation table when the run wrote one.
-        outcome = dict(zip(self.reward_func_names[1:], self.reward_weights[1:].tolist()))
+        outcome = list(zip(self.reward_func_names[1:], self.reward_weights[1:].tolist()))  # two may share a name
         return dpr_model_card_section(self.args, self.reward_model, outcome).rstrip("\n").split("\n")
