@@ -702,6 +702,60 @@ def test_a_dpr_run_whose_push_fails_leaves_the_trl_dpr_push_line_with_the_recipe
     assert kwargs["private"] is True and kwargs["revision"] == "exp-1"
 
 
+def test_a_merged_dpr_run_whose_evaluation_yaml_was_edited_is_evaluated_and_then_merged_again(
+    dpr_runs, tmp_path, monkeypatch, capsys
+):
+    """`<output_dir>-merged` copies the card and eval_results.json when it merges: an evaluation redone without the
+    merge left the merged model's card with the old table. A merge that fails then is pending for the next run."""
+    import trl_dpr.scripts.dpr
+
+    events = record_steps(dpr_runs, monkeypatch)
+    evaluation = Path(demo_evaluation_yaml(tmp_path / "eval.yaml"))
+    merging = ("--evaluation_config", str(evaluation), "--merge_adapter", "true")
+    dpr_runs(*merging)
+    assert events == ["train", "evaluate", "merge"] and pending(tmp_path) == []
+    demo_evaluation_yaml(evaluation, max_new_tokens=4)  # edited after the run merged
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "merge_output_dir", fail(MergeFailed))
+    capsys.readouterr()
+    with pytest.raises(MergeFailed):
+        dpr_runs(*merging)
+    assert "changed since it was evaluated: evaluating it again, then merging its adapter again." in (
+        capsys.readouterr().out
+    )
+    assert events == ["train", "evaluate", "merge", "evaluate"] and pending(tmp_path) == ["merge"]
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "merge_output_dir", lambda *args: events.append(("merge again", *args)))
+    dpr_runs(*merging)  # evaluated with these settings already: only the merge that failed, in the recipe's dtype
+    assert events[4:] == [("merge again", str(tmp_path / "dpr"), "float32")] and pending(tmp_path) == []
+    assert "its merge did not finish: merging its adapter." in capsys.readouterr().out
+    dpr_runs(*merging)
+    assert "Already finished" in capsys.readouterr().out and len(events) == 5
+
+
+def test_a_pushed_dpr_run_evaluated_again_says_its_hub_copy_keeps_the_old_table_with_the_push_line(
+    dpr_runs, tmp_path, monkeypatch, capsys
+):
+    import shlex
+
+    import trl_dpr.running.pipeline
+
+    monkeypatch.setattr(trl_dpr.running.pipeline, "check_hub_push", lambda args: None)  # offline here: no Hub check
+    events = record_steps(dpr_runs, monkeypatch)
+    evaluation = Path(demo_evaluation_yaml(tmp_path / "eval.yaml"))
+    hub = ("--evaluation_config", str(evaluation), "--push_to_hub", "true", "--hub_model_id", "me/dpr-demo")
+    dpr_runs(*hub)
+    assert events == ["train", "evaluate", "push"] and pending(tmp_path) == []
+    capsys.readouterr()
+    dpr_runs(*hub)  # the same settings: nothing to say about the Hub copy
+    assert "earlier evaluation table" not in capsys.readouterr().out
+    demo_evaluation_yaml(evaluation, max_new_tokens=4)
+    dpr_runs(*hub)
+    assert events == ["train", "evaluate", "push", "evaluate"]  # not pushed: the user's network and token
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "earlier evaluation table" in line]
+    assert line.startswith("Its pushed copy keeps the earlier evaluation table; to push this one: trl-dpr push ")
+    argv = shlex.split(line.split("to push this one: ")[1])
+    assert argv == ["trl-dpr", "push", str(tmp_path / "dpr"), "--to", "me/dpr-demo"]
+
+
 def test_a_dpr_run_recorded_finished_without_pending_steps_by_an_earlier_trl_dpr_is_finished(
     dpr_runs, tmp_path, monkeypatch, capsys
 ):

@@ -509,6 +509,16 @@ def mark_step_done(output_dir: str | os.PathLike, step: str) -> None:
             _write_run_record(Path(output_dir), {**record, "pending": [name for name in pending if name != step]})
 
 
+def mark_step_pending(output_dir: str | os.PathLike, step: str) -> None:
+    """Add `step` to the pending steps of the finished run in `output_dir` (main process), before it is redone: a
+    failure leaves it for the same command again. No record: nothing is written."""
+    if _is_main_process():
+        record = _run_record(Path(output_dir))
+        pending = record.get("pending") if record else None
+        if record and (not isinstance(pending, list) or step not in pending):
+            _write_run_record(Path(output_dir), {**record, "pending": [*(pending or []), step]})
+
+
 def mark_evaluated(output_dir: str | os.PathLike, fingerprint: RunFingerprint) -> None:
     """Record that the finished run in `output_dir` was evaluated with the evaluation settings of `fingerprint` (main
     process): its pending evaluation is done, and the same command again evaluates it only once they change

@@ -66,7 +66,7 @@ def main(argv=None):
             add_evaluation_to_card(output_dir)
         mark_evaluated(output_dir, fingerprint)  # with these settings: the same command again shows its table
 
-    def merge_again():  # a finished run whose merge did not finish: in the dtype the run loaded its model in
+    def merge_again():  # a merge that did not finish, or an evaluation redone: in the dtype the run loaded its model in
         if PartialState().is_main_process:
             merge_output_dir(output_dir, (training_args.model_init_kwargs or {}).get("dtype") or model_args.dtype)
             mark_step_done(output_dir, "merge")
@@ -76,7 +76,8 @@ def main(argv=None):
         if script_args.evaluation_config
         else None
     )
-    if finished_already(training_args, fingerprint, evaluate_again, merge_again, push_command):  # exit code 0
+    merges = merge_again if script_args.merge_adapter else None  # merge_adapter is the run's: its record's too
+    if finished_already(training_args, fingerprint, evaluate_again, merges, push_command):  # exit code 0
         return
     # The DPR stage's own input is checked before the SFT stage spends anything: its reward functions (imported, with
     # their weights and columns), its folder (claimed), the push, the prompts (loaded). run_dpr takes what was
