@@ -756,6 +756,42 @@ def test_a_pushed_dpr_run_evaluated_again_says_its_hub_copy_keeps_the_old_table_
     assert argv == ["trl-dpr", "push", str(tmp_path / "dpr"), "--to", "me/dpr-demo"]
 
 
+def test_a_card_an_earlier_trl_dpr_wrote_gets_the_new_table_in_place_of_its_exact_old_one_or_is_left_and_said(
+    dpr_runs, tmp_path, monkeypatch, capsys
+):
+    """Its card has no markers around the table: the old eval_results.json's table, found exactly as written, is
+    replaced and a note of yours after it stays; a table you edited is not found: the card stays, and one line says so."""
+    import trl_dpr.scripts.dpr
+
+    record_steps(dpr_runs, monkeypatch)
+    tables = []
+
+    def evaluate(config, sft_path, policy_path, **kwargs):
+        tables.append(f"| Method | win |\n|---|---|\n| DPR | {50 + len(tables)}.0 |")
+        (Path(policy_path) / "eval_results.json").write_text(json.dumps({"table_markdown": tables[-1]}))
+        return {"table_markdown": tables[-1]}
+
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "evaluate_against_sft", evaluate)
+    evaluation = Path(demo_evaluation_yaml(tmp_path / "eval.yaml"))
+    dpr_runs("--evaluation_config", str(evaluation))
+    card, note = tmp_path / "dpr" / "README.md", "Note by me: judged by hand, see my blog."
+    earlier = "# tiny-dpr\n\n## Evaluation\n\n{}\n\n{}\n\n### Framework versions\n\n- TRL: 0.0\n"
+    card.write_text(earlier.format(tables[0], note))  # as an earlier trl_dpr wrote it, then you added the note
+    demo_evaluation_yaml(evaluation, max_new_tokens=4)
+    capsys.readouterr()
+    dpr_runs("--evaluation_config", str(evaluation))
+    written = card.read_text()
+    assert tables[1] in written and tables[0] not in written and note in written
+    assert written.index(tables[1]) < written.index(note) and "keeps its earlier table" not in capsys.readouterr().err
+    edited = earlier.format(tables[1].replace("|---|", "|:---:|", 1), note)  # the table's text edited by hand
+    card.write_text(edited)
+    demo_evaluation_yaml(evaluation, max_new_tokens=2)
+    dpr_runs("--evaluation_config", str(evaluation))
+    assert len(tables) == 3 and card.read_text() == edited
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "keeps its earlier table" in line]
+    assert line.startswith(f"{card} keeps its earlier table: ") and "eval_results.json" in line
+
+
 def test_a_dpr_run_recorded_finished_without_pending_steps_by_an_earlier_trl_dpr_is_finished(
     dpr_runs, tmp_path, monkeypatch, capsys
 ):

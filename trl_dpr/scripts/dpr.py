@@ -29,7 +29,7 @@ from trl_dpr.running.checkpointing import (
 )
 from trl_dpr.running.cli import run
 from trl_dpr.running.memory import MemoryTarget
-from trl_dpr.running.model_card import add_evaluation_to_card
+from trl_dpr.running.model_card import add_evaluation_to_card, evaluation_table
 from trl_dpr.running.pipeline import DPRScriptArguments, check_dpr_inputs, evaluate_against_sft, run_dpr
 from trl_dpr.running.placement import LaunchPlacement, check_launched_run
 from trl_dpr.running.push import defer_push_to_hub, merge_output_dir, merge_trainer_output, push_trainer_output
@@ -53,6 +53,7 @@ def main(argv=None):
     push_command = _push_command(training_args, script_args.merge_adapter) if training_args.push_to_hub else None
 
     def evaluate(trainer, device):  # trainer None: a finished run evaluated again, its card written already
+        earlier_table = evaluation_table(output_dir)  # before it is replaced: what an earlier trl_dpr's card holds
         results = evaluate_against_sft(  # the report on the main process, {} on the others
             script_args.evaluation_config,
             sft_path,
@@ -63,7 +64,7 @@ def main(argv=None):
         if trainer is not None:
             trainer.create_model_card(dataset_name=script_args.dataset_name)  # now with the evaluation table
         elif results:
-            add_evaluation_to_card(output_dir)
+            add_evaluation_to_card(output_dir, earlier_table)
         mark_evaluated(output_dir, fingerprint)  # with these settings: the same command again shows its table
 
     def merge_again():  # a merge that did not finish, or an evaluation redone: in the dtype the run loaded its model in
