@@ -809,6 +809,34 @@ def test_a_dpr_run_recorded_finished_without_pending_steps_by_an_earlier_trl_dpr
     assert events == ["train", "evaluate", "merge", "evaluate"]  # its merge is not known to be pending: not redone
 
 
+def test_a_run_recorded_by_the_trl_dpr_before_whose_evaluation_yaml_alone_was_edited_is_evaluated_again_not_refused(
+    dpr_runs, tmp_path, monkeypatch, capsys
+):
+    """The trl_dpr before this one digested the evaluation YAML's text with the run's: its record of a run whose only
+    config file is that YAML, edited since, is the same trained run, evaluated again (it was refused as another)."""
+    from trl_dpr.running.checkpointing import run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    events = record_steps(dpr_runs, monkeypatch)
+    evaluation = Path(demo_evaluation_yaml(tmp_path / "eval.yaml"))
+    dpr_runs("--evaluation_config", str(evaluation))
+    argv = ["--config", str(ROOT / "recipes/demo/dpr.yaml"), "--sft_config", "", "--evaluation_config", ""]
+    argv += ["--output_dir", str(tmp_path / "dpr"), "--num_train_samples", "8", "--evaluation_config", str(evaluation)]
+    earlier = run_fingerprint(*make_parser().parse_args_and_config(argv)[:3])
+    record = {"arguments_sha256": earlier.earlier[0], "parts": earlier.earlier_parts}  # as that trl_dpr wrote it
+    assert "config files" in record["parts"] and "config files" not in earlier.parts  # the YAML its only one
+    (tmp_path / "dpr" / RUN_COMPLETE_NAME).write_text(json.dumps(record))
+    capsys.readouterr()
+    dpr_runs("--evaluation_config", str(evaluation))  # unchanged: finished, as before
+    assert "Already finished" in capsys.readouterr().out and events == ["train", "evaluate"]
+    demo_evaluation_yaml(evaluation, max_new_tokens=4)
+    dpr_runs("--evaluation_config", str(evaluation))
+    assert events == ["train", "evaluate", "evaluate"]  # not trained again, not refused
+    assert "changed since it was evaluated: evaluating it again." in capsys.readouterr().out
+    dpr_runs("--evaluation_config", str(evaluation))
+    assert "Already finished" in capsys.readouterr().out and len(events) == 3
+
+
 @pytest.mark.parametrize("stage", ["sft", "dpr"])
 def test_overwrite_output_dir_is_a_key_and_a_flag_of_the_sft_recipe_as_of_dprs(stage, tmp_path):
     from importlib import import_module
