@@ -2,6 +2,7 @@
 evaluation_config, with an unfinished SFT resumed and a finished one skipped."""
 
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -230,6 +231,45 @@ def test_evaluate_against_sft_forwards_the_training_runs_trust_remote_code_from_
     assert started.value.args[0].trust_remote_code is (training or in_config)
     logged = [r.message for r in caplog.records if "trust_remote_code=True, as the training run did" in r.message]
     assert len(logged) == (form == "EvaluationConfig" and training and not in_config)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ: Linux")
+@pytest.mark.parametrize("method", ["dpr", "spin"])
+def test_an_evaluation_that_cannot_finish_writing_eval_results_leaves_the_earlier_one_whole(
+    tmp_path, monkeypatch, method
+):
+    """The report is written beside the earlier one and renamed over it: a full disk (here a file size limit) or a
+    kill mid-write, while a finished run is evaluated again, never leaves a truncated eval_results.json."""
+    import resource
+    import signal
+
+    import trl_dpr.evaluation
+    from trl_dpr.lfd.self_play import SelfPlayRun, evaluate_last_iterate
+    from trl_dpr.running.pipeline import evaluate_against_sft
+
+    report = {"table_markdown": "| DPR | 90.0 |", "answers": ["a long answer " * 20] * 200}  # ~60 kB, past the limit
+    monkeypatch.setattr(
+        trl_dpr.evaluation, "run_evaluation", lambda config, *a, **k: SimpleNamespace(as_dict=lambda: report)
+    )
+    policy = tmp_path / method
+    policy.mkdir()
+    earlier = json.dumps({"table_markdown": "| DPR | 84.2 |"})
+    (policy / "eval_results.json").write_text(earlier)
+    evaluation = demo_evaluation_yaml(tmp_path / "evaluate.yaml")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    ignored = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), as on a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16_384, hard))
+    try:
+        with pytest.raises(OSError):
+            if method == "dpr":
+                evaluate_against_sft(evaluation, str(tmp_path / "sft"), str(policy))
+            else:
+                evaluate_last_iterate(evaluation, str(tmp_path / "sft"), SelfPlayRun(str(policy), "SPIN", []))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, ignored)
+    assert (policy / "eval_results.json").read_text() == earlier
+    assert sorted(path.name for path in policy.iterdir()) == ["eval_results.json"]  # no half-written file left
 
 
 # ---- the same command again -------------------------------------------------------------------------------------------

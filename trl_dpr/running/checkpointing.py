@@ -569,14 +569,23 @@ def _run_record(output_dir: Path) -> dict | None:
 
 
 def _write_run_record(output_dir: Path, record: dict) -> None:
-    record_path = output_dir / RUN_COMPLETE_NAME
+    _write_whole(output_dir / RUN_COMPLETE_NAME, json.dumps(record) + "\n")
+
+
+def write_eval_results(output_dir: str | os.PathLike, results: dict) -> None:
+    """Write the evaluation report `results` to `<output_dir>/eval_results.json`, whole or not at all: a run killed,
+    or a full disk, while an evaluation done again writes it leaves the earlier report as it was."""
+    _write_whole(Path(output_dir) / EVAL_RESULTS_NAME, json.dumps(results, indent=2))
+
+
+def _write_whole(path: Path, text: str) -> None:
     # A temporary file of its own, renamed: a reader never sees half a file, and two writers (a `trl-dpr push` clearing
     # its step while the same run's command runs again) never share one.
-    handle, partial = tempfile.mkstemp(prefix=f".{RUN_COMPLETE_NAME}.", suffix=".partial", dir=output_dir)
+    handle, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:
         with os.fdopen(handle, "w") as f:
-            f.write(json.dumps(record) + "\n")
-        os.replace(partial, record_path)
+            f.write(text)
+        os.replace(partial, path)
     except BaseException:
         Path(partial).unlink(missing_ok=True)
         raise
