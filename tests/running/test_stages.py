@@ -791,7 +791,7 @@ def test_a_pushed_dpr_run_evaluated_again_says_its_hub_copy_keeps_the_old_table_
     dpr_runs(*hub)
     assert events == ["train", "evaluate", "push", "evaluate"]  # not pushed: the user's network and token
     (line,) = [line for line in capsys.readouterr().out.splitlines() if "earlier evaluation table" in line]
-    assert line.startswith("Its pushed copy keeps the earlier evaluation table; to push this one: trl-dpr push ")
+    assert line.startswith("Its Hub copy keeps the earlier evaluation table; to push this one: trl-dpr push ")
     argv = shlex.split(line.split("to push this one: ")[1])
     assert argv == ["trl-dpr", "push", str(tmp_path / "dpr"), "--to", "me/dpr-demo"]
 

@@ -151,7 +151,7 @@ def finished_already(
         todo.append("merge")
     push_line = f"Not pushed yet: {push_command}" if push_command and "push" in pending else None
     if changed and push_command and "push" not in pending:  # pushed: the Hub copy is not ours to push unasked
-        push_line = f"Its pushed copy keeps the earlier evaluation table; to push this one: {push_command}"
+        push_line = f"Its Hub copy keeps the earlier evaluation table; to push this one: {push_command}"
     if todo:
         if main:
             doing = {
