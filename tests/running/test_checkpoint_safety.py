@@ -362,6 +362,54 @@ def test_a_run_finished_by_an_earlier_trl_dpr_that_counted_its_evaluation_yaml_i
     release_output_dir(tmp_path)
 
 
+def _earlier_record(folder, fields: dict, config_files: dict) -> None:
+    """run_complete.json as the trl_dpr before this one wrote it: its digests held the evaluation YAML's text."""
+    import hashlib
+
+    def digest(value):
+        return hashlib.sha256(json.dumps(value, default=str, sort_keys=True).encode()).hexdigest()
+
+    arguments = {"Pipeline": fields, "config files": config_files}
+    parts = {"arguments": digest({"Pipeline": fields}), "config files": digest(config_files)}
+    (folder / RUN_COMPLETE_NAME).write_text(json.dumps({"arguments_sha256": digest(arguments), "parts": parts}))
+
+
+def test_a_run_finished_by_an_earlier_trl_dpr_whose_evaluation_yaml_alone_was_edited_is_finished_evaluation_changed(
+    tmp_path,
+):
+    """Its record cannot say which config file changed; when the evaluation YAML is the only one the run names, it is
+    that one: the same trained run, evaluated again. With an SFT recipe named too, it is refused as before."""
+    import hashlib
+
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    evaluation, sft = tmp_path / "evaluation.yaml", tmp_path / "sft.yaml"
+    evaluation.write_text("max_new_tokens: 96\n")
+    sft.write_text("learning_rate: 1.0e-4\n")
+
+    def sha(path):
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    _earlier_record(
+        tmp_path,
+        {"sft_config": None, "evaluation_config": str(evaluation)},
+        {"Pipeline.evaluation_config": sha(evaluation)},
+    )
+    evaluation.write_text("max_new_tokens: 128\n")  # edited after that run was evaluated
+    now = run_fingerprint(Pipeline(evaluation_config=str(evaluation)))
+    assert finished_run(tmp_path, now) and evaluation_changed(tmp_path, now) == "changed"
+    mark_evaluated(tmp_path, now)  # evaluated again with it: the same command again only shows its table
+    assert finished_run(tmp_path, now) and evaluation_changed(tmp_path, now) is None
+
+    config_files = {"Pipeline.sft_config": sha(sft), "Pipeline.evaluation_config": sha(evaluation)}
+    _earlier_record(tmp_path, {"sft_config": str(sft), "evaluation_config": str(evaluation)}, config_files)
+    evaluation.write_text("max_new_tokens: 64\n")
+    now = run_fingerprint(Pipeline(str(sft), str(evaluation)))
+    assert not finished_run(tmp_path, now)  # the SFT recipe may be the file that changed: another run
+    with pytest.raises(ValueError, match=r"finished with other config files"):
+        claim_output_dir(tmp_path)
+    release_output_dir(tmp_path)
+
+
 @dataclass
 class Data:
     dataset_name: str

@@ -1122,7 +1122,8 @@ def test_a_dpr_run_whose_evaluation_fails_is_kept_finished_and_the_same_command_
     assert (policy / "model.safetensors").read_bytes() == weights  # not trained again
     table = json.loads((policy / "eval_results.json").read_text())["table_markdown"]
     assert (
-        f"## Evaluation\n\n{table}\n" in (policy / "README.md").read_text()
+        f"## Evaluation\n\n<!-- trl_dpr evaluation -->\n\n{table}\n\n<!-- /trl_dpr evaluation -->\n"
+        in (policy / "README.md").read_text()
     )  # the card carries it, as after training
 
 
@@ -1177,7 +1178,8 @@ def test_an_evaluation_yaml_fixed_after_its_evaluation_failed_evaluates_the_fini
     )
     report = json.loads((policy / "eval_results.json").read_text())
     assert accuracy(report) == {"SFT": 1.0, "DPR": 1.0}
-    assert f"## Evaluation\n\n{report['table_markdown']}\n" in (policy / "README.md").read_text()  # the card's too
+    marked = f"<!-- trl_dpr evaluation -->\n\n{report['table_markdown']}\n\n<!-- /trl_dpr evaluation -->"
+    assert f"## Evaluation\n\n{marked}\n" in (policy / "README.md").read_text()  # the card's too
 
     same = evaluate_with(answer_check="my_checks:one_km", max_prompts=1)
     assert same.returncode == 0, same.stderr[-3000:]

@@ -565,24 +565,32 @@ def test_a_card_written_before_the_evaluation_gets_the_table_a_card_written_afte
             results.write_bytes(before)
 
 
-def test_a_run_evaluated_again_gets_its_new_table_in_its_card_and_a_section_after_it_is_left_as_it_is(tmp_path):
-    """A finished run evaluated again with other settings: the card's table is replaced by the new one, once; a card
-    with another section after the table (the user's) is left as it is."""
-    old, new = (
-        "| Method | accuracy % |\n|---|---|\n| DPR | 50.0 |",
-        "| Method | accuracy % |\n|---|---|\n| DPR | 100.0 |",
-    )
-    card = "# tiny-dpr\n\n## Evaluation\n\n{}\n\n### Framework versions\n\n- TRL: 0.0\n"
-    (tmp_path / "README.md").write_text(card.format(old))
-    (tmp_path / "eval_results.json").write_text(json.dumps({"table_markdown": new}))
-    add_evaluation_to_card(tmp_path)
-    assert (tmp_path / "README.md").read_text() == card.format(new)
-    add_evaluation_to_card(tmp_path)
-    assert (tmp_path / "README.md").read_text() == card.format(new)
-    users = card.format(old).replace("\n\n### Framework", "\n\n## My notes\n\nkept\n\n### Framework")
-    (tmp_path / "README.md").write_text(users)
-    add_evaluation_to_card(tmp_path)
-    assert (tmp_path / "README.md").read_text() == users
+def test_a_run_evaluated_again_replaces_only_its_own_table_and_keeps_a_note_of_yours_after_it(dpr_run, capsys):
+    """The card's table, written between trl_dpr's markers, is what a run evaluated again replaces: a note of yours
+    after it in the same section (no heading of its own) stays, and the new table is there once."""
+    _, trainer, _ = dpr_run
+    folder = Path(trainer.args.output_dir)
+    results, card = folder / "eval_results.json", folder / "README.md"
+    before = results.read_bytes() if results.is_file() else None
+    old, new = "| Method | win |\n|---|---|\n| DPR | 55.0 |", "| Method | win |\n|---|---|\n| DPR | 60.0 |"
+    try:
+        results.write_text(json.dumps({"table_markdown": old}))
+        trainer.create_model_card(model_name="tiny-dpr")
+        note = "Note by me: judged by hand, see my blog."
+        written = card.read_text()
+        assert written.count(old) == 1  # under the section, after the table: where a reader of the card adds to it
+        card.write_text(written.replace("\n\n### Framework versions", f"\n\n{note}\n\n### Framework versions", 1))
+        results.write_text(json.dumps({"table_markdown": new}))
+        add_evaluation_to_card(folder)
+        _, body = read_card(card)
+        assert note in body and new in body and old not in body and body.count("## Evaluation") == 1
+        assert body.index(new) < body.index(note) < body.index("### Framework versions")
+        assert "keeps its earlier table" not in capsys.readouterr().err
+    finally:  # the evaluation the other tests of the run find
+        if before is None:
+            results.unlink()
+        else:
+            results.write_bytes(before)
 
 
 def test_push_trainer_output_pushes_the_card_and_the_policy(dpr_run, monkeypatch):

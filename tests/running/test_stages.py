@@ -2,6 +2,7 @@
 evaluation_config, with an unfinished SFT resumed and a finished one skipped."""
 
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -326,6 +327,45 @@ def test_evaluate_against_sft_forwards_the_training_runs_trust_remote_code_from_
     assert started.value.args[0].trust_remote_code is (training or in_config)
     logged = [r.message for r in caplog.records if "trust_remote_code=True, as the training run did" in r.message]
     assert len(logged) == (form == "EvaluationConfig" and training and not in_config)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ: Linux")
+@pytest.mark.parametrize("method", ["dpr", "spin"])
+def test_an_evaluation_that_cannot_finish_writing_eval_results_leaves_the_earlier_one_whole(
+    tmp_path, monkeypatch, method
+):
+    """The report is written beside the earlier one and renamed over it: a full disk (here a file size limit) or a
+    kill mid-write, while a finished run is evaluated again, never leaves a truncated eval_results.json."""
+    import resource
+    import signal
+
+    import trl_dpr.evaluation
+    from trl_dpr.lfd.self_play import SelfPlayRun, evaluate_last_iterate
+    from trl_dpr.running.pipeline import evaluate_against_sft
+
+    report = {"table_markdown": "| DPR | 90.0 |", "answers": ["a long answer " * 20] * 200}  # ~60 kB, past the limit
+    monkeypatch.setattr(
+        trl_dpr.evaluation, "run_evaluation", lambda config, *a, **k: SimpleNamespace(as_dict=lambda: report)
+    )
+    policy = tmp_path / method
+    policy.mkdir()
+    earlier = json.dumps({"table_markdown": "| DPR | 84.2 |"})
+    (policy / "eval_results.json").write_text(earlier)
+    evaluation = demo_evaluation_yaml(tmp_path / "evaluate.yaml")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    ignored = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), as on a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16_384, hard))
+    try:
+        with pytest.raises(OSError):
+            if method == "dpr":
+                evaluate_against_sft(evaluation, str(tmp_path / "sft"), str(policy))
+            else:
+                evaluate_last_iterate(evaluation, str(tmp_path / "sft"), SelfPlayRun(str(policy), "SPIN", []))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, ignored)
+    assert (policy / "eval_results.json").read_text() == earlier
+    assert sorted(path.name for path in policy.iterdir()) == ["eval_results.json"]  # no half-written file left
 
 
 # ---- the same command again -------------------------------------------------------------------------------------------
@@ -798,6 +838,96 @@ def test_a_dpr_run_whose_push_fails_leaves_the_trl_dpr_push_line_with_the_recipe
     assert kwargs["private"] is True and kwargs["revision"] == "exp-1"
 
 
+def test_a_merged_dpr_run_whose_evaluation_yaml_was_edited_is_evaluated_and_then_merged_again(
+    dpr_runs, tmp_path, monkeypatch, capsys
+):
+    """`<output_dir>-merged` copies the card and eval_results.json when it merges: an evaluation redone without the
+    merge left the merged model's card with the old table. A merge that fails then is pending for the next run."""
+    import trl_dpr.scripts.dpr
+
+    events = record_steps(dpr_runs, monkeypatch)
+    evaluation = Path(demo_evaluation_yaml(tmp_path / "eval.yaml"))
+    merging = ("--evaluation_config", str(evaluation), "--merge_adapter", "true")
+    dpr_runs(*merging)
+    assert events == ["train", "evaluate", "merge"] and pending(tmp_path) == []
+    demo_evaluation_yaml(evaluation, max_new_tokens=4)  # edited after the run merged
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "merge_output_dir", fail(MergeFailed))
+    capsys.readouterr()
+    with pytest.raises(MergeFailed):
+        dpr_runs(*merging)
+    assert "changed since it was evaluated: evaluating it again, then merging its adapter again." in (
+        capsys.readouterr().out
+    )
+    assert events == ["train", "evaluate", "merge", "evaluate"] and pending(tmp_path) == ["merge"]
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "merge_output_dir", lambda *args: events.append(("merge again", *args)))
+    dpr_runs(*merging)  # evaluated with these settings already: only the merge that failed, in the recipe's dtype
+    assert events[4:] == [("merge again", str(tmp_path / "dpr"), "float32")] and pending(tmp_path) == []
+    assert "its merge did not finish: merging its adapter." in capsys.readouterr().out
+    dpr_runs(*merging)
+    assert "Already finished" in capsys.readouterr().out and len(events) == 5
+
+
+def test_a_pushed_dpr_run_evaluated_again_says_its_hub_copy_keeps_the_old_table_with_the_push_line(
+    dpr_runs, tmp_path, monkeypatch, capsys
+):
+    import shlex
+
+    import trl_dpr.running.pipeline
+
+    monkeypatch.setattr(trl_dpr.running.pipeline, "check_hub_push", lambda args: None)  # offline here: no Hub check
+    events = record_steps(dpr_runs, monkeypatch)
+    evaluation = Path(demo_evaluation_yaml(tmp_path / "eval.yaml"))
+    hub = ("--evaluation_config", str(evaluation), "--push_to_hub", "true", "--hub_model_id", "me/dpr-demo")
+    dpr_runs(*hub)
+    assert events == ["train", "evaluate", "push"] and pending(tmp_path) == []
+    capsys.readouterr()
+    dpr_runs(*hub)  # the same settings: nothing to say about the Hub copy
+    assert "earlier evaluation table" not in capsys.readouterr().out
+    demo_evaluation_yaml(evaluation, max_new_tokens=4)
+    dpr_runs(*hub)
+    assert events == ["train", "evaluate", "push", "evaluate"]  # not pushed: the user's network and token
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "earlier evaluation table" in line]
+    assert line.startswith("Its Hub copy keeps the earlier evaluation table; to push this one: trl-dpr push ")
+    argv = shlex.split(line.split("to push this one: ")[1])
+    assert argv == ["trl-dpr", "push", str(tmp_path / "dpr"), "--to", "me/dpr-demo"]
+
+
+def test_a_card_an_earlier_trl_dpr_wrote_gets_the_new_table_in_place_of_its_exact_old_one_or_is_left_and_said(
+    dpr_runs, tmp_path, monkeypatch, capsys
+):
+    """Its card has no markers around the table: the old eval_results.json's table, found exactly as written, is
+    replaced and a note of yours after it stays; a table you edited is not found: the card stays, and one line says so."""
+    import trl_dpr.scripts.dpr
+
+    record_steps(dpr_runs, monkeypatch)
+    tables = []
+
+    def evaluate(config, sft_path, policy_path, **kwargs):
+        tables.append(f"| Method | win |\n|---|---|\n| DPR | {50 + len(tables)}.0 |")
+        (Path(policy_path) / "eval_results.json").write_text(json.dumps({"table_markdown": tables[-1]}))
+        return {"table_markdown": tables[-1]}
+
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "evaluate_against_sft", evaluate)
+    evaluation = Path(demo_evaluation_yaml(tmp_path / "eval.yaml"))
+    dpr_runs("--evaluation_config", str(evaluation))
+    card, note = tmp_path / "dpr" / "README.md", "Note by me: judged by hand, see my blog."
+    earlier = "# tiny-dpr\n\n## Evaluation\n\n{}\n\n{}\n\n### Framework versions\n\n- TRL: 0.0\n"
+    card.write_text(earlier.format(tables[0], note))  # as an earlier trl_dpr wrote it, then you added the note
+    demo_evaluation_yaml(evaluation, max_new_tokens=4)
+    capsys.readouterr()
+    dpr_runs("--evaluation_config", str(evaluation))
+    written = card.read_text()
+    assert tables[1] in written and tables[0] not in written and note in written
+    assert written.index(tables[1]) < written.index(note) and "keeps its earlier table" not in capsys.readouterr().err
+    edited = earlier.format(tables[1].replace("|---|", "|:---:|", 1), note)  # the table's text edited by hand
+    card.write_text(edited)
+    demo_evaluation_yaml(evaluation, max_new_tokens=2)
+    dpr_runs("--evaluation_config", str(evaluation))
+    assert len(tables) == 3 and card.read_text() == edited
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "keeps its earlier table" in line]
+    assert line.startswith(f"{card} keeps its earlier table: ") and "eval_results.json" in line
+
+
 def test_a_dpr_run_recorded_finished_without_pending_steps_by_an_earlier_trl_dpr_is_finished(
     dpr_runs, tmp_path, monkeypatch, capsys
 ):
@@ -813,6 +943,34 @@ def test_a_dpr_run_recorded_finished_without_pending_steps_by_an_earlier_trl_dpr
     (tmp_path / "dpr" / "eval_results.json").unlink()  # its evaluation did not finish: evaluated again, as before
     dpr_runs(*EVALUATION, "--merge_adapter", "true")
     assert events == ["train", "evaluate", "merge", "evaluate"]  # its merge is not known to be pending: not redone
+
+
+def test_a_run_recorded_by_the_trl_dpr_before_whose_evaluation_yaml_alone_was_edited_is_evaluated_again_not_refused(
+    dpr_runs, tmp_path, monkeypatch, capsys
+):
+    """The trl_dpr before this one digested the evaluation YAML's text with the run's: its record of a run whose only
+    config file is that YAML, edited since, is the same trained run, evaluated again (it was refused as another)."""
+    from trl_dpr.running.checkpointing import run_fingerprint
+    from trl_dpr.scripts.dpr import make_parser
+
+    events = record_steps(dpr_runs, monkeypatch)
+    evaluation = Path(demo_evaluation_yaml(tmp_path / "eval.yaml"))
+    dpr_runs("--evaluation_config", str(evaluation))
+    argv = ["--config", str(ROOT / "recipes/demo/dpr.yaml"), "--sft_config", "", "--evaluation_config", ""]
+    argv += ["--output_dir", str(tmp_path / "dpr"), "--num_train_samples", "8", "--evaluation_config", str(evaluation)]
+    earlier = run_fingerprint(*make_parser().parse_args_and_config(argv)[:3])
+    record = {"arguments_sha256": earlier.earlier[0], "parts": earlier.earlier_parts}  # as that trl_dpr wrote it
+    assert "config files" in record["parts"] and "config files" not in earlier.parts  # the YAML its only one
+    (tmp_path / "dpr" / RUN_COMPLETE_NAME).write_text(json.dumps(record))
+    capsys.readouterr()
+    dpr_runs("--evaluation_config", str(evaluation))  # unchanged: finished, as before
+    assert "Already finished" in capsys.readouterr().out and events == ["train", "evaluate"]
+    demo_evaluation_yaml(evaluation, max_new_tokens=4)
+    dpr_runs("--evaluation_config", str(evaluation))
+    assert events == ["train", "evaluate", "evaluate"]  # not trained again, not refused
+    assert "changed since it was evaluated: evaluating it again." in capsys.readouterr().out
+    dpr_runs("--evaluation_config", str(evaluation))
+    assert "Already finished" in capsys.readouterr().out and len(events) == 3
 
 
 @pytest.mark.parametrize("stage", ["sft", "dpr"])

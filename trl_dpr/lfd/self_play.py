@@ -51,6 +51,7 @@ from ..running.checkpointing import (
     release_output_dir,
     releasing_output_dir,
     run_fingerprint,
+    write_eval_results,
 )
 from ..running.pipeline import SFTScriptArguments, evaluation_dir, model_init_kwargs_from
 from ..token_batches import render_prompts
@@ -674,7 +675,7 @@ def evaluate_last_iterate(
             device=device,
         )
         results = run_evaluation(config).as_dict()
-        (Path(run.output_dir) / "eval_results.json").write_text(json.dumps(results, indent=2))
+        write_eval_results(run.output_dir, results)  # renamed into place: a kill mid-write keeps the earlier one
         print(results["table_markdown"], flush=True)
         print(f"\nWritten to {config.output_dir}/results.md", flush=True)
     state.wait_for_everyone()

@@ -565,6 +565,16 @@ def mark_step_done(output_dir: str | os.PathLike, step: str) -> None:
             _write_run_record(Path(output_dir), {**record, "pending": [name for name in pending if name != step]})
 
 
+def mark_step_pending(output_dir: str | os.PathLike, step: str) -> None:
+    """Add `step` to the pending steps of the finished run in `output_dir` (main process), before it is redone: a
+    failure leaves it for the same command again. No record: nothing is written."""
+    if _is_main_process():
+        record = _run_record(Path(output_dir))
+        pending = record.get("pending") if record else None
+        if record and (not isinstance(pending, list) or step not in pending):
+            _write_run_record(Path(output_dir), {**record, "pending": [*(pending or []), step]})
+
+
 def mark_evaluated(output_dir: str | os.PathLike, fingerprint: RunFingerprint) -> None:
     """Record that the finished run in `output_dir` was evaluated with the evaluation settings of `fingerprint` (main
     process): its pending evaluation is done, and the same command again evaluates it only once they change
@@ -581,12 +591,15 @@ def mark_evaluated(output_dir: str | os.PathLike, fingerprint: RunFingerprint) -
 def evaluation_changed(output_dir: str | os.PathLike, fingerprint: RunFingerprint) -> str | None:
     """How the evaluation settings of `fingerprint` differ from those the finished run in `output_dir` was evaluated
     with (`mark_evaluated`): "changed", "new" (it had none), or None (the same; no evaluation now; a record of an
-    earlier trl_dpr, whose evaluation settings were part of the run's). Every process gets the main process's answer."""
+    earlier trl_dpr, whose evaluation settings were part of the run's, unless `finished_run` found only its evaluation
+    YAML edited). Every process gets the main process's answer."""
     changed = None
     if _is_main_process() and getattr(fingerprint, "evaluation", None) is not None:
         record = _run_record(Path(output_dir)) or {}
         if "evaluation_sha256" in record and record["evaluation_sha256"] != fingerprint.evaluation:
             changed = "new" if record["evaluation_sha256"] is None else "changed"
+        elif "evaluation_sha256" not in record and os.path.realpath(output_dir) in _EVALUATION_EDITED:
+            changed = "changed"
     return _agree(changed)
 
 
@@ -612,14 +625,23 @@ def _run_record(output_dir: Path) -> dict | None:
 
 
 def _write_run_record(output_dir: Path, record: dict) -> None:
-    record_path = output_dir / RUN_COMPLETE_NAME
+    _write_whole(output_dir / RUN_COMPLETE_NAME, json.dumps(record) + "\n")
+
+
+def write_eval_results(output_dir: str | os.PathLike, results: dict) -> None:
+    """Write the evaluation report `results` to `<output_dir>/eval_results.json`, whole or not at all: a run killed,
+    or a full disk, while an evaluation done again writes it leaves the earlier report as it was."""
+    _write_whole(Path(output_dir) / EVAL_RESULTS_NAME, json.dumps(results, indent=2))
+
+
+def _write_whole(path: Path, text: str) -> None:
     # A temporary file of its own, renamed: a reader never sees half a file, and two writers (a `trl-dpr push` clearing
     # its step while the same run's command runs again) never share one.
-    handle, partial = tempfile.mkstemp(prefix=f".{RUN_COMPLETE_NAME}.", suffix=".partial", dir=output_dir)
+    handle, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:
         with os.fdopen(handle, "w") as f:
-            f.write(json.dumps(record) + "\n")
-        os.replace(partial, record_path)
+            f.write(text)
+        os.replace(partial, path)
     except BaseException:
         Path(partial).unlink(missing_ok=True)
         raise
@@ -632,7 +654,14 @@ def finished_run(output_dir: str | os.PathLike, fingerprint: str) -> bool:
     answer."""
     finished = None
     if _is_main_process():
-        changed = _recorded_changes(Path(output_dir), fingerprint)
+        try:
+            record = json.loads((Path(output_dir) / RUN_COMPLETE_NAME).read_text())
+            changed = _changes(record, fingerprint)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # none, or not one we can read: unfinished
+            changed = None
+        edited = bool(changed) and _only_evaluation_yaml_edited(record, fingerprint)  # evaluated again, not trained
+        (_EVALUATION_EDITED.add if edited else _EVALUATION_EDITED.discard)(os.path.realpath(output_dir))
+        changed = [] if edited else changed
         _FINISHED_WITH_OTHER[os.path.realpath(output_dir)] = changed or None
         finished = "yes" if changed == [] and _previous_run(Path(output_dir)) else None
     return _agree(finished) == "yes"
@@ -689,6 +718,22 @@ def _changes(record: dict, fingerprint: str) -> list[str]:
         ]
         return [_CHANGED[n] for n in min(changes, key=len)]
     return ["arguments or data (or an earlier trl_dpr made it)"]
+
+
+def _only_evaluation_yaml_edited(record: dict, fingerprint: str) -> bool:
+    """Whether a record of an earlier trl_dpr (its digests held the evaluation YAML's text) differs from `fingerprint`'s
+    earlier parts only in the config files, when the only `*_config` file named is the evaluation YAML (this trl_dpr's
+    parts then have no config files): only the evaluation YAML was edited, so the run is evaluated again."""
+    recorded, earlier = record.get("parts"), getattr(fingerprint, "earlier_parts", None)
+    if not isinstance(recorded, dict) or not earlier or "config files" in (getattr(fingerprint, "parts", None) or {}):
+        return False
+    differ = [n for n in _CHANGED if (n in recorded or n != "data files") and recorded.get(n) != earlier.get(n)]
+    return differ == ["config files"] and "config files" in earlier
+
+
+# Folders whose finished run differs from this command only in its evaluation YAML's text, as a record of an earlier
+# trl_dpr says (`_only_evaluation_yaml_edited`): `evaluation_changed` calls that changed.
+_EVALUATION_EDITED: set[str] = set()
 
 
 def _barrier() -> None:

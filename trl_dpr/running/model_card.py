@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 from ..reference_manifest import MANIFEST_NAME
@@ -425,35 +426,56 @@ def dpr_model_card_section(args, reward_model, outcome_rewards: list[tuple[str, 
             f"{dense_weight:g}."
         )
     lines += ["", *hyperparameter_table(args, CARD_HYPERPARAMETERS, "completions")]
-    results_path = Path(args.output_dir) / "eval_results.json"
-    if results_path.is_file():
-        table = json.loads(results_path.read_text()).get("table_markdown")
-        if table:
-            lines += ["", "## Evaluation", "", table]
+    if table := evaluation_table(args.output_dir):
+        lines += ["", "## Evaluation", "", _evaluation_block(table)]
     return "\n".join(lines) + "\n"
 
 
-def add_evaluation_to_card(output_dir: str | os.PathLike) -> None:
-    """Put the evaluation table of `<output_dir>/eval_results.json` into the model card `README.md` the run wrote,
-    where `dpr_model_card_section` puts it, replacing the table there: a finished run evaluated again by the same
-    command (its evaluation failed, or its settings changed) has no trainer to write its card anew. No card, or a card
-    without that place, is left as it is."""
-    readme, results = Path(output_dir) / "README.md", Path(output_dir) / "eval_results.json"
-    if not readme.is_file() or not results.is_file():
+# trl_dpr's own evaluation table in a card lies between these: a run evaluated again replaces only what is between them.
+EVALUATION_START, EVALUATION_END = "<!-- trl_dpr evaluation -->", "<!-- /trl_dpr evaluation -->"
+
+
+def _evaluation_block(table: str) -> str:
+    return f"{EVALUATION_START}\n\n{table}\n\n{EVALUATION_END}"
+
+
+def evaluation_table(output_dir: str | os.PathLike) -> str | None:
+    """The `table_markdown` of `<output_dir>/eval_results.json`, or None (none, unreadable, or without one)."""
+    try:
+        table = json.loads((Path(output_dir) / "eval_results.json").read_text()).get("table_markdown")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return table if isinstance(table, str) and table else None
+
+
+def add_evaluation_to_card(output_dir: str | os.PathLike, earlier_table: str | None = None) -> None:
+    """Put the evaluation table of `<output_dir>/eval_results.json` into the model card `README.md` the run wrote: a
+    finished run evaluated again by the same command has no trainer to write its card anew. Only trl_dpr's own table
+    is replaced, so a note of yours beside it stays: the text between its markers (`EVALUATION_START`/`_END`); in a card
+    an earlier trl_dpr wrote without them, the exact `earlier_table` (the old eval_results.json's, read before the
+    evaluation replaced it); in a card with no evaluation section, one is added before the framework versions.
+    Otherwise the card is left as it is, said in one line. No card, or no table: nothing is done."""
+    readme, table = Path(output_dir) / "README.md", evaluation_table(output_dir)
+    if not readme.is_file() or not table:
         return
-    card, table = readme.read_text(), json.loads(results.read_text()).get("table_markdown")
-    marker, section = "\n\n### Framework versions", "\n\n## Evaluation\n\n"
-    if not table or marker not in card:
+    card, block, versions = readme.read_text(), _evaluation_block(table), "\n\n### Framework versions"
+    start = card.find(EVALUATION_START)
+    end = card.find(EVALUATION_END, start) if start != -1 else -1
+    earlier = f"\n## Evaluation\n\n{earlier_table}\n\n" if earlier_table else None
+    if end != -1:
+        written = card[:start] + block + card[end + len(EVALUATION_END) :]
+    elif start == -1 and earlier and card.count(earlier) == 1:
+        written = card.replace(earlier, f"\n## Evaluation\n\n{block}\n\n")
+    elif start == -1 and "\n## Evaluation\n" not in card and versions in card:  # evaluated for the first time
+        written = card.replace(versions, f"\n\n## Evaluation\n\n{block}{versions}", 1)
+    else:
+        print(
+            f"{readme} keeps its earlier table: trl_dpr's own table is not found in it (its markers, or the table as "
+            f"it wrote it, were edited); the new one is in {Path(output_dir) / 'eval_results.json'}.",
+            file=sys.stderr,
+            flush=True,
+        )
         return
-    end = card.index(marker)
-    start = card.rfind(section, 0, end)
-    if start == -1:
-        start = end
-        if "\n## Evaluation\n" in card:  # one elsewhere: not ours to replace
-            return
-    elif "\n#" in card[start + len(section) : end]:  # another section after ours: the table is not the last
-        return
-    written = card[:start] + f"{section}{table}" + card[end:]
     if written == card:
         return
     partial = readme.with_name(f".{readme.name}.partial")  # renamed: the card is whole, old or new

@@ -31,7 +31,13 @@ from ..resources import free_memory
 from ..reward_model import CheckpointRewardModel, load_reward_model
 from ..rewards import load_reward_func
 from ..trainer import check_reward_func_columns, check_reward_weights
-from .checkpointing import claim_output_dir, mark_run_finished, parse_resume_from_checkpoint, release_output_dir
+from .checkpointing import (
+    claim_output_dir,
+    mark_run_finished,
+    parse_resume_from_checkpoint,
+    release_output_dir,
+    write_eval_results,
+)
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
 from .merge import check_merge_target, merged_folder
 from .push import check_hub_push, defer_push_to_hub, merge_trainer_output, push_trainer_output
@@ -518,8 +524,7 @@ def evaluate_against_sft(
             config = load_evaluation_config(evaluation_config, {"trust_remote_code": trust_remote_code}, **replaced)
         report = run_evaluation(config)
         results = report.as_dict()
-        with open(Path(policy_path) / "eval_results.json", "w") as f:
-            json.dump(results, f, indent=2)
+        write_eval_results(policy_path, results)  # renamed into place: a kill mid-write keeps the earlier one
         print(results["table_markdown"], flush=True)
         print(f"\nWritten to {config.output_dir}/results.md and {Path(policy_path) / 'eval_results.json'}", flush=True)
     state.wait_for_everyone()

@@ -22,6 +22,7 @@ from .checkpointing import (
     finished_run,
     finished_with_other,
     last_complete_checkpoint,
+    mark_step_pending,
     pending_steps,
     releasing_output_dir,
     run_fingerprint,
@@ -124,8 +125,10 @@ def finished_already(
     `evaluate_again()` (the recipe's `evaluation_stage`), `merge_again()`, and for the push the line `push_command` (the
     push needs the user's network and token: printed, not run). A run evaluated with other evaluation settings than the
     command's (`evaluation_changed`: the YAML edited or another one named, or none before) is evaluated again first: the
-    command asks for that evaluation, and the table shown is then the one it asks for. A record that lists no pending
-    steps (an earlier trl_dpr's) is pending its evaluation when its `eval_results.json` is missing, and then its push.
+    command asks for that evaluation, and the table shown is then the one it asks for; then merged again when it merges
+    (`merge_again` given: `<output_dir>-merged` copies the card), and a pushed run gets the `push_command` line, as its
+    Hub copy keeps the old table. A record that lists no pending steps (an earlier trl_dpr's) is pending its evaluation
+    when its `eval_results.json` is missing, and then its push.
 
     A re-run of the README's `make demo` then ends with exit code 0 rather than refusing the folder (a refusal under
     `accelerate launch` also prints the launcher's traceback). A run that overwrites is never finished; one that
@@ -149,12 +152,16 @@ def finished_already(
         evaluate_again is not None and "evaluation" not in pending and evaluation_changed(output_dir, fingerprint)
     )
     todo = ["evaluation", *unfinished] if changed else unfinished
+    if changed and merge_again is not None and "merge" not in todo:  # the merged copy's card: the old table
+        todo.append("merge")
     push_line = f"Not pushed yet: {push_command}" if push_command and "push" in pending else None
+    if changed and push_command and "push" not in pending:  # pushed: the Hub copy is not ours to push unasked
+        push_line = f"Its Hub copy keeps the earlier evaluation table; to push this one: {push_command}"
     if todo:
         if main:
             doing = {
                 "evaluation": "evaluating it again" if changed == "changed" else "evaluating it",
-                "merge": "merging its adapter",
+                "merge": "merging its adapter" if "merge" in unfinished else "merging its adapter again",
             }
             why = [f"its {' and '.join(unfinished)} did not finish"] if unfinished else []
             if changed:
@@ -167,6 +174,8 @@ def finished_already(
         claim_output_dir(output_dir, evaluating=True)
         with releasing_output_dir(output_dir):
             for step in todo:
+                if step == "merge" and step not in pending:  # redone after the evaluation: pending until done
+                    mark_step_pending(output_dir, step)
                 redo[step]()
         if push_line and main:
             print(push_line, flush=True)

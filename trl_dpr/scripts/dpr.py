@@ -29,7 +29,7 @@ from trl_dpr.running.checkpointing import (
 )
 from trl_dpr.running.cli import run
 from trl_dpr.running.memory import MemoryTarget
-from trl_dpr.running.model_card import add_evaluation_to_card
+from trl_dpr.running.model_card import add_evaluation_to_card, evaluation_table
 from trl_dpr.running.pipeline import DPRScriptArguments, check_dpr_inputs, evaluate_against_sft, run_dpr
 from trl_dpr.running.placement import LaunchPlacement, check_launched_run
 from trl_dpr.running.push import defer_push_to_hub, merge_output_dir, merge_trainer_output, push_trainer_output
@@ -53,6 +53,7 @@ def main(argv=None):
     push_command = _push_command(training_args, script_args.merge_adapter) if training_args.push_to_hub else None
 
     def evaluate(trainer, device):  # trainer None: a finished run evaluated again, its card written already
+        earlier_table = evaluation_table(output_dir)  # before it is replaced: what an earlier trl_dpr's card holds
         results = evaluate_against_sft(  # the report on the main process, {} on the others
             script_args.evaluation_config,
             sft_path,
@@ -63,10 +64,10 @@ def main(argv=None):
         if trainer is not None:
             trainer.create_model_card(dataset_name=script_args.dataset_name)  # now with the evaluation table
         elif results:
-            add_evaluation_to_card(output_dir)
+            add_evaluation_to_card(output_dir, earlier_table)
         mark_evaluated(output_dir, fingerprint)  # with these settings: the same command again shows its table
 
-    def merge_again():  # a finished run whose merge did not finish: in the dtype the run loaded its model in
+    def merge_again():  # a merge that did not finish, or an evaluation redone: in the dtype the run loaded its model in
         if PartialState().is_main_process:
             merge_output_dir(output_dir, (training_args.model_init_kwargs or {}).get("dtype") or model_args.dtype)
             mark_step_done(output_dir, "merge")
@@ -76,7 +77,8 @@ def main(argv=None):
         if script_args.evaluation_config
         else None
     )
-    if finished_already(training_args, fingerprint, evaluate_again, merge_again, push_command):  # exit code 0
+    merges = merge_again if script_args.merge_adapter else None  # merge_adapter is the run's: its record's too
+    if finished_already(training_args, fingerprint, evaluate_again, merges, push_command):  # exit code 0
         return
     # The DPR stage's own input is checked before the SFT stage spends anything: its reward functions (imported, with
     # their weights and columns), its folder (claimed), the push, the prompts (loaded). run_dpr takes what was
