@@ -29,6 +29,7 @@ from .recipe_checks import (
     _describe,
     check_value,
     find_recipe_file,
+    load_recipe_yaml,
     parse_mapping,
     type_spec,
     unknown_flags,
@@ -170,7 +171,10 @@ class RecipeParser(TrlParser):
 
     def set_defaults_with_config(self, **kwargs) -> list[str]:
         """TrlParser's (the YAML values become the arguments' defaults), after the checks: a key no argument has, or a
-        YAML string a non-text field cannot read, stops the run with the file's name."""
+        YAML string a non-text field cannot read, stops the run with the file's name. The values are the file's as
+        `load_recipe_yaml` reads it (TrlParser's own `yaml.safe_load` reads `{min_lr: 1e-6}` as text)."""
+        if self._config_values is not None:  # the keys TrlParser passes (`env:` taken out), the values ours
+            kwargs = {key: self._config_values.get(key, value) for key, value in kwargs.items()}
         self._config_keys = set(kwargs)
         actions = {}
         for action in self._actions:  # the first action of a dest (`--use_x`, not `--no_use_x`) converts its text
@@ -236,6 +240,7 @@ class RecipeParser(TrlParser):
 
     def _start_checks(self) -> None:
         self._config_path = None
+        self._config_values: dict | None = None  # the YAML's values, read by `locate_config`
         self._config_keys: set[str] = set()
         # What each argument's default was before a YAML replaced it (HfArgumentParser's may differ from the field's:
         # None for an empty list): a value equal to it or to the field's default was not given, and is not checked.
@@ -254,7 +259,8 @@ class RecipeParser(TrlParser):
     def locate_config(self, path: str) -> str:
         """The YAML `--config` names (a file, or a shipped recipe), checked to parse."""
         self._config_path = find_recipe_file(path, self.recipe_subfolder)
-        _check_yaml_syntax(self._config_path)
+        values = _check_yaml_syntax(self._config_path)
+        self._config_values = values if isinstance(values, dict) else None
         from .secret_scan import refuse_pasted_secrets  # issue 42: a key pasted into any recipe is refused
 
         refuse_pasted_secrets(self._config_path)
@@ -359,13 +365,11 @@ def load_evaluation_config(path: str, unset: dict | None = None, **replaced):
     """The `EvaluationConfig` of a `trl-dpr evaluate` YAML (a file, or a shipped recipe's name), checked as the recipe
     checks it (unknown keys and secrets are errors), with some fields replaced (`baseline=`, `output_dir=`, ...) and
     those the YAML does not set taken from `unset` (a pipeline's evaluation: the training's `trust_remote_code`)."""
-    import yaml
-
     from ..evaluation.config import EvaluationConfig, check_config_has_no_secrets
 
     path = find_recipe_file(str(path), subfolder="evaluate")
     with open(path) as handle:
-        values = yaml.safe_load(handle) or {}
+        values = load_recipe_yaml(handle) or {}
     check_config_has_no_secrets(values, path)
     (config,) = RecipeParser((EvaluationConfig,), prog="trl-dpr evaluate").parse_args_and_config(["--config", path])
     return dataclasses.replace(config, **{k: v for k, v in (unset or {}).items() if k not in values} | replaced)
