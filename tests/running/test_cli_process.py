@@ -260,6 +260,32 @@ def test_memory_for_an_unknown_backbone_offline_says_how_to_plan_it(tmp_path):
     assert "HF_HUB_OFFLINE=1" in result.stderr and "--model-config FOLDER" in result.stderr
 
 
+REFUSING_REWARD = """
+class Refusing:
+    model_names = ("sft",)
+
+    def __init__(self):
+        raise ValueError("this reward refuses to be built")
+"""
+
+
+@pytest.mark.slow  # one launch through accelerate (~20 s)
+@pytest.mark.parametrize("debug", [True, False])
+def test_debug_shows_the_traceback_of_a_mistake_the_launched_process_finds(tmp_path, debug):
+    """--debug reaches the processes `accelerate launch` starts (the dense_reward is built there, before any model
+    loads): with it their traceback, without it one line that says how to see it."""
+    (tmp_path / "refusing.py").write_text(REFUSING_REWARD)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"use_cpu: true\nmodel_name_or_path: {tmp_path / 'sft'}\ndense_reward: refusing:Refusing\n")
+    command = [sys.executable, "-c", CLI, "dpr", "--config", str(recipe), *(["--debug"] if debug else [])]
+    env = {key: value for key, value in ENV.items() if key != "TRL_DPR_DEBUG"}
+    result = run_launch(command, cwd=tmp_path, env=env, timeout=300)
+    assert "this reward refuses to be built" in result.stderr, result.stderr[-3000:]
+    assert ("Traceback" in result.stderr) == debug, result.stderr[-3000:]
+    assert ("error (ValueError): this reward refuses" in result.stderr) == (not debug), result.stderr[-3000:]
+    assert result.returncode == (1 if debug else 2)
+
+
 def test_trls_launcher_launches_the_packages_stage_script():
     """`_launch_training` hands TRL's `launch_training_script` the absolute path of trl_dpr/scripts/<stage>.py; TRL
     joins it to its own trl/scripts folder, where an absolute path stands for itself. If TRL changed that, this fails."""

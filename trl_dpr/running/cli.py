@@ -95,6 +95,8 @@ def run(main_function: Callable[[list[str]], object], argv: Sequence[str] | None
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = _debugging(argv)
     argv = [a for a in argv if a != "--debug"]
+    if debug:  # the processes `accelerate launch` starts never see --debug (taken out above): they read this
+        os.environ["TRL_DPR_DEBUG"] = "1"
     try:
         main_function(argv)
     except KeyboardInterrupt:
