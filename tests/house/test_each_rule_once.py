@@ -220,6 +220,13 @@ RULE_MESSAGES = {
         r"must be a positive number of tokens \(memory",
         r"token_chunk_size must be",
     ],
+    # DensePathConfig's range rules: checked by its __post_init__ and by the recipe parser, written once
+    "gamma is in (0, 1]": [r"gamma must be in \(0, 1\]"],
+    "two KL penalties need allow_kl_in_loss": [r"would stack two KL penalties"],
+    "the generation batch is a multiple of the training batch": [r"is not a multiple of per_device_train_batch_size"],
+    "max_completion_length is a positive number of tokens": [r"max_completion_length must be a positive"],
+    "max_prompt_length is a positive number of tokens": [r"max_prompt_length must be a positive"],
+    "num_generations is at least 1": [r"num_generations must be >= 1"],
     "the legacy reward keys are refused with the dense_reward line to write": [
         r"the reward is chosen by dense_reward alone"
     ],
@@ -227,13 +234,16 @@ RULE_MESSAGES = {
 
 
 def raise_sites(pattern: str) -> list[str]:
-    """`path:line` of every `raise` in the package whose message (its string pieces, f-strings included) matches."""
+    """`path:line` of every `raise` in the package whose message (its string pieces, f-strings included) matches, and
+    of every `return` of one (a rule of `field_checks.RANGE_RULES` returns its message; the config and the recipe
+    parser raise it)."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Raise) and node.exc is not None:
+            written = node.exc if isinstance(node, ast.Raise) else node.value if isinstance(node, ast.Return) else None
+            if written is not None:
                 text = "".join(
-                    c.value for c in ast.walk(node.exc) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                    c.value for c in ast.walk(written) if isinstance(c, ast.Constant) and isinstance(c.value, str)
                 )
                 if re.search(pattern, text):
                     found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
@@ -254,6 +264,17 @@ def sites(pattern: str) -> list[str]:
 def test_each_rule_has_one_message_in_one_place(rule):
     found = sorted({site for pattern in RULE_MESSAGES[rule] for site in raise_sites(pattern)})
     assert len(found) == 1, f"{rule!r} is checked at {found}: check it once, where its data first exists"
+
+
+def test_the_range_rules_of_a_config_are_its_recipe_parsers_too():
+    """Each rule a config's __post_init__ checks (`_RANGE_RULES`) is one of field_checks.RANGE_RULES, and the recipe
+    parser built from the config (and the one rebuilt from its description, before torch) checks it too."""
+    from trl_dpr.field_checks import RANGE_RULES
+
+    assert DensePathConfig._RANGE_RULES and set(DensePathConfig._RANGE_RULES) <= set(RANGE_RULES)
+    assert set(RANGE_RULES) <= set(DensePathConfig._RANGE_RULES)  # a rule no config declares is checked nowhere
+    parser = RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig), prog="trl-dpr dpr")
+    assert RecipeParser.from_description(parser.describe())._range_rules == list(DensePathConfig._RANGE_RULES)
 
 
 def test_settings_become_a_reward_in_one_place():

@@ -640,6 +640,37 @@ def test_a_bad_value_on_the_command_line_is_one_message_before_torch(tmp_path, f
     assert NO_HEAVY_IMPORTS in result.stderr and not (tmp_path / "out").exists()
 
 
+# Each range rule of DensePathConfig.__post_init__ (field_checks.RANGE_RULES), broken on the command line.
+RANGE_CASES = [
+    ({"gamma": 2.0}, "gamma must be in (0, 1], got 2.0"),
+    ({"temperature": 0.0}, "temperature must be > 0"),
+    ({"max_completion_length": 0}, "max_completion_length must be a positive number of tokens, got 0"),
+    ({"max_prompt_length": 0}, "max_prompt_length must be a positive number of tokens or None, got 0"),
+    ({"beta": 0.1}, "beta=0.1 (GRPO's KL in the loss) and kl_coef=1.0"),  # demo/dpr.yaml's kl_coef
+    ({"per_device_train_batch_size": 3, "generation_batch_size": 4}, "generation_batch_size 4 is not a multiple of"),
+    ({"num_generations": 0}, "num_generations must be >= 1"),
+    ({"reward_token_chunk_size": 0}, "reward_token_chunk_size must be a positive number of tokens"),
+    ({"reward_granularity": "episode"}, "reward_granularity must be 'token' or 'sentence'"),
+]
+
+
+@pytest.mark.parametrize(("changes", "message"), RANGE_CASES, ids=[",".join(c) for c, _ in RANGE_CASES])
+def test_a_dpr_value_out_of_range_is_the_configs_own_message_before_torch(tmp_path, changes, message):
+    """Found by the checks before anything is launched (they took 30-40 s, after `accelerate launch`), with the one
+    message DensePathConfig gives a Python user."""
+    from trl_dpr import DensePathConfig
+
+    with pytest.raises(ValueError) as from_python:
+        DensePathConfig(output_dir="unused", report_to="none", use_cpu=True, bf16=False, kl_coef=1.0, **changes)
+    assert str(from_python.value).startswith(message)
+    flags = [item for key, value in changes.items() for item in (f"--{key}", str(value))]
+    out = tmp_path / "out"
+    result = trl_dpr("dpr", "--config", "demo/dpr.yaml", *flags, "--output_dir", str(out), prelude=REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"  - {from_python.value} (command line)" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and NO_HEAVY_IMPORTS in result.stderr and not out.exists()
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [

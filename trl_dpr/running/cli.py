@@ -313,7 +313,7 @@ def _without(items: list[str], subsequence: list[str]) -> list[str]:
 # torch is imported; only a run that passes them imports it. The first call, or a cache that cannot be read or written,
 # costs what it did before, and runs the same checks on the same description, built on the spot.
 
-CACHE_FORMAT = 2  # raise when the description's layout changes: older cache files are then not read
+CACHE_FORMAT = 3  # raise when the description's layout changes: older cache files are then not read
 CACHE_FILES_KEPT = 4  # a few environments (venvs, versions) sharing one cache each keep theirs
 
 CONFIG_HELP = (

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 from trl import TrlParser  # the `trl` package's light entry: no torch, ~0.2 s
 
-from ..field_checks import _plain, unused_field_problem
+from ..field_checks import _plain, range_problems, unused_field_problem
 from .recipe_checks import (
     RENAMED_KEYS,
     _check_yaml_syntax,
@@ -72,6 +72,8 @@ class RecipeParser(TrlParser):
         self._unused: dict[str, tuple[tuple, str]] = {}
         for dataclass_type in self.dataclass_types:
             self._unused.update(getattr(dataclass_type, "_UNUSED_FIELDS", {}))
+        # The range rules the dataclasses' __post_init__ checks (`field_checks.RANGE_RULES`), checked here first.
+        self._range_rules = [name for t in self.dataclass_types for name in getattr(t, "_RANGE_RULES", ())]
         for action in self._actions:  # refused: --help does not offer them
             if action.dest in self._unused:
                 action.help = argparse.SUPPRESS
@@ -127,6 +129,7 @@ class RecipeParser(TrlParser):
         parser._unused = {
             name: (tuple(accepted), reason) for name, (accepted, reason) in description["unused"].items()
         }
+        parser._range_rules = description["range_rules"]
         parser.launcher_flags = description["launcher_flags"]
         parser.inherited_keys = set(description["inherited"])
         parser._start_checks()
@@ -232,6 +235,8 @@ class RecipeParser(TrlParser):
             if name in given or name in self._config_keys:
                 problem = unused_field_problem(name, getattr(namespace, name, None), accepted, reason)
                 problems += [problem] if problem else []
+        if not problems:  # the values have their types: the rules between them and on their ranges
+            problems = range_problems(vars(namespace), self._range_rules)
         if problems:
             self._raise_invalid(problems, self._config_keys - given)
         return namespace, remaining
@@ -280,14 +285,20 @@ class RecipeParser(TrlParser):
         if problem:
             raise ValueError(f"{problem}. {self.help_command} lists every accepted flag.")
 
-    def _raise_invalid(self, problems: list[str], from_config: set[str]):
-        def where(problem: str) -> str:
-            in_config = self._config_path and problem.split(":")[0] in from_config
+    def _raise_invalid(self, problems: list, from_config: set[str]):
+        """`problems`: "key: what is wrong" lines, or (key, message) pairs."""
+
+        def where(problem) -> str:
+            key = problem[0] if isinstance(problem, tuple) else problem.split(":")[0]
+            in_config = self._config_path and key in from_config
             return f" (in {self._config_path})" if in_config else " (command line)"
+
+        def text(problem) -> str:
+            return problem[1] if isinstance(problem, tuple) else problem
 
         raise ValueError(
             "Invalid value(s); nothing was loaded or trained:\n"
-            + "\n".join(f"  - {problem}{where(problem)}" for problem in problems)
+            + "\n".join(f"  - {text(problem)}{where(problem)}" for problem in problems)
             + f"\nFix them in the YAML or on the command line. {self.help_command} lists every key with its type and "
             "default."
         )
@@ -356,6 +367,7 @@ class RecipeParser(TrlParser):
             # recipe's own parser still does
             "rules": {dest: rule for dest, rule in self._rules.items() if _jsonable(rule) is rule},
             "unused": {name: [list(accepted), reason] for name, (accepted, reason) in self._unused.items()},
+            "range_rules": self._range_rules,
             "launcher_flags": self.launcher_flags,
             "inherited": sorted(self.inherited_keys),
         }
