@@ -702,6 +702,24 @@ def test_a_stage_without_a_config_says_to_pass_one(args):
     assert NO_HEAVY_IMPORTS in result.stderr
 
 
+def test_use_vllm_without_vllm_exits_2_with_the_install_line_before_anything_loads(tmp_path):
+    """It was TRL's ImportError traceback, after 50 s and two model loads."""
+    out = tmp_path / "out"
+    result = trl_dpr(
+        "dpr",
+        "--config",
+        "demo/dpr.yaml",
+        "--use_vllm",
+        "true",
+        "--output_dir",
+        str(out),
+        prelude="import sys; sys.modules['vllm'] = None\n" + REPORT_IMPORTS,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert 'use_vllm: true needs vLLM, which is not installed: `pip install "trl_dpr[vllm]"`' in result.stderr
+    assert "Traceback" not in result.stderr and NO_HEAVY_IMPORTS in result.stderr and not out.exists()
+
+
 def test_a_gguf_recipe_without_the_gguf_extra_exits_2_with_the_install_line(tmp_path):
     # num_train_samples 0 stops the recipe's own parser: were the GGUF check not made first, nothing is launched either
     result = trl_dpr(

@@ -438,7 +438,22 @@ def _check_before_importing(stage: str, argv: list[str], parser=None):
         )
     values, launch_args = (parser or _light_parser(stage)).check_recipe(argv)
     check_gguf_reader(getattr(values, "model_name_or_path", None))
+    if getattr(values, "use_vllm", False) and not _installed("vllm"):  # TRL would say so after loading the models
+        raise ValueError(
+            f'use_vllm: true needs vLLM, which is not installed: `pip install "trl_dpr[{OPTIONAL_DEPENDENCIES["vllm"]}]"` '
+            "installs it (TRL's own trl[vllm] extra), or set use_vllm: false."
+        )
     return values, launch_args
+
+
+def _installed(module: str) -> bool:
+    """Whether `module` can be imported, without importing it (a None in sys.modules blocks it, as an absent one)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # `module.__spec__ is None`: blocked in sys.modules
+        return False
 
 
 def _run_stage(stage: str, argv: list[str]) -> None:
