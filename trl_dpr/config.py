@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig, SFTConfig
 
-from .field_checks import _plain, check_fits_context, check_ranges, unused_field_problem
+from .field_checks import _plain, check_fits_context, unused_field_problem
+from .range_rules import check_ranges
 
 
 def unused_parent_fields(parent, reasons: dict[str, str]) -> dict[str, tuple[tuple, str]]:
@@ -196,7 +197,7 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
     )
     # GRPOConfig reads `scale_rewards: true` as its default, "group" (and maps it so): the same setting, accepted.
     _UNUSED_FIELDS["scale_rewards"] = (("group", True), _UNUSED_FIELDS["scale_rewards"][1])
-    # The range rules (`field_checks.RANGE_RULES`) of __post_init__, which the recipe parser checks before anything loads.
+    # The range rules (`range_rules.RANGE_RULES`) of __post_init__, which the recipe parser checks before anything loads.
     _RANGE_RULES = ("num_generations", "kl_in_loss", "generation_batch_size", *_AFTER_GRPO_CHECKS)
 
     def reward(self):

@@ -16,7 +16,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from trl.trainer.utils import maybe_gather_lm_head_ctx
 
-from .field_checks import temperature_problem, token_chunk_size_problem
+from .range_rules import temperature_problem, token_chunk_size_problem
 
 
 def check_temperature(temperature: float) -> None:

@@ -227,6 +227,13 @@ RULE_MESSAGES = {
     "max_completion_length is a positive number of tokens": [r"max_completion_length must be a positive"],
     "max_prompt_length is a positive number of tokens": [r"max_prompt_length must be a positive"],
     "num_generations is at least 1": [r"num_generations must be >= 1"],
+    "α is in (0, 1)": [r"reference_fraction α must be strictly between 0 and 1"],
+    "num_train_samples is a positive number of rows": [r"num_train_samples must be a positive number of rows"],
+    "self-play's num_iterations is at least 1": [r"num_iterations must be >= 1"],
+    "self-play's generation_temperature is not negative": [r"generation_temperature must be >= 0"],
+    "self-play's generation_top_p is in (0, 1]": [r"generation_top_p must be in"],
+    "self-play generates at least one token, one prompt at a time": [r"max_new_tokens and generation_batch_size must"],
+    "self-play's beta is positive": [r"it scales the log-ratio to π_t"],
     "the legacy reward keys are refused with the dense_reward line to write": [
         r"the reward is chosen by dense_reward alone"
     ],
@@ -235,7 +242,7 @@ RULE_MESSAGES = {
 
 def raise_sites(pattern: str) -> list[str]:
     """`path:line` of every `raise` in the package whose message (its string pieces, f-strings included) matches, and
-    of every `return` of one (a rule of `field_checks.RANGE_RULES` returns its message; the config and the recipe
+    of every `return` of one (a rule of `range_rules.RANGE_RULES` returns its message; the config and the recipe
     parser raise it)."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -267,14 +274,18 @@ def test_each_rule_has_one_message_in_one_place(rule):
 
 
 def test_the_range_rules_of_a_config_are_its_recipe_parsers_too():
-    """Each rule a config's __post_init__ checks (`_RANGE_RULES`) is one of field_checks.RANGE_RULES, and the recipe
+    """Each rule a config's __post_init__ checks (`_RANGE_RULES`) is one of range_rules.RANGE_RULES, and the recipe
     parser built from the config (and the one rebuilt from its description, before torch) checks it too."""
-    from trl_dpr.field_checks import RANGE_RULES
+    from trl_dpr.lfd import GSILConfig
+    from trl_dpr.range_rules import RANGE_RULES
 
-    assert DensePathConfig._RANGE_RULES and set(DensePathConfig._RANGE_RULES) <= set(RANGE_RULES)
-    assert set(RANGE_RULES) <= set(DensePathConfig._RANGE_RULES)  # a rule no config declares is checked nowhere
-    parser = RecipeParser((DPRScriptArguments, DensePathConfig, ModelConfig), prog="trl-dpr dpr")
-    assert RecipeParser.from_description(parser.describe())._range_rules == list(DensePathConfig._RANGE_RULES)
+    configs = (DensePathConfig, DPRScriptArguments, SFTScriptArguments, SPINConfig, GSILConfig)
+    declared = {name for config in configs for name in config._RANGE_RULES}
+    assert declared == set(RANGE_RULES)  # a rule no config declares is checked nowhere
+    for dataclasses in ((DPRScriptArguments, DensePathConfig, ModelConfig), (SFTScriptArguments,), (SPINConfig,)):
+        parser = RecipeParser(dataclasses, prog="trl-dpr x")
+        expected = {name for config in dataclasses for name in getattr(config, "_RANGE_RULES", ())}
+        assert set(RecipeParser.from_description(parser.describe())._range_rules) == expected
 
 
 def test_settings_become_a_reward_in_one_place():

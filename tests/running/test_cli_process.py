@@ -640,34 +640,82 @@ def test_a_bad_value_on_the_command_line_is_one_message_before_torch(tmp_path, f
     assert NO_HEAVY_IMPORTS in result.stderr and not (tmp_path / "out").exists()
 
 
-# Each range rule of DensePathConfig.__post_init__ (field_checks.RANGE_RULES), broken on the command line.
+# Each range rule of a launched stage's config (range_rules.RANGE_RULES), broken on the command line: (stage, the
+# dataclass whose __post_init__ checks it, the values, the start of its message). A negative generation_temperature is
+# the parser's sign rule first ("is negative; expected >= 0"), as every other negative value.
 RANGE_CASES = [
-    ({"gamma": 2.0}, "gamma must be in (0, 1], got 2.0"),
-    ({"temperature": 0.0}, "temperature must be > 0"),
-    ({"max_completion_length": 0}, "max_completion_length must be a positive number of tokens, got 0"),
-    ({"max_prompt_length": 0}, "max_prompt_length must be a positive number of tokens or None, got 0"),
-    ({"beta": 0.1}, "beta=0.1 (GRPO's KL in the loss) and kl_coef=1.0"),  # demo/dpr.yaml's kl_coef
-    ({"per_device_train_batch_size": 3, "generation_batch_size": 4}, "generation_batch_size 4 is not a multiple of"),
-    ({"num_generations": 0}, "num_generations must be >= 1"),
-    ({"reward_token_chunk_size": 0}, "reward_token_chunk_size must be a positive number of tokens"),
-    ({"reward_granularity": "episode"}, "reward_granularity must be 'token' or 'sentence'"),
+    ("dpr", "DensePathConfig", {"gamma": 2.0}, "gamma must be in (0, 1], got 2.0"),
+    ("dpr", "DensePathConfig", {"temperature": 0.0}, "temperature must be > 0"),
+    ("dpr", "DensePathConfig", {"max_completion_length": 0}, "max_completion_length must be a positive number"),
+    ("dpr", "DensePathConfig", {"max_prompt_length": 0}, "max_prompt_length must be a positive number of tokens"),
+    (
+        "dpr",
+        "DensePathConfig",
+        {"beta": 0.1},
+        "beta=0.1 (GRPO's KL in the loss) and kl_coef=1.0",
+    ),  # the demo's kl_coef
+    (
+        "dpr",
+        "DensePathConfig",
+        {"per_device_train_batch_size": 3, "generation_batch_size": 4},
+        "generation_batch_size 4 is not a multiple of",
+    ),
+    ("dpr", "DensePathConfig", {"num_generations": 0}, "num_generations must be >= 1"),
+    ("dpr", "DensePathConfig", {"reward_token_chunk_size": 0}, "reward_token_chunk_size must be a positive number"),
+    ("dpr", "DensePathConfig", {"reward_granularity": "episode"}, "reward_granularity must be 'token' or 'sentence'"),
+    ("dpr", "DPRScriptArguments", {"num_train_samples": 0}, "num_train_samples must be a positive number of rows"),
+    ("dpr", "DPRScriptArguments", {"heatmap_steps": 5, "heatmap_samples": 0}, "heatmap_samples must be at least 1"),
+    (
+        "sft",
+        "SFTScriptArguments",
+        {"reference_fraction": 1.0},
+        "reference_fraction α must be strictly between 0 and 1",
+    ),
+    ("spin", "SPINConfig", {"num_iterations": 0}, "num_iterations must be >= 1"),
+    ("gsil", "GSILConfig", {"generation_top_p": 1.5}, "generation_top_p must be in (0, 1]"),
+    (
+        "gsil",
+        "GSILConfig",
+        {"max_new_tokens": 0, "generation_batch_size": 8},
+        "max_new_tokens and generation_batch_size must be >= 1",
+    ),
+    ("spin", "SPINConfig", {"beta": 0.0}, "beta must be > 0"),
 ]
 
 
-@pytest.mark.parametrize(("changes", "message"), RANGE_CASES, ids=[",".join(c) for c, _ in RANGE_CASES])
-def test_a_dpr_value_out_of_range_is_the_configs_own_message_before_torch(tmp_path, changes, message):
-    """Found by the checks before anything is launched (they took 30-40 s, after `accelerate launch`), with the one
-    message DensePathConfig gives a Python user."""
+def _config_message(name: str, changes: dict) -> str:
+    """The message the dataclass `name` raises from Python for `changes`."""
     from trl_dpr import DensePathConfig
+    from trl_dpr.lfd import GSILConfig, SPINConfig
+    from trl_dpr.running.pipeline import DPRScriptArguments, SFTScriptArguments
 
-    with pytest.raises(ValueError) as from_python:
-        DensePathConfig(output_dir="unused", report_to="none", use_cpu=True, bf16=False, kl_coef=1.0, **changes)
-    assert str(from_python.value).startswith(message)
+    trainer = {"output_dir": "unused", "report_to": "none", "use_cpu": True, "bf16": False}
+    build = {
+        "DensePathConfig": lambda: DensePathConfig(**trainer, kl_coef=1.0, **changes),
+        "DPRScriptArguments": lambda: DPRScriptArguments(dataset_name="d", **changes),
+        "SFTScriptArguments": lambda: SFTScriptArguments(dataset_name="d", **changes),
+        "SPINConfig": lambda: SPINConfig(**trainer, **changes),
+        "GSILConfig": lambda: GSILConfig(**trainer, **changes),
+    }[name]
+    with pytest.raises(ValueError) as error:
+        build()
+    return str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("stage", "config", "changes", "message"), RANGE_CASES, ids=[f"{s}-{','.join(c)}" for s, _, c, _ in RANGE_CASES]
+)
+def test_a_value_out_of_range_is_the_configs_own_message_before_torch(tmp_path, stage, config, changes, message):
+    """Found by the checks before anything is launched (they took 30-40 s, after `accelerate launch`), with the one
+    message the config gives a Python user."""
+    from_python = _config_message(config, changes)
+    assert from_python.startswith(message)
     flags = [item for key, value in changes.items() for item in (f"--{key}", str(value))]
     out = tmp_path / "out"
-    result = trl_dpr("dpr", "--config", "demo/dpr.yaml", *flags, "--output_dir", str(out), prelude=REPORT_IMPORTS)
+    recipe = f"demo/{stage}.yaml"
+    result = trl_dpr(stage, "--config", recipe, *flags, "--output_dir", str(out), prelude=REPORT_IMPORTS)
     assert result.returncode == 2, result.stderr[-2000:]
-    assert f"  - {from_python.value} (command line)" in result.stderr, result.stderr[-2000:]
+    assert f"  - {from_python} (command line)" in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr and NO_HEAVY_IMPORTS in result.stderr and not out.exists()
 
 

@@ -25,7 +25,8 @@ from ..data import check_chat_template, check_prompt_dataset, prompts_for_rl
 from ..embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from ..embedded.task import load_demonstrations
 from ..field_checks import check_fits_context, model_config_of
-from ..reference_callback import ReferenceCheckpointCallback, check_reference_fraction
+from ..range_rules import check_ranges
+from ..reference_callback import ReferenceCheckpointCallback
 from ..reference_manifest import check_model_source, mark_sft_complete, sft_output_problem, sft_trained_on_messages
 from ..resources import free_memory
 from ..reward_model import CheckpointRewardModel, load_reward_model
@@ -81,14 +82,10 @@ class SFTScriptArguments(ScriptArguments):
         ),
     }
 
+    _RANGE_RULES = ("reference_fraction", "num_train_samples")  # range_rules.RANGE_RULES, the recipe parser's too
+
     def __post_init__(self):
-        # Checked when the recipe is parsed, before anything is loaded (α by its owner, the reference callback's rule).
-        check_reference_fraction(self.reference_fraction)
-        if self.num_train_samples is not None and self.num_train_samples < 1:
-            raise ValueError(
-                f"num_train_samples must be a positive number of rows (or unset, for all of them), got "
-                f"{self.num_train_samples}: training on no data would save an untrained copy of the model."
-            )
+        check_ranges(self, self._RANGE_RULES)
 
 
 REFERENCE_FRACTION_OF_SFT = (
@@ -141,12 +138,10 @@ class DPRScriptArguments(SFTScriptArguments):
     )
     heatmap_samples: int = field(default=4, metadata={"help": "Rollouts per heatmap page (with heatmap_steps)."})
 
+    _RANGE_RULES = (*SFTScriptArguments._RANGE_RULES, "heatmap_samples")
+
     def __post_init__(self):
-        super().__post_init__()
-        if self.heatmap_steps and self.heatmap_samples < 1:
-            raise ValueError(
-                f"heatmap_samples must be at least 1 rollout per heatmap page, got {self.heatmap_samples}."
-            )
+        check_ranges(self, self._RANGE_RULES)
 
 
 def print_stage(index: int, total: int, title: str) -> None:

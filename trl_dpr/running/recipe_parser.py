@@ -22,7 +22,8 @@ from collections.abc import Iterable
 
 from trl import TrlParser  # the `trl` package's light entry: no torch, ~0.2 s
 
-from ..field_checks import _plain, range_problems, unused_field_problem
+from ..field_checks import _plain, unused_field_problem
+from ..range_rules import range_problems
 from .recipe_checks import (
     RENAMED_KEYS,
     _check_yaml_syntax,
@@ -72,8 +73,10 @@ class RecipeParser(TrlParser):
         self._unused: dict[str, tuple[tuple, str]] = {}
         for dataclass_type in self.dataclass_types:
             self._unused.update(getattr(dataclass_type, "_UNUSED_FIELDS", {}))
-        # The range rules the dataclasses' __post_init__ checks (`field_checks.RANGE_RULES`), checked here first.
-        self._range_rules = [name for t in self.dataclass_types for name in getattr(t, "_RANGE_RULES", ())]
+        # The range rules the dataclasses' __post_init__ checks (`range_rules.RANGE_RULES`), checked here first.
+        self._range_rules = list(
+            dict.fromkeys(n for t in self.dataclass_types for n in getattr(t, "_RANGE_RULES", ()))
+        )
         for action in self._actions:  # refused: --help does not offer them
             if action.dest in self._unused:
                 action.help = argparse.SUPPRESS
