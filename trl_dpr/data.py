@@ -98,6 +98,24 @@ def check_sft_dataset(dataset: Dataset, name: str) -> None:
     )
 
 
+def _as_declared_format(dataset: Dataset, dataset_format: str, stage: str, name: str) -> Dataset:
+    """`dataset` in the form `dataset_format` declares: its columns are checked (a recipe that says `messages` must not
+    train on something else), and the other form's columns, when the file has both, dropped so that no reader takes
+    them instead. Prompts for RL (`stage` rl) need only `prompt`."""
+    columns = _columns(dataset)
+    needed = (
+        {"messages"} if dataset_format == "messages" else {"prompt", "completion"} if stage == "sft" else {"prompt"}
+    )
+    if not needed <= columns:
+        named = " and ".join(f"`{column}`" for column in sorted(needed))
+        raise ValueError(
+            f"dataset_format: {dataset_format} needs {named} column{'s' * (len(needed) > 1)}, but {name!r} has "
+            f"{sorted(columns)}. Set dataset_format to the form of the file (auto detects it), or map the file first."
+        )
+    other = {"prompt", "completion"} if dataset_format == "messages" else {"messages"}
+    return dataset.remove_columns(sorted(other & columns)) if other & columns else dataset
+
+
 def _check_assistant_turns(conversations: list, name: str) -> None:
     """Every conversation holds an assistant turn: without one SFT trains on the prompts alone, and no error says so."""
     missing = [
@@ -398,6 +416,8 @@ def load_demonstrations(
                 f"dataset_format: openorca needs `question` and `response` columns; got {sorted(columns)}."
             )
         dataset = dataset.map(openorca_to_conversation, remove_columns=sorted(columns))
+    elif dataset_format in ("messages", "prompt_completion"):
+        dataset = _as_declared_format(dataset, dataset_format, stage, dataset_name)
     if stage == "sft":
         check_sft_dataset(dataset, dataset_name)
     return dataset

@@ -84,6 +84,9 @@ def world(tmp_path_factory, tokenizer):
         )
         + "\n"
     )
+    conversation = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]
+    (root / "conversations.jsonl").write_text("".join(json.dumps({"messages": conversation}) + "\n" for _ in range(4)))
+    (root / "prompt_completion.jsonl").write_text(f"{good}\n" * 4)
     (root / "blocker").write_text("a file where a folder should be")
     (root / "not_a_mapping.yaml").write_text("- a\n- list\n")
     (root / "broken.yaml").write_text("learning_rate: 1.0e-6\nmax_steps: 10\n  output_dir: runs/x\n")  # stray indent
@@ -455,6 +458,39 @@ CASES = [
         {"dataset_name": "{root}/text.jsonl", REMOVE: ["num_train_samples"]},
         [],
         r"SFT needs a `messages` column",
+        True,
+    ),
+    (
+        "prompt_completion declared, conversations given (SFT)",
+        "sft",
+        {
+            "dataset_name": "{root}/conversations.jsonl",
+            "dataset_format": "prompt_completion",
+            REMOVE: ["num_train_samples"],
+        },
+        [],
+        r"dataset_format: prompt_completion needs `completion` and `prompt` columns, but .*conversations\.jsonl' has "
+        r"\['messages'\]",
+        True,
+    ),
+    (
+        "messages declared, prompt_completion given (SFT)",
+        "sft",
+        {
+            "dataset_name": "{root}/prompt_completion.jsonl",
+            "dataset_format": "messages",
+            REMOVE: ["num_train_samples"],
+        },
+        [],
+        r"dataset_format: messages needs `messages` column, but .*prompt_completion\.jsonl' has \['completion', 'prompt'\]",
+        True,
+    ),
+    (
+        "messages declared, prompts given (DPR)",
+        "dpr",
+        {"dataset_name": "{root}/prompt_answer.jsonl", "dataset_format": "messages", REMOVE: ["num_train_samples"]},
+        [],
+        r"dataset_format: messages needs `messages` column, but .*prompt_answer\.jsonl' has \['answer', 'prompt'\]",
         True,
     ),
     (
@@ -983,3 +1019,20 @@ def test_a_launched_recipe_that_agrees_with_its_launcher_passes_the_check(monkey
     launch = LaunchPlacement.from_environment()
     training_args = make_parser().parse_args_and_config(["--config", "recipes/demo/dpr.yaml"])[1]
     assert str(check_launched_run(training_args, launch)) == "CPU, fp32"
+
+
+@pytest.mark.parametrize(
+    ("declared", "kept"), [("messages", ["messages"]), ("prompt_completion", ["completion", "prompt"])]
+)
+def test_the_declared_dataset_format_is_the_form_trained_on(tmp_path, declared, kept):
+    """A file with both forms: the one `dataset_format` names is what SFT reads (the other was read before)."""
+    from trl_dpr.data import load_demonstrations
+
+    row = {
+        "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}],
+        "prompt": "3+3?",
+        "completion": "6",
+    }
+    path = tmp_path / "both.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    assert sorted(load_demonstrations(str(path), dataset_format=declared).column_names) == kept
