@@ -3,6 +3,7 @@
 API. Every one must end with a message that says what was wrong and what to do, exit code 2, no traceback, and,
 where the input could be checked beforehand, before any model weights were loaded."""
 
+import copy
 import importlib
 import json
 import re
@@ -53,6 +54,11 @@ def world(tmp_path_factory, tokenizer):
     bare = root / "bare"  # a model without the recorded reference
     build_tiny_causal_lm(tokenizer).save_pretrained(bare)
     tokenizer.save_pretrained(bare)
+    pad_past_vocab = root / "pad_past_vocab"  # its tokenizer pads with a token the model has no embedding row for
+    build_tiny_causal_lm(tokenizer).save_pretrained(pad_past_vocab)
+    extended = copy.deepcopy(tokenizer)
+    extended.add_special_tokens({"pad_token": "<|newpad|>"})
+    extended.save_pretrained(pad_past_vocab)
     (root / "not_a_model").mkdir()
     finished_dpr = root / "finished_dpr"
     finished_dpr.mkdir()
@@ -458,6 +464,14 @@ CASES = [
         {"dataset_name": "{root}/text.jsonl", REMOVE: ["num_train_samples"]},
         [],
         r"SFT needs a `messages` column",
+        True,
+    ),
+    (
+        "a pad token past the model's vocabulary (SFT)",
+        "sft",
+        {"model_name_or_path": "{root}/pad_past_vocab"},
+        [],
+        r"pad_past_vocab's tokenizer pads with '<\|newpad\|>' \(id (\d+)\), past the model's vocabulary of \1 tokens",
         True,
     ),
     (

@@ -24,7 +24,7 @@ from ..config import DensePathConfig
 from ..data import check_chat_template, check_prompt_dataset, prompts_for_rl
 from ..embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from ..embedded.task import load_demonstrations
-from ..field_checks import check_fits_context, model_config_of
+from ..field_checks import check_fits_context, check_pad_token_fits, model_config_of
 from ..range_rules import check_ranges
 from ..reference_callback import ReferenceCheckpointCallback
 from ..reference_manifest import check_model_source, mark_sft_complete, sft_output_problem, sft_trained_on_messages
@@ -210,6 +210,8 @@ def run_sft(
     if model_config is not None:  # before the model loads
         _check_sft_max_length(model_config, model_args.model_name_or_path, training_args)
     tokenizer = AutoTokenizer.from_pretrained(base, revision=model_args.model_revision)
+    if model_config is not None:
+        check_pad_token_fits(tokenizer, model_config, model_args.model_name_or_path, training_args.pad_token)
     if not training_args.chat_template_path:
         check_chat_template(tokenizer, train_dataset, script_args.dataset_name)
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
@@ -370,6 +372,8 @@ def run_dpr(
         inputs.prompts, script_args.dataset_name, lambda: bool(sft_trained_on_messages(sft_path, *hub))
     )
     tokenizer = AutoTokenizer.from_pretrained(sft_path, padding_side="left")
+    if model_config is not None:
+        check_pad_token_fits(tokenizer, model_config, sft_path)
     check_chat_template(tokenizer, inputs.prompts, script_args.dataset_name)
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
     if reward_model is None:
