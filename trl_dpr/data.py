@@ -352,10 +352,11 @@ def load_demonstrations(
     dataset_format: str = "auto",
     stage: str = "sft",
     rows: Dataset | None = None,
+    samples_key: str = "num_train_samples",
 ) -> Dataset:
     """A demonstration split: a Hub dataset, a `.json`/`.jsonl` file, or `rows` already built (named `dataset_name`).
 
-    `num_samples` keeps a `seed`-shuffled subsample; `dataset_format` is `auto`, `openorca`, `messages` or
+    `num_samples` keeps a `seed`-shuffled subsample (`samples_key`: the recipe key that set it, for the messages); `dataset_format` is `auto`, `openorca`, `messages` or
     `prompt_completion`; `stage` `sft` needs demonstrations, `rl` prompts (or demonstrations to take them from).
     """
     if dataset_format not in ("auto", "openorca", "messages", "prompt_completion"):
@@ -405,7 +406,10 @@ def load_demonstrations(
 
     if num_samples is not None:
         if num_samples > dataset.num_rows:
-            raise ValueError(f"num_samples={num_samples} but {dataset_name!r}:{split} has {dataset.num_rows} rows.")
+            raise ValueError(
+                f"{samples_key}: {num_samples} is more than the {dataset.num_rows} rows of {dataset_name!r} (split "
+                f"{split!r}): lower it to at most {dataset.num_rows}."
+            )
         dataset = dataset.shuffle(seed=seed).select(range(num_samples))
 
     columns = _columns(dataset)
