@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig, SFTConfig
 
 from .field_checks import _plain, check_fits_context, unused_field_problem
-from .scoring import check_temperature, check_token_chunk_size
+from .range_rules import check_ranges
 
 
 def unused_parent_fields(parent, reasons: dict[str, str]) -> dict[str, tuple[tuple, str]]:
@@ -63,6 +63,16 @@ class _NoGroupBaseline(int):
 
     def __lt__(self, other):
         return False if other == 2 else int(self) < other
+
+
+_AFTER_GRPO_CHECKS = (
+    "reward_granularity",
+    "temperature",
+    "gamma",
+    "max_prompt_length",
+    "max_completion_length",
+    "reward_token_chunk_size",
+)
 
 
 @dataclass
@@ -187,6 +197,8 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
     )
     # GRPOConfig reads `scale_rewards: true` as its default, "group" (and maps it so): the same setting, accepted.
     _UNUSED_FIELDS["scale_rewards"] = (("group", True), _UNUSED_FIELDS["scale_rewards"][1])
+    # The range rules (`range_rules.RANGE_RULES`) of __post_init__, which the recipe parser checks before anything loads.
+    _RANGE_RULES = ("num_generations", "kl_in_loss", "generation_batch_size", *_AFTER_GRPO_CHECKS)
 
     def reward(self):
         """The `DenseReward` this config trains on, built once from `dense_reward` (`rewards.reward_from_settings`).
@@ -212,15 +224,9 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
 
     def __post_init__(self):
         # Before GRPOConfig's own checks: it divides by num_generations, so 0 would be a ZeroDivisionError.
-        if self.num_generations is None or self.num_generations < 1:
-            raise ValueError(f"num_generations must be >= 1 (the paper uses 1), got {self.num_generations}.")
+        check_ranges(self, ("num_generations",))
         refuse_unused_fields(self)
-        if self.beta != 0.0 and self.kl_coef != 0.0 and not self.allow_kl_in_loss:
-            raise ValueError(
-                f"beta={self.beta} (GRPO's KL in the loss) and kl_coef={self.kl_coef} (DPR's KL to π_SFT in the "
-                "reward) would stack two KL penalties, and under PEFT GRPO's reference is the base model, not π_SFT. "
-                "Use kl_coef alone (beta: 0), or set allow_kl_in_loss: true if you want both."
-            )
+        check_ranges(self, ("kl_in_loss", "generation_batch_size"))
         if self.num_generations == 1:
             self.num_generations = _NoGroupBaseline(1)
         try:
@@ -228,30 +234,9 @@ class DensePathConfig(ActivationCheckpointingAlias, GRPOConfig):
         finally:
             if isinstance(self.num_generations, _NoGroupBaseline):
                 self.num_generations = 1
-        if self.reward_granularity not in ("token", "sentence"):
-            raise ValueError(
-                f"reward_granularity must be 'token' or 'sentence', got {self.reward_granularity!r}: 'token' is "
-                "Dense-Path REINFORCE (the default), 'sentence' the SR baseline of §4.1 (the whole return at the last "
-                "token). Set one of them, or remove the key."
-            )
-        check_temperature(self.temperature)
-        if not 0.0 < self.gamma <= 1.0:
-            raise ValueError(
-                f"gamma must be in (0, 1], got {self.gamma}: it discounts the token returns, and the paper uses 1.0 "
-                "(§4.4 sweeps values below 1). Set e.g. gamma: 1.0, or remove the key."
-            )
+        check_ranges(self, _AFTER_GRPO_CHECKS)
         if self.kl_coef < 0.0:
             raise ValueError(f"kl_coef must be >= 0 (the paper uses 1e-5), got {self.kl_coef}.")
-        if self.max_prompt_length is not None and self.max_prompt_length < 1:
-            raise ValueError(
-                f"max_prompt_length must be a positive number of tokens or None, got {self.max_prompt_length}."
-            )
-        if self.max_completion_length is not None and self.max_completion_length < 1:
-            raise ValueError(
-                f"max_completion_length must be a positive number of tokens, got {self.max_completion_length}: DPR "
-                "needs at least one sampled token per completion to score."
-            )
-        check_token_chunk_size(self.reward_token_chunk_size, "reward_token_chunk_size")
         if self.fast_generation:  # a key of generation_kwargs the recipe sets itself wins
             self.generation_kwargs = {"cache_implementation": "static", **(self.generation_kwargs or {})}
         self.reward()  # conflicting keys, an unimportable class or wrong kwargs fail here, before any model loads

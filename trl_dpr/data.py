@@ -98,6 +98,24 @@ def check_sft_dataset(dataset: Dataset, name: str) -> None:
     )
 
 
+def _as_declared_format(dataset: Dataset, dataset_format: str, stage: str, name: str) -> Dataset:
+    """`dataset` in the form `dataset_format` declares: its columns are checked (a recipe that says `messages` must not
+    train on something else), and the other form's columns, when the file has both, dropped so that no reader takes
+    them instead. Prompts for RL (`stage` rl) need only `prompt`."""
+    columns = _columns(dataset)
+    needed = (
+        {"messages"} if dataset_format == "messages" else {"prompt", "completion"} if stage == "sft" else {"prompt"}
+    )
+    if not needed <= columns:
+        named = " and ".join(f"`{column}`" for column in sorted(needed))
+        raise ValueError(
+            f"dataset_format: {dataset_format} needs {named} column{'s' * (len(needed) > 1)}, but {name!r} has "
+            f"{sorted(columns)}. Set dataset_format to the form of the file (auto detects it), or map the file first."
+        )
+    other = {"prompt", "completion"} if dataset_format == "messages" else {"messages"}
+    return dataset.remove_columns(sorted(other & columns)) if other & columns else dataset
+
+
 def _check_assistant_turns(conversations: list, name: str) -> None:
     """Every conversation holds an assistant turn: without one SFT trains on the prompts alone, and no error says so."""
     missing = [
@@ -383,14 +401,15 @@ def load_demonstrations(
     rows: Dataset | None = None,
     file_splits: Sequence[str] = ("train",),
     split_key: str = "dataset_train_split",
+    samples_key: str = "num_train_samples",
 ) -> Dataset:
     """A demonstration split: a Hub dataset, a local folder, a `.json`/`.jsonl`/`.csv`/`.parquet` file (all of split
     `train`), or `rows` already built (named `dataset_name`).
 
-    `num_samples` keeps a `seed`-shuffled subsample; `dataset_format` is `auto`, `openorca`, `messages` or
-    `prompt_completion`; `stage` `sft` needs demonstrations, `rl` prompts (or demonstrations to take them from). A
-    single file answers to the splits `file_splits` only (the preview's held-out `test` too); another `split` is refused,
-    naming the recipe key `split_key` that set it.
+    `num_samples` keeps a `seed`-shuffled subsample (`samples_key`: the recipe key that set it, for the messages);
+    `dataset_format` is `auto`, `openorca`, `messages` or `prompt_completion`; `stage` `sft` needs demonstrations, `rl`
+    prompts (or demonstrations to take them from). A single file answers to the splits `file_splits` only (the
+    preview's held-out `test` too); another `split` is refused, naming the recipe key `split_key` that set it.
     """
     if dataset_format not in ("auto", "openorca", "messages", "prompt_completion"):
         raise ValueError(
@@ -426,7 +445,10 @@ def load_demonstrations(
 
     if num_samples is not None:
         if num_samples > dataset.num_rows:
-            raise ValueError(f"num_samples={num_samples} but {dataset_name!r}:{split} has {dataset.num_rows} rows.")
+            raise ValueError(
+                f"{samples_key}: {num_samples} is more than the {dataset.num_rows} rows of {dataset_name!r} (split "
+                f"{split!r}): lower it to at most {dataset.num_rows}."
+            )
         dataset = dataset.shuffle(seed=seed).select(range(num_samples))
 
     columns = _columns(dataset)
@@ -437,6 +459,8 @@ def load_demonstrations(
                 f"dataset_format: openorca needs `question` and `response` columns; got {sorted(columns)}."
             )
         dataset = dataset.map(openorca_to_conversation, remove_columns=sorted(columns))
+    elif dataset_format in ("messages", "prompt_completion"):
+        dataset = _as_declared_format(dataset, dataset_format, stage, dataset_name)
     if stage == "sft":
         check_sft_dataset(dataset, dataset_name)
     return dataset

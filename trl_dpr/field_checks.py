@@ -161,6 +161,21 @@ def rope_parameter_sets(text_config) -> list[dict]:
     return [rope] if rope else []
 
 
+def check_pad_token_fits(tokenizer, model_config, model_name: str, pad_token: str | None = None) -> None:
+    """The pad token a run pads with (`pad_token`, else the tokenizer's, else its EOS, as TRL picks it) is a row of the
+    model's embedding (`vocab_size`): a tokenizer without one of its own may get a new token past the model's
+    vocabulary (Qwen2's `<|endoftext|>`), and the first padded batch fails mid-step with torch's IndexError."""
+    pad = pad_token or tokenizer.pad_token or tokenizer.eos_token
+    pad_id = tokenizer.convert_tokens_to_ids(pad) if pad is not None else None
+    rows = getattr(model_config.get_text_config(), "vocab_size", None)
+    if isinstance(pad_id, int) and isinstance(rows, int) and pad_id >= rows:
+        raise ValueError(
+            f"{model_name}'s tokenizer pads with {pad!r} (id {pad_id}), past the model's vocabulary of {rows} tokens "
+            f"(vocab_size in its config.json): set pad_token to a token the model has (its EOS: "
+            f"pad_token: {tokenizer.eos_token!r} in the SFT recipe), or save the tokenizer with such a pad token."
+        )
+
+
 def context_of(model_config) -> tuple[int | None, str]:
     """The tokens a model reads (None: its config does not say) and where its config says so: `max_position_embeddings`,
     or a longer `factor × original_max_position_embeddings` of its rope scaling (YaRN: Qwen2.5's 32768 × 4 = 128K).

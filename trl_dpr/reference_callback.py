@@ -11,6 +11,7 @@ import torch
 from accelerate.logging import get_logger
 from transformers import TrainerCallback
 
+from .range_rules import reference_fraction_problem
 from .reference_manifest import MANIFEST_NAME, REFERENCE_DIRNAME, ReferenceManifest, parse_manifest, write_manifest
 
 logger = get_logger(__name__)
@@ -43,13 +44,8 @@ def _full_state_dict(model) -> dict | None:
 
 def check_reference_fraction(fraction) -> float:
     """α of Algorithm 1 as a float in (0, 1) (π_ref is the SFT model after ⌊α·N⌋ of N steps), else a ValueError."""
-    if not isinstance(fraction, (int, float)) or not 0.0 < float(fraction) < 1.0:
-        raise ValueError(
-            f"reference_fraction α must be strictly between 0 and 1, got {fraction!r}: π_ref is the SFT model after "
-            "⌊α·N⌋ of its N optimizer steps (0 would be the base model, 1 π_SFT itself). The paper uses 0.5, the "
-            "checkpoint after half of the steps: set reference_fraction: 0.5 (ReferenceCheckpointCallback(fraction=0.5) "
-            "in Python)."
-        )
+    if problem := reference_fraction_problem(fraction):
+        raise ValueError(problem)
     return float(fraction)
 
 

@@ -16,22 +16,19 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from trl.trainer.utils import maybe_gather_lm_head_ctx
 
+from .range_rules import temperature_problem, token_chunk_size_problem
+
 
 def check_temperature(temperature: float) -> None:
     """The one check of a sampling / scoring temperature T (everything divides the logits by it)."""
-    if not temperature > 0.0:
-        raise ValueError(
-            f"temperature must be > 0 (the paper samples at 1.0), got {temperature}: DPR's reward and its KL term are "
-            "for sampled completions, scored at log softmax(logits / T)."
-        )
+    if problem := temperature_problem(temperature):
+        raise ValueError(problem)
 
 
 def check_token_chunk_size(token_chunk_size: int, name: str = "token_chunk_size") -> None:
     """The one check of the LM head's chunk (`name` is the setting as the caller spells it)."""
-    if token_chunk_size < 1:
-        raise ValueError(
-            f"{name} must be a positive number of tokens (memory ∝ chunk × vocab × 4 bytes), got {token_chunk_size}."
-        )
+    if problem := token_chunk_size_problem(token_chunk_size, name):
+        raise ValueError(problem)
 
 
 def _causal_lm(model: nn.Module) -> nn.Module:

@@ -220,6 +220,20 @@ RULE_MESSAGES = {
         r"must be a positive number of tokens \(memory",
         r"token_chunk_size must be",
     ],
+    # DensePathConfig's range rules: checked by its __post_init__ and by the recipe parser, written once
+    "gamma is in (0, 1]": [r"gamma must be in \(0, 1\]"],
+    "two KL penalties need allow_kl_in_loss": [r"would stack two KL penalties"],
+    "the generation batch is a multiple of the training batch": [r"is not a multiple of per_device_train_batch_size"],
+    "max_completion_length is a positive number of tokens": [r"max_completion_length must be a positive"],
+    "max_prompt_length is a positive number of tokens": [r"max_prompt_length must be a positive"],
+    "num_generations is at least 1": [r"num_generations must be >= 1"],
+    "α is in (0, 1)": [r"reference_fraction α must be strictly between 0 and 1"],
+    "num_train_samples is a positive number of rows": [r"num_train_samples must be a positive number of rows"],
+    "self-play's num_iterations is at least 1": [r"num_iterations must be >= 1"],
+    "self-play's generation_temperature is not negative": [r"generation_temperature must be >= 0"],
+    "self-play's generation_top_p is in (0, 1]": [r"generation_top_p must be in"],
+    "self-play generates at least one token, one prompt at a time": [r"max_new_tokens and generation_batch_size must"],
+    "self-play's beta is positive": [r"it scales the log-ratio to π_t"],
     "the legacy reward keys are refused with the dense_reward line to write": [
         r"the reward is chosen by dense_reward alone"
     ],
@@ -227,13 +241,16 @@ RULE_MESSAGES = {
 
 
 def raise_sites(pattern: str) -> list[str]:
-    """`path:line` of every `raise` in the package whose message (its string pieces, f-strings included) matches."""
+    """`path:line` of every `raise` in the package whose message (its string pieces, f-strings included) matches, and
+    of every `return` of one (a rule of `range_rules.RANGE_RULES` returns its message; the config and the recipe
+    parser raise it)."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Raise) and node.exc is not None:
+            written = node.exc if isinstance(node, ast.Raise) else node.value if isinstance(node, ast.Return) else None
+            if written is not None:
                 text = "".join(
-                    c.value for c in ast.walk(node.exc) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                    c.value for c in ast.walk(written) if isinstance(c, ast.Constant) and isinstance(c.value, str)
                 )
                 if re.search(pattern, text):
                     found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
@@ -254,6 +271,21 @@ def sites(pattern: str) -> list[str]:
 def test_each_rule_has_one_message_in_one_place(rule):
     found = sorted({site for pattern in RULE_MESSAGES[rule] for site in raise_sites(pattern)})
     assert len(found) == 1, f"{rule!r} is checked at {found}: check it once, where its data first exists"
+
+
+def test_the_range_rules_of_a_config_are_its_recipe_parsers_too():
+    """Each rule a config's __post_init__ checks (`_RANGE_RULES`) is one of range_rules.RANGE_RULES, and the recipe
+    parser built from the config (and the one rebuilt from its description, before torch) checks it too."""
+    from trl_dpr.lfd import GSILConfig
+    from trl_dpr.range_rules import RANGE_RULES
+
+    configs = (DensePathConfig, DPRScriptArguments, SFTScriptArguments, SPINConfig, GSILConfig)
+    declared = {name for config in configs for name in config._RANGE_RULES}
+    assert declared == set(RANGE_RULES)  # a rule no config declares is checked nowhere
+    for dataclasses in ((DPRScriptArguments, DensePathConfig, ModelConfig), (SFTScriptArguments,), (SPINConfig,)):
+        parser = RecipeParser(dataclasses, prog="trl-dpr x")
+        expected = {name for config in dataclasses for name in getattr(config, "_RANGE_RULES", ())}
+        assert set(RecipeParser.from_description(parser.describe())._range_rules) == expected
 
 
 def test_settings_become_a_reward_in_one_place():

@@ -79,6 +79,7 @@ CORE = {  # the algorithm, readable in one sitting: what `from trl_dpr import ..
     "trl_dpr.reference_callback",
     "trl_dpr.reference_manifest",
     "trl_dpr.field_checks",
+    "trl_dpr.range_rules",
     "trl_dpr.rollout_logprobs",
     "trl_dpr.token_batches",
     "trl_dpr.data",

@@ -3,6 +3,7 @@
 API. Every one must end with a message that says what was wrong and what to do, exit code 2, no traceback, and,
 where the input could be checked beforehand, before any model weights were loaded."""
 
+import copy
 import importlib
 import json
 import re
@@ -53,6 +54,11 @@ def world(tmp_path_factory, tokenizer):
     bare = root / "bare"  # a model without the recorded reference
     build_tiny_causal_lm(tokenizer).save_pretrained(bare)
     tokenizer.save_pretrained(bare)
+    pad_past_vocab = root / "pad_past_vocab"  # its tokenizer pads with a token the model has no embedding row for
+    build_tiny_causal_lm(tokenizer).save_pretrained(pad_past_vocab)
+    extended = copy.deepcopy(tokenizer)
+    extended.add_special_tokens({"pad_token": "<|newpad|>"})
+    extended.save_pretrained(pad_past_vocab)
     (root / "not_a_model").mkdir()
     finished_dpr = root / "finished_dpr"
     finished_dpr.mkdir()
@@ -84,6 +90,9 @@ def world(tmp_path_factory, tokenizer):
         )
         + "\n"
     )
+    conversation = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]
+    (root / "conversations.jsonl").write_text("".join(json.dumps({"messages": conversation}) + "\n" for _ in range(4)))
+    (root / "prompt_completion.jsonl").write_text(f"{good}\n" * 4)
     (root / "blocker").write_text("a file where a folder should be")
     (root / "not_a_mapping.yaml").write_text("- a\n- list\n")
     (root / "broken.yaml").write_text("learning_rate: 1.0e-6\nmax_steps: 10\n  output_dir: runs/x\n")  # stray indent
@@ -438,7 +447,8 @@ CASES = [
         "sft",
         {"num_train_samples": 10**7},
         [],
-        r"num_samples=10000000 but .* has 6000 rows",
+        r"num_train_samples: 10000000 is more than the 6000 rows of 'trl_dpr/embedded-demo' \(split 'train'\): lower "
+        r"it to at most 6000\.",
         True,
     ),
     ("alpha 0", "sft", {"reference_fraction": 0.0}, [], r"strictly between 0 and 1", True),
@@ -511,6 +521,47 @@ CASES = [
         {"dataset_name": "{root}/text.jsonl", REMOVE: ["num_train_samples"]},
         [],
         r"SFT needs a `messages` column",
+        True,
+    ),
+    (
+        "a pad token past the model's vocabulary (SFT)",
+        "sft",
+        {"model_name_or_path": "{root}/pad_past_vocab"},
+        [],
+        r"pad_past_vocab's tokenizer pads with '<\|newpad\|>' \(id (\d+)\), past the model's vocabulary of \1 tokens",
+        True,
+    ),
+    (
+        "prompt_completion declared, conversations given (SFT)",
+        "sft",
+        {
+            "dataset_name": "{root}/conversations.jsonl",
+            "dataset_format": "prompt_completion",
+            REMOVE: ["num_train_samples"],
+        },
+        [],
+        r"dataset_format: prompt_completion needs `completion` and `prompt` columns, but .*conversations\.jsonl' has "
+        r"\['messages'\]",
+        True,
+    ),
+    (
+        "messages declared, prompt_completion given (SFT)",
+        "sft",
+        {
+            "dataset_name": "{root}/prompt_completion.jsonl",
+            "dataset_format": "messages",
+            REMOVE: ["num_train_samples"],
+        },
+        [],
+        r"dataset_format: messages needs `messages` column, but .*prompt_completion\.jsonl' has \['completion', 'prompt'\]",
+        True,
+    ),
+    (
+        "messages declared, prompts given (DPR)",
+        "dpr",
+        {"dataset_name": "{root}/prompt_answer.jsonl", "dataset_format": "messages", REMOVE: ["num_train_samples"]},
+        [],
+        r"dataset_format: messages needs `messages` column, but .*prompt_answer\.jsonl' has \['answer', 'prompt'\]",
         True,
     ),
     (
@@ -1039,3 +1090,20 @@ def test_a_launched_recipe_that_agrees_with_its_launcher_passes_the_check(monkey
     launch = LaunchPlacement.from_environment()
     training_args = make_parser().parse_args_and_config(["--config", "recipes/demo/dpr.yaml"])[1]
     assert str(check_launched_run(training_args, launch)) == "CPU, fp32"
+
+
+@pytest.mark.parametrize(
+    ("declared", "kept"), [("messages", ["messages"]), ("prompt_completion", ["completion", "prompt"])]
+)
+def test_the_declared_dataset_format_is_the_form_trained_on(tmp_path, declared, kept):
+    """A file with both forms: the one `dataset_format` names is what SFT reads (the other was read before)."""
+    from trl_dpr.data import load_demonstrations
+
+    row = {
+        "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}],
+        "prompt": "3+3?",
+        "completion": "6",
+    }
+    path = tmp_path / "both.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    assert sorted(load_demonstrations(str(path), dataset_format=declared).column_names) == kept

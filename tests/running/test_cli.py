@@ -193,6 +193,8 @@ def test_a_user_error_exits_with_its_message_and_no_traceback(capsys):
 
 
 def test_debug_shows_the_traceback(monkeypatch):
+    monkeypatch.setenv("TRL_DPR_DEBUG", "0")  # --debug sets it to 1 for the launched processes: undone after the test
+
     def failing(argv):
         raise FileNotFoundError("no such folder")
 

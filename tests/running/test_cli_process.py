@@ -260,6 +260,32 @@ def test_memory_for_an_unknown_backbone_offline_says_how_to_plan_it(tmp_path):
     assert "HF_HUB_OFFLINE=1" in result.stderr and "--model-config FOLDER" in result.stderr
 
 
+REFUSING_REWARD = """
+class Refusing:
+    model_names = ("sft",)
+
+    def __init__(self):
+        raise ValueError("this reward refuses to be built")
+"""
+
+
+@pytest.mark.slow  # one launch through accelerate (~20 s)
+@pytest.mark.parametrize("debug", [True, False])
+def test_debug_shows_the_traceback_of_a_mistake_the_launched_process_finds(tmp_path, debug):
+    """--debug reaches the processes `accelerate launch` starts (the dense_reward is built there, before any model
+    loads): with it their traceback, without it one line that says how to see it."""
+    (tmp_path / "refusing.py").write_text(REFUSING_REWARD)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"use_cpu: true\nmodel_name_or_path: {tmp_path / 'sft'}\ndense_reward: refusing:Refusing\n")
+    command = [sys.executable, "-c", CLI, "dpr", "--config", str(recipe), *(["--debug"] if debug else [])]
+    env = {key: value for key, value in ENV.items() if key != "TRL_DPR_DEBUG"}
+    result = run_launch(command, cwd=tmp_path, env=env, timeout=300)
+    assert "this reward refuses to be built" in result.stderr, result.stderr[-3000:]
+    assert ("Traceback" in result.stderr) == debug, result.stderr[-3000:]
+    assert ("error (ValueError): this reward refuses" in result.stderr) == (not debug), result.stderr[-3000:]
+    assert result.returncode == (1 if debug else 2)
+
+
 def test_trls_launcher_launches_the_packages_stage_script():
     """`_launch_training` hands TRL's `launch_training_script` the absolute path of trl_dpr/scripts/<stage>.py; TRL
     joins it to its own trl/scripts folder, where an absolute path stands for itself. If TRL changed that, this fails."""
@@ -656,6 +682,85 @@ def test_a_bad_value_on_the_command_line_is_one_message_before_torch(tmp_path, f
     assert NO_HEAVY_IMPORTS in result.stderr and not (tmp_path / "out").exists()
 
 
+# Each range rule of a launched stage's config (range_rules.RANGE_RULES), broken on the command line: (stage, the
+# dataclass whose __post_init__ checks it, the values, the start of its message). A negative generation_temperature is
+# the parser's sign rule first ("is negative; expected >= 0"), as every other negative value.
+RANGE_CASES = [
+    ("dpr", "DensePathConfig", {"gamma": 2.0}, "gamma must be in (0, 1], got 2.0"),
+    ("dpr", "DensePathConfig", {"temperature": 0.0}, "temperature must be > 0"),
+    ("dpr", "DensePathConfig", {"max_completion_length": 0}, "max_completion_length must be a positive number"),
+    ("dpr", "DensePathConfig", {"max_prompt_length": 0}, "max_prompt_length must be a positive number of tokens"),
+    (
+        "dpr",
+        "DensePathConfig",
+        {"beta": 0.1},
+        "beta=0.1 (GRPO's KL in the loss) and kl_coef=1.0",
+    ),  # the demo's kl_coef
+    (
+        "dpr",
+        "DensePathConfig",
+        {"per_device_train_batch_size": 3, "generation_batch_size": 4},
+        "generation_batch_size 4 is not a multiple of",
+    ),
+    ("dpr", "DensePathConfig", {"num_generations": 0}, "num_generations must be >= 1"),
+    ("dpr", "DensePathConfig", {"reward_token_chunk_size": 0}, "reward_token_chunk_size must be a positive number"),
+    ("dpr", "DensePathConfig", {"reward_granularity": "episode"}, "reward_granularity must be 'token' or 'sentence'"),
+    ("dpr", "DPRScriptArguments", {"num_train_samples": 0}, "num_train_samples must be a positive number of rows"),
+    ("dpr", "DPRScriptArguments", {"heatmap_steps": 5, "heatmap_samples": 0}, "heatmap_samples must be at least 1"),
+    (
+        "sft",
+        "SFTScriptArguments",
+        {"reference_fraction": 1.0},
+        "reference_fraction α must be strictly between 0 and 1",
+    ),
+    ("spin", "SPINConfig", {"num_iterations": 0}, "num_iterations must be >= 1"),
+    ("gsil", "GSILConfig", {"generation_top_p": 1.5}, "generation_top_p must be in (0, 1]"),
+    (
+        "gsil",
+        "GSILConfig",
+        {"max_new_tokens": 0, "generation_batch_size": 8},
+        "max_new_tokens and generation_batch_size must be >= 1",
+    ),
+    ("spin", "SPINConfig", {"beta": 0.0}, "beta must be > 0"),
+]
+
+
+def _config_message(name: str, changes: dict) -> str:
+    """The message the dataclass `name` raises from Python for `changes`."""
+    from trl_dpr import DensePathConfig
+    from trl_dpr.lfd import GSILConfig, SPINConfig
+    from trl_dpr.running.pipeline import DPRScriptArguments, SFTScriptArguments
+
+    trainer = {"output_dir": "unused", "report_to": "none", "use_cpu": True, "bf16": False}
+    build = {
+        "DensePathConfig": lambda: DensePathConfig(**trainer, kl_coef=1.0, **changes),
+        "DPRScriptArguments": lambda: DPRScriptArguments(dataset_name="d", **changes),
+        "SFTScriptArguments": lambda: SFTScriptArguments(dataset_name="d", **changes),
+        "SPINConfig": lambda: SPINConfig(**trainer, **changes),
+        "GSILConfig": lambda: GSILConfig(**trainer, **changes),
+    }[name]
+    with pytest.raises(ValueError) as error:
+        build()
+    return str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("stage", "config", "changes", "message"), RANGE_CASES, ids=[f"{s}-{','.join(c)}" for s, _, c, _ in RANGE_CASES]
+)
+def test_a_value_out_of_range_is_the_configs_own_message_before_torch(tmp_path, stage, config, changes, message):
+    """Found by the checks before anything is launched (they took 30-40 s, after `accelerate launch`), with the one
+    message the config gives a Python user."""
+    from_python = _config_message(config, changes)
+    assert from_python.startswith(message)
+    flags = [item for key, value in changes.items() for item in (f"--{key}", str(value))]
+    out = tmp_path / "out"
+    recipe = f"demo/{stage}.yaml"
+    result = trl_dpr(stage, "--config", recipe, *flags, "--output_dir", str(out), prelude=REPORT_IMPORTS)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"  - {from_python} (command line)" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and NO_HEAVY_IMPORTS in result.stderr and not out.exists()
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -685,6 +790,24 @@ def test_a_stage_without_a_config_says_to_pass_one(args):
     assert f"trl-dpr {stage} --config <recipe>" in result.stderr and "`trl-dpr recipes`" in result.stderr
     assert "bf16/gpu" not in result.stderr and "Traceback" not in result.stderr
     assert NO_HEAVY_IMPORTS in result.stderr
+
+
+def test_use_vllm_without_vllm_exits_2_with_the_install_line_before_anything_loads(tmp_path):
+    """It was TRL's ImportError traceback, after 50 s and two model loads."""
+    out = tmp_path / "out"
+    result = trl_dpr(
+        "dpr",
+        "--config",
+        "demo/dpr.yaml",
+        "--use_vllm",
+        "true",
+        "--output_dir",
+        str(out),
+        prelude="import sys; sys.modules['vllm'] = None\n" + REPORT_IMPORTS,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert 'use_vllm: true needs vLLM, which is not installed: `pip install "trl_dpr[vllm]"`' in result.stderr
+    assert "Traceback" not in result.stderr and NO_HEAVY_IMPORTS in result.stderr and not out.exists()
 
 
 def test_a_gguf_recipe_without_the_gguf_extra_exits_2_with_the_install_line(tmp_path):

@@ -196,6 +196,7 @@ def _held_out_rows(config: PreviewConfig) -> _HeldOut:
             config.dataset_config,
             split=config.dataset_split,
             num_samples=config.num_prompts,
+            samples_key="num_prompts",
             seed=config.seed,
             dataset_format=config.dataset_format,
             stage="rl",

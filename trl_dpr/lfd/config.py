@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from trl import DPOConfig
 
 from ..config import ActivationCheckpointingAlias, refuse_unused_fields, unused_parent_fields
+from ..range_rules import check_ranges
 from .losses import GSIL_LOSSES, SPIN_LOSSES
 
 
@@ -84,21 +85,18 @@ class SelfPlayConfig(ActivationCheckpointingAlias, DPOConfig):
         },
     )
 
+    # range_rules.RANGE_RULES checked by __post_init__, and by the recipe parser before anything loads
+    _RANGE_RULES = (
+        "num_iterations",
+        "generation_temperature",
+        "generation_top_p",
+        "self_play_generation",
+        "self_play_beta",
+    )
+
     def __post_init__(self):
         refuse_unused_fields(self)
-        if self.num_iterations < 1:
-            raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}.")
-        if self.generation_temperature < 0:
-            raise ValueError(f"generation_temperature must be >= 0 (0 = greedy), got {self.generation_temperature}.")
-        if not 0.0 < self.generation_top_p <= 1.0:
-            raise ValueError(f"generation_top_p must be in (0, 1] (1 = off), got {self.generation_top_p}.")
-        if self.max_new_tokens < 1 or self.generation_batch_size < 1:
-            raise ValueError(
-                f"max_new_tokens and generation_batch_size must be >= 1, got {self.max_new_tokens} and "
-                f"{self.generation_batch_size}."
-            )
-        if self.beta <= 0:
-            raise ValueError(f"beta must be > 0 (it scales the log-ratio to π_t), got {self.beta}.")
+        check_ranges(self, self._RANGE_RULES)
         if getattr(self, "truncation_mode", "keep_start") != "keep_start":
             raise ValueError(
                 f"truncation_mode {self.truncation_mode!r} is not supported by self-play: its trainer drops a pair "

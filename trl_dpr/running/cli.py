@@ -99,6 +99,8 @@ def run(main_function: Callable[[list[str]], object], argv: Sequence[str] | None
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = _debugging(argv)
     argv = [a for a in argv if a != "--debug"]
+    if debug:  # the processes `accelerate launch` starts never see --debug (taken out above): they read this
+        os.environ["TRL_DPR_DEBUG"] = "1"
     with _stopping_on_signals() as received:
         try:
             main_function(argv)
@@ -429,7 +431,7 @@ def _without(items: list[str], subsequence: list[str]) -> list[str]:
 # torch is imported; only a run that passes them imports it. The first call, or a cache that cannot be read or written,
 # costs what it did before, and runs the same checks on the same description, built on the spot.
 
-CACHE_FORMAT = 2  # raise when the description's layout changes: older cache files are then not read
+CACHE_FORMAT = 3  # raise when the description's layout changes: older cache files are then not read
 CACHE_FILES_KEPT = 4  # a few environments (venvs, versions) sharing one cache each keep theirs
 
 CONFIG_HELP = (
@@ -554,7 +556,22 @@ def _check_before_importing(stage: str, argv: list[str], parser=None):
         )
     values, launch_args = (parser or _light_parser(stage)).check_recipe(argv)
     check_gguf_reader(getattr(values, "model_name_or_path", None))
+    if getattr(values, "use_vllm", False) and not _installed("vllm"):  # TRL would say so after loading the models
+        raise ValueError(
+            f'use_vllm: true needs vLLM, which is not installed: `pip install "trl_dpr[{OPTIONAL_DEPENDENCIES["vllm"]}]"` '
+            "installs it (TRL's own trl[vllm] extra), or set use_vllm: false."
+        )
     return values, launch_args
+
+
+def _installed(module: str) -> bool:
+    """Whether `module` can be imported, without importing it (a None in sys.modules blocks it, as an absent one)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # `module.__spec__ is None`: blocked in sys.modules
+        return False
 
 
 def _run_stage(stage: str, argv: list[str]) -> None:

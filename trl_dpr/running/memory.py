@@ -755,14 +755,13 @@ def _parse_recipe(config_path: str, model_config=None, overrides: list[str] | No
     """A recipe YAML parsed as its command parses it, `overrides` (`--key value`) included (`use_cpu` forced unless
     they set it: a GPU plan is often made without one). A DPR recipe without max_prompt_length gets the one planned
     (`planned_prompt_length`), said in `notes`."""
-    import yaml
     from trl import ModelConfig, SFTConfig
 
     from ..config import DensePathConfig, SFTRecipeConfig
-    from .recipe_parser import RecipeParser, find_recipe_file
+    from .recipe_parser import RecipeParser, find_recipe_file, load_recipe_yaml
 
     config_path = find_recipe_file(str(config_path))
-    values = yaml.safe_load(Path(config_path).read_text()) or {}
+    values = load_recipe_yaml(Path(config_path).read_text()) or {}
     # A DPR recipe sets some field that only DensePathConfig (GRPO + DPR) has; an SFT recipe none.
     dpr_only = set(DensePathConfig.__dataclass_fields__) - set(SFTConfig.__dataclass_fields__)
     is_dpr = bool(dpr_only & set(values))
@@ -886,11 +885,10 @@ def _prompt_tokenizer(model_name_or_path: str, sft_config: str | None):
         return AutoTokenizer.from_pretrained(folder)
     if not sft_config:
         return None
-    import yaml
 
-    from .recipe_checks import find_recipe_file
+    from .recipe_checks import find_recipe_file, load_recipe_yaml
 
-    base = (yaml.safe_load(Path(find_recipe_file(str(sft_config))).read_text()) or {}).get("model_name_or_path")
+    base = (load_recipe_yaml(Path(find_recipe_file(str(sft_config))).read_text()) or {}).get("model_name_or_path")
     if base == EMBEDDED_PRETRAINED_MODEL:
         from ..embedded.pretraining import SHIPPED_BASE
 
@@ -1029,15 +1027,14 @@ def recipe_model_config(config_path: str, follow_sft_config: bool = True, values
     exist yet) the model of the SFT recipe its `sft_config:` names, in the dtype a full SFT saves it in (the SFT
     recipe's). The order is docs/cli.md's. `values` are the recipe's, overrides included (default: the YAML's).
     """
-    import yaml
 
-    from .recipe_checks import find_recipe_file
+    from .recipe_checks import find_recipe_file, load_recipe_yaml
 
     path = find_recipe_file(str(config_path))
     backbone = recipe_backbone(path)
     if backbone is not None:
         return backbone_config(backbone)
-    values = values if values is not None else yaml.safe_load(Path(path).read_text()) or {}
+    values = values if values is not None else load_recipe_yaml(Path(path).read_text()) or {}
     name = values.get("model_name_or_path")
     if not name:
         raise ValueError(

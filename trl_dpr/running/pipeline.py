@@ -24,8 +24,9 @@ from ..config import DensePathConfig
 from ..data import check_chat_template, check_prompt_dataset, prompts_for_rl
 from ..embedded.base_model import EMBEDDED_MODELS, resolve_embedded_base
 from ..embedded.task import load_demonstrations
-from ..field_checks import check_fits_context, model_config_of
-from ..reference_callback import ReferenceCheckpointCallback, check_reference_fraction
+from ..field_checks import check_fits_context, check_pad_token_fits, model_config_of
+from ..range_rules import check_ranges
+from ..reference_callback import ReferenceCheckpointCallback
 from ..reference_manifest import check_model_source, mark_sft_complete, sft_output_problem, sft_trained_on_messages
 from ..resources import free_memory
 from ..reward_model import CheckpointRewardModel, load_reward_model
@@ -88,14 +89,10 @@ class SFTScriptArguments(ScriptArguments):
         ),
     }
 
+    _RANGE_RULES = ("reference_fraction", "num_train_samples")  # range_rules.RANGE_RULES, the recipe parser's too
+
     def __post_init__(self):
-        # Checked when the recipe is parsed, before anything is loaded (α by its owner, the reference callback's rule).
-        check_reference_fraction(self.reference_fraction)
-        if self.num_train_samples is not None and self.num_train_samples < 1:
-            raise ValueError(
-                f"num_train_samples must be a positive number of rows (or unset, for all of them), got "
-                f"{self.num_train_samples}: training on no data would save an untrained copy of the model."
-            )
+        check_ranges(self, self._RANGE_RULES)
 
 
 REFERENCE_FRACTION_OF_SFT = (
@@ -159,14 +156,12 @@ class DPRScriptArguments(SFTScriptArguments):
         },
     )
 
+    _RANGE_RULES = (*SFTScriptArguments._RANGE_RULES, "heatmap_samples")
+
     def __post_init__(self):
-        super().__post_init__()
+        check_ranges(self, self._RANGE_RULES)
         if isinstance(self.reward_funcs, str):  # `reward_funcs: my_checks.f` in YAML: one function, not its letters
             self.reward_funcs = [self.reward_funcs]
-        if self.heatmap_steps and self.heatmap_samples < 1:
-            raise ValueError(
-                f"heatmap_samples must be at least 1 rollout per heatmap page, got {self.heatmap_samples}."
-            )
 
 
 def print_stage(index: int, total: int, title: str) -> None:
@@ -235,6 +230,8 @@ def run_sft(
     if model_config is not None:  # before the model loads
         _check_sft_max_length(model_config, model_args.model_name_or_path, training_args)
     tokenizer = AutoTokenizer.from_pretrained(base, revision=model_args.model_revision)
+    if model_config is not None:
+        check_pad_token_fits(tokenizer, model_config, model_args.model_name_or_path, training_args.pad_token)
     if not training_args.chat_template_path:
         check_chat_template(tokenizer, train_dataset, script_args.dataset_name)
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
@@ -414,6 +411,8 @@ def run_dpr(
         inputs.prompts, script_args.dataset_name, lambda: bool(sft_trained_on_messages(sft_path, *hub))
     )
     tokenizer = AutoTokenizer.from_pretrained(sft_path, revision=model_args.model_revision, padding_side="left")
+    if model_config is not None:
+        check_pad_token_fits(tokenizer, model_config, sft_path)
     check_chat_template(tokenizer, inputs.prompts, script_args.dataset_name)
     push = defer_push_to_hub(training_args)  # transformers' own pushes would upload training_args.bin and .partial/
     if reward_model is None:

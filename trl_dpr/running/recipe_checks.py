@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import difflib
 import enum
+import functools
 import math
 import types
 import typing
@@ -74,15 +75,46 @@ def find_recipe_file(path: str, subfolder: str | None = None) -> str:
     )
 
 
-def _check_yaml_syntax(path: str) -> None:
-    """A YAML file that does not parse is a `ValueError` naming the file, the line and the column (PyYAML's own
-    message has them 0-based and is a traceback in TrlParser)."""
+# YAML 1.2's floats (the core schema's): `1e-6`, `1E5`, `1.0e5`, `+1e+5`, `.5e-3`. PyYAML reads YAML 1.1, whose floats
+# need a dot and a signed exponent, so `learning_rate: 1e-6` was the text "1e-6": argparse converted a top-level key,
+# nothing converted one inside a mapping (`lr_scheduler_kwargs: {min_lr: 1e-6}`) or a list, and the run failed later.
+_YAML12_FLOAT = r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+
+
+@functools.cache
+def _recipe_loader():
+    """PyYAML's safe loader with YAML 1.2's floats added (1.1's ints, booleans and floats keep their meaning)."""
+    import re
+
+    import yaml
+
+    class RecipeLoader(yaml.SafeLoader):
+        pass
+
+    # appended after 1.1's resolvers (add_implicit_resolver copies them for the subclass): an int stays an int
+    RecipeLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float", re.compile(f"^{_YAML12_FLOAT}$"), list("-+0123456789.")
+    )
+    return RecipeLoader
+
+
+def load_recipe_yaml(stream):
+    """A recipe's YAML (text or an open file) as every reader of recipes reads it: `yaml.safe_load` with YAML 1.2's
+    floats, at any depth (`1e-6` is 1e-06, as the user meant; quoted, it stays text)."""
+    import yaml
+
+    return yaml.load(stream, Loader=_recipe_loader())  # noqa: S506 (a SafeLoader subclass)
+
+
+def _check_yaml_syntax(path: str):
+    """The recipe's values (`load_recipe_yaml`); a YAML file that does not parse is a `ValueError` naming the file, the
+    line and the column (PyYAML's own message has them 0-based and is a traceback in TrlParser)."""
     import yaml
 
     with open(path) as handle:
         text = handle.read()
     try:
-        yaml.safe_load(text)
+        return load_recipe_yaml(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
         where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -259,19 +291,19 @@ class CommandParser(argparse.ArgumentParser):
 
 def parse_mapping(text: str) -> dict:
     """A mapping-valued key on the command line: a JSON or YAML flow mapping (`{"clip": 1.0}`, `{clip: 1.0}`), or
-    `key=value` pairs separated by commas (`clip=1.0,scale=2`), each value read as YAML reads it (1.0 a number).
+    `key=value` pairs separated by commas (`clip=1.0,scale=2`), each value read as a recipe's YAML (1e-1 a number).
     """
     import yaml
 
     text = text.strip()
     try:
         if text.startswith("{"):
-            value = yaml.safe_load(text)
+            value = load_recipe_yaml(text)
             if isinstance(value, dict):
                 return value
         elif all("=" in item for item in text.split(",")) or not text:
             return {
-                key.strip(): yaml.safe_load(value)
+                key.strip(): load_recipe_yaml(value)
                 for key, value in (item.split("=", 1) for item in text.split(",") if item.strip())
             }
     except yaml.YAMLError:

@@ -23,12 +23,14 @@ from collections.abc import Iterable
 from trl import TrlParser  # the `trl` package's light entry: no torch, ~0.2 s
 
 from ..field_checks import _plain, unused_field_problem
+from ..range_rules import range_problems
 from .recipe_checks import (
     RENAMED_KEYS,
     _check_yaml_syntax,
     _describe,
     check_value,
     find_recipe_file,
+    load_recipe_yaml,
     parse_mapping,
     type_spec,
     unknown_flags,
@@ -71,6 +73,10 @@ class RecipeParser(TrlParser):
         self._unused: dict[str, tuple[tuple, str]] = {}
         for dataclass_type in self.dataclass_types:
             self._unused.update(getattr(dataclass_type, "_UNUSED_FIELDS", {}))
+        # The range rules the dataclasses' __post_init__ checks (`range_rules.RANGE_RULES`), checked here first.
+        self._range_rules = list(
+            dict.fromkeys(n for t in self.dataclass_types for n in getattr(t, "_RANGE_RULES", ()))
+        )
         for action in self._actions:  # refused: --help does not offer them
             if action.dest in self._unused:
                 action.help = argparse.SUPPRESS
@@ -126,6 +132,7 @@ class RecipeParser(TrlParser):
         parser._unused = {
             name: (tuple(accepted), reason) for name, (accepted, reason) in description["unused"].items()
         }
+        parser._range_rules = description["range_rules"]
         parser.launcher_flags = description["launcher_flags"]
         parser.inherited_keys = set(description["inherited"])
         parser._start_checks()
@@ -170,7 +177,10 @@ class RecipeParser(TrlParser):
 
     def set_defaults_with_config(self, **kwargs) -> list[str]:
         """TrlParser's (the YAML values become the arguments' defaults), after the checks: a key no argument has, or a
-        YAML string a non-text field cannot read, stops the run with the file's name."""
+        YAML string a non-text field cannot read, stops the run with the file's name. The values are the file's as
+        `load_recipe_yaml` reads it (TrlParser's own `yaml.safe_load` reads `{min_lr: 1e-6}` as text)."""
+        if self._config_values is not None:  # the keys TrlParser passes (`env:` taken out), the values ours
+            kwargs = {key: self._config_values.get(key, value) for key, value in kwargs.items()}
         self._config_keys = set(kwargs)
         actions = {}
         for action in self._actions:  # the first action of a dest (`--use_x`, not `--no_use_x`) converts its text
@@ -228,6 +238,8 @@ class RecipeParser(TrlParser):
             if name in given or name in self._config_keys:
                 problem = unused_field_problem(name, getattr(namespace, name, None), accepted, reason)
                 problems += [problem] if problem else []
+        if not problems:  # the values have their types: the rules between them and on their ranges
+            problems = range_problems(vars(namespace), self._range_rules)
         if problems:
             self._raise_invalid(problems, self._config_keys - given)
         return namespace, remaining
@@ -236,6 +248,7 @@ class RecipeParser(TrlParser):
 
     def _start_checks(self) -> None:
         self._config_path = None
+        self._config_values: dict | None = None  # the YAML's values, read by `locate_config`
         self._config_keys: set[str] = set()
         # What each argument's default was before a YAML replaced it (HfArgumentParser's may differ from the field's:
         # None for an empty list): a value equal to it or to the field's default was not given, and is not checked.
@@ -254,7 +267,8 @@ class RecipeParser(TrlParser):
     def locate_config(self, path: str) -> str:
         """The YAML `--config` names (a file, or a shipped recipe), checked to parse."""
         self._config_path = find_recipe_file(path, self.recipe_subfolder)
-        _check_yaml_syntax(self._config_path)
+        values = _check_yaml_syntax(self._config_path)
+        self._config_values = values if isinstance(values, dict) else None
         from .secret_scan import refuse_pasted_secrets  # issue 42: a key pasted into any recipe is refused
 
         refuse_pasted_secrets(self._config_path)
@@ -274,14 +288,20 @@ class RecipeParser(TrlParser):
         if problem:
             raise ValueError(f"{problem}. {self.help_command} lists every accepted flag.")
 
-    def _raise_invalid(self, problems: list[str], from_config: set[str]):
-        def where(problem: str) -> str:
-            in_config = self._config_path and problem.split(":")[0] in from_config
+    def _raise_invalid(self, problems: list, from_config: set[str]):
+        """`problems`: "key: what is wrong" lines, or (key, message) pairs."""
+
+        def where(problem) -> str:
+            key = problem[0] if isinstance(problem, tuple) else problem.split(":")[0]
+            in_config = self._config_path and key in from_config
             return f" (in {self._config_path})" if in_config else " (command line)"
+
+        def text(problem) -> str:
+            return problem[1] if isinstance(problem, tuple) else problem
 
         raise ValueError(
             "Invalid value(s); nothing was loaded or trained:\n"
-            + "\n".join(f"  - {problem}{where(problem)}" for problem in problems)
+            + "\n".join(f"  - {text(problem)}{where(problem)}" for problem in problems)
             + f"\nFix them in the YAML or on the command line. {self.help_command} lists every key with its type and "
             "default."
         )
@@ -350,6 +370,7 @@ class RecipeParser(TrlParser):
             # recipe's own parser still does
             "rules": {dest: rule for dest, rule in self._rules.items() if _jsonable(rule) is rule},
             "unused": {name: [list(accepted), reason] for name, (accepted, reason) in self._unused.items()},
+            "range_rules": self._range_rules,
             "launcher_flags": self.launcher_flags,
             "inherited": sorted(self.inherited_keys),
         }
@@ -359,13 +380,11 @@ def load_evaluation_config(path: str, unset: dict | None = None, **replaced):
     """The `EvaluationConfig` of a `trl-dpr evaluate` YAML (a file, or a shipped recipe's name), checked as the recipe
     checks it (unknown keys and secrets are errors), with some fields replaced (`baseline=`, `output_dir=`, ...) and
     those the YAML does not set taken from `unset` (a pipeline's evaluation: the training's `trust_remote_code`)."""
-    import yaml
-
     from ..evaluation.config import EvaluationConfig, check_config_has_no_secrets
 
     path = find_recipe_file(str(path), subfolder="evaluate")
     with open(path) as handle:
-        values = yaml.safe_load(handle) or {}
+        values = load_recipe_yaml(handle) or {}
     check_config_has_no_secrets(values, path)
     (config,) = RecipeParser((EvaluationConfig,), prog="trl-dpr evaluate").parse_args_and_config(["--config", path])
     return dataclasses.replace(config, **{k: v for k, v in (unset or {}).items() if k not in values} | replaced)

@@ -297,10 +297,10 @@ _KEY_FIELD = re.compile(r"^(hub_token|token|api_key)$|_(api_key|secret|password)
 def refuse_pasted_secrets(recipe_path: str | os.PathLike) -> None:
     """A `ValueError` (one line) when a recipe YAML holds a key: a value shaped like one (`KEY_SHAPES`, 40 hex digits
     under a W&B key), or any value of a credential field (`hub_token`, `token`, `*_api_key`, ...), at any depth."""
-    import yaml
+    from .recipe_checks import load_recipe_yaml
 
     with open(recipe_path) as handle:
-        recipe = yaml.safe_load(handle)
+        recipe = load_recipe_yaml(handle)
 
     def walk(value, where: str):
         if isinstance(value, dict):

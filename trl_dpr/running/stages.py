@@ -272,10 +272,10 @@ def check_fits_sft_recipe_context(sft_config: str | None, check: Callable[[objec
     import yaml
 
     from .memory import recipe_model_config
-    from .recipe_checks import find_recipe_file
+    from .recipe_checks import find_recipe_file, load_recipe_yaml
 
     try:
-        name = (yaml.safe_load(Path(find_recipe_file(sft_config)).read_text()) or {}).get("model_name_or_path")
+        name = (load_recipe_yaml(Path(find_recipe_file(sft_config)).read_text()) or {}).get("model_name_or_path")
         model_config = recipe_model_config(sft_config, follow_sft_config=False)
     except (OSError, ValueError, yaml.YAMLError):  # the SFT stage says what is wrong with its recipe
         return
@@ -306,16 +306,15 @@ def sft_stage_of_pipeline(sft_config: str, run: RunPlacement) -> tuple:
     """
     from types import SimpleNamespace
 
-    import yaml
     from accelerate import PartialState
     from trl import ModelConfig
 
     from ..config import SFTRecipeConfig
     from .memory import MemoryTarget
-    from .recipe_parser import RecipeParser, find_recipe_file
+    from .recipe_parser import RecipeParser, find_recipe_file, load_recipe_yaml
 
     with open(find_recipe_file(sft_config)) as handle:
-        written = yaml.safe_load(handle) or {}
+        written = load_recipe_yaml(handle) or {}
     own = RunPlacement.of(SimpleNamespace(**{key: written.get(key, False) for key in PLACEMENT_KEYS}))
     if own != run and PartialState().is_main_process:
         print(

@@ -9,12 +9,10 @@ Answers, verdicts and grades are cached line by line, so an interrupted evaluati
 
 import sys
 
-import yaml
-
 from trl_dpr.evaluation import EvaluationConfig, run_evaluation
 from trl_dpr.evaluation.config import check_config_has_no_secrets
 from trl_dpr.running.cli import run
-from trl_dpr.running.recipe_parser import RecipeParser, find_recipe_file
+from trl_dpr.running.recipe_parser import RecipeParser, find_recipe_file, load_recipe_yaml
 
 
 def make_parser() -> RecipeParser:
@@ -28,7 +26,7 @@ def main(argv=None):
         argv[index] = find_recipe_file(argv[index], subfolder="evaluate")
         with open(argv[index]) as f:
             named = any(arg == "--judge_base_url" or arg.startswith("--judge_base_url=") for arg in argv)
-            check_config_has_no_secrets(yaml.safe_load(f) or {}, argv[index], url_on_command_line=named)
+            check_config_has_no_secrets(load_recipe_yaml(f) or {}, argv[index], url_on_command_line=named)
     (config,) = make_parser().parse_args_and_config(argv)
     report = run_evaluation(config)
     print(report.as_dict()["table_markdown"], flush=True)
