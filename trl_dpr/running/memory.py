@@ -1044,7 +1044,7 @@ def recipe_model_config(config_path: str, follow_sft_config: bool = True, values
     sft_config = values.get("sft_config") if follow_sft_config else None
     if sft_config and not Path(str(name)).is_dir():
         config = recipe_model_config(sft_config, follow_sft_config=False)
-        sft = yaml.safe_load(Path(find_recipe_file(str(sft_config))).read_text()) or {}
+        sft = load_recipe_yaml(Path(find_recipe_file(str(sft_config))).read_text()) or {}
         if not sft.get("use_peft") and sft.get("dtype") in _DTYPE_BYTES:  # `dtype: auto` loads the SFT output as
             config.dtype = sft["dtype"]  # saved: a full one in the dtype it trained in (an adapter's base: its own)
         return config
