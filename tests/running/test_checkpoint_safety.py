@@ -530,6 +530,22 @@ def test_a_resumed_run_and_a_later_claim_by_the_same_run_keep_the_folders_output
     assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
 
 
+def test_a_resumed_run_keeps_the_finished_runs_record_and_table_until_it_starts_writing(tmp_path):
+    """--resume_from_checkpoint true on a finished run with other arguments, then a mistake found after the claim:
+    its record and evaluation table stay (before the fix the claim deleted them); once it writes, they go."""
+    plant_finished_sft(tmp_path)
+    (tmp_path / "eval_results.json").write_text('{"table_markdown": "| DPR | 1 |"}')
+    before = folder_bytes(tmp_path)
+    claim_output_dir(tmp_path, resuming=True)
+    release_output_dir(tmp_path)  # a check failed
+    assert folder_bytes(tmp_path) == before and finished_run(tmp_path, run_fingerprint(Recipe()))
+    claim_output_dir(tmp_path, resuming=True)
+    start_writing(tmp_path)
+    release_output_dir(tmp_path)
+    assert not (tmp_path / RUN_COMPLETE_NAME).exists() and not (tmp_path / "eval_results.json").exists()
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-6")  # what it resumes stays
+
+
 def test_a_run_that_fails_before_writing_leaves_no_empty_folder_it_created(tmp_path):
     from trl_dpr.running.checkpointing import _release_all
 

@@ -47,9 +47,11 @@ from ..running.checkpointing import (
     claim_output_dir,
     last_complete_checkpoint,
     mark_run_finished,
+    parse_resume_from_checkpoint,
     release_output_dir,
     releasing_output_dir,
     run_fingerprint,
+    start_writing,
 )
 from ..running.pipeline import SFTScriptArguments, evaluation_dir, model_init_kwargs_from
 from ..token_batches import render_prompts
@@ -424,7 +426,8 @@ def _run_settings(script_args, training_args, model_args) -> dict:
 
 def _claim(root: Path, settings: dict, overwrite: bool) -> None:
     """Record the run's settings in `root/self_play.json`, or check them against a run already there: the same
-    settings resume it, others are refused; `overwrite` starts over (its iterations and answers deleted)."""
+    settings resume it, others are refused unless `overwrite` (`root` claimed to start over). Then the run starts
+    writing in `root` (`start_writing`): started over, the earlier run's π_T, iterations and answers go now."""
     record = root / RUN_RECORD
     state = PartialState()
     if record.is_file():
@@ -434,13 +437,11 @@ def _claim(root: Path, settings: dict, overwrite: bool) -> None:
             details = ", ".join(f"{k}: {recorded.get(k)!r} → {settings.get(k)!r}" for k in changed)
             raise ValueError(
                 f"{root} holds a self-play run with other settings ({details}). Its iterations and cached answers "
-                "belong to those settings: choose another output_dir, or set overwrite_output_dir: true to delete them "
-                "and start over."
+                "belong to those settings: choose another output_dir, or set overwrite_output_dir: true (without "
+                "resume_from_checkpoint) to delete them and start over."
             )
-        if (recorded != settings or overwrite) and state.is_main_process:
-            for stale in [*root.glob("generations"), *root.glob("iteration-*")]:  # those there
-                shutil.rmtree(stale)
     state.wait_for_everyone()  # every process has read and compared before the main one rewrites
+    start_writing(root, outputs=(RUN_RECORD, "generations", "iteration-*"))
     if state.is_main_process:
         _write_record(record, {"settings": settings, "iterations": []})
     state.wait_for_everyone()
@@ -499,7 +500,11 @@ def run_self_play(
         model_args.model_name_or_path, "π_0, the SFT output (model_name_or_path)"
     )  # before the folder is claimed
     root = Path(training_args.output_dir)
-    claim_output_dir(root, resuming=True)  # one run per folder; reruns are checked against self_play.json below
+    # One run per folder; a rerun continues the run there, checked against its self_play.json (`_claim`). Started over
+    # (overwrite, and resuming wins as for DPR), the earlier run stays until `_claim` has checked everything before it.
+    resuming = parse_resume_from_checkpoint(training_args.resume_from_checkpoint) is not None
+    start_over = bool(training_args.overwrite_output_dir) and not resuming
+    claim_output_dir(root, resuming=not start_over, overwrite=start_over)
     state = PartialState()
 
     sft_path = model_args.model_name_or_path
@@ -547,7 +552,7 @@ def run_self_play(
             flush=True,
         )
     settings = _run_settings(script_args, training_args, model_args)
-    _claim(root, settings, overwrite=training_args.overwrite_output_dir)
+    _claim(root, settings, overwrite=start_over)
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     if torch.cuda.is_available():  # each process answers on its own GPU (not "auto", which spreads over all of them)
         init_kwargs.setdefault("device_map", {"": state.local_process_index})
