@@ -309,6 +309,24 @@ _STARTING_OVER: set[str] = set()
 _CONTINUING: set[str] = set()
 
 
+def interrupted_before_writing() -> str | None:
+    """The line a Ctrl-C ends with (`cli._interrupted`) while a folder this process holds keeps an earlier run, as it
+    was: claimed, nothing written there yet (its record, if any, is not this run's). None when there is none."""
+    held = {key: folder for key, (folder, _, pid) in _HELD_LOCKS.items() if pid == os.getpid()}
+    kept = [
+        key
+        for key, folder in held.items()
+        if key in _CONTINUING or (key in _STARTING_OVER and (_previous_run(folder) or _has_record(folder)))
+    ]
+    if not kept:
+        return None
+    line = f"Interrupted before training; the earlier run in {', '.join(str(held[key]) for key in kept)} is kept as it was."
+    others = [(folder, last_complete_checkpoint(folder)) for key, folder in held.items() if key not in kept]
+    if saved := "; ".join(f"{folder}: {checkpoint}" for folder, checkpoint in others if checkpoint):  # an SFT stage's
+        line += f" Saved: {saved}. Resume with the same command and --resume_from_checkpoint true."
+    return line
+
+
 def _has_record(output_dir: Path) -> bool:
     return any((output_dir / name).is_file() for name in (RUN_COMPLETE_NAME, EVAL_RESULTS_NAME))
 

@@ -120,6 +120,8 @@ def run(main_function: Callable[[list[str]], object], argv: Sequence[str] | None
 def _interrupted() -> str:
     """The one line a Ctrl-C ends with: what the run holds on disk, and how to go on from it."""
     checkpointing = sys.modules.get("trl_dpr.running.checkpointing")  # loaded once a run has claimed its folder
+    if line := checkpointing and checkpointing.interrupted_before_writing():  # an earlier run kept: said first
+        return line
     held = [folder for folder, _, pid in getattr(checkpointing, "_HELD_LOCKS", {}).values() if pid == os.getpid()]
     if finished := [str(folder) for folder in held if (folder / checkpointing.RUN_COMPLETE_NAME).is_file()]:
         return (  # in the evaluation, the merge or the push a pipeline runs once the run is finished
