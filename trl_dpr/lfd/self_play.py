@@ -44,6 +44,7 @@ from ..resources import free_memory
 from ..running.checkpointing import (
     LOCK_HOLDER_NAME,
     LOCK_NAME,
+    check_output_dir_apart,
     claim_output_dir,
     last_complete_checkpoint,
     mark_run_finished,
@@ -62,6 +63,7 @@ logger = logging.getLogger(__name__)
 
 RUN_RECORD = "self_play.json"
 ITERATION_RECORD = "self_play_iteration.json"
+_OUTPUTS = (RUN_RECORD, "generations", "iteration-*")  # what a run writes in its folder besides π_T
 # Settings that decide what a self-play run trains (num_iterations is not one: raising it continues a finished run).
 _SETTINGS = (
     "model_name_or_path",
@@ -441,7 +443,7 @@ def _claim(root: Path, settings: dict, overwrite: bool) -> None:
                 "resume_from_checkpoint) to delete them and start over."
             )
     state.wait_for_everyone()  # every process has read and compared before the main one rewrites
-    start_writing(root, outputs=(RUN_RECORD, "generations", "iteration-*"))
+    start_writing(root, outputs=_OUTPUTS)
     if state.is_main_process:
         _write_record(record, {"settings": settings, "iterations": []})
     state.wait_for_everyone()
@@ -500,6 +502,9 @@ def run_self_play(
         model_args.model_name_or_path, "π_0, the SFT output (model_name_or_path)"
     )  # before the folder is claimed
     root = Path(training_args.output_dir)
+    check_output_dir_apart(
+        root, _OUTPUTS, **{"π_0, the SFT output (model_name_or_path)": model_args.model_name_or_path}
+    )
     # One run per folder; a rerun continues the run there, checked against its self_play.json (`_claim`). Started over
     # (overwrite, and resuming wins as for DPR), the earlier run stays until `_claim` has checked everything before it.
     resuming = parse_resume_from_checkpoint(training_args.resume_from_checkpoint) is not None
@@ -722,6 +727,8 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
     )
     if finished_already(training_args, fingerprint, evaluate_again):  # the same command again: exit code 0
         return recorded()
+    # π_0 where this run writes: refused before an SFT stage spends anything (run_self_play checks it again).
+    check_output_dir_apart(root, _OUTPUTS, **{"π_0, the SFT output (model_name_or_path)": sft_path})
     # A failed stage leaves the folder free; Ctrl-C keeps it held until the process ends, so `run` says what it holds.
     with releasing_output_dir(root):
         run = run_stages(

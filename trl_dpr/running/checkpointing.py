@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import fnmatch
 import hashlib
 import json
 import logging
@@ -356,6 +357,26 @@ def _remove_own_outputs(output_dir: Path, outputs: tuple[str, ...] = ()) -> None
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
+
+
+def check_output_dir_apart(output_dir: str | os.PathLike, outputs: tuple[str, ...] = (), **reads: str | None) -> None:
+    """A `ValueError` (one line) when a model the run reads (`reads`: what → its path, e.g. π_SFT's folder) is
+    `output_dir` or lies in what the run writes there (`_OWN_OUTPUTS`, `checkpoint-N/`, the caller's `outputs`): its
+    saves, and an overwrite's deletions (`start_writing`), would replace it. Before the claim and any model loads."""
+    out = os.path.realpath(output_dir)
+    for what, path in reads.items():
+        model = os.path.realpath(path) if path else None
+        if model is None or (model != out and not (os.path.exists(path) and Path(model).is_relative_to(out))):
+            continue
+        top = Path(model).relative_to(out).parts[:1]
+        if model == out or any(
+            fnmatch.fnmatchcase(top[0], name) for name in (*_OWN_OUTPUTS, "checkpoint-*", *outputs)
+        ):
+            raise ValueError(
+                f"output_dir {str(output_dir)!r} {'is' if model == out else 'holds'} {what} ({path!r}), which this run "
+                "reads: its saves would replace it, and overwrite_output_dir would delete it. Give the run another "
+                "output_dir."
+            )
 
 
 def claim_output_dir(
