@@ -610,6 +610,8 @@ class AtomicCheckpointsMixin:
     `train(resume_from_checkpoint=True)` resumes from the newest complete one.
     """
 
+    _claims_output_dir = True  # honours overwrite_output_dir (`claim_output_dir`, `start_writing`)
+
     def _save_checkpoint(self, model, trial):
         from transformers.trainer_utils import rotate_checkpoints
 
