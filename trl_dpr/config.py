@@ -43,8 +43,9 @@ class ActivationCheckpointingAlias:
 # transformers 5 dropped TrainingArguments.overwrite_output_dir; the recipes keep it, with their own rule (a run's folder
 # is refused unless resumed or overwritten: `checkpointing.claim_output_dir`).
 _OVERWRITE_OUTPUT_DIR_HELP = (
-    "Start a fresh run in an output_dir that already holds a run (its checkpoints and model are replaced). Off: "
-    "refused, so a rerun never silently destroys a finished run; resume it instead."
+    "Start a fresh run in an output_dir that already holds a run (its checkpoints and model are deleted when training "
+    "starts). Off: refused, so a rerun never silently destroys a finished run; resume it instead. The recipes' rule "
+    "(`trl-dpr sft` / `dpr`, run_sft, run_dpr): DensePathTrainer from Python neither refuses nor clears the folder."
 )
 
 

@@ -149,6 +149,9 @@ class DensePathTrainer(GRPOTrainer):
         "id": "2510.02493",
         "citation": CITATION,
     }
+    # Whether `train` claims `args.output_dir` (and honours overwrite_output_dir): the recipes' trainers do
+    # (`running.checkpointing.AtomicCheckpointsMixin`).
+    _claims_output_dir = False
 
     def __init__(
         self,
@@ -256,6 +259,12 @@ class DensePathTrainer(GRPOTrainer):
         self._outcome_rewards = None  # set by _calculate_rewards, taken by _generate_and_score_completions
         if args.max_prompt_length is not None:
             self._drop_long_prompts(args.max_prompt_length)
+        if args.overwrite_output_dir and not self._claims_output_dir:  # transformers 5 dropped the field: ours alone
+            logger.warning(
+                f"overwrite_output_dir=True does nothing for DensePathTrainer from Python: {args.output_dir!r} is neither "
+                "checked nor cleared, and checkpoints are written beside what is there. `trl-dpr dpr "
+                "--overwrite_output_dir true` (or run_dpr) starts over in it."
+            )
 
     def _drop_long_prompts(self, limit: int) -> None:
         """Prompts longer than `limit` tokens are dropped (not truncated: that would be another prompt) and counted."""

@@ -390,3 +390,29 @@ def test_fast_generation_samples_with_a_static_cache_and_keeps_log_pi_old_exact(
     assert StaticCache in caches
     assert "sampling_per_token_logps" in used[0]
     assert_log_pi_old_is_the_policys(used[0], sft)
+
+
+def test_overwrite_output_dir_from_python_warns_that_the_trainer_does_not_clear_the_folder(
+    tokenizer, tmp_path, caplog
+):
+    """DensePathTrainer from Python never claims nor clears output_dir (transformers 5 dropped the field): the help
+    said "its checkpoints and model are replaced". It now says so at init; the recipes' trainer, which does, does not."""
+    from trl_dpr.running.trainers import DPRRunTrainer
+
+    from ..conftest import dpr_config, save_sft_output
+
+    sft = save_sft_output(tmp_path / "sft", tokenizer)
+    said = "overwrite_output_dir=True does nothing for DensePathTrainer from Python"
+    for trainer_class, warned in ((DensePathTrainer, True), (DPRRunTrainer, False)):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            trainer_class(
+                reward_model=str(sft),
+                args=dpr_config(tmp_path, overwrite_output_dir=True, use_cpu=True),
+                train_dataset=prompts_dataset(4),
+            )
+        assert any(said in record.getMessage() for record in caplog.records) is warned, trainer_class
+    assert (
+        "DensePathTrainer from Python neither refuses nor clears"
+        in DensePathConfig.__dataclass_fields__["overwrite_output_dir"].metadata["help"]
+    )

@@ -80,9 +80,10 @@ def test_demo_config_starts_from_the_demo_sft_on_its_demonstrations(method):
     assert script.evaluation_config == "recipes/evaluate/demo.yaml" and args.seed == sft["seed"]
 
 
-def run_demo_recipe(method, tmp_path, tokenizer):
+def run_demo_recipe(method, tmp_path, tokenizer, *extra, before=None):
     """recipes/<method>.py's `main` on the demo recipe, shrunk (one iteration, 6 prompts, a 4-prompt evaluation), from a
-    tiny SFT output into tmp_path/<method>, in a forked process as the script runs it; returns the finished process."""
+    tiny SFT output into tmp_path/<method>, in a forked process as the script runs it (`extra` arguments added,
+    `before()` run in it first); returns the finished process."""
     from trl_dpr.running.cli import run
 
     from ..conftest import save_sft_output
@@ -113,8 +114,9 @@ def run_demo_recipe(method, tmp_path, tokenizer):
         "3",
         "--generation_batch_size",
         "3",
+        *extra,
     ]
-    return run_forked(lambda args: run(recipe.main, args), argv, folder=tmp_path, cwd=ROOT)
+    return run_forked(lambda args: run(recipe.main, args), argv, folder=tmp_path, cwd=ROOT, before=before)
 
 
 @pytest.mark.slow
@@ -174,3 +176,118 @@ def test_a_previous_iterations_answers_lacking_a_row_that_trains_are_refused_in_
     assert not (output / "generations" / "iteration-1.jsonl").exists()  # refused before π_1 answered
     assert not (output / "iteration-1" / "model.safetensors").exists()
     assert (output / "iteration-0" / "model.safetensors").read_bytes() == weights
+
+
+# ---- the run's folder: a rerun refused, started over, resumed -----------------------------------------------------
+
+
+def plant_finished_self_play(root: Path, settings: dict) -> None:
+    """A finished self-play run as `trl-dpr spin` leaves it in `root`: its settings (self_play.json), an iteration, its
+    answers, π_T, the record of being finished and the evaluation table; beside them a file of the user's."""
+    from trl_dpr.running.checkpointing import mark_run_finished
+
+    (root / "iteration-0").mkdir(parents=True)
+    (root / "iteration-0" / "self_play_iteration.json").write_text(json.dumps({"iteration": 0}))
+    (root / "iteration-0" / "model.safetensors").write_bytes(b"pi_1")
+    (root / "generations").mkdir()
+    (root / "generations" / "iteration-0.jsonl").write_text("{}\n")
+    (root / "self_play.json").write_text(json.dumps({"settings": settings, "iterations": [{"iteration": 0}]}))
+    (root / "model.safetensors").write_bytes(b"pi_T")
+    mark_run_finished(root, "the finished run's fingerprint")
+    (root / "eval_results.json").write_text(json.dumps({"table_markdown": "| SPIN | 42.0 |"}))
+    (root / "notes.txt").write_text("the user's own file")
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def demo_settings(method, tmp_path, *extra) -> dict:
+    """The settings `trl-dpr <method>` records for `run_demo_recipe`'s arguments (plus `extra`)."""
+    from trl_dpr.lfd.self_play import _run_settings, recipe_parser
+
+    argv = ["--config", str(RECIPES / "demo" / f"{method}.yaml"), "--model_name_or_path", str(tmp_path / "sft")]
+    argv += ["--num_train_samples", "6", "--num_iterations", "1", "--max_new_tokens", "6"]
+    argv += ["--per_device_train_batch_size", "3", "--generation_batch_size", "3", "--use_cpu", "true", *extra]
+    script, args, model, _ = recipe_parser(CONFIGS[method]).parse_args_and_config(argv)
+    return _run_settings(script, args, model)
+
+
+@pytest.mark.parametrize("method", ["spin", "gsil"])
+def test_a_rerun_with_other_settings_is_refused_and_keeps_the_finished_runs_record_and_table(
+    method, tmp_path, tokenizer
+):
+    """Before the fix the claim deleted run_complete.json and eval_results.json before the settings were compared."""
+    from ..conftest import save_sft_output
+
+    save_sft_output(tmp_path / "sft", tokenizer)
+    root = tmp_path / method
+    plant_finished_self_play(root, {**demo_settings(method, tmp_path), "learning_rate": 1.0})
+    before = folder_bytes(root)
+    result = run_demo_recipe(method, tmp_path, tokenizer)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "holds a self-play run with other settings (learning_rate: 1.0 → " in result.stderr
+    assert folder_bytes(root) == before
+
+
+@pytest.mark.parametrize("method", ["spin", "gsil"])
+def test_overwrite_deletes_the_earlier_run_only_once_every_check_passed(method, tmp_path, tokenizer):
+    """--overwrite_output_dir true: a mistake found after the claim (the demonstrations too long for max_length) leaves
+    the earlier run byte for byte; a run killed after the checks (π_0 failing to load) leaves none of it, π_T included,
+    and the user's file. Before the fix the claim deleted the record and table at once, and π_T was never deleted."""
+    from ..conftest import save_sft_output
+
+    save_sft_output(tmp_path / "sft", tokenizer)
+    root = tmp_path / method
+    plant_finished_self_play(root, demo_settings(method, tmp_path))
+    before = folder_bytes(root)
+    refused = run_demo_recipe(method, tmp_path, tokenizer, "--overwrite_output_dir", "true", "--max_length", "4")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    assert folder_bytes(root) == before
+
+    def killed_at_the_first_load():
+        import trl_dpr.lfd.self_play
+
+        def load_policy(*args):
+            raise RuntimeError("killed")
+
+        trl_dpr.lfd.self_play.load_policy = load_policy
+
+    killed = run_demo_recipe(
+        method, tmp_path, tokenizer, "--overwrite_output_dir", "true", before=killed_at_the_first_load
+    )
+    assert killed.returncode != 0 and "RuntimeError: killed" in killed.stderr, killed.stderr[-3000:]
+    assert sorted(path.name for path in root.iterdir()) == ["notes.txt", "self_play.json"]
+    assert json.loads((root / "self_play.json").read_text()) == {
+        "settings": demo_settings(method, tmp_path),
+        "iterations": [],
+    }
+
+
+def test_overwrite_with_resume_continues_the_run_as_dpr_does(tmp_path, tokenizer):
+    """--overwrite_output_dir true --resume_from_checkpoint true: resuming wins, as for DPR; the trained iteration is
+    kept and not trained again. Before the fix its iterations were deleted and trained again."""
+    from ..conftest import save_sft_output
+
+    save_sft_output(tmp_path / "sft", tokenizer)
+    root = tmp_path / "spin"
+    plant_finished_self_play(root, demo_settings("spin", tmp_path))
+    (root / "eval_results.json").unlink()
+    result = run_demo_recipe(
+        "spin",
+        tmp_path,
+        tokenizer,
+        "--overwrite_output_dir",
+        "true",
+        "--resume_from_checkpoint",
+        "true",
+        "--evaluation_config",
+        "",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "iteration 0" not in result.stdout  # nothing trained
+    assert (
+        (root / "iteration-0" / "model.safetensors").read_bytes()
+        == (root / "model.safetensors").read_bytes()
+        == b"pi_1"
+    )

@@ -94,6 +94,7 @@ def world(tmp_path_factory, tokenizer):
     (root / "conversations.jsonl").write_text("".join(json.dumps({"messages": conversation}) + "\n" for _ in range(4)))
     (root / "prompt_completion.jsonl").write_text(f"{good}\n" * 4)
     (root / "blocker").write_text("a file where a folder should be")
+    (root / "holds_ref" / "checkpoint-3").mkdir(parents=True)  # a run's folder, one of whose checkpoints is π_ref
     (root / "not_a_mapping.yaml").write_text("- a\n- list\n")
     (root / "broken.yaml").write_text("learning_rate: 1.0e-6\nmax_steps: 10\n  output_dir: runs/x\n")  # stray indent
     return root
@@ -700,6 +701,30 @@ CASES = [
         {"output_dir": "{root}/finished_dpr"},
         [],
         r"already holds a run.*Resume it",
+        True,
+    ),
+    (
+        "DPR into its SFT output, overwriting",
+        "dpr",
+        {"output_dir": "{root}/sft", "overwrite_output_dir": True},
+        [],
+        r"output_dir '[^']*/sft' is π_SFT, the SFT output \(model_name_or_path\).*another output_dir",
+        True,
+    ),
+    (
+        "DPR over a folder whose checkpoint is its π_ref",
+        "dpr",
+        {"output_dir": "{root}/holds_ref", "ref_model_name_or_path": "{root}/holds_ref/checkpoint-3"},
+        ["--overwrite_output_dir", "true"],
+        r"output_dir '[^']*/holds_ref' holds π_ref \('[^']*/holds_ref/checkpoint-3'\)",
+        True,
+    ),
+    (
+        "SPIN into its SFT output, overwriting",
+        "spin",
+        {"output_dir": "{root}/sft", "overwrite_output_dir": True},
+        [],
+        r"output_dir '[^']*/sft' is π_0, the SFT output",
         True,
     ),
     (

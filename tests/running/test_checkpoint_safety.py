@@ -639,6 +639,40 @@ def test_a_resumed_run_and_a_later_claim_by_the_same_run_keep_the_folders_output
     assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
 
 
+def test_a_resumed_run_keeps_the_finished_runs_record_and_table_until_it_starts_writing(tmp_path):
+    """--resume_from_checkpoint true on a finished run with other arguments, then a mistake found after the claim:
+    its record and evaluation table stay (before the fix the claim deleted them); once it writes, they go."""
+    plant_finished_sft(tmp_path)
+    (tmp_path / "eval_results.json").write_text('{"table_markdown": "| DPR | 1 |"}')
+    before = folder_bytes(tmp_path)
+    claim_output_dir(tmp_path, resuming=True)
+    release_output_dir(tmp_path)  # a check failed
+    assert folder_bytes(tmp_path) == before and finished_run(tmp_path, run_fingerprint(Recipe()))
+    claim_output_dir(tmp_path, resuming=True)
+    start_writing(tmp_path)
+    release_output_dir(tmp_path)
+    assert not (tmp_path / RUN_COMPLETE_NAME).exists() and not (tmp_path / "eval_results.json").exists()
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-6")  # what it resumes stays
+
+
+def test_a_model_the_run_reads_is_refused_where_the_run_writes_and_allowed_beside_it(tmp_path):
+    """π_SFT as output_dir (or through a link to it), π_ref in one of its checkpoints: refused; π_SFT in a subfolder
+    the run never writes nor deletes (runs/demo/sft beside runs/demo's own outputs): allowed."""
+    from trl_dpr.running.checkpointing import check_output_dir_apart
+
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "checkpoint-3").mkdir()
+    (tmp_path / "iteration-0").mkdir()
+    (tmp_path.parent / f"{tmp_path.name}-link").symlink_to(tmp_path)
+    check_output_dir_apart(tmp_path, **{"π_SFT": str(tmp_path / "sft"), "π_ref": None})
+    with pytest.raises(ValueError, match=r"is π_SFT \('.*-link'\), which this run reads"):
+        check_output_dir_apart(tmp_path, **{"π_SFT": str(tmp_path.parent / f"{tmp_path.name}-link")})
+    with pytest.raises(ValueError, match=r"holds π_ref \('.*checkpoint-3'\)"):
+        check_output_dir_apart(tmp_path, **{"π_ref": str(tmp_path / "checkpoint-3")})
+    with pytest.raises(ValueError, match=r"holds π_0"):
+        check_output_dir_apart(tmp_path, ("iteration-*",), **{"π_0": str(tmp_path / "iteration-0")})
+
+
 def test_a_run_that_fails_before_writing_leaves_no_empty_folder_it_created(tmp_path):
     from trl_dpr.running.checkpointing import _release_all
 

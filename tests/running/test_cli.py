@@ -341,6 +341,74 @@ def test_after_a_signal_a_peer_process_failing_ends_the_run_as_interrupted_and_o
     assert stop.value.code == 130 and capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("flag", ["--overwrite_output_dir", "--resume_from_checkpoint"])
+def test_ctrl_c_before_training_in_a_finished_runs_folder_says_the_earlier_run_is_kept(
+    flag, tmp_path, monkeypatch, capsys
+):
+    """`trl-dpr dpr` with overwrite (or resume) on a run finished with other arguments, Ctrl-C while the models load:
+    the earlier run is there byte for byte, and the line says so. Before the fix it said "Interrupted after training:
+    ... holds the finished run" (overwrite), or deleted the record at the claim (resume)."""
+    import trl_dpr.scripts.dpr
+    from trl_dpr.running import checkpointing
+
+    monkeypatch.setattr(checkpointing, "_HELD_LOCKS", {})  # only this run's folder
+    output = tmp_path / "dpr"
+    output.mkdir()
+    (output / "model.safetensors").write_bytes(b"the earlier run's weights")
+    checkpointing.mark_run_finished(output, "the earlier run's fingerprint")
+    (output / "eval_results.json").write_text(json.dumps({"table_markdown": "| DPR | 84.2 |"}))
+    before = {path.name: path.read_bytes() for path in output.iterdir()}
+
+    def loading_the_models(*args, **kwargs):  # run_dpr loads π_SFT and π_ref before its trainer's train()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trl_dpr.scripts.dpr, "run_dpr", loading_the_models)
+    argv = ["--config", str(ROOT / "recipes/demo/dpr.yaml"), "--sft_config", "", "--evaluation_config", ""]
+    try:
+        with pytest.raises(SystemExit) as stop:
+            run(
+                trl_dpr.scripts.dpr.main,
+                [*argv, "--output_dir", str(output), "--num_train_samples", "8", flag, "true"],
+            )
+    finally:
+        checkpointing.release_output_dir(output)
+    assert stop.value.code == 130
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"Interrupted before training; the earlier run in {output} is kept as it was."
+    )
+    assert {path.name: path.read_bytes() for path in output.iterdir()} == before
+
+
+def test_ctrl_c_in_the_sft_stage_names_its_checkpoint_and_the_kept_earlier_run(tmp_path, monkeypatch, capsys):
+    """`trl-dpr dpr --overwrite_output_dir true` claims its folder, then its SFT stage trains and saves a checkpoint in
+    another: a Ctrl-C then names both."""
+    from trl_dpr.running import checkpointing
+
+    from .test_checkpoint_safety import _checkpoint, plant_finished_sft
+
+    monkeypatch.setattr(checkpointing, "_HELD_LOCKS", {})  # only this run's folders
+    dpr, sft = tmp_path / "dpr", tmp_path / "sft"
+    dpr.mkdir()
+    plant_finished_sft(dpr)
+
+    def interrupted_sft(argv):
+        checkpointing.claim_output_dir(dpr, overwrite=True)  # check_dpr_inputs
+        checkpointing.claim_output_dir(sft)  # the SFT stage's run_sft
+        _checkpoint(sft / "checkpoint-4", 4)
+        raise KeyboardInterrupt
+
+    try:
+        with pytest.raises(SystemExit):
+            run(interrupted_sft, [])
+    finally:
+        checkpointing.release_output_dir(dpr)
+        checkpointing.release_output_dir(sft)
+    assert capsys.readouterr().err == (
+        f"Interrupted before training; the earlier run in {dpr} is kept as it was. Saved: {sft}: {sft}/checkpoint-4. "
+        "Resume with the same command and --resume_from_checkpoint true.\n"
+    )
+
+
 def test_the_launching_process_adds_nothing_to_a_ctrl_c(monkeypatch, capsys):
     def interrupted(*args):
         raise KeyboardInterrupt

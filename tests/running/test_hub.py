@@ -763,10 +763,14 @@ def test_a_merge_redoes_an_unfinished_one_and_sweeps_the_staging_folder_a_killed
     killed_other.mkdir()
     (killed_other / "model.safetensors").write_text("a killed merge's weights")
     (tmp_path / f"{killed_other.name}.lock").touch()
+    yours = tmp_path / ".dpr-merged.merging-notes"  # named as a staging folder, no lock, not a merge's files: kept
+    yours.mkdir()
+    (yours / "notes.txt").write_text("the user's own file")
     merge_adapter_folder(sft_lora, merged, dtype="float32")  # no overwrite=True: an unfinished merge is redone
     assert {p.name: p.read_bytes() for p in merged.iterdir() if p.name != ".trl_dpr_merged"} == expected
     assert json.loads((merged / ".trl_dpr_merged").read_text()) == {**marker, "complete": True}
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".other-merged.merging-abc", "dpr-merged"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [yours.name, ".other-merged.merging-abc", "dpr-merged"]
+    assert (yours / "notes.txt").read_text() == "the user's own file"
     AutoModelForCausalLM.from_pretrained(merged, dtype="float32")
     with pytest.raises(FileExistsError, match="overwrite=True"):  # a finished merge is replaced only when asked
         merge_adapter_folder(sft_lora, merged, dtype="float32")

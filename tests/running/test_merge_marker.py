@@ -255,6 +255,28 @@ def test_a_killed_merges_staging_folder_is_swept_beside_any_target_and_a_running
         lock.release()
 
 
+def test_a_sweep_keeps_folders_and_links_named_as_locks_and_folders_of_yours_and_still_sweeps_a_killed_merge(tmp_path):
+    """A folder named as a lock (before: IsADirectoryError), a link named as one (before: followed, its target created)
+    and a folder of yours named as a staging folder beside a free lock file (before: deleted) stay as they were; the
+    killed merge beside them is swept."""
+    from trl_dpr.running.merge import sweep_killed_merges
+
+    (tmp_path / ".notes.merging-2024").mkdir()
+    (tmp_path / ".notes.merging-2024" / "a.txt").write_text("mine")
+    (tmp_path / ".notes.merging-2024.lock").mkdir()
+    (tmp_path / ".linked.merging-1.lock").symlink_to(tmp_path / "elsewhere.lock")
+    (tmp_path / ".mine.merging-2").mkdir()
+    (tmp_path / ".mine.merging-2" / "draft.txt").write_text("mine too")
+    (tmp_path / ".mine.merging-2.lock").touch()
+    killed = left_by_a_killed_merge(tmp_path, "dpr-merged")
+    before = snapshot(tmp_path)
+    assert sweep_killed_merges(tmp_path) == [killed.name]
+    assert snapshot(tmp_path) == {
+        name: value for name, value in before.items() if not name.startswith(f"{killed.name}")
+    }
+    assert not (tmp_path / "elsewhere.lock").exists()
+
+
 def test_a_push_never_sends_a_merges_staging_folder_or_its_lock(tmp_path):
     """A merge into a folder inside the run's (`merge_adapter_folder(run, run / "sub-merged")`) stages there: before,
     a push of the run listed the staging folder's weights."""

@@ -64,9 +64,9 @@ class SelfPlayConfig(ActivationCheckpointingAlias, DPOConfig):
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
-            "help": "Start over in an output_dir that holds a self-play run (its iterations and cached answers are "
-            "deleted). Off: a run with the same settings resumes (finished: `Already finished`), one with other "
-            "settings is refused, naming them."
+            "help": "Start over in an output_dir that holds a self-play run (its π_T, iterations and cached answers "
+            "are deleted once every check has passed; with resume_from_checkpoint it resumes instead). Off: a run with "
+            "the same settings resumes (finished: `Already finished`), one with other settings is refused, naming them."
         },
     )
 

@@ -44,13 +44,16 @@ from ..resources import free_memory
 from ..running.checkpointing import (
     LOCK_HOLDER_NAME,
     LOCK_NAME,
+    check_output_dir_apart,
     claim_output_dir,
     last_complete_checkpoint,
     mark_evaluated,
     mark_run_finished,
+    parse_resume_from_checkpoint,
     release_output_dir,
     releasing_output_dir,
     run_fingerprint,
+    start_writing,
     write_eval_results,
 )
 from ..running.pipeline import SFTScriptArguments, evaluation_dir, model_init_kwargs_from
@@ -62,6 +65,7 @@ logger = logging.getLogger(__name__)
 
 RUN_RECORD = "self_play.json"
 ITERATION_RECORD = "self_play_iteration.json"
+_OUTPUTS = (RUN_RECORD, "generations", "iteration-*")  # what a run writes in its folder besides π_T
 # Settings that decide what a self-play run trains (num_iterations is not one: raising it continues a finished run).
 _SETTINGS = (
     "model_name_or_path",
@@ -426,7 +430,8 @@ def _run_settings(script_args, training_args, model_args) -> dict:
 
 def _claim(root: Path, settings: dict, overwrite: bool) -> None:
     """Record the run's settings in `root/self_play.json`, or check them against a run already there: the same
-    settings resume it, others are refused; `overwrite` starts over (its iterations and answers deleted)."""
+    settings resume it, others are refused unless `overwrite` (`root` claimed to start over). Then the run starts
+    writing in `root` (`start_writing`): started over, the earlier run's π_T, iterations and answers go now."""
     record = root / RUN_RECORD
     state = PartialState()
     if record.is_file():
@@ -436,13 +441,11 @@ def _claim(root: Path, settings: dict, overwrite: bool) -> None:
             details = ", ".join(f"{k}: {recorded.get(k)!r} → {settings.get(k)!r}" for k in changed)
             raise ValueError(
                 f"{root} holds a self-play run with other settings ({details}). Its iterations and cached answers "
-                "belong to those settings: choose another output_dir, or set overwrite_output_dir: true to delete them "
-                "and start over."
+                "belong to those settings: choose another output_dir, or set overwrite_output_dir: true (without "
+                "resume_from_checkpoint) to delete them and start over."
             )
-        if (recorded != settings or overwrite) and state.is_main_process:
-            for stale in [*root.glob("generations"), *root.glob("iteration-*")]:  # those there
-                shutil.rmtree(stale)
     state.wait_for_everyone()  # every process has read and compared before the main one rewrites
+    start_writing(root, outputs=_OUTPUTS)
     if state.is_main_process:
         _write_record(record, {"settings": settings, "iterations": []})
     state.wait_for_everyone()
@@ -501,7 +504,14 @@ def run_self_play(
         model_args.model_name_or_path, "π_0, the SFT output (model_name_or_path)"
     )  # before the folder is claimed
     root = Path(training_args.output_dir)
-    claim_output_dir(root, resuming=True)  # one run per folder; reruns are checked against self_play.json below
+    check_output_dir_apart(
+        root, _OUTPUTS, **{"π_0, the SFT output (model_name_or_path)": model_args.model_name_or_path}
+    )
+    # One run per folder; a rerun continues the run there, checked against its self_play.json (`_claim`). Started over
+    # (overwrite, and resuming wins as for DPR), the earlier run stays until `_claim` has checked everything before it.
+    resuming = parse_resume_from_checkpoint(training_args.resume_from_checkpoint) is not None
+    start_over = bool(training_args.overwrite_output_dir) and not resuming
+    claim_output_dir(root, resuming=not start_over, overwrite=start_over)
     state = PartialState()
 
     sft_path = model_args.model_name_or_path
@@ -549,7 +559,7 @@ def run_self_play(
             flush=True,
         )
     settings = _run_settings(script_args, training_args, model_args)
-    _claim(root, settings, overwrite=training_args.overwrite_output_dir)
+    _claim(root, settings, overwrite=start_over)
     init_kwargs = model_init_kwargs_from(model_args, training_args.trust_remote_code)
     if torch.cuda.is_available():  # each process answers on its own GPU (not "auto", which spreads over all of them)
         init_kwargs.setdefault("device_map", {"": state.local_process_index})
@@ -721,6 +731,8 @@ def recipe_main(config_class: type[SelfPlayConfig], argv: Sequence[str] | None =
     )
     if finished_already(training_args, fingerprint, evaluate_again):  # the same command again: exit code 0
         return recorded()
+    # π_0 where this run writes: refused before an SFT stage spends anything (run_self_play checks it again).
+    check_output_dir_apart(root, _OUTPUTS, **{"π_0, the SFT output (model_name_or_path)": sft_path})
     # A failed stage leaves the folder free; Ctrl-C keeps it held until the process ends, so `run` says what it holds.
     with releasing_output_dir(root):
         run = run_stages(

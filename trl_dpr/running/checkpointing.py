@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import fnmatch
 import hashlib
 import json
 import logging
@@ -228,7 +229,9 @@ class _FolderLock:
         import fcntl
 
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(
+                self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644
+            )  # never a link's target
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as error:
@@ -305,6 +308,7 @@ def _lock(output_dir: Path) -> str | None:
 def _unlock(key: str) -> None:
     """Remove what the run kept in its folder for itself (the lock holder's record, an empty staging folder), then
     delete and release the lock: last, so no other run writes here before this one is done with the folder."""
+    _CONTINUING.discard(key)
     _STARTING_OVER.discard(key)  # never started writing: the earlier run stays
     output_dir, lock, _ = _HELD_LOCKS.pop(key)
     (output_dir / LOCK_HOLDER_NAME).unlink(missing_ok=True)
@@ -359,28 +363,55 @@ def _previous_run(output_dir: Path) -> str | None:
     return ", ".join(found) if found else None
 
 
-# Folders claimed to start over (`overwrite`) whose earlier run is deleted when this run starts writing, not at the
-# claim: a mistake found by a check after the claim (the push, the data, an evaluation or SFT recipe) leaves it whole.
+# Folders claimed whose earlier run goes when this run starts writing (`start_writing`), not at the claim, so that a
+# mistake found by a check after the claim (the push, the data, self-play's settings, an evaluation or SFT recipe)
+# leaves it whole: all of it when claimed to start over (`overwrite`); only its record of being finished and its
+# evaluation table, which no longer describe the folder, when claimed to resume or continue it (`_CONTINUING`).
 _STARTING_OVER: set[str] = set()
+_CONTINUING: set[str] = set()
 
 
-def start_writing(output_dir: str | os.PathLike) -> None:
-    """Called by a run right before its first write into `output_dir` (the trainer's `train`): a run that claimed the
-    folder to start over deletes the earlier run there now, its record of being finished first, then its outputs
-    (`_remove_own_outputs`); once per claim. Every process calls it."""
+def interrupted_before_writing() -> str | None:
+    """The line a Ctrl-C ends with (`cli._interrupted`) while a folder this process holds keeps an earlier run, as it
+    was: claimed, nothing written there yet (its record, if any, is not this run's). None when there is none."""
+    held = {key: folder for key, (folder, _, pid) in _HELD_LOCKS.items() if pid == os.getpid()}
+    kept = [
+        key
+        for key, folder in held.items()
+        if key in _CONTINUING or (key in _STARTING_OVER and (_previous_run(folder) or _has_record(folder)))
+    ]
+    if not kept:
+        return None
+    line = f"Interrupted before training; the earlier run in {', '.join(str(held[key]) for key in kept)} is kept as it was."
+    others = [(folder, last_complete_checkpoint(folder)) for key, folder in held.items() if key not in kept]
+    if saved := "; ".join(f"{folder}: {checkpoint}" for folder, checkpoint in others if checkpoint):  # an SFT stage's
+        line += f" Saved: {saved}. Resume with the same command and --resume_from_checkpoint true."
+    return line
+
+
+def _has_record(output_dir: Path) -> bool:
+    return any((output_dir / name).is_file() for name in (RUN_COMPLETE_NAME, EVAL_RESULTS_NAME))
+
+
+def start_writing(output_dir: str | os.PathLike, outputs: tuple[str, ...] = ()) -> None:
+    """Called by a run right before its first write into `output_dir` (the trainer's `train`): the earlier run's
+    record of being finished and its table go now, and, claimed to start over, its outputs (`_remove_own_outputs`, and
+    the caller's own `outputs`, glob patterns: self-play's iterations); once per claim. Every process calls it."""
     key = os.path.realpath(output_dir)
-    if _is_main_process() and key in _STARTING_OVER:
-        _STARTING_OVER.discard(key)
+    if _is_main_process() and (key in _STARTING_OVER or key in _CONTINUING):
+        _CONTINUING.discard(key)
         for stale in (RUN_COMPLETE_NAME, EVAL_RESULTS_NAME):  # first: a run killed midway is not taken as finished
             (Path(output_dir) / stale).unlink(missing_ok=True)
-        _remove_own_outputs(Path(output_dir))
+        if key in _STARTING_OVER:
+            _STARTING_OVER.discard(key)
+            _remove_own_outputs(Path(output_dir), outputs)
     _barrier()
 
 
-def _remove_own_outputs(output_dir: Path) -> None:
-    """Delete an earlier run's outputs (`_OWN_OUTPUTS`, its `checkpoint-N/`) from `output_dir`, before this run writes:
-    killed midway, it leaves no old model that passes for its own, no old checkpoint to resume."""
-    stale = [path for pattern in _OWN_OUTPUTS for path in output_dir.glob(pattern)]
+def _remove_own_outputs(output_dir: Path, outputs: tuple[str, ...] = ()) -> None:
+    """Delete an earlier run's outputs (`_OWN_OUTPUTS` and `outputs`, its `checkpoint-N/`) from `output_dir`, before
+    this run writes: killed midway, it leaves no old model that passes for its own, no old checkpoint to resume."""
+    stale = [path for pattern in (*_OWN_OUTPUTS, *outputs) for path in output_dir.glob(pattern)]
     stale += [Path(path) for _, path in _checkpoints(output_dir)]
     for path in stale:
         if path.is_dir() and not path.is_symlink():
@@ -389,13 +420,34 @@ def _remove_own_outputs(output_dir: Path) -> None:
             path.unlink(missing_ok=True)
 
 
+def check_output_dir_apart(output_dir: str | os.PathLike, outputs: tuple[str, ...] = (), **reads: str | None) -> None:
+    """A `ValueError` (one line) when a model the run reads (`reads`: what → its path, e.g. π_SFT's folder) is
+    `output_dir` or lies in what the run writes there (`_OWN_OUTPUTS`, `checkpoint-N/`, the caller's `outputs`): its
+    saves, and an overwrite's deletions (`start_writing`), would replace it. Before the claim and any model loads."""
+    out = os.path.realpath(output_dir)
+    for what, path in reads.items():
+        model = os.path.realpath(path) if path else None
+        if model is None or (model != out and not (os.path.exists(path) and Path(model).is_relative_to(out))):
+            continue
+        top = Path(model).relative_to(out).parts[:1]
+        if model == out or any(
+            fnmatch.fnmatchcase(top[0], name) for name in (*_OWN_OUTPUTS, "checkpoint-*", *outputs)
+        ):
+            raise ValueError(
+                f"output_dir {str(output_dir)!r} {'is' if model == out else 'holds'} {what} ({path!r}), which this run "
+                "reads: its saves would replace it, and overwrite_output_dir would delete it. Give the run another "
+                "output_dir."
+            )
+
+
 def claim_output_dir(
     output_dir: str | os.PathLike, *, resuming: bool = False, overwrite: bool = False, evaluating: bool = False
 ) -> None:
     """Make `output_dir` this run's before any compute: `OSError` when not writable, `OutputDirInUse` naming a live
     holder, `ValueError` for a finished run's folder unless resuming or overwriting. Every process gets the same verdict.
     `evaluating`: the finished run in it is only evaluated again (`finished_already`), so its record stays.
-    `overwrite` (not resuming): the earlier run stays until this one starts writing (`start_writing` deletes it).
+    `overwrite` (not resuming): the earlier run stays until this one starts writing (`start_writing` deletes it);
+    resuming or continuing: its record of being finished and its table stay until then.
     """
     output_dir = Path(output_dir)
     check_output_dir(output_dir)
@@ -421,10 +473,8 @@ def claim_output_dir(
             )
         if not error and overwrite and not resuming and not evaluating and first_claim:
             _STARTING_OVER.add(key)  # the earlier run, its record included, goes when this one starts writing
-        # This run's now (unless it only evaluates it): a finished run's record and table no longer describe it.
-        if not error and not evaluating and key not in _STARTING_OVER:
-            for stale in (RUN_COMPLETE_NAME, EVAL_RESULTS_NAME):  # the table: `Already finished`, the model card
-                (output_dir / stale).unlink(missing_ok=True)
+        elif not error and not evaluating and first_claim and _has_record(output_dir):
+            _CONTINUING.add(key)  # its record and table (`Already finished`, the model card) go then
     error = _agree(error)
     if error:
         raise (OutputDirInUse if error.startswith("Another run") else ValueError)(error)
@@ -747,6 +797,8 @@ class AtomicCheckpointsMixin:
     """Mix into a `transformers.Trainer`: the run claims its folder, checkpoints are staged, verified and renamed, and
     `train(resume_from_checkpoint=True)` resumes from the newest complete one.
     """
+
+    _claims_output_dir = True  # honours overwrite_output_dir (`claim_output_dir`, `start_writing`)
 
     def _save_checkpoint(self, model, trial):
         from transformers.trainer_utils import rotate_checkpoints

@@ -181,6 +181,8 @@ def _interrupted(folders: Sequence[os.PathLike] | None = None) -> str:
     how to go on from it."""
     if folders is None:
         checkpointing = sys.modules.get("trl_dpr.running.checkpointing")  # loaded once a run has claimed its folder
+        if line := checkpointing and checkpointing.interrupted_before_writing():  # an earlier run kept: said first
+            return line
         held = [folder for folder, _, pid in getattr(checkpointing, "_HELD_LOCKS", {}).values() if pid == os.getpid()]
     else:
         from . import checkpointing

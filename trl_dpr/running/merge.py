@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from fnmatch import fnmatchcase
@@ -172,12 +173,7 @@ def merge_adapter_folder(
     sweep_killed_merges(output_dir.parent)
     prefix = STAGING_PREFIX.format(name=output_dir.name)
     for stale in output_dir.parent.iterdir():  # an earlier trl_dpr's, without a lock: a killed merge's
-        if (
-            stale.name.startswith(prefix)
-            and stale.is_dir()
-            and not stale.is_symlink()
-            and not _lock_of(stale).exists()
-        ):
+        if stale.name.startswith(prefix) and not os.path.lexists(_lock_of(stale)) and _looks_like_staging(stale):
             shutil.rmtree(stale, ignore_errors=True)
     # Merged into a sibling staging folder first: what the merge writes is known before anything in output_dir is touched.
     staging, lock = _new_staging(output_dir)
@@ -208,6 +204,15 @@ def _lock_of(staging: Path) -> Path:
     return staging.with_name(staging.name + _STAGING_LOCK)
 
 
+def _looks_like_staging(folder: Path) -> bool:
+    """Whether `folder` is a folder (not a link) holding only files named as a merge writes them (`_MERGE_WRITES`):
+    what a merge's staging folder holds, unlike a folder of yours that happens to be named as one."""
+    try:
+        return stat.S_ISDIR(folder.lstat().st_mode) and all(_named_as_merged(folder, p.name) for p in folder.iterdir())
+    except OSError:
+        return False
+
+
 def _new_staging(output_dir: Path):
     """A new staging folder beside `output_dir` and its lock, taken before the folder exists: a sweep never finds this
     merge's folder unlocked. Returns (folder, lock); the caller removes the folder, then releases the lock."""
@@ -233,12 +238,19 @@ def sweep_killed_merges(folder: str | os.PathLike) -> list[str]:
 
     removed = []
     for lock_path in sorted(Path(folder).glob(f".*.merging-*{_STAGING_LOCK}")):
-        lock = _FolderLock(lock_path)
-        if not lock.acquire():  # its merge is running
+        staging = lock_path.with_name(lock_path.name.removesuffix(_STAGING_LOCK))
+        try:  # a lock is a file a merge made, beside its staging folder (or none): anything else is someone else's
+            if not stat.S_ISREG(lock_path.lstat().st_mode) or (
+                os.path.lexists(staging) and not _looks_like_staging(staging)
+            ):
+                continue
+            lock = _FolderLock(lock_path)
+            if not lock.acquire():  # its merge is running
+                continue
+        except OSError:  # gone meanwhile, unreadable, or made a link since (the lock opens no link)
             continue
         try:
-            staging = lock_path.with_name(lock_path.name.removesuffix(_STAGING_LOCK))
-            if staging.is_dir() and not staging.is_symlink():
+            if _looks_like_staging(staging):
                 shutil.rmtree(staging, ignore_errors=True)
                 removed.append(staging.name)
                 print(f"Removed {staging}: the staging folder of a merge that was killed.", flush=True)

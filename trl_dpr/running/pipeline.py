@@ -33,6 +33,7 @@ from ..reward_model import CheckpointRewardModel, load_reward_model
 from ..rewards import load_reward_func
 from ..trainer import check_reward_func_columns, check_reward_weights
 from .checkpointing import (
+    check_output_dir_apart,
     claim_output_dir,
     mark_run_finished,
     parse_resume_from_checkpoint,
@@ -319,11 +320,15 @@ class DPRInputs:
 
 
 def check_dpr_inputs(
-    script_args: DPRScriptArguments, training_args: DensePathConfig, reward_funcs: list | None = None
+    script_args: DPRScriptArguments,
+    training_args: DensePathConfig,
+    reward_funcs: list | None = None,
+    sft_path: str | None = None,
 ) -> DPRInputs:
     """What the DPR stage can check without the SFT output, each once: the outcome `reward_funcs` (the recipe's, by
-    name, or `reward_funcs` from Python) with their `reward_weights` and dataset columns, the folder (claimed), the Hub
-    push and the prompts. `trl-dpr dpr` runs it before its SFT stage, so a mistake is found before the SFT is spent.
+    name, or `reward_funcs` from Python) with their `reward_weights` and dataset columns, the folder (claimed; apart
+    from π_SFT's folder `sft_path` and π_ref), the Hub push and the prompts. `trl-dpr dpr` runs it before its SFT
+    stage, so a mistake is found before the SFT is spent.
     """
     if script_args.reward_funcs and reward_funcs:  # which weight is whose would depend on an order nobody wrote down
         raise ValueError(
@@ -336,6 +341,10 @@ def check_dpr_inputs(
         ]
     reward_funcs = list(reward_funcs or [])
     check_reward_weights(training_args.reward_weights, len(reward_funcs))
+    check_output_dir_apart(
+        training_args.output_dir,
+        **{"π_SFT, the SFT output (model_name_or_path)": sft_path, "π_ref": script_args.ref_model_name_or_path},
+    )
     claim_output_dir(
         training_args.output_dir,
         resuming=parse_resume_from_checkpoint(training_args.resume_from_checkpoint) is not None,
@@ -396,7 +405,7 @@ def run_dpr(
     # (check_dpr_inputs, unless the caller did it), then the SFT output, its adapter and its chat template.
     if inputs is not None and reward_funcs:
         raise ValueError("run_dpr got inputs from check_dpr_inputs and reward_funcs: pass reward_funcs to it instead.")
-    inputs = inputs or check_dpr_inputs(script_args, training_args, reward_funcs)
+    inputs = inputs or check_dpr_inputs(script_args, training_args, reward_funcs, model_args.model_name_or_path)
     sft_path = model_args.model_name_or_path
     if os.path.isdir(sft_path) and (problem := sft_output_problem(sft_path)):
         raise ValueError(f"{sft_path!r} is not a finished SFT output: {problem}. {UNFINISHED_SFT_HELP}")

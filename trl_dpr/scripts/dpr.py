@@ -86,7 +86,7 @@ def main(argv=None):
     check_fits_sft_recipe_context(script_args.sft_config, training_args.check_fits_context)  # π_SFT's, before its SFT
     if script_args.ref_model_name_or_path:  # r̂ ≡ 0: refused before an SFT stage writes that folder, too
         check_reference_is_not_sft(sft_path, script_args.ref_model_name_or_path)
-    dpr_inputs = check_dpr_inputs(script_args, training_args)
+    dpr_inputs = check_dpr_inputs(script_args, training_args, sft_path=sft_path)
     push = defer_push_to_hub(training_args)  # pushed below, after the evaluation: the model card carries its table
     # What the record of the finished run lists as still to do, each cleared once done: the same command again does
     # what a failure (or Ctrl-C) left undone. A push merges first when it merges (the push line says --merge_adapter).
