@@ -811,15 +811,16 @@ def test_use_vllm_without_vllm_exits_2_with_the_install_line_before_anything_loa
 
 
 def test_a_gguf_recipe_without_the_gguf_extra_exits_2_with_the_install_line(tmp_path):
-    # num_train_samples 0 stops the recipe's own parser: were the GGUF check not made first, nothing is launched either
+    # A missing dataset stops the launched run before any model loads: were the GGUF check not made first (before the
+    # launch), the run would end with that message instead, without the install line.
     result = trl_dpr(
         "sft",
         "--config",
         "smollm2-135m/sft/config_full.yaml",
         "--output_dir",
         str(tmp_path / "out"),
-        "--num_train_samples",
-        "0",
+        "--dataset_name",
+        str(tmp_path / "missing.jsonl"),
         prelude="import sys; sys.modules['gguf'] = None\n" + REPORT_IMPORTS,
     )
     assert result.returncode == 2, result.stderr[-2000:]
