@@ -604,3 +604,111 @@ def test_two_process_cards_state_the_processes_the_global_batch_and_the_sft_hype
     assert (
         dpr_rows["processes"] == "2" and dpr_rows["global batch (completions per optimizer step)"] == "2 × 2 × 2 = 8"
     )
+
+
+class HubAnsweringWhoami:
+    """A Hub on this machine whose `whoami` answers `status` with `body`, counting the calls."""
+
+    def __init__(self, status: int, body: dict):
+        import http.server
+        import threading
+
+        calls = self.calls = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                calls.append(self.path)
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def hub_check_against(monkeypatch, hub):
+    """`check_hub_push` as a fresh process runs it against `hub` (huggingface_hub reads the endpoint when imported)."""
+    from types import SimpleNamespace
+
+    from huggingface_hub import constants
+
+    from trl_dpr.running import push
+
+    monkeypatch.setattr(constants, "ENDPOINT", hub.endpoint)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(push, "_HUB_VERDICTS", {}, raising=False)  # this process asked no other Hub
+    args = SimpleNamespace(push_to_hub=True, hub_strategy="every_save", hub_token="hf_fakefakefakefakefakefake12")
+    return lambda: push.check_hub_push(args)
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_rate_limited_or_failing_hub_warns_once_and_training_goes_on(monkeypatch, caplog, status):
+    """Review of the Hub check, finding 1: a 429 or a 5xx from whoami aborted the launch (HfHubHTTPError); the Hub
+    could not say, so the run trains and the push is tried at the end. The pipeline and the trainer both check: one ask."""
+    hub = HubAnsweringWhoami(status, {"error": "Too many requests" if status == 429 else "Service unavailable"})
+    check = hub_check_against(monkeypatch, hub)
+    try:
+        with caplog.at_level("WARNING", logger="trl_dpr.running.push"):
+            check()
+            check()
+    finally:
+        hub.server.shutdown()
+    assert len([path for path in hub.calls if path.startswith("/api/whoami")]) == 1
+    (warning,) = [r.getMessage() for r in caplog.records if "could not check the token" in r.getMessage()]
+    assert f"(HfHubHTTPError {status}: " in warning and "the push is tried at the end" in warning
+
+
+def test_the_hub_is_asked_once_per_process_whoever_checks(monkeypatch):
+    """Review of the Hub check, finding 1: check_dpr_inputs and the trainer each called whoami (on every rank)."""
+    hub = HubAnsweringWhoami(200, {"name": "me", "type": "user", "auth": {"accessToken": {"role": "write"}}})
+    check = hub_check_against(monkeypatch, hub)
+    try:
+        check()
+        check()
+    finally:
+        hub.server.shutdown()
+    assert len(hub.calls) == 1
+
+
+@pytest.mark.parametrize("role, refused", [("read", True), ("write", False), ("fineGrained", False)])
+def test_a_read_token_is_refused_before_training_and_a_fine_grained_one_is_not(monkeypatch, role, refused):
+    """Review of the Hub check, finding 1: a read token passed the check and the push failed after training. A
+    fine-grained token may hold the repo's write right: not refused."""
+    hub = HubAnsweringWhoami(200, {"name": "me", "type": "user", "auth": {"accessToken": {"role": role}}})
+    check = hub_check_against(monkeypatch, hub)
+    try:
+        if refused:
+            with pytest.raises(PermissionError, match="the token is a read token"):
+                check()
+        else:
+            check()
+    finally:
+        hub.server.shutdown()
+
+
+def test_a_dpr_run_with_a_read_token_is_refused_in_one_line_before_training(tmp_path, tokenizer):
+    """`trl-dpr dpr` with push_to_hub and a read token: exit 2, one line, nothing trained."""
+    hub = HubAnsweringWhoami(200, {"name": "me", "type": "user", "auth": {"accessToken": {"role": "read"}}})
+    dpr_recipe_that_pushes(tmp_path, tokenizer)
+    environment = {k: v for k, v in ENV.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", CLI, "dpr", "--config", "dpr.yaml"],
+            cwd=tmp_path,
+            env={**environment, **hub_environment(tmp_path, HF_ENDPOINT=hub.endpoint)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        hub.server.shutdown()
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.count("push_to_hub is on but the token is a read token") == 1
+    assert "Traceback" not in result.stderr and not list((tmp_path / "dpr").glob("*.safetensors"))

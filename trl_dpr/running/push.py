@@ -10,13 +10,21 @@ import json
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
 from ..reference_manifest import MANIFEST_NAME
-from .checkpointing import PREFIX_CHECKPOINT_DIR, RUN_COMPLETE_NAME, STAGING_DIRNAME, mark_step_done
+from .checkpointing import (
+    PREFIX_CHECKPOINT_DIR,
+    RUN_COMPLETE_NAME,
+    STAGING_DIRNAME,
+    _agree,
+    _is_main_process,
+    mark_step_done,
+)
 from .merge import (
     MERGED_MARKER,
     check_merge_target,
@@ -324,8 +332,9 @@ def defer_push_to_hub(args) -> bool:
 
 
 def check_hub_push(args) -> None:
-    """With `push_to_hub`, check before training what would fail after it: the Hub reachable, a token, and a
-    `hub_strategy` that pushes once at the end (the checkpoint strategies would upload optimizer state)."""
+    """With `push_to_hub`, check before training what would fail after it: the Hub reachable, a token it knows that
+    is no read token, and a `hub_strategy` that pushes once at the end (the checkpoint strategies would upload optimizer
+    state). A Hub that cannot say (429, 5xx) is a warning: the push is tried after training."""
     if not getattr(args, "push_to_hub", False):
         return
     strategy = str(
@@ -349,17 +358,61 @@ def check_hub_push(args) -> None:
             "push_to_hub is on but no Hugging Face token was found (hub_token, HF_TOKEN, or `hf auth login`): the "
             "push would fail after training. Log in first, or set push_to_hub: false."
         )
+    kind, line = _hub_verdict(token)
+    if kind == "warning":
+        return
+    if kind is not None:
+        raise {"PermissionError": PermissionError, "ConnectionError": ConnectionError}.get(kind, ValueError)(line)
+
+
+# The main process's answer to `whoami`, per (endpoint, token): asked once per process, whoever checks.
+_HUB_VERDICTS: dict[tuple[str, str], tuple[str | None, str | None]] = {}
+
+
+def _hub_verdict(token: str) -> tuple[str | None, str | None]:
+    """(None, None) when the Hub knows `token` and it may write; ("warning", line) when the Hub could not say (a 429
+    or a 5xx: the push is tried after training, warned once); else the error's class name and its one line. Only the
+    main process asks (N ranks asking at once are rate limited); the others get its answer."""
+    from huggingface_hub import constants
+
+    key = (constants.ENDPOINT, token)
+    if key in _HUB_VERDICTS:
+        return _HUB_VERDICTS[key]
+    verdict = _ask_hub(token) if _is_main_process() else (None, None)
+    if "torch" in sys.modules:  # a process group exists only where torch is loaded (`trl-dpr push` stays light)
+        verdict = tuple(_agree(list(verdict)))
+    _HUB_VERDICTS[key] = verdict
+    if verdict[0] == "warning":
+        logger.warning(verdict[1])
+    return verdict
+
+
+def _ask_hub(token: str) -> tuple[str | None, str | None]:
     from huggingface_hub import HfApi
 
-    try:  # the Hub answers, and knows the token
-        HfApi().whoami(token=token)
+    try:
+        answer = HfApi().whoami(token=token)
     except Exception as error:
-        line = _hub_failure(
-            error, "push_to_hub would fail after training, so nothing was trained", "or set push_to_hub: false"
+        if (
+            line := _hub_failure(
+                error, "push_to_hub would fail after training, so nothing was trained", "or set push_to_hub: false"
+            )
+        ) is not None:
+            return type(line).__name__, str(line)
+        first = (str(error).strip().splitlines() or [""])[0]
+        status = getattr(getattr(error, "response", None), "status_code", None)
+        return "warning", (
+            f"The Hub could not check the token before training ({type(error).__name__}"
+            f"{f' {status}' if status else ''}: {first}); training anyway, "
+            "and the push is tried at the end (if it fails, the run is kept: push it later with trl-dpr push)."
         )
-        if line is None:
-            raise
-        raise line from None
+    role = ((answer or {}).get("auth") or {}).get("accessToken", {}).get("role")
+    if role == "read":
+        return "PermissionError", (
+            "push_to_hub is on but the token is a read token: the push would fail after training, so nothing was "
+            "trained. Use a write token (hub_token, HF_TOKEN or `hf auth login`), or set push_to_hub: false."
+        )
+    return None, None
 
 
 class SafeHubPushMixin:
