@@ -712,3 +712,24 @@ def test_a_dpr_run_with_a_read_token_is_refused_in_one_line_before_training(tmp_
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.count("push_to_hub is on but the token is a read token") == 1
     assert "Traceback" not in result.stderr and not list((tmp_path / "dpr").glob("*.safetensors"))
+
+
+def test_a_pushed_evaluation_record_keeps_every_string_that_is_not_a_path_field(sft_run, tmp_path):
+    """Review of the pushed records, finding 2: every absolute-looking string was cut to its last component (an
+    answer_pattern `/(\\d+)/` became `(\\d+)`) and non-ASCII text became \\u escapes. Only the path fields change."""
+    run = shutil.copytree(sft_run, tmp_path / "run")
+    settings = {
+        "output_dir": str(tmp_path / "eval" / "dpr"),
+        "jsonl_path": str(tmp_path / "data" / "test.jsonl"),
+        "baseline": f"SFT={tmp_path / 'runs' / 'sft'}",
+        "answer_pattern": "/(\\d+)/",
+        "system_prompt": "Réponds en français : /réponse/",
+        "judge": "/usr/bin/judge=strict",
+    }
+    (run / "eval_results.json").write_text(json.dumps({"settings": settings, "note": "/(\\d+)/"}, ensure_ascii=False))
+    result = trl_dpr_forked("push", str(run), "--to", str(tmp_path / "pushed"), tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    pushed = (tmp_path / "pushed" / "eval_results.json").read_text(encoding="utf-8")
+    expected = {**settings, "output_dir": "dpr", "jsonl_path": "test.jsonl", "baseline": "SFT=sft"}
+    assert json.loads(pushed) == {"settings": expected, "note": "/(\\d+)/"}
+    assert "Réponds en français" in pushed and "\\u" not in pushed

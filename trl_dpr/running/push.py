@@ -135,36 +135,64 @@ def _portable_records(folder: str | os.PathLike, files: list[str]) -> dict[str, 
         listed = record.get("files") if isinstance(record, dict) else None
         if isinstance(listed, dict):
             listed.update({name: len(text) for name, text in portable.items() if name in listed})
-            portable[SFT_COMPLETE_NAME] = (json.dumps(record, indent=1)).encode()
+            portable[SFT_COMPLETE_NAME] = (json.dumps(record, indent=1, ensure_ascii=False)).encode()
     return portable
 
 
+# The fields of trl_dpr's records that name a local folder or file: the SFT's base model, the evaluation's settings
+# (`EvaluationConfig`'s paths, and its NAME=PATH models). No other string is touched (an answer_pattern `/(\\d+)/`).
+_PATH_FIELDS = frozenset(
+    (
+        "base_model",
+        "output_dir",
+        "jsonl_path",
+        "alpaca_eval_path",
+        "arena_hard_path",
+        "lima_path",
+        "mt_bench_path",
+        "judge_model",
+    )
+)
+_NAMED_PATH_FIELDS = frozenset({"baseline", "candidates"})
+
+
 def _without_local_paths(path: Path) -> bytes | None:
-    """The JSON file at `path` with every absolute path in its strings (`/a/b/sft`, `SFT=/a/b/sft`) replaced by its
-    last component; None when it holds none (or is no JSON: sent as it is)."""
+    """The JSON file at `path` with the absolute paths of its path fields (`_PATH_FIELDS`: `/a/b/sft`;
+    `_NAMED_PATH_FIELDS`: `SFT=/a/b/sft`) replaced by their last component; None when it holds none (or is no JSON:
+    sent as it is). Written as the run writes its records (non-ASCII kept as it is)."""
     from .model_card import _embedded_name
 
     def name_of(text: str) -> str:
         return _embedded_name(text) if _embedded_name(text) != text else Path(text).name
 
+    def portable(value, named: bool):
+        if isinstance(value, list):
+            return [portable(item, named) for item in value]
+        if not isinstance(value, str):
+            return value
+        label, _, where = value.partition("=") if named else ("", "", value)
+        if not os.path.isabs(where):
+            return value
+        return f"{label}={name_of(where)}" if named else name_of(where)
+
     def rewrite(value):
-        if isinstance(value, dict):
-            return {key: rewrite(item) for key, item in value.items()}
         if isinstance(value, list):
             return [rewrite(item) for item in value]
-        if isinstance(value, str) and os.path.isabs(value):
-            return name_of(value)
-        label, _, where = value.partition("=") if isinstance(value, str) else ("", "", "")
-        if where and os.path.isabs(where) and not any(c in label for c in "/:?"):  # `NAME=PATH`, not a URL's query
-            return f"{label}={name_of(where)}"
-        return value
+        if not isinstance(value, dict):
+            return value
+        return {
+            key: portable(item, key in _NAMED_PATH_FIELDS)
+            if key in _PATH_FIELDS | _NAMED_PATH_FIELDS
+            else rewrite(item)
+            for key, item in value.items()
+        }
 
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    portable = rewrite(record)
-    return None if portable == record else (json.dumps(portable, indent=2) + "\n").encode()
+    result = rewrite(record)
+    return None if result == record else (json.dumps(result, indent=2, ensure_ascii=False) + "\n").encode()
 
 
 # ---- the push check -------------------------------------------------------------------------------------------------
