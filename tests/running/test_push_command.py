@@ -733,3 +733,42 @@ def test_a_pushed_evaluation_record_keeps_every_string_that_is_not_a_path_field(
     expected = {**settings, "output_dir": "dpr", "jsonl_path": "test.jsonl", "baseline": "SFT=sft"}
     assert json.loads(pushed) == {"settings": expected, "note": "/(\\d+)/"}
     assert "Réponds en français" in pushed and "\\u" not in pushed
+
+
+def test_push_merge_adapter_merges_again_when_the_base_was_retrained_in_place(sft_lora_run, tmp_path):
+    """Review of merge reuse, finding 3: the reuse check hashed the adapter and the dtype, not the base: an SFT retrained
+    at the same path left the merge of the old base in place, pushed as the new one. Each run's own copy of the base."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    runs = tmp_path / "runs"
+    shutil.copytree(sft_lora_run, runs / "dpr")
+    config = json.loads((runs / "dpr" / "adapter_config.json").read_text())
+    base = AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"], dtype="float32")
+    base.save_pretrained(runs / "base")
+    (runs / "dpr" / "adapter_config.json").write_text(
+        json.dumps({**config, "base_model_name_or_path": str(runs / "base")})
+    )
+    merged = runs / "dpr-merged"
+
+    def push(to: str) -> None:
+        result = trl_dpr_forked(
+            "push", str(runs / "dpr"), "--to", str(runs / to), "--merge_adapter", tmp_path=tmp_path
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+
+    push("pushed-1")
+    first = (merged / "model.safetensors").stat()
+    push("pushed-2")
+    assert (merged / "model.safetensors").stat().st_mtime_ns == first.st_mtime_ns  # unchanged: reused
+    with torch.no_grad():  # the SFT trained again, saved where it was
+        base.get_input_embeddings().weight.add_(0.5)
+    base.save_pretrained(runs / "base")
+    push("pushed-3")
+    ids = torch.tensor([[5, 17, 42, 99, 7]])
+    retrained = AutoModelForCausalLM.from_pretrained(runs / "base", dtype="float32")
+    with torch.no_grad():
+        expected = PeftModel.from_pretrained(retrained, str(runs / "dpr")).eval()(ids).logits
+        for folder in (merged, runs / "pushed-3"):
+            got = AutoModelForCausalLM.from_pretrained(folder, dtype="float32").eval()(ids).logits
+            torch.testing.assert_close(got, expected)

@@ -110,13 +110,34 @@ def _edited_files(folder: Path) -> list[str]:
 
 
 def _source_digest(adapter_dir: Path, dtype: str) -> str:
-    """One SHA-256 over what a merge reads from `adapter_dir` (weights, config, tokenizer, card, evaluation) and the
-    `dtype` it merges in: equal digests merge to the same files ("auto" matches no merge's record)."""
+    """One SHA-256 over what a merge reads from `adapter_dir` (weights, config, tokenizer, card, evaluation), its base
+    (`_base_state`) and the `dtype` it merges in: equal digests merge to the same files ("auto" matches no merge's
+    record)."""
     digest = hashlib.sha256(dtype.encode())
+    digest.update(f"\0base\0{_base_state(adapter_dir)}".encode())
     for path in sorted(adapter_dir.iterdir()):
         if path.is_file() and (path.name.startswith("adapter_") or _named_as_merged(adapter_dir, path.name)):
             digest.update(f"\0{path.name}\0{_sha256(path)}".encode())
     return digest.hexdigest()
+
+
+def _base_state(adapter_dir: Path) -> str:
+    """The adapter's base as a merge's record names it: a local folder by its config and weight files' names, sizes and
+    modification times (an SFT retrained in place is merged again; its bytes are not read), a Hub id with its revision."""
+    config = json.loads((adapter_dir / "adapter_config.json").read_text())
+    base = config.get("base_model_name_or_path") or ""
+    try:
+        base = _base_of(adapter_dir, base)
+    except FileNotFoundError:  # the merge says so in one line
+        return base
+    if not os.path.isdir(base):
+        return f"{base}@{config.get('revision') or ''}"
+    files = [
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(Path(base).iterdir())
+        if p.is_file() and (p.name == "config.json" or p.name.endswith((".safetensors", ".bin")))
+    ]
+    return json.dumps([str(Path(base).resolve()), files])
 
 
 def _reusable_merge(folder: Path, source: str) -> bool:
