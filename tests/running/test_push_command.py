@@ -772,3 +772,41 @@ def test_push_merge_adapter_merges_again_when_the_base_was_retrained_in_place(sf
         for folder in (merged, runs / "pushed-3"):
             got = AutoModelForCausalLM.from_pretrained(folder, dtype="float32").eval()(ids).logits
             torch.testing.assert_close(got, expected)
+
+
+def test_push_merge_adapter_of_a_moved_runs_folder_finds_its_base_by_the_paths_last_components(sft_lora_run, tmp_path):
+    """Review of absolute base paths, finding 4: a runs folder moved elsewhere kept its adapter's absolute base path,
+    which no longer exists: the merge ended in from_pretrained's unclear error. The base is found where it moved to;
+    a base that is nowhere is one line, before anything loads."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    runs = tmp_path / "moved" / "runs"
+    shutil.copytree(sft_lora_run, runs / "dpr")
+    config = json.loads((runs / "dpr" / "adapter_config.json").read_text())
+    base = AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"], dtype="float32")
+    base.save_pretrained(runs / "base")
+    before_the_move = tmp_path / "gone" / "runs" / "base"
+    (runs / "dpr" / "adapter_config.json").write_text(
+        json.dumps({**config, "base_model_name_or_path": str(before_the_move)})
+    )
+    result = trl_dpr_forked(
+        "push", str(runs / "dpr"), "--to", str(tmp_path / "pushed"), "--merge_adapter", tmp_path=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    ids = torch.tensor([[5, 17, 42, 99, 7]])
+    with torch.no_grad():
+        expected = PeftModel.from_pretrained(base, str(runs / "dpr")).eval()(ids).logits
+        got = AutoModelForCausalLM.from_pretrained(tmp_path / "pushed", dtype="float32").eval()(ids).logits
+    torch.testing.assert_close(got, expected)
+
+    nowhere = tmp_path / "gone" / "elsewhere" / "sft-7"
+    (runs / "dpr" / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(nowhere)}))
+    shutil.rmtree(f"{runs / 'dpr'}-merged")
+    result = trl_dpr_forked(
+        "push", str(runs / "dpr"), "--to", str(tmp_path / "pushed-2"), "--merge_adapter", tmp_path=tmp_path
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"names its base model by the path '{nowhere}', which does not exist (moved or deleted?)" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 2 and not (tmp_path / "pushed-2").exists()
+    assert not Path(f"{runs / 'dpr'}-merged").exists()

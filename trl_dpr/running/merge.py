@@ -269,14 +269,24 @@ def sweep_killed_merges(folder: str | os.PathLike) -> list[str]:
 
 
 def _base_of(adapter_dir: Path, base: str) -> str:
-    """The adapter's base as a merge loads it: a Hub id or a path that exists from here as it is; a relative path that
-    does not (an older run recorded its base relative to where it started) is looked for under the folders above the
-    adapter's; else a `FileNotFoundError` (one line), before anything is loaded."""
-    if not base or os.path.isabs(base) or os.path.exists(base):
+    """The adapter's base as a merge loads it: a Hub id or a path that exists from here as it is; a path that does not
+    is looked for under the folders above the adapter's (a relative one as it is: an older run recorded its base
+    relative to where it started; an absolute one by its last components, longest first: the runs folder was moved);
+    else a `FileNotFoundError` (one line), before anything is loaded."""
+    if not base or os.path.exists(base):
         return base
-    for above in adapter_dir.resolve().parents:
-        if (above / base / "config.json").is_file():
-            return str(above / base)
+    parts = Path(base).parts
+    tails = [Path(*parts[i:]) for i in range(1, len(parts))] if os.path.isabs(base) else [Path(base)]
+    for tail in tails:
+        for above in adapter_dir.resolve().parents:
+            if (above / tail / "config.json").is_file():
+                return str(above / tail)
+    if os.path.isabs(base):
+        raise FileNotFoundError(
+            f"{str(adapter_dir / 'adapter_config.json')!r} names its base model by the path {base!r}, which does not "
+            "exist (moved or deleted?), and no folder above the adapter holds it: set base_model_name_or_path there to "
+            "the base model's path now."
+        )
     if not (base.startswith((".", "~")) or base.count("/") > 1):  # a Hub id: `name` or `org/name`
         return base
     raise FileNotFoundError(
