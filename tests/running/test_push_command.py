@@ -810,3 +810,40 @@ def test_push_merge_adapter_of_a_moved_runs_folder_finds_its_base_by_the_paths_l
     assert f"names its base model by the path '{nowhere}', which does not exist (moved or deleted?)" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 2 and not (tmp_path / "pushed-2").exists()
     assert not Path(f"{runs / 'dpr'}-merged").exists()
+
+
+def test_push_merge_adapter_reads_each_file_of_an_unchanged_merge_once(sft_lora_run, tmp_path, monkeypatch):
+    """Review of merge reuse, finding 5: `trl-dpr push --merge_adapter` hashed the whole merged model three times (its
+    check, the merge's check, the reuse check) before reusing it. Counted here: the bytes the merge module hashes."""
+    import hashlib
+
+    from trl_dpr.running import merge
+    from trl_dpr.running.push import main
+
+    runs = tmp_path / "runs"
+    shutil.copytree(sft_lora_run, runs / "dpr")
+    shutil.copytree(f"{sft_lora_run}-merged", runs / "dpr-merged")
+    weights = (runs / "dpr-merged" / "model.safetensors").stat()
+    hashed = []
+
+    class CountingHashlib:
+        @staticmethod
+        def sha256(data=b""):
+            real = hashlib.sha256(data)
+
+            class Counting:
+                def update(self, block):
+                    hashed.append(len(block))
+                    real.update(block)
+
+                def hexdigest(self):
+                    return real.hexdigest()
+
+            return Counting()
+
+    monkeypatch.setattr(merge, "hashlib", CountingHashlib)
+    main([str(runs / "dpr"), "--to", str(tmp_path / "pushed"), "--merge_adapter"])
+    again = (runs / "dpr-merged" / "model.safetensors").stat()
+    assert (again.st_ino, again.st_mtime_ns) == (weights.st_ino, weights.st_mtime_ns)  # reused
+    once = sum(p.stat().st_size for folder in ("dpr", "dpr-merged") for p in (runs / folder).iterdir() if p.is_file())
+    assert weights.st_size < sum(hashed) <= once

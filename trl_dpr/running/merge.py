@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from fnmatch import fnmatchcase
@@ -88,12 +89,38 @@ def check_merge_target(folder: str | os.PathLike) -> None:
             )
 
 
+def _check_merge_target_on_main(folder: str | os.PathLike) -> None:
+    """`check_merge_target` run by the main process only (it reads every file of a merged model), its refusal raised on
+    every process: before training, N ranks hashing one folder read it N times."""
+    from .checkpointing import _agree, _is_main_process
+
+    refusal = None
+    if _is_main_process():
+        try:
+            check_merge_target(folder)
+        except (FileExistsError, ValueError) as error:
+            refusal = [type(error).__name__, str(error)]
+    if "torch" in sys.modules:
+        refusal = _agree(refusal)
+    if refusal is not None:
+        raise (FileExistsError if refusal[0] == "FileExistsError" else ValueError)(refusal[1])
+
+
+# SHA-256s this process computed, by file and its (inode, size, modification time): a merged model's files are checked
+# before the merge, by the reuse check and by a push; each is read once while it is unchanged.
+_HASHED: dict[tuple[str, int, int, int], str] = {}
+
+
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    status = path.stat()
+    key = (os.path.realpath(path), status.st_ino, status.st_size, status.st_mtime_ns)
+    if key not in _HASHED:
+        digest = hashlib.sha256()
+        with path.open("rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        _HASHED[key] = digest.hexdigest()
+    return _HASHED[key]
 
 
 def _edited_files(folder: Path) -> list[str]:
@@ -184,7 +211,7 @@ def merge_adapter_folder(
         raise ValueError("output_dir must differ from adapter_dir: the merged model would overwrite the adapter.")
     if output_dir.exists() and not (output_dir.is_dir() and not any(output_dir.iterdir())):
         check_merge_target(output_dir)
-        if overwrite and _reusable_merge(output_dir, _source_digest(adapter_dir, dtype)):
+        if overwrite and dtype != "auto" and _reusable_merge(output_dir, _source_digest(adapter_dir, dtype)):
             return str(output_dir)
         if not overwrite and not unfinished_merge(output_dir):
             raise FileExistsError(f"{str(output_dir)!r} is not empty; pass overwrite=True to replace what is there.")
