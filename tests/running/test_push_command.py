@@ -607,7 +607,8 @@ def test_two_process_cards_state_the_processes_the_global_batch_and_the_sft_hype
 
 
 class HubAnsweringWhoami:
-    """A Hub on this machine whose `whoami` answers `status` with `body`, counting the calls."""
+    """A Hub on this machine whose `whoami` answers `status` with `body` (every other request: 401), counting the
+    calls."""
 
     def __init__(self, status: int, body: dict):
         import http.server
@@ -616,14 +617,17 @@ class HubAnsweringWhoami:
         calls = self.calls = []
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
+            def answer(self):
                 calls.append(self.path)
-                data = json.dumps(body).encode()
-                self.send_response(status)
+                whoami = self.path.startswith("/api/whoami")
+                data = json.dumps(body if whoami else {"error": "Unauthorized"}).encode()
+                self.send_response(status if whoami else 401)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            do_GET = do_POST = do_HEAD = do_PUT = answer
 
             def log_message(self, *args):
                 pass
@@ -663,6 +667,29 @@ def test_a_rate_limited_or_failing_hub_warns_once_and_training_goes_on(monkeypat
     assert len([path for path in hub.calls if path.startswith("/api/whoami")]) == 1
     (warning,) = [r.getMessage() for r in caplog.records if "could not check the token" in r.getMessage()]
     assert f"(HfHubHTTPError {status}: " in warning and "the push is tried at the end" in warning
+
+
+def test_a_dpr_run_whose_hub_check_is_rate_limited_trains_with_one_warning(tmp_path, tokenizer):
+    """`trl-dpr dpr` with push_to_hub and a Hub answering whoami 429: one warning, trained, the push tried at the end
+    (here refused: 401), the run kept with the line that pushes it."""
+    hub = HubAnsweringWhoami(429, {"error": "Too many requests"})
+    dpr_recipe_that_pushes(tmp_path, tokenizer)
+    environment = {k: v for k, v in ENV.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", CLI, "dpr", "--config", "dpr.yaml"],
+            cwd=tmp_path,
+            env={**environment, **hub_environment(tmp_path, HF_ENDPOINT=hub.endpoint)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        hub.server.shutdown()
+    assert result.stderr.count("The Hub could not check the token before training (HfHubHTTPError 429") == 1
+    assert len([path for path in hub.calls if path.startswith("/api/whoami")]) == 1
+    assert (tmp_path / "dpr" / "model.safetensors").is_file() and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Push it: trl-dpr push dpr --to me/tiny" in result.stderr
 
 
 def test_the_hub_is_asked_once_per_process_whoever_checks(monkeypatch):

@@ -416,16 +416,14 @@ def _hub_verdict(token: str) -> tuple[str | None, str | None]:
 
 
 def _ask_hub(token: str) -> tuple[str | None, str | None]:
+    """`whoami` for `token`, as `_hub_verdict` returns it: the one place the check asks the Hub."""
     from huggingface_hub import HfApi
 
     try:
         answer = HfApi().whoami(token=token)
     except Exception as error:
-        if (
-            line := _hub_failure(
-                error, "push_to_hub would fail after training, so nothing was trained", "or set push_to_hub: false"
-            )
-        ) is not None:
+        outcome = "push_to_hub would fail after training, so nothing was trained"
+        if (line := _hub_failure(error, outcome, "or set push_to_hub: false")) is not None:
             return type(line).__name__, str(line)
         first = (str(error).strip().splitlines() or [""])[0]
         status = getattr(getattr(error, "response", None), "status_code", None)
