@@ -604,3 +604,273 @@ def test_two_process_cards_state_the_processes_the_global_batch_and_the_sft_hype
     assert (
         dpr_rows["processes"] == "2" and dpr_rows["global batch (completions per optimizer step)"] == "2 × 2 × 2 = 8"
     )
+
+
+class HubAnsweringWhoami:
+    """A Hub on this machine whose `whoami` answers `status` with `body` (every other request: 401), counting the
+    calls."""
+
+    def __init__(self, status: int, body: dict):
+        import http.server
+        import threading
+
+        calls = self.calls = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def answer(self):
+                calls.append(self.path)
+                whoami = self.path.startswith("/api/whoami")
+                data = json.dumps(body if whoami else {"error": "Unauthorized"}).encode()
+                self.send_response(status if whoami else 401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_HEAD = do_PUT = answer
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def hub_check_against(monkeypatch, hub):
+    """`check_hub_push` as a fresh process runs it against `hub` (huggingface_hub reads the endpoint when imported)."""
+    from types import SimpleNamespace
+
+    from huggingface_hub import constants
+
+    from trl_dpr.running import push
+
+    monkeypatch.setattr(constants, "ENDPOINT", hub.endpoint)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(push, "_HUB_VERDICTS", {}, raising=False)  # this process asked no other Hub
+    args = SimpleNamespace(push_to_hub=True, hub_strategy="every_save", hub_token="hf_fakefakefakefakefakefake12")
+    return lambda: push.check_hub_push(args)
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_rate_limited_or_failing_hub_warns_once_and_training_goes_on(monkeypatch, caplog, status):
+    """Review of the Hub check, finding 1: a 429 or a 5xx from whoami aborted the launch (HfHubHTTPError); the Hub
+    could not say, so the run trains and the push is tried at the end. The pipeline and the trainer both check: one ask."""
+    hub = HubAnsweringWhoami(status, {"error": "Too many requests" if status == 429 else "Service unavailable"})
+    check = hub_check_against(monkeypatch, hub)
+    try:
+        with caplog.at_level("WARNING", logger="trl_dpr.running.push"):
+            check()
+            check()
+    finally:
+        hub.server.shutdown()
+    assert len([path for path in hub.calls if path.startswith("/api/whoami")]) == 1
+    (warning,) = [r.getMessage() for r in caplog.records if "could not check the token" in r.getMessage()]
+    assert f"(HfHubHTTPError {status}: " in warning and "the push is tried at the end" in warning
+
+
+def test_a_dpr_run_whose_hub_check_is_rate_limited_trains_with_one_warning(tmp_path, tokenizer):
+    """`trl-dpr dpr` with push_to_hub and a Hub answering whoami 429: one warning, trained, the push tried at the end
+    (here refused: 401), the run kept with the line that pushes it."""
+    hub = HubAnsweringWhoami(429, {"error": "Too many requests"})
+    dpr_recipe_that_pushes(tmp_path, tokenizer)
+    environment = {k: v for k, v in ENV.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", CLI, "dpr", "--config", "dpr.yaml"],
+            cwd=tmp_path,
+            env={**environment, **hub_environment(tmp_path, HF_ENDPOINT=hub.endpoint)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        hub.server.shutdown()
+    assert result.stderr.count("The Hub could not check the token before training (HfHubHTTPError 429") == 1
+    assert len([path for path in hub.calls if path.startswith("/api/whoami")]) == 1
+    assert (tmp_path / "dpr" / "model.safetensors").is_file() and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Push it: trl-dpr push dpr --to me/tiny" in result.stderr
+
+
+def test_the_hub_is_asked_once_per_process_whoever_checks(monkeypatch):
+    """Review of the Hub check, finding 1: check_dpr_inputs and the trainer each called whoami (on every rank)."""
+    hub = HubAnsweringWhoami(200, {"name": "me", "type": "user", "auth": {"accessToken": {"role": "write"}}})
+    check = hub_check_against(monkeypatch, hub)
+    try:
+        check()
+        check()
+    finally:
+        hub.server.shutdown()
+    assert len(hub.calls) == 1
+
+
+@pytest.mark.parametrize("role, refused", [("read", True), ("write", False), ("fineGrained", False)])
+def test_a_read_token_is_refused_before_training_and_a_fine_grained_one_is_not(monkeypatch, role, refused):
+    """Review of the Hub check, finding 1: a read token passed the check and the push failed after training. A
+    fine-grained token may hold the repo's write right: not refused."""
+    hub = HubAnsweringWhoami(200, {"name": "me", "type": "user", "auth": {"accessToken": {"role": role}}})
+    check = hub_check_against(monkeypatch, hub)
+    try:
+        if refused:
+            with pytest.raises(PermissionError, match="the token is a read token"):
+                check()
+        else:
+            check()
+    finally:
+        hub.server.shutdown()
+
+
+def test_a_dpr_run_with_a_read_token_is_refused_in_one_line_before_training(tmp_path, tokenizer):
+    """`trl-dpr dpr` with push_to_hub and a read token: exit 2, one line, nothing trained."""
+    hub = HubAnsweringWhoami(200, {"name": "me", "type": "user", "auth": {"accessToken": {"role": "read"}}})
+    dpr_recipe_that_pushes(tmp_path, tokenizer)
+    environment = {k: v for k, v in ENV.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", CLI, "dpr", "--config", "dpr.yaml"],
+            cwd=tmp_path,
+            env={**environment, **hub_environment(tmp_path, HF_ENDPOINT=hub.endpoint)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        hub.server.shutdown()
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.count("push_to_hub is on but the token is a read token") == 1
+    assert "Traceback" not in result.stderr and not list((tmp_path / "dpr").glob("*.safetensors"))
+
+
+def test_a_pushed_evaluation_record_keeps_every_string_that_is_not_a_path_field(sft_run, tmp_path):
+    """Review of the pushed records, finding 2: every absolute-looking string was cut to its last component (an
+    answer_pattern `/(\\d+)/` became `(\\d+)`) and non-ASCII text became \\u escapes. Only the path fields change."""
+    run = shutil.copytree(sft_run, tmp_path / "run")
+    settings = {
+        "output_dir": str(tmp_path / "eval" / "dpr"),
+        "jsonl_path": str(tmp_path / "data" / "test.jsonl"),
+        "baseline": f"SFT={tmp_path / 'runs' / 'sft'}",
+        "answer_pattern": "/(\\d+)/",
+        "system_prompt": "Réponds en français : /réponse/",
+        "judge": "/usr/bin/judge=strict",
+    }
+    (run / "eval_results.json").write_text(json.dumps({"settings": settings, "note": "/(\\d+)/"}, ensure_ascii=False))
+    result = trl_dpr_forked("push", str(run), "--to", str(tmp_path / "pushed"), tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    pushed = (tmp_path / "pushed" / "eval_results.json").read_text(encoding="utf-8")
+    expected = {**settings, "output_dir": "dpr", "jsonl_path": "test.jsonl", "baseline": "SFT=sft"}
+    assert json.loads(pushed) == {"settings": expected, "note": "/(\\d+)/"}
+    assert "Réponds en français" in pushed and "\\u" not in pushed
+
+
+def test_push_merge_adapter_merges_again_when_the_base_was_retrained_in_place(sft_lora_run, tmp_path):
+    """Review of merge reuse, finding 3: the reuse check hashed the adapter and the dtype, not the base: an SFT retrained
+    at the same path left the merge of the old base in place, pushed as the new one. Each run's own copy of the base."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    runs = tmp_path / "runs"
+    shutil.copytree(sft_lora_run, runs / "dpr")
+    config = json.loads((runs / "dpr" / "adapter_config.json").read_text())
+    base = AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"], dtype="float32")
+    base.save_pretrained(runs / "base")
+    (runs / "dpr" / "adapter_config.json").write_text(
+        json.dumps({**config, "base_model_name_or_path": str(runs / "base")})
+    )
+    merged = runs / "dpr-merged"
+
+    def push(to: str) -> None:
+        result = trl_dpr_forked(
+            "push", str(runs / "dpr"), "--to", str(runs / to), "--merge_adapter", tmp_path=tmp_path
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+
+    push("pushed-1")
+    first = (merged / "model.safetensors").stat()
+    push("pushed-2")
+    assert (merged / "model.safetensors").stat().st_mtime_ns == first.st_mtime_ns  # unchanged: reused
+    with torch.no_grad():  # the SFT trained again, saved where it was
+        base.get_input_embeddings().weight.add_(0.5)
+    base.save_pretrained(runs / "base")
+    push("pushed-3")
+    ids = torch.tensor([[5, 17, 42, 99, 7]])
+    retrained = AutoModelForCausalLM.from_pretrained(runs / "base", dtype="float32")
+    with torch.no_grad():
+        expected = PeftModel.from_pretrained(retrained, str(runs / "dpr")).eval()(ids).logits
+        for folder in (merged, runs / "pushed-3"):
+            got = AutoModelForCausalLM.from_pretrained(folder, dtype="float32").eval()(ids).logits
+            torch.testing.assert_close(got, expected)
+
+
+def test_push_merge_adapter_of_a_moved_runs_folder_finds_its_base_by_the_paths_last_components(sft_lora_run, tmp_path):
+    """Review of absolute base paths, finding 4: a runs folder moved elsewhere kept its adapter's absolute base path,
+    which no longer exists: the merge ended in from_pretrained's unclear error. The base is found where it moved to;
+    a base that is nowhere is one line, before anything loads."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    runs = tmp_path / "moved" / "runs"
+    shutil.copytree(sft_lora_run, runs / "dpr")
+    config = json.loads((runs / "dpr" / "adapter_config.json").read_text())
+    base = AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"], dtype="float32")
+    base.save_pretrained(runs / "base")
+    before_the_move = tmp_path / "gone" / "runs" / "base"
+    (runs / "dpr" / "adapter_config.json").write_text(
+        json.dumps({**config, "base_model_name_or_path": str(before_the_move)})
+    )
+    result = trl_dpr_forked(
+        "push", str(runs / "dpr"), "--to", str(tmp_path / "pushed"), "--merge_adapter", tmp_path=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    ids = torch.tensor([[5, 17, 42, 99, 7]])
+    with torch.no_grad():
+        expected = PeftModel.from_pretrained(base, str(runs / "dpr")).eval()(ids).logits
+        got = AutoModelForCausalLM.from_pretrained(tmp_path / "pushed", dtype="float32").eval()(ids).logits
+    torch.testing.assert_close(got, expected)
+
+    nowhere = tmp_path / "gone" / "elsewhere" / "sft-7"
+    (runs / "dpr" / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(nowhere)}))
+    shutil.rmtree(f"{runs / 'dpr'}-merged")
+    result = trl_dpr_forked(
+        "push", str(runs / "dpr"), "--to", str(tmp_path / "pushed-2"), "--merge_adapter", tmp_path=tmp_path
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"names its base model by the path '{nowhere}', which does not exist (moved or deleted?)" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 2 and not (tmp_path / "pushed-2").exists()
+    assert not Path(f"{runs / 'dpr'}-merged").exists()
+
+
+def test_push_merge_adapter_reads_each_file_of_an_unchanged_merge_once(sft_lora_run, tmp_path, monkeypatch):
+    """Review of merge reuse, finding 5: `trl-dpr push --merge_adapter` hashed the whole merged model three times (its
+    check, the merge's check, the reuse check) before reusing it. Counted here: the bytes the merge module hashes."""
+    import hashlib
+
+    from trl_dpr.running import merge
+    from trl_dpr.running.push import main
+
+    runs = tmp_path / "runs"
+    shutil.copytree(sft_lora_run, runs / "dpr")
+    shutil.copytree(f"{sft_lora_run}-merged", runs / "dpr-merged")
+    weights = (runs / "dpr-merged" / "model.safetensors").stat()
+    hashed = []
+
+    class CountingHashlib:
+        @staticmethod
+        def sha256(data=b""):
+            real = hashlib.sha256(data)
+
+            class Counting:
+                def update(self, block):
+                    hashed.append(len(block))
+                    real.update(block)
+
+                def hexdigest(self):
+                    return real.hexdigest()
+
+            return Counting()
+
+    monkeypatch.setattr(merge, "hashlib", CountingHashlib)
+    main([str(runs / "dpr"), "--to", str(tmp_path / "pushed"), "--merge_adapter"])
+    again = (runs / "dpr-merged" / "model.safetensors").stat()
+    assert (again.st_ino, again.st_mtime_ns) == (weights.st_ino, weights.st_mtime_ns)  # reused
+    once = sum(p.stat().st_size for folder in ("dpr", "dpr-merged") for p in (runs / folder).iterdir() if p.is_file())
+    assert weights.st_size < sum(hashed) <= once

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import time
 from fnmatch import fnmatchcase
@@ -89,12 +90,38 @@ def check_merge_target(folder: str | os.PathLike) -> None:
             )
 
 
+def _check_merge_target_on_main(folder: str | os.PathLike) -> None:
+    """`check_merge_target` run by the main process only (it reads every file of a merged model), its refusal raised on
+    every process: before training, N ranks hashing one folder read it N times."""
+    from .checkpointing import _agree, _is_main_process
+
+    refusal = None
+    if _is_main_process():
+        try:
+            check_merge_target(folder)
+        except (FileExistsError, ValueError) as error:
+            refusal = [type(error).__name__, str(error)]
+    if "torch" in sys.modules:
+        refusal = _agree(refusal)
+    if refusal is not None:
+        raise (FileExistsError if refusal[0] == "FileExistsError" else ValueError)(refusal[1])
+
+
+# SHA-256s this process computed, by file and its (inode, size, modification time): a merged model's files are checked
+# before the merge, by the reuse check and by a push; each is read once while it is unchanged.
+_HASHED: dict[tuple[str, int, int, int], str] = {}
+
+
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    status = path.stat()
+    key = (os.path.realpath(path), status.st_ino, status.st_size, status.st_mtime_ns)
+    if key not in _HASHED:
+        digest = hashlib.sha256()
+        with path.open("rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        _HASHED[key] = digest.hexdigest()
+    return _HASHED[key]
 
 
 def _edited_files(folder: Path) -> list[str]:
@@ -111,13 +138,34 @@ def _edited_files(folder: Path) -> list[str]:
 
 
 def _source_digest(adapter_dir: Path, dtype: str) -> str:
-    """One SHA-256 over what a merge reads from `adapter_dir` (weights, config, tokenizer, card, evaluation) and the
-    `dtype` it merges in: equal digests merge to the same files ("auto" matches no merge's record)."""
+    """One SHA-256 over what a merge reads from `adapter_dir` (weights, config, tokenizer, card, evaluation), its base
+    (`_base_state`) and the `dtype` it merges in: equal digests merge to the same files ("auto" matches no merge's
+    record)."""
     digest = hashlib.sha256(dtype.encode())
+    digest.update(f"\0base\0{_base_state(adapter_dir)}".encode())
     for path in sorted(adapter_dir.iterdir()):
         if path.is_file() and (path.name.startswith("adapter_") or _named_as_merged(adapter_dir, path.name)):
             digest.update(f"\0{path.name}\0{_sha256(path)}".encode())
     return digest.hexdigest()
+
+
+def _base_state(adapter_dir: Path) -> str:
+    """The adapter's base as a merge's record names it: a local folder by its config and weight files' names, sizes and
+    modification times (an SFT retrained in place is merged again; its bytes are not read), a Hub id with its revision."""
+    config = json.loads((adapter_dir / "adapter_config.json").read_text())
+    base = config.get("base_model_name_or_path") or ""
+    try:
+        base = _base_of(adapter_dir, base)
+    except FileNotFoundError:  # the merge says so in one line
+        return base
+    if not os.path.isdir(base):
+        return f"{base}@{config.get('revision') or ''}"
+    files = [
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(Path(base).iterdir())
+        if p.is_file() and (p.name == "config.json" or p.name.endswith((".safetensors", ".bin")))
+    ]
+    return json.dumps([str(Path(base).resolve()), files])
 
 
 def _reusable_merge(folder: Path, source: str) -> bool:
@@ -164,7 +212,7 @@ def merge_adapter_folder(
         raise ValueError("output_dir must differ from adapter_dir: the merged model would overwrite the adapter.")
     if output_dir.exists() and not (output_dir.is_dir() and not any(output_dir.iterdir())):
         check_merge_target(output_dir)
-        if overwrite and _reusable_merge(output_dir, _source_digest(adapter_dir, dtype)):
+        if overwrite and dtype != "auto" and _reusable_merge(output_dir, _source_digest(adapter_dir, dtype)):
             return str(output_dir)
         if not overwrite and not unfinished_merge(output_dir):
             raise FileExistsError(f"{str(output_dir)!r} is not empty; pass overwrite=True to replace what is there.")
@@ -260,14 +308,24 @@ def sweep_killed_merges(folder: str | os.PathLike) -> list[str]:
 
 
 def _base_of(adapter_dir: Path, base: str) -> str:
-    """The adapter's base as a merge loads it: a Hub id or a path that exists from here as it is; a relative path that
-    does not (an older run recorded its base relative to where it started) is looked for under the folders above the
-    adapter's; else a `FileNotFoundError` (one line), before anything is loaded."""
-    if not base or os.path.isabs(base) or os.path.exists(base):
+    """The adapter's base as a merge loads it: a Hub id or a path that exists from here as it is; a path that does not
+    is looked for under the folders above the adapter's (a relative one as it is: an older run recorded its base
+    relative to where it started; an absolute one by its last components, longest first: the runs folder was moved);
+    else a `FileNotFoundError` (one line), before anything is loaded."""
+    if not base or os.path.exists(base):
         return base
-    for above in adapter_dir.resolve().parents:
-        if (above / base / "config.json").is_file():
-            return str(above / base)
+    parts = Path(base).parts
+    tails = [Path(*parts[i:]) for i in range(1, len(parts))] if os.path.isabs(base) else [Path(base)]
+    for tail in tails:
+        for above in adapter_dir.resolve().parents:
+            if (above / tail / "config.json").is_file():
+                return str(above / tail)
+    if os.path.isabs(base):
+        raise FileNotFoundError(
+            f"{str(adapter_dir / 'adapter_config.json')!r} names its base model by the path {base!r}, which does not "
+            "exist (moved or deleted?), and no folder above the adapter holds it: set base_model_name_or_path there to "
+            "the base model's path now."
+        )
     if not (base.startswith((".", "~")) or base.count("/") > 1):  # a Hub id: `name` or `org/name`
         return base
     raise FileNotFoundError(

@@ -41,7 +41,7 @@ from .checkpointing import (
     write_eval_results,
 )
 from .gguf import find_gguf_file, is_gguf_path, resolve_gguf_base
-from .merge import check_merge_target, merged_folder
+from .merge import _check_merge_target_on_main, merged_folder
 from .push import check_hub_push, defer_push_to_hub, merge_trainer_output, push_trainer_output
 from .trainers import DPRRunTrainer, SafeSFTTrainer
 
@@ -352,7 +352,7 @@ def check_dpr_inputs(
     )
     check_hub_push(training_args)
     if script_args.merge_adapter:  # its merged copy may not replace a folder of yours
-        check_merge_target(merged_folder(training_args.output_dir))
+        _check_merge_target_on_main(merged_folder(training_args.output_dir))
     prompts = dpr_prompts(script_args, training_args.seed)
     check_reward_func_columns(reward_funcs, prompts)  # the trainer checks again, after the models load
     return DPRInputs(prompts=prompts, reward_funcs=reward_funcs)

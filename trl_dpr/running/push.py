@@ -10,13 +10,21 @@ import json
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
 from ..reference_manifest import MANIFEST_NAME
-from .checkpointing import PREFIX_CHECKPOINT_DIR, RUN_COMPLETE_NAME, STAGING_DIRNAME, mark_step_done
+from .checkpointing import (
+    PREFIX_CHECKPOINT_DIR,
+    RUN_COMPLETE_NAME,
+    STAGING_DIRNAME,
+    _agree,
+    _is_main_process,
+    mark_step_done,
+)
 from .merge import (
     MERGED_MARKER,
     check_merge_target,
@@ -127,36 +135,64 @@ def _portable_records(folder: str | os.PathLike, files: list[str]) -> dict[str, 
         listed = record.get("files") if isinstance(record, dict) else None
         if isinstance(listed, dict):
             listed.update({name: len(text) for name, text in portable.items() if name in listed})
-            portable[SFT_COMPLETE_NAME] = (json.dumps(record, indent=1)).encode()
+            portable[SFT_COMPLETE_NAME] = (json.dumps(record, indent=1, ensure_ascii=False)).encode()
     return portable
 
 
+# The fields of trl_dpr's records that name a local folder or file: the SFT's base model, the evaluation's settings
+# (`EvaluationConfig`'s paths, and its NAME=PATH models). No other string is touched (an answer_pattern `/(\\d+)/`).
+_PATH_FIELDS = frozenset(
+    (
+        "base_model",
+        "output_dir",
+        "jsonl_path",
+        "alpaca_eval_path",
+        "arena_hard_path",
+        "lima_path",
+        "mt_bench_path",
+        "judge_model",
+    )
+)
+_NAMED_PATH_FIELDS = frozenset({"baseline", "candidates"})
+
+
 def _without_local_paths(path: Path) -> bytes | None:
-    """The JSON file at `path` with every absolute path in its strings (`/a/b/sft`, `SFT=/a/b/sft`) replaced by its
-    last component; None when it holds none (or is no JSON: sent as it is)."""
+    """The JSON file at `path` with the absolute paths of its path fields (`_PATH_FIELDS`: `/a/b/sft`;
+    `_NAMED_PATH_FIELDS`: `SFT=/a/b/sft`) replaced by their last component; None when it holds none (or is no JSON:
+    sent as it is). Written as the run writes its records (non-ASCII kept as it is)."""
     from .model_card import _embedded_name
 
     def name_of(text: str) -> str:
         return _embedded_name(text) if _embedded_name(text) != text else Path(text).name
 
+    def portable(value, named: bool):
+        if isinstance(value, list):
+            return [portable(item, named) for item in value]
+        if not isinstance(value, str):
+            return value
+        label, _, where = value.partition("=") if named else ("", "", value)
+        if not os.path.isabs(where):
+            return value
+        return f"{label}={name_of(where)}" if named else name_of(where)
+
     def rewrite(value):
-        if isinstance(value, dict):
-            return {key: rewrite(item) for key, item in value.items()}
         if isinstance(value, list):
             return [rewrite(item) for item in value]
-        if isinstance(value, str) and os.path.isabs(value):
-            return name_of(value)
-        label, _, where = value.partition("=") if isinstance(value, str) else ("", "", "")
-        if where and os.path.isabs(where) and not any(c in label for c in "/:?"):  # `NAME=PATH`, not a URL's query
-            return f"{label}={name_of(where)}"
-        return value
+        if not isinstance(value, dict):
+            return value
+        return {
+            key: portable(item, key in _NAMED_PATH_FIELDS)
+            if key in _PATH_FIELDS | _NAMED_PATH_FIELDS
+            else rewrite(item)
+            for key, item in value.items()
+        }
 
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    portable = rewrite(record)
-    return None if portable == record else (json.dumps(portable, indent=2) + "\n").encode()
+    result = rewrite(record)
+    return None if result == record else (json.dumps(result, indent=2, ensure_ascii=False) + "\n").encode()
 
 
 # ---- the push check -------------------------------------------------------------------------------------------------
@@ -324,8 +360,9 @@ def defer_push_to_hub(args) -> bool:
 
 
 def check_hub_push(args) -> None:
-    """With `push_to_hub`, check before training what would fail after it: the Hub reachable, a token, and a
-    `hub_strategy` that pushes once at the end (the checkpoint strategies would upload optimizer state)."""
+    """With `push_to_hub`, check before training what would fail after it: the Hub reachable, a token it knows that
+    is no read token, and a `hub_strategy` that pushes once at the end (the checkpoint strategies would upload optimizer
+    state). A Hub that cannot say (429, 5xx) is a warning: the push is tried after training."""
     if not getattr(args, "push_to_hub", False):
         return
     strategy = str(
@@ -349,17 +386,59 @@ def check_hub_push(args) -> None:
             "push_to_hub is on but no Hugging Face token was found (hub_token, HF_TOKEN, or `hf auth login`): the "
             "push would fail after training. Log in first, or set push_to_hub: false."
         )
+    kind, line = _hub_verdict(token)
+    if kind == "warning":
+        return
+    if kind is not None:
+        raise {"PermissionError": PermissionError, "ConnectionError": ConnectionError}.get(kind, ValueError)(line)
+
+
+# The main process's answer to `whoami`, per (endpoint, token): asked once per process, whoever checks.
+_HUB_VERDICTS: dict[tuple[str, str], tuple[str | None, str | None]] = {}
+
+
+def _hub_verdict(token: str) -> tuple[str | None, str | None]:
+    """(None, None) when the Hub knows `token` and it may write; ("warning", line) when the Hub could not say (a 429
+    or a 5xx: the push is tried after training, warned once); else the error's class name and its one line. Only the
+    main process asks (N ranks asking at once are rate limited); the others get its answer."""
+    from huggingface_hub import constants
+
+    key = (constants.ENDPOINT, token)
+    if key in _HUB_VERDICTS:
+        return _HUB_VERDICTS[key]
+    verdict = _ask_hub(token) if _is_main_process() else (None, None)
+    if "torch" in sys.modules:  # a process group exists only where torch is loaded (`trl-dpr push` stays light)
+        verdict = tuple(_agree(list(verdict)))
+    _HUB_VERDICTS[key] = verdict
+    if verdict[0] == "warning":
+        logger.warning(verdict[1])
+    return verdict
+
+
+def _ask_hub(token: str) -> tuple[str | None, str | None]:
+    """`whoami` for `token`, as `_hub_verdict` returns it: the one place the check asks the Hub."""
     from huggingface_hub import HfApi
 
-    try:  # the Hub answers, and knows the token
-        HfApi().whoami(token=token)
+    try:
+        answer = HfApi().whoami(token=token)
     except Exception as error:
-        line = _hub_failure(
-            error, "push_to_hub would fail after training, so nothing was trained", "or set push_to_hub: false"
+        outcome = "push_to_hub would fail after training, so nothing was trained"
+        if (line := _hub_failure(error, outcome, "or set push_to_hub: false")) is not None:
+            return type(line).__name__, str(line)
+        first = (str(error).strip().splitlines() or [""])[0]
+        status = getattr(getattr(error, "response", None), "status_code", None)
+        return "warning", (
+            f"The Hub could not check the token before training ({type(error).__name__}"
+            f"{f' {status}' if status else ''}: {first}); training anyway, "
+            "and the push is tried at the end (if it fails, the run is kept: push it later with trl-dpr push)."
         )
-        if line is None:
-            raise
-        raise line from None
+    role = ((answer or {}).get("auth") or {}).get("accessToken", {}).get("role")
+    if role == "read":
+        return "PermissionError", (
+            "push_to_hub is on but the token is a read token: the push would fail after training, so nothing was "
+            "trained. Use a write token (hub_token, HF_TOKEN or `hf auth login`), or set push_to_hub: false."
+        )
+    return None, None
 
 
 class SafeHubPushMixin:
