@@ -1093,7 +1093,10 @@ def test_an_sft_then_dpr_pipeline_started_over_with_a_bad_sft_recipe_keeps_both_
 ):
     """Checked after the DPR folder's claim: the SFT recipe (its output folder, its α). Before the fix the claim had
     deleted the finished DPR run by then."""
-    sft_old = plant_finished_run(tmp_path / "sft", tokenizer)  # π_ref at α=0.5
+    plant_finished_run(tmp_path / "sft", tokenizer)  # π_ref at α=0.5
+    # No run record: an SFT output made from Python, used as found (one with a record of other arguments is refused).
+    (tmp_path / "sft" / RUN_COMPLETE_NAME).unlink()
+    sft_old = folder_bytes(tmp_path / "sft")
     dpr_old = plant_finished_run(tmp_path / "dpr")
     sft_recipe = yaml.safe_load((ROOT / "recipes" / "demo" / "sft.yaml").read_text())
     for name, changes in (
@@ -1413,7 +1416,9 @@ def test_a_signal_stops_every_launched_process_with_one_line_and_exit_code_128_p
     assert not still_running, "a launched process outlived its launcher"
     stderr = (tmp_path / "err").read_text()
     assert not (root / folder / "model.safetensors").exists(), "the run ended before the signal"
-    interrupted = [line for line in stderr.splitlines() if "Interrupted" in line or "Nothing was saved" in line]
+    said = [line for line in stderr.splitlines() if "Interrupted" in line or "Nothing was saved" in line]
+    # The line may follow the trainer's progress bar on its terminal line (tqdm ends it with a carriage return).
+    interrupted = [line[line.find("Interrupted") :] if "Interrupted" in line else line for line in said]
     assert interrupted == [
         f"Interrupted. Saved: {folder}: {folder}/{newest_complete_checkpoint(root / folder)}. Resume with the same "
         "command and --resume_from_checkpoint true."

@@ -325,7 +325,7 @@ def _launch_training(stage: str, argv: list[str], launch_args: list[str], values
     from trl.cli.accelerate_launcher import launch_training_script
 
     launch_args, script_args = _launch_plan(argv, launch_args, values)
-    folder = Path(values.output_dir)
+    folders = [Path(values.output_dir)] if getattr(values, "output_dir", None) else []  # a recipe may name none
     try:
         with _passing_on_signals() as received:
             # TRL joins the script name to its own trl/scripts folder; an absolute path stands for itself (pathlib's
@@ -333,7 +333,7 @@ def _launch_training(stage: str, argv: list[str], launch_args: list[str], values
             # accelerate is given).
             launch_training_script(str(SCRIPTS / f"{stage}.py"), launch_args, script_args)
     except _Signalled as interrupt:  # before a process was launched: nothing else will say it
-        _end_interrupted(interrupt.signum, [folder])
+        _end_interrupted(interrupt.signum, folders)
     except KeyboardInterrupt:
         # Ctrl-C reaches the launched processes too: theirs is the line that says what was saved (`run`).
         raise SystemExit(130) from None
@@ -343,7 +343,7 @@ def _launch_training(stage: str, argv: list[str], launch_args: list[str], values
         # The recipe's own processes have printed what went wrong (a mistake in the input: its message, exit code 2);
         # accelerate's launcher adding its traceback on top would only hide it.
         if received and error.returncode == -received[0]:  # it died of the signal before it could say so
-            _end_interrupted(received[0], [folder])
+            _end_interrupted(received[0], folders)
         raise SystemExit(_exit_code_of(error.returncode)) from None
     except ChildFailedError as error:  # the same, from a multi-process launch (torchrun's failure report)
         rank, failure = error.get_first_failure()
