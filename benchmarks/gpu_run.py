@@ -440,9 +440,9 @@ def descendant_groups(pid: int) -> set[int]:
     return {parents[child][1] for child in found}
 
 
-def run_within(command: list[str], log, env: dict, limit: float) -> int | None:
+def run_within(command: list[str], log, env: dict, limit: float, grace: float = 20) -> int | None:
     """Run `command` in a process group of its own; its exit code, or None when it ran past `limit` seconds: then
-    SIGINT (pytest and Python unwind, writing their reports) and SIGKILL 20 s later. Either way its group and the
+    SIGINT (pytest and Python unwind, writing their reports) and SIGKILL `grace` seconds later. Either way its group and the
     groups of its descendants then get SIGKILL, so nothing it started runs on into the next stage."""
     process = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True
@@ -454,7 +454,7 @@ def run_within(command: list[str], log, env: dict, limit: float) -> int | None:
         groups = descendant_groups(process.pid)
         os.killpg(process.pid, signal.SIGINT)
         try:
-            process.wait(timeout=20)
+            process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             pass
         return None

@@ -53,8 +53,9 @@ def test_a_tier_stopped_at_its_limit_still_says_which_tests_passed_failed_or_wer
     command += ["-p", "no:randomly", str(tmp_path / "test_tier.py"), "--junitxml", str(tmp_path / "tier.xml")]
     started = time.monotonic()
     with open(tmp_path / "tier.log", "w") as log:
-        code = gpu_run.run_within(command, log, env, limit=20)  # pytest alone starts in ~1 s, ~5 s under load
-    assert code is None and time.monotonic() - started < 80  # stopped at the limit, not after test_slow's 120 s
+        # pytest alone starts in ~1 s, ~5 s under load; on a loaded 2-core CI its unwinding after SIGINT took over 20 s
+        code = gpu_run.run_within(command, log, env, limit=20, grace=60)
+    assert code is None and time.monotonic() - started < 100  # stopped at the limit, not after test_slow's 120 s
     rows = {row[0]: row[1] for row in gpu_run.tier_rows(tmp_path)}
     assert rows["tier: test_quick"].startswith("passed, ")
     assert rows["tier: test_wrong"].startswith("failed, ") and "arithmetic broke" in rows["tier: test_wrong"]
